@@ -1,0 +1,21 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "projects")]
+pub struct Model {
+    /// UUID string.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    /// Unique within the organization.
+    pub slug: String,
+    pub description: Option<String>,
+    pub active: bool,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,69 @@
+//! Schema migrations, applied in order by `keel serve` and `keel migrate up`.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261121_000001_foundation;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261121_000001_foundation::Migration)]
+    }
+}
+
+/// Column helpers shared by the migrations, so every table spells time and ids alike.
+pub(crate) mod cols {
+    use sea_orm_migration::prelude::*;
+
+    /// A string primary key (UUIDs and caller-chosen ids).
+    pub fn id(name: &'static str) -> ColumnDef {
+        ColumnDef::new(name)
+            .string_len(64)
+            .not_null()
+            .primary_key()
+            .to_owned()
+    }
+
+    pub fn string(name: &'static str, len: u32) -> ColumnDef {
+        ColumnDef::new(name).string_len(len).not_null().to_owned()
+    }
+
+    pub fn string_null(name: &'static str, len: u32) -> ColumnDef {
+        ColumnDef::new(name).string_len(len).null().to_owned()
+    }
+
+    pub fn text_null(name: &'static str) -> ColumnDef {
+        ColumnDef::new(name).text().null().to_owned()
+    }
+
+    pub fn timestamp(name: &'static str) -> ColumnDef {
+        ColumnDef::new(name)
+            .timestamp_with_time_zone()
+            .not_null()
+            .to_owned()
+    }
+
+    pub fn timestamp_null(name: &'static str) -> ColumnDef {
+        ColumnDef::new(name).timestamp_with_time_zone().null().to_owned()
+    }
+
+    pub fn boolean(name: &'static str, default: bool) -> ColumnDef {
+        ColumnDef::new(name)
+            .boolean()
+            .not_null()
+            .default(default)
+            .to_owned()
+    }
+
+    /// A reference to an organization whose rows go when the organization goes.
+    pub fn org_fk(table: &'static str) -> ForeignKeyCreateStatement {
+        ForeignKey::create()
+            .name(format!("fk_{table}_org"))
+            .from(table, "org_id")
+            .to("organizations", "id")
+            .on_delete(ForeignKeyAction::Cascade)
+            .to_owned()
+    }
+}

@@ -1,0 +1,345 @@
+//! Who is calling. Every credential is `Authorization: Bearer <token>`; the token's kind
+//! decides the principal: an operator internal key, a user API key, or a session JWT.
+//!
+//! Extractors say in a handler's signature who may call it:
+//! [`Internal`] (machine-to-machine), [`Caller`] (a user's API key or session, then
+//! [`Caller::member`] / [`Caller::owner`] for an organization), [`MemberOf`] and
+//! [`OwnerOf`] (organization from the query or `X-Org-Id`), [`ApiKeyCaller`] and
+//! [`AnyPrincipal`].
+
+pub mod keys;
+pub mod repo;
+pub mod routes;
+pub mod session;
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Owner,
+    Member,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "owner" => Some(Self::Owner),
+            "member" => Some(Self::Member),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Owner => "owner",
+            Self::Member => "member",
+        }
+    }
+}
+
+/// A verified user credential.
+#[derive(Debug, Clone)]
+pub enum UserPrincipal {
+    ApiKey { key_id: String, org_id: String },
+    Session { user_id: String },
+}
+
+/// Any verified credential.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    Internal,
+    User(UserPrincipal),
+}
+
+/// The organization a user call acts in, and with what right.
+#[derive(Debug, Clone)]
+pub struct OrgAccess {
+    pub org_id: String,
+    pub role: Role,
+    /// The session's user; `None` for an API key.
+    pub user_id: Option<String>,
+}
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+fn state_of(req: &HttpRequest) -> ApiResult<web::Data<AppState>> {
+    req.app_data::<web::Data<AppState>>()
+        .cloned()
+        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("application state is missing")))
+}
+
+fn unauthenticated() -> ApiError {
+    ApiError::Unauthorized("missing or invalid credentials".into())
+}
+
+/// Resolves a bearer token to a principal; `Ok(None)` when it is unknown.
+pub async fn resolve(state: &AppState, token: &str) -> ApiResult<Option<Principal>> {
+    if state.internal_keys.matches(token) {
+        return Ok(Some(Principal::Internal));
+    }
+    if keys::looks_like_api_key(token) {
+        let hash = keys::hash_api_key(token);
+        return Ok(repo::active_api_key(&state.db, &hash).await?.map(|key| {
+            Principal::User(UserPrincipal::ApiKey {
+                key_id: key.id,
+                org_id: key.org_id,
+            })
+        }));
+    }
+    if session::looks_like_jwt(token) {
+        let Some(keys) = &state.session_keys else {
+            return Ok(None);
+        };
+        if let Some(user_id) = keys.verify(token) {
+            if repo::user_exists(&state.db, &user_id).await? {
+                return Ok(Some(Principal::User(UserPrincipal::Session { user_id })));
+            }
+        }
+    }
+    Ok(None)
+}
+
+async fn principal_of(req: &HttpRequest) -> ApiResult<(web::Data<AppState>, Principal)> {
+    let state = state_of(req)?;
+    let token = bearer(req).ok_or_else(unauthenticated)?;
+    let principal = resolve(&state, token).await?.ok_or_else(unauthenticated)?;
+    Ok((state, principal))
+}
+
+/// Any valid credential (used by `GET /api/auth/verify`).
+pub struct AnyPrincipal {
+    pub principal: Principal,
+    pub state: web::Data<AppState>,
+}
+
+impl FromRequest for AnyPrincipal {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let (state, principal) = principal_of(&req).await?;
+            Ok(Self { principal, state })
+        })
+    }
+}
+
+/// The operator internal key: machine-to-machine routes.
+pub struct Internal;
+
+impl FromRequest for Internal {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            match principal_of(&req).await?.1 {
+                Principal::Internal => Ok(Internal),
+                Principal::User(_) => Err(ApiError::Forbidden("this route needs the internal key".into())),
+            }
+        })
+    }
+}
+
+/// A user: an API key (acting as a member of its organization) or a session.
+pub struct Caller {
+    pub principal: UserPrincipal,
+    state: web::Data<AppState>,
+    query_org: Option<String>,
+    header_org: Option<String>,
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let (state, principal) = principal_of(&req).await?;
+            let principal = match principal {
+                Principal::User(user) => user,
+                Principal::Internal => {
+                    return Err(ApiError::Forbidden(
+                        "the internal key cannot act as a user".into(),
+                    ))
+                }
+            };
+            Ok(Self {
+                principal,
+                state,
+                query_org: query_org_id(&req),
+                header_org: req
+                    .headers()
+                    .get("x-org-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| v.trim().to_owned())
+                    .filter(|v| !v.is_empty()),
+            })
+        })
+    }
+}
+
+fn query_org_id(req: &HttpRequest) -> Option<String> {
+    form_urlencoded::parse(req.query_string().as_bytes())
+        .find(|(k, _)| k == "orgId")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+impl Caller {
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The organization of this call, as a member. `body_org` is the body's `orgId`, if any.
+    pub async fn member(&self, body_org: Option<&str>) -> ApiResult<OrgAccess> {
+        match &self.principal {
+            UserPrincipal::ApiKey { org_id, .. } => {
+                let supplied = [body_org, self.query_org.as_deref(), self.header_org.as_deref()];
+                if supplied.iter().flatten().any(|o| !same_org(o, org_id)) {
+                    return Err(ApiError::Forbidden(
+                        "the API key belongs to another organization".into(),
+                    ));
+                }
+                Ok(OrgAccess {
+                    org_id: org_id.clone(),
+                    role: Role::Member,
+                    user_id: None,
+                })
+            }
+            UserPrincipal::Session { user_id } => {
+                let wanted = body_org
+                    .or(self.query_org.as_deref())
+                    .or(self.header_org.as_deref());
+                let (org_id, role) = match wanted {
+                    Some(org) => {
+                        let org = org.trim().to_ascii_lowercase();
+                        let role = repo::role_in(&self.state.db, user_id, &org)
+                            .await?
+                            .ok_or_else(|| ApiError::Forbidden("not a member of this organization".into()))?;
+                        (org, role)
+                    }
+                    None => {
+                        let mut orgs = repo::memberships_of(&self.state.db, user_id).await?;
+                        if orgs.len() != 1 {
+                            return Err(ApiError::validation(
+                                vec![json!("query"), json!("orgId")],
+                                "missing",
+                                "Field required: name the organization with orgId or the X-Org-Id header",
+                            ));
+                        }
+                        orgs.remove(0)
+                    }
+                };
+                Ok(OrgAccess {
+                    org_id,
+                    role,
+                    user_id: Some(user_id.clone()),
+                })
+            }
+        }
+    }
+
+    /// As [`Caller::member`], but the caller must be an owner's session.
+    pub async fn owner(&self, body_org: Option<&str>) -> ApiResult<OrgAccess> {
+        if matches!(self.principal, UserPrincipal::ApiKey { .. }) {
+            return Err(ApiError::Forbidden(
+                "this operation needs an owner's session".into(),
+            ));
+        }
+        let access = self.member(body_org).await?;
+        if access.role != Role::Owner {
+            return Err(ApiError::Forbidden(
+                "this operation is reserved to organization owners".into(),
+            ));
+        }
+        Ok(access)
+    }
+
+    /// Every organization the caller may read: the key's one, or all of the session user's.
+    pub async fn organizations(&self) -> ApiResult<Vec<String>> {
+        match &self.principal {
+            UserPrincipal::ApiKey { org_id, .. } => Ok(vec![org_id.clone()]),
+            UserPrincipal::Session { user_id } => Ok(repo::memberships_of(&self.state.db, user_id)
+                .await?
+                .into_iter()
+                .map(|(org, _)| org)
+                .collect()),
+        }
+    }
+
+    /// Whether the caller named an organization explicitly (query or header).
+    pub fn named_org(&self) -> bool {
+        self.query_org.is_some() || self.header_org.is_some()
+    }
+}
+
+fn same_org(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b)
+}
+
+/// A member of the organization named by query `orgId` or header `X-Org-Id`.
+pub struct MemberOf(pub OrgAccess);
+
+impl FromRequest for MemberOf {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let caller = Caller::from_request(req, payload);
+        Box::pin(async move { Ok(Self(caller.await?.member(None).await?)) })
+    }
+}
+
+/// An owner's session for the organization named by query `orgId` or header `X-Org-Id`.
+pub struct OwnerOf(pub OrgAccess);
+
+impl FromRequest for OwnerOf {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let caller = Caller::from_request(req, payload);
+        Box::pin(async move { Ok(Self(caller.await?.owner(None).await?)) })
+    }
+}
+
+/// A user API key only (routes the spec ties to the submitting user's key).
+pub struct ApiKeyCaller {
+    pub key_id: String,
+    pub org_id: String,
+}
+
+impl FromRequest for ApiKeyCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            match principal_of(&req).await?.1 {
+                Principal::User(UserPrincipal::ApiKey { key_id, org_id }) => Ok(Self { key_id, org_id }),
+                _ => Err(ApiError::Forbidden("this route needs a user API key".into())),
+            }
+        })
+    }
+}

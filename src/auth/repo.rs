@@ -1,0 +1,52 @@
+//! Credential and membership look-ups.
+
+use entities::{api_key, membership, user};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+
+use super::Role;
+
+/// An active (not revoked) API key by the hash of its secret.
+pub async fn active_api_key(
+    db: &impl ConnectionTrait,
+    hash: &str,
+) -> Result<Option<api_key::Model>, sea_orm::DbErr> {
+    api_key::Entity::find()
+        .filter(api_key::Column::KeyHash.eq(hash))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .one(db)
+        .await
+}
+
+pub async fn user_exists(db: &impl ConnectionTrait, user_id: &str) -> Result<bool, sea_orm::DbErr> {
+    Ok(user::Entity::find_by_id(user_id.to_owned())
+        .one(db)
+        .await?
+        .is_some())
+}
+
+/// Every organization the user belongs to, with the role held there.
+pub async fn memberships_of(
+    db: &impl ConnectionTrait,
+    user_id: &str,
+) -> Result<Vec<(String, Role)>, sea_orm::DbErr> {
+    Ok(membership::Entity::find()
+        .filter(membership::Column::UserId.eq(user_id))
+        .all(db)
+        .await?
+        .into_iter()
+        .filter_map(|m| Role::parse(&m.role).map(|role| (m.org_id, role)))
+        .collect())
+}
+
+pub async fn role_in(
+    db: &impl ConnectionTrait,
+    user_id: &str,
+    org_id: &str,
+) -> Result<Option<Role>, sea_orm::DbErr> {
+    Ok(
+        membership::Entity::find_by_id((org_id.to_owned(), user_id.to_owned()))
+            .one(db)
+            .await?
+            .and_then(|m| Role::parse(&m.role)),
+    )
+}

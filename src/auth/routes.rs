@@ -1,0 +1,80 @@
+//! `GET /api/auth/verify`.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpResponse};
+use serde::Serialize;
+
+use super::{repo, AnyPrincipal, Principal, Role, UserPrincipal};
+use crate::error::{ApiResult, ErrorBody};
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(verify))]
+pub struct Doc;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(crate::http::resource("/api/auth/verify").route(web::get().to(verify)));
+}
+
+/// What a credential is worth. `orgs` maps each organization to the role held there.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyResponse {
+    pub valid: bool,
+    /// `api_key`, `session` or `internal`.
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub org_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_id: Option<String>,
+    pub orgs: BTreeMap<String, Role>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/auth/verify",
+    tag = "auth",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The credential is valid", body = VerifyResponse),
+        (status = 401, description = "Missing, unknown, revoked or expired credential", body = ErrorBody),
+    )
+)]
+pub async fn verify(caller: AnyPrincipal) -> ApiResult<HttpResponse> {
+    let response = match caller.principal {
+        Principal::Internal => VerifyResponse {
+            valid: true,
+            kind: "internal",
+            org_id: None,
+            user_id: None,
+            api_key_id: None,
+            orgs: BTreeMap::new(),
+        },
+        Principal::User(UserPrincipal::ApiKey { key_id, org_id }) => VerifyResponse {
+            valid: true,
+            kind: "api_key",
+            orgs: BTreeMap::from([(org_id.clone(), Role::Member)]),
+            org_id: Some(org_id),
+            user_id: None,
+            api_key_id: Some(key_id),
+        },
+        Principal::User(UserPrincipal::Session { user_id }) => {
+            let orgs: BTreeMap<String, Role> = repo::memberships_of(&caller.state.db, &user_id)
+                .await?
+                .into_iter()
+                .collect();
+            VerifyResponse {
+                valid: true,
+                kind: "session",
+                // A session acting in exactly one organization names it.
+                org_id: (orgs.len() == 1).then(|| orgs.keys().next().cloned()).flatten(),
+                user_id: Some(user_id),
+                api_key_id: None,
+                orgs,
+            }
+        }
+    };
+    Ok(HttpResponse::Ok().json(response))
+}

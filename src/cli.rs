@@ -1,0 +1,126 @@
+//! The `keel` command line: serve, migrate, admin.
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+use migration::{Migrator, MigratorTrait};
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::startup::Application;
+use crate::{database, orgs, telemetry};
+
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, about = "keel: model-training platform backend")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (the default): applies migrations, then serves.
+    Serve,
+    /// Apply or inspect database migrations.
+    Migrate {
+        #[command(subcommand)]
+        action: MigrateAction,
+    },
+    /// Operator tasks.
+    Admin {
+        #[command(subcommand)]
+        action: AdminAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MigrateAction {
+    /// Apply every pending migration.
+    Up,
+    /// Roll back the newest applied migration.
+    Down,
+    /// List migrations and whether each is applied.
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminAction {
+    /// Create an organization, its owner and an API key; print them with a session token as JSON.
+    Bootstrap {
+        /// Organization name.
+        #[arg(long)]
+        org: String,
+        /// The owner's user id (a session token's `sub`).
+        #[arg(long)]
+        owner: String,
+        /// The owner's email.
+        #[arg(long)]
+        email: Option<String>,
+    },
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Bootstrapped {
+    org_id: String,
+    slug: String,
+    user_id: String,
+    api_key_id: String,
+    api_key: String,
+    /// `null` when no session secret is configured.
+    session_token: Option<String>,
+}
+
+pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
+    telemetry::init(&settings.telemetry);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            let app = Application::build(settings).await?;
+            tracing::info!(port = app.port(), "keel is serving");
+            app.run_until_signalled().await
+        }
+        Command::Migrate { action } => {
+            let db = database::connect(&settings.database).await?;
+            match action {
+                MigrateAction::Up => database::migrate_up(&db).await?,
+                MigrateAction::Down => Migrator::down(&db, Some(1)).await?,
+                MigrateAction::Status => {
+                    let mut out = std::io::stdout().lock();
+                    for migration in Migrator::get_migration_with_status(&db).await? {
+                        writeln!(out, "{}\t{}", migration.name(), migration.status())?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Admin {
+            action: AdminAction::Bootstrap { org, owner, email },
+        } => {
+            let db = database::connect(&settings.database).await?;
+            database::migrate_up(&db).await?;
+            let created = orgs::repo::create_org(&db, &org, None, &owner, email.as_deref())
+                .await
+                .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
+            let key = orgs::repo::create_api_key(&db, &created.org_id, Some("bootstrap")).await?;
+            let session_token = match crate::auth::session::SessionKeys::new(&settings.auth.session_secret) {
+                Some(keys) => Some(keys.issue(&owner, settings.auth.session_ttl_secs)?),
+                None => {
+                    tracing::warn!("KEEL_SESSION_SECRET is not set: no session token was issued");
+                    None
+                }
+            };
+            let out = Bootstrapped {
+                org_id: created.org_id,
+                slug: created.slug,
+                user_id: owner,
+                api_key_id: key.api_key_id,
+                api_key: key.secret,
+                session_token,
+            };
+            let mut stdout = std::io::stdout().lock();
+            serde_json::to_writer_pretty(&mut stdout, &out)?;
+            writeln!(stdout)?;
+            Ok(())
+        }
+    }
+}

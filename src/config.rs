@@ -1,0 +1,405 @@
+//! Layered settings: embedded defaults → `config/default.toml` → `config/<profile>.toml`
+//! → the named `KEEL_*` variables → `KEEL__SECTION__KEY` variables.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use serde::{Deserialize, Deserializer};
+
+/// The shipped defaults, compiled in so the binary runs from any directory.
+const DEFAULTS: &str = include_str!("../config/default.toml");
+
+/// Named variables of the contract and the key each one sets.
+const NAMED_VARS: &[(&str, &str)] = &[
+    ("KEEL_DATABASE_URL", "database.url"),
+    ("KEEL_LISTEN", "server.listen"),
+    ("KEEL_INTERNAL_KEYS", "auth.internal_keys"),
+    ("KEEL_SESSION_SECRET", "auth.session_secret"),
+    ("KEEL_PROVIDER_OPENAI_URL", "providers.openai_url"),
+    ("KEEL_PROVIDER_ANTHROPIC_URL", "providers.anthropic_url"),
+    ("KEEL_PROVIDER_OPENROUTER_URL", "providers.openrouter_url"),
+    ("KEEL_PROVIDER_GOOGLE_URL", "providers.google_url"),
+    ("KEEL_PAYMENTS", "payments.mode"),
+    ("KEEL_STRIPE_API_URL", "payments.stripe_api_url"),
+    ("KEEL_STRIPE_SECRET_KEY", "payments.stripe_secret_key"),
+    ("KEEL_STRIPE_WEBHOOK_SECRET", "payments.stripe_webhook_secret"),
+    ("KEEL_SERVING_URL", "serving.url"),
+    ("KEEL_HUB_URL", "hub.url"),
+    ("KEEL_HUB_TOKEN", "hub.token"),
+    ("KEEL_TRACKER_URL", "tracker.url"),
+    ("KEEL_TRACKER_API_KEY", "tracker.api_key"),
+];
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub auth: AuthSettings,
+    pub telemetry: TelemetrySettings,
+    pub providers: ProviderSettings,
+    pub payments: PaymentSettings,
+    pub serving: ServiceEndpoint,
+    pub hub: HubSettings,
+    pub tracker: TrackerSettings,
+    pub billing: BillingSettings,
+    pub pricing: PricingSettings,
+    pub queue: QueueSettings,
+    pub flash: FlashSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServerSettings {
+    pub listen: String,
+    pub max_body_bytes: usize,
+    pub shutdown_timeout_secs: u64,
+    pub workers: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct DatabaseSettings {
+    pub url: String,
+    pub max_connections: u32,
+    pub sqlite_busy_timeout_ms: u64,
+    pub acquire_timeout_secs: u64,
+}
+
+#[derive(Clone, Deserialize)]
+pub struct AuthSettings {
+    #[serde(deserialize_with = "comma_list")]
+    pub internal_keys: Vec<String>,
+    pub session_secret: String,
+    pub session_ttl_secs: i64,
+}
+
+impl std::fmt::Debug for AuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSettings")
+            .field(
+                "internal_keys",
+                &format!("{} configured", self.internal_keys.len()),
+            )
+            .field("session_secret", &(!self.session_secret.is_empty()))
+            .field("session_ttl_secs", &self.session_ttl_secs)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TelemetrySettings {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProviderSettings {
+    pub openai_url: String,
+    pub anthropic_url: String,
+    pub openrouter_url: String,
+    pub google_url: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaymentsMode {
+    Simulated,
+    Stripe,
+}
+
+#[derive(Clone, Deserialize)]
+pub struct PaymentSettings {
+    pub mode: PaymentsMode,
+    pub stripe_api_url: String,
+    pub stripe_secret_key: String,
+    pub stripe_webhook_secret: String,
+}
+
+impl std::fmt::Debug for PaymentSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentSettings")
+            .field("mode", &self.mode)
+            .field("stripe_api_url", &self.stripe_api_url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServiceEndpoint {
+    pub url: String,
+}
+
+#[derive(Clone, Deserialize)]
+pub struct HubSettings {
+    pub url: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for HubSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubSettings")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Deserialize)]
+pub struct TrackerSettings {
+    pub url: String,
+    pub api_key: String,
+}
+
+impl std::fmt::Debug for TrackerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrackerSettings")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct BillingSettings {
+    pub flat_run_fee_cents: i64,
+    pub starter_credit_cents: i64,
+    pub serving_markup_percent: i64,
+    #[serde(default)]
+    pub promo_codes: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PricingSettings {
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelPrice>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ModelPrice {
+    pub input_per_mtok_cents: f64,
+    pub output_per_mtok_cents: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueueSettings {
+    pub stale_after_secs: u64,
+    pub max_attempts: u32,
+    pub sweep_interval_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FlashSettings {
+    pub event_allowlist: Vec<String>,
+}
+
+/// Accepts `["a", "b"]` or `"a,b"` (as environment variables carry it).
+fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrString {
+        List(Vec<String>),
+        String(String),
+    }
+    let items = match ListOrString::deserialize(d)? {
+        ListOrString::List(items) => items,
+        ListOrString::String(s) => s.split(',').map(str::to_owned).collect(),
+    };
+    Ok(items
+        .into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("configuration: {key} = {value:?} is not valid: {reason}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+impl Settings {
+    /// Loads settings from the config directory (`KEEL_CONFIG_DIR`, else `./config`),
+    /// the `KEEL_PROFILE` profile file and the environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        let dir = std::env::var_os("KEEL_CONFIG_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("config"));
+        let mut figment = Figment::from(Toml::string(DEFAULTS)).merge(Toml::file(dir.join("default.toml")));
+        if let Ok(profile) = std::env::var("KEEL_PROFILE") {
+            if !profile.is_empty() {
+                figment = figment.merge(Toml::file(dir.join(format!("{profile}.toml"))));
+            }
+        }
+        let names: Vec<&str> = NAMED_VARS.iter().map(|(var, _)| *var).collect();
+        figment = figment
+            .merge(
+                Env::raw()
+                    .only(&names)
+                    .map(|var| {
+                        NAMED_VARS
+                            .iter()
+                            .find(|(name, _)| var.as_str().eq_ignore_ascii_case(name))
+                            .map(|(_, key)| (*key).into())
+                            .unwrap_or_else(|| var.into())
+                    })
+                    // Values stay strings: a URL or key must never be parsed as TOML.
+                    .lowercase(false),
+            )
+            .merge(Env::prefixed("KEEL__").split("__"));
+        Self::from_figment(figment)
+    }
+
+    /// The compiled-in defaults alone (tests start from these).
+    pub fn defaults() -> Result<Self, ConfigError> {
+        Self::from_figment(Figment::from(Toml::string(DEFAULTS)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let settings: Settings = figment.extract().map_err(Box::new)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what would otherwise fail later, so start-up stops with one clear line.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, value: &str, reason: &str| ConfigError::Invalid {
+            key,
+            value: value.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.listen_addr()?;
+        let db = &self.database.url;
+        if !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://")) {
+            return Err(invalid(
+                "database.url",
+                db,
+                "expected sqlite://... or postgres://...",
+            ));
+        }
+        let urls = [
+            ("providers.openai_url", &self.providers.openai_url),
+            ("providers.anthropic_url", &self.providers.anthropic_url),
+            ("providers.openrouter_url", &self.providers.openrouter_url),
+            ("providers.google_url", &self.providers.google_url),
+            ("payments.stripe_api_url", &self.payments.stripe_api_url),
+            ("serving.url", &self.serving.url),
+            ("hub.url", &self.hub.url),
+            ("tracker.url", &self.tracker.url),
+        ];
+        for (key, value) in urls {
+            if !value.is_empty() {
+                let parsed = url::Url::parse(value).map_err(|e| invalid(key, value, &e.to_string()))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(invalid(key, value, "expected an http(s) URL"));
+                }
+            }
+        }
+        if self.payments.mode == PaymentsMode::Stripe && self.payments.stripe_secret_key.is_empty() {
+            return Err(invalid(
+                "payments.stripe_secret_key",
+                "",
+                "KEEL_STRIPE_SECRET_KEY is required when KEEL_PAYMENTS=stripe",
+            ));
+        }
+        if self.auth.session_ttl_secs <= 0 {
+            return Err(invalid(
+                "auth.session_ttl_secs",
+                &self.auth.session_ttl_secs.to_string(),
+                "must be positive",
+            ));
+        }
+        if !(0..=1000).contains(&self.billing.serving_markup_percent) {
+            return Err(invalid(
+                "billing.serving_markup_percent",
+                &self.billing.serving_markup_percent.to_string(),
+                "must be within 0..=1000",
+            ));
+        }
+        for (model, price) in &self.pricing.models {
+            if !(price.input_per_mtok_cents >= 0.0 && price.output_per_mtok_cents >= 0.0) {
+                return Err(ConfigError::Invalid {
+                    key: "pricing.models",
+                    value: model.clone(),
+                    reason: "prices must be non-negative numbers".into(),
+                });
+            }
+        }
+        if self.queue.max_attempts == 0 {
+            return Err(invalid("queue.max_attempts", "0", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server
+            .listen
+            .parse()
+            .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
+                key: "server.listen",
+                value: self.server.listen.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        self.database.url.starts_with("sqlite:")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_defaults_load_and_validate() {
+        let settings = Settings::defaults().expect("defaults load");
+        assert_eq!(settings.server.listen, "127.0.0.1:8080");
+        assert_eq!(settings.database.url, "sqlite://keel.db?mode=rwc");
+        assert!(settings.auth.internal_keys.is_empty());
+        assert_eq!(settings.billing.promo_codes.get("WELCOME10"), Some(&1000));
+        assert_eq!(settings.billing.serving_markup_percent, 20);
+        assert!(settings
+            .pricing
+            .models
+            .contains_key("meta-llama/Llama-3.1-8B-Instruct"));
+    }
+
+    #[test]
+    fn internal_keys_accept_a_comma_separated_string() {
+        let figment = Figment::from(Toml::string(DEFAULTS)).merge(figment::providers::Serialized::default(
+            "auth.internal_keys",
+            " a, b ,,c",
+        ));
+        let settings = Settings::from_figment(figment).expect("loads");
+        assert_eq!(settings.auth.internal_keys, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn stripe_mode_without_a_secret_is_rejected() {
+        let figment = Figment::from(Toml::string(DEFAULTS))
+            .merge(figment::providers::Serialized::default("payments.mode", "stripe"));
+        let err = Settings::from_figment(figment).expect_err("must fail");
+        assert!(err.to_string().contains("KEEL_STRIPE_SECRET_KEY"));
+    }
+
+    #[test]
+    fn an_unparsable_url_is_rejected() {
+        let figment = Figment::from(Toml::string(DEFAULTS)).merge(figment::providers::Serialized::default(
+            "serving.url",
+            "not a url",
+        ));
+        assert!(Settings::from_figment(figment).is_err());
+    }
+}

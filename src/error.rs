@@ -1,0 +1,139 @@
+//! One error type for every route. 422 carries FastAPI's `detail` list; every other
+//! error is `{"detail": "<reason>"}`. Unexpected failures are logged with their cause
+//! chain and answered with a generic 500 that never carries internals or secrets.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use serde_json::Value;
+
+/// One item of a 422 `detail` list, shaped like FastAPI's (pydantic v2) errors.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct ValidationIssue {
+    /// Where the problem is: `["body", "field", 0, ...]`, `["query", "limit"]`, `["path", "id"]`.
+    #[schema(value_type = Vec<Object>)]
+    pub loc: Vec<Value>,
+    pub msg: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub ctx: Option<Value>,
+}
+
+impl ValidationIssue {
+    pub fn new(loc: Vec<Value>, kind: &str, msg: impl Into<String>) -> Self {
+        Self {
+            loc,
+            msg: msg.into(),
+            kind: kind.to_owned(),
+            ctx: None,
+        }
+    }
+
+    pub fn with_ctx(mut self, ctx: Value) -> Self {
+        self.ctx = Some(ctx);
+        self
+    }
+}
+
+/// Body of every non-422 error.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub detail: String,
+}
+
+/// Body of a 422.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ValidationErrorBody {
+    pub detail: Vec<ValidationIssue>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("validation failed")]
+    Validation(Vec<ValidationIssue>),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    PaymentRequired(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{1}")]
+    Status(StatusCode, String),
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn validation(loc: Vec<Value>, kind: &str, msg: impl Into<String>) -> Self {
+        Self::Validation(vec![ValidationIssue::new(loc, kind, msg)])
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::NotFound(format!("{what} not found"))
+    }
+}
+
+impl From<sea_orm::DbErr> for ApiError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Self::Unexpected(anyhow::Error::new(err).context("database"))
+    }
+}
+
+impl From<sea_orm::TransactionError<ApiError>> for ApiError {
+    fn from(err: sea_orm::TransactionError<ApiError>) -> Self {
+        match err {
+            sea_orm::TransactionError::Connection(db) => db.into(),
+            sea_orm::TransactionError::Transaction(api) => api,
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::PaymentRequired(_) => StatusCode::PAYMENT_REQUIRED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Status(status, _) => *status,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        match self {
+            Self::Validation(issues) => HttpResponse::build(status).json(ValidationErrorBody {
+                detail: issues.clone(),
+            }),
+            Self::Unexpected(err) => {
+                tracing::error!(error = ?err, "request failed");
+                HttpResponse::build(status).json(ErrorBody {
+                    detail: "internal server error".into(),
+                })
+            }
+            other => HttpResponse::build(status).json(ErrorBody {
+                detail: other.to_string(),
+            }),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,395 @@
+//! Body, query and path extractors that answer FastAPI-shaped 422s and a JSON 413.
+
+use actix_web::dev::Payload;
+use actix_web::web::{Bytes, BytesMut};
+use actix_web::{FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::validate::{Checks, Validate};
+use crate::error::{ApiError, ValidationIssue};
+use crate::state::AppState;
+
+const FALLBACK_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// A JSON body, deserialized and bounds-checked. An empty body is read as `{}` when
+/// every field of `T` is optional, else it is a 422 `missing` at `["body"]`.
+pub struct ValidJson<T>(pub T);
+
+impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidJson<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let limit = body_limit(req);
+        let declared = declared_length(req);
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let bytes = read_body(&mut payload, declared, limit).await?;
+            let value: T = parse_json_body(&bytes)?;
+            let mut checks = Checks::new("body");
+            value.validate(&mut checks);
+            let issues = checks.into_issues();
+            if issues.is_empty() {
+                Ok(Self(value))
+            } else {
+                Err(ApiError::Validation(issues))
+            }
+        })
+    }
+}
+
+/// The raw body, size-limited (for signatures and pass-through).
+pub struct RawBody(pub Bytes);
+
+impl FromRequest for RawBody {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let limit = body_limit(req);
+        let declared = declared_length(req);
+        let mut payload = payload.take();
+        Box::pin(async move { Ok(Self(read_body(&mut payload, declared, limit).await?)) })
+    }
+}
+
+/// Query parameters, deserialized and bounds-checked.
+pub struct ValidQuery<T>(pub T);
+
+impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidQuery<T> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(parse_query(req.query_string()).map(Self))
+    }
+}
+
+pub fn parse_query<T: DeserializeOwned + Validate>(query: &str) -> Result<T, ApiError> {
+    let de = serde_html_form::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    let value: T = serde_path_to_error::deserialize(de).map_err(|err| {
+        let path = path_segments(err.path());
+        let message = err.inner().to_string();
+        ApiError::Validation(vec![issue_from_serde_message("query", path, &message)])
+    })?;
+    let mut checks = Checks::new("query");
+    value.validate(&mut checks);
+    let issues = checks.into_issues();
+    if issues.is_empty() {
+        Ok(value)
+    } else {
+        Err(ApiError::Validation(issues))
+    }
+}
+
+/// A path parameter that must be a UUID; answers its canonical lowercase form.
+pub fn path_uuid(name: &str, raw: &str) -> Result<String, ApiError> {
+    uuid::Uuid::parse_str(raw)
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| {
+            ApiError::validation(
+                vec![json!("path"), json!(name)],
+                "uuid_parsing",
+                "Input should be a valid UUID",
+            )
+        })
+}
+
+/// The canonical (lowercase, hyphenated) spelling of an already validated UUID.
+pub fn canonical_uuid(raw: &str) -> String {
+    uuid::Uuid::parse_str(raw).map_or_else(|_| raw.to_owned(), |u| u.hyphenated().to_string())
+}
+
+/// A path parameter with a length bound.
+pub fn path_str(name: &str, raw: &str, min: usize, max: usize) -> Result<String, ApiError> {
+    let mut checks = Checks::new("path");
+    checks.str_len(name, raw, min, max);
+    let issues = checks.into_issues();
+    if issues.is_empty() {
+        Ok(raw.to_owned())
+    } else {
+        Err(ApiError::Validation(issues))
+    }
+}
+
+fn body_limit(req: &HttpRequest) -> usize {
+    req.app_data::<actix_web::web::Data<AppState>>()
+        .map(|state| state.settings.server.max_body_bytes)
+        .unwrap_or(FALLBACK_BODY_LIMIT)
+}
+
+fn declared_length(req: &HttpRequest) -> Option<usize> {
+    req.headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Reads the whole body, refusing (413) anything over `limit` before buffering it.
+pub async fn read_body(
+    payload: &mut Payload,
+    declared: Option<usize>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::PayloadTooLarge(format!("request body is larger than {limit} bytes"));
+    if declared.is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("could not read request body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Deserializes a JSON body, mapping serde's failures to FastAPI-style issues.
+pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return serde_json::from_str::<T>("{}")
+            .map_err(|_| ApiError::validation(vec![json!("body")], "missing", "Field required"));
+    }
+    // Every body is a JSON object; serde would otherwise read a struct from an array.
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| matches!(b, b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n'))
+        && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+    {
+        return Err(ApiError::validation(
+            vec![json!("body")],
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let inner = err.inner();
+        if matches!(
+            inner.classify(),
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof
+        ) {
+            return json_invalid(bytes, inner);
+        }
+        let path = path_segments(err.path());
+        ApiError::Validation(vec![issue_from_serde_message("body", path, &inner.to_string())])
+    })?;
+    // Trailing garbage after the JSON value is a decode error too.
+    de.end().map_err(|err| json_invalid(bytes, &err))?;
+    Ok(value)
+}
+
+fn json_invalid(bytes: &[u8], err: &serde_json::Error) -> ApiError {
+    let offset = byte_offset(bytes, err.line(), err.column());
+    ApiError::Validation(vec![ValidationIssue::new(
+        vec![json!("body"), json!(offset)],
+        "json_invalid",
+        "JSON decode error",
+    )
+    .with_ctx(json!({ "error": strip_position(&err.to_string()) }))])
+}
+
+fn byte_offset(bytes: &[u8], line: usize, column: usize) -> usize {
+    let mut current_line = 1;
+    for (i, b) in bytes.iter().enumerate() {
+        if current_line == line {
+            return (i + column).saturating_sub(1).min(bytes.len());
+        }
+        if *b == b'\n' {
+            current_line += 1;
+        }
+    }
+    bytes.len()
+}
+
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(idx) => message[..idx].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+fn path_segments(path: &serde_path_to_error::Path) -> Vec<Value> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|segment| match segment {
+            Segment::Seq { index } => Some(json!(index)),
+            Segment::Map { key } => Some(json!(key)),
+            Segment::Enum { variant } => Some(json!(variant)),
+            Segment::Unknown => None,
+        })
+        .collect()
+}
+
+/// Text between the first pair of backticks: serde names fields and variants that way.
+fn backticked(message: &str) -> Option<&str> {
+    let start = message.find('`')? + 1;
+    let end = message[start..].find('`')? + start;
+    Some(&message[start..end])
+}
+
+/// Turns one of serde's messages into a FastAPI-shaped issue at `root + path`.
+fn issue_from_serde_message(root: &str, path: Vec<Value>, message: &str) -> ValidationIssue {
+    let message = strip_position(message);
+    let mut loc = vec![json!(root)];
+    loc.extend(path);
+    let push_field = |loc: &mut Vec<Value>, field: &str| {
+        if loc.last() != Some(&json!(field)) {
+            loc.push(json!(field));
+        }
+    };
+    if message.starts_with("missing field") {
+        if let Some(field) = backticked(&message) {
+            push_field(&mut loc, field);
+        }
+        return ValidationIssue::new(loc, "missing", "Field required");
+    }
+    if message.starts_with("unknown field") {
+        if let Some(field) = backticked(&message) {
+            push_field(&mut loc, field);
+        }
+        return ValidationIssue::new(loc, "extra_forbidden", "Extra inputs are not permitted");
+    }
+    if message.starts_with("unknown variant") {
+        let expected = message.split("expected ").nth(1).unwrap_or("").to_owned();
+        return ValidationIssue::new(loc, "literal_error", format!("Input should be {expected}"))
+            .with_ctx(json!({ "expected": expected }));
+    }
+    if message.starts_with("duplicate field") {
+        return ValidationIssue::new(loc, "value_error", message);
+    }
+    let expected = message.rsplit("expected ").next().unwrap_or("");
+    let (kind, msg) = if message.starts_with("invalid type") || message.starts_with("invalid value") {
+        expected_kind(expected)
+    } else if message.contains("invalid digit") || message.contains("cannot parse integer") {
+        (
+            "int_parsing",
+            "Input should be a valid integer, unable to parse string as an integer",
+        )
+    } else if message.contains("invalid float") {
+        (
+            "float_parsing",
+            "Input should be a valid number, unable to parse string as a number",
+        )
+    } else if message.contains("provided string was not `true` or `false`") {
+        (
+            "bool_parsing",
+            "Input should be a valid boolean, unable to interpret input",
+        )
+    } else {
+        ("value_error", "")
+    };
+    let msg = if msg.is_empty() {
+        message.clone()
+    } else {
+        msg.to_owned()
+    };
+    ValidationIssue::new(loc, kind, msg)
+}
+
+fn expected_kind(expected: &str) -> (&'static str, &'static str) {
+    let expected = expected.trim();
+    if expected.contains("string") || expected == "a character" {
+        ("string_type", "Input should be a valid string")
+    } else if [
+        "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "usize", "isize",
+    ]
+    .contains(&expected)
+        || expected.contains("integer")
+    {
+        ("int_type", "Input should be a valid integer")
+    } else if expected == "f64" || expected == "f32" || expected.contains("number") {
+        ("float_type", "Input should be a valid number")
+    } else if expected.contains("boolean") {
+        ("bool_type", "Input should be a valid boolean")
+    } else if expected.contains("sequence") {
+        ("list_type", "Input should be a valid list")
+    } else if expected.contains("map") || expected.contains("struct") || expected.contains("object") {
+        (
+            "model_type",
+            "Input should be a valid dictionary or object to extract fields from",
+        )
+    } else {
+        ("value_error", "Input is not valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+        limit: Option<i64>,
+        items: Option<Vec<Item>>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Item {
+        step: i64,
+    }
+
+    fn issues(raw: &str) -> Vec<ValidationIssue> {
+        match parse_json_body::<Body>(raw.as_bytes()) {
+            Err(ApiError::Validation(issues)) => issues,
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_field_points_at_the_field() {
+        let issue = &issues("{}")[0];
+        assert_eq!(issue.kind, "missing");
+        assert_eq!(issue.loc, vec![json!("body"), json!("name")]);
+    }
+
+    #[test]
+    fn unknown_field_is_extra_forbidden() {
+        let issue = &issues(r#"{"name":"a","bogus":1}"#)[0];
+        assert_eq!(issue.kind, "extra_forbidden");
+        assert_eq!(issue.loc, vec![json!("body"), json!("bogus")]);
+    }
+
+    #[test]
+    fn wrong_types_name_the_expected_type() {
+        assert_eq!(issues(r#"{"name":5}"#)[0].kind, "string_type");
+        let issue = &issues(r#"{"name":"a","limit":"x"}"#)[0];
+        assert_eq!(issue.kind, "int_type");
+        assert_eq!(issue.loc, vec![json!("body"), json!("limit")]);
+        let nested = &issues(r#"{"name":"a","items":[{"step":1},{"step":"no"}]}"#)[0];
+        assert_eq!(
+            nested.loc,
+            vec![json!("body"), json!("items"), json!(1), json!("step")]
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_json_invalid() {
+        let issue = &issues(r#"{"name": "#)[0];
+        assert_eq!(issue.kind, "json_invalid");
+        assert_eq!(issue.loc[0], json!("body"));
+        assert_eq!(issues(r#"{"name":"a"} trailing"#)[0].kind, "json_invalid");
+    }
+
+    #[test]
+    fn empty_body_is_missing_unless_everything_is_optional() {
+        let issue = &issues("")[0];
+        assert_eq!(issue.kind, "missing");
+        assert_eq!(issue.loc, vec![json!("body")]);
+        #[derive(Deserialize)]
+        struct AllOptional {
+            #[allow(dead_code)]
+            name: Option<String>,
+        }
+        assert!(parse_json_body::<AllOptional>(b"").is_ok());
+    }
+}

@@ -1,0 +1,15 @@
+//! keel: the backend of an organization-scoped model-training platform.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod database;
+pub mod error;
+pub mod http;
+pub mod openapi;
+pub mod orgs;
+pub mod projects;
+pub mod startup;
+pub mod state;
+pub mod system;
+pub mod telemetry;

@@ -1,0 +1,22 @@
+use clap::Parser;
+use keel::cli::{self, Cli};
+use keel::config::Settings;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load() {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("keel: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let result = actix_web::rt::System::new().block_on(cli::run(cli, settings));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("keel: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

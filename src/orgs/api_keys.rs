@@ -1,0 +1,98 @@
+//! Self-service API keys: members list their organization's keys (never the secrets);
+//! owners create and revoke them with their session.
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use entities::api_key;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+
+use super::{repo, ApiKeyBody, CreatedKeyResponse, Revoked};
+use crate::auth::{Caller, MemberOf};
+use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::ValidJson;
+use crate::http::resource;
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        resource("/api/api-keys")
+            .route(web::get().to(list_keys))
+            .route(web::post().to(create_key)),
+    )
+    .service(resource("/api/api-keys/{api_key_id}").route(web::delete().to(revoke_key)));
+}
+
+#[derive(OpenApi)]
+#[openapi(paths(list_keys, create_key, revoke_key))]
+pub struct Doc;
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyView {
+    pub api_key_id: String,
+    pub org_id: String,
+    pub name: Option<String>,
+    /// The first characters of the key, for recognizing it.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyList {
+    pub keys: Vec<ApiKeyView>,
+}
+
+#[utoipa::path(get, path = "/api/api-keys", tag = "api-keys", security(("bearer" = [])),
+    params(("orgId" = Option<String>, Query)),
+    responses((status = 200, body = ApiKeyList), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    let keys = api_key::Entity::find()
+        .filter(api_key::Column::OrgId.eq(member.0.org_id.as_str()))
+        .order_by_desc(api_key::Column::CreatedAt)
+        .all(&state.db)
+        .await?
+        .into_iter()
+        .map(|k| ApiKeyView {
+            api_key_id: k.id,
+            org_id: k.org_id,
+            name: k.name,
+            prefix: k.prefix,
+            created_at: k.created_at,
+            revoked_at: k.revoked_at,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(ApiKeyList { keys }))
+}
+
+#[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", security(("bearer" = [])),
+    params(("orgId" = Option<String>, Query)),
+    request_body(content = ApiKeyBody, description = "Optional; an empty body is allowed"),
+    responses((status = 201, body = CreatedKeyResponse), (status = 403, description = "Not an owner's session", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody)))]
+pub async fn create_key(caller: Caller, body: ValidJson<ApiKeyBody>) -> ApiResult<HttpResponse> {
+    let owner = caller.owner(None).await?;
+    let created = repo::create_api_key(&caller.state().db, &owner.org_id, body.0.name.as_deref()).await?;
+    Ok(HttpResponse::Created().json(CreatedKeyResponse {
+        api_key_id: created.api_key_id,
+        key: created.secret,
+    }))
+}
+
+#[utoipa::path(delete, path = "/api/api-keys/{api_key_id}", tag = "api-keys", security(("bearer" = [])),
+    params(("api_key_id" = String, Path), ("orgId" = Option<String>, Query)),
+    responses((status = 200, body = Revoked), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_key(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let owner = caller.owner(None).await?;
+    let db = &caller.state().db;
+    let belongs = api_key::Entity::find_by_id(path.as_str().to_owned())
+        .one(db)
+        .await?
+        .is_some_and(|k| k.org_id == owner.org_id);
+    if !belongs || !repo::revoke_api_key(db, &path).await? {
+        return Err(ApiError::not_found("API key"));
+    }
+    Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
+}

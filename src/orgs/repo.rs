@@ -1,0 +1,239 @@
+//! Organizations, their members, API keys and adapters.
+
+use chrono::Utc;
+use entities::{adapter, api_key, membership, organization, user};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, SqlErr,
+    TransactionSession, TransactionTrait,
+};
+
+use crate::auth::keys::mint_api_key;
+use crate::auth::Role;
+use crate::error::{ApiError, ApiResult};
+
+pub fn is_unique_violation(err: &DbErr) -> bool {
+    matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
+}
+
+/// Lowercase letters, digits and single dashes, from any display name.
+pub fn slugify(name: &str) -> String {
+    let mut slug = String::new();
+    for c in name.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c);
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug: String = slug.trim_end_matches('-').chars().take(80).collect();
+    if slug.is_empty() {
+        "org".into()
+    } else {
+        slug
+    }
+}
+
+pub async fn upsert_user(db: &impl ConnectionTrait, user_id: &str, email: Option<&str>) -> Result<(), DbErr> {
+    let row = user::ActiveModel {
+        id: Set(user_id.to_owned()),
+        email: Set(email.map(str::to_owned)),
+        created_at: Set(Utc::now()),
+    };
+    let mut on_conflict = OnConflict::column(user::Column::Id);
+    if email.is_some() {
+        on_conflict.update_column(user::Column::Email);
+    } else {
+        on_conflict.do_nothing();
+    }
+    user::Entity::insert(row)
+        .on_conflict(on_conflict.to_owned())
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+pub struct CreatedOrg {
+    pub org_id: String,
+    pub slug: String,
+}
+
+/// Creates an organization with its owner. An explicit slug already taken is 409; a
+/// slug derived from the name gets a short suffix instead.
+pub async fn create_org(
+    db: &impl TransactionTrait,
+    name: &str,
+    slug: Option<&str>,
+    owner_user_id: &str,
+    owner_email: Option<&str>,
+) -> ApiResult<CreatedOrg> {
+    let org_id = uuid::Uuid::new_v4().to_string();
+    let base = slug.map(str::to_owned).unwrap_or_else(|| slugify(name));
+    for attempt in 0..5 {
+        let candidate = if attempt == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
+        };
+        let txn = db.begin().await?;
+        let inserted = organization::Entity::insert(organization::ActiveModel {
+            id: Set(org_id.clone()),
+            name: Set(name.to_owned()),
+            slug: Set(candidate.clone()),
+            created_at: Set(Utc::now()),
+        })
+        .exec_without_returning(&txn)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(err) if is_unique_violation(&err) => {
+                txn.rollback().await?;
+                if slug.is_some() {
+                    return Err(ApiError::Conflict(format!(
+                        "organization slug '{candidate}' is taken"
+                    )));
+                }
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        }
+        upsert_user(&txn, owner_user_id, owner_email).await?;
+        set_role(&txn, &org_id, owner_user_id, Role::Owner).await?;
+        txn.commit().await?;
+        return Ok(CreatedOrg {
+            org_id,
+            slug: candidate,
+        });
+    }
+    Err(ApiError::Conflict(
+        "could not find a free organization slug".into(),
+    ))
+}
+
+pub async fn org_exists(db: &impl ConnectionTrait, org_id: &str) -> Result<bool, DbErr> {
+    Ok(organization::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await?
+        .is_some())
+}
+
+/// Deletes an organization; every row of it goes with it (foreign keys cascade).
+pub async fn delete_org(db: &impl ConnectionTrait, org_id: &str) -> Result<bool, DbErr> {
+    let result = organization::Entity::delete_by_id(org_id.to_owned())
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected > 0)
+}
+
+pub async fn set_role(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    user_id: &str,
+    role: Role,
+) -> Result<(), DbErr> {
+    membership::Entity::insert(membership::ActiveModel {
+        org_id: Set(org_id.to_owned()),
+        user_id: Set(user_id.to_owned()),
+        role: Set(role.as_str().to_owned()),
+        created_at: Set(Utc::now()),
+    })
+    .on_conflict(
+        OnConflict::columns([membership::Column::OrgId, membership::Column::UserId])
+            .update_column(membership::Column::Role)
+            .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
+pub struct CreatedKey {
+    pub api_key_id: String,
+    pub secret: String,
+}
+
+pub async fn create_api_key(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    name: Option<&str>,
+) -> Result<CreatedKey, DbErr> {
+    let minted = mint_api_key();
+    let api_key_id = uuid::Uuid::new_v4().to_string();
+    api_key::Entity::insert(api_key::ActiveModel {
+        id: Set(api_key_id.clone()),
+        org_id: Set(org_id.to_owned()),
+        name: Set(name.map(str::to_owned)),
+        prefix: Set(minted.prefix),
+        key_hash: Set(minted.hash),
+        created_at: Set(Utc::now()),
+        revoked_at: Set(None),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(CreatedKey {
+        api_key_id,
+        secret: minted.secret,
+    })
+}
+
+/// Revokes a key; `false` when there is no such key. Revoking twice is harmless.
+pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &str) -> Result<bool, DbErr> {
+    let Some(_) = api_key::Entity::find_by_id(api_key_id.to_owned()).one(db).await? else {
+        return Ok(false);
+    };
+    api_key::Entity::update_many()
+        .col_expr(
+            api_key::Column::RevokedAt,
+            sea_orm::sea_query::Expr::value(Utc::now()),
+        )
+        .filter(api_key::Column::Id.eq(api_key_id))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .exec(db)
+        .await?;
+    Ok(true)
+}
+
+/// Creates or re-attributes an adapter. `live: None` keeps the stored value (false when new).
+pub async fn upsert_adapter(
+    db: &impl ConnectionTrait,
+    adapter_id: &str,
+    org_id: &str,
+    base_model: &str,
+    live: Option<bool>,
+) -> Result<adapter::Model, DbErr> {
+    let existing = adapter::Entity::find_by_id(adapter_id.to_owned()).one(db).await?;
+    let now = Utc::now();
+    let live = live.unwrap_or_else(|| existing.as_ref().is_some_and(|a| a.live));
+    let row = adapter::ActiveModel {
+        id: Set(adapter_id.to_owned()),
+        org_id: Set(org_id.to_owned()),
+        base_model: Set(base_model.to_owned()),
+        live: Set(live),
+        created_at: Set(existing.as_ref().map_or(now, |a| a.created_at)),
+        updated_at: Set(now),
+    };
+    adapter::Entity::insert(row)
+        .on_conflict(
+            OnConflict::column(adapter::Column::Id)
+                .update_columns([
+                    adapter::Column::OrgId,
+                    adapter::Column::BaseModel,
+                    adapter::Column::Live,
+                    adapter::Column::UpdatedAt,
+                ])
+                .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+    adapter::Entity::find_by_id(adapter_id.to_owned())
+        .one(db)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(adapter_id.to_owned()))
+}
+
+pub async fn delete_adapter(db: &impl ConnectionTrait, adapter_id: &str) -> Result<bool, DbErr> {
+    let result = adapter::Entity::delete_by_id(adapter_id.to_owned())
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected > 0)
+}

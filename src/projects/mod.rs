@@ -1,0 +1,156 @@
+//! `GET/POST /api/projects`, `GET /api/projects/{project_id}`.
+
+pub mod repo;
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use entities::project;
+use serde::{Deserialize, Serialize};
+use utoipa::{OpenApi, ToSchema};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{path_uuid, ValidJson};
+use crate::http::resource;
+use crate::http::validate::{Checks, Validate};
+use crate::orgs::repo::{is_unique_violation, slugify};
+use crate::orgs::SLUG_RE;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        resource("/api/projects")
+            .route(web::get().to(list_projects))
+            .route(web::post().to(create_project)),
+    )
+    .service(resource("/api/projects/{project_id}").route(web::get().to(get_project)));
+}
+
+#[derive(OpenApi)]
+#[openapi(paths(list_projects, create_project, get_project))]
+pub struct Doc;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectCreateBody {
+    /// The organization; with an API key it may be omitted (the key's own).
+    pub org_id: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
+    pub name: String,
+    /// Unique within the organization; derived from the name when absent.
+    #[schema(min_length = 1, max_length = 100, pattern = r"^[a-z0-9][a-z0-9._-]*$")]
+    pub slug: Option<String>,
+    #[schema(max_length = 2000)]
+    pub description: Option<String>,
+}
+
+impl Validate for ProjectCreateBody {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        c.str_len("name", &self.name, 1, 200);
+        if let Some(slug) = &self.slug {
+            c.str_len("slug", slug, 1, 100);
+            c.pattern("slug", slug, &SLUG_RE);
+        }
+        c.opt_str_len("description", self.description.as_deref(), 0, 2000);
+    }
+}
+
+/// The answer to a create: strings and a boolean only.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectCreated {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub slug: String,
+    pub active: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectView {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub slug: String,
+    pub description: Option<String>,
+    pub active: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<project::Model> for ProjectView {
+    fn from(p: project::Model) -> Self {
+        Self {
+            id: p.id,
+            org_id: p.org_id,
+            name: p.name,
+            slug: p.slug,
+            description: p.description,
+            active: p.active,
+            created_at: p.created_at,
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/api/projects", tag = "projects", security(("bearer" = [])),
+    request_body = ProjectCreateBody,
+    responses(
+        (status = 201, body = ProjectCreated),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "Slug taken in this organization", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody),
+    ))]
+pub async fn create_project(caller: Caller, body: ValidJson<ProjectCreateBody>) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let access = caller.member(body.org_id.as_deref()).await?;
+    let slug = body.slug.clone().unwrap_or_else(|| slugify(&body.name));
+    let project = repo::insert(
+        &caller.state().db,
+        &access.org_id,
+        &body.name,
+        &slug,
+        body.description.as_deref(),
+    )
+    .await
+    .map_err(|err| {
+        if is_unique_violation(&err) {
+            ApiError::Conflict(format!(
+                "a project with slug '{slug}' already exists in this organization"
+            ))
+        } else {
+            err.into()
+        }
+    })?;
+    Ok(HttpResponse::Created().json(ProjectCreated {
+        id: project.id,
+        org_id: project.org_id,
+        name: project.name,
+        slug: project.slug,
+        active: project.active,
+    }))
+}
+
+#[utoipa::path(get, path = "/api/projects", tag = "projects", security(("bearer" = [])),
+    params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
+    responses((status = 200, body = Vec<ProjectView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
+    let orgs = if caller.named_org() {
+        vec![caller.member(None).await?.org_id]
+    } else {
+        caller.organizations().await?
+    };
+    let projects = repo::list_for_orgs(&caller.state().db, &orgs).await?;
+    Ok(HttpResponse::Ok().json(projects.into_iter().map(ProjectView::from).collect::<Vec<_>>()))
+}
+
+#[utoipa::path(get, path = "/api/projects/{project_id}", tag = "projects", security(("bearer" = [])),
+    params(("project_id" = String, Path, format = Uuid)),
+    responses((status = 200, body = ProjectView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let project_id = path_uuid("project_id", &path)?;
+    let orgs = caller.organizations().await?;
+    let project = repo::find_in_orgs(&caller.state().db, &project_id, &orgs)
+        .await?
+        .ok_or_else(|| ApiError::not_found("project"))?;
+    Ok(HttpResponse::Ok().json(ProjectView::from(project)))
+}

@@ -1,0 +1,62 @@
+//! Projects of organizations.
+
+use chrono::Utc;
+use entities::project;
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
+
+pub async fn insert(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    name: &str,
+    slug: &str,
+    description: Option<&str>,
+) -> Result<project::Model, DbErr> {
+    let row = project::Model {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: org_id.to_owned(),
+        name: name.to_owned(),
+        slug: slug.to_owned(),
+        description: description.map(str::to_owned),
+        active: true,
+        created_at: Utc::now(),
+    };
+    project::Entity::insert(project::ActiveModel {
+        id: Set(row.id.clone()),
+        org_id: Set(row.org_id.clone()),
+        name: Set(row.name.clone()),
+        slug: Set(row.slug.clone()),
+        description: Set(row.description.clone()),
+        active: Set(row.active),
+        created_at: Set(row.created_at),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(row)
+}
+
+pub async fn list_for_orgs(
+    db: &impl ConnectionTrait,
+    org_ids: &[String],
+) -> Result<Vec<project::Model>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    project::Entity::find()
+        .filter(project::Column::OrgId.is_in(org_ids.iter().cloned()))
+        .order_by_asc(project::Column::CreatedAt)
+        .order_by_asc(project::Column::Id)
+        .all(db)
+        .await
+}
+
+/// A project of one of `org_ids`; another organization's project is "not found".
+pub async fn find_in_orgs(
+    db: &impl ConnectionTrait,
+    project_id: &str,
+    org_ids: &[String],
+) -> Result<Option<project::Model>, DbErr> {
+    Ok(project::Entity::find_by_id(project_id.to_owned())
+        .one(db)
+        .await?
+        .filter(|p| org_ids.contains(&p.org_id)))
+}

@@ -1,0 +1,296 @@
+//! `spawn_app()` and shared helpers. A fresh database per test: a SQLite file in a
+//! temporary directory, or, when `KEEL_TEST_DATABASE_URL` names a PostgreSQL server, a
+//! uniquely named database that is dropped when the test ends.
+
+use std::sync::OnceLock;
+
+use actix_web::dev::ServerHandle;
+use keel::auth::session::SessionKeys;
+use keel::config::Settings;
+use keel::startup::Application;
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use sea_orm::{ConnectionTrait, Database};
+use serde_json::{json, Value};
+
+pub const INTERNAL_KEY: &str = "test-internal-key";
+pub const ROTATED_INTERNAL_KEY: &str = "test-internal-key-next";
+pub const SESSION_SECRET: &str = "test-session-secret";
+
+pub struct TestDb {
+    pub url: String,
+    postgres: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        match std::env::var("KEEL_TEST_DATABASE_URL") {
+            Ok(admin_url) if admin_url.starts_with("postgres") => {
+                let name = format!("keel_test_{}", uuid::Uuid::new_v4().simple());
+                let admin = Database::connect(&admin_url)
+                    .await
+                    .expect("connect to PostgreSQL");
+                admin
+                    .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+                    .await
+                    .expect("create test database");
+                admin.close().await.ok();
+                let (base, _) = admin_url.rsplit_once('/').expect("a database URL");
+                Self {
+                    url: format!("{base}/{name}"),
+                    postgres: Some((admin_url.clone(), name)),
+                    _dir: None,
+                }
+            }
+            _ => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                Self {
+                    url: format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display()),
+                    postgres: None,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin_url, name)) = self.postgres.take() {
+            // Drop runs outside async; a small runtime of its own does the clean-up.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async {
+                    if let Ok(admin) = Database::connect(&admin_url).await {
+                        let _ = admin
+                            .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                            .await;
+                        let _ = admin.close().await;
+                    }
+                });
+                Ok::<(), std::io::Error>(())
+            })
+            .join();
+        }
+    }
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub db_url: String,
+    handle: ServerHandle,
+    // Dropped last: the server stops before its database goes.
+    _db: TestDb,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        // Sends the stop command at once; the workers wind down on their own threads.
+        drop(self.handle.stop(false));
+    }
+}
+
+pub fn test_settings(db_url: &str) -> Settings {
+    let mut settings = Settings::defaults().expect("defaults");
+    settings.database.url = db_url.to_owned();
+    settings.server.listen = "127.0.0.1:0".into();
+    settings.server.workers = 2;
+    settings.auth.internal_keys = vec![INTERNAL_KEY.into(), ROTATED_INTERNAL_KEY.into()];
+    settings.auth.session_secret = SESSION_SECRET.into();
+    settings
+}
+
+fn init_logs() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        if std::env::var("TEST_LOG").is_ok() {
+            keel::telemetry::init(&Settings::defaults().expect("defaults").telemetry);
+        }
+    });
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    init_logs();
+    let db = TestDb::new().await;
+    let mut settings = test_settings(&db.url);
+    configure(&mut settings);
+    spawn_on(db, settings).await
+}
+
+/// Spawns an app on an existing database (e.g. one the CLI bootstrapped).
+pub async fn spawn_on(db: TestDb, settings: Settings) -> TestApp {
+    let app = Application::build(settings).await.expect("application builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    actix_web::rt::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        db_url: db.url.clone(),
+        handle,
+        _db: db,
+    }
+}
+
+/// An organization with an owner (session), a member (session) and an API key.
+#[allow(dead_code)]
+pub struct TestOrg {
+    pub org_id: String,
+    pub slug: String,
+    pub owner_id: String,
+    pub owner_token: String,
+    pub member_id: String,
+    pub member_token: String,
+    pub api_key: String,
+    pub api_key_id: String,
+}
+
+pub fn session_token(user_id: &str) -> String {
+    SessionKeys::new(SESSION_SECRET)
+        .expect("secret")
+        .issue(user_id, 3600)
+        .expect("token")
+}
+
+pub fn expired_session_token(user_id: &str) -> String {
+    SessionKeys::new(SESSION_SECRET)
+        .expect("secret")
+        .issue(user_id, -60)
+        .expect("token")
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    pub fn request(&self, method: Method, path: &str, token: Option<&str>) -> RequestBuilder {
+        let builder = self.client.request(method, self.url(path));
+        match token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Response {
+        self.request(Method::GET, path, Some(token))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: &Value) -> Response {
+        self.request(Method::POST, path, Some(token))
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn put(&self, path: &str, token: &str, body: &Value) -> Response {
+        self.request(Method::PUT, path, Some(token))
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Response {
+        self.request(Method::DELETE, path, Some(token))
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// Creates an organization through the operator routes, with an owner, a member and a key.
+    pub async fn create_org(&self, name: &str) -> TestOrg {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let owner_id = format!("owner-{suffix}");
+        let member_id = format!("member-{suffix}");
+        let created = json_of(
+            self.post(
+                "/api/internal/orgs",
+                INTERNAL_KEY,
+                &json!({ "name": name, "ownerUserId": owner_id, "ownerEmail": "owner@example.com" }),
+            )
+            .await,
+            StatusCode::CREATED,
+        )
+        .await;
+        let org_id = created["orgId"].as_str().expect("orgId").to_owned();
+        let slug = created["slug"].as_str().expect("slug").to_owned();
+        let member = self
+            .put(
+                &format!("/api/internal/orgs/{org_id}/members/{member_id}"),
+                INTERNAL_KEY,
+                &json!({ "role": "member" }),
+            )
+            .await;
+        assert_eq!(member.status(), StatusCode::OK);
+        let key = json_of(
+            self.post(
+                &format!("/api/internal/orgs/{org_id}/api-keys"),
+                INTERNAL_KEY,
+                &json!({"name": "ci"}),
+            )
+            .await,
+            StatusCode::CREATED,
+        )
+        .await;
+        TestOrg {
+            org_id,
+            slug,
+            owner_token: session_token(&owner_id),
+            owner_id,
+            member_token: session_token(&member_id),
+            member_id,
+            api_key: key["key"].as_str().expect("key").to_owned(),
+            api_key_id: key["apiKeyId"].as_str().expect("apiKeyId").to_owned(),
+        }
+    }
+
+    /// Creates a project with the organization's API key; answers its id.
+    pub async fn create_project(&self, org: &TestOrg, name: &str) -> String {
+        let body = json_of(
+            self.post("/api/projects", &org.api_key, &json!({ "name": name }))
+                .await,
+            StatusCode::CREATED,
+        )
+        .await;
+        body["id"].as_str().expect("id").to_owned()
+    }
+}
+
+/// Asserts the status and answers the JSON body.
+pub async fn json_of(response: Response, expected: StatusCode) -> Value {
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    assert_eq!(status, expected, "unexpected status; body: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+/// Asserts a 422 and answers its `detail` items.
+pub async fn validation_issues(response: Response) -> Vec<Value> {
+    let body = json_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let detail = body["detail"].as_array().expect("detail is a list").clone();
+    assert!(!detail.is_empty());
+    for item in &detail {
+        assert!(item["loc"].is_array(), "loc: {item}");
+        assert!(item["msg"].is_string(), "msg: {item}");
+        assert!(item["type"].is_string(), "type: {item}");
+    }
+    detail
+}
+
+/// Asserts an error status with a string `detail`.
+pub async fn assert_error(response: Response, expected: StatusCode) -> String {
+    let body = json_of(response, expected).await;
+    body["detail"].as_str().expect("detail is a string").to_owned()
+}

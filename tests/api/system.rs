@@ -1,0 +1,113 @@
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+#[actix_web::test]
+async fn healthz_reports_the_database() {
+    let app = spawn_app().await;
+    let response = app.request(Method::GET, "/healthz", None).send().await.unwrap();
+    assert!(response.headers().contains_key("x-request-id"));
+    assert_eq!(
+        json_of(response, StatusCode::OK).await,
+        json!({"ok": true, "database": true})
+    );
+}
+
+#[actix_web::test]
+async fn metrics_count_requests_by_route_and_status_for_the_internal_key() {
+    let app = spawn_app().await;
+    app.request(Method::GET, "/healthz", None).send().await.unwrap();
+    app.request(Method::GET, "/api/projects", None)
+        .send()
+        .await
+        .unwrap();
+    let response = app.get("/metrics", INTERNAL_KEY).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains(r#"keel_http_requests_total{endpoint="/healthz",method="GET",status="200"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"endpoint="/api/projects",method="GET",status="401""#),
+        "{text}"
+    );
+    assert!(
+        text.contains("keel_http_requests_duration_seconds_bucket"),
+        "{text}"
+    );
+}
+
+/// Every route keel serves, as (method, OpenAPI path).
+const ROUTES: &[(&str, &str)] = &[
+    ("get", "/healthz"),
+    ("get", "/openapi.json"),
+    ("get", "/metrics"),
+    ("get", "/api/auth/verify"),
+    ("post", "/api/internal/orgs"),
+    ("delete", "/api/internal/orgs/{org_id}"),
+    ("put", "/api/internal/orgs/{org_id}/members/{user_id}"),
+    ("post", "/api/internal/orgs/{org_id}/api-keys"),
+    ("delete", "/api/internal/api-keys/{api_key_id}"),
+    ("put", "/api/internal/adapters/{adapter_id}"),
+    ("delete", "/api/internal/adapters/{adapter_id}"),
+    ("get", "/api/api-keys"),
+    ("post", "/api/api-keys"),
+    ("delete", "/api/api-keys/{api_key_id}"),
+    ("get", "/api/projects"),
+    ("post", "/api/projects"),
+    ("get", "/api/projects/{project_id}"),
+];
+
+#[actix_web::test]
+async fn openapi_documents_every_route_with_its_bounds() {
+    let app = spawn_app().await;
+    let doc: Value = json_of(
+        app.request(Method::GET, "/openapi.json", None)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    assert_eq!(doc["info"]["version"], "0.1.0");
+    for (method, path) in ROUTES {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} is missing from /openapi.json"
+        );
+        // And the route is really served (anything but a 404 "Not Found" for the route itself).
+        let concrete = path
+            .replace("{org_id}", &uuid::Uuid::new_v4().to_string())
+            .replace("{project_id}", &uuid::Uuid::new_v4().to_string())
+            .replace(['{', '}'], "");
+        let response = app
+            .request(
+                method.to_uppercase().parse().unwrap(),
+                &concrete,
+                Some(INTERNAL_KEY),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        if response.status() == StatusCode::NOT_FOUND {
+            let body: Value = response.json().await.unwrap();
+            assert_ne!(body["detail"], "Not Found", "{method} {path} is not routed");
+        }
+    }
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["ProjectCreateBody"]["properties"]["name"]["maxLength"],
+        200
+    );
+    assert_eq!(schemas["ProjectCreateBody"]["properties"]["name"]["minLength"], 1);
+    assert_eq!(schemas["CreateOrgBody"]["additionalProperties"], false);
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+}
