@@ -172,6 +172,9 @@ pub struct BillingSettings {
     pub serving_markup_percent: i64,
     #[serde(default)]
     pub promo_codes: BTreeMap<String, i64>,
+    pub max_batch: usize,
+    pub actor_idle_secs: u64,
+    pub adapter_cache_ttl_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

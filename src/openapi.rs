@@ -38,6 +38,7 @@ pub fn document() -> Document {
         crate::orgs::Doc::openapi(),
         crate::orgs::api_keys::Doc::openapi(),
         crate::projects::Doc::openapi(),
+        crate::billing::Doc::openapi(),
     ] {
         doc.merge(part);
     }

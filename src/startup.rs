@@ -11,7 +11,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, database, http, openapi, orgs, projects, system};
+use crate::{auth, billing, database, http, openapi, orgs, projects, system};
 
 /// Mounts every domain's routes: the one route table of the service.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -20,6 +20,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     orgs::configure(cfg);
     orgs::api_keys::configure(cfg);
     projects::configure(cfg);
+    billing::configure(cfg);
 }
 
 pub struct Application {
@@ -50,7 +51,7 @@ impl Application {
             n => n,
         };
         let shutdown_timeout = settings.server.shutdown_timeout_secs;
-        let state = AppState::new(db, settings);
+        let state = AppState::new(db, settings)?;
         let registry = prometheus::Registry::new();
         let prometheus = PrometheusMetricsBuilder::new("keel")
             .registry(registry.clone())

@@ -1,12 +1,16 @@
 //! What every handler can reach.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 
 use crate::auth::keys::InternalKeys;
 use crate::auth::session::SessionKeys;
+use crate::billing::actor::{Ledger, LedgerConfig};
+use crate::billing::payments::Payments;
 use crate::config::Settings;
+use crate::orgs::adapters::AdapterDirectory;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -14,22 +18,37 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub internal_keys: InternalKeys,
     pub session_keys: Option<SessionKeys>,
+    pub payments: Arc<Payments>,
+    pub ledger: Ledger,
+    pub adapters: AdapterDirectory,
 }
 
 impl AppState {
-    pub fn new(db: DatabaseConnection, settings: Settings) -> Self {
-        Self {
+    /// Must run inside an actix system: it starts the ledger's arbiter.
+    pub fn new(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {
+        let payments = Arc::new(Payments::from_settings(&settings.payments)?);
+        let ledger = Ledger::new(
+            db.clone(),
+            payments.clone(),
+            LedgerConfig {
+                max_batch: settings.billing.max_batch,
+                idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
+            },
+        );
+        Ok(Self {
             internal_keys: InternalKeys::new(&settings.auth.internal_keys),
             session_keys: SessionKeys::new(&settings.auth.session_secret),
+            adapters: AdapterDirectory::new(Duration::from_millis(settings.billing.adapter_cache_ttl_ms)),
             settings: Arc::new(settings),
+            payments,
+            ledger,
             db,
-        }
+        })
     }
-}
 
-impl AppState {
     /// Stops background work after it drains, then closes the database pool.
     pub async fn shutdown(&self) {
+        self.ledger.drain().await;
         if let Err(err) = self.db.clone().close().await {
             tracing::warn!(error = %err, "closing the database pool");
         }

@@ -1,5 +1,6 @@
 //! Operator routes (internal key): organizations, members, API keys, adapters.
 
+pub mod adapters;
 pub mod api_keys;
 pub mod repo;
 
@@ -122,6 +123,7 @@ pub async fn delete_org(
     if !repo::delete_org(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
+    state.adapters.invalidate_org(&org_id);
     Ok(HttpResponse::Ok().json(Deleted { deleted: true }))
 }
 
@@ -272,6 +274,7 @@ pub async fn put_adapter(
         return Err(ApiError::not_found("organization"));
     }
     let adapter = repo::upsert_adapter(&state.db, &adapter_id, &org_id, &body.base_model, body.live).await?;
+    state.adapters.invalidate(&adapter_id);
     Ok(HttpResponse::Ok().json(AdapterView {
         adapter_id: adapter.id,
         org_id: adapter.org_id,
@@ -291,5 +294,6 @@ pub async fn delete_adapter(
     if !repo::delete_adapter(&state.db, &path).await? {
         return Err(ApiError::not_found("adapter"));
     }
+    state.adapters.invalidate(&path);
     Ok(HttpResponse::Ok().json(Deleted { deleted: true }))
 }

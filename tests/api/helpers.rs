@@ -54,6 +54,17 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// The database of another test app (a second instance); dropped by its owner.
+    pub fn reuse(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            postgres: None,
+            _dir: None,
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some((admin_url, name)) = self.postgres.take() {
@@ -194,6 +205,17 @@ impl TestApp {
             .expect("request")
     }
 
+    /// A POST that borrows nothing once built (for many requests in flight at once).
+    pub fn post_later(
+        &self,
+        path: &str,
+        token: &str,
+        body: &Value,
+    ) -> impl std::future::Future<Output = Response> + use<> {
+        let request = self.request(Method::POST, path, Some(token)).json(body);
+        async move { request.send().await.expect("request") }
+    }
+
     pub async fn put(&self, path: &str, token: &str, body: &Value) -> Response {
         self.request(Method::PUT, path, Some(token))
             .json(body)
@@ -293,4 +315,92 @@ pub async fn validation_issues(response: Response) -> Vec<Value> {
 pub async fn assert_error(response: Response, expected: StatusCode) -> String {
     let body = json_of(response, expected).await;
     body["detail"].as_str().expect("detail is a string").to_owned()
+}
+
+impl TestApp {
+    /// Saves the simulated good card and tops up `cents`.
+    pub async fn fund(&self, org: &TestOrg, cents: i64) {
+        let saved = self
+            .post(
+                "/api/billing/payment-method",
+                &org.api_key,
+                &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
+            )
+            .await;
+        assert_eq!(saved.status(), StatusCode::OK);
+        let topped = self
+            .post(
+                "/api/billing/topup",
+                &org.api_key,
+                &json!({"orgId": org.org_id, "amountCents": cents}),
+            )
+            .await;
+        json_of(topped, StatusCode::OK).await;
+    }
+
+    pub async fn billing(&self, org: &TestOrg) -> Value {
+        json_of(
+            self.get(&format!("/api/billing?orgId={}", org.org_id), &org.api_key)
+                .await,
+            StatusCode::OK,
+        )
+        .await
+    }
+
+    pub async fn balance_microcents(&self, org: &TestOrg) -> i64 {
+        self.billing(org).await["balanceMicrocents"]
+            .as_i64()
+            .expect("balance")
+    }
+
+    /// Checks balance = sum of the organization's ledger entries; answers (balance, entries).
+    pub async fn assert_ledger_invariant(&self, org_id: &str) -> (i64, usize) {
+        ledger_invariant(&self.db_url, org_id).await
+    }
+}
+
+pub async fn ledger_invariant(db_url: &str, org_id: &str) -> (i64, usize) {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let db = Database::connect(db_url).await.expect("connect");
+    let entries = entities::ledger_entry::Entity::find()
+        .filter(entities::ledger_entry::Column::OrgId.eq(org_id))
+        .all(&db)
+        .await
+        .expect("entries");
+    let balance = entities::billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(&db)
+        .await
+        .expect("account")
+        .map_or(0, |a| a.balance_microcents);
+    db.close().await.ok();
+    let sum: i64 = entries.iter().map(|e| e.amount_microcents).sum();
+    assert_eq!(balance, sum, "balance must equal the sum of ledger entries");
+    // Each entry's running balance chains from the previous one.
+    let mut running = 0;
+    let mut sorted = entries.clone();
+    sorted.sort_by_key(|e| e.id);
+    for entry in &sorted {
+        running += entry.amount_microcents;
+        assert_eq!(
+            entry.balance_after_microcents, running,
+            "entry {} balance_after",
+            entry.id
+        );
+    }
+    (balance, entries.len())
+}
+
+/// Polls `check` until it holds (background effects such as auto top-up), up to 10 s.
+pub async fn eventually<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..200 {
+        if check().await {
+            return true;
+        }
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
 }

@@ -1,9 +1,11 @@
 //! Black-box tests: each test spawns keel on port 0 with a fresh database and talks HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod fakes;
 mod helpers;
 
 mod auth;
+mod billing;
 mod cli;
 mod operator;
 mod projects;

@@ -58,6 +58,22 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/projects"),
     ("post", "/api/projects"),
     ("get", "/api/projects/{project_id}"),
+    ("get", "/api/billing"),
+    ("post", "/api/billing/setup-intent"),
+    ("post", "/api/billing/payment-method"),
+    ("delete", "/api/billing/payment-method"),
+    ("delete", "/api/billing/customer"),
+    ("post", "/api/billing/topup"),
+    ("put", "/api/billing/auto-topup"),
+    ("post", "/api/billing/starter-credit"),
+    ("post", "/api/billing/promo-code"),
+    ("post", "/api/billing/webhook"),
+    ("post", "/api/billing/debit"),
+    ("post", "/api/billing/serving-usage"),
+    ("post", "/api/billing/training-usage"),
+    ("post", "/api/billing/training-usage/precheck"),
+    ("post", "/api/billing/training-usage/internal"),
+    ("post", "/api/billing/training-cost"),
 ];
 
 #[actix_web::test]

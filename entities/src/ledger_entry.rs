@@ -1,0 +1,24 @@
+use sea_orm::entity::prelude::*;
+
+/// One change of a balance. Append-only; `(org_id, idempotency_key)` is unique.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "ledger_entries")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub org_id: String,
+    /// `topup`, `auto_topup`, `promo`, `starter_credit`, `run_fee`, `serving_usage`,
+    /// `training_estimate`, `training_run`.
+    pub kind: String,
+    /// Signed: credits are positive, debits negative.
+    pub amount_microcents: i64,
+    pub balance_after_microcents: i64,
+    pub idempotency_key: Option<String>,
+    pub reason: String,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,18 @@
+use sea_orm::entity::prelude::*;
+
+/// A managed training run's realized provider cost, keyed by run id.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "training_run_cost")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub run_id: String,
+    pub cost_cents: i64,
+    pub provider: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

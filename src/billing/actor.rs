@@ -1,0 +1,283 @@
+//! One actor per organization serializes every change of its balance. Requests that
+//! arrive while a batch is committing wait in `pending` and go together into the next
+//! transaction (group commit): one transaction when idle, large batches when hot.
+//!
+//! The mailbox is deliberately not held during a commit (no `AtomicResponse`): the
+//! actor's `flushing` flag keeps one transaction at a time, and the open mailbox is what
+//! lets the next batch gather. The actor never stops while it holds work.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use sea_orm::DatabaseConnection;
+use tokio::sync::oneshot;
+
+use super::auto_topup;
+use super::ledger::{apply_batch, AccountAfter, BatchResult, LedgerError, LedgerOp, Outcome};
+use super::money::cents_to_micros;
+use super::payments::Payments;
+
+type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
+
+#[derive(Debug, Clone)]
+pub struct LedgerConfig {
+    /// Most operations committed in one transaction (1 = no group commit).
+    pub max_batch: usize,
+    /// An actor with nothing to do for this long stops.
+    pub idle_after: Duration,
+}
+
+struct Shared {
+    db: DatabaseConnection,
+    payments: Arc<Payments>,
+    config: LedgerConfig,
+}
+
+pub struct LedgerActor {
+    org_id: String,
+    shared: Arc<Shared>,
+    pending: VecDeque<(LedgerOp, Option<Reply>)>,
+    flushing: bool,
+    topup_in_flight: bool,
+    last_active: Instant,
+    drain_waiters: Vec<oneshot::Sender<()>>,
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<Outcome, LedgerError>")]
+struct Submit(LedgerOp);
+
+/// Resolves once the actor holds no work (shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Drain;
+
+impl Actor for LedgerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+        let every = self.shared.config.idle_after.max(Duration::from_millis(100)) / 2;
+        ctx.run_interval(every, |act, ctx| {
+            if act.is_idle() && act.last_active.elapsed() >= act.shared.config.idle_after {
+                ctx.stop();
+            }
+        });
+    }
+
+    fn stopping(&mut self, _: &mut Self::Context) -> Running {
+        if self.is_idle() {
+            Running::Stop
+        } else {
+            Running::Continue
+        }
+    }
+}
+
+impl LedgerActor {
+    fn is_idle(&self) -> bool {
+        self.pending.is_empty() && !self.flushing && !self.topup_in_flight
+    }
+
+    fn enqueue(&mut self, op: LedgerOp, reply: Option<Reply>, ctx: &mut Context<Self>) {
+        self.pending.push_back((op, reply));
+        self.last_active = Instant::now();
+        if !self.flushing {
+            self.flush(ctx);
+        }
+    }
+
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        let n = self.pending.len().min(self.shared.config.max_batch.max(1));
+        if n == 0 {
+            self.notify_if_idle();
+            return;
+        }
+        let (ops, replies): (Vec<_>, Vec<_>) = self.pending.drain(..n).unzip();
+        self.flushing = true;
+        let shared = self.shared.clone();
+        let org_id = self.org_id.clone();
+        let commit = async move { commit_batch(&shared.db, &org_id, ops).await };
+        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            for (reply, outcome) in replies.into_iter().zip(result.outcomes) {
+                if let Some(reply) = reply {
+                    // The caller may have gone; the change is committed either way.
+                    let _ = reply.send(outcome);
+                }
+            }
+            act.flushing = false;
+            if let Some(account) = result.account {
+                act.maybe_auto_topup(account, ctx);
+            }
+            act.flush(ctx);
+        }));
+    }
+
+    fn maybe_auto_topup(&mut self, account: AccountAfter, ctx: &mut Context<Self>) {
+        let Some(settings) = account.auto_topup else {
+            return;
+        };
+        if self.topup_in_flight || account.balance_microcents >= cents_to_micros(settings.threshold_cents) {
+            return;
+        }
+        self.topup_in_flight = true;
+        let shared = self.shared.clone();
+        let org_id = self.org_id.clone();
+        let run = async move {
+            auto_topup::charge(&shared.db, &shared.payments, &org_id, settings.amount_cents).await
+        };
+        ctx.spawn(run.into_actor(self).map(|credit, act, ctx| {
+            act.topup_in_flight = false;
+            match credit {
+                Some(op) => act.enqueue(op, None, ctx),
+                None => act.notify_if_idle(),
+            }
+        }));
+    }
+
+    fn notify_if_idle(&mut self) {
+        if self.is_idle() {
+            for waiter in self.drain_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+}
+
+/// Commits a batch; if the batch as a whole fails (say a unique key raced with another
+/// instance), each operation is retried alone so one bad operation fails only itself.
+async fn commit_batch(db: &DatabaseConnection, org_id: &str, ops: Vec<LedgerOp>) -> BatchResult {
+    match apply_batch(db, org_id, &ops).await {
+        Ok(result) => result,
+        Err(err) => {
+            tracing::warn!(org_id, error = %err, size = ops.len(), "ledger batch failed; retrying one by one");
+            let mut outcomes = Vec::with_capacity(ops.len());
+            let mut account = None;
+            for op in &ops {
+                match apply_batch(db, org_id, std::slice::from_ref(op)).await {
+                    Ok(result) => {
+                        outcomes.extend(result.outcomes);
+                        account = result.account.or(account);
+                    }
+                    Err(err) => {
+                        tracing::error!(org_id, error = %err, "ledger operation failed");
+                        outcomes.push(Err(LedgerError::Unavailable(err.to_string())));
+                    }
+                }
+            }
+            BatchResult { outcomes, account }
+        }
+    }
+}
+
+impl Handler<Submit> for LedgerActor {
+    type Result = ResponseFuture<Result<Outcome, LedgerError>>;
+
+    fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(msg.0, Some(tx), ctx);
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(LedgerError::Unavailable("ledger actor stopped".into())))
+        })
+    }
+}
+
+impl Handler<Drain> for LedgerActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, _: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.drain_waiters.push(tx);
+        self.notify_if_idle();
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+/// Starts ledger actors on demand (on a dedicated arbiter) and routes operations to them.
+#[derive(Clone)]
+pub struct Ledger {
+    shared: Arc<Shared>,
+    actors: Arc<Mutex<HashMap<String, Addr<LedgerActor>>>>,
+    arbiter: Arc<Mutex<Option<actix::Arbiter>>>,
+    handle: actix::ArbiterHandle,
+}
+
+impl Ledger {
+    pub fn new(db: DatabaseConnection, payments: Arc<Payments>, config: LedgerConfig) -> Self {
+        let arbiter = actix::Arbiter::new();
+        Self {
+            handle: arbiter.handle(),
+            arbiter: Arc::new(Mutex::new(Some(arbiter))),
+            shared: Arc::new(Shared { db, payments, config }),
+            actors: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    fn actor_for(&self, org_id: &str) -> Addr<LedgerActor> {
+        let mut actors = self
+            .actors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(addr) = actors.get(org_id) {
+            if addr.connected() {
+                return addr.clone();
+            }
+        }
+        let shared = self.shared.clone();
+        let org = org_id.to_owned();
+        let addr = LedgerActor::start_in_arbiter(&self.handle, move |_| LedgerActor {
+            org_id: org,
+            shared,
+            pending: VecDeque::new(),
+            flushing: false,
+            topup_in_flight: false,
+            last_active: Instant::now(),
+            drain_waiters: Vec::new(),
+        });
+        actors.retain(|_, a| a.connected());
+        actors.insert(org_id.to_owned(), addr.clone());
+        addr
+    }
+
+    /// Applies one operation to the organization's balance and answers its outcome once
+    /// it is committed.
+    pub async fn submit(&self, org_id: &str, op: LedgerOp) -> Result<Outcome, LedgerError> {
+        // An actor that stopped for idleness between look-up and send never saw the
+        // message, so sending again to a fresh one is safe.
+        for _ in 0..3 {
+            match self.actor_for(org_id).send(Submit(op.clone())).await {
+                Ok(outcome) => return outcome,
+                Err(MailboxError::Closed) => continue,
+                Err(MailboxError::Timeout) => break,
+            }
+        }
+        Err(LedgerError::Unavailable("ledger actor unavailable".into()))
+    }
+
+    /// Waits until every actor holds no work, then stops the ledger arbiter.
+    pub async fn drain(&self) {
+        let actors: Vec<_> = self
+            .actors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for addr in actors {
+            let _ = tokio::time::timeout(Duration::from_secs(30), addr.send(Drain)).await;
+        }
+        if let Some(arbiter) = self
+            .arbiter
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+        {
+            arbiter.stop();
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Auto top-up: once a debit leaves the balance under the threshold, charge the saved
+//! card once. A database claim (`auto_topup_started_at`) keeps it to one at a time per
+//! organization across instances; the credit that settles it clears the claim in the
+//! same transaction.
+
+use chrono::{Duration, Utc};
+use entities::billing_account;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, ExprTrait, QueryFilter};
+
+use super::ledger::{EntryKind, LedgerOp, SideEffect, MAX_AUTO_TOPUP_DECLINES};
+use super::money::cents_to_micros;
+use super::payments::{ChargeRequest, PaymentError, Payments};
+use super::repo;
+
+/// A claim older than this is taken to be abandoned (the instance died mid-charge).
+const CLAIM_EXPIRY_MINUTES: i64 = 10;
+
+/// Charges the card; answers the credit to apply when the charge succeeded.
+pub async fn charge(
+    db: &DatabaseConnection,
+    payments: &Payments,
+    org_id: &str,
+    amount_cents: i64,
+) -> Option<LedgerOp> {
+    match try_charge(db, payments, org_id, amount_cents).await {
+        Ok(credit) => credit,
+        Err(err) => {
+            tracing::error!(org_id, error = %err, "auto top-up failed");
+            let _ = release_claim(db, org_id).await;
+            None
+        }
+    }
+}
+
+async fn try_charge(
+    db: &DatabaseConnection,
+    payments: &Payments,
+    org_id: &str,
+    amount_cents: i64,
+) -> Result<Option<LedgerOp>, DbErr> {
+    let now = Utc::now();
+    let claimed = billing_account::Entity::update_many()
+        .col_expr(billing_account::Column::AutoTopupStartedAt, Expr::value(now))
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .filter(billing_account::Column::AutoTopupEnabled.eq(true))
+        .filter(billing_account::Column::AutoTopupDeclines.lt(MAX_AUTO_TOPUP_DECLINES))
+        .filter(billing_account::Column::PaymentMethodId.is_not_null())
+        .filter(billing_account::Column::CustomerId.is_not_null())
+        .filter(
+            Expr::col(billing_account::Column::AutoTopupStartedAt)
+                .is_null()
+                .or(Expr::col(billing_account::Column::AutoTopupStartedAt)
+                    .lt(now - Duration::minutes(CLAIM_EXPIRY_MINUTES))),
+        )
+        .exec(db)
+        .await?
+        .rows_affected;
+    if claimed != 1 {
+        return Ok(None);
+    }
+    let Some(account) = billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let (Some(customer_id), Some(payment_method_id)) = (&account.customer_id, &account.payment_method_id)
+    else {
+        release_claim(db, org_id).await?;
+        return Ok(None);
+    };
+    let idempotency_key = format!("keel-auto-topup-{org_id}-{}", now.timestamp_millis());
+    let charged = payments
+        .charge(ChargeRequest {
+            org_id,
+            customer_id,
+            payment_method_id,
+            amount_cents,
+            kind: "auto_topup",
+            idempotency_key: &idempotency_key,
+        })
+        .await;
+    match charged {
+        Ok(intent) if intent.status == "succeeded" => {
+            repo::record_payment(db, &intent.id, org_id, amount_cents, "succeeded", "auto_topup").await?;
+            tracing::info!(org_id, amount_cents, payment_intent = %intent.id, "auto top-up charged");
+            Ok(Some(
+                LedgerOp::credit(
+                    EntryKind::AutoTopup,
+                    cents_to_micros(amount_cents),
+                    Some(repo::payment_key(&intent.id)),
+                    format!("auto top-up {}", intent.id),
+                )
+                .with_side(SideEffect::AutoTopupCredited),
+            ))
+        }
+        Ok(intent) => {
+            // Not settled synchronously: the webhook credits it when it succeeds.
+            repo::record_payment(db, &intent.id, org_id, amount_cents, &intent.status, "auto_topup").await?;
+            Ok(None)
+        }
+        Err(PaymentError::Declined {
+            message,
+            payment_intent_id,
+        }) => {
+            let id =
+                payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
+            repo::record_payment(db, &id, org_id, amount_cents, "declined", "auto_topup").await?;
+            billing_account::Entity::update_many()
+                .col_expr(
+                    billing_account::Column::AutoTopupDeclines,
+                    Expr::col(billing_account::Column::AutoTopupDeclines).add(1),
+                )
+                .col_expr(
+                    billing_account::Column::AutoTopupStartedAt,
+                    Expr::value(Option::<chrono::DateTime<Utc>>::None),
+                )
+                .filter(billing_account::Column::OrgId.eq(org_id))
+                .exec(db)
+                .await?;
+            tracing::warn!(org_id, %message, "auto top-up declined");
+            Ok(None)
+        }
+        Err(err) => {
+            tracing::error!(org_id, error = %err, "auto top-up charge failed");
+            release_claim(db, org_id).await?;
+            Ok(None)
+        }
+    }
+}
+
+async fn release_claim(db: &DatabaseConnection, org_id: &str) -> Result<(), DbErr> {
+    billing_account::Entity::update_many()
+        .col_expr(
+            billing_account::Column::AutoTopupStartedAt,
+            Expr::value(Option::<chrono::DateTime<Utc>>::None),
+        )
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,454 @@
+//! The ledger: every change of a balance is one append-only entry, applied inside a
+//! transaction that holds the organization's account row. A batch of operations (group
+//! commit) is applied in order in one transaction; each still gets its own outcome.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::Utc;
+use entities::{billing_account, ledger_entry, organization, promo_grant, serving_usage};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
+    QuerySelect, TransactionTrait,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Topup,
+    AutoTopup,
+    Promo,
+    StarterCredit,
+    RunFee,
+    ServingUsage,
+    TrainingEstimate,
+    TrainingRun,
+}
+
+impl EntryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Topup => "topup",
+            Self::AutoTopup => "auto_topup",
+            Self::Promo => "promo",
+            Self::StarterCredit => "starter_credit",
+            Self::RunFee => "run_fee",
+            Self::ServingUsage => "serving_usage",
+            Self::TrainingEstimate => "training_estimate",
+            Self::TrainingRun => "training_run",
+        }
+    }
+}
+
+/// What a repeated idempotency key means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDuplicate {
+    /// Answer the original change again (`replayed: true`).
+    Replay,
+    /// Refuse the repeat (409): a one-time grant.
+    Conflict,
+}
+
+/// Rows written with the entry, in the same transaction.
+#[derive(Debug, Clone)]
+pub enum SideEffect {
+    None,
+    ServingUsage(ServingUsageRow),
+    PromoGrant {
+        code: String,
+        cents: i64,
+    },
+    StarterCredit,
+    /// The credit of an auto top-up: ends the one in flight and clears the declines.
+    AutoTopupCredited,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingUsageRow {
+    pub request_id: String,
+    pub org_id: String,
+    pub adapter_id: Option<String>,
+    pub model: String,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_microcents: i64,
+    pub charged_microcents: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct LedgerOp {
+    pub kind: EntryKind,
+    /// Signed change: credits positive, debits negative.
+    pub amount_microcents: i64,
+    pub idempotency_key: Option<String>,
+    pub reason: String,
+    pub on_duplicate: OnDuplicate,
+    /// A debit for work already delivered may leave the balance below zero; fees and
+    /// estimates may not (they answer 402 instead).
+    pub may_overdraw: bool,
+    pub side: SideEffect,
+}
+
+impl LedgerOp {
+    pub fn credit(kind: EntryKind, micros: i64, key: Option<String>, reason: impl Into<String>) -> Self {
+        Self {
+            kind,
+            amount_microcents: micros,
+            idempotency_key: key,
+            reason: reason.into(),
+            on_duplicate: OnDuplicate::Replay,
+            may_overdraw: false,
+            side: SideEffect::None,
+        }
+    }
+
+    pub fn debit(kind: EntryKind, micros: i64, key: Option<String>, reason: impl Into<String>) -> Self {
+        Self {
+            amount_microcents: -micros,
+            ..Self::credit(kind, 0, key, reason)
+        }
+    }
+
+    pub fn overdrawing(mut self) -> Self {
+        self.may_overdraw = true;
+        self
+    }
+
+    pub fn once_only(mut self) -> Self {
+        self.on_duplicate = OnDuplicate::Conflict;
+        self
+    }
+
+    pub fn with_side(mut self, side: SideEffect) -> Self {
+        self.side = side;
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The (original, for a replay) signed change.
+    pub amount_microcents: i64,
+    /// The balance right after this operation (the current one, for a replay).
+    pub balance_microcents: i64,
+    pub replayed: bool,
+    /// For serving charges: the recorded usage row (the original one, for a replay).
+    pub serving: Option<ServingUsageRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    #[error("insufficient balance: {balance_microcents} µ¢ available, {needed_microcents} µ¢ needed")]
+    InsufficientFunds {
+        balance_microcents: i64,
+        needed_microcents: i64,
+    },
+    #[error("organization not found")]
+    UnknownOrg,
+    #[error("already applied")]
+    Duplicate,
+    #[error("ledger unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What the account looked like once the batch committed (auto top-up reads it).
+#[derive(Debug, Clone)]
+pub struct AccountAfter {
+    pub balance_microcents: i64,
+    pub auto_topup: Option<AutoTopup>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoTopup {
+    pub threshold_cents: i64,
+    pub amount_cents: i64,
+}
+
+pub struct BatchResult {
+    pub outcomes: Vec<Result<Outcome, LedgerError>>,
+    pub account: Option<AccountAfter>,
+}
+
+/// Consecutive declines after which auto top-up pauses until its settings are saved.
+pub const MAX_AUTO_TOPUP_DECLINES: i32 = 3;
+
+/// Applies `ops` in order in one transaction. `Err` means nothing was written (the caller
+/// may retry the operations one by one).
+pub async fn apply_batch(
+    db: &DatabaseConnection,
+    org_id: &str,
+    ops: &[LedgerOp],
+) -> Result<BatchResult, DbErr> {
+    let txn = db.begin().await?;
+    let Some(account) = lock_account(&txn, org_id).await? else {
+        txn.rollback().await?;
+        return Ok(BatchResult {
+            outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
+            account: None,
+        });
+    };
+
+    let keys: Vec<String> = ops.iter().filter_map(|op| op.idempotency_key.clone()).collect();
+    let mut applied: HashMap<String, i64> = if keys.is_empty() {
+        HashMap::new()
+    } else {
+        ledger_entry::Entity::find()
+            .select_only()
+            .column(ledger_entry::Column::IdempotencyKey)
+            .column(ledger_entry::Column::AmountMicrocents)
+            .filter(ledger_entry::Column::OrgId.eq(org_id))
+            .filter(ledger_entry::Column::IdempotencyKey.is_in(keys))
+            .into_tuple::<(Option<String>, i64)>()
+            .all(&txn)
+            .await?
+            .into_iter()
+            .filter_map(|(key, amount)| key.map(|k| (k, amount)))
+            .collect()
+    };
+    let request_ids: Vec<String> = ops
+        .iter()
+        .filter_map(|op| match &op.side {
+            SideEffect::ServingUsage(row) => Some(row.request_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut usage: HashMap<String, ServingUsageRow> = if request_ids.is_empty() {
+        HashMap::new()
+    } else {
+        serving_usage::Entity::find()
+            .filter(serving_usage::Column::RequestId.is_in(request_ids))
+            .all(&txn)
+            .await?
+            .into_iter()
+            .map(|row| (row.request_id.clone(), usage_row_of(row)))
+            .collect()
+    };
+
+    let now = Utc::now();
+    let mut balance = account.balance_microcents;
+    let mut starter_granted = account.starter_credit_granted;
+    let mut auto_topup_settled = false;
+    let mut entries = Vec::new();
+    let mut usage_rows = Vec::new();
+    let mut promo_rows = Vec::new();
+    let mut outcomes = Vec::with_capacity(ops.len());
+    let mut seen_requests: HashSet<String> = HashSet::new();
+
+    for op in ops {
+        // A serving request already metered (globally, by request id) is a replay.
+        if let SideEffect::ServingUsage(row) = &op.side {
+            if let Some(original) = usage.get(&row.request_id) {
+                outcomes.push(Ok(Outcome {
+                    amount_microcents: -original.charged_microcents,
+                    balance_microcents: balance,
+                    replayed: true,
+                    serving: Some(original.clone()),
+                }));
+                continue;
+            }
+        }
+        if let Some(key) = &op.idempotency_key {
+            if let Some(original) = applied.get(key) {
+                outcomes.push(match op.on_duplicate {
+                    OnDuplicate::Replay => Ok(Outcome {
+                        amount_microcents: *original,
+                        balance_microcents: balance,
+                        replayed: true,
+                        serving: None,
+                    }),
+                    OnDuplicate::Conflict => Err(LedgerError::Duplicate),
+                });
+                continue;
+            }
+        }
+        if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
+            outcomes.push(Err(LedgerError::Duplicate));
+            continue;
+        }
+        let after = balance.saturating_add(op.amount_microcents);
+        if op.amount_microcents < 0 && !op.may_overdraw && after < 0 {
+            outcomes.push(Err(LedgerError::InsufficientFunds {
+                balance_microcents: balance,
+                needed_microcents: -op.amount_microcents,
+            }));
+            continue;
+        }
+        balance = after;
+        entries.push(ledger_entry::ActiveModel {
+            org_id: Set(org_id.to_owned()),
+            kind: Set(op.kind.as_str().to_owned()),
+            amount_microcents: Set(op.amount_microcents),
+            balance_after_microcents: Set(balance),
+            idempotency_key: Set(op.idempotency_key.clone()),
+            reason: Set(op.reason.clone()),
+            created_at: Set(now),
+            ..Default::default()
+        });
+        if let Some(key) = &op.idempotency_key {
+            applied.insert(key.clone(), op.amount_microcents);
+        }
+        let mut serving = None;
+        match &op.side {
+            SideEffect::None => {}
+            SideEffect::ServingUsage(row) => {
+                if seen_requests.insert(row.request_id.clone()) {
+                    usage_rows.push(serving_usage::ActiveModel {
+                        request_id: Set(row.request_id.clone()),
+                        org_id: Set(row.org_id.clone()),
+                        adapter_id: Set(row.adapter_id.clone()),
+                        model: Set(row.model.clone()),
+                        prompt_tokens: Set(row.prompt_tokens),
+                        completion_tokens: Set(row.completion_tokens),
+                        cost_microcents: Set(row.cost_microcents),
+                        charged_microcents: Set(row.charged_microcents),
+                        created_at: Set(now),
+                    });
+                }
+                usage.insert(row.request_id.clone(), row.clone());
+                serving = Some(row.clone());
+            }
+            SideEffect::PromoGrant { code, cents } => promo_rows.push(promo_grant::ActiveModel {
+                org_id: Set(org_id.to_owned()),
+                code: Set(code.clone()),
+                amount_cents: Set(*cents),
+                created_at: Set(now),
+            }),
+            SideEffect::StarterCredit => starter_granted = true,
+            SideEffect::AutoTopupCredited => auto_topup_settled = true,
+        }
+        outcomes.push(Ok(Outcome {
+            amount_microcents: op.amount_microcents,
+            balance_microcents: balance,
+            replayed: false,
+            serving,
+        }));
+    }
+
+    if !entries.is_empty() {
+        ledger_entry::Entity::insert_many(entries)
+            .exec_without_returning(&txn)
+            .await?;
+        if !usage_rows.is_empty() {
+            serving_usage::Entity::insert_many(usage_rows)
+                .exec_without_returning(&txn)
+                .await?;
+        }
+        if !promo_rows.is_empty() {
+            promo_grant::Entity::insert_many(promo_rows)
+                .exec_without_returning(&txn)
+                .await?;
+        }
+        let mut update = billing_account::Entity::update_many()
+            .col_expr(billing_account::Column::BalanceMicrocents, balance.into())
+            .col_expr(
+                billing_account::Column::StarterCreditGranted,
+                starter_granted.into(),
+            )
+            .col_expr(billing_account::Column::UpdatedAt, now.into());
+        if auto_topup_settled {
+            update = update
+                .col_expr(
+                    billing_account::Column::AutoTopupStartedAt,
+                    Option::<chrono::DateTime<Utc>>::None.into(),
+                )
+                .col_expr(billing_account::Column::AutoTopupDeclines, 0.into());
+        }
+        update
+            .filter(billing_account::Column::OrgId.eq(org_id))
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await?;
+    let auto_topup = match (
+        account.auto_topup_enabled,
+        account.auto_topup_threshold_cents,
+        account.auto_topup_amount_cents,
+        &account.payment_method_id,
+    ) {
+        (true, Some(threshold_cents), Some(amount_cents), Some(_))
+            if account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES =>
+        {
+            Some(AutoTopup {
+                threshold_cents,
+                amount_cents,
+            })
+        }
+        _ => None,
+    };
+    Ok(BatchResult {
+        outcomes,
+        account: Some(AccountAfter {
+            balance_microcents: balance,
+            auto_topup,
+        }),
+    })
+}
+
+fn usage_row_of(row: serving_usage::Model) -> ServingUsageRow {
+    ServingUsageRow {
+        request_id: row.request_id,
+        org_id: row.org_id,
+        adapter_id: row.adapter_id,
+        model: row.model,
+        prompt_tokens: row.prompt_tokens,
+        completion_tokens: row.completion_tokens,
+        cost_microcents: row.cost_microcents,
+        charged_microcents: row.charged_microcents,
+    }
+}
+
+/// The account row, locked for this transaction (`FOR UPDATE` on PostgreSQL; SQLite's
+/// single connection serializes writers), created on first use. `None`: no such org.
+pub async fn lock_account(
+    txn: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Option<billing_account::Model>, DbErr> {
+    if txn.get_database_backend() == sea_orm::DbBackend::Sqlite {
+        // Take SQLite's write lock first (as BEGIN IMMEDIATE would), so that another
+        // process writing the same file makes this one wait instead of failing later.
+        txn.execute_unprepared("UPDATE billing_accounts SET balance_microcents = balance_microcents WHERE 0")
+            .await?;
+    }
+    let find = || {
+        billing_account::Entity::find_by_id(org_id.to_owned())
+            .lock_exclusive()
+            .one(txn)
+    };
+    if let Some(account) = find().await? {
+        return Ok(Some(account));
+    }
+    if organization::Entity::find_by_id(org_id.to_owned())
+        .one(txn)
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    ensure_account(txn, org_id).await?;
+    find().await
+}
+
+/// Creates the organization's billing account if it has none (a new org starts at 0).
+pub async fn ensure_account(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+    let now = Utc::now();
+    billing_account::Entity::insert(billing_account::ActiveModel {
+        org_id: Set(org_id.to_owned()),
+        customer_id: Set(None),
+        balance_microcents: Set(0),
+        payment_method_id: Set(None),
+        pm_brand: Set(None),
+        pm_last4: Set(None),
+        pm_exp_month: Set(None),
+        pm_exp_year: Set(None),
+        auto_topup_enabled: Set(false),
+        auto_topup_threshold_cents: Set(None),
+        auto_topup_amount_cents: Set(None),
+        auto_topup_declines: Set(0),
+        auto_topup_started_at: Set(None),
+        starter_credit_granted: Set(false),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .on_conflict_do_nothing_on([billing_account::Column::OrgId])
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! Prepaid billing: balances, payments, metering and idempotent charges.
+
+pub mod actor;
+pub mod auto_topup;
+pub mod ledger;
+pub mod money;
+pub mod payments;
+pub mod repo;
+mod routes;
+pub mod webhook;
+
+pub use routes::{configure, Doc};
+
+use crate::error::ApiError;
+use ledger::LedgerError;
+
+impl From<LedgerError> for ApiError {
+    fn from(err: LedgerError) -> Self {
+        match err {
+            LedgerError::InsufficientFunds { .. } => ApiError::PaymentRequired(err.to_string()),
+            LedgerError::UnknownOrg => ApiError::not_found("organization"),
+            LedgerError::Duplicate => ApiError::Conflict("already applied to this organization".into()),
+            LedgerError::Unavailable(reason) => {
+                tracing::error!(%reason, "ledger unavailable");
+                ApiError::Unavailable("the ledger is unavailable; retry with the same idempotency key".into())
+            }
+        }
+    }
+}
+
+impl From<payments::PaymentError> for ApiError {
+    fn from(err: payments::PaymentError) -> Self {
+        match err {
+            payments::PaymentError::Declined { message, .. } => ApiError::PaymentRequired(message),
+            payments::PaymentError::NotFound => ApiError::not_found("payment method"),
+            payments::PaymentError::Processor(reason) => {
+                tracing::error!(%reason, "payment processor error");
+                ApiError::Status(
+                    actix_web::http::StatusCode::BAD_GATEWAY,
+                    "the payment processor is unavailable".into(),
+                )
+            }
+        }
+    }
+}

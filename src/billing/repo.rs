@@ -1,0 +1,232 @@
+//! Billing rows outside the balance: accounts' settings, payments, costs, webhook events.
+
+use chrono::Utc;
+use entities::{billing_account, ledger_entry, payment, training_run_cost, webhook_event};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+
+use super::ledger::ensure_account;
+use crate::orgs::repo::org_exists;
+
+/// The ledger idempotency key of a card payment: shared by the synchronous top-up, the
+/// auto top-up and the webhook, so a payment is credited exactly once.
+pub fn payment_key(payment_intent_id: &str) -> String {
+    format!("payment:{payment_intent_id}")
+}
+
+/// The organization's account, created on first use; `None` when the org is unknown.
+pub async fn account(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Option<billing_account::Model>, DbErr> {
+    if let Some(account) = billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await?
+    {
+        return Ok(Some(account));
+    }
+    if !org_exists(db, org_id).await? {
+        return Ok(None);
+    }
+    ensure_account(db, org_id).await?;
+    billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await
+}
+
+pub async fn recent_ledger(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    limit: u64,
+) -> Result<Vec<ledger_entry::Model>, DbErr> {
+    ledger_entry::Entity::find()
+        .filter(ledger_entry::Column::OrgId.eq(org_id))
+        .order_by_desc(ledger_entry::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Saves the customer id unless one is already saved; answers the one that holds.
+pub async fn save_customer(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    customer_id: &str,
+) -> Result<String, DbErr> {
+    billing_account::Entity::update_many()
+        .col_expr(billing_account::Column::CustomerId, Expr::value(customer_id))
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .filter(billing_account::Column::CustomerId.is_null())
+        .exec(db)
+        .await?;
+    Ok(billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await?
+        .and_then(|a| a.customer_id)
+        .unwrap_or_else(|| customer_id.to_owned()))
+}
+
+pub struct SavedCard<'a> {
+    pub payment_method_id: Option<&'a str>,
+    pub brand: Option<&'a str>,
+    pub last4: Option<&'a str>,
+    pub exp_month: Option<i32>,
+    pub exp_year: Option<i32>,
+}
+
+pub async fn save_card(db: &impl ConnectionTrait, org_id: &str, card: SavedCard<'_>) -> Result<(), DbErr> {
+    let mut update = billing_account::Entity::update_many()
+        .col_expr(
+            billing_account::Column::PaymentMethodId,
+            Expr::value(card.payment_method_id),
+        )
+        .col_expr(billing_account::Column::PmBrand, Expr::value(card.brand))
+        .col_expr(billing_account::Column::PmLast4, Expr::value(card.last4))
+        .col_expr(billing_account::Column::PmExpMonth, Expr::value(card.exp_month))
+        .col_expr(billing_account::Column::PmExpYear, Expr::value(card.exp_year))
+        .col_expr(billing_account::Column::UpdatedAt, Expr::value(Utc::now()));
+    if card.payment_method_id.is_none() {
+        // Auto top-up needs a card.
+        update = update.col_expr(billing_account::Column::AutoTopupEnabled, Expr::value(false));
+    } else {
+        // A new card gets a fresh start after declines.
+        update = update.col_expr(billing_account::Column::AutoTopupDeclines, Expr::value(0));
+    }
+    update
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+    save_card(
+        db,
+        org_id,
+        SavedCard {
+            payment_method_id: None,
+            brand: None,
+            last4: None,
+            exp_month: None,
+            exp_year: None,
+        },
+    )
+    .await?;
+    billing_account::Entity::update_many()
+        .col_expr(
+            billing_account::Column::CustomerId,
+            Expr::value(Option::<String>::None),
+        )
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Saving auto top-up settings also lifts a pause after declines.
+pub async fn save_auto_topup(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    enabled: bool,
+    threshold_cents: Option<i64>,
+    amount_cents: Option<i64>,
+) -> Result<(), DbErr> {
+    billing_account::Entity::update_many()
+        .col_expr(billing_account::Column::AutoTopupEnabled, Expr::value(enabled))
+        .col_expr(
+            billing_account::Column::AutoTopupThresholdCents,
+            Expr::value(threshold_cents),
+        )
+        .col_expr(
+            billing_account::Column::AutoTopupAmountCents,
+            Expr::value(amount_cents),
+        )
+        .col_expr(billing_account::Column::AutoTopupDeclines, Expr::value(0))
+        .col_expr(billing_account::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Records (or updates the status of) a payment by its payment-intent id.
+pub async fn record_payment(
+    db: &impl ConnectionTrait,
+    payment_intent_id: &str,
+    org_id: &str,
+    amount_cents: i64,
+    status: &str,
+    kind: &str,
+) -> Result<(), DbErr> {
+    let now = Utc::now();
+    payment::Entity::insert(payment::ActiveModel {
+        payment_intent_id: Set(payment_intent_id.to_owned()),
+        org_id: Set(org_id.to_owned()),
+        amount_cents: Set(amount_cents),
+        status: Set(status.to_owned()),
+        kind: Set(kind.to_owned()),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .on_conflict(
+        OnConflict::column(payment::Column::PaymentIntentId)
+            .update_columns([payment::Column::Status, payment::Column::UpdatedAt])
+            .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn upsert_training_cost(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    cost_cents: i64,
+    provider: Option<&str>,
+) -> Result<(), DbErr> {
+    let now = Utc::now();
+    training_run_cost::Entity::insert(training_run_cost::ActiveModel {
+        run_id: Set(run_id.to_owned()),
+        cost_cents: Set(cost_cents),
+        provider: Set(provider.map(str::to_owned)),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .on_conflict(
+        OnConflict::column(training_run_cost::Column::RunId)
+            .update_columns([
+                training_run_cost::Column::CostCents,
+                training_run_cost::Column::Provider,
+                training_run_cost::Column::UpdatedAt,
+            ])
+            .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn webhook_event_seen(db: &impl ConnectionTrait, event_id: &str) -> Result<bool, DbErr> {
+    Ok(webhook_event::Entity::find_by_id(event_id.to_owned())
+        .one(db)
+        .await?
+        .is_some())
+}
+
+pub async fn record_webhook_event(
+    db: &impl ConnectionTrait,
+    event_id: &str,
+    event_type: &str,
+) -> Result<(), DbErr> {
+    webhook_event::Entity::insert(webhook_event::ActiveModel {
+        event_id: Set(event_id.to_owned()),
+        event_type: Set(event_type.to_owned()),
+        received_at: Set(Utc::now()),
+    })
+    .on_conflict_do_nothing_on([webhook_event::Column::EventId])
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! In-process fake servers (small actix apps on port 0) that record what they receive.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use serde_json::{json, Value};
+
+/// Binds a fake on port 0, serves it in the current actix system, answers its base URL.
+pub fn serve<F>(configure: F) -> String
+where
+    F: Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = HttpServer::new(move || App::new().configure(configure.clone()))
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+    actix_web::rt::spawn(server);
+    format!("http://127.0.0.1:{port}")
+}
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub form: HashMap<String, String>,
+    pub idempotency_key: Option<String>,
+    pub authorization: Option<String>,
+}
+
+#[derive(Default)]
+pub struct StripeState {
+    pub requests: Vec<Recorded>,
+    /// Payment intents created, by idempotency key (a retried key creates nothing new).
+    pub intents: HashMap<String, Value>,
+    pub fail_customer_delete: bool,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeStripe {
+    pub state: Arc<Mutex<StripeState>>,
+}
+
+impl FakeStripe {
+    pub fn start() -> (Self, String) {
+        let fake = Self::default();
+        let data = web::Data::new(fake.clone());
+        let url = serve(move |cfg: &mut web::ServiceConfig| {
+            cfg.app_data(data.clone())
+                .default_service(web::to(stripe_handler));
+        });
+        (fake, url)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn charges(&self) -> usize {
+        self.state.lock().unwrap().intents.len()
+    }
+}
+
+async fn stripe_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<FakeStripe>) -> HttpResponse {
+    let form: HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let recorded = Recorded {
+        method: req.method().to_string(),
+        path: req.path().to_owned(),
+        form: form.clone(),
+        idempotency_key: header("idempotency-key"),
+        authorization: header("authorization"),
+    };
+    let mut state = fake.state.lock().unwrap();
+    state.requests.push(recorded.clone());
+    let path = req.path().to_owned();
+    let parts: Vec<&str> = path.trim_start_matches("/v1/").split('/').collect();
+    match (req.method().as_str(), parts.as_slice()) {
+        ("POST", ["customers"]) => HttpResponse::Ok().json(json!({"id": "cus_fake_1", "object": "customer"})),
+        ("POST", ["customers", id]) => HttpResponse::Ok().json(json!({"id": id, "object": "customer"})),
+        ("DELETE", ["customers", id]) => {
+            if state.fail_customer_delete {
+                HttpResponse::InternalServerError()
+                    .json(json!({"error": {"type": "api_error", "message": "Stripe is down"}}))
+            } else {
+                HttpResponse::Ok().json(json!({"id": id, "deleted": true}))
+            }
+        }
+        ("POST", ["setup_intents"]) => {
+            HttpResponse::Ok().json(json!({"id": "seti_fake", "client_secret": "seti_fake_secret_abc"}))
+        }
+        ("POST", ["payment_methods", pm, "attach"]) => {
+            if pm.starts_with("pm_unknown") {
+                HttpResponse::NotFound().json(json!({"error": {"type": "invalid_request_error", "code": "resource_missing", "message": "No such PaymentMethod"}}))
+            } else {
+                HttpResponse::Ok().json(json!({"id": pm, "card": {"brand": "mastercard", "last4": "4444", "exp_month": 1, "exp_year": 2031}}))
+            }
+        }
+        ("POST", ["payment_methods", pm, "detach"]) => HttpResponse::Ok().json(json!({"id": pm})),
+        ("POST", ["payment_intents"]) => {
+            if form.get("payment_method").map(String::as_str) == Some("pm_decline") {
+                return HttpResponse::PaymentRequired().json(json!({"error": {"type": "card_error", "code": "card_declined", "message": "Your card was declined.", "payment_intent": {"id": "pi_declined_1"}}}));
+            }
+            let key = recorded.idempotency_key.unwrap_or_default();
+            let next = state.intents.len() + 1;
+            let intent = state
+                .intents
+                .entry(key)
+                .or_insert_with(|| json!({"id": format!("pi_fake_{next}"), "status": "succeeded", "amount": form.get("amount")}))
+                .clone();
+            HttpResponse::Ok().json(intent)
+        }
+        _ => HttpResponse::NotFound()
+            .json(json!({"error": {"type": "invalid_request_error", "message": "unknown route"}})),
+    }
+}
