@@ -26,6 +26,11 @@ pub enum Command {
         #[command(subcommand)]
         action: MigrateAction,
     },
+    /// Benchmarks over real HTTP against a fresh database (results as a markdown table).
+    Bench {
+        #[command(subcommand)]
+        target: BenchTarget,
+    },
     /// Operator tasks.
     Admin {
         #[command(subcommand)]
@@ -41,6 +46,24 @@ pub enum MigrateAction {
     Down,
     /// List migrations and whether each is applied.
     Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// Serving-usage charges/s and latency: one hot organization and many, group commit
+    /// against one transaction per charge.
+    Ledger {
+        /// Also run on PostgreSQL (an admin URL; a scratch database is created and dropped).
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Organizations in the spread scenario.
+        #[arg(long, default_value_t = 1_000)]
+        orgs: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,8 +95,14 @@ struct Bootstrapped {
 }
 
 pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
-    telemetry::init(&settings.telemetry);
-    match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    let mut telemetry_settings = settings.telemetry.clone();
+    if matches!(command, Command::Bench { .. }) {
+        // Per-request log lines would measure the terminal, not keel.
+        telemetry_settings.level = "warn".into();
+    }
+    telemetry::init(&telemetry_settings);
+    match command {
         Command::Serve => {
             let app = Application::build(settings).await?;
             tracing::info!(port = app.port(), "keel is serving");
@@ -93,6 +122,22 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bench { target } => match target {
+            BenchTarget::Ledger {
+                postgres_url,
+                requests,
+                concurrency,
+                orgs,
+            } => {
+                crate::bench::ledger::run(crate::bench::ledger::LedgerBench {
+                    postgres_url,
+                    requests,
+                    concurrency,
+                    spread_orgs: orgs,
+                })
+                .await
+            }
+        },
         Command::Admin {
             action: AdminAction::Bootstrap { org, owner, email },
         } => {

@@ -1,6 +1,7 @@
 //! keel: the backend of an organization-scoped model-training platform.
 
 pub mod auth;
+pub mod bench;
 pub mod billing;
 pub mod cli;
 pub mod config;

@@ -149,8 +149,12 @@ impl LedgerActor {
 /// Commits a batch; if the batch as a whole fails (say a unique key raced with another
 /// instance), each operation is retried alone so one bad operation fails only itself.
 async fn commit_batch(db: &DatabaseConnection, org_id: &str, ops: Vec<LedgerOp>) -> BatchResult {
+    let started = Instant::now();
     match apply_batch(db, org_id, &ops).await {
-        Ok(result) => result,
+        Ok(result) => {
+            tracing::debug!(org_id, size = ops.len(), elapsed_us = started.elapsed().as_micros() as u64, "ledger batch committed");
+            result
+        }
         Err(err) => {
             tracing::warn!(org_id, error = %err, size = ops.len(), "ledger batch failed; retrying one by one");
             let mut outcomes = Vec::with_capacity(ops.len());

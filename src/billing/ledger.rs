@@ -4,11 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chrono::Utc;
-use entities::{billing_account, ledger_entry, organization, promo_grant, serving_usage};
+use chrono::{DateTime, Utc};
+use entities::{billing_account, organization, promo_grant, serving_usage};
+use serde_json::json;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter,
-    QuerySelect, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait,
+    QueryFilter, QuerySelect, Statement, TransactionTrait, Value,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,34 +188,27 @@ pub async fn apply_batch(
     };
 
     let keys: Vec<String> = ops.iter().filter_map(|op| op.idempotency_key.clone()).collect();
-    let mut applied: HashMap<String, i64> = if keys.is_empty() {
-        HashMap::new()
-    } else {
-        ledger_entry::Entity::find()
-            .select_only()
-            .column(ledger_entry::Column::IdempotencyKey)
-            .column(ledger_entry::Column::AmountMicrocents)
-            .filter(ledger_entry::Column::OrgId.eq(org_id))
-            .filter(ledger_entry::Column::IdempotencyKey.is_in(keys))
-            .into_tuple::<(Option<String>, i64)>()
-            .all(&txn)
-            .await?
-            .into_iter()
-            .filter_map(|(key, amount)| key.map(|k| (k, amount)))
-            .collect()
-    };
-    let request_ids: Vec<String> = ops
+    let mut applied = applied_keys(&txn, org_id, &keys).await?;
+    // Serving replays are found by the organization's idempotency key; a request id used
+    // by another organization trips the usage table's primary key, and the one-by-one
+    // retry of that batch (a batch of one) looks it up globally here.
+    let usage_ids: Vec<String> = ops
         .iter()
         .filter_map(|op| match &op.side {
-            SideEffect::ServingUsage(row) => Some(row.request_id.clone()),
+            SideEffect::ServingUsage(row)
+                if ops.len() == 1
+                    || op.idempotency_key.as_ref().is_some_and(|k| applied.contains_key(k)) =>
+            {
+                Some(row.request_id.clone())
+            }
             _ => None,
         })
         .collect();
-    let mut usage: HashMap<String, ServingUsageRow> = if request_ids.is_empty() {
+    let mut usage: HashMap<String, ServingUsageRow> = if usage_ids.is_empty() {
         HashMap::new()
     } else {
         serving_usage::Entity::find()
-            .filter(serving_usage::Column::RequestId.is_in(request_ids))
+            .filter(serving_usage::Column::RequestId.is_in(usage_ids))
             .all(&txn)
             .await?
             .into_iter()
@@ -272,16 +266,14 @@ pub async fn apply_batch(
             continue;
         }
         balance = after;
-        entries.push(ledger_entry::ActiveModel {
-            org_id: Set(org_id.to_owned()),
-            kind: Set(op.kind.as_str().to_owned()),
-            amount_microcents: Set(op.amount_microcents),
-            balance_after_microcents: Set(balance),
-            idempotency_key: Set(op.idempotency_key.clone()),
-            reason: Set(op.reason.clone()),
-            created_at: Set(now),
-            ..Default::default()
-        });
+        entries.push(json!({
+            "org_id": org_id,
+            "kind": op.kind.as_str(),
+            "amount": op.amount_microcents,
+            "balance_after": balance,
+            "idempotency_key": op.idempotency_key,
+            "reason": op.reason,
+        }));
         if let Some(key) = &op.idempotency_key {
             applied.insert(key.clone(), op.amount_microcents);
         }
@@ -290,17 +282,16 @@ pub async fn apply_batch(
             SideEffect::None => {}
             SideEffect::ServingUsage(row) => {
                 if seen_requests.insert(row.request_id.clone()) {
-                    usage_rows.push(serving_usage::ActiveModel {
-                        request_id: Set(row.request_id.clone()),
-                        org_id: Set(row.org_id.clone()),
-                        adapter_id: Set(row.adapter_id.clone()),
-                        model: Set(row.model.clone()),
-                        prompt_tokens: Set(row.prompt_tokens),
-                        completion_tokens: Set(row.completion_tokens),
-                        cost_microcents: Set(row.cost_microcents),
-                        charged_microcents: Set(row.charged_microcents),
-                        created_at: Set(now),
-                    });
+                    usage_rows.push(json!({
+                        "request_id": row.request_id,
+                        "org_id": row.org_id,
+                        "adapter_id": row.adapter_id,
+                        "model": row.model,
+                        "prompt_tokens": row.prompt_tokens,
+                        "completion_tokens": row.completion_tokens,
+                        "cost_microcents": row.cost_microcents,
+                        "charged_microcents": row.charged_microcents,
+                    }));
                 }
                 usage.insert(row.request_id.clone(), row.clone());
                 serving = Some(row.clone());
@@ -323,13 +314,9 @@ pub async fn apply_batch(
     }
 
     if !entries.is_empty() {
-        ledger_entry::Entity::insert_many(entries)
-            .exec_without_returning(&txn)
-            .await?;
+        insert_json_rows(&txn, &LEDGER_ROWS, entries, now).await?;
         if !usage_rows.is_empty() {
-            serving_usage::Entity::insert_many(usage_rows)
-                .exec_without_returning(&txn)
-                .await?;
+            insert_json_rows(&txn, &USAGE_ROWS, usage_rows, now).await?;
         }
         if !promo_rows.is_empty() {
             promo_grant::Entity::insert_many(promo_rows)
@@ -380,6 +367,129 @@ pub async fn apply_batch(
             auto_topup,
         }),
     })
+}
+
+/// The idempotency keys among `keys` this organization already applied, with their amounts.
+async fn applied_keys(txn: &impl ConnectionTrait, org_id: &str, keys: &[String]) -> Result<HashMap<String, i64>, DbErr> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let backend = txn.get_database_backend();
+    // One statement text whatever the batch size, so it is prepared once.
+    let sql = match backend {
+        DbBackend::Postgres => {
+            "SELECT idempotency_key, amount_microcents FROM ledger_entries \
+             WHERE org_id = $1 AND idempotency_key IN (SELECT jsonb_array_elements_text($2))"
+        }
+        _ => {
+            "SELECT idempotency_key, amount_microcents FROM ledger_entries \
+             WHERE org_id = ? AND idempotency_key IN (SELECT value FROM json_each(?))"
+        }
+    };
+    let rows = txn
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [Value::from(org_id), Value::from(json!(keys))],
+        ))
+        .await?;
+    rows.into_iter()
+        .map(|row| Ok((row.try_get_by_index::<String>(0)?, row.try_get_by_index::<i64>(1)?)))
+        .collect()
+}
+
+/// A multi-row insert whose rows travel as one JSON array: the statement text is the
+/// same for every batch size.
+struct JsonRows {
+    table: &'static str,
+    /// (column, PostgreSQL type)
+    columns: &'static [(&'static str, &'static str)],
+}
+
+const LEDGER_ROWS: JsonRows = JsonRows {
+    table: "ledger_entries",
+    columns: &[
+        ("org_id", "text"),
+        ("kind", "text"),
+        ("amount", "bigint"),
+        ("balance_after", "bigint"),
+        ("idempotency_key", "text"),
+        ("reason", "text"),
+    ],
+};
+
+const LEDGER_COLUMNS: &str = "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason";
+
+const USAGE_ROWS: JsonRows = JsonRows {
+    table: "serving_usage",
+    columns: &[
+        ("request_id", "text"),
+        ("org_id", "text"),
+        ("adapter_id", "text"),
+        ("model", "text"),
+        ("prompt_tokens", "bigint"),
+        ("completion_tokens", "bigint"),
+        ("cost_microcents", "bigint"),
+        ("charged_microcents", "bigint"),
+    ],
+};
+
+impl JsonRows {
+    fn target_columns(&self) -> String {
+        if self.table == "ledger_entries" {
+            LEDGER_COLUMNS.to_owned()
+        } else {
+            self.columns.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
+        }
+    }
+
+    fn sql(&self, backend: DbBackend) -> String {
+        let target = self.target_columns();
+        match backend {
+            DbBackend::Postgres => {
+                let fields: Vec<String> = self.columns.iter().map(|(c, _)| format!("x.{c}")).collect();
+                let names: Vec<&str> = self.columns.iter().map(|(c, _)| *c).collect();
+                let types: Vec<String> = self.columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
+                format!(
+                    "INSERT INTO {} ({target}, created_at) SELECT {}, $2 \
+                     FROM ROWS FROM (jsonb_to_recordset($1) AS ({})) WITH ORDINALITY AS x({}, ord) \
+                     ORDER BY x.ord",
+                    self.table,
+                    fields.join(", "),
+                    types.join(", "),
+                    names.join(", ")
+                )
+            }
+            _ => {
+                let fields: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|(c, _)| format!("json_extract(value, '$.{c}')"))
+                    .collect();
+                format!(
+                    "INSERT INTO {} ({target}, created_at) SELECT {}, ? FROM json_each(?) ORDER BY key",
+                    self.table,
+                    fields.join(", ")
+                )
+            }
+        }
+    }
+}
+
+async fn insert_json_rows(
+    txn: &impl ConnectionTrait,
+    rows: &JsonRows,
+    values: Vec<serde_json::Value>,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let backend = txn.get_database_backend();
+    let params = match backend {
+        DbBackend::Postgres => [Value::from(serde_json::Value::Array(values)), Value::from(now)],
+        _ => [Value::from(now), Value::from(serde_json::Value::Array(values).to_string())],
+    };
+    txn.execute_raw(Statement::from_sql_and_values(backend, rows.sql(backend), params))
+        .await?;
+    Ok(())
 }
 
 fn usage_row_of(row: serving_usage::Model) -> ServingUsageRow {

@@ -1,0 +1,176 @@
+//! `keel bench ...`: in-process load tests over real HTTP against a fresh database, each
+//! compared with a naive baseline measured in the same run. Numbers go to stdout as a
+//! markdown table (see docs/BENCHMARKS.md).
+
+pub mod ledger;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, Database};
+
+use crate::config::Settings;
+
+pub const BENCH_INTERNAL_KEY: &str = "bench-internal-key";
+
+/// A throw-away database: a SQLite file in a temporary directory, or a fresh PostgreSQL
+/// database created from an admin URL and dropped afterwards.
+pub struct BenchDb {
+    pub url: String,
+    postgres: Option<(String, String)>,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl BenchDb {
+    pub async fn create(postgres_admin_url: Option<&str>) -> anyhow::Result<Self> {
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        match postgres_admin_url {
+            Some(admin_url) => {
+                let name = format!("keel_bench_{tag}");
+                let admin = Database::connect(admin_url).await?;
+                admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await?;
+                admin.close().await?;
+                let (base, _) = admin_url
+                    .rsplit_once('/')
+                    .ok_or_else(|| anyhow::anyhow!("the PostgreSQL URL needs a database path"))?;
+                Ok(Self {
+                    url: format!("{base}/{name}"),
+                    postgres: Some((admin_url.to_owned(), name)),
+                    dir: None,
+                })
+            }
+            None => {
+                let dir = std::env::temp_dir().join(format!("keel-bench-{tag}"));
+                std::fs::create_dir_all(&dir)?;
+                Ok(Self {
+                    url: format!("sqlite://{}?mode=rwc", dir.join("keel.db").display()),
+                    postgres: None,
+                    dir: Some(dir),
+                })
+            }
+        }
+    }
+
+    pub async fn drop_now(self) {
+        if let Some((admin_url, name)) = &self.postgres {
+            if let Ok(admin) = Database::connect(admin_url.as_str()).await {
+                let _ = admin
+                    .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .await;
+                let _ = admin.close().await;
+            }
+        }
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+pub fn bench_settings(db_url: &str) -> anyhow::Result<Settings> {
+    let mut settings = Settings::defaults()?;
+    settings.database.url = db_url.to_owned();
+    settings.server.listen = "127.0.0.1:0".into();
+    settings.auth.internal_keys = vec![BENCH_INTERNAL_KEY.into()];
+    Ok(settings)
+}
+
+pub struct LoadResult {
+    pub ok: usize,
+    pub failed: usize,
+    pub elapsed: Duration,
+    /// Per-request latencies of the successful requests, sorted.
+    pub latencies: Vec<Duration>,
+}
+
+impl LoadResult {
+    pub fn per_second(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub fn percentile(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let idx = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies[idx.min(self.latencies.len() - 1)]
+    }
+}
+
+/// Sends `total` requests with `concurrency` in flight; `make(i)` builds request `i`.
+/// The load runs on a multi-threaded runtime of its own, off the server's threads.
+pub async fn run_load<F>(concurrency: usize, total: usize, make: F) -> LoadResult
+where
+    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map(|rt| rt.block_on(drive_load(concurrency, total, make)));
+        let _ = tx.send(result);
+    });
+    match rx.await {
+        Ok(Ok(result)) => result,
+        _ => LoadResult {
+            ok: 0,
+            failed: total,
+            elapsed: Duration::ZERO,
+            latencies: Vec::new(),
+        },
+    }
+}
+
+async fn drive_load<F>(concurrency: usize, total: usize, make: F) -> LoadResult
+where
+    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let make = make.clone();
+        let next = next.clone();
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut failed = 0;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let sent = Instant::now();
+                match make(i).send().await {
+                    Ok(response) if response.status().is_success() => {
+                        let _ = response.bytes().await;
+                        latencies.push(sent.elapsed());
+                    }
+                    _ => failed += 1,
+                }
+            }
+            (latencies, failed)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(total);
+    let mut failed = 0;
+    for worker in workers {
+        if let Ok((l, f)) = worker.await {
+            latencies.extend(l);
+            failed += f;
+        }
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    LoadResult {
+        ok: latencies.len(),
+        failed,
+        elapsed,
+        latencies,
+    }
+}
+
+pub fn millis(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
