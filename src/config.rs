@@ -48,6 +48,21 @@ pub struct Settings {
     pub pricing: PricingSettings,
     pub queue: QueueSettings,
     pub flash: FlashSettings,
+    pub secrets: SecretsSettings,
+}
+
+#[derive(Clone, Deserialize)]
+pub struct SecretsSettings {
+    /// 64 hex characters (AES-256); empty: derived from the session secret.
+    pub encryption_key: String,
+}
+
+impl std::fmt::Debug for SecretsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretsSettings")
+            .field("encryption_key", &(!self.encryption_key.is_empty()))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -338,6 +353,15 @@ impl Settings {
                     reason: "prices must be non-negative numbers".into(),
                 });
             }
+        }
+        if !self.secrets.encryption_key.is_empty()
+            && hex::decode(&self.secrets.encryption_key).map_or(true, |k| k.len() != 32)
+        {
+            return Err(invalid(
+                "secrets.encryption_key",
+                "(hidden)",
+                "expected 64 hex characters",
+            ));
         }
         if self.queue.max_attempts == 0 {
             return Err(invalid("queue.max_attempts", "0", "must be at least 1"));

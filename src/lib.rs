@@ -11,6 +11,7 @@ pub mod http;
 pub mod openapi;
 pub mod orgs;
 pub mod projects;
+pub mod queue;
 pub mod startup;
 pub mod state;
 pub mod system;

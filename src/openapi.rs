@@ -39,6 +39,7 @@ pub fn document() -> Document {
         crate::orgs::api_keys::Doc::openapi(),
         crate::projects::Doc::openapi(),
         crate::billing::Doc::openapi(),
+        crate::queue::Doc::openapi(),
     ] {
         doc.merge(part);
     }

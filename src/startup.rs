@@ -11,7 +11,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, billing, database, http, openapi, orgs, projects, system};
+use crate::{auth, billing, database, http, openapi, orgs, projects, queue, system};
 
 /// Mounts every domain's routes: the one route table of the service.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -21,6 +21,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     orgs::api_keys::configure(cfg);
     projects::configure(cfg);
     billing::configure(cfg);
+    queue::configure(cfg);
 }
 
 pub struct Application {

@@ -11,6 +11,8 @@ use crate::billing::actor::{Ledger, LedgerConfig};
 use crate::billing::payments::Payments;
 use crate::config::Settings;
 use crate::orgs::adapters::AdapterDirectory;
+use crate::queue::actor::{QueueActor, QueueConfig};
+use crate::queue::secrets::SecretBox;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -21,6 +23,9 @@ pub struct AppState {
     pub payments: Arc<Payments>,
     pub ledger: Ledger,
     pub adapters: AdapterDirectory,
+    pub queue: actix::Addr<QueueActor>,
+    /// `None` when no key is configured: secrets cannot be stored.
+    pub secret_box: Option<SecretBox>,
 }
 
 impl AppState {
@@ -35,7 +40,22 @@ impl AppState {
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
             },
         );
+        let queue_config = QueueConfig {
+            stale_after: Duration::from_secs(settings.queue.stale_after_secs),
+            max_attempts: settings.queue.max_attempts,
+            sweep_interval: Duration::from_secs(settings.queue.sweep_interval_secs),
+            run_fee_cents: settings.billing.flat_run_fee_cents,
+            max_batch: settings.billing.max_batch,
+        };
+        let queue = {
+            let (db, ledger) = (db.clone(), ledger.clone());
+            actix::Actor::start(QueueActor::new(db, ledger, queue_config))
+        };
+        let secret_box =
+            SecretBox::from_settings(&settings.secrets.encryption_key, &settings.auth.session_secret)?;
         Ok(Self {
+            queue,
+            secret_box,
             internal_keys: InternalKeys::new(&settings.auth.internal_keys),
             session_keys: SessionKeys::new(&settings.auth.session_secret),
             adapters: AdapterDirectory::new(Duration::from_millis(settings.billing.adapter_cache_ttl_ms)),

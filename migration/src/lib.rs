@@ -4,6 +4,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_foundation;
 mod m20261121_000002_billing;
+mod m20261121_000003_queue;
 
 pub struct Migrator;
 
@@ -13,6 +14,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261121_000001_foundation::Migration),
             Box::new(m20261121_000002_billing::Migration),
+            Box::new(m20261121_000003_queue::Migration),
         ]
     }
 }

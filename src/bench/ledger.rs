@@ -84,11 +84,24 @@ async fn run_one(
 
     let mut adapters = Vec::with_capacity(orgs);
     for i in 0..orgs {
-        let org = create_org(&state.db, &format!("bench {i}"), None, &format!("bench-owner-{i}"), None)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let org = create_org(
+            &state.db,
+            &format!("bench {i}"),
+            None,
+            &format!("bench-owner-{i}"),
+            None,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         let adapter = format!("bench-adapter-{i}");
-        upsert_adapter(&state.db, &adapter, &org.org_id, "meta-llama/Llama-3.1-8B-Instruct", Some(true)).await?;
+        upsert_adapter(
+            &state.db,
+            &adapter,
+            &org.org_id,
+            "meta-llama/Llama-3.1-8B-Instruct",
+            Some(true),
+        )
+        .await?;
         adapters.push(adapter);
     }
     let client = reqwest::Client::builder()
@@ -103,15 +116,12 @@ async fn run_one(
         let run_tag = run_tag.clone();
         move |i: usize| {
             let i = i + offset;
-            client
-                .post(&url)
-                .bearer_auth(BENCH_INTERNAL_KEY)
-                .json(&json!({
-                    "requestId": format!("{run_tag}-{i}"),
-                    "adapterId": adapters[i % adapters.len()],
-                    "promptTokens": 100,
-                    "completionTokens": 50,
-                }))
+            client.post(&url).bearer_auth(BENCH_INTERNAL_KEY).json(&json!({
+                "requestId": format!("{run_tag}-{i}"),
+                "adapterId": adapters[i % adapters.len()],
+                "promptTokens": 100,
+                "completionTokens": 50,
+            }))
         }
     };
     // Warm-up: connections, actors, caches.

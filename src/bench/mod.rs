@@ -28,7 +28,9 @@ impl BenchDb {
             Some(admin_url) => {
                 let name = format!("keel_bench_{tag}");
                 let admin = Database::connect(admin_url).await?;
-                admin.execute_unprepared(&format!("CREATE DATABASE \"{name}\"")).await?;
+                admin
+                    .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+                    .await?;
                 admin.close().await?;
                 let (base, _) = admin_url
                     .rsplit_once('/')

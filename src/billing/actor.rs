@@ -152,7 +152,12 @@ async fn commit_batch(db: &DatabaseConnection, org_id: &str, ops: Vec<LedgerOp>)
     let started = Instant::now();
     match apply_batch(db, org_id, &ops).await {
         Ok(result) => {
-            tracing::debug!(org_id, size = ops.len(), elapsed_us = started.elapsed().as_micros() as u64, "ledger batch committed");
+            tracing::debug!(
+                org_id,
+                size = ops.len(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "ledger batch committed"
+            );
             result
         }
         Err(err) => {

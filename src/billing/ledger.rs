@@ -6,11 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use entities::{billing_account, organization, promo_grant, serving_usage};
-use serde_json::json;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait,
     QueryFilter, QuerySelect, Statement, TransactionTrait, Value,
 };
+use serde_json::json;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
@@ -197,7 +197,10 @@ pub async fn apply_batch(
         .filter_map(|op| match &op.side {
             SideEffect::ServingUsage(row)
                 if ops.len() == 1
-                    || op.idempotency_key.as_ref().is_some_and(|k| applied.contains_key(k)) =>
+                    || op
+                        .idempotency_key
+                        .as_ref()
+                        .is_some_and(|k| applied.contains_key(k)) =>
             {
                 Some(row.request_id.clone())
             }
@@ -370,7 +373,11 @@ pub async fn apply_batch(
 }
 
 /// The idempotency keys among `keys` this organization already applied, with their amounts.
-async fn applied_keys(txn: &impl ConnectionTrait, org_id: &str, keys: &[String]) -> Result<HashMap<String, i64>, DbErr> {
+async fn applied_keys(
+    txn: &impl ConnectionTrait,
+    org_id: &str,
+    keys: &[String],
+) -> Result<HashMap<String, i64>, DbErr> {
     if keys.is_empty() {
         return Ok(HashMap::new());
     }
@@ -394,7 +401,12 @@ async fn applied_keys(txn: &impl ConnectionTrait, org_id: &str, keys: &[String])
         ))
         .await?;
     rows.into_iter()
-        .map(|row| Ok((row.try_get_by_index::<String>(0)?, row.try_get_by_index::<i64>(1)?)))
+        .map(|row| {
+            Ok((
+                row.try_get_by_index::<String>(0)?,
+                row.try_get_by_index::<i64>(1)?,
+            ))
+        })
         .collect()
 }
 
@@ -418,7 +430,8 @@ const LEDGER_ROWS: JsonRows = JsonRows {
     ],
 };
 
-const LEDGER_COLUMNS: &str = "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason";
+const LEDGER_COLUMNS: &str =
+    "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason";
 
 const USAGE_ROWS: JsonRows = JsonRows {
     table: "serving_usage",
@@ -439,7 +452,11 @@ impl JsonRows {
         if self.table == "ledger_entries" {
             LEDGER_COLUMNS.to_owned()
         } else {
-            self.columns.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
+            self.columns
+                .iter()
+                .map(|(c, _)| *c)
+                .collect::<Vec<_>>()
+                .join(", ")
         }
     }
 
@@ -485,7 +502,10 @@ async fn insert_json_rows(
     let backend = txn.get_database_backend();
     let params = match backend {
         DbBackend::Postgres => [Value::from(serde_json::Value::Array(values)), Value::from(now)],
-        _ => [Value::from(now), Value::from(serde_json::Value::Array(values).to_string())],
+        _ => [
+            Value::from(now),
+            Value::from(serde_json::Value::Array(values).to_string()),
+        ],
     };
     txn.execute_raw(Statement::from_sql_and_values(backend, rows.sql(backend), params))
         .await?;

@@ -759,7 +759,11 @@ async fn auto_top_up_charges_the_card_once_when_a_debit_crosses_the_threshold() 
     assert!(
         eventually(|| async {
             let billing = app.billing(&org).await;
-            billing["recentLedger"].as_array().unwrap().iter().any(|e| e["kind"] == "auto_topup")
+            billing["recentLedger"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["kind"] == "auto_topup")
         })
         .await,
         "auto top-up credited"

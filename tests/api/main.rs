@@ -9,5 +9,6 @@ mod billing;
 mod cli;
 mod operator;
 mod projects;
+mod queue;
 mod system;
 mod validation;

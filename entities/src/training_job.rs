@@ -1,0 +1,34 @@
+use sea_orm::entity::prelude::*;
+
+/// A training-agent job: `queued` → `running` → a terminal state (see docs/DECISIONS.md).
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "training_jobs")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub org_id: String,
+    pub project_id: String,
+    pub training_task_id: Option<String>,
+    /// `tracer`, `draft`, `optimize` or `training`.
+    pub action: String,
+    /// `queued`, `running`, `stopping`, `succeeded`, `blocked`, `user_stopped`, `failed`.
+    pub status: String,
+    /// JSON object: the action's fields and `input`.
+    pub payload: String,
+    pub worker_id: Option<String>,
+    pub attempts: i32,
+    pub stop_requested: bool,
+    pub live_status: Option<String>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+    pub claimed_at: Option<DateTimeUtc>,
+    pub heartbeat_at: Option<DateTimeUtc>,
+    pub finished_at: Option<DateTimeUtc>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

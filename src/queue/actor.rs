@@ -1,0 +1,237 @@
+//! The queue actor of an instance: claims one at a time (so an instance never races
+//! itself), terminal reports gathered into one statement per batch (group commit),
+//! heartbeats, and the periodic stale sweep. Across instances the database decides
+//! (`FOR UPDATE SKIP LOCKED`, conditional updates).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use actix::prelude::*;
+use entities::training_job;
+use futures_util::future::join_all;
+use sea_orm::DatabaseConnection;
+use tokio::sync::oneshot;
+
+use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
+use crate::billing::actor::Ledger;
+use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
+use crate::billing::money::cents_to_micros;
+
+#[derive(Clone)]
+pub struct QueueConfig {
+    pub stale_after: Duration,
+    pub max_attempts: u32,
+    pub sweep_interval: Duration,
+    pub run_fee_cents: i64,
+    pub max_batch: usize,
+}
+
+pub struct QueueActor {
+    db: DatabaseConnection,
+    ledger: Ledger,
+    config: QueueConfig,
+    pending: Vec<(Report, oneshot::Sender<Result<ReportOutcome, String>>)>,
+    flushing: bool,
+}
+
+impl QueueActor {
+    pub fn new(db: DatabaseConnection, ledger: Ledger, config: QueueConfig) -> Self {
+        Self {
+            db,
+            ledger,
+            config,
+            pending: Vec::new(),
+            flushing: false,
+        }
+    }
+
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        // One report per job in a batch; a second report of the same job waits for the next.
+        let mut seen = HashSet::new();
+        let mut batch = Vec::new();
+        let mut rest = Vec::new();
+        for (report, reply) in self.pending.drain(..) {
+            if batch.len() < self.config.max_batch && seen.insert(report.job_id.clone()) {
+                batch.push((report, reply));
+            } else {
+                rest.push((report, reply));
+            }
+        }
+        self.pending = rest;
+        self.flushing = true;
+        let (reports, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let db = self.db.clone();
+        let apply = async move { repo::apply_reports(&db, &reports).await };
+        ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
+            match outcomes {
+                Ok(outcomes) => {
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "applying job reports failed");
+                    for reply in replies {
+                        let _ = reply.send(Err("the queue is unavailable".into()));
+                    }
+                }
+            }
+            act.flushing = false;
+            act.flush(ctx);
+        }));
+    }
+}
+
+impl Actor for QueueActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+        if !self.config.sweep_interval.is_zero() {
+            ctx.run_interval(self.config.sweep_interval, |act, ctx| {
+                let db = act.db.clone();
+                let config = act.config.clone();
+                ctx.spawn(
+                    async move {
+                        match sweep(&db, &config).await {
+                            Ok(counts) if counts != SweepCounts::default() => {
+                                tracing::info!(?counts, "stale job sweep");
+                            }
+                            Ok(_) => {}
+                            Err(err) => tracing::warn!(error = %err, "stale job sweep failed"),
+                        }
+                    }
+                    .into_actor(act),
+                );
+            });
+        }
+    }
+}
+
+async fn sweep(db: &DatabaseConnection, config: &QueueConfig) -> Result<SweepCounts, sea_orm::DbErr> {
+    let stale_after = chrono::Duration::from_std(config.stale_after).unwrap_or(chrono::Duration::MAX);
+    repo::requeue_stale(db, stale_after, config.max_attempts as i32).await
+}
+
+/// Claim up to `limit` jobs of `action` for `worker_id`; each is billed the run fee once.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<training_job::Model>, String>")]
+pub struct Claim {
+    pub worker_id: String,
+    pub action: String,
+    pub limit: u32,
+}
+
+impl Handler<Claim> for QueueActor {
+    type Result = AtomicResponse<Self, Result<Vec<training_job::Model>, String>>;
+
+    fn handle(&mut self, msg: Claim, _: &mut Self::Context) -> Self::Result {
+        let db = self.db.clone();
+        let ledger = self.ledger.clone();
+        let fee = cents_to_micros(self.config.run_fee_cents);
+        AtomicResponse::new(Box::pin(
+            async move {
+                claim_and_bill(&db, &ledger, fee, msg)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            .into_actor(self),
+        ))
+    }
+}
+
+async fn claim_and_bill(
+    db: &DatabaseConnection,
+    ledger: &Ledger,
+    fee_microcents: i64,
+    msg: Claim,
+) -> Result<Vec<training_job::Model>, sea_orm::DbErr> {
+    let claimed = repo::claim(db, &msg.worker_id, &msg.action, msg.limit).await?;
+    let charges = claimed.iter().map(|job| {
+        let op = LedgerOp::debit(
+            EntryKind::RunFee,
+            fee_microcents,
+            Some(format!("job-fee:{}", job.id)),
+            format!("run fee, {} job {}", job.action, job.id),
+        );
+        ledger.submit(&job.org_id, op)
+    });
+    let outcomes = join_all(charges).await;
+    let mut handed = Vec::with_capacity(claimed.len());
+    let mut unpaid = Vec::new();
+    let mut unsettled = Vec::new();
+    for (job, outcome) in claimed.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(_) => handed.push(job),
+            Err(LedgerError::InsufficientFunds { .. }) | Err(LedgerError::UnknownOrg) => unpaid.push(job.id),
+            Err(err) => {
+                tracing::warn!(job_id = %job.id, error = %err, "run fee not settled; job returned to the queue");
+                unsettled.push(job.id);
+            }
+        }
+    }
+    repo::block_unpaid(
+        db,
+        &unpaid,
+        &msg.worker_id,
+        "insufficient balance for the run fee: top up, then enqueue the job again",
+    )
+    .await?;
+    repo::release_claims(db, &unsettled, &msg.worker_id).await?;
+    Ok(handed)
+}
+
+/// A terminal report; batched with others arriving meanwhile.
+#[derive(Message)]
+#[rtype(result = "Result<ReportOutcome, String>")]
+pub struct Submit(pub Report);
+
+impl Handler<Submit> for QueueActor {
+    type Result = ResponseFuture<Result<ReportOutcome, String>>;
+
+    fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.pending.push((msg.0, tx));
+        if !self.flushing {
+            self.flush(ctx);
+        }
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err("the queue stopped".into())) })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<Held, String>")]
+pub struct Heartbeat {
+    pub job_id: String,
+    pub worker_id: String,
+}
+
+impl Handler<Heartbeat> for QueueActor {
+    type Result = ResponseFuture<Result<Held, String>>;
+
+    fn handle(&mut self, msg: Heartbeat, _: &mut Self::Context) -> Self::Result {
+        let db = self.db.clone();
+        Box::pin(async move {
+            repo::heartbeat(&db, &msg.job_id, &msg.worker_id)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<SweepCounts, String>")]
+pub struct RequeueStale;
+
+impl Handler<RequeueStale> for QueueActor {
+    type Result = ResponseFuture<Result<SweepCounts, String>>;
+
+    fn handle(&mut self, _: RequeueStale, _: &mut Self::Context) -> Self::Result {
+        let db = self.db.clone();
+        let config = self.config.clone();
+        Box::pin(async move { sweep(&db, &config).await.map_err(|e| e.to_string()) })
+    }
+}

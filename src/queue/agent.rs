@@ -1,0 +1,366 @@
+//! Agent logs (user and worker), agent account usage and optimizer timelines.
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use entities::{agent_log, agent_usage, optimizer_timeline};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::auth::{Caller, Internal};
+use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{ValidJson, ValidQuery};
+use crate::http::resource;
+use crate::http::validate::{Checks, Validate};
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/api/agent-logs").route(web::post().to(create_agent_log)))
+        .service(
+            resource("/api/training/internal/agent-logs")
+                .route(web::get().to(list_agent_logs_internal))
+                .route(web::post().to(create_agent_log_internal)),
+        )
+        .service(resource("/api/training/internal/agent-usage").route(web::post().to(report_agent_usage)))
+        .service(
+            resource("/api/training/internal/optimizer-timelines/sync")
+                .route(web::post().to(sync_optimizer_timelines)),
+        );
+}
+
+async fn insert_log(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    content: &str,
+    job_id: Option<&str>,
+    source: &str,
+) -> Result<String, DbErr> {
+    let id = uuid::Uuid::new_v4().to_string();
+    agent_log::Entity::insert(agent_log::ActiveModel {
+        id: Set(id.clone()),
+        org_id: Set(org_id.to_owned()),
+        job_id: Set(job_id.map(str::to_owned)),
+        content: Set(content.to_owned()),
+        source: Set(source.to_owned()),
+        created_at: Set(Utc::now()),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(id)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentLogCreateRequest {
+    #[schema(min_length = 1, max_length = 50000)]
+    pub content: String,
+}
+
+impl Validate for AgentLogCreateRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("content", &self.content, 1, 50_000);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentLogCreated {
+    pub ok: bool,
+    pub agent_log_id: String,
+}
+
+#[utoipa::path(post, path = "/api/agent-logs", tag = "agent", security(("bearer" = [])),
+    request_body = AgentLogCreateRequest,
+    responses((status = 200, body = AgentLogCreated), (status = 401, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn create_agent_log(
+    caller: Caller,
+    body: ValidJson<AgentLogCreateRequest>,
+) -> ApiResult<HttpResponse> {
+    let access = caller.member(None).await?;
+    let id = insert_log(&caller.state().db, &access.org_id, &body.0.content, None, "api").await?;
+    Ok(HttpResponse::Ok().json(AgentLogCreated {
+        ok: true,
+        agent_log_id: id,
+    }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct InternalAgentLogCreateRequest {
+    #[schema(min_length = 1, max_length = 100)]
+    pub org_id: String,
+    #[schema(min_length = 1, max_length = 50000)]
+    pub content: String,
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: Option<String>,
+}
+
+impl Validate for InternalAgentLogCreateRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("org_id", &self.org_id, 1, 100);
+        c.str_len("content", &self.content, 1, 50_000);
+        c.opt_str_len("job_id", self.job_id.as_deref(), 1, 64);
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/internal/agent-logs", tag = "training-internal", security(("bearer" = [])),
+    request_body = InternalAgentLogCreateRequest,
+    responses((status = 200, body = AgentLogCreated), (status = 404, description = "Unknown organization", body = ErrorBody)))]
+pub async fn create_agent_log_internal(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<InternalAgentLogCreateRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let org_id = body.org_id.to_ascii_lowercase();
+    if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
+        return Err(ApiError::not_found("organization"));
+    }
+    let id = insert_log(
+        &state.db,
+        &org_id,
+        &body.content,
+        body.job_id.as_deref(),
+        "internal",
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(AgentLogCreated {
+        ok: true,
+        agent_log_id: id,
+    }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AgentLogQuery {
+    #[param(min_length = 1, max_length = 100)]
+    pub org_id: String,
+    /// 1..500, default 200.
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+impl Validate for AgentLogQuery {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("org_id", &self.org_id, 1, 100);
+        c.opt_int_range("limit", self.limit, 1, 500);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentLogView {
+    pub agent_log_id: String,
+    pub org_id: String,
+    pub job_id: Option<String>,
+    pub content: String,
+    /// `api` or `internal`.
+    pub source: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentLogList {
+    pub logs: Vec<AgentLogView>,
+    pub count: usize,
+}
+
+#[utoipa::path(get, path = "/api/training/internal/agent-logs", tag = "training-internal", security(("bearer" = [])),
+    params(AgentLogQuery),
+    responses((status = 200, body = AgentLogList), (status = 422, body = ValidationErrorBody)))]
+pub async fn list_agent_logs_internal(
+    _: Internal,
+    state: web::Data<AppState>,
+    query: ValidQuery<AgentLogQuery>,
+) -> ApiResult<HttpResponse> {
+    let query = query.0;
+    let logs: Vec<AgentLogView> = agent_log::Entity::find()
+        .filter(agent_log::Column::OrgId.eq(query.org_id.to_ascii_lowercase()))
+        .order_by_desc(agent_log::Column::CreatedAt)
+        .order_by_desc(agent_log::Column::Id)
+        .limit(query.limit.unwrap_or(200) as u64)
+        .all(&state.db)
+        .await?
+        .into_iter()
+        .map(|l| AgentLogView {
+            agent_log_id: l.id,
+            org_id: l.org_id,
+            job_id: l.job_id,
+            content: l.content,
+            source: l.source,
+            created_at: l.created_at,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(AgentLogList {
+        count: logs.len(),
+        logs,
+    }))
+}
+
+/// An agent account's usage report; members beyond these are kept as sent.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct AgentUsageReport {
+    #[schema(min_length = 1, max_length = 200)]
+    pub account_label: String,
+    #[schema(max_length = 200)]
+    pub limit_id: Option<String>,
+    #[schema(max_length = 200)]
+    pub limit_name: Option<String>,
+    #[schema(max_length = 100)]
+    pub plan_type: Option<String>,
+    pub primary_used_percent: Option<f64>,
+    pub primary_window_minutes: Option<i64>,
+    /// Integer, number or string.
+    #[schema(value_type = Option<Object>)]
+    pub primary_resets_at: Option<Value>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub rest: Map<String, Value>,
+}
+
+impl Validate for AgentUsageReport {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("account_label", &self.account_label, 1, 200);
+        c.opt_str_len("limit_id", self.limit_id.as_deref(), 0, 200);
+        c.opt_str_len("limit_name", self.limit_name.as_deref(), 0, 200);
+        c.opt_str_len("plan_type", self.plan_type.as_deref(), 0, 100);
+        if let Some(v) = &self.primary_resets_at {
+            if !(v.is_number() || v.is_string()) {
+                c.fail(
+                    "primary_resets_at",
+                    "value_error",
+                    "Input should be an integer, a number or a string",
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Upserted {
+    pub upserted: i64,
+}
+
+#[utoipa::path(post, path = "/api/training/internal/agent-usage", tag = "training-internal", security(("bearer" = [])),
+    request_body = AgentUsageReport,
+    responses((status = 200, body = Upserted), (status = 422, body = ValidationErrorBody)))]
+pub async fn report_agent_usage(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<AgentUsageReport>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let mut report = body.rest.clone();
+    report.insert("account_label".into(), Value::from(body.account_label.clone()));
+    for (key, value) in [
+        ("limit_id", body.limit_id.map(Value::from)),
+        ("limit_name", body.limit_name.map(Value::from)),
+        ("plan_type", body.plan_type.map(Value::from)),
+        ("primary_used_percent", body.primary_used_percent.map(Value::from)),
+        (
+            "primary_window_minutes",
+            body.primary_window_minutes.map(Value::from),
+        ),
+        ("primary_resets_at", body.primary_resets_at),
+    ] {
+        report.insert(key.into(), value.unwrap_or(Value::Null));
+    }
+    agent_usage::Entity::insert(agent_usage::ActiveModel {
+        account_label: Set(body.account_label),
+        report: Set(Value::Object(report).to_string()),
+        updated_at: Set(Utc::now()),
+    })
+    .on_conflict(
+        OnConflict::column(agent_usage::Column::AccountLabel)
+            .update_columns([agent_usage::Column::Report, agent_usage::Column::UpdatedAt])
+            .to_owned(),
+    )
+    .exec_without_returning(&state.db)
+    .await?;
+    Ok(HttpResponse::Ok().json(Upserted { upserted: 1 }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct Timeline {
+    #[schema(min_length = 1, max_length = 200)]
+    pub timeline_id: String,
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<Value>,
+}
+
+/// The worker's optimizer timelines for an organization; the latest sync of a timeline wins.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct TimelineSyncRequest {
+    #[schema(min_length = 1, max_length = 100)]
+    pub org_id: String,
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: Option<String>,
+    pub timelines: Vec<Timeline>,
+}
+
+impl Validate for TimelineSyncRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("org_id", &self.org_id, 1, 100);
+        c.opt_str_len("job_id", self.job_id.as_deref(), 1, 64);
+        c.max_items("timelines", self.timelines.len(), 500);
+        for (i, t) in self.timelines.iter().enumerate() {
+            c.nested("timelines", Some(i), t);
+        }
+    }
+}
+
+impl Validate for Timeline {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("timeline_id", &self.timeline_id, 1, 200);
+        c.max_items("events", self.events.len(), 10_000);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Synced {
+    pub synced: usize,
+}
+
+#[utoipa::path(post, path = "/api/training/internal/optimizer-timelines/sync", tag = "training-internal",
+    security(("bearer" = [])),
+    request_body = TimelineSyncRequest,
+    responses((status = 200, body = Synced), (status = 404, description = "Unknown organization", body = ErrorBody)))]
+pub async fn sync_optimizer_timelines(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<TimelineSyncRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let org_id = body.org_id.to_ascii_lowercase();
+    if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
+        return Err(ApiError::not_found("organization"));
+    }
+    let now = Utc::now();
+    for timeline in &body.timelines {
+        optimizer_timeline::Entity::insert(optimizer_timeline::ActiveModel {
+            org_id: Set(org_id.clone()),
+            timeline_id: Set(timeline.timeline_id.clone()),
+            job_id: Set(body.job_id.clone()),
+            events: Set(Value::Array(timeline.events.clone()).to_string()),
+            updated_at: Set(now),
+        })
+        .on_conflict(
+            OnConflict::columns([
+                optimizer_timeline::Column::OrgId,
+                optimizer_timeline::Column::TimelineId,
+            ])
+            .update_columns([
+                optimizer_timeline::Column::JobId,
+                optimizer_timeline::Column::Events,
+                optimizer_timeline::Column::UpdatedAt,
+            ])
+            .to_owned(),
+        )
+        .exec_without_returning(&state.db)
+        .await?;
+    }
+    Ok(HttpResponse::Ok().json(Synced {
+        synced: body.timelines.len(),
+    }))
+}

@@ -1,0 +1,468 @@
+//! Worker routes (internal key): claim, read, report, heartbeat, live status, requeue.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpResponse};
+use entities::org_secret;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::actor::{Claim, Heartbeat, RequeueStale, Submit};
+use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
+use super::routes::ACTIONS;
+use super::{parse_stored, queue_unavailable, JobView};
+use crate::auth::Internal;
+use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::ValidJson;
+use crate::http::resource;
+use crate::http::validate::{Checks, Validate};
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    let base = "/api/training/internal/jobs";
+    cfg.service(resource(&format!("{base}/claim")).route(web::post().to(claim_jobs)))
+        .service(resource(&format!("{base}/succeeded")).route(web::post().to(report_succeeded)))
+        .service(resource(&format!("{base}/blocked")).route(web::post().to(report_blocked)))
+        .service(resource(&format!("{base}/user-stopped")).route(web::post().to(report_user_stopped)))
+        .service(resource(&format!("{base}/failed")).route(web::post().to(report_failed)))
+        .service(resource(&format!("{base}/heartbeat")).route(web::post().to(heartbeat)))
+        .service(resource(&format!("{base}/live-status")).route(web::post().to(live_status)))
+        .service(resource(&format!("{base}/requeue-stale")).route(web::post().to(requeue_stale)))
+        .service(resource(&format!("{base}/requeue-interrupted")).route(web::post().to(requeue_interrupted)))
+        .service(resource(&format!("{base}/{{job_id}}")).route(web::get().to(get_job_for_worker)));
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InternalClaimJobsRequest {
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    /// `draft`, `tracer`, `optimize` or `training`.
+    pub action: String,
+    #[schema(minimum = 1, maximum = 100)]
+    pub limit: i64,
+}
+
+impl Validate for InternalClaimJobsRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("worker_id", &self.worker_id, 1, 200);
+        c.one_of(
+            "action",
+            &self.action,
+            &["draft", "tracer", "optimize", "training"],
+        );
+        c.int_range("limit", self.limit, 1, 100);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimedJob {
+    pub job_id: String,
+    pub org_id: String,
+    pub project_id: String,
+    pub action: String,
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    pub attempt: i32,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimedJobs {
+    pub jobs: Vec<ClaimedJob>,
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/claim", tag = "training-internal", security(("bearer" = [])),
+    request_body = InternalClaimJobsRequest,
+    responses((status = 200, body = ClaimedJobs), (status = 422, body = ValidationErrorBody)))]
+pub async fn claim_jobs(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<InternalClaimJobsRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    debug_assert!(ACTIONS.contains(&body.action.as_str()));
+    let jobs = state
+        .queue
+        .send(Claim {
+            worker_id: body.worker_id,
+            action: body.action,
+            limit: body.limit as u32,
+        })
+        .await
+        .map_err(|e| queue_unavailable(e.to_string()))?
+        .map_err(queue_unavailable)?;
+    let jobs = jobs
+        .into_iter()
+        .map(|job| ClaimedJob {
+            payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
+            job_id: job.id,
+            org_id: job.org_id,
+            project_id: job.project_id,
+            action: job.action,
+            attempt: job.attempts,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(ClaimedJobs { jobs }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkerJobView {
+    #[serde(flatten)]
+    pub job: JobView,
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    /// The organization's secrets, decrypted, for the worker only.
+    pub secrets: BTreeMap<String, String>,
+}
+
+#[utoipa::path(get, path = "/api/training/internal/jobs/{job_id}", tag = "training-internal", security(("bearer" = [])),
+    params(("job_id" = String, Path)),
+    responses((status = 200, body = WorkerJobView), (status = 404, body = ErrorBody)))]
+pub async fn get_job_for_worker(
+    _: Internal,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let job = repo::find_job(&state.db, &path)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job"))?;
+    let mut secrets = BTreeMap::new();
+    if let Some(secret_box) = &state.secret_box {
+        let rows = org_secret::Entity::find()
+            .filter(org_secret::Column::OrgId.eq(job.org_id.as_str()))
+            .all(&state.db)
+            .await?;
+        for row in rows {
+            match secret_box.open(&row.org_id, &row.name, &row.sealed) {
+                Ok(value) => {
+                    secrets.insert(row.name, value);
+                }
+                Err(err) => {
+                    tracing::error!(org_id = %row.org_id, name = %row.name, error = %err, "secret unreadable")
+                }
+            }
+        }
+    }
+    Ok(HttpResponse::Ok().json(WorkerJobView {
+        payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
+        job: JobView::from(&job),
+        secrets,
+    }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SucceededRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct BlockedRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    #[schema(min_length = 1, max_length = 10000)]
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct UserStoppedRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    #[schema(max_length = 10000)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct FailedRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    #[schema(min_length = 1, max_length = 10000)]
+    pub error: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct JobIdRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct LiveStatusRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    pub live_status: Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct WorkerIdRequest {
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+}
+
+fn check_ids(c: &mut Checks, job_id: &str, worker_id: &str) {
+    c.str_len("job_id", job_id, 1, 64);
+    c.str_len("worker_id", worker_id, 1, 200);
+}
+
+impl Validate for SucceededRequest {
+    fn validate(&self, c: &mut Checks) {
+        check_ids(c, &self.job_id, &self.worker_id);
+    }
+}
+
+impl Validate for BlockedRequest {
+    fn validate(&self, c: &mut Checks) {
+        check_ids(c, &self.job_id, &self.worker_id);
+        c.str_len("reason", &self.reason, 1, 10_000);
+    }
+}
+
+impl Validate for UserStoppedRequest {
+    fn validate(&self, c: &mut Checks) {
+        check_ids(c, &self.job_id, &self.worker_id);
+        c.opt_str_len("reason", self.reason.as_deref(), 0, 10_000);
+    }
+}
+
+impl Validate for FailedRequest {
+    fn validate(&self, c: &mut Checks) {
+        check_ids(c, &self.job_id, &self.worker_id);
+        c.str_len("error", &self.error, 1, 10_000);
+    }
+}
+
+impl Validate for JobIdRequest {
+    fn validate(&self, c: &mut Checks) {
+        check_ids(c, &self.job_id, &self.worker_id);
+    }
+}
+
+impl Validate for LiveStatusRequest {
+    fn validate(&self, c: &mut Checks) {
+        check_ids(c, &self.job_id, &self.worker_id);
+    }
+}
+
+impl Validate for WorkerIdRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("worker_id", &self.worker_id, 1, 200);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OkBody {
+    pub ok: bool,
+}
+
+async fn report(state: &AppState, report: Report) -> ApiResult<HttpResponse> {
+    let outcome = state
+        .queue
+        .send(Submit(report))
+        .await
+        .map_err(|e| queue_unavailable(e.to_string()))?
+        .map_err(queue_unavailable)?;
+    match outcome {
+        ReportOutcome::Applied | ReportOutcome::Repeated => Ok(HttpResponse::Ok().json(OkBody { ok: true })),
+        ReportOutcome::NotHeld => Err(ApiError::Conflict(
+            "this worker does not hold the job (or it already ended differently)".into(),
+        )),
+        ReportOutcome::NotFound => Err(ApiError::not_found("job")),
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/succeeded", tag = "training-internal", security(("bearer" = [])),
+    request_body = SucceededRequest,
+    responses((status = 200, body = OkBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The worker does not hold the job", body = ErrorBody)))]
+pub async fn report_succeeded(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<SucceededRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    report(
+        &state,
+        Report {
+            job_id: body.job_id,
+            worker_id: body.worker_id,
+            status: repo::SUCCEEDED,
+            result: body.result.map(|r| r.to_string()),
+            error: None,
+        },
+    )
+    .await
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/blocked", tag = "training-internal", security(("bearer" = [])),
+    request_body = BlockedRequest,
+    responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn report_blocked(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<BlockedRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    report(
+        &state,
+        Report {
+            job_id: body.job_id,
+            worker_id: body.worker_id,
+            status: repo::BLOCKED,
+            result: None,
+            error: Some(body.reason),
+        },
+    )
+    .await
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/user-stopped", tag = "training-internal", security(("bearer" = [])),
+    request_body = UserStoppedRequest,
+    responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn report_user_stopped(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<UserStoppedRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    report(
+        &state,
+        Report {
+            job_id: body.job_id,
+            worker_id: body.worker_id,
+            status: repo::USER_STOPPED,
+            result: None,
+            error: body.reason,
+        },
+    )
+    .await
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/failed", tag = "training-internal", security(("bearer" = [])),
+    request_body = FailedRequest,
+    responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn report_failed(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<FailedRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    report(
+        &state,
+        Report {
+            job_id: body.job_id,
+            worker_id: body.worker_id,
+            status: repo::FAILED,
+            result: None,
+            error: Some(body.error),
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeartbeatAnswer {
+    pub ok: bool,
+    /// The user asked to stop: wind down and report `user-stopped`.
+    pub stop_requested: bool,
+}
+
+fn held_error(held: Held) -> ApiError {
+    match held {
+        Held::NotFound => ApiError::not_found("job"),
+        _ => ApiError::Conflict("this worker does not hold the job".into()),
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/heartbeat", tag = "training-internal", security(("bearer" = [])),
+    request_body = JobIdRequest,
+    responses((status = 200, body = HeartbeatAnswer), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn heartbeat(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<JobIdRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let held = state
+        .queue
+        .send(Heartbeat {
+            job_id: body.job_id,
+            worker_id: body.worker_id,
+        })
+        .await
+        .map_err(|e| queue_unavailable(e.to_string()))?
+        .map_err(queue_unavailable)?;
+    match held {
+        Held::Yes { stop_requested } => Ok(HttpResponse::Ok().json(HeartbeatAnswer {
+            ok: true,
+            stop_requested,
+        })),
+        other => Err(held_error(other)),
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/live-status", tag = "training-internal", security(("bearer" = [])),
+    request_body = LiveStatusRequest,
+    responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn live_status(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<LiveStatusRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    match repo::set_live_status(
+        &state.db,
+        &body.job_id,
+        &body.worker_id,
+        &Value::Object(body.live_status),
+    )
+    .await?
+    {
+        Held::Yes { .. } => Ok(HttpResponse::Ok().json(OkBody { ok: true })),
+        other => Err(held_error(other)),
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("bearer" = [])),
+    responses((status = 200, body = SweepCounts)))]
+pub async fn requeue_stale(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    let counts = state
+        .queue
+        .send(RequeueStale)
+        .await
+        .map_err(|e| queue_unavailable(e.to_string()))?
+        .map_err(queue_unavailable)?;
+    Ok(HttpResponse::Ok().json(counts))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Requeued {
+    pub requeued: u64,
+}
+
+#[utoipa::path(post, path = "/api/training/internal/jobs/requeue-interrupted", tag = "training-internal", security(("bearer" = [])),
+    request_body = WorkerIdRequest,
+    responses((status = 200, body = Requeued)))]
+pub async fn requeue_interrupted(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<WorkerIdRequest>,
+) -> ApiResult<HttpResponse> {
+    let requeued = repo::requeue_interrupted(&state.db, &body.0.worker_id).await?;
+    Ok(HttpResponse::Ok().json(Requeued { requeued }))
+}

@@ -1,0 +1,107 @@
+//! The training-job queue: user routes, worker routes, the queue actor, secrets and
+//! agent logs.
+
+pub mod actor;
+pub mod agent;
+pub mod internal;
+pub mod repo;
+pub mod routes;
+pub mod secrets;
+
+use actix_web::web;
+use chrono::{DateTime, Utc};
+use entities::training_job;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::{OpenApi, ToSchema};
+
+use crate::error::ApiError;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    routes::configure(cfg);
+    internal::configure(cfg);
+    agent::configure(cfg);
+}
+
+#[derive(OpenApi)]
+#[openapi(paths(
+    routes::create_job,
+    routes::list_jobs,
+    routes::get_job,
+    routes::stop_job,
+    routes::set_secrets,
+    internal::claim_jobs,
+    internal::get_job_for_worker,
+    internal::report_succeeded,
+    internal::report_blocked,
+    internal::report_user_stopped,
+    internal::report_failed,
+    internal::heartbeat,
+    internal::live_status,
+    internal::requeue_stale,
+    internal::requeue_interrupted,
+    agent::create_agent_log,
+    agent::list_agent_logs_internal,
+    agent::create_agent_log_internal,
+    agent::report_agent_usage,
+    agent::sync_optimizer_timelines,
+))]
+pub struct Doc;
+
+/// A job as users and workers see it (TrainingAgentQueuedResponse).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    pub job_id: String,
+    pub org_id: String,
+    pub project_id: String,
+    pub training_task_id: Option<String>,
+    pub action: String,
+    pub status: String,
+    pub worker_id: Option<String>,
+    pub attempts: i32,
+    pub stop_requested: bool,
+    #[schema(value_type = Option<Object>)]
+    pub live_status: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+pub fn parse_stored(text: Option<&str>) -> Option<Value> {
+    text.map(|t| serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_owned())))
+}
+
+impl From<&training_job::Model> for JobView {
+    fn from(job: &training_job::Model) -> Self {
+        Self {
+            job_id: job.id.clone(),
+            org_id: job.org_id.clone(),
+            project_id: job.project_id.clone(),
+            training_task_id: job.training_task_id.clone(),
+            action: job.action.clone(),
+            status: job.status.clone(),
+            worker_id: job.worker_id.clone(),
+            attempts: job.attempts,
+            stop_requested: job.stop_requested,
+            live_status: parse_stored(job.live_status.as_deref()),
+            result: parse_stored(job.result.as_deref()),
+            error: job.error.clone(),
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            claimed_at: job.claimed_at,
+            heartbeat_at: job.heartbeat_at,
+            finished_at: job.finished_at,
+        }
+    }
+}
+
+fn queue_unavailable(reason: String) -> ApiError {
+    tracing::error!(%reason, "queue unavailable");
+    ApiError::Unavailable("the queue is unavailable; retry".into())
+}

@@ -1,0 +1,506 @@
+//! Queue persistence. Every transition is a conditional update, so the database decides
+//! who wins when several instances act on one job at once.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Duration, Utc};
+use entities::training_job;
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter,
+    QueryOrder, QuerySelect, Statement, Value,
+};
+use serde_json::json;
+
+pub const QUEUED: &str = "queued";
+pub const RUNNING: &str = "running";
+pub const STOPPING: &str = "stopping";
+pub const SUCCEEDED: &str = "succeeded";
+pub const BLOCKED: &str = "blocked";
+pub const USER_STOPPED: &str = "user_stopped";
+pub const FAILED: &str = "failed";
+
+pub struct NewJob {
+    pub org_id: String,
+    pub project_id: String,
+    pub training_task_id: Option<String>,
+    pub action: String,
+    pub payload: serde_json::Value,
+}
+
+pub async fn insert_job(db: &impl ConnectionTrait, job: NewJob) -> Result<training_job::Model, DbErr> {
+    let now = Utc::now();
+    let model = training_job::Model {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: job.org_id,
+        project_id: job.project_id,
+        training_task_id: job.training_task_id,
+        action: job.action,
+        status: QUEUED.into(),
+        payload: job.payload.to_string(),
+        worker_id: None,
+        attempts: 0,
+        stop_requested: false,
+        live_status: None,
+        result: None,
+        error: None,
+        created_at: now,
+        updated_at: now,
+        claimed_at: None,
+        heartbeat_at: None,
+        finished_at: None,
+    };
+    training_job::Entity::insert(training_job::ActiveModel {
+        id: Set(model.id.clone()),
+        org_id: Set(model.org_id.clone()),
+        project_id: Set(model.project_id.clone()),
+        training_task_id: Set(model.training_task_id.clone()),
+        action: Set(model.action.clone()),
+        status: Set(model.status.clone()),
+        payload: Set(model.payload.clone()),
+        worker_id: Set(None),
+        attempts: Set(0),
+        stop_requested: Set(false),
+        live_status: Set(None),
+        result: Set(None),
+        error: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+        claimed_at: Set(None),
+        heartbeat_at: Set(None),
+        finished_at: Set(None),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(model)
+}
+
+#[derive(Default)]
+pub struct JobFilter {
+    pub project_id: Option<String>,
+    pub training_task_id: Option<String>,
+}
+
+pub async fn list_jobs(
+    db: &impl ConnectionTrait,
+    org_ids: &[String],
+    filter: &JobFilter,
+    limit: u64,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query =
+        training_job::Entity::find().filter(training_job::Column::OrgId.is_in(org_ids.iter().cloned()));
+    if let Some(project) = &filter.project_id {
+        query = query.filter(training_job::Column::ProjectId.eq(project.as_str()));
+    }
+    if let Some(task) = &filter.training_task_id {
+        query = query.filter(training_job::Column::TrainingTaskId.eq(task.as_str()));
+    }
+    query
+        .order_by_desc(training_job::Column::CreatedAt)
+        .order_by_desc(training_job::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+pub async fn find_job(db: &impl ConnectionTrait, job_id: &str) -> Result<Option<training_job::Model>, DbErr> {
+    training_job::Entity::find_by_id(job_id.to_owned()).one(db).await
+}
+
+pub enum StopOutcome {
+    Stopped(training_job::Model),
+    AlreadyFinished(training_job::Model),
+    NotFound,
+}
+
+/// queued → user_stopped; running → stopping (the next heartbeat says so); stopping stays.
+pub async fn stop_job(
+    db: &impl ConnectionTrait,
+    job_id: &str,
+    reason: Option<&str>,
+) -> Result<StopOutcome, DbErr> {
+    let now = Utc::now();
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
+        .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::Status.eq(QUEUED))
+        .exec(db)
+        .await?;
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(STOPPING))
+        .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .exec(db)
+        .await?;
+    Ok(match find_job(db, job_id).await? {
+        None => StopOutcome::NotFound,
+        Some(job) if job.status == STOPPING || (job.status == USER_STOPPED && job.stop_requested) => {
+            StopOutcome::Stopped(job)
+        }
+        Some(job) => StopOutcome::AlreadyFinished(job),
+    })
+}
+
+/// Hands up to `limit` queued jobs of `action` to `worker_id`: oldest first within an
+/// organization, round-robin across organizations. `FOR UPDATE SKIP LOCKED` on
+/// PostgreSQL and the `status = 'queued'` condition make a job go to one worker only.
+pub async fn claim(
+    db: &impl ConnectionTrait,
+    worker_id: &str,
+    action: &str,
+    limit: u32,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    let backend = db.get_database_backend();
+    let now = Utc::now();
+    let ranked = "SELECT id FROM (\
+            SELECT id, created_at, ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn \
+            FROM training_jobs WHERE action = {action} AND status = 'queued'\
+        ) ranked WHERE rn <= {limit} ORDER BY rn, created_at, id LIMIT {limit}";
+    let (sql, values): (String, Vec<Value>) = match backend {
+        DbBackend::Postgres => (
+            format!(
+                "WITH candidates AS ({}), locked AS (\
+                    SELECT id FROM training_jobs WHERE id IN (SELECT id FROM candidates) \
+                    AND status = 'queued' FOR UPDATE SKIP LOCKED) \
+                 UPDATE training_jobs SET status = 'running', worker_id = $3, attempts = attempts + 1, \
+                    claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
+                 WHERE id IN (SELECT id FROM locked) RETURNING *",
+                ranked.replace("{action}", "$1").replace("{limit}", "$2")
+            ),
+            vec![
+                action.into(),
+                i64::from(limit).into(),
+                worker_id.into(),
+                now.into(),
+            ],
+        ),
+        _ => (
+            format!(
+                "UPDATE training_jobs SET status = 'running', worker_id = ?, attempts = attempts + 1, \
+                    claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
+                 WHERE status = 'queued' AND id IN ({}) RETURNING *",
+                ranked.replace("{action}", "?").replace("{limit}", "?")
+            ),
+            vec![
+                worker_id.into(),
+                now.into(),
+                now.into(),
+                now.into(),
+                action.into(),
+                i64::from(limit).into(),
+                i64::from(limit).into(),
+            ],
+        ),
+    };
+    let mut jobs = training_job::Entity::find()
+        .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+        .all(db)
+        .await?;
+    jobs.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+    Ok(jobs)
+}
+
+/// A worker's terminal report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub job_id: String,
+    pub worker_id: String,
+    /// `succeeded`, `blocked`, `user_stopped` or `failed`.
+    pub status: &'static str,
+    pub result: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportOutcome {
+    Applied,
+    /// The same terminal report again: harmless.
+    Repeated,
+    NotHeld,
+    NotFound,
+}
+
+/// Applies many reports in one statement; every job id appears at most once.
+pub async fn apply_reports(
+    db: &impl ConnectionTrait,
+    reports: &[Report],
+) -> Result<Vec<ReportOutcome>, DbErr> {
+    if reports.is_empty() {
+        return Ok(Vec::new());
+    }
+    let backend = db.get_database_backend();
+    let now = Utc::now();
+    let rows: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
+        .collect();
+    let (sql, values): (&str, Vec<Value>) = match backend {
+        DbBackend::Postgres => (
+            "UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
+                finished_at = $2, updated_at = $2 \
+             FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
+             WHERE j.id = r.id AND j.worker_id = r.worker_id AND j.status IN ('running', 'stopping') \
+             RETURNING j.id",
+            vec![serde_json::Value::Array(rows).into(), now.into()],
+        ),
+        _ => (
+            "UPDATE training_jobs SET status = r.status, result = r.result, error = r.error, \
+                finished_at = ?, updated_at = ? \
+             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.worker_id') AS worker_id, \
+                          json_extract(value, '$.status') AS status, json_extract(value, '$.result') AS result, \
+                          json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
+             WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
+               AND training_jobs.status IN ('running', 'stopping') \
+             RETURNING training_jobs.id",
+            vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
+        ),
+    };
+    let applied: std::collections::HashSet<String> = db
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?
+        .into_iter()
+        .filter_map(|row| row.try_get_by_index::<String>(0).ok())
+        .collect();
+    let missing: Vec<String> = reports
+        .iter()
+        .filter(|r| !applied.contains(&r.job_id))
+        .map(|r| r.job_id.clone())
+        .collect();
+    let current: HashMap<String, training_job::Model> = if missing.is_empty() {
+        HashMap::new()
+    } else {
+        training_job::Entity::find()
+            .filter(training_job::Column::Id.is_in(missing))
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|job| (job.id.clone(), job))
+            .collect()
+    };
+    Ok(reports
+        .iter()
+        .map(|r| {
+            if applied.contains(&r.job_id) {
+                return ReportOutcome::Applied;
+            }
+            match current.get(&r.job_id) {
+                None => ReportOutcome::NotFound,
+                Some(job)
+                    if job.status == r.status && job.worker_id.as_deref() == Some(r.worker_id.as_str()) =>
+                {
+                    ReportOutcome::Repeated
+                }
+                Some(_) => ReportOutcome::NotHeld,
+            }
+        })
+        .collect())
+}
+
+/// Puts claimed jobs back in the queue (their fee could not be settled now).
+pub async fn release_claims(
+    db: &impl ConnectionTrait,
+    job_ids: &[String],
+    worker_id: &str,
+) -> Result<(), DbErr> {
+    if job_ids.is_empty() {
+        return Ok(());
+    }
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            training_job::Column::Attempts,
+            Expr::col(training_job::Column::Attempts).sub(1),
+        )
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Marks claimed jobs blocked (their organization could not pay the run fee).
+pub async fn block_unpaid(
+    db: &impl ConnectionTrait,
+    job_ids: &[String],
+    worker_id: &str,
+    reason: &str,
+) -> Result<(), DbErr> {
+    if job_ids.is_empty() {
+        return Ok(());
+    }
+    let now = Utc::now();
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(BLOCKED))
+        .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+pub enum Held {
+    Yes { stop_requested: bool },
+    NotHeld,
+    NotFound,
+}
+
+async fn held_outcome(db: &impl ConnectionTrait, job_id: &str) -> Result<Held, DbErr> {
+    Ok(match find_job(db, job_id).await? {
+        None => Held::NotFound,
+        Some(_) => Held::NotHeld,
+    })
+}
+
+pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &str, worker_id: &str) -> Result<Held, DbErr> {
+    let now = Utc::now();
+    let updated = training_job::Entity::update_many()
+        .col_expr(training_job::Column::HeartbeatAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
+        .exec(db)
+        .await?
+        .rows_affected;
+    if updated == 0 {
+        return held_outcome(db, job_id).await;
+    }
+    let stop_requested = find_job(db, job_id).await?.is_some_and(|j| j.stop_requested);
+    Ok(Held::Yes { stop_requested })
+}
+
+pub async fn set_live_status(
+    db: &impl ConnectionTrait,
+    job_id: &str,
+    worker_id: &str,
+    live_status: &serde_json::Value,
+) -> Result<Held, DbErr> {
+    let now = Utc::now();
+    let updated = training_job::Entity::update_many()
+        .col_expr(
+            training_job::Column::LiveStatus,
+            Expr::value(live_status.to_string()),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
+        .exec(db)
+        .await?
+        .rows_affected;
+    if updated == 0 {
+        return held_outcome(db, job_id).await;
+    }
+    Ok(Held::Yes {
+        stop_requested: false,
+    })
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct SweepCounts {
+    pub requeued: u64,
+    pub failed: u64,
+    pub stopped: u64,
+}
+
+/// Jobs whose last heartbeat (or claim) is older than `stale_after`: stopping ones end
+/// `user_stopped`, running ones go back to the queue, or fail once their attempts are spent.
+pub async fn requeue_stale(
+    db: &impl ConnectionTrait,
+    stale_after: Duration,
+    max_attempts: i32,
+) -> Result<SweepCounts, DbErr> {
+    let now = Utc::now();
+    let cutoff: DateTime<Utc> = now - stale_after;
+    let stale = || {
+        Expr::col(training_job::Column::HeartbeatAt)
+            .lt(cutoff)
+            .or(Expr::col(training_job::Column::HeartbeatAt)
+                .is_null()
+                .and(Expr::col(training_job::Column::ClaimedAt).lt(cutoff)))
+    };
+    let stopped = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Status.eq(STOPPING))
+        .filter(stale())
+        .exec(db)
+        .await?
+        .rows_affected;
+    let failed = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(FAILED))
+        .col_expr(
+            training_job::Column::Error,
+            Expr::value("no heartbeat from the worker and no attempts left"),
+        )
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .filter(training_job::Column::Attempts.gte(max_attempts))
+        .filter(stale())
+        .exec(db)
+        .await?
+        .rows_affected;
+    let requeued = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            training_job::Column::HeartbeatAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .filter(training_job::Column::Attempts.lt(max_attempts))
+        .filter(stale())
+        .exec(db)
+        .await?
+        .rows_affected;
+    Ok(SweepCounts {
+        requeued,
+        failed,
+        stopped,
+    })
+}
+
+/// A worker restarted: its running and stopping jobs go back to the queue.
+pub async fn requeue_interrupted(db: &impl ConnectionTrait, worker_id: &str) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    Ok(training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(training_job::Column::StopRequested, Expr::value(false))
+        .col_expr(
+            training_job::Column::HeartbeatAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
+        .exec(db)
+        .await?
+        .rows_affected)
+}

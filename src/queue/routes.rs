@@ -1,0 +1,513 @@
+//! User routes: enqueue, list, read and stop jobs; set organization secrets.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use actix_web::{web, HttpResponse};
+use entities::org_secret;
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+use super::repo::{self, JobFilter, NewJob, StopOutcome};
+use super::JobView;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
+use crate::http::resource;
+use crate::http::validate::{Checks, Validate};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        resource("/api/training/jobs")
+            .route(web::post().to(create_job))
+            .route(web::get().to(list_jobs)),
+    )
+    .service(resource("/api/training/jobs/{job_id}").route(web::get().to(get_job)))
+    .service(resource("/api/training/jobs/{job_id}/stop").route(web::post().to(stop_job)))
+    .service(resource("/api/training/secrets").route(web::post().to(set_secrets)));
+}
+
+/// Environment slugs: `<org-slug>/<project-slug>/<name>`, 3..512 characters.
+pub static ENV_SLUG_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$")
+        .unwrap_or_else(|_| unreachable!())
+});
+
+pub fn check_env_slug(c: &mut Checks, field: &str, slug: &str) {
+    c.str_len(field, slug, 3, 512);
+    c.pattern(field, slug, &ENV_SLUG_RE);
+}
+
+/// Fields every job body has.
+fn check_common(c: &mut Checks, project_id: &str, org_id: Option<&str>, task: Option<&str>) {
+    c.uuid("projectId", project_id);
+    c.opt_str_len("orgId", org_id, 1, 100);
+    c.opt_str_len("trainingTaskId", task, 1, 100);
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TracerJob {
+    #[schema(format = Uuid)]
+    pub project_id: String,
+    pub org_id: Option<String>,
+    #[schema(min_length = 1, max_length = 100)]
+    pub training_task_id: Option<String>,
+    pub input: Option<Map<String, Value>>,
+    #[schema(min_length = 3, max_length = 512)]
+    pub environment_slug: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraftJob {
+    #[schema(format = Uuid)]
+    pub project_id: String,
+    pub org_id: Option<String>,
+    #[schema(min_length = 1, max_length = 100)]
+    pub training_task_id: Option<String>,
+    pub input: Option<Map<String, Value>>,
+    #[schema(min_length = 1, max_length = 50000)]
+    pub prompt: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OptimizeJob {
+    #[schema(format = Uuid)]
+    pub project_id: String,
+    pub org_id: Option<String>,
+    #[schema(min_length = 1, max_length = 100)]
+    pub training_task_id: Option<String>,
+    pub input: Option<Map<String, Value>>,
+    #[schema(min_length = 1, max_length = 200)]
+    pub base_model: Option<String>,
+    #[schema(min_length = 1, max_length = 2000)]
+    pub objective: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TrainingJob {
+    #[schema(format = Uuid)]
+    pub project_id: String,
+    pub org_id: Option<String>,
+    #[schema(min_length = 1, max_length = 100)]
+    pub training_task_id: Option<String>,
+    pub input: Option<Map<String, Value>>,
+    #[schema(min_length = 1, max_length = 200)]
+    pub model: String,
+    #[schema(min_length = 3, max_length = 512)]
+    pub environment_slug: String,
+    #[schema(min_length = 1, max_length = 100)]
+    pub algorithm: Option<String>,
+    #[schema(min_length = 1, max_length = 100)]
+    pub gpu_type: Option<String>,
+}
+
+/// One of four bodies, chosen by `action`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum JobCreateBody {
+    Tracer(TracerJob),
+    Draft(DraftJob),
+    Optimize(OptimizeJob),
+    Training(TrainingJob),
+}
+
+pub const ACTIONS: [&str; 4] = ["tracer", "draft", "optimize", "training"];
+
+impl Validate for JobCreateBody {
+    fn validate(&self, c: &mut Checks) {
+        match self {
+            Self::Tracer(b) => {
+                check_common(
+                    c,
+                    &b.project_id,
+                    b.org_id.as_deref(),
+                    b.training_task_id.as_deref(),
+                );
+                if let Some(slug) = &b.environment_slug {
+                    check_env_slug(c, "environmentSlug", slug);
+                }
+                c.opt_str_len("model", b.model.as_deref(), 1, 200);
+            }
+            Self::Draft(b) => {
+                check_common(
+                    c,
+                    &b.project_id,
+                    b.org_id.as_deref(),
+                    b.training_task_id.as_deref(),
+                );
+                c.opt_str_len("prompt", b.prompt.as_deref(), 1, 50_000);
+            }
+            Self::Optimize(b) => {
+                check_common(
+                    c,
+                    &b.project_id,
+                    b.org_id.as_deref(),
+                    b.training_task_id.as_deref(),
+                );
+                c.opt_str_len("baseModel", b.base_model.as_deref(), 1, 200);
+                c.opt_str_len("objective", b.objective.as_deref(), 1, 2000);
+            }
+            Self::Training(b) => {
+                check_common(
+                    c,
+                    &b.project_id,
+                    b.org_id.as_deref(),
+                    b.training_task_id.as_deref(),
+                );
+                c.str_len("model", &b.model, 1, 200);
+                check_env_slug(c, "environmentSlug", &b.environment_slug);
+                c.opt_str_len("algorithm", b.algorithm.as_deref(), 1, 100);
+                c.opt_str_len("gpuType", b.gpu_type.as_deref(), 1, 100);
+            }
+        }
+    }
+}
+
+impl JobCreateBody {
+    /// (projectId, orgId, trainingTaskId, action, payload)
+    fn into_parts(self) -> (String, Option<String>, Option<String>, &'static str, Value) {
+        let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
+        match self {
+            Self::Tracer(b) => (
+                b.project_id,
+                b.org_id,
+                b.training_task_id,
+                "tracer",
+                json!({"input": input(b.input), "environmentSlug": b.environment_slug, "model": b.model}),
+            ),
+            Self::Draft(b) => (
+                b.project_id,
+                b.org_id,
+                b.training_task_id,
+                "draft",
+                json!({"input": input(b.input), "prompt": b.prompt}),
+            ),
+            Self::Optimize(b) => (
+                b.project_id,
+                b.org_id,
+                b.training_task_id,
+                "optimize",
+                json!({"input": input(b.input), "baseModel": b.base_model, "objective": b.objective}),
+            ),
+            Self::Training(b) => (
+                b.project_id,
+                b.org_id,
+                b.training_task_id,
+                "training",
+                json!({"input": input(b.input), "model": b.model, "environmentSlug": b.environment_slug,
+                       "algorithm": b.algorithm, "gpuType": b.gpu_type}),
+            ),
+        }
+    }
+}
+
+/// Reads a job body: `action` first (so its errors point at it), then the action's body.
+fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
+    let value: Value = parse_json_body(bytes)?;
+    let action = value.get("action");
+    match action.and_then(Value::as_str) {
+        Some(a) if ACTIONS.contains(&a) => {}
+        Some(_) | None if action.is_some() => {
+            let mut c = Checks::new("body");
+            c.one_of("action", action.and_then(Value::as_str).unwrap_or(""), &ACTIONS);
+            return Err(ApiError::Validation(c.into_issues()));
+        }
+        _ => {
+            return Err(ApiError::validation(
+                vec![json!("body"), json!("action")],
+                "missing",
+                "Field required",
+            ))
+        }
+    }
+    let body: JobCreateBody = parse_json_body(bytes)?;
+    let mut c = Checks::new("body");
+    body.validate(&mut c);
+    let issues = c.into_issues();
+    if issues.is_empty() {
+        Ok(body)
+    } else {
+        Err(ApiError::Validation(issues))
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/jobs", tag = "training", security(("bearer" = [])),
+    request_body = JobCreateBody,
+    responses((status = 202, body = JobView), (status = 404, description = "Project not in the organization", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody)))]
+pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
+    let body = parse_job_body(&body.0)?;
+    let (project_id, org_id, training_task_id, action, payload) = body.into_parts();
+    let access = caller.member(org_id.as_deref()).await?;
+    let db = &caller.state().db;
+    let project_id = canonical_uuid(&project_id);
+    crate::projects::repo::find_in_orgs(db, &project_id, std::slice::from_ref(&access.org_id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("project"))?;
+    let job = repo::insert_job(
+        db,
+        NewJob {
+            org_id: access.org_id,
+            project_id,
+            training_task_id,
+            action: action.into(),
+            payload,
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Accepted().json(JobView::from(&job)))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// 1..200, default 50.
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<i64>,
+    #[param(min_length = 1, max_length = 100)]
+    pub org_id: Option<String>,
+    #[param(min_length = 1, max_length = 100)]
+    pub project_id: Option<String>,
+    #[param(min_length = 1, max_length = 100)]
+    pub training_task_id: Option<String>,
+}
+
+impl Validate for ListQuery {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_int_range("limit", self.limit, 1, 200);
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        c.opt_str_len("projectId", self.project_id.as_deref(), 1, 100);
+        c.opt_str_len("trainingTaskId", self.training_task_id.as_deref(), 1, 100);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    pub count: usize,
+}
+
+#[utoipa::path(get, path = "/api/training/jobs", tag = "training", security(("bearer" = [])),
+    params(ListQuery),
+    responses((status = 200, body = JobList), (status = 422, body = ValidationErrorBody)))]
+pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResult<HttpResponse> {
+    let query = query.0;
+    let orgs = match &query.org_id {
+        Some(org) => vec![caller.member(Some(org)).await?.org_id],
+        None if caller.named_org() => vec![caller.member(None).await?.org_id],
+        None => caller.organizations().await?,
+    };
+    let filter = JobFilter {
+        project_id: query.project_id.as_deref().map(canonical_uuid),
+        training_task_id: query.training_task_id,
+    };
+    let limit = query.limit.unwrap_or(50) as u64;
+    let jobs: Vec<JobView> = repo::list_jobs(&caller.state().db, &orgs, &filter, limit)
+        .await?
+        .iter()
+        .map(JobView::from)
+        .collect();
+    Ok(HttpResponse::Ok().json(JobList {
+        count: jobs.len(),
+        jobs,
+    }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct GetQuery {
+    #[param(min_length = 1, max_length = 100)]
+    pub org_id: Option<String>,
+    /// Must match the job's project when given (empty: any).
+    #[param(max_length = 100)]
+    pub project_id: Option<String>,
+    /// Must match the job's training task when given (empty: any).
+    #[param(max_length = 100)]
+    pub training_task_id: Option<String>,
+}
+
+impl Validate for GetQuery {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        c.opt_str_len("projectId", self.project_id.as_deref(), 0, 100);
+        c.opt_str_len("trainingTaskId", self.training_task_id.as_deref(), 0, 100);
+    }
+}
+
+/// The job if the caller may see it (another organization's job is "not found").
+async fn visible_job(
+    caller: &Caller,
+    job_id: &str,
+    org_id: Option<&str>,
+) -> ApiResult<entities::training_job::Model> {
+    let orgs = match org_id {
+        Some(org) => vec![caller.member(Some(org)).await?.org_id],
+        None => caller.organizations().await?,
+    };
+    repo::find_job(&caller.state().db, job_id)
+        .await?
+        .filter(|job| orgs.contains(&job.org_id))
+        .ok_or_else(|| ApiError::not_found("job"))
+}
+
+#[utoipa::path(get, path = "/api/training/jobs/{job_id}", tag = "training", security(("bearer" = [])),
+    params(("job_id" = String, Path), GetQuery),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
+pub async fn get_job(
+    caller: Caller,
+    path: web::Path<String>,
+    query: ValidQuery<GetQuery>,
+) -> ApiResult<HttpResponse> {
+    let query = query.0;
+    let job = visible_job(&caller, &path, query.org_id.as_deref()).await?;
+    let project_matches = query
+        .project_id
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .is_none_or(|p| canonical_uuid(p) == job.project_id);
+    let task_matches = query
+        .training_task_id
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .is_none_or(|t| job.training_task_id.as_deref() == Some(t));
+    if !(project_matches && task_matches) {
+        return Err(ApiError::not_found("job"));
+    }
+    Ok(HttpResponse::Ok().json(JobView::from(&job)))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StopBody {
+    pub org_id: Option<String>,
+    #[schema(max_length = 2000)]
+    pub reason: Option<String>,
+}
+
+impl Validate for StopBody {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        c.opt_str_len("reason", self.reason.as_deref(), 0, 2000);
+    }
+}
+
+#[utoipa::path(post, path = "/api/training/jobs/{job_id}/stop", tag = "training", security(("bearer" = [])),
+    params(("job_id" = String, Path)),
+    request_body(content = StopBody, description = "Optional"),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job already finished", body = ErrorBody)))]
+pub async fn stop_job(
+    caller: Caller,
+    path: web::Path<String>,
+    body: ValidJson<StopBody>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let job = visible_job(&caller, &path, body.org_id.as_deref()).await?;
+    match repo::stop_job(&caller.state().db, &job.id, body.reason.as_deref()).await? {
+        StopOutcome::Stopped(job) => Ok(HttpResponse::Ok().json(JobView::from(&job))),
+        StopOutcome::AlreadyFinished(job) => Err(ApiError::Conflict(format!(
+            "the job already ended ({})",
+            job.status
+        ))),
+        StopOutcome::NotFound => Err(ApiError::not_found("job")),
+    }
+}
+
+static SECRET_NAME_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r"^[A-Za-z_][A-Za-z0-9_]*$").unwrap_or_else(|_| unreachable!()));
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretsBody {
+    pub org_id: Option<String>,
+    /// NAME → value; an empty value deletes the secret. At most 100 at once.
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl Validate for SecretsBody {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        if self.secrets.len() > 100 {
+            c.fail("secrets", "too_long", "At most 100 secrets at once");
+        }
+        for (name, value) in &self.secrets {
+            if name.is_empty() || name.len() > 128 || !SECRET_NAME_RE.is_match(name) {
+                c.fail(
+                    "secrets",
+                    "value_error",
+                    format!("invalid secret name {name:?}: letters, digits and _ (1..128), not starting with a digit"),
+                );
+            }
+            if value.chars().count() > 20_000 {
+                c.fail(
+                    "secrets",
+                    "string_too_long",
+                    format!("the value of {name} is over 20000 characters"),
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SecretNames {
+    /// Every secret name the organization now has; values are never returned.
+    pub names: Vec<String>,
+}
+
+#[utoipa::path(post, path = "/api/training/secrets", tag = "training", security(("bearer" = [])),
+    request_body = SecretsBody,
+    responses((status = 200, body = SecretNames), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
+pub async fn set_secrets(caller: Caller, body: ValidJson<SecretsBody>) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let access = caller.member(body.org_id.as_deref()).await?;
+    let state = caller.state();
+    let Some(secret_box) = &state.secret_box else {
+        return Err(ApiError::Unavailable(
+            "secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured".into(),
+        ));
+    };
+    let now = chrono::Utc::now();
+    for (name, value) in &body.secrets {
+        if value.is_empty() {
+            org_secret::Entity::delete_by_id((access.org_id.clone(), name.clone()))
+                .exec(&state.db)
+                .await?;
+            continue;
+        }
+        let sealed = secret_box.seal(&access.org_id, name, value)?;
+        org_secret::Entity::insert(org_secret::ActiveModel {
+            org_id: Set(access.org_id.clone()),
+            name: Set(name.clone()),
+            sealed: Set(sealed),
+            updated_at: Set(now),
+        })
+        .on_conflict(
+            OnConflict::columns([org_secret::Column::OrgId, org_secret::Column::Name])
+                .update_columns([org_secret::Column::Sealed, org_secret::Column::UpdatedAt])
+                .to_owned(),
+        )
+        .exec_without_returning(&state.db)
+        .await?;
+    }
+    let names = org_secret::Entity::find()
+        .filter(org_secret::Column::OrgId.eq(access.org_id.as_str()))
+        .order_by_asc(org_secret::Column::Name)
+        .all(&state.db)
+        .await?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    Ok(HttpResponse::Ok().json(SecretNames { names }))
+}

@@ -1,0 +1,886 @@
+//! The training-job queue: every transition of the contract, claims, sweeps, secrets,
+//! agent logs.
+
+use std::collections::HashSet;
+
+use futures_util::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+const CLAIM: &str = "/api/training/internal/jobs/claim";
+
+async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, body: Value) -> Value {
+    let mut body = body;
+    body["projectId"] = json!(project);
+    json_of(
+        app.post("/api/training/jobs", &org.api_key, &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await
+}
+
+async fn tracer(app: &TestApp, org: &TestOrg, project: &str) -> String {
+    enqueue(app, org, project, json!({"action": "tracer"})).await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn claim(app: &TestApp, worker: &str, action: &str, limit: i64) -> Vec<Value> {
+    let body = json!({"worker_id": worker, "action": action, "limit": limit});
+    json_of(app.post(CLAIM, INTERNAL_KEY, &body).await, StatusCode::OK).await["jobs"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn job(app: &TestApp, org: &TestOrg, job_id: &str) -> Value {
+    json_of(
+        app.get(&format!("/api/training/jobs/{job_id}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await
+}
+
+async fn worker_post(app: &TestApp, route: &str, body: Value) -> reqwest::Response {
+    app.post(
+        &format!("/api/training/internal/jobs/{route}"),
+        INTERNAL_KEY,
+        &body,
+    )
+    .await
+}
+
+/// An organization with a project and a balance for ten run fees.
+async fn funded(app: &TestApp, name: &str) -> (TestOrg, String) {
+    let org = app.create_org(name).await;
+    let project = app.create_project(&org, "Agents").await;
+    let promo = app
+        .post(
+            "/api/billing/promo-code",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "code": "WELCOME10"}),
+        )
+        .await;
+    assert_eq!(promo.status(), StatusCode::OK);
+    (org, project)
+}
+
+#[actix_web::test]
+async fn each_action_has_its_own_body() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let tracer = enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "tracer", "environmentSlug": "acme/agents/env", "model": "m", "input": {"k": 1}}),
+    )
+    .await;
+    assert_eq!(tracer["status"], "queued");
+    assert_eq!(tracer["action"], "tracer");
+    assert_eq!(tracer["attempts"], 0);
+    assert_eq!(tracer["orgId"], org.org_id.as_str());
+    assert_eq!(tracer["projectId"], project.as_str());
+    for key in [
+        "jobId",
+        "trainingTaskId",
+        "workerId",
+        "stopRequested",
+        "liveStatus",
+        "result",
+        "error",
+        "createdAt",
+        "updatedAt",
+        "claimedAt",
+        "heartbeatAt",
+        "finishedAt",
+    ] {
+        assert!(tracer.get(key).is_some(), "job view has {key}");
+    }
+    enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "draft", "prompt": "write a plan", "trainingTaskId": "task-1"}),
+    )
+    .await;
+    enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "optimize", "baseModel": "m", "objective": "accuracy"}),
+    )
+    .await;
+    enqueue(&app, &org, &project, json!({"action": "training", "model": "meta-llama/Llama-3.1-8B-Instruct", "environmentSlug": "acme/agents/env", "algorithm": "grpo", "gpuType": "h100"})).await;
+
+    let post = |body: Value| {
+        let mut body = body;
+        body["projectId"] = json!(project);
+        app.post_later("/api/training/jobs", &org.api_key, &body)
+    };
+    // A field of another action is unknown here.
+    let issues = validation_issues(post(json!({"action": "draft", "model": "m"})).await).await;
+    assert_eq!(issues[0]["type"], "extra_forbidden");
+    assert_eq!(issues[0]["loc"], json!(["body", "model"]));
+    let issues = validation_issues(post(json!({"action": "training", "model": "m"})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "environmentSlug"]));
+    assert_eq!(issues[0]["type"], "missing");
+    let issues = validation_issues(
+        post(json!({"action": "training", "model": "", "environmentSlug": "Bad Slug"})).await,
+    )
+    .await;
+    assert_eq!(issues.len(), 2);
+    let issues = validation_issues(post(json!({"action": "deploy"})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "action"]));
+    assert_eq!(issues[0]["type"], "literal_error");
+    let issues = validation_issues(post(json!({})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "action"]));
+    let issues =
+        validation_issues(post(json!({"action": "draft", "trainingTaskId": "x".repeat(101)})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "trainingTaskId"]));
+    let issues = validation_issues(
+        app.post(
+            "/api/training/jobs",
+            &org.api_key,
+            &json!({"action": "draft", "projectId": "nope"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(issues[0]["loc"], json!(["body", "projectId"]));
+}
+
+#[actix_web::test]
+async fn jobs_go_only_to_projects_of_the_callers_organization() {
+    let app = spawn_app().await;
+    let (acme, _) = funded(&app, "Acme").await;
+    let (globex, globex_project) = funded(&app, "Globex").await;
+    let body = json!({"action": "tracer", "projectId": globex_project});
+    assert_error(
+        app.post("/api/training/jobs", &acme.api_key, &body).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let theirs = tracer(&app, &globex, &globex_project).await;
+    let path = format!("/api/training/jobs/{theirs}");
+    assert_error(app.get(&path, &acme.api_key).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(&format!("{path}/stop"), &acme.api_key, &json!({})).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let list = json_of(app.get("/api/training/jobs", &acme.api_key).await, StatusCode::OK).await;
+    assert_eq!(list, json!({"jobs": [], "count": 0}));
+}
+
+#[actix_web::test]
+async fn listing_filters_limits_and_orders_newest_first() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let other_project = app.create_project(&org, "Other").await;
+    let first = tracer(&app, &org, &project).await;
+    let second = enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "draft", "trainingTaskId": "t-9"}),
+    )
+    .await["jobId"]
+        .clone();
+    let third = tracer(&app, &org, &other_project).await;
+    let list = json_of(app.get("/api/training/jobs", &org.api_key).await, StatusCode::OK).await;
+    let ids: Vec<_> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobId"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!(third), second.clone(), json!(first)]);
+    assert_eq!(list["count"], 3);
+    let limited = json_of(
+        app.get("/api/training/jobs?limit=1", &org.member_token).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(limited["count"], 1);
+    let by_project = json_of(
+        app.get(&format!("/api/training/jobs?projectId={project}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(by_project["count"], 2);
+    let by_task = json_of(
+        app.get("/api/training/jobs?trainingTaskId=t-9", &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(by_task["jobs"][0]["jobId"], second);
+    for bad in [
+        "limit=0",
+        "limit=201",
+        "limit=x",
+        "projectId=",
+        &format!("orgId={}", "o".repeat(101)),
+    ] {
+        let issues =
+            validation_issues(app.get(&format!("/api/training/jobs?{bad}"), &org.api_key).await).await;
+        assert_eq!(issues[0]["loc"][0], "query", "{bad}");
+    }
+    // Reading one job with a mismatching project is "not found".
+    let wrong = app
+        .get(
+            &format!("/api/training/jobs/{first}?projectId={other_project}"),
+            &org.api_key,
+        )
+        .await;
+    assert_error(wrong, StatusCode::NOT_FOUND).await;
+    let right = app
+        .get(
+            &format!("/api/training/jobs/{first}?projectId={project}&trainingTaskId="),
+            &org.api_key,
+        )
+        .await;
+    assert_eq!(right.status(), StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn a_job_runs_to_success_and_repeated_reports_are_harmless() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let id = tracer(&app, &org, &project).await;
+    let claimed = claim(&app, "w1", "tracer", 10).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["job_id"], id.as_str());
+    assert_eq!(claimed[0]["org_id"], org.org_id.as_str());
+    assert_eq!(claimed[0]["project_id"], project.as_str());
+    assert_eq!(claimed[0]["action"], "tracer");
+    assert_eq!(claimed[0]["attempt"], 1);
+    assert!(claimed[0]["payload"].is_object());
+    let running = job(&app, &org, &id).await;
+    assert_eq!(running["status"], "running");
+    assert_eq!(running["workerId"], "w1");
+    assert!(running["claimedAt"].is_string());
+    // Nothing left to claim.
+    assert!(claim(&app, "w2", "tracer", 10).await.is_empty());
+
+    let hb = json_of(
+        worker_post(&app, "heartbeat", json!({"job_id": id, "worker_id": "w1"})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(hb, json!({"ok": true, "stop_requested": false}));
+    assert_error(
+        worker_post(&app, "heartbeat", json!({"job_id": id, "worker_id": "w2"})).await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    let live = worker_post(
+        &app,
+        "live-status",
+        json!({"job_id": id, "worker_id": "w1", "live_status": {"step": 3}}),
+    )
+    .await;
+    assert_eq!(json_of(live, StatusCode::OK).await, json!({"ok": true}));
+    assert_eq!(job(&app, &org, &id).await["liveStatus"], json!({"step": 3}));
+
+    let other = worker_post(&app, "succeeded", json!({"job_id": id, "worker_id": "w2"})).await;
+    assert_error(other, StatusCode::CONFLICT).await;
+    let done = worker_post(
+        &app,
+        "succeeded",
+        json!({"job_id": id, "worker_id": "w1", "result": {"score": 0.9}}),
+    )
+    .await;
+    assert_eq!(json_of(done, StatusCode::OK).await, json!({"ok": true}));
+    let again = worker_post(
+        &app,
+        "succeeded",
+        json!({"job_id": id, "worker_id": "w1", "result": {"score": 0.9}}),
+    )
+    .await;
+    assert_eq!(again.status(), StatusCode::OK);
+    // A different terminal report after the end is a conflict.
+    assert_error(
+        worker_post(
+            &app,
+            "failed",
+            json!({"job_id": id, "worker_id": "w1", "error": "x"}),
+        )
+        .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert_error(
+        worker_post(&app, "heartbeat", json!({"job_id": id, "worker_id": "w1"})).await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    let finished = job(&app, &org, &id).await;
+    assert_eq!(finished["status"], "succeeded");
+    assert_eq!(finished["result"], json!({"score": 0.9}));
+    assert!(finished["finishedAt"].is_string());
+    assert_error(
+        app.post(&format!("/api/training/jobs/{id}/stop"), &org.api_key, &json!({}))
+            .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert_error(
+        worker_post(&app, "succeeded", json!({"job_id": "nope", "worker_id": "w1"})).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+}
+
+#[actix_web::test]
+async fn blocked_and_failed_reports_end_a_job() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let a = tracer(&app, &org, &project).await;
+    let b = tracer(&app, &org, &project).await;
+    claim(&app, "w", "tracer", 2).await;
+    let blocked = worker_post(
+        &app,
+        "blocked",
+        json!({"job_id": a, "worker_id": "w", "reason": "needs approval"}),
+    )
+    .await;
+    assert_eq!(blocked.status(), StatusCode::OK);
+    let failed = worker_post(
+        &app,
+        "failed",
+        json!({"job_id": b, "worker_id": "w", "error": "OOM"}),
+    )
+    .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+    assert_eq!(job(&app, &org, &a).await["status"], "blocked");
+    assert_eq!(job(&app, &org, &a).await["error"], "needs approval");
+    assert_eq!(job(&app, &org, &b).await["status"], "failed");
+    assert_eq!(job(&app, &org, &b).await["error"], "OOM");
+    let issues =
+        validation_issues(worker_post(&app, "blocked", json!({"job_id": a, "worker_id": "w"})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "reason"]));
+}
+
+#[actix_web::test]
+async fn stopping_a_queued_job_and_a_running_one() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let queued = tracer(&app, &org, &project).await;
+    let stopped = json_of(
+        app.post(
+            &format!("/api/training/jobs/{queued}/stop"),
+            &org.member_token,
+            &json!({"orgId": org.org_id, "reason": "changed my mind"}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(stopped["status"], "user_stopped");
+    assert!(
+        claim(&app, "w", "tracer", 5).await.is_empty(),
+        "a stopped job is never handed out"
+    );
+
+    let running = tracer(&app, &org, &project).await;
+    claim(&app, "w", "tracer", 5).await;
+    // No body at all is allowed.
+    let response = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/api/training/jobs/{running}/stop"),
+            Some(&org.api_key),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(response, StatusCode::OK).await["status"], "stopping");
+    let again = app
+        .post(
+            &format!("/api/training/jobs/{running}/stop"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(json_of(again, StatusCode::OK).await["status"], "stopping");
+    let hb = json_of(
+        worker_post(&app, "heartbeat", json!({"job_id": running, "worker_id": "w"})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(hb["stop_requested"], true);
+    let ack = worker_post(&app, "user-stopped", json!({"job_id": running, "worker_id": "w"})).await;
+    assert_eq!(ack.status(), StatusCode::OK);
+    assert_eq!(job(&app, &org, &running).await["status"], "user_stopped");
+}
+
+#[actix_web::test]
+async fn claims_bill_the_run_fee_once_and_block_jobs_that_cannot_pay() {
+    let app = spawn_app().await;
+    let broke = app.create_org("Broke").await;
+    let broke_project = app.create_project(&broke, "P").await;
+    let unpaid = tracer(&app, &broke, &broke_project).await;
+    assert!(claim(&app, "w", "tracer", 10).await.is_empty());
+    let blocked = job(&app, &broke, &unpaid).await;
+    assert_eq!(blocked["status"], "blocked");
+    assert!(blocked["error"].as_str().unwrap().contains("balance"));
+
+    let app = spawn_app_with(|s| s.queue.stale_after_secs = 1).await;
+    let (org, project) = funded(&app, "Acme").await;
+    let id = tracer(&app, &org, &project).await;
+    claim(&app, "w1", "tracer", 1).await;
+    assert_eq!(app.balance_microcents(&org).await, 900_000_000);
+    // The worker dies; the job is requeued and claimed again, without a second fee.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let swept = json_of(
+        worker_post(&app, "requeue-stale", json!({})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(swept, json!({"requeued": 1, "failed": 0, "stopped": 0}));
+    let again = claim(&app, "w2", "tracer", 1).await;
+    assert_eq!(again[0]["job_id"], id.as_str());
+    assert_eq!(again[0]["attempt"], 2);
+    assert_eq!(app.balance_microcents(&org).await, 900_000_000);
+    app.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
+async fn stale_jobs_are_requeued_then_failed_and_stopping_ones_end_stopped() {
+    let app = spawn_app_with(|s| {
+        s.queue.stale_after_secs = 1;
+        s.queue.max_attempts = 2;
+        s.queue.sweep_interval_secs = 0;
+    })
+    .await;
+    let (org, project) = funded(&app, "Acme").await;
+    let flaky = tracer(&app, &org, &project).await;
+    let stopping = tracer(&app, &org, &project).await;
+    claim(&app, "w1", "tracer", 2).await;
+    app.post(
+        &format!("/api/training/jobs/{stopping}/stop"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await;
+    // A fresh heartbeat keeps a job alive.
+    let alive = tracer(&app, &org, &project).await;
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1200)).await;
+    claim(&app, "w9", "tracer", 1).await;
+    let swept = json_of(
+        worker_post(&app, "requeue-stale", json!({})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(swept, json!({"requeued": 1, "failed": 0, "stopped": 1}));
+    assert_eq!(job(&app, &org, &stopping).await["status"], "user_stopped");
+    assert_eq!(job(&app, &org, &alive).await["status"], "running");
+    assert_eq!(job(&app, &org, &flaky).await["status"], "queued");
+    // The stale worker's late report is refused.
+    assert_error(
+        worker_post(&app, "succeeded", json!({"job_id": flaky, "worker_id": "w1"})).await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+
+    let second = claim(&app, "w2", "tracer", 1).await;
+    assert_eq!(second[0]["attempt"], 2);
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let swept = json_of(
+        worker_post(&app, "requeue-stale", json!({})).await,
+        StatusCode::OK,
+    )
+    .await;
+    // flaky's attempts are spent; alive (claimed once) goes back to the queue.
+    assert_eq!(swept, json!({"requeued": 1, "failed": 1, "stopped": 0}));
+    assert_eq!(job(&app, &org, &alive).await["status"], "queued");
+    let failed = job(&app, &org, &flaky).await;
+    assert_eq!(failed["status"], "failed");
+    assert!(failed["error"].as_str().unwrap().contains("heartbeat"));
+}
+
+#[actix_web::test]
+async fn the_scheduled_sweep_requeues_without_being_asked() {
+    let app = spawn_app_with(|s| {
+        s.queue.stale_after_secs = 1;
+        s.queue.sweep_interval_secs = 1;
+    })
+    .await;
+    let (org, project) = funded(&app, "Acme").await;
+    let id = tracer(&app, &org, &project).await;
+    claim(&app, "w1", "tracer", 1).await;
+    assert!(eventually(|| async { job(&app, &org, &id).await["status"] == "queued" }).await);
+}
+
+#[actix_web::test]
+async fn requeue_interrupted_returns_a_workers_jobs() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let a = tracer(&app, &org, &project).await;
+    let b = tracer(&app, &org, &project).await;
+    let c = tracer(&app, &org, &project).await;
+    claim(&app, "w1", "tracer", 2).await;
+    claim(&app, "w2", "tracer", 1).await;
+    let requeued = json_of(
+        worker_post(&app, "requeue-interrupted", json!({"worker_id": "w1"})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(requeued, json!({"requeued": 2}));
+    assert_eq!(job(&app, &org, &a).await["status"], "queued");
+    assert_eq!(job(&app, &org, &b).await["status"], "queued");
+    assert_eq!(job(&app, &org, &c).await["status"], "running");
+    let reclaimed = claim(&app, "w3", "tracer", 5).await;
+    assert!(reclaimed.iter().all(|j| j["attempt"] == 2));
+    let issues =
+        validation_issues(worker_post(&app, "requeue-interrupted", json!({"worker_id": ""})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "worker_id"]));
+}
+
+#[actix_web::test]
+async fn claim_requests_are_validated() {
+    let app = spawn_app().await;
+    for (body, loc) in [
+        (json!({"worker_id": "w", "action": "tracer", "limit": 0}), "limit"),
+        (
+            json!({"worker_id": "w", "action": "tracer", "limit": 101}),
+            "limit",
+        ),
+        (
+            json!({"worker_id": "", "action": "tracer", "limit": 1}),
+            "worker_id",
+        ),
+        (
+            json!({"worker_id": "w".repeat(201), "action": "tracer", "limit": 1}),
+            "worker_id",
+        ),
+        (
+            json!({"worker_id": "w", "action": "deploy", "limit": 1}),
+            "action",
+        ),
+        (
+            json!({"worker_id": "w", "action": "tracer", "limit": 1, "extra": 1}),
+            "extra",
+        ),
+        (json!({"worker_id": "w", "action": "tracer"}), "limit"),
+    ] {
+        let issues = validation_issues(app.post(CLAIM, INTERNAL_KEY, &body).await).await;
+        assert_eq!(issues[0]["loc"], json!(["body", loc]), "{body}");
+    }
+    let org = app.create_org("Acme").await;
+    let user = app
+        .post(
+            CLAIM,
+            &org.api_key,
+            &json!({"worker_id": "w", "action": "tracer", "limit": 1}),
+        )
+        .await;
+    assert_error(user, StatusCode::FORBIDDEN).await;
+}
+
+#[actix_web::test]
+async fn claims_are_per_action() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let draft = enqueue(&app, &org, &project, json!({"action": "draft"})).await["jobId"].clone();
+    tracer(&app, &org, &project).await;
+    let claimed = claim(&app, "w", "draft", 10).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["job_id"], draft);
+}
+
+#[actix_web::test]
+async fn one_organizations_burst_does_not_starve_another() {
+    let app = spawn_app().await;
+    let (busy, busy_project) = funded(&app, "Busy").await;
+    let (small, small_project) = funded(&app, "Small").await;
+    for _ in 0..6 {
+        let burst = (0..50).map(|_| {
+            app.post_later(
+                "/api/training/jobs",
+                &busy.api_key,
+                &json!({"action": "tracer", "projectId": busy_project}),
+            )
+        });
+        for response in join_all(burst).await {
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+        }
+    }
+    let lonely = tracer(&app, &small, &small_project).await;
+    let first = claim(&app, "w", "tracer", 10).await;
+    assert_eq!(first.len(), 10);
+    assert!(
+        first.iter().any(|j| j["job_id"] == lonely.as_str()),
+        "the small org's job is in the first batch"
+    );
+}
+
+#[actix_web::test]
+async fn concurrent_claimers_get_disjoint_jobs_and_together_all() {
+    let app = spawn_app().await;
+    let second = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "P").await;
+    // 60 jobs, fees covered.
+    for _ in 0..6 {
+        app.fund(&org, 1000).await;
+    }
+    for _ in 0..60 {
+        tracer(&app, &org, &project).await;
+    }
+    let claims: Vec<_> = (0..12)
+        .map(|i| {
+            let instance = if i % 2 == 0 { &app } else { &second };
+            instance.post_later(
+                CLAIM,
+                INTERNAL_KEY,
+                &json!({"worker_id": format!("w{i}"), "action": "tracer", "limit": 7}),
+            )
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for response in join_all(claims).await {
+        for job in json_of(response, StatusCode::OK).await["jobs"]
+            .as_array()
+            .unwrap()
+        {
+            total += 1;
+            assert!(
+                seen.insert(job["job_id"].as_str().unwrap().to_owned()),
+                "a job went to two workers"
+            );
+        }
+    }
+    // Whatever the first round left is claimed by the next.
+    while total < 60 {
+        let more = claim(&app, "late", "tracer", 100).await;
+        assert!(!more.is_empty(), "jobs were lost: {total} of 60");
+        for job in more {
+            total += 1;
+            assert!(seen.insert(job["job_id"].as_str().unwrap().to_owned()));
+        }
+    }
+    assert_eq!(seen.len(), 60);
+    // One fee per job.
+    let (balance, _) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!(balance, 6_000_000_000 - 60 * 100_000_000);
+}
+
+#[actix_web::test]
+async fn secrets_are_encrypted_and_only_the_worker_sees_their_values() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let saved = app
+        .post(
+            "/api/training/secrets",
+            &org.member_token,
+            &json!({"orgId": org.org_id, "secrets": {"HF_TOKEN": "hf_supersecret", "WANDB_API_KEY": "wandb_secret_value"}}),
+        )
+        .await;
+    assert_eq!(
+        json_of(saved, StatusCode::OK).await,
+        json!({"names": ["HF_TOKEN", "WANDB_API_KEY"]})
+    );
+    let deleted = app
+        .post(
+            "/api/training/secrets",
+            &org.api_key,
+            &json!({"secrets": {"WANDB_API_KEY": ""}}),
+        )
+        .await;
+    assert_eq!(
+        json_of(deleted, StatusCode::OK).await,
+        json!({"names": ["HF_TOKEN"]})
+    );
+    let bad = app
+        .post(
+            "/api/training/secrets",
+            &org.api_key,
+            &json!({"secrets": {"bad name": "x"}}),
+        )
+        .await;
+    assert_eq!(validation_issues(bad).await[0]["loc"], json!(["body", "secrets"]));
+
+    let id = tracer(&app, &org, &project).await;
+    for path in [
+        format!("/api/training/jobs/{id}"),
+        "/api/training/jobs".to_owned(),
+    ] {
+        let text = app.get(&path, &org.api_key).await.text().await.unwrap();
+        assert!(!text.contains("hf_supersecret"));
+    }
+    let worker = json_of(
+        app.get(&format!("/api/training/internal/jobs/{id}"), INTERNAL_KEY)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(worker["secrets"], json!({"HF_TOKEN": "hf_supersecret"}));
+    assert_eq!(worker["jobId"], id.as_str());
+    assert!(worker["payload"].is_object());
+    assert_error(
+        app.get(&format!("/api/training/internal/jobs/{id}"), &org.api_key)
+            .await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_error(
+        app.get("/api/training/internal/jobs/unknown", INTERNAL_KEY).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    use sea_orm::EntityTrait;
+    for row in entities::org_secret::Entity::find().all(&db).await.unwrap() {
+        assert!(!row.sealed.contains("hf_supersecret"));
+    }
+    db.close().await.unwrap();
+}
+
+#[actix_web::test]
+async fn agent_logs_from_users_and_workers_are_listed_newest_first() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let posted = json_of(
+        app.post("/api/agent-logs", &org.api_key, &json!({"content": "first"}))
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(posted["ok"], true);
+    assert!(posted["agent_log_id"].is_string());
+    let internal = app
+        .post(
+            "/api/training/internal/agent-logs",
+            INTERNAL_KEY,
+            &json!({"org_id": org.org_id, "content": "second", "job_id": "j1"}),
+        )
+        .await;
+    assert_eq!(json_of(internal, StatusCode::OK).await["ok"], true);
+    let list = json_of(
+        app.get(
+            &format!("/api/training/internal/agent-logs?org_id={}", org.org_id),
+            INTERNAL_KEY,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(list["count"], 2);
+    assert_eq!(list["logs"][0]["content"], "second");
+    assert_eq!(list["logs"][0]["source"], "internal");
+    assert_eq!(list["logs"][1]["source"], "api");
+    assert_eq!(list["logs"][1]["agent_log_id"], posted["agent_log_id"]);
+    let one = json_of(
+        app.get(
+            &format!("/api/training/internal/agent-logs?org_id={}&limit=1", org.org_id),
+            INTERNAL_KEY,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(one["count"], 1);
+
+    for body in [
+        json!({"content": ""}),
+        json!({"content": "x".repeat(50_001)}),
+        json!({"content": "x", "level": "info"}),
+    ] {
+        validation_issues(app.post("/api/agent-logs", &org.api_key, &body).await).await;
+    }
+    assert_eq!(
+        app.post(
+            "/api/agent-logs",
+            &org.api_key,
+            &json!({"content": "x".repeat(50_000)})
+        )
+        .await
+        .status(),
+        StatusCode::OK
+    );
+    for query in ["limit=0", "limit=501"] {
+        let response = app
+            .get(
+                &format!("/api/training/internal/agent-logs?org_id={}&{query}", org.org_id),
+                INTERNAL_KEY,
+            )
+            .await;
+        validation_issues(response).await;
+    }
+    validation_issues(app.get("/api/training/internal/agent-logs", INTERNAL_KEY).await).await;
+}
+
+#[actix_web::test]
+async fn agent_usage_is_upserted_per_account_and_timelines_sync() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let report = json!({"account_label": "codex-1", "plan_type": "pro", "primary_used_percent": 42.5,
+                        "primary_window_minutes": 300, "primary_resets_at": "2026-11-22T05:00:00Z", "secondary_used_percent": 3});
+    let first = app
+        .post("/api/training/internal/agent-usage", INTERNAL_KEY, &report)
+        .await;
+    assert_eq!(json_of(first, StatusCode::OK).await, json!({"upserted": 1}));
+    let second = app
+        .post(
+            "/api/training/internal/agent-usage",
+            INTERNAL_KEY,
+            &json!({"account_label": "codex-1", "primary_resets_at": 1_790_000_000}),
+        )
+        .await;
+    assert_eq!(second.status(), StatusCode::OK);
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    use sea_orm::EntityTrait;
+    let rows = entities::agent_usage::Entity::find().all(&db).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].report.contains("1790000000"));
+    db.close().await.unwrap();
+    let bad = app
+        .post(
+            "/api/training/internal/agent-usage",
+            INTERNAL_KEY,
+            &json!({"account_label": ""}),
+        )
+        .await;
+    assert_eq!(
+        validation_issues(bad).await[0]["loc"],
+        json!(["body", "account_label"])
+    );
+    let bad = app
+        .post(
+            "/api/training/internal/agent-usage",
+            INTERNAL_KEY,
+            &json!({"account_label": "a", "plan_type": "p".repeat(101)}),
+        )
+        .await;
+    assert_eq!(
+        validation_issues(bad).await[0]["loc"],
+        json!(["body", "plan_type"])
+    );
+
+    let sync = app
+        .post(
+            "/api/training/internal/optimizer-timelines/sync",
+            INTERNAL_KEY,
+            &json!({"org_id": org.org_id, "timelines": [{"timeline_id": "t1", "events": [{"step": 1}]}, {"timeline_id": "t2", "events": []}]}),
+        )
+        .await;
+    assert_eq!(json_of(sync, StatusCode::OK).await, json!({"synced": 2}));
+    let unknown = app
+        .post(
+            "/api/training/internal/optimizer-timelines/sync",
+            INTERNAL_KEY,
+            &json!({"org_id": uuid::Uuid::new_v4(), "timelines": []}),
+        )
+        .await;
+    assert_error(unknown, StatusCode::NOT_FOUND).await;
+}
