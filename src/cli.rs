@@ -64,6 +64,18 @@ pub enum BenchTarget {
         #[arg(long, default_value_t = 1_000)]
         orgs: usize,
     },
+    /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
+    Queue {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 20_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 8)]
+        workers: usize,
+        /// Requests in flight while enqueueing.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +146,20 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                     requests,
                     concurrency,
                     spread_orgs: orgs,
+                })
+                .await
+            }
+            BenchTarget::Queue {
+                postgres_url,
+                jobs,
+                workers,
+                concurrency,
+            } => {
+                crate::bench::queue::run(crate::bench::queue::QueueBench {
+                    postgres_url,
+                    jobs,
+                    workers,
+                    concurrency,
                 })
                 .await
             }

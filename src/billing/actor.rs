@@ -99,8 +99,16 @@ impl LedgerActor {
         self.flushing = true;
         let shared = self.shared.clone();
         let org_id = self.org_id.clone();
-        let commit = async move { commit_batch(&shared.db, &org_id, ops).await };
+        // Its own task, so the commit always runs to its end (never frozen or dropped with
+        // the actor's context while it holds a connection).
+        let commit = actix::spawn(async move { commit_batch(&shared.db, &org_id, ops).await });
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            let result = result.unwrap_or_else(|e| BatchResult {
+                outcomes: (0..replies.len())
+                    .map(|_| Err(LedgerError::Unavailable(format!("ledger task failed: {e}"))))
+                    .collect(),
+                account: None,
+            });
             for (reply, outcome) in replies.into_iter().zip(result.outcomes) {
                 if let Some(reply) = reply {
                     // The caller may have gone; the change is committed either way.
@@ -125,12 +133,12 @@ impl LedgerActor {
         self.topup_in_flight = true;
         let shared = self.shared.clone();
         let org_id = self.org_id.clone();
-        let run = async move {
+        let run = actix::spawn(async move {
             auto_topup::charge(&shared.db, &shared.payments, &org_id, settings.amount_cents).await
-        };
+        });
         ctx.spawn(run.into_actor(self).map(|credit, act, ctx| {
             act.topup_in_flight = false;
-            match credit {
+            match credit.ok().flatten() {
                 Some(op) => act.enqueue(op, None, ctx),
                 None => act.notify_if_idle(),
             }

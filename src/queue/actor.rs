@@ -64,9 +64,11 @@ impl QueueActor {
         self.flushing = true;
         let (reports, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let db = self.db.clone();
-        let apply = async move { repo::apply_reports(&db, &reports).await };
+        // Its own task: a database call must never be frozen mid-way (holding a pooled
+        // connection) while the actor waits on a claim.
+        let apply = actix::spawn(async move { repo::apply_reports(&db, &reports).await });
         ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
-            match outcomes {
+            match outcomes.unwrap_or_else(|e| Err(sea_orm::DbErr::Custom(e.to_string()))) {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         let _ = reply.send(Ok(outcome));
@@ -91,21 +93,19 @@ impl Actor for QueueActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
         if !self.config.sweep_interval.is_zero() {
-            ctx.run_interval(self.config.sweep_interval, |act, ctx| {
+            ctx.run_interval(self.config.sweep_interval, |act, _| {
                 let db = act.db.clone();
                 let config = act.config.clone();
-                ctx.spawn(
-                    async move {
-                        match sweep(&db, &config).await {
-                            Ok(counts) if counts != SweepCounts::default() => {
-                                tracing::info!(?counts, "stale job sweep");
-                            }
-                            Ok(_) => {}
-                            Err(err) => tracing::warn!(error = %err, "stale job sweep failed"),
+                // Its own task, like every database call of this actor.
+                actix::spawn(async move {
+                    match sweep(&db, &config).await {
+                        Ok(counts) if counts != SweepCounts::default() => {
+                            tracing::info!(?counts, "stale job sweep");
                         }
+                        Ok(_) => {}
+                        Err(err) => tracing::warn!(error = %err, "stale job sweep failed"),
                     }
-                    .into_actor(act),
-                );
+                });
             });
         }
     }
@@ -132,11 +132,13 @@ impl Handler<Claim> for QueueActor {
         let db = self.db.clone();
         let ledger = self.ledger.clone();
         let fee = cents_to_micros(self.config.run_fee_cents);
+        let claim = actix::spawn(async move { claim_and_bill(&db, &ledger, fee, msg).await });
         AtomicResponse::new(Box::pin(
             async move {
-                claim_and_bill(&db, &ledger, fee, msg)
-                    .await
-                    .map_err(|e| e.to_string())
+                match claim.await {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
             }
             .into_actor(self),
         ))

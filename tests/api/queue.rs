@@ -884,3 +884,41 @@ async fn agent_usage_is_upserted_per_account_and_timelines_sync() {
         .await;
     assert_error(unknown, StatusCode::NOT_FOUND).await;
 }
+
+#[actix_web::test]
+async fn workers_claiming_and_reporting_at_once_never_stall() {
+    // Found by `keel bench queue`: with SQLite's single connection, a report batch frozen
+    // mid-query while a claim held the queue actor deadlocked the pool.
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    for _ in 0..10 {
+        tracer(&app, &org, &project).await;
+    }
+    let worker = |name: &'static str| {
+        let app = &app;
+        async move {
+            let mut done = 0;
+            loop {
+                let jobs = claim(app, name, "tracer", 3).await;
+                if jobs.is_empty() {
+                    return done;
+                }
+                let reports = jobs.iter().map(|job| {
+                    app.post_later(
+                        "/api/training/internal/jobs/succeeded",
+                        INTERNAL_KEY,
+                        &json!({"job_id": job["job_id"], "worker_id": name}),
+                    )
+                });
+                for response in join_all(reports).await {
+                    assert_eq!(response.status(), StatusCode::OK);
+                }
+                done += jobs.len();
+            }
+        }
+    };
+    let done: usize = join_all([worker("a"), worker("b"), worker("c")]).await.into_iter().sum();
+    assert_eq!(done, 10);
+    let list = json_of(app.get("/api/training/jobs", &org.api_key).await, StatusCode::OK).await;
+    assert!(list["jobs"].as_array().unwrap().iter().all(|j| j["status"] == "succeeded"));
+}

@@ -1,0 +1,237 @@
+//! `keel bench queue`: enqueue N jobs over HTTP, then workers claim in batches and report
+//! `succeeded` for each; enqueue/s, end-to-end jobs/s and claim latency, against a
+//! baseline of one job per claim and one report per transaction.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use entities::training_job;
+use futures_util::future::join_all;
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use serde_json::{json, Value};
+
+use super::{bench_settings, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
+use crate::billing::ledger::{EntryKind, LedgerOp};
+use crate::billing::money::cents_to_micros;
+use crate::startup::Application;
+
+pub struct QueueBench {
+    pub postgres_url: Option<String>,
+    pub jobs: usize,
+    pub workers: usize,
+    pub concurrency: usize,
+}
+
+struct Row {
+    database: &'static str,
+    mode: &'static str,
+    enqueue_per_second: f64,
+    jobs_per_second: f64,
+    claim_p50: Duration,
+    claim_p99: Duration,
+    succeeded: u64,
+}
+
+pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
+    let mut databases: Vec<(&'static str, Option<&str>)> = vec![("SQLite", None)];
+    if let Some(url) = &bench.postgres_url {
+        databases.push(("PostgreSQL", Some(url.as_str())));
+    }
+    let mut rows = Vec::new();
+    for (database, admin_url) in databases {
+        for (mode, claim_limit, max_batch) in [
+            ("batched claims (100) + group-committed reports", 100, 512),
+            ("baseline: 1 job per claim, 1 report per txn", 1, 1),
+        ] {
+            let row = run_one(&bench, database, admin_url, mode, claim_limit, max_batch).await?;
+            eprintln!(
+                "{database} {mode}: enqueue {:.0}/s, end-to-end {:.0} jobs/s, claim p50 {} ms p99 {} ms",
+                row.enqueue_per_second,
+                row.jobs_per_second,
+                millis(row.claim_p50),
+                millis(row.claim_p99)
+            );
+            rows.push(row);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "| database | mode | enqueue/s | end-to-end jobs/s | claim p50 ms | claim p99 ms | succeeded |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|")?;
+    for r in rows {
+        writeln!(
+            out,
+            "| {} | {} | {:.0} | {:.0} | {} | {} | {} |",
+            r.database,
+            r.mode,
+            r.enqueue_per_second,
+            r.jobs_per_second,
+            millis(r.claim_p50),
+            millis(r.claim_p99),
+            r.succeeded
+        )?;
+    }
+    Ok(())
+}
+
+async fn run_one(
+    bench: &QueueBench,
+    database: &'static str,
+    admin_url: Option<&str>,
+    mode: &'static str,
+    claim_limit: usize,
+    max_batch: usize,
+) -> anyhow::Result<Row> {
+    let db = BenchDb::create(admin_url).await?;
+    let mut settings = bench_settings(&db.url)?;
+    settings.billing.max_batch = max_batch;
+    settings.queue.sweep_interval_secs = 0;
+    let fee_cents = settings.billing.flat_run_fee_cents;
+    let app = Application::build(settings).await?;
+    let port = app.port();
+    let state = app.state().clone();
+    let handle = app.handle();
+    let server = actix_web::rt::spawn(app.run_until_stopped());
+
+    let org = crate::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = crate::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
+    let project = crate::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
+    let funding = LedgerOp::credit(
+        EntryKind::Topup,
+        cents_to_micros(fee_cents * bench.jobs as i64),
+        Some("bench-funding".into()),
+        "bench funding",
+    );
+    state
+        .ledger
+        .submit(&org.org_id, funding)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let enqueue = {
+        let client = client.clone();
+        let url = format!("{base}/api/training/jobs");
+        let body = json!({"action": "tracer", "projectId": project.id});
+        let api_key = key.secret.clone();
+        move |_: usize| client.post(&url).bearer_auth(&api_key).json(&body)
+    };
+    let enqueued = run_load(bench.concurrency, bench.jobs, enqueue).await;
+    if enqueued.ok != bench.jobs {
+        anyhow::bail!("only {} of {} jobs were enqueued", enqueued.ok, bench.jobs);
+    }
+
+    let (claim_latencies, elapsed) =
+        run_workers(client, base, bench.workers, claim_limit, bench.jobs).await?;
+    let succeeded = training_job::Entity::find()
+        .filter(training_job::Column::Status.eq("succeeded"))
+        .count(&state.db)
+        .await?;
+    if succeeded != bench.jobs as u64 {
+        anyhow::bail!("{succeeded} of {} jobs succeeded", bench.jobs);
+    }
+    handle.stop(true).await;
+    let _ = server.await;
+    db.drop_now().await;
+    let percentile = |p: f64| {
+        let idx = ((claim_latencies.len().max(1) - 1) as f64 * p).round() as usize;
+        claim_latencies.get(idx).copied().unwrap_or_default()
+    };
+    Ok(Row {
+        database,
+        mode,
+        enqueue_per_second: enqueued.per_second(),
+        jobs_per_second: bench.jobs as f64 / elapsed.as_secs_f64(),
+        claim_p50: percentile(0.5),
+        claim_p99: percentile(0.99),
+        succeeded,
+    })
+}
+
+/// Workers on a runtime of their own: claim, then report every claimed job succeeded.
+async fn run_workers(
+    client: reqwest::Client,
+    base: String,
+    workers: usize,
+    claim_limit: usize,
+    total: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map(|rt| rt.block_on(drive_workers(client, base, workers, claim_limit, total)));
+        let _ = tx.send(result);
+    });
+    rx.await
+        .map_err(|_| anyhow::anyhow!("the worker runtime died"))?
+        .map_err(anyhow::Error::from)?
+}
+
+async fn drive_workers(
+    client: reqwest::Client,
+    base: String,
+    workers: usize,
+    claim_limit: usize,
+    total: usize,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let client = client.clone();
+        let base = base.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let worker_id = format!("bench-worker-{w}");
+            let mut latencies = Vec::new();
+            while done.load(Ordering::Relaxed) < total {
+                let sent = Instant::now();
+                let claimed: Value = client
+                    .post(format!("{base}/api/training/internal/jobs/claim"))
+                    .bearer_auth(BENCH_INTERNAL_KEY)
+                    .json(&json!({"worker_id": worker_id, "action": "tracer", "limit": claim_limit}))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                latencies.push(sent.elapsed());
+                let jobs = claimed["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                let reports = jobs.iter().map(|job| {
+                    client
+                        .post(format!("{base}/api/training/internal/jobs/succeeded"))
+                        .bearer_auth(BENCH_INTERNAL_KEY)
+                        .json(&json!({"job_id": job["job_id"], "worker_id": worker_id}))
+                        .send()
+                });
+                for response in join_all(reports).await {
+                    if !response?.status().is_success() {
+                        anyhow::bail!("a succeeded report was refused");
+                    }
+                }
+                done.fetch_add(jobs.len(), Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    Ok((latencies, elapsed))
+}
