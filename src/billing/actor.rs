@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use sea_orm::DatabaseConnection;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::auto_topup;
-use super::ledger::{apply_batch, AccountAfter, BatchResult, LedgerError, LedgerOp, Outcome};
+use super::ledger::{apply_batch, apply_group, AccountAfter, BatchResult, LedgerError, LedgerOp, Outcome};
 use super::money::cents_to_micros;
 use super::payments::Payments;
 
@@ -33,6 +33,72 @@ struct Shared {
     db: DatabaseConnection,
     payments: Arc<Payments>,
     config: LedgerConfig,
+    committer: mpsc::Sender<Pending>,
+}
+
+/// One organization's batch waiting for the committer.
+struct Pending {
+    org_id: String,
+    ops: Vec<LedgerOp>,
+    reply: oneshot::Sender<BatchResult>,
+}
+
+impl Shared {
+    /// Commits through the shared committer, which puts the batches of every organization
+    /// waiting at that moment into one transaction.
+    async fn commit(&self, org_id: String, ops: Vec<LedgerOp>) -> BatchResult {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending { org_id, ops, reply };
+        if let Err(mpsc::error::SendError(pending)) = self.committer.send(pending).await {
+            return commit_batch(&self.db, &pending.org_id, pending.ops).await;
+        }
+        answer.await.unwrap_or_else(|_| BatchResult {
+            outcomes: Vec::new(),
+            account: None,
+        })
+    }
+}
+
+/// Gathers the batches that arrive while a transaction commits (across organizations,
+/// up to `max_ops` operations) and commits them together.
+async fn run_committer(db: DatabaseConnection, mut queue: mpsc::Receiver<Pending>, max_ops: usize) {
+    while let Some(first) = queue.recv().await {
+        let mut size = first.ops.len();
+        let mut group = vec![first];
+        while size < max_ops {
+            match queue.try_recv() {
+                Ok(next) => {
+                    size += next.ops.len();
+                    group.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        group.sort_by(|a, b| a.org_id.cmp(&b.org_id));
+        if group.len() == 1 {
+            if let Some(only) = group.pop() {
+                let result = commit_batch(&db, &only.org_id, only.ops).await;
+                let _ = only.reply.send(result);
+            }
+            continue;
+        }
+        let batches: Vec<(String, Vec<LedgerOp>)> =
+            group.iter().map(|p| (p.org_id.clone(), p.ops.clone())).collect();
+        match apply_group(&db, &batches).await {
+            Ok(results) => {
+                for (pending, result) in group.into_iter().zip(results) {
+                    let _ = pending.reply.send(result);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, orgs = group.len(), "grouped ledger commit failed; committing each organization alone");
+                for pending in group {
+                    let result = commit_batch(&db, &pending.org_id, pending.ops).await;
+                    let _ = pending.reply.send(result);
+                }
+            }
+        }
+    }
 }
 
 pub struct LedgerActor {
@@ -101,7 +167,7 @@ impl LedgerActor {
         let org_id = self.org_id.clone();
         // Its own task, so the commit always runs to its end (never frozen or dropped with
         // the actor's context while it holds a connection).
-        let commit = actix::spawn(async move { commit_batch(&shared.db, &org_id, ops).await });
+        let commit = actix::spawn(async move { shared.commit(org_id, ops).await });
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.unwrap_or_else(|e| BatchResult {
                 outcomes: (0..replies.len())
@@ -227,10 +293,17 @@ pub struct Ledger {
 impl Ledger {
     pub fn new(db: DatabaseConnection, payments: Arc<Payments>, config: LedgerConfig) -> Self {
         let arbiter = actix::Arbiter::new();
+        let (committer, queue) = mpsc::channel(4096);
+        arbiter.spawn(run_committer(db.clone(), queue, config.max_batch.max(1)));
         Self {
             handle: arbiter.handle(),
             arbiter: Arc::new(Mutex::new(Some(arbiter))),
-            shared: Arc::new(Shared { db, payments, config }),
+            shared: Arc::new(Shared {
+                db,
+                payments,
+                config,
+                committer,
+            }),
             actors: Arc::new(Mutex::new(HashMap::new())),
         }
     }

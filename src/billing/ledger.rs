@@ -179,8 +179,34 @@ pub async fn apply_batch(
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
     let txn = db.begin().await?;
-    let Some(account) = lock_account(&txn, org_id).await? else {
-        txn.rollback().await?;
+    let result = apply_in_txn(&txn, org_id, ops).await?;
+    txn.commit().await?;
+    Ok(result)
+}
+
+/// Several organizations' batches in one transaction (accounts locked in ascending
+/// order, so instances doing the same never deadlock). `Err`: nothing was written.
+pub async fn apply_group(
+    db: &DatabaseConnection,
+    batches: &[(String, Vec<LedgerOp>)],
+) -> Result<Vec<BatchResult>, DbErr> {
+    debug_assert!(batches.windows(2).all(|w| w[0].0 < w[1].0));
+    let txn = db.begin().await?;
+    let mut results = Vec::with_capacity(batches.len());
+    for (org_id, ops) in batches {
+        results.push(apply_in_txn(&txn, org_id, ops).await?);
+    }
+    txn.commit().await?;
+    Ok(results)
+}
+
+/// Applies `ops` of one organization inside `txn` (which the caller commits).
+async fn apply_in_txn(
+    txn: &sea_orm::DatabaseTransaction,
+    org_id: &str,
+    ops: &[LedgerOp],
+) -> Result<BatchResult, DbErr> {
+    let Some(account) = lock_account(txn, org_id).await? else {
         return Ok(BatchResult {
             outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
             account: None,
@@ -188,7 +214,7 @@ pub async fn apply_batch(
     };
 
     let keys: Vec<String> = ops.iter().filter_map(|op| op.idempotency_key.clone()).collect();
-    let mut applied = applied_keys(&txn, org_id, &keys).await?;
+    let mut applied = applied_keys(txn, org_id, &keys).await?;
     // Serving replays are found by the organization's idempotency key; a request id used
     // by another organization trips the usage table's primary key, and the one-by-one
     // retry of that batch (a batch of one) looks it up globally here.
@@ -212,7 +238,7 @@ pub async fn apply_batch(
     } else {
         serving_usage::Entity::find()
             .filter(serving_usage::Column::RequestId.is_in(usage_ids))
-            .all(&txn)
+            .all(txn)
             .await?
             .into_iter()
             .map(|row| (row.request_id.clone(), usage_row_of(row)))
@@ -317,13 +343,13 @@ pub async fn apply_batch(
     }
 
     if !entries.is_empty() {
-        insert_json_rows(&txn, &LEDGER_ROWS, entries, now).await?;
+        insert_json_rows(txn, &LEDGER_ROWS, entries, now).await?;
         if !usage_rows.is_empty() {
-            insert_json_rows(&txn, &USAGE_ROWS, usage_rows, now).await?;
+            insert_json_rows(txn, &USAGE_ROWS, usage_rows, now).await?;
         }
         if !promo_rows.is_empty() {
             promo_grant::Entity::insert_many(promo_rows)
-                .exec_without_returning(&txn)
+                .exec_without_returning(txn)
                 .await?;
         }
         let mut update = billing_account::Entity::update_many()
@@ -343,10 +369,9 @@ pub async fn apply_batch(
         }
         update
             .filter(billing_account::Column::OrgId.eq(org_id))
-            .exec(&txn)
+            .exec(txn)
             .await?;
     }
-    txn.commit().await?;
     let auto_topup = match (
         account.auto_topup_enabled,
         account.auto_topup_threshold_cents,

@@ -1130,3 +1130,37 @@ async fn two_instances_on_one_database_never_double_charge() {
         (-20 * 360, 20)
     );
 }
+
+#[actix_web::test]
+async fn many_organizations_charged_at_once_each_keep_their_own_rules() {
+    // Their batches share transactions (cross-organization group commit); every
+    // organization's balance rules and invariant still hold on their own.
+    let app = spawn_app().await;
+    let mut orgs = Vec::new();
+    for i in 0..12 {
+        let org = app.create_org(&format!("Org {i}")).await;
+        app.post(
+            "/api/billing/starter-credit",
+            &org.api_key,
+            &json!({"orgId": org.org_id}),
+        )
+        .await;
+        orgs.push(org);
+    }
+    let app = &app;
+    let calls = orgs.iter().flat_map(|org| {
+        (0..8).map(move |i| {
+            app.post_later(
+                "/api/billing/debit",
+                &org.api_key,
+                &json!({"orgId": org.org_id, "runId": format!("r{i}")}),
+            )
+        })
+    });
+    let responses = join_all(calls).await;
+    let ok = responses.iter().filter(|r| r.status() == StatusCode::OK).count();
+    assert_eq!(ok, 12 * 5, "500 cents cover five fees in each organization");
+    for org in &orgs {
+        assert_eq!(app.assert_ledger_invariant(&org.org_id).await, (0, 6));
+    }
+}

@@ -917,8 +917,15 @@ async fn workers_claiming_and_reporting_at_once_never_stall() {
             }
         }
     };
-    let done: usize = join_all([worker("a"), worker("b"), worker("c")]).await.into_iter().sum();
+    let done: usize = join_all([worker("a"), worker("b"), worker("c")])
+        .await
+        .into_iter()
+        .sum();
     assert_eq!(done, 10);
     let list = json_of(app.get("/api/training/jobs", &org.api_key).await, StatusCode::OK).await;
-    assert!(list["jobs"].as_array().unwrap().iter().all(|j| j["status"] == "succeeded"));
+    assert!(list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|j| j["status"] == "succeeded"));
 }
