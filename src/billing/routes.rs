@@ -858,13 +858,14 @@ async fn credit_succeeded_payment(state: &AppState, intent: &Value) -> ApiResult
     let Some(payment_intent_id) = intent["id"].as_str() else {
         return Err(ApiError::BadRequest("payment intent without id".into()));
     };
-    let Some(org_id) = intent["metadata"]["orgId"].as_str() else {
+    let Some(org_id) = intent["metadata"]["orgId"].as_str().map(str::to_ascii_lowercase) else {
         tracing::warn!(
             payment_intent_id,
             "payment_intent.succeeded without metadata.orgId; ignored"
         );
         return Ok(());
     };
+    let org_id = org_id.as_str();
     let cents = intent["amount_received"]
         .as_i64()
         .filter(|c| *c > 0)

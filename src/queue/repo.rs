@@ -362,28 +362,34 @@ pub enum Held {
     NotFound,
 }
 
-async fn held_outcome(db: &impl ConnectionTrait, job_id: &str) -> Result<Held, DbErr> {
-    Ok(match find_job(db, job_id).await? {
-        None => Held::NotFound,
-        Some(_) => Held::NotHeld,
-    })
-}
-
-pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &str, worker_id: &str) -> Result<Held, DbErr> {
-    let now = Utc::now();
-    let updated = training_job::Entity::update_many()
-        .col_expr(training_job::Column::HeartbeatAt, Expr::value(now))
+/// Applies `update` to the job only while `worker_id` holds it (running or stopping);
+/// answers whether it did, and the job's stop request.
+async fn update_held(
+    db: &impl ConnectionTrait,
+    job_id: &str,
+    worker_id: &str,
+    update: sea_orm::UpdateMany<training_job::Entity>,
+) -> Result<Held, DbErr> {
+    let updated = update
         .filter(training_job::Column::Id.eq(job_id))
         .filter(training_job::Column::WorkerId.eq(worker_id))
         .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
         .exec(db)
         .await?
         .rows_affected;
-    if updated == 0 {
-        return held_outcome(db, job_id).await;
-    }
-    let stop_requested = find_job(db, job_id).await?.is_some_and(|j| j.stop_requested);
-    Ok(Held::Yes { stop_requested })
+    Ok(match find_job(db, job_id).await? {
+        None => Held::NotFound,
+        Some(_) if updated == 0 => Held::NotHeld,
+        Some(job) => Held::Yes {
+            stop_requested: job.stop_requested,
+        },
+    })
+}
+
+pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &str, worker_id: &str) -> Result<Held, DbErr> {
+    let update = training_job::Entity::update_many()
+        .col_expr(training_job::Column::HeartbeatAt, Expr::value(Utc::now()));
+    update_held(db, job_id, worker_id, update).await
 }
 
 pub async fn set_live_status(
@@ -392,25 +398,13 @@ pub async fn set_live_status(
     worker_id: &str,
     live_status: &serde_json::Value,
 ) -> Result<Held, DbErr> {
-    let now = Utc::now();
-    let updated = training_job::Entity::update_many()
+    let update = training_job::Entity::update_many()
         .col_expr(
             training_job::Column::LiveStatus,
             Expr::value(live_status.to_string()),
         )
-        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
-        .filter(training_job::Column::Id.eq(job_id))
-        .filter(training_job::Column::WorkerId.eq(worker_id))
-        .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
-        .exec(db)
-        .await?
-        .rows_affected;
-    if updated == 0 {
-        return held_outcome(db, job_id).await;
-    }
-    Ok(Held::Yes {
-        stop_requested: false,
-    })
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(Utc::now()));
+    update_held(db, job_id, worker_id, update).await
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
