@@ -63,6 +63,9 @@ pub enum BenchTarget {
         /// Organizations in the spread scenario.
         #[arg(long, default_value_t = 1_000)]
         orgs: usize,
+        /// Skip the baseline runs.
+        #[arg(long)]
+        skip_baseline: bool,
     },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
@@ -140,12 +143,14 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                 requests,
                 concurrency,
                 orgs,
+                skip_baseline,
             } => {
                 crate::bench::ledger::run(crate::bench::ledger::LedgerBench {
                     postgres_url,
                     requests,
                     concurrency,
                     spread_orgs: orgs,
+                    skip_baseline,
                 })
                 .await
             }

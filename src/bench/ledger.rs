@@ -17,6 +17,8 @@ pub struct LedgerBench {
     pub requests: usize,
     pub concurrency: usize,
     pub spread_orgs: usize,
+    /// Measure group commit only (the baseline is slow on PostgreSQL).
+    pub skip_baseline: bool,
 }
 
 struct Row {
@@ -40,6 +42,9 @@ pub async fn run(bench: LedgerBench) -> anyhow::Result<()> {
     for (database, admin_url) in databases {
         for orgs in [1, bench.spread_orgs] {
             for (mode, max_batch) in [("group commit (actor)", 512), ("baseline: 1 txn per charge", 1)] {
+                if bench.skip_baseline && max_batch == 1 {
+                    continue;
+                }
                 let row = run_one(&bench, database, admin_url, orgs, mode, max_batch).await?;
                 eprintln!(
                     "{database} {} {mode}: {:.0}/s p50 {} ms p99 {} ms",
