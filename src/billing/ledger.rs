@@ -178,59 +178,61 @@ pub async fn apply_batch(
     org_id: &str,
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
-    let txn = db.begin().await?;
-    let result = apply_in_txn(&txn, org_id, ops).await?;
-    txn.commit().await?;
-    Ok(result)
+    let batches = [(org_id.to_owned(), ops.to_vec())];
+    let mut results = apply_group(db, &batches).await?;
+    Ok(results.pop().unwrap_or(BatchResult {
+        outcomes: Vec::new(),
+        account: None,
+    }))
 }
 
-/// Several organizations' batches in one transaction (accounts locked in ascending
-/// order, so instances doing the same never deadlock). `Err`: nothing was written.
+/// Several organizations' batches in one transaction, with set-based statements: one
+/// lock of all accounts (ascending order, so instances doing the same never deadlock),
+/// one look-up of idempotency keys, one insert of entries, one of usage rows, one update
+/// of balances. `Err`: nothing was written.
 pub async fn apply_group(
     db: &DatabaseConnection,
     batches: &[(String, Vec<LedgerOp>)],
 ) -> Result<Vec<BatchResult>, DbErr> {
-    debug_assert!(batches.windows(2).all(|w| w[0].0 < w[1].0));
-    let txn = db.begin().await?;
-    let mut results = Vec::with_capacity(batches.len());
-    for (org_id, ops) in batches {
-        results.push(apply_in_txn(&txn, org_id, ops).await?);
+    let distinct: HashSet<&String> = batches.iter().map(|(org, _)| org).collect();
+    if distinct.len() != batches.len() {
+        // Each planned batch starts from the locked balance: one batch per organization.
+        return Err(DbErr::Custom(
+            "an organization appears twice in one ledger group".into(),
+        ));
     }
-    txn.commit().await?;
-    Ok(results)
-}
+    let txn = db.begin().await?;
+    let org_ids: Vec<String> = batches.iter().map(|(org, _)| org.clone()).collect();
+    let accounts = lock_accounts(&txn, &org_ids).await?;
 
-/// Applies `ops` of one organization inside `txn` (which the caller commits).
-async fn apply_in_txn(
-    txn: &sea_orm::DatabaseTransaction,
-    org_id: &str,
-    ops: &[LedgerOp],
-) -> Result<BatchResult, DbErr> {
-    let Some(account) = lock_account(txn, org_id).await? else {
-        return Ok(BatchResult {
-            outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
-            account: None,
-        });
-    };
-
-    let keys: Vec<String> = ops.iter().filter_map(|op| op.idempotency_key.clone()).collect();
-    let mut applied = applied_keys(txn, org_id, &keys).await?;
+    let keys: Vec<(String, String)> = batches
+        .iter()
+        .flat_map(|(org, ops)| {
+            ops.iter()
+                .filter_map(|op| op.idempotency_key.clone().map(|k| (org.clone(), k)))
+        })
+        .collect();
+    let mut applied = applied_keys(&txn, &keys).await?;
     // Serving replays are found by the organization's idempotency key; a request id used
     // by another organization trips the usage table's primary key, and the one-by-one
     // retry of that batch (a batch of one) looks it up globally here.
-    let usage_ids: Vec<String> = ops
+    let single = batches.iter().map(|(_, ops)| ops.len()).sum::<usize>() == 1;
+    let usage_ids: Vec<String> = batches
         .iter()
-        .filter_map(|op| match &op.side {
-            SideEffect::ServingUsage(row)
-                if ops.len() == 1
-                    || op
-                        .idempotency_key
-                        .as_ref()
-                        .is_some_and(|k| applied.contains_key(k)) =>
-            {
-                Some(row.request_id.clone())
-            }
-            _ => None,
+        .flat_map(|(org, ops)| {
+            let applied = &applied;
+            ops.iter().filter_map(move |op| match &op.side {
+                SideEffect::ServingUsage(row)
+                    if single
+                        || op
+                            .idempotency_key
+                            .as_ref()
+                            .is_some_and(|k| applied.contains_key(&(org.clone(), k.clone()))) =>
+                {
+                    Some(row.request_id.clone())
+                }
+                _ => None,
+            })
         })
         .collect();
     let mut usage: HashMap<String, ServingUsageRow> = if usage_ids.is_empty() {
@@ -238,7 +240,7 @@ async fn apply_in_txn(
     } else {
         serving_usage::Entity::find()
             .filter(serving_usage::Column::RequestId.is_in(usage_ids))
-            .all(txn)
+            .all(&txn)
             .await?
             .into_iter()
             .map(|row| (row.request_id.clone(), usage_row_of(row)))
@@ -246,15 +248,86 @@ async fn apply_in_txn(
     };
 
     let now = Utc::now();
+    let mut writes = Writes::default();
+    let mut results = Vec::with_capacity(batches.len());
+    for (org_id, ops) in batches {
+        let Some(account) = accounts.get(org_id) else {
+            results.push(BatchResult {
+                outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
+                account: None,
+            });
+            continue;
+        };
+        results.push(plan(
+            org_id,
+            account,
+            ops,
+            &mut applied,
+            &mut usage,
+            &mut writes,
+            now,
+        ));
+    }
+    writes.flush(&txn, now).await?;
+    txn.commit().await?;
+    Ok(results)
+}
+
+/// Rows a group writes, gathered while planning.
+#[derive(Default)]
+struct Writes {
+    entries: Vec<serde_json::Value>,
+    usage_rows: Vec<serde_json::Value>,
+    seen_requests: HashSet<String>,
+    promo_rows: Vec<promo_grant::ActiveModel>,
+    balances: Vec<serde_json::Value>,
+    settled_auto_topups: Vec<String>,
+}
+
+impl Writes {
+    async fn flush(self, txn: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<(), DbErr> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        insert_json_rows(txn, &LEDGER_ROWS, self.entries, now).await?;
+        if !self.usage_rows.is_empty() {
+            insert_json_rows(txn, &USAGE_ROWS, self.usage_rows, now).await?;
+        }
+        if !self.promo_rows.is_empty() {
+            promo_grant::Entity::insert_many(self.promo_rows)
+                .exec_without_returning(txn)
+                .await?;
+        }
+        update_balances(txn, self.balances, now).await?;
+        if !self.settled_auto_topups.is_empty() {
+            billing_account::Entity::update_many()
+                .col_expr(
+                    billing_account::Column::AutoTopupStartedAt,
+                    Option::<DateTime<Utc>>::None.into(),
+                )
+                .col_expr(billing_account::Column::AutoTopupDeclines, 0.into())
+                .filter(billing_account::Column::OrgId.is_in(self.settled_auto_topups))
+                .exec(txn)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Decides every operation of one organization, in order, against its locked account.
+fn plan(
+    org_id: &str,
+    account: &billing_account::Model,
+    ops: &[LedgerOp],
+    applied: &mut HashMap<(String, String), i64>,
+    usage: &mut HashMap<String, ServingUsageRow>,
+    writes: &mut Writes,
+    now: DateTime<Utc>,
+) -> BatchResult {
     let mut balance = account.balance_microcents;
     let mut starter_granted = account.starter_credit_granted;
-    let mut auto_topup_settled = false;
-    let mut entries = Vec::new();
-    let mut usage_rows = Vec::new();
-    let mut promo_rows = Vec::new();
+    let mut changed = false;
     let mut outcomes = Vec::with_capacity(ops.len());
-    let mut seen_requests: HashSet<String> = HashSet::new();
-
     for op in ops {
         // A serving request already metered (globally, by request id) is a replay.
         if let SideEffect::ServingUsage(row) = &op.side {
@@ -268,19 +341,21 @@ async fn apply_in_txn(
                 continue;
             }
         }
-        if let Some(key) = &op.idempotency_key {
-            if let Some(original) = applied.get(key) {
-                outcomes.push(match op.on_duplicate {
-                    OnDuplicate::Replay => Ok(Outcome {
-                        amount_microcents: *original,
-                        balance_microcents: balance,
-                        replayed: true,
-                        serving: None,
-                    }),
-                    OnDuplicate::Conflict => Err(LedgerError::Duplicate),
-                });
-                continue;
-            }
+        let key = op
+            .idempotency_key
+            .as_ref()
+            .map(|k| (org_id.to_owned(), k.clone()));
+        if let Some(original) = key.as_ref().and_then(|k| applied.get(k)) {
+            outcomes.push(match op.on_duplicate {
+                OnDuplicate::Replay => Ok(Outcome {
+                    amount_microcents: *original,
+                    balance_microcents: balance,
+                    replayed: true,
+                    serving: None,
+                }),
+                OnDuplicate::Conflict => Err(LedgerError::Duplicate),
+            });
+            continue;
         }
         if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
             outcomes.push(Err(LedgerError::Duplicate));
@@ -295,7 +370,8 @@ async fn apply_in_txn(
             continue;
         }
         balance = after;
-        entries.push(json!({
+        changed = true;
+        writes.entries.push(json!({
             "org_id": org_id,
             "kind": op.kind.as_str(),
             "amount": op.amount_microcents,
@@ -303,15 +379,15 @@ async fn apply_in_txn(
             "idempotency_key": op.idempotency_key,
             "reason": op.reason,
         }));
-        if let Some(key) = &op.idempotency_key {
-            applied.insert(key.clone(), op.amount_microcents);
+        if let Some(key) = key {
+            applied.insert(key, op.amount_microcents);
         }
         let mut serving = None;
         match &op.side {
             SideEffect::None => {}
             SideEffect::ServingUsage(row) => {
-                if seen_requests.insert(row.request_id.clone()) {
-                    usage_rows.push(json!({
+                if writes.seen_requests.insert(row.request_id.clone()) {
+                    writes.usage_rows.push(json!({
                         "request_id": row.request_id,
                         "org_id": row.org_id,
                         "adapter_id": row.adapter_id,
@@ -325,14 +401,14 @@ async fn apply_in_txn(
                 usage.insert(row.request_id.clone(), row.clone());
                 serving = Some(row.clone());
             }
-            SideEffect::PromoGrant { code, cents } => promo_rows.push(promo_grant::ActiveModel {
+            SideEffect::PromoGrant { code, cents } => writes.promo_rows.push(promo_grant::ActiveModel {
                 org_id: Set(org_id.to_owned()),
                 code: Set(code.clone()),
                 amount_cents: Set(*cents),
                 created_at: Set(now),
             }),
             SideEffect::StarterCredit => starter_granted = true,
-            SideEffect::AutoTopupCredited => auto_topup_settled = true,
+            SideEffect::AutoTopupCredited => writes.settled_auto_topups.push(org_id.to_owned()),
         }
         outcomes.push(Ok(Outcome {
             amount_microcents: op.amount_microcents,
@@ -341,36 +417,10 @@ async fn apply_in_txn(
             serving,
         }));
     }
-
-    if !entries.is_empty() {
-        insert_json_rows(txn, &LEDGER_ROWS, entries, now).await?;
-        if !usage_rows.is_empty() {
-            insert_json_rows(txn, &USAGE_ROWS, usage_rows, now).await?;
-        }
-        if !promo_rows.is_empty() {
-            promo_grant::Entity::insert_many(promo_rows)
-                .exec_without_returning(txn)
-                .await?;
-        }
-        let mut update = billing_account::Entity::update_many()
-            .col_expr(billing_account::Column::BalanceMicrocents, balance.into())
-            .col_expr(
-                billing_account::Column::StarterCreditGranted,
-                starter_granted.into(),
-            )
-            .col_expr(billing_account::Column::UpdatedAt, now.into());
-        if auto_topup_settled {
-            update = update
-                .col_expr(
-                    billing_account::Column::AutoTopupStartedAt,
-                    Option::<chrono::DateTime<Utc>>::None.into(),
-                )
-                .col_expr(billing_account::Column::AutoTopupDeclines, 0.into());
-        }
-        update
-            .filter(billing_account::Column::OrgId.eq(org_id))
-            .exec(txn)
-            .await?;
+    if changed {
+        writes
+            .balances
+            .push(json!({"org_id": org_id, "balance": balance, "starter": starter_granted}));
     }
     let auto_topup = match (
         account.auto_topup_enabled,
@@ -388,48 +438,131 @@ async fn apply_in_txn(
         }
         _ => None,
     };
-    Ok(BatchResult {
+    BatchResult {
         outcomes,
         account: Some(AccountAfter {
             balance_microcents: balance,
             auto_topup,
         }),
-    })
+    }
 }
 
-/// The idempotency keys among `keys` this organization already applied, with their amounts.
+/// Locks the accounts of `org_ids` (creating missing ones of existing organizations);
+/// unknown organizations are absent from the answer.
+async fn lock_accounts(
+    txn: &impl ConnectionTrait,
+    org_ids: &[String],
+) -> Result<HashMap<String, billing_account::Model>, DbErr> {
+    let backend = txn.get_database_backend();
+    if backend == DbBackend::Sqlite {
+        // Take SQLite's write lock first (as BEGIN IMMEDIATE would), so that another
+        // process writing the same file makes this one wait instead of failing later.
+        txn.execute_unprepared("UPDATE billing_accounts SET balance_microcents = balance_microcents WHERE 0")
+            .await?;
+    }
+    let sql = match backend {
+        DbBackend::Postgres => {
+            "SELECT * FROM billing_accounts WHERE org_id IN (SELECT jsonb_array_elements_text($1)) \
+             ORDER BY org_id FOR UPDATE"
+        }
+        _ => {
+            "SELECT * FROM billing_accounts WHERE org_id IN (SELECT value FROM json_each(?)) ORDER BY org_id"
+        }
+    };
+    let ids = json!(org_ids);
+    let param = match backend {
+        DbBackend::Postgres => Value::from(ids),
+        _ => Value::from(ids.to_string()),
+    };
+    let mut accounts: HashMap<String, billing_account::Model> = billing_account::Entity::find()
+        .from_raw_sql(Statement::from_sql_and_values(backend, sql, [param]))
+        .all(txn)
+        .await?
+        .into_iter()
+        .map(|a| (a.org_id.clone(), a))
+        .collect();
+    for org_id in org_ids {
+        if !accounts.contains_key(org_id) {
+            if let Some(account) = lock_account(txn, org_id).await? {
+                accounts.insert(org_id.clone(), account);
+            }
+        }
+    }
+    Ok(accounts)
+}
+
+async fn update_balances(
+    txn: &impl ConnectionTrait,
+    rows: Vec<serde_json::Value>,
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let backend = txn.get_database_backend();
+    let (sql, params) = match backend {
+        DbBackend::Postgres => (
+            "UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
+                starter_credit_granted = x.starter, updated_at = $2 \
+             FROM jsonb_to_recordset($1) AS x(org_id text, balance bigint, starter boolean) \
+             WHERE b.org_id = x.org_id",
+            vec![Value::from(serde_json::Value::Array(rows)), Value::from(now)],
+        ),
+        _ => (
+            "UPDATE billing_accounts SET balance_microcents = x.balance, \
+                starter_credit_granted = x.starter, updated_at = ? \
+             FROM (SELECT json_extract(value, '$.org_id') AS org_id, json_extract(value, '$.balance') AS balance, \
+                          json_extract(value, '$.starter') AS starter FROM json_each(?)) AS x \
+             WHERE billing_accounts.org_id = x.org_id",
+            vec![Value::from(now), Value::from(serde_json::Value::Array(rows).to_string())],
+        ),
+    };
+    txn.execute_raw(Statement::from_sql_and_values(backend, sql, params))
+        .await?;
+    Ok(())
+}
+
+/// The (organization, idempotency key) pairs among `keys` already applied, with amounts.
 async fn applied_keys(
     txn: &impl ConnectionTrait,
-    org_id: &str,
-    keys: &[String],
-) -> Result<HashMap<String, i64>, DbErr> {
+    keys: &[(String, String)],
+) -> Result<HashMap<(String, String), i64>, DbErr> {
     if keys.is_empty() {
         return Ok(HashMap::new());
     }
     let backend = txn.get_database_backend();
+    let rows: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|(org, key)| json!({"org_id": org, "idempotency_key": key}))
+        .collect();
     // One statement text whatever the batch size, so it is prepared once.
-    let sql = match backend {
-        DbBackend::Postgres => {
-            "SELECT idempotency_key, amount_microcents FROM ledger_entries \
-             WHERE org_id = $1 AND idempotency_key IN (SELECT jsonb_array_elements_text($2))"
-        }
-        _ => {
-            "SELECT idempotency_key, amount_microcents FROM ledger_entries \
-             WHERE org_id = ? AND idempotency_key IN (SELECT value FROM json_each(?))"
-        }
+    let (sql, param) = match backend {
+        DbBackend::Postgres => (
+            "SELECT le.org_id, le.idempotency_key, le.amount_microcents FROM ledger_entries le \
+             JOIN jsonb_to_recordset($1) AS k(org_id text, idempotency_key text) \
+               ON le.org_id = k.org_id AND le.idempotency_key = k.idempotency_key",
+            Value::from(serde_json::Value::Array(rows)),
+        ),
+        _ => (
+            "SELECT le.org_id, le.idempotency_key, le.amount_microcents FROM ledger_entries le \
+             JOIN (SELECT json_extract(value, '$.org_id') AS org_id, \
+                          json_extract(value, '$.idempotency_key') AS idempotency_key FROM json_each(?)) AS k \
+               ON le.org_id = k.org_id AND le.idempotency_key = k.idempotency_key",
+            Value::from(serde_json::Value::Array(rows).to_string()),
+        ),
     };
-    let rows = txn
-        .query_all_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
-            [Value::from(org_id), Value::from(json!(keys))],
-        ))
+    let found = txn
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, [param]))
         .await?;
-    rows.into_iter()
+    found
+        .into_iter()
         .map(|row| {
             Ok((
-                row.try_get_by_index::<String>(0)?,
-                row.try_get_by_index::<i64>(1)?,
+                (
+                    row.try_get_by_index::<String>(0)?,
+                    row.try_get_by_index::<String>(1)?,
+                ),
+                row.try_get_by_index::<i64>(2)?,
             ))
         })
         .collect()
