@@ -68,6 +68,8 @@ impl AppState {
 
     /// Stops background work after it drains, then closes the database pool.
     pub async fn shutdown(&self) {
+        // In-flight requests are done (the server drained them), so no report is pending.
+        let _ = self.queue.send(crate::queue::actor::Shutdown).await;
         self.ledger.drain().await;
         if let Err(err) = self.db.clone().close().await {
             tracing::warn!(error = %err, "closing the database pool");

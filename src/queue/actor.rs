@@ -237,3 +237,16 @@ impl Handler<RequeueStale> for QueueActor {
         Box::pin(async move { sweep(&db, &config).await.map_err(|e| e.to_string()) })
     }
 }
+
+/// Stops the actor (shutdown): no sweep runs against a closed pool.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+impl Handler<Shutdown> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Shutdown, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
