@@ -63,6 +63,23 @@ pub(crate) mod cols {
             .to_owned()
     }
 
+    pub fn index(name: &'static str, table: &'static str, columns: &[&'static str]) -> IndexCreateStatement {
+        let mut index = Index::create();
+        index.name(name).table(table);
+        for column in columns {
+            index.col(*column);
+        }
+        index.to_owned()
+    }
+
+    pub fn unique_index(
+        name: &'static str,
+        table: &'static str,
+        columns: &[&'static str],
+    ) -> IndexCreateStatement {
+        index(name, table, columns).unique().to_owned()
+    }
+
     /// A reference to an organization whose rows go when the organization goes.
     pub fn org_fk(table: &'static str) -> ForeignKeyCreateStatement {
         ForeignKey::create()

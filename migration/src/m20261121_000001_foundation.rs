@@ -2,7 +2,9 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::cols::{boolean, id, org_fk, string, string_null, text_null, timestamp, timestamp_null};
+use crate::cols::{
+    boolean, id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null, unique_index,
+};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -52,13 +54,7 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_memberships_user")
-                    .table("memberships")
-                    .col("user_id")
-                    .to_owned(),
-            )
+            .create_index(index("idx_memberships_user", "memberships", &["user_id"]))
             .await?;
         manager
             .create_table(
@@ -90,13 +86,7 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_adapters_org")
-                    .table("adapters")
-                    .col("org_id")
-                    .to_owned(),
-            )
+            .create_index(index("idx_adapters_org", "adapters", &["org_id"]))
             .await?;
         manager
             .create_table(
@@ -114,15 +104,11 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("uq_projects_org_slug")
-                    .table("projects")
-                    .col("org_id")
-                    .col("slug")
-                    .unique()
-                    .to_owned(),
-            )
+            .create_index(unique_index(
+                "uq_projects_org_slug",
+                "projects",
+                &["org_id", "slug"],
+            ))
             .await?;
         Ok(())
     }

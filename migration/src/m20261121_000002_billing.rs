@@ -2,7 +2,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::cols::{boolean, org_fk, string, string_null, timestamp, timestamp_null};
+use crate::cols::{boolean, index, org_fk, string, string_null, timestamp, timestamp_null, unique_index};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -70,25 +70,14 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("uq_ledger_org_key")
-                    .table("ledger_entries")
-                    .col("org_id")
-                    .col("idempotency_key")
-                    .unique()
-                    .to_owned(),
-            )
+            .create_index(unique_index(
+                "uq_ledger_org_key",
+                "ledger_entries",
+                &["org_id", "idempotency_key"],
+            ))
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_ledger_org_id")
-                    .table("ledger_entries")
-                    .col("org_id")
-                    .col("id")
-                    .to_owned(),
-            )
+            .create_index(index("idx_ledger_org_id", "ledger_entries", &["org_id", "id"]))
             .await?;
         manager
             .create_table(
@@ -108,14 +97,11 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_serving_usage_org")
-                    .table("serving_usage")
-                    .col("org_id")
-                    .col("created_at")
-                    .to_owned(),
-            )
+            .create_index(index(
+                "idx_serving_usage_org",
+                "serving_usage",
+                &["org_id", "created_at"],
+            ))
             .await?;
         manager
             .create_table(

@@ -2,7 +2,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::cols::{boolean, id, org_fk, string, string_null, text_null, timestamp, timestamp_null};
+use crate::cols::{boolean, id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -45,47 +45,33 @@ impl MigrationTrait for Migration {
             .await?;
         // Claims rank queued jobs of one action per organization, oldest first.
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_training_jobs_claim")
-                    .table("training_jobs")
-                    .col("action")
-                    .col("status")
-                    .col("org_id")
-                    .col("created_at")
-                    .to_owned(),
-            )
+            .create_index(index(
+                "idx_training_jobs_claim",
+                "training_jobs",
+                &["action", "status", "org_id", "created_at"],
+            ))
             .await?;
         // Sweeps scan running jobs by heartbeat; requeue-interrupted by worker.
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_training_jobs_status_heartbeat")
-                    .table("training_jobs")
-                    .col("status")
-                    .col("heartbeat_at")
-                    .to_owned(),
-            )
+            .create_index(index(
+                "idx_training_jobs_status_heartbeat",
+                "training_jobs",
+                &["status", "heartbeat_at"],
+            ))
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_training_jobs_worker")
-                    .table("training_jobs")
-                    .col("worker_id")
-                    .col("status")
-                    .to_owned(),
-            )
+            .create_index(index(
+                "idx_training_jobs_worker",
+                "training_jobs",
+                &["worker_id", "status"],
+            ))
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_training_jobs_org_created")
-                    .table("training_jobs")
-                    .col("org_id")
-                    .col("created_at")
-                    .to_owned(),
-            )
+            .create_index(index(
+                "idx_training_jobs_org_created",
+                "training_jobs",
+                &["org_id", "created_at"],
+            ))
             .await?;
         manager
             .create_table(
@@ -115,14 +101,11 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(
-                Index::create()
-                    .name("idx_agent_logs_org_created")
-                    .table("agent_logs")
-                    .col("org_id")
-                    .col("created_at")
-                    .to_owned(),
-            )
+            .create_index(index(
+                "idx_agent_logs_org_created",
+                "agent_logs",
+                &["org_id", "created_at"],
+            ))
             .await?;
         manager
             .create_table(
