@@ -86,8 +86,10 @@ async fn run_committer(db: DatabaseConnection, mut queue: mpsc::Receiver<Pending
             }
             continue;
         }
-        let batches: Vec<(String, Vec<LedgerOp>)> =
-            group.iter().map(|p| (p.org_id.clone(), p.ops.clone())).collect();
+        let batches: Vec<(&str, &[LedgerOp])> = group
+            .iter()
+            .map(|p| (p.org_id.as_str(), p.ops.as_slice()))
+            .collect();
         match apply_group(&db, &batches).await {
             Ok(results) => {
                 for (pending, result) in group.into_iter().zip(results) {

@@ -178,8 +178,7 @@ pub async fn apply_batch(
     org_id: &str,
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
-    let batches = [(org_id.to_owned(), ops.to_vec())];
-    let mut results = apply_group(db, &batches).await?;
+    let mut results = apply_group(db, &[(org_id, ops)]).await?;
     Ok(results.pop().unwrap_or(BatchResult {
         outcomes: Vec::new(),
         account: None,
@@ -192,9 +191,9 @@ pub async fn apply_batch(
 /// of balances. `Err`: nothing was written.
 pub async fn apply_group(
     db: &DatabaseConnection,
-    batches: &[(String, Vec<LedgerOp>)],
+    batches: &[(&str, &[LedgerOp])],
 ) -> Result<Vec<BatchResult>, DbErr> {
-    let distinct: HashSet<&String> = batches.iter().map(|(org, _)| org).collect();
+    let distinct: HashSet<&str> = batches.iter().map(|(org, _)| *org).collect();
     if distinct.len() != batches.len() {
         // Each planned batch starts from the locked balance: one batch per organization.
         return Err(DbErr::Custom(
@@ -202,14 +201,14 @@ pub async fn apply_group(
         ));
     }
     let txn = db.begin().await?;
-    let org_ids: Vec<String> = batches.iter().map(|(org, _)| org.clone()).collect();
+    let org_ids: Vec<String> = batches.iter().map(|(org, _)| (*org).to_owned()).collect();
     let accounts = lock_accounts(&txn, &org_ids).await?;
 
     let keys: Vec<(String, String)> = batches
         .iter()
         .flat_map(|(org, ops)| {
             ops.iter()
-                .filter_map(|op| op.idempotency_key.clone().map(|k| (org.clone(), k)))
+                .filter_map(|op| op.idempotency_key.clone().map(|k| ((*org).to_owned(), k)))
         })
         .collect();
     let mut applied = applied_keys(&txn, &keys).await?;
@@ -227,7 +226,7 @@ pub async fn apply_group(
                         || op
                             .idempotency_key
                             .as_ref()
-                            .is_some_and(|k| applied.contains_key(&(org.clone(), k.clone()))) =>
+                            .is_some_and(|k| applied.contains_key(&((*org).to_owned(), k.clone()))) =>
                 {
                     Some(row.request_id.clone())
                 }
@@ -251,7 +250,7 @@ pub async fn apply_group(
     let mut writes = Writes::default();
     let mut results = Vec::with_capacity(batches.len());
     for (org_id, ops) in batches {
-        let Some(account) = accounts.get(org_id) else {
+        let Some(account) = accounts.get(*org_id) else {
             results.push(BatchResult {
                 outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
                 account: None,
@@ -689,12 +688,6 @@ pub async fn lock_account(
     txn: &impl ConnectionTrait,
     org_id: &str,
 ) -> Result<Option<billing_account::Model>, DbErr> {
-    if txn.get_database_backend() == sea_orm::DbBackend::Sqlite {
-        // Take SQLite's write lock first (as BEGIN IMMEDIATE would), so that another
-        // process writing the same file makes this one wait instead of failing later.
-        txn.execute_unprepared("UPDATE billing_accounts SET balance_microcents = balance_microcents WHERE 0")
-            .await?;
-    }
     let find = || {
         billing_account::Entity::find_by_id(org_id.to_owned())
             .lock_exclusive()
