@@ -150,12 +150,22 @@ impl std::fmt::Debug for PaymentSettings {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ServiceEndpoint {
     pub url: String,
+    /// Longest wait for one call to the serving layer (sample, undeploy), in milliseconds.
+    pub timeout_ms: u64,
 }
 
 #[derive(Clone, Deserialize)]
 pub struct HubSettings {
     pub url: String,
     pub token: String,
+    /// Hub repository of environments published without `hubRepo`.
+    pub default_repo: String,
+    pub timeout_ms: u64,
+    /// First retry delay of an organization whose provisioning failed; doubles per failure.
+    pub backoff_base_secs: u64,
+    pub backoff_max_secs: u64,
+    /// How long one pass holds an environment it is provisioning (other instances skip it).
+    pub lease_secs: u64,
 }
 
 impl std::fmt::Debug for HubSettings {
@@ -170,6 +180,8 @@ impl std::fmt::Debug for HubSettings {
 pub struct TrackerSettings {
     pub url: String,
     pub api_key: String,
+    /// Longest wait for one tracker run read, in milliseconds.
+    pub timeout_ms: u64,
 }
 
 impl std::fmt::Debug for TrackerSettings {
@@ -362,6 +374,27 @@ impl Settings {
                 "(hidden)",
                 "expected 64 hex characters",
             ));
+        }
+        for (key, value) in [
+            ("serving.timeout_ms", self.serving.timeout_ms),
+            ("hub.timeout_ms", self.hub.timeout_ms),
+            ("tracker.timeout_ms", self.tracker.timeout_ms),
+            ("hub.backoff_base_secs", self.hub.backoff_base_secs),
+            ("hub.lease_secs", self.hub.lease_secs),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "0", "must be positive"));
+            }
+        }
+        if self.hub.backoff_max_secs < self.hub.backoff_base_secs {
+            return Err(invalid(
+                "hub.backoff_max_secs",
+                &self.hub.backoff_max_secs.to_string(),
+                "must be at least hub.backoff_base_secs",
+            ));
+        }
+        if self.hub.default_repo.trim().is_empty() {
+            return Err(invalid("hub.default_repo", "", "must not be empty"));
         }
         if self.queue.max_attempts == 0 {
             return Err(invalid("queue.max_attempts", "0", "must be at least 1"));

@@ -40,6 +40,9 @@ pub fn document() -> Document {
         crate::projects::Doc::openapi(),
         crate::billing::Doc::openapi(),
         crate::queue::Doc::openapi(),
+        crate::runs::Doc::openapi(),
+        crate::serving::Doc::openapi(),
+        crate::flash::Doc::openapi(),
     ] {
         doc.merge(part);
     }

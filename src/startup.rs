@@ -11,7 +11,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, billing, database, http, openapi, orgs, projects, queue, system};
+use crate::{auth, billing, database, flash, http, openapi, orgs, projects, queue, runs, serving, system};
 
 /// Mounts every domain's routes: the one route table of the service.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -22,6 +22,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     projects::configure(cfg);
     billing::configure(cfg);
     queue::configure(cfg);
+    runs::configure(cfg);
+    serving::configure(cfg);
+    flash::configure(cfg);
 }
 
 pub struct Application {

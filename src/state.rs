@@ -26,6 +26,8 @@ pub struct AppState {
     pub queue: actix::Addr<QueueActor>,
     /// `None` when no key is configured: secrets cannot be stored.
     pub secret_box: Option<SecretBox>,
+    /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
+    pub http: reqwest::Client,
 }
 
 impl AppState {
@@ -53,7 +55,12 @@ impl AppState {
         };
         let secret_box =
             SecretBox::from_settings(&settings.secrets.encryption_key, &settings.auth.session_secret)?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()?;
         Ok(Self {
+            http,
             queue,
             secret_box,
             internal_keys: InternalKeys::new(&settings.auth.internal_keys),

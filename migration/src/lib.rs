@@ -5,6 +5,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261121_000001_foundation;
 mod m20261121_000002_billing;
 mod m20261121_000003_queue;
+mod m20261122_000001_runs_flash;
 
 pub struct Migrator;
 
@@ -15,6 +16,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000001_foundation::Migration),
             Box::new(m20261121_000002_billing::Migration),
             Box::new(m20261121_000003_queue::Migration),
+            Box::new(m20261122_000001_runs_flash::Migration),
         ]
     }
 }

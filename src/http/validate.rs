@@ -100,6 +100,25 @@ impl Checks {
         }
     }
 
+    /// A number within `min..=max`.
+    pub fn opt_float_range(&mut self, field: &str, value: Option<f64>, min: f64, max: f64) {
+        match value {
+            Some(v) if v < min => self.fail_ctx(
+                field,
+                "greater_than_equal",
+                format!("Input should be greater than or equal to {min}"),
+                json!({ "ge": min }),
+            ),
+            Some(v) if v > max => self.fail_ctx(
+                field,
+                "less_than_equal",
+                format!("Input should be less than or equal to {max}"),
+                json!({ "le": max }),
+            ),
+            _ => {}
+        }
+    }
+
     /// Strictly greater than `bound`.
     pub fn int_gt(&mut self, field: &str, value: i64, bound: i64) {
         if value <= bound {

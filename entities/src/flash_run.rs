@@ -1,0 +1,22 @@
+use sea_orm::entity::prelude::*;
+
+/// The latest known state of a managed (control-plane) training run.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "flash_runs")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub org_id: String,
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub run_id: String,
+    pub project_id: String,
+    pub status: String,
+    pub data: String,
+    pub source_updated_at: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}
