@@ -308,6 +308,8 @@ fn expected_kind(expected: &str) -> (&'static str, &'static str) {
         ("bool_type", "Input should be a valid boolean")
     } else if expected.contains("sequence") {
         ("list_type", "Input should be a valid list")
+    } else if expected == "a map" {
+        ("dict_type", "Input should be a valid dictionary")
     } else if expected.contains("map") || expected.contains("struct") || expected.contains("object") {
         (
             "model_type",

@@ -263,11 +263,7 @@ pub async fn sample(caller: Caller, body: ValidJson<SampleRequest>) -> ApiResult
     }
     match serving.complete(&access.org_id, &request).await {
         Ok(reply) => {
-            let output = reply
-                .pointer("/choices/0/message/content")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let output = text_of(reply.pointer("/choices/0/message/content"));
             let model = reply
                 .get("model")
                 .and_then(Value::as_str)
@@ -283,6 +279,18 @@ pub async fn sample(caller: Caller, body: ValidJson<SampleRequest>) -> ApiResult
             tracing::warn!(error = kind, %detail, "sample failed");
             Ok(sample_failed(kind, detail))
         }
+    }
+}
+
+/// A message's text: a string as is; content parts' `text` joined (images left out).
+fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
     }
 }
 

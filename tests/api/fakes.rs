@@ -124,3 +124,81 @@ async fn stripe_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake
             .json(json!({"error": {"type": "invalid_request_error", "message": "unknown route"}})),
     }
 }
+
+/// One request a [`FakeJson`] received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub authorization: Option<String>,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+}
+
+/// What a [`FakeJson`] answers.
+pub enum Reply {
+    Json(u16, Value),
+    /// Never answers in any test's patience (the caller's timeout must fire).
+    Hang,
+}
+
+type Responder = Arc<dyn Fn(&Call) -> Reply + Send + Sync>;
+
+/// A JSON server (serving layer, hub, tracker) that records every request and answers
+/// through a closure.
+#[derive(Clone)]
+pub struct FakeJson {
+    calls: Arc<Mutex<Vec<Call>>>,
+    responder: Responder,
+}
+
+impl FakeJson {
+    pub fn start(responder: impl Fn(&Call) -> Reply + Send + Sync + 'static) -> (Self, String) {
+        let fake = Self {
+            calls: Arc::default(),
+            responder: Arc::new(responder),
+        };
+        let data = web::Data::new(fake.clone());
+        let url = serve(move |cfg: &mut web::ServiceConfig| {
+            cfg.app_data(data.clone()).default_service(web::to(json_handler));
+        });
+        (fake, url)
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+async fn json_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<FakeJson>) -> HttpResponse {
+    let headers: HashMap<String, String> = req
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let call = Call {
+        method: req.method().to_string(),
+        path: req.path().to_owned(),
+        authorization: headers.get("authorization").cloned(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    };
+    fake.calls.lock().unwrap().push(call.clone());
+    match (fake.responder)(&call) {
+        Reply::Json(status, body) => {
+            HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).json(body)
+        }
+        Reply::Hang => {
+            actix_web::rt::time::sleep(std::time::Duration::from_secs(30)).await;
+            HttpResponse::Ok().json(json!({}))
+        }
+    }
+}
+
+/// A base URL nothing listens on.
+pub fn closed_port_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}

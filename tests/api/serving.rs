@@ -1,0 +1,253 @@
+//! Serving: authorize (ownership rules), teardown through the serving layer, sample.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::fakes::{closed_port_url, FakeJson, Reply};
+use crate::helpers::*;
+
+const AUTHORIZE: &str = "/api/serving/authorize";
+const BASE_MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+async fn put_adapter(app: &TestApp, org: &TestOrg, adapter_id: &str, live: bool) {
+    let response = app
+        .put(
+            &format!("/api/internal/adapters/{adapter_id}"),
+            INTERNAL_KEY,
+            &json!({"orgId": org.org_id, "baseModel": BASE_MODEL, "live": live}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+async fn authorize(app: &TestApp, api_key: &str, adapter_id: &str) -> reqwest::Response {
+    app.post(
+        AUTHORIZE,
+        INTERNAL_KEY,
+        &json!({"apiKey": api_key, "adapterId": adapter_id}),
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn authorize_requires_the_keys_organization_to_own_the_adapter() {
+    let app = spawn_app().await;
+    let (acme, globex) = (app.create_org("Acme").await, app.create_org("Globex").await);
+    put_adapter(&app, &acme, "acme/support-bot", true).await;
+
+    let ok = json_of(authorize(&app, &acme.api_key, "acme/support-bot").await, StatusCode::OK).await;
+    assert_eq!(
+        ok,
+        json!({"orgId": acme.org_id, "adapterId": "acme/support-bot", "baseModel": BASE_MODEL})
+    );
+    // A valid key alone is not enough on a shared endpoint.
+    assert_error(authorize(&app, &globex.api_key, "acme/support-bot").await, StatusCode::FORBIDDEN).await;
+    assert_error(authorize(&app, &acme.api_key, "acme/unknown").await, StatusCode::NOT_FOUND).await;
+    // A priced base model: any valid key, billed to the caller.
+    for org in [&acme, &globex] {
+        let body = json_of(authorize(&app, &org.api_key, BASE_MODEL).await, StatusCode::OK).await;
+        assert_eq!(body["orgId"], json!(org.org_id));
+        assert_eq!(body["baseModel"], BASE_MODEL);
+    }
+    // Unpriced model ids are not served without an adapter.
+    assert_error(authorize(&app, &acme.api_key, "gpt-unknown").await, StatusCode::NOT_FOUND).await;
+}
+
+#[actix_web::test]
+async fn authorize_rejects_invalid_and_revoked_keys_and_non_internal_callers() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    for bad in ["keel_sk_0000000000000000000000000000000000000000", "not-a-key", &acme.owner_token] {
+        assert_error(authorize(&app, bad, BASE_MODEL).await, StatusCode::UNAUTHORIZED).await;
+    }
+    let revoked = app
+        .delete(&format!("/api/internal/api-keys/{}", acme.api_key_id), INTERNAL_KEY)
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    assert_error(authorize(&app, &acme.api_key, BASE_MODEL).await, StatusCode::UNAUTHORIZED).await;
+
+    let fresh = app.create_org("Globex").await;
+    let body = json!({"apiKey": fresh.api_key, "adapterId": BASE_MODEL});
+    // Only the serving layer (internal key) may ask.
+    assert_error(app.post(AUTHORIZE, &fresh.api_key, &body).await, StatusCode::FORBIDDEN).await;
+    let anonymous = app.request(Method::POST, AUTHORIZE, None).json(&body).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let issues = validation_issues(app.post(AUTHORIZE, INTERNAL_KEY, &json!({"apiKey": fresh.api_key})).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "adapterId"]));
+    assert_eq!(issues[0]["type"], "missing");
+}
+
+fn serving_fake() -> (FakeJson, String) {
+    FakeJson::start(|call| match (call.method.as_str(), call.path.as_str()) {
+        ("DELETE", "/v1/adapters/acme/bad-bot") => Reply::Json(500, json!({"error": "gpu node down"})),
+        ("DELETE", "/v1/adapters/acme/gone-bot") => Reply::Json(404, json!({"error": "not deployed"})),
+        ("DELETE", _) => Reply::Json(200, json!({"undeployed": 2})),
+        ("POST", "/v1/chat/completions") => match call.body["model"].as_str() {
+            Some("acme/slow-bot") => Reply::Hang,
+            Some("acme/broken-bot") => Reply::Json(503, json!({"error": "overloaded"})),
+            _ => Reply::Json(
+                200,
+                serde_json::from_str(include_str!("../fixtures/chat/completion_plain.json")).unwrap(),
+            ),
+        },
+        _ => Reply::Json(404, json!({})),
+    })
+}
+
+#[actix_web::test]
+async fn teardown_undeploys_each_live_adapter_best_effort_and_owner_only() {
+    let (serving, url) = serving_fake();
+    let app = spawn_app_with(|s| s.serving.url = format!("{url}/v1")).await;
+    let (acme, globex) = (app.create_org("Acme").await, app.create_org("Globex").await);
+    put_adapter(&app, &acme, "acme/support-bot", true).await;
+    put_adapter(&app, &acme, "acme/bad-bot", true).await;
+    put_adapter(&app, &acme, "acme/gone-bot", true).await;
+    put_adapter(&app, &acme, "acme/idle-bot", false).await;
+    put_adapter(&app, &globex, "globex/bot", true).await;
+    let body = json!({"orgId": acme.org_id});
+
+    for token in [&acme.member_token, &acme.api_key, &globex.owner_token] {
+        assert_error(app.post("/api/serving/teardown", token, &body).await, StatusCode::FORBIDDEN).await;
+    }
+    assert!(serving.calls().is_empty());
+
+    let report = json_of(
+        app.post("/api/serving/teardown", &acme.owner_token, &body).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        report,
+        json!({
+            "undeployed": 2,
+            "failed": 1,
+            "adapters": {"acme/support-bot": 2, "acme/bad-bot": 0, "acme/gone-bot": 0}
+        })
+    );
+    let calls = serving.calls();
+    let mut paths: Vec<&str> = calls.iter().map(|c| c.path.as_str()).collect();
+    paths.sort_unstable();
+    assert_eq!(
+        paths,
+        ["/v1/adapters/acme/bad-bot", "/v1/adapters/acme/gone-bot", "/v1/adapters/acme/support-bot"]
+    );
+    assert!(calls
+        .iter()
+        .all(|c| c.method == "DELETE" && c.authorization.as_deref() == Some("Bearer test-internal-key")));
+
+    // Undeployed adapters are no longer live; the failed one is tried again.
+    let again = json_of(
+        app.post("/api/serving/teardown", &acme.owner_token, &body).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(again, json!({"undeployed": 0, "failed": 1, "adapters": {"acme/bad-bot": 0}}));
+    // Another organization's adapter was never touched.
+    assert!(serving.calls().iter().all(|c| !c.path.contains("globex")));
+}
+
+#[actix_web::test]
+async fn teardown_without_a_serving_layer_is_503_unless_nothing_is_live() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let body = json!({"orgId": acme.org_id});
+    let empty = json_of(
+        app.post("/api/serving/teardown", &acme.owner_token, &body).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(empty, json!({"undeployed": 0, "failed": 0, "adapters": {}}));
+    put_adapter(&app, &acme, "acme/support-bot", true).await;
+    assert_error(
+        app.post("/api/serving/teardown", &acme.owner_token, &body).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+    )
+    .await;
+}
+
+#[actix_web::test]
+async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
+    let (serving, url) = serving_fake();
+    let app = spawn_app_with(|s| s.serving.url = format!("{url}/v1/")).await;
+    let (acme, globex) = (app.create_org("Acme").await, app.create_org("Globex").await);
+    put_adapter(&app, &acme, "acme/support-bot", true).await;
+    let request = json!({
+        "model": "acme/support-bot",
+        "messages": [{"role": "user", "content": "Capital of France?"}],
+        "max_tokens": 16,
+        "temperature": 0.2
+    });
+
+    let answer = json_of(app.post("/api/sample", &acme.api_key, &request).await, StatusCode::OK).await;
+    assert_eq!(answer["output"], "Paris is the capital of France.");
+    assert_eq!(answer["model"], "gpt-4o-mini-2024-07-18");
+    assert_eq!(answer["usage"]["total_tokens"], 32);
+    let call = serving.calls().pop().unwrap();
+    assert_eq!((call.method.as_str(), call.path.as_str()), ("POST", "/v1/chat/completions"));
+    assert_eq!(call.authorization.as_deref(), Some("Bearer test-internal-key"));
+    assert_eq!(call.headers.get("x-org-id"), Some(&acme.org_id));
+    assert_eq!(call.body["model"], "acme/support-bot");
+    assert_eq!(call.body["max_tokens"], 16);
+    assert_eq!(call.body["messages"][0]["content"], "Capital of France?");
+    assert!(!call.body.to_string().contains(&acme.api_key));
+
+    // A session works too; another organization's adapter does not, nor an unknown one.
+    let by_session = app.post("/api/sample", &acme.member_token, &request).await;
+    assert_eq!(by_session.status(), StatusCode::OK);
+    assert_error(app.post("/api/sample", &globex.api_key, &request).await, StatusCode::FORBIDDEN).await;
+    let mut unknown = request.clone();
+    unknown["model"] = json!("acme/nope");
+    assert_error(app.post("/api/sample", &acme.api_key, &unknown).await, StatusCode::NOT_FOUND).await;
+    let mut base = request.clone();
+    base["model"] = json!(BASE_MODEL);
+    assert_eq!(app.post("/api/sample", &globex.api_key, &base).await.status(), StatusCode::OK);
+
+    for (body, field) in [
+        (json!({"model": BASE_MODEL, "messages": []}), "messages"),
+        (json!({"model": BASE_MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": 3}), "temperature"),
+        (json!({"model": BASE_MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), "max_tokens"),
+        (json!({"messages": [{"role": "user", "content": "x"}]}), "model"),
+    ] {
+        let issues = validation_issues(app.post("/api/sample", &acme.api_key, &body).await).await;
+        assert_eq!(issues[0]["loc"], json!(["body", field]), "{body}");
+    }
+}
+
+async fn sample_error(app: &TestApp, org: &TestOrg, model: &str) -> Value {
+    let request = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    json_of(
+        app.post("/api/sample", &org.api_key, &request).await,
+        StatusCode::INTERNAL_SERVER_ERROR,
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn sample_failures_are_500_sample_errors_and_never_hang() {
+    let (_serving, url) = serving_fake();
+    let app = spawn_app_with(|s| {
+        s.serving.url = format!("{url}/v1");
+        s.serving.timeout_ms = 300;
+    })
+    .await;
+    let acme = app.create_org("Acme").await;
+    put_adapter(&app, &acme, "acme/slow-bot", true).await;
+    put_adapter(&app, &acme, "acme/broken-bot", true).await;
+
+    let slow = sample_error(&app, &acme, "acme/slow-bot").await;
+    assert_eq!(slow["error"], "serving_timeout");
+    assert!(slow["detail"].as_str().unwrap().contains("in time"));
+    let broken = sample_error(&app, &acme, "acme/broken-bot").await;
+    assert_eq!(broken["error"], "serving_error");
+    assert!(broken["detail"].as_str().unwrap().contains("503"), "{broken}");
+
+    let unreachable = spawn_app_with(|s| s.serving.url = closed_port_url()).await;
+    let globex = unreachable.create_org("Globex").await;
+    assert_eq!(sample_error(&unreachable, &globex, BASE_MODEL).await["error"], "serving_unreachable");
+
+    let unconfigured = spawn_app().await;
+    let initech = unconfigured.create_org("Initech").await;
+    let body = sample_error(&unconfigured, &initech, BASE_MODEL).await;
+    assert_eq!(body["error"], "serving_not_configured");
+    assert!(body["detail"].is_string());
+}
