@@ -280,6 +280,38 @@ async fn run_and_checkpoint_upserts_keep_one_row_and_the_latest_status() {
     let mut long_id = checkpoint.clone();
     long_id["checkpointId"] = json!("c".repeat(256));
     assert_eq!(app.post(checkpoints, INTERNAL_KEY, &long_id).await.status(), StatusCode::OK);
+
+    // Deleting the organization removes its mirrors.
+    let deleted = app.delete(&format!("/api/internal/orgs/{}", acme.org_id), INTERNAL_KEY).await;
+    assert_eq!(deleted.status(), StatusCode::OK);
+    assert_eq!(entities::flash_run::Entity::find().count(&db).await.unwrap(), 0);
+    assert_eq!(entities::flash_checkpoint::Entity::find().count(&db).await.unwrap(), 0);
+    db.close().await.ok();
+}
+
+#[actix_web::test]
+async fn concurrent_upserts_of_one_run_keep_one_row_and_lose_no_field() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let project = app.create_project(&acme, "Support").await;
+    let requests = (0..20).map(|i| {
+        let body = json!({"orgId": acme.org_id, "projectId": project, "runId": "run-hot",
+            "status": format!("step-{i}"), "metadata": {"writer": i}, "gpuType": format!("gpu-{i}")});
+        let mut body = body;
+        // Each writer also sets a field nobody else sets.
+        body[["model", "phase", "algorithm", "adapterRef"][i % 4]] = json!(format!("v{i}"));
+        app.post_later("/api/flash/runs/internal", INTERNAL_KEY, &body)
+    });
+    for response in join_all(requests).await {
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let db = Database::connect(&app.db_url).await.unwrap();
+    let rows = entities::flash_run::Entity::find().all(&db).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let data: Value = serde_json::from_str(&rows[0].data).unwrap();
+    for field in ["model", "phase", "algorithm", "adapterRef", "gpuType", "metadata"] {
+        assert!(data[field].is_string() || data[field].is_object(), "{field} lost: {data}");
+    }
     db.close().await.ok();
 }
 
