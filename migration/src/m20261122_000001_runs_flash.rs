@@ -3,7 +3,9 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::cols::{id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null, unique_index};
+use crate::cols::{
+    id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null, unique_index,
+};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -99,7 +101,11 @@ impl MigrationTrait for Migration {
             )
             .await?;
         manager
-            .create_index(unique_index("uq_flash_environments_slug", "flash_environments", &["slug"]))
+            .create_index(unique_index(
+                "uq_flash_environments_slug",
+                "flash_environments",
+                &["slug"],
+            ))
             .await?;
         // Hub provisioning scans pending environments per organization, oldest first.
         manager

@@ -54,7 +54,9 @@ pub fn backoff_delay(settings: &HubSettings, failures: u32) -> Duration {
 pub async fn run_pass(state: &AppState, limit: u64, org: Option<&str>) -> ApiResult<PassReport> {
     let settings = &state.settings.hub;
     if settings.url.is_empty() {
-        return Err(ApiError::Unavailable("no hub is configured (KEEL_HUB_URL)".into()));
+        return Err(ApiError::Unavailable(
+            "no hub is configured (KEEL_HUB_URL)".into(),
+        ));
     }
     let db = &state.db;
     let now = Utc::now();
@@ -66,8 +68,8 @@ pub async fn run_pass(state: &AppState, limit: u64, org: Option<&str>) -> ApiRes
         find.all(db).await?.into_iter().map(|b| b.org_id).collect()
     };
     let pending = || {
-        let mut find = flash_environment::Entity::find()
-            .filter(flash_environment::Column::HubStatus.eq(HUB_PENDING));
+        let mut find =
+            flash_environment::Entity::find().filter(flash_environment::Column::HubStatus.eq(HUB_PENDING));
         if let Some(org) = org {
             find = find.filter(flash_environment::Column::OrgId.eq(org));
         }
@@ -179,21 +181,34 @@ async fn take_lease(db: &impl ConnectionTrait, env_id: &str, lease_secs: u64) ->
 }
 
 /// Records the outcome and releases the lease.
-async fn finish(db: &impl ConnectionTrait, env: &flash_environment::Model, error: Option<&str>) -> Result<(), DbErr> {
+async fn finish(
+    db: &impl ConnectionTrait,
+    env: &flash_environment::Model,
+    error: Option<&str>,
+) -> Result<(), DbErr> {
     use sea_orm::sea_query::ExprTrait;
     let now = Utc::now();
     let mut update = flash_environment::Entity::update_many()
-        .col_expr(flash_environment::Column::HubLeaseUntil, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(
+            flash_environment::Column::HubLeaseUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
         .col_expr(
             flash_environment::Column::HubAttempts,
             Expr::col(flash_environment::Column::HubAttempts).add(1),
         )
-        .col_expr(flash_environment::Column::HubError, Expr::value(error.map(str::to_owned)))
+        .col_expr(
+            flash_environment::Column::HubError,
+            Expr::value(error.map(str::to_owned)),
+        )
         .col_expr(flash_environment::Column::UpdatedAt, Expr::value(now));
     if error.is_none() {
         update = update
             .col_expr(flash_environment::Column::HubStatus, Expr::value(HUB_PROVISIONED))
-            .col_expr(flash_environment::Column::HubProvisionedAt, Expr::value(Some(now)));
+            .col_expr(
+                flash_environment::Column::HubProvisionedAt,
+                Expr::value(Some(now)),
+            );
     }
     update
         .filter(flash_environment::Column::Id.eq(&env.id))
@@ -207,7 +222,12 @@ async fn finish(db: &impl ConnectionTrait, env: &flash_environment::Model, error
 }
 
 /// One more consecutive failure for the organization, and its next allowed attempt.
-async fn back_off(db: &impl ConnectionTrait, settings: &HubSettings, org_id: &str, reason: &str) -> Result<(), DbErr> {
+async fn back_off(
+    db: &impl ConnectionTrait,
+    settings: &HubSettings,
+    org_id: &str,
+    reason: &str,
+) -> Result<(), DbErr> {
     let failures = hub_backoff::Entity::find_by_id(org_id.to_owned())
         .one(db)
         .await?

@@ -68,7 +68,11 @@ fn check_org_project(c: &mut Checks, org_id: &str, project_id: &str) {
 }
 
 /// The project, active within the organization; 404 otherwise. Answers canonical ids.
-async fn active_project(state: &AppState, org_id: &str, project_id: &str) -> ApiResult<entities::project::Model> {
+async fn active_project(
+    state: &AppState,
+    org_id: &str,
+    project_id: &str,
+) -> ApiResult<entities::project::Model> {
     let org_id = org_id.trim().to_ascii_lowercase();
     let project_id = canonical_uuid(project_id);
     crate::projects::repo::find_in_orgs(&state.db, &project_id, std::slice::from_ref(&org_id))
@@ -169,8 +173,11 @@ pub struct FlashEnvironmentPublishBody {
     pub org_id: String,
     #[schema(format = Uuid)]
     pub project_id: String,
-    #[schema(min_length = 3, max_length = 512,
-        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$")]
+    #[schema(
+        min_length = 3,
+        max_length = 512,
+        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$"
+    )]
     pub slug: String,
     #[schema(min_length = 1, max_length = 120)]
     pub name: String,
@@ -275,8 +282,8 @@ pub async fn publish_environment(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let project = active_project(&state, &body.org_id, &body.project_id).await?;
-    let (env, created) = repo::publish_environment(&state.db, &project, &body, &state.settings.hub.default_repo)
-        .await?;
+    let (env, created) =
+        repo::publish_environment(&state.db, &project, &body, &state.settings.hub.default_repo).await?;
     Ok(HttpResponse::Ok().json(EnvironmentPublished {
         created,
         environment: env.into(),
@@ -356,9 +363,7 @@ pub async fn validate_environment(
         Some(env) if env.org_id == org_id && env.project_id == project_id => {
             Ok(HttpResponse::Ok().json(Valid { valid: true }))
         }
-        _ => Err(ApiError::NotFound(
-            "environment not found in this project".into(),
-        )),
+        _ => Err(ApiError::NotFound("environment not found in this project".into())),
     }
 }
 
@@ -587,7 +592,8 @@ pub async fn upsert_checkpoint(
     let (body, raw) = typed_and_raw::<FlashCheckpointUpsertBody>(&body.0)?;
     let project = active_project(&state, &body.org_id, &body.project_id).await?;
     let patch = pick(raw, CHECKPOINT_FIELDS);
-    let result = repo::upsert_checkpoint(&state.db, &project, &body.run_id, &body.checkpoint_id, patch).await?;
+    let result =
+        repo::upsert_checkpoint(&state.db, &project, &body.run_id, &body.checkpoint_id, patch).await?;
     Ok(HttpResponse::Ok().json(MirrorUpserted {
         org_id: project.org_id,
         project_id: project.id,
@@ -656,6 +662,13 @@ pub async fn record_event(
         return Err(ApiError::not_found("organization"));
     }
     let properties = body.properties.map(|p| json!(p).to_string());
-    repo::record_event(&state.db, &org_id, &body.event, body.user_id.as_deref(), properties).await?;
+    repo::record_event(
+        &state.db,
+        &org_id,
+        &body.event,
+        body.user_id.as_deref(),
+        properties,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(Accepted { accepted: true }))
 }

@@ -4,7 +4,9 @@
 //! one key keep one row and lose no field.
 
 use chrono::{DateTime, Utc};
-use entities::{flash_checkpoint, flash_environment, flash_environment_use, flash_run, product_event, project};
+use entities::{
+    flash_checkpoint, flash_environment, flash_environment_use, flash_run, product_event, project,
+};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
     IntoActiveModel, QueryFilter, QuerySelect, TransactionTrait, TryInsertResult,
@@ -75,7 +77,10 @@ pub async fn publish_environment(
     let now = Utc::now();
     let hub_repo = body.hub_repo.clone().unwrap_or_else(|| default_repo.to_owned());
     let hub_ref = body.hub_ref.clone().unwrap_or_else(|| "main".to_owned());
-    let metadata = body.metadata.as_ref().map(|m| Value::Object(m.clone()).to_string());
+    let metadata = body
+        .metadata
+        .as_ref()
+        .map(|m| Value::Object(m.clone()).to_string());
     let fresh = flash_environment::Model {
         id: uuid::Uuid::new_v4().to_string(),
         org_id: project.org_id.clone(),
@@ -288,14 +293,20 @@ pub async fn upsert_checkpoint(
         txn.commit().await?;
         return Ok(Upserted::Created);
     }
-    let key = (project.org_id.clone(), run_id.to_owned(), checkpoint_id.to_owned());
+    let key = (
+        project.org_id.clone(),
+        run_id.to_owned(),
+        checkpoint_id.to_owned(),
+    );
     let stored = flash_checkpoint::Entity::find_by_id(key)
         .lock_exclusive()
         .one(&txn)
         .await?
         .ok_or_else(|| ApiError::Conflict("the checkpoint changed meanwhile; try again".into()))?;
     if stored.project_id != project.id {
-        return Err(ApiError::Conflict("this checkpoint belongs to another project".into()));
+        return Err(ApiError::Conflict(
+            "this checkpoint belongs to another project".into(),
+        ));
     }
     if is_stale(stored.source_updated_at.as_deref(), incoming.as_deref()) {
         return Ok(Upserted::Stale);

@@ -320,6 +320,17 @@ fn expected_kind(expected: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// For `#[serde(default, deserialize_with = "present")]` on an `Option<Option<T>>` field:
+/// absent is `None`, `null` is `Some(None)`, a value is `Some(Some(v))`, so a partial update
+/// can tell "leave it" from "clear it".
+pub fn present<'de, D, T>(de: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(de).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,15 +405,4 @@ mod tests {
         }
         assert!(parse_json_body::<AllOptional>(b"").is_ok());
     }
-}
-
-/// For `#[serde(default, deserialize_with = "present")]` on an `Option<Option<T>>` field:
-/// absent is `None`, `null` is `Some(None)`, a value is `Some(Some(v))`, so a partial update
-/// can tell "leave it" from "clear it".
-pub fn present<'de, D, T>(de: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de>,
-{
-    <Option<T> as serde::Deserialize>::deserialize(de).map(Some)
 }

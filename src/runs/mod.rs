@@ -130,7 +130,11 @@ impl Validate for RunUpdateRequest {
         match &self.summary {
             Some(Some(Value::String(text))) => c.str_len("summary", text, 0, 10_000),
             Some(Some(Value::Object(_)) | None) | None => {}
-            Some(Some(_)) => c.fail("summary", "dict_type", "Input should be a valid dictionary or string"),
+            Some(Some(_)) => c.fail(
+                "summary",
+                "dict_type",
+                "Input should be a valid dictionary or string",
+            ),
         }
         if let Some(Some(error)) = &self.error {
             c.str_len("error", error, 0, 10_000);
@@ -361,8 +365,8 @@ pub async fn upsert_checkpoints(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let (org_id, project_id) = project_of_org(&state, &body.org_id, &body.project_id).await?;
-    let upserted = repo::upsert_checkpoints(&state.db, &org_id, &project_id, &body.run_id, &body.checkpoints)
-        .await?;
+    let upserted =
+        repo::upsert_checkpoints(&state.db, &org_id, &project_id, &body.run_id, &body.checkpoints).await?;
     let total = repo::list_checkpoints(&state.db, &org_id, &project_id, &body.run_id)
         .await?
         .len();

@@ -28,7 +28,10 @@ pub async fn insert_run(
         name: body.name.clone(),
         model: body.model.clone(),
         environment_slug: body.environment_slug.clone(),
-        config: body.config.as_ref().map(|c| serde_json::Value::Object(c.clone()).to_string()),
+        config: body
+            .config
+            .as_ref()
+            .map(|c| serde_json::Value::Object(c.clone()).to_string()),
         status: INITIAL_STATUS.to_owned(),
         summary: None,
         metrics: None,

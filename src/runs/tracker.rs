@@ -94,7 +94,11 @@ pub async fn read_tracker(caller: Caller, query: ValidQuery<TrackerQuery>) -> Ap
     let orgs = caller.organizations().await?;
     let linked = repo::linked_runs(&state.db, &orgs, &query.entity, &query.project).await?;
     let mut seen = HashSet::new();
-    let asked: Vec<String> = query.run_id.into_iter().filter(|id| seen.insert(id.clone())).collect();
+    let asked: Vec<String> = query
+        .run_id
+        .into_iter()
+        .filter(|id| seen.insert(id.clone()))
+        .collect();
     let settings = &state.settings.tracker;
     let base = settings.url.trim_end_matches('/');
     let timeout = Duration::from_millis(settings.timeout_ms);
@@ -129,8 +133,16 @@ pub async fn read_tracker(caller: Caller, query: ValidQuery<TrackerQuery>) -> Ap
                     entry.status = "linked".into();
                     return entry;
                 }
-                match read_run(&state.http, base, &settings.api_key, timeout, entity, project, &tracker_run_id)
-                    .await
+                match read_run(
+                    &state.http,
+                    base,
+                    &settings.api_key,
+                    timeout,
+                    entity,
+                    project,
+                    &tracker_run_id,
+                )
+                .await
                 {
                     Ok(run) => {
                         entry.status = "ok".into();

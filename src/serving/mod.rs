@@ -355,23 +355,37 @@ impl<'a> ServingLayer<'a> {
             .send()
             .await
             .map_err(|e| {
-                let kind = if e.is_timeout() { "serving_timeout" } else { "serving_unreachable" };
+                let kind = if e.is_timeout() {
+                    "serving_timeout"
+                } else {
+                    "serving_unreachable"
+                };
                 (kind, describe(&e))
             })?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| {
-            let kind = if e.is_timeout() { "serving_timeout" } else { "serving_unreachable" };
+            let kind = if e.is_timeout() {
+                "serving_timeout"
+            } else {
+                "serving_unreachable"
+            };
             (kind, describe(&e))
         })?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             let excerpt: String = text.chars().take(500).collect();
-            return Err(("serving_error", format!("serving layer answered {status}: {excerpt}")));
+            return Err((
+                "serving_error",
+                format!("serving layer answered {status}: {excerpt}"),
+            ));
         }
         serde_json::from_slice::<Value>(&bytes)
             .ok()
             .filter(Value::is_object)
-            .ok_or(("serving_bad_response", "serving layer answered a body that is not a JSON object".into()))
+            .ok_or((
+                "serving_bad_response",
+                "serving layer answered a body that is not a JSON object".into(),
+            ))
     }
 }
 
@@ -385,4 +399,3 @@ fn describe(err: &reqwest::Error) -> String {
         format!("calling the serving layer failed: {err}")
     }
 }
-

@@ -41,7 +41,12 @@ async fn project_validate_checks_the_project_is_active_in_the_organization() {
     let project = app.create_project(&acme, "Support").await;
     let path = "/api/flash/projects/validate/internal";
     let ok = json_of(
-        app.post(path, INTERNAL_KEY, &json!({"orgId": acme.org_id, "projectId": project})).await,
+        app.post(
+            path,
+            INTERNAL_KEY,
+            &json!({"orgId": acme.org_id, "projectId": project}),
+        )
+        .await,
         StatusCode::OK,
     )
     .await;
@@ -50,7 +55,16 @@ async fn project_validate_checks_the_project_is_active_in_the_organization() {
     assert_eq!(ok["slug"], "support");
     let other = json!({"orgId": globex.org_id, "projectId": project});
     assert_error(app.post(path, INTERNAL_KEY, &other).await, StatusCode::NOT_FOUND).await;
-    assert_error(app.post(path, &acme.api_key, &json!({"orgId": acme.org_id, "projectId": project})).await, StatusCode::FORBIDDEN).await;
+    assert_error(
+        app.post(
+            path,
+            &acme.api_key,
+            &json!({"orgId": acme.org_id, "projectId": project}),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
     for (body, field) in [
         (json!({"orgId": "", "projectId": project}), "orgId"),
         (json!({"orgId": acme.org_id, "projectId": "x"}), "projectId"),
@@ -90,10 +104,18 @@ async fn environments_publish_upsert_by_slug_validate_use_and_delete() {
     // Another organization cannot take the slug; a project outside the org is 404.
     let mut stolen = env_body(&globex, &app.create_project(&globex, "Support").await, "grader");
     stolen["slug"] = json!(slug);
-    assert_error(app.post(ENVIRONMENTS, INTERNAL_KEY, &stolen).await, StatusCode::CONFLICT).await;
+    assert_error(
+        app.post(ENVIRONMENTS, INTERNAL_KEY, &stolen).await,
+        StatusCode::CONFLICT,
+    )
+    .await;
     let mut foreign = body.clone();
     foreign["orgId"] = json!(globex.org_id);
-    assert_error(app.post(ENVIRONMENTS, INTERNAL_KEY, &foreign).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(ENVIRONMENTS, INTERNAL_KEY, &foreign).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
 
     // Validate checks the project association and changes nothing.
     let reference = json!({"orgId": acme.org_id, "projectId": project, "slug": slug});
@@ -102,10 +124,23 @@ async fn environments_publish_upsert_by_slug_validate_use_and_delete() {
     assert_eq!(valid, json!({"valid": true}));
     let mut wrong = reference.clone();
     wrong["projectId"] = json!(other_project);
-    assert_error(app.post(validate, INTERNAL_KEY, &wrong).await, StatusCode::NOT_FOUND).await;
-    let unknown = json!({"orgId": acme.org_id, "projectId": project, "slug": format!("{}/support/none", acme.slug)});
-    assert_error(app.post(validate, INTERNAL_KEY, &unknown).await, StatusCode::NOT_FOUND).await;
-    assert_eq!(publish(&app, &renamed).await["created"], false, "validate created nothing");
+    assert_error(
+        app.post(validate, INTERNAL_KEY, &wrong).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let unknown =
+        json!({"orgId": acme.org_id, "projectId": project, "slug": format!("{}/support/none", acme.slug)});
+    assert_error(
+        app.post(validate, INTERNAL_KEY, &unknown).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(
+        publish(&app, &renamed).await["created"],
+        false,
+        "validate created nothing"
+    );
 
     // Use records the run's reference, once per run.
     let used = "/api/flash/environments/use/internal";
@@ -115,7 +150,10 @@ async fn environments_publish_upsert_by_slug_validate_use_and_delete() {
         let recorded = json_of(app.post(used, INTERNAL_KEY, &use_body).await, StatusCode::OK).await;
         assert_eq!(recorded, json!({"recorded": true}));
     }
-    assert_eq!(app.post(used, INTERNAL_KEY, &reference).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.post(used, INTERNAL_KEY, &reference).await.status(),
+        StatusCode::OK
+    );
     let db = Database::connect(&app.db_url).await.unwrap();
     let uses = entities::flash_environment_use::Entity::find()
         .filter(entities::flash_environment_use::Column::Slug.eq(&slug))
@@ -123,10 +161,19 @@ async fn environments_publish_upsert_by_slug_validate_use_and_delete() {
         .await
         .unwrap();
     assert_eq!(uses.len(), 2);
-    assert_eq!(uses.iter().filter(|u| u.run_id.as_deref() == Some("run-1")).count(), 1);
+    assert_eq!(
+        uses.iter()
+            .filter(|u| u.run_id.as_deref() == Some("run-1"))
+            .count(),
+        1
+    );
     let mut foreign_use = use_body.clone();
     foreign_use["orgId"] = json!(globex.org_id);
-    assert_error(app.post(used, INTERNAL_KEY, &foreign_use).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(used, INTERNAL_KEY, &foreign_use).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     let mut empty_run = use_body.clone();
     empty_run["runId"] = json!("");
     let issues = validation_issues(app.post(used, INTERNAL_KEY, &empty_run).await).await;
@@ -137,7 +184,11 @@ async fn environments_publish_upsert_by_slug_validate_use_and_delete() {
     assert_eq!(deleted["deleted"], true);
     let again = json_of(delete_env(&app, &reference).await, StatusCode::OK).await;
     assert_eq!(again["deleted"], false);
-    assert_error(app.post(validate, INTERNAL_KEY, &reference).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(validate, INTERNAL_KEY, &reference).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     assert!(hub.calls().is_empty());
     db.close().await.ok();
 }
@@ -150,11 +201,19 @@ async fn environment_bodies_enforce_every_bound() {
     let good = env_body(&acme, &project, "grader");
     let cases: Vec<(&str, Value, &str)> = vec![
         ("slug", json!("ab"), "string_too_short"),
-        ("slug", json!(format!("a/b/{}", "c".repeat(510))), "string_too_long"),
+        (
+            "slug",
+            json!(format!("a/b/{}", "c".repeat(510))),
+            "string_too_long",
+        ),
         ("slug", json!("acme/support"), "string_pattern_mismatch"),
         ("slug", json!("Acme/support/grader"), "string_pattern_mismatch"),
         ("slug", json!("acme/-support/grader"), "string_pattern_mismatch"),
-        ("slug", json!("acme/support/grader/extra"), "string_pattern_mismatch"),
+        (
+            "slug",
+            json!("acme/support/grader/extra"),
+            "string_pattern_mismatch",
+        ),
         ("name", json!(""), "string_too_short"),
         ("name", json!("n".repeat(121)), "string_too_long"),
         ("hubRepo", json!(""), "string_too_short"),
@@ -184,7 +243,10 @@ async fn environment_bodies_enforce_every_bound() {
     edge["hubRef"] = json!("v1");
     let published = publish(&app, &edge).await;
     assert_eq!(published["hubRepo"], "acme/envs");
-    for path in ["/api/flash/environments/validate/internal", "/api/flash/environments/use/internal"] {
+    for path in [
+        "/api/flash/environments/validate/internal",
+        "/api/flash/environments/use/internal",
+    ] {
         let body = json!({"orgId": acme.org_id, "projectId": project, "slug": "no"});
         let issues = validation_issues(app.post(path, INTERNAL_KEY, &body).await).await;
         assert_eq!(issues[0]["loc"], json!(["body", "slug"]), "{path}");
@@ -205,16 +267,25 @@ async fn run_and_checkpoint_upserts_keep_one_row_and_the_latest_status() {
     let created = json_of(app.post(runs, INTERNAL_KEY, &first).await, StatusCode::OK).await;
     assert_eq!(created["result"], "created");
     assert_eq!(created["status"], "queued");
-    assert!(created.as_object().unwrap().values().all(Value::is_string), "string to string: {created}");
+    assert!(
+        created.as_object().unwrap().values().all(Value::is_string),
+        "string to string: {created}"
+    );
     let second = json!({"orgId": acme.org_id, "projectId": project, "runId": "run-1", "status": "running",
         "phase": "train", "costUsd": null, "updatedAt": "2026-11-22T10:05:00Z"});
     let updated = json_of(app.post(runs, INTERNAL_KEY, &second).await, StatusCode::OK).await;
-    assert_eq!((updated["result"].as_str(), updated["status"].as_str()), (Some("updated"), Some("running")));
+    assert_eq!(
+        (updated["result"].as_str(), updated["status"].as_str()),
+        (Some("updated"), Some("running"))
+    );
     // A late, older update does not roll the status back.
     let late = json!({"orgId": acme.org_id, "projectId": project, "runId": "run-1", "status": "queued",
         "updatedAt": "2026-11-22T09:59:00Z"});
     let stale = json_of(app.post(runs, INTERNAL_KEY, &late).await, StatusCode::OK).await;
-    assert_eq!((stale["result"].as_str(), stale["status"].as_str()), (Some("stale"), Some("running")));
+    assert_eq!(
+        (stale["result"].as_str(), stale["status"].as_str()),
+        (Some("stale"), Some("running"))
+    );
 
     let db = Database::connect(&app.db_url).await.unwrap();
     let rows = entities::flash_run::Entity::find().all(&db).await.unwrap();
@@ -227,7 +298,11 @@ async fn run_and_checkpoint_upserts_keep_one_row_and_the_latest_status() {
 
     let mut foreign = first.clone();
     foreign["orgId"] = json!(globex.org_id);
-    assert_error(app.post(runs, INTERNAL_KEY, &foreign).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(runs, INTERNAL_KEY, &foreign).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     let other_project = app.create_project(&acme, "Other").await;
     let mut moved = second.clone();
     moved["projectId"] = json!(other_project);
@@ -254,18 +329,29 @@ async fn run_and_checkpoint_upserts_keep_one_row_and_the_latest_status() {
     let checkpoints = "/api/flash/runs/checkpoints/internal";
     let checkpoint = json!({"orgId": acme.org_id, "projectId": project, "runId": "run-1",
         "checkpointId": "ckpt-100", "seed": 7, "metrics": {"loss": 0.3}});
-    let first_cp = json_of(app.post(checkpoints, INTERNAL_KEY, &checkpoint).await, StatusCode::OK).await;
+    let first_cp = json_of(
+        app.post(checkpoints, INTERNAL_KEY, &checkpoint).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(first_cp["result"], "created");
     assert_eq!(first_cp["checkpointId"], "ckpt-100");
     let mut second_cp = checkpoint.clone();
     second_cp["artifactPath"] = json!("s3://bucket/ckpt-100");
     second_cp.as_object_mut().unwrap().remove("seed");
-    let again = json_of(app.post(checkpoints, INTERNAL_KEY, &second_cp).await, StatusCode::OK).await;
+    let again = json_of(
+        app.post(checkpoints, INTERNAL_KEY, &second_cp).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(again["result"], "updated");
     let stored = entities::flash_checkpoint::Entity::find().all(&db).await.unwrap();
     assert_eq!(stored.len(), 1);
     let data: Value = serde_json::from_str(&stored[0].data).unwrap();
-    assert_eq!((data["seed"].as_i64(), data["artifactPath"].as_str()), (Some(7), Some("s3://bucket/ckpt-100")));
+    assert_eq!(
+        (data["seed"].as_i64(), data["artifactPath"].as_str()),
+        (Some(7), Some("s3://bucket/ckpt-100"))
+    );
     for (field, value) in [
         ("checkpointId", json!("")),
         ("checkpointId", json!("c".repeat(257))),
@@ -279,13 +365,24 @@ async fn run_and_checkpoint_upserts_keep_one_row_and_the_latest_status() {
     }
     let mut long_id = checkpoint.clone();
     long_id["checkpointId"] = json!("c".repeat(256));
-    assert_eq!(app.post(checkpoints, INTERNAL_KEY, &long_id).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.post(checkpoints, INTERNAL_KEY, &long_id).await.status(),
+        StatusCode::OK
+    );
 
     // Deleting the organization removes its mirrors.
-    let deleted = app.delete(&format!("/api/internal/orgs/{}", acme.org_id), INTERNAL_KEY).await;
+    let deleted = app
+        .delete(&format!("/api/internal/orgs/{}", acme.org_id), INTERNAL_KEY)
+        .await;
     assert_eq!(deleted.status(), StatusCode::OK);
     assert_eq!(entities::flash_run::Entity::find().count(&db).await.unwrap(), 0);
-    assert_eq!(entities::flash_checkpoint::Entity::find().count(&db).await.unwrap(), 0);
+    assert_eq!(
+        entities::flash_checkpoint::Entity::find()
+            .count(&db)
+            .await
+            .unwrap(),
+        0
+    );
     db.close().await.ok();
 }
 
@@ -310,7 +407,10 @@ async fn concurrent_upserts_of_one_run_keep_one_row_and_lose_no_field() {
     assert_eq!(rows.len(), 1);
     let data: Value = serde_json::from_str(&rows[0].data).unwrap();
     for field in ["model", "phase", "algorithm", "adapterRef", "gpuType", "metadata"] {
-        assert!(data[field].is_string() || data[field].is_object(), "{field} lost: {data}");
+        assert!(
+            data[field].is_string() || data[field].is_object(),
+            "{field} lost: {data}"
+        );
     }
     db.close().await.ok();
 }
@@ -321,17 +421,37 @@ async fn product_events_outside_the_allowlist_are_422() {
     let acme = app.create_org("Acme").await;
     let path = "/api/flash/events/internal";
     for event in ["adapter_exported", "environment_published", "custom_event"] {
-        let body = json!({"orgId": acme.org_id, "event": event, "userId": "u1", "properties": {"adapterId": "a"}});
-        assert_eq!(json_of(app.post(path, INTERNAL_KEY, &body).await, StatusCode::OK).await, json!({"accepted": true}));
+        let body =
+            json!({"orgId": acme.org_id, "event": event, "userId": "u1", "properties": {"adapterId": "a"}});
+        assert_eq!(
+            json_of(app.post(path, INTERNAL_KEY, &body).await, StatusCode::OK).await,
+            json!({"accepted": true})
+        );
     }
     for event in [json!("made_up"), json!(""), json!("e".repeat(65))] {
-        let issues = validation_issues(app.post(path, INTERNAL_KEY, &json!({"orgId": acme.org_id, "event": event})).await).await;
+        let issues = validation_issues(
+            app.post(path, INTERNAL_KEY, &json!({"orgId": acme.org_id, "event": event}))
+                .await,
+        )
+        .await;
         assert_eq!(issues[0]["loc"], json!(["body", "event"]), "{event}");
     }
-    let issues = validation_issues(app.post(path, INTERNAL_KEY, &json!({"orgId": acme.org_id, "event": "made_up"})).await).await;
+    let issues = validation_issues(
+        app.post(
+            path,
+            INTERNAL_KEY,
+            &json!({"orgId": acme.org_id, "event": "made_up"}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(issues[0]["type"], "literal_error");
     let unknown_org = json!({"orgId": uuid::Uuid::new_v4().to_string(), "event": "adapter_exported"});
-    assert_error(app.post(path, INTERNAL_KEY, &unknown_org).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(path, INTERNAL_KEY, &unknown_org).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     let db = Database::connect(&app.db_url).await.unwrap();
     let stored = entities::product_event::Entity::find()
         .filter(entities::product_event::Column::OrgId.eq(&acme.org_id))
@@ -343,7 +463,12 @@ async fn product_events_outside_the_allowlist_are_422() {
 }
 
 async fn provision(app: &TestApp, query: &str) -> Value {
-    json_of(app.post(&format!("{PROVISION}{query}"), INTERNAL_KEY, &json!({})).await, StatusCode::OK).await
+    json_of(
+        app.post(&format!("{PROVISION}{query}"), INTERNAL_KEY, &json!({}))
+            .await,
+        StatusCode::OK,
+    )
+    .await
 }
 
 fn report(attempted: u64, provisioned: u64, failed: u64, skipped: u64) -> Value {
@@ -352,7 +477,10 @@ fn report(attempted: u64, provisioned: u64, failed: u64, skipped: u64) -> Value 
 
 async fn backoff_failures(db_url: &str, org_id: &str) -> Option<i32> {
     let db = Database::connect(db_url).await.unwrap();
-    let row = entities::hub_backoff::Entity::find_by_id(org_id.to_owned()).one(&db).await.unwrap();
+    let row = entities::hub_backoff::Entity::find_by_id(org_id.to_owned())
+        .one(&db)
+        .await
+        .unwrap();
     db.close().await.ok();
     row.map(|b| b.failures)
 }
@@ -375,15 +503,20 @@ async fn hub_provisioning_backs_off_per_organization() {
     })
     .await;
     let (acme, globex) = (app.create_org("Acme").await, app.create_org("Globex").await);
-    let (acme_project, globex_project) =
-        (app.create_project(&acme, "Support").await, app.create_project(&globex, "Support").await);
+    let (acme_project, globex_project) = (
+        app.create_project(&acme, "Support").await,
+        app.create_project(&globex, "Support").await,
+    );
     for name in ["one", "two"] {
         publish(&app, &env_body(&acme, &acme_project, name)).await;
         publish(&app, &env_body(&globex, &globex_project, name)).await;
     }
 
     // A pass narrowed to Globex touches Globex only.
-    assert_eq!(provision(&app, &format!("?orgId={}", globex.org_id)).await, report(2, 2, 0, 0));
+    assert_eq!(
+        provision(&app, &format!("?orgId={}", globex.org_id)).await,
+        report(2, 2, 0, 0)
+    );
     assert_eq!(backoff_failures(&app.db_url, &acme.org_id).await, None);
     let call = &hub.calls()[0];
     assert_eq!((call.method.as_str(), call.path.as_str()), ("POST", "/repos"));
@@ -398,13 +531,19 @@ async fn hub_provisioning_backs_off_per_organization() {
     // While Acme waits, its environments are skipped, and Globex's new one still goes.
     publish(&app, &env_body(&globex, &globex_project, "three")).await;
     assert_eq!(provision(&app, "").await, report(1, 1, 0, 2));
-    assert_eq!(provision(&app, &format!("?orgId={}", acme.org_id)).await, report(0, 0, 0, 2));
+    assert_eq!(
+        provision(&app, &format!("?orgId={}", acme.org_id)).await,
+        report(0, 0, 0, 2)
+    );
     assert_eq!(backoff_failures(&app.db_url, &acme.org_id).await, Some(1));
     assert_eq!(backoff_failures(&app.db_url, &globex.org_id).await, None);
     let calls_before = hub.calls().len();
     // After the delay Acme is tried again, and its backoff grows.
     actix_web::rt::time::sleep(std::time::Duration::from_millis(1100)).await;
-    assert_eq!(provision(&app, &format!("?orgId={}", globex.org_id)).await, report(0, 0, 0, 0));
+    assert_eq!(
+        provision(&app, &format!("?orgId={}", globex.org_id)).await,
+        report(0, 0, 0, 0)
+    );
     assert_eq!(provision(&app, "?limit=1").await, report(1, 0, 1, 0));
     assert_eq!(backoff_failures(&app.db_url, &acme.org_id).await, Some(2));
     assert_eq!(hub.calls().len(), calls_before + 1);
@@ -422,10 +561,16 @@ async fn concurrent_provisioning_passes_call_the_hub_once_per_environment() {
     let passes = join_all((0..3).map(|_| app.post_later(PROVISION, INTERNAL_KEY, &json!({})))).await;
     let mut provisioned = 0;
     for pass in passes {
-        provisioned += json_of(pass, StatusCode::OK).await["provisioned"].as_u64().unwrap();
+        provisioned += json_of(pass, StatusCode::OK).await["provisioned"]
+            .as_u64()
+            .unwrap();
     }
     assert_eq!(provisioned, 6);
-    let mut slugs: Vec<String> = hub.calls().iter().map(|c| c.body["slug"].as_str().unwrap().to_owned()).collect();
+    let mut slugs: Vec<String> = hub
+        .calls()
+        .iter()
+        .map(|c| c.body["slug"].as_str().unwrap().to_owned())
+        .collect();
     slugs.sort();
     slugs.dedup();
     assert_eq!((slugs.len(), hub.calls().len()), (6, 6));
@@ -437,14 +582,31 @@ async fn concurrent_provisioning_passes_call_the_hub_once_per_environment() {
 async fn provisioning_query_bounds_and_an_unconfigured_hub() {
     let (_hub, hub_url) = FakeJson::start(|_| Reply::Json(200, json!({})));
     let app = spawn_app_with(|s| s.hub.url = hub_url).await;
-    for (query, field) in [("?limit=0", "limit"), ("?limit=101", "limit"), ("?limit=x", "limit"), ("?orgId=nope", "orgId")] {
-        let issues = validation_issues(app.post(&format!("{PROVISION}{query}"), INTERNAL_KEY, &json!({})).await).await;
+    for (query, field) in [
+        ("?limit=0", "limit"),
+        ("?limit=101", "limit"),
+        ("?limit=x", "limit"),
+        ("?orgId=nope", "orgId"),
+    ] {
+        let issues = validation_issues(
+            app.post(&format!("{PROVISION}{query}"), INTERNAL_KEY, &json!({}))
+                .await,
+        )
+        .await;
         assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}");
     }
     assert_eq!(provision(&app, "?limit=100").await, report(0, 0, 0, 0));
     let acme = app.create_org("Acme").await;
-    assert_error(app.post(PROVISION, &acme.api_key, &json!({})).await, StatusCode::FORBIDDEN).await;
+    assert_error(
+        app.post(PROVISION, &acme.api_key, &json!({})).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
 
     let unconfigured = spawn_app().await;
-    assert_error(unconfigured.post(PROVISION, INTERNAL_KEY, &json!({})).await, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert_error(
+        unconfigured.post(PROVISION, INTERNAL_KEY, &json!({})).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+    )
+    .await;
 }

@@ -25,11 +25,15 @@ async fn create_run(app: &TestApp, org: &TestOrg, project: &str) -> String {
 }
 
 async fn patch(app: &TestApp, token: &str, run_id: &str, body: &Value) -> reqwest::Response {
-    app.request(reqwest::Method::PATCH, &format!("/api/runs/{run_id}"), Some(token))
-        .json(body)
-        .send()
-        .await
-        .unwrap()
+    app.request(
+        reqwest::Method::PATCH,
+        &format!("/api/runs/{run_id}"),
+        Some(token),
+    )
+    .json(body)
+    .send()
+    .await
+    .unwrap()
 }
 
 #[actix_web::test]
@@ -41,11 +45,16 @@ async fn runs_are_created_in_the_callers_projects_and_updated_field_by_field() {
 
     // Another organization's project, a bad id, a bad environment slug.
     let theirs = app.create_project(&globex, "Theirs").await;
-    let response = app.post("/api/runs", &acme.api_key, &json!({"projectId": theirs})).await;
+    let response = app
+        .post("/api/runs", &acme.api_key, &json!({"projectId": theirs}))
+        .await;
     assert_error(response, StatusCode::NOT_FOUND).await;
     for (body, field) in [
         (json!({"projectId": "nope"}), "projectId"),
-        (json!({"projectId": project, "environmentSlug": "Acme/x/y"}), "environmentSlug"),
+        (
+            json!({"projectId": project, "environmentSlug": "Acme/x/y"}),
+            "environmentSlug",
+        ),
         (json!({"projectId": project, "name": ""}), "name"),
     ] {
         let issues = validation_issues(app.post("/api/runs", &acme.api_key, &body).await).await;
@@ -72,7 +81,13 @@ async fn runs_are_created_in_the_callers_projects_and_updated_field_by_field() {
 
     // Absent fields stay; null clears.
     let cleared = json_of(
-        patch(&app, &acme.api_key, &run_id, &json!({"error": null, "summary": "done"})).await,
+        patch(
+            &app,
+            &acme.api_key,
+            &run_id,
+            &json!({"error": null, "summary": "done"}),
+        )
+        .await,
         StatusCode::OK,
     )
     .await;
@@ -81,9 +96,19 @@ async fn runs_are_created_in_the_callers_projects_and_updated_field_by_field() {
     assert_eq!(cleared["summary"], "done");
     assert_eq!(cleared["metrics"], json!({"step": 10}));
 
-    assert_error(patch(&app, &globex.api_key, &run_id, &json!({"status": "x"})).await, StatusCode::NOT_FOUND).await;
-    assert_error(patch(&app, &acme.api_key, "no-such-run", &json!({})).await, StatusCode::NOT_FOUND).await;
-    let issues = validation_issues(patch(&app, &acme.api_key, &run_id, &json!({"status": "s".repeat(65)})).await).await;
+    assert_error(
+        patch(&app, &globex.api_key, &run_id, &json!({"status": "x"})).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_error(
+        patch(&app, &acme.api_key, "no-such-run", &json!({})).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    let issues =
+        validation_issues(patch(&app, &acme.api_key, &run_id, &json!({"status": "s".repeat(65)})).await)
+            .await;
     assert_eq!(issues[0]["loc"], json!(["body", "status"]));
     let issues = validation_issues(patch(&app, &acme.api_key, &run_id, &json!({"summary": 3})).await).await;
     assert_eq!(issues[0]["loc"], json!(["body", "summary"]));
@@ -93,7 +118,8 @@ async fn link(app: &TestApp, org: &TestOrg, run_id: &str, tracker_run_id: &str) 
     let body = json!({"entity": "acme-team", "project": "support", "trackerRunId": tracker_run_id,
         "url": format!("https://tracker.example/acme-team/support/{tracker_run_id}")});
     let linked = json_of(
-        app.post(&format!("/api/runs/{run_id}/tracker"), &org.api_key, &body).await,
+        app.post(&format!("/api/runs/{run_id}/tracker"), &org.api_key, &body)
+            .await,
         StatusCode::OK,
     )
     .await;
@@ -110,15 +136,24 @@ async fn tracker_links_are_answered_as_stored_without_a_tracker() {
     link(&app, &acme, &run_id, "trk-1").await;
 
     let bad_url = json!({"entity": "e", "project": "p", "trackerRunId": "t", "url": "ftp://x"});
-    let issues = validation_issues(app.post(&format!("/api/runs/{run_id}/tracker"), &acme.api_key, &bad_url).await).await;
+    let issues = validation_issues(
+        app.post(&format!("/api/runs/{run_id}/tracker"), &acme.api_key, &bad_url)
+            .await,
+    )
+    .await;
     assert_eq!(issues[0]["loc"], json!(["body", "url"]));
     let theirs = json!({"entity": "e", "project": "p", "trackerRunId": "t"});
-    let response = app.post(&format!("/api/runs/{run_id}/tracker"), &globex.api_key, &theirs).await;
+    let response = app
+        .post(&format!("/api/runs/{run_id}/tracker"), &globex.api_key, &theirs)
+        .await;
     assert_error(response, StatusCode::NOT_FOUND).await;
 
     let answer = json_of(
-        app.get("/api/tracker?entity=acme-team&project=support&runId=trk-1&runId=trk-2", &acme.api_key)
-            .await,
+        app.get(
+            "/api/tracker?entity=acme-team&project=support&runId=trk-1&runId=trk-2",
+            &acme.api_key,
+        )
+        .await,
         StatusCode::OK,
     )
     .await;
@@ -132,8 +167,11 @@ async fn tracker_links_are_answered_as_stored_without_a_tracker() {
 
     // Links are the caller's own.
     let theirs = json_of(
-        app.get("/api/tracker?entity=acme-team&project=support&runId=trk-1", &globex.api_key)
-            .await,
+        app.get(
+            "/api/tracker?entity=acme-team&project=support&runId=trk-1",
+            &globex.api_key,
+        )
+        .await,
         StatusCode::OK,
     )
     .await;
@@ -154,7 +192,9 @@ async fn tracker_links_are_answered_as_stored_without_a_tracker() {
 #[actix_web::test]
 async fn tracker_reads_report_a_failing_run_in_its_own_entry() {
     let (tracker, url) = FakeJson::start(|call| match call.path.as_str() {
-        "/api/runs/acme-team/support/trk-ok" => Reply::Json(200, json!({"id": "trk-ok", "state": "finished"})),
+        "/api/runs/acme-team/support/trk-ok" => {
+            Reply::Json(200, json!({"id": "trk-ok", "state": "finished"}))
+        }
         "/api/runs/acme-team/support/trk-slow" => Reply::Hang,
         _ => Reply::Json(500, json!({"error": "boom"})),
     });
@@ -187,7 +227,10 @@ async fn tracker_reads_report_a_failing_run_in_its_own_entry() {
         .map(|r| r["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["ok", "error", "error", "not_linked"]);
-    assert_eq!(answer["runs"][0]["run"], json!({"id": "trk-ok", "state": "finished"}));
+    assert_eq!(
+        answer["runs"][0]["run"],
+        json!({"id": "trk-ok", "state": "finished"})
+    );
     assert!(answer["runs"][1]["error"].as_str().unwrap().contains("500"));
     assert!(answer["runs"][2]["error"].as_str().unwrap().contains("in time"));
     // Only linked runs are read, with the tracker's key.
@@ -217,9 +260,15 @@ async fn checkpoints_upsert_by_step_and_list_in_step_order() {
     assert_eq!(written["total"], 4);
     let other_run = json!({"runId": "run-8", "orgId": acme.org_id, "projectId": project,
         "checkpoints": [{"step": 1, "subfolder": "x"}]});
-    assert_eq!(app.post(CHECKPOINTS, INTERNAL_KEY, &other_run).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.post(CHECKPOINTS, INTERNAL_KEY, &other_run).await.status(),
+        StatusCode::OK
+    );
 
-    let query = format!("{CHECKPOINTS}?runId=run-7&orgId={}&projectId={project}", acme.org_id);
+    let query = format!(
+        "{CHECKPOINTS}?runId=run-7&orgId={}&projectId={project}",
+        acme.org_id
+    );
     let listed = json_of(app.get(&query, INTERNAL_KEY).await, StatusCode::OK).await;
     assert_eq!(
         listed,
@@ -232,12 +281,19 @@ async fn checkpoints_upsert_by_step_and_list_in_step_order() {
     );
 
     // The project must be that organization's; only the internal key may call.
-    let wrong_org = format!("{CHECKPOINTS}?runId=run-7&orgId={}&projectId={project}", globex.org_id);
+    let wrong_org = format!(
+        "{CHECKPOINTS}?runId=run-7&orgId={}&projectId={project}",
+        globex.org_id
+    );
     assert_error(app.get(&wrong_org, INTERNAL_KEY).await, StatusCode::NOT_FOUND).await;
     assert_error(app.get(&query, &acme.api_key).await, StatusCode::FORBIDDEN).await;
     let mut theirs = body.clone();
     theirs["orgId"] = json!(globex.org_id);
-    assert_error(app.post(CHECKPOINTS, INTERNAL_KEY, &theirs).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post(CHECKPOINTS, INTERNAL_KEY, &theirs).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
 
     for (item, field) in [
         (json!({"step": -1, "subfolder": "x"}), "step"),
@@ -254,9 +310,15 @@ async fn checkpoints_upsert_by_step_and_list_in_step_order() {
     let issues = validation_issues(app.post(CHECKPOINTS, INTERNAL_KEY, &long_run).await).await;
     assert_eq!(issues[0]["loc"], json!(["body", "runId"]));
     for (query, field) in [
-        (format!("runId=&orgId={}&projectId={project}", acme.org_id), "runId"),
+        (
+            format!("runId=&orgId={}&projectId={project}", acme.org_id),
+            "runId",
+        ),
         (format!("runId=r&orgId={}", acme.org_id), "projectId"),
-        (format!("runId=r&orgId={}&projectId={project}", "o".repeat(301)), "orgId"),
+        (
+            format!("runId=r&orgId={}&projectId={project}", "o".repeat(301)),
+            "orgId",
+        ),
     ] {
         let issues = validation_issues(app.get(&format!("{CHECKPOINTS}?{query}"), INTERNAL_KEY).await).await;
         assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}");

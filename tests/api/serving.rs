@@ -35,14 +35,26 @@ async fn authorize_requires_the_keys_organization_to_own_the_adapter() {
     let (acme, globex) = (app.create_org("Acme").await, app.create_org("Globex").await);
     put_adapter(&app, &acme, "acme/support-bot", true).await;
 
-    let ok = json_of(authorize(&app, &acme.api_key, "acme/support-bot").await, StatusCode::OK).await;
+    let ok = json_of(
+        authorize(&app, &acme.api_key, "acme/support-bot").await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(
         ok,
         json!({"orgId": acme.org_id, "adapterId": "acme/support-bot", "baseModel": BASE_MODEL})
     );
     // A valid key alone is not enough on a shared endpoint.
-    assert_error(authorize(&app, &globex.api_key, "acme/support-bot").await, StatusCode::FORBIDDEN).await;
-    assert_error(authorize(&app, &acme.api_key, "acme/unknown").await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        authorize(&app, &globex.api_key, "acme/support-bot").await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_error(
+        authorize(&app, &acme.api_key, "acme/unknown").await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     // A priced base model: any valid key, billed to the caller.
     for org in [&acme, &globex] {
         let body = json_of(authorize(&app, &org.api_key, BASE_MODEL).await, StatusCode::OK).await;
@@ -50,29 +62,57 @@ async fn authorize_requires_the_keys_organization_to_own_the_adapter() {
         assert_eq!(body["baseModel"], BASE_MODEL);
     }
     // Unpriced model ids are not served without an adapter.
-    assert_error(authorize(&app, &acme.api_key, "gpt-unknown").await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        authorize(&app, &acme.api_key, "gpt-unknown").await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
 }
 
 #[actix_web::test]
 async fn authorize_rejects_invalid_and_revoked_keys_and_non_internal_callers() {
     let app = spawn_app().await;
     let acme = app.create_org("Acme").await;
-    for bad in ["keel_sk_0000000000000000000000000000000000000000", "not-a-key", &acme.owner_token] {
+    for bad in [
+        "keel_sk_0000000000000000000000000000000000000000",
+        "not-a-key",
+        &acme.owner_token,
+    ] {
         assert_error(authorize(&app, bad, BASE_MODEL).await, StatusCode::UNAUTHORIZED).await;
     }
     let revoked = app
-        .delete(&format!("/api/internal/api-keys/{}", acme.api_key_id), INTERNAL_KEY)
+        .delete(
+            &format!("/api/internal/api-keys/{}", acme.api_key_id),
+            INTERNAL_KEY,
+        )
         .await;
     assert_eq!(revoked.status(), StatusCode::OK);
-    assert_error(authorize(&app, &acme.api_key, BASE_MODEL).await, StatusCode::UNAUTHORIZED).await;
+    assert_error(
+        authorize(&app, &acme.api_key, BASE_MODEL).await,
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
 
     let fresh = app.create_org("Globex").await;
     let body = json!({"apiKey": fresh.api_key, "adapterId": BASE_MODEL});
     // Only the serving layer (internal key) may ask.
-    assert_error(app.post(AUTHORIZE, &fresh.api_key, &body).await, StatusCode::FORBIDDEN).await;
-    let anonymous = app.request(Method::POST, AUTHORIZE, None).json(&body).send().await.unwrap();
+    assert_error(
+        app.post(AUTHORIZE, &fresh.api_key, &body).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    let anonymous = app
+        .request(Method::POST, AUTHORIZE, None)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
-    let issues = validation_issues(app.post(AUTHORIZE, INTERNAL_KEY, &json!({"apiKey": fresh.api_key})).await).await;
+    let issues = validation_issues(
+        app.post(AUTHORIZE, INTERNAL_KEY, &json!({"apiKey": fresh.api_key}))
+            .await,
+    )
+    .await;
     assert_eq!(issues[0]["loc"], json!(["body", "adapterId"]));
     assert_eq!(issues[0]["type"], "missing");
 }
@@ -107,7 +147,11 @@ async fn teardown_undeploys_each_live_adapter_best_effort_and_owner_only() {
     let body = json!({"orgId": acme.org_id});
 
     for token in [&acme.member_token, &acme.api_key, &globex.owner_token] {
-        assert_error(app.post("/api/serving/teardown", token, &body).await, StatusCode::FORBIDDEN).await;
+        assert_error(
+            app.post("/api/serving/teardown", token, &body).await,
+            StatusCode::FORBIDDEN,
+        )
+        .await;
     }
     assert!(serving.calls().is_empty());
 
@@ -129,7 +173,11 @@ async fn teardown_undeploys_each_live_adapter_best_effort_and_owner_only() {
     paths.sort_unstable();
     assert_eq!(
         paths,
-        ["/v1/adapters/acme/bad-bot", "/v1/adapters/acme/gone-bot", "/v1/adapters/acme/support-bot"]
+        [
+            "/v1/adapters/acme/bad-bot",
+            "/v1/adapters/acme/gone-bot",
+            "/v1/adapters/acme/support-bot"
+        ]
     );
     assert!(calls
         .iter()
@@ -141,7 +189,10 @@ async fn teardown_undeploys_each_live_adapter_best_effort_and_owner_only() {
         StatusCode::OK,
     )
     .await;
-    assert_eq!(again, json!({"undeployed": 0, "failed": 1, "adapters": {"acme/bad-bot": 0}}));
+    assert_eq!(
+        again,
+        json!({"undeployed": 0, "failed": 1, "adapters": {"acme/bad-bot": 0}})
+    );
     // Another organization's adapter was never touched.
     assert!(serving.calls().iter().all(|c| !c.path.contains("globex")));
 }
@@ -178,12 +229,19 @@ async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
         "temperature": 0.2
     });
 
-    let answer = json_of(app.post("/api/sample", &acme.api_key, &request).await, StatusCode::OK).await;
+    let answer = json_of(
+        app.post("/api/sample", &acme.api_key, &request).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(answer["output"], "Paris is the capital of France.");
     assert_eq!(answer["model"], "gpt-4o-mini-2024-07-18");
     assert_eq!(answer["usage"]["total_tokens"], 32);
     let call = serving.calls().pop().unwrap();
-    assert_eq!((call.method.as_str(), call.path.as_str()), ("POST", "/v1/chat/completions"));
+    assert_eq!(
+        (call.method.as_str(), call.path.as_str()),
+        ("POST", "/v1/chat/completions")
+    );
     assert_eq!(call.authorization.as_deref(), Some("Bearer test-internal-key"));
     assert_eq!(call.headers.get("x-org-id"), Some(&acme.org_id));
     assert_eq!(call.body["model"], "acme/support-bot");
@@ -194,18 +252,35 @@ async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
     // A session works too; another organization's adapter does not, nor an unknown one.
     let by_session = app.post("/api/sample", &acme.member_token, &request).await;
     assert_eq!(by_session.status(), StatusCode::OK);
-    assert_error(app.post("/api/sample", &globex.api_key, &request).await, StatusCode::FORBIDDEN).await;
+    assert_error(
+        app.post("/api/sample", &globex.api_key, &request).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
     let mut unknown = request.clone();
     unknown["model"] = json!("acme/nope");
-    assert_error(app.post("/api/sample", &acme.api_key, &unknown).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.post("/api/sample", &acme.api_key, &unknown).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     let mut base = request.clone();
     base["model"] = json!(BASE_MODEL);
-    assert_eq!(app.post("/api/sample", &globex.api_key, &base).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.post("/api/sample", &globex.api_key, &base).await.status(),
+        StatusCode::OK
+    );
 
     for (body, field) in [
         (json!({"model": BASE_MODEL, "messages": []}), "messages"),
-        (json!({"model": BASE_MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": 3}), "temperature"),
-        (json!({"model": BASE_MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), "max_tokens"),
+        (
+            json!({"model": BASE_MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": 3}),
+            "temperature",
+        ),
+        (
+            json!({"model": BASE_MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}),
+            "max_tokens",
+        ),
         (json!({"messages": [{"role": "user", "content": "x"}]}), "model"),
     ] {
         let issues = validation_issues(app.post("/api/sample", &acme.api_key, &body).await).await;
@@ -243,7 +318,10 @@ async fn sample_failures_are_500_sample_errors_and_never_hang() {
 
     let unreachable = spawn_app_with(|s| s.serving.url = closed_port_url()).await;
     let globex = unreachable.create_org("Globex").await;
-    assert_eq!(sample_error(&unreachable, &globex, BASE_MODEL).await["error"], "serving_unreachable");
+    assert_eq!(
+        sample_error(&unreachable, &globex, BASE_MODEL).await["error"],
+        "serving_unreachable"
+    );
 
     let unconfigured = spawn_app().await;
     let initech = unconfigured.create_org("Initech").await;
