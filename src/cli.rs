@@ -31,6 +31,11 @@ pub enum Command {
         #[command(subcommand)]
         target: BenchTarget,
     },
+    /// Traces of the recording proxy, through the HTTP API.
+    Traces {
+        #[command(subcommand)]
+        action: TracesAction,
+    },
     /// Operator tasks.
     Admin {
         #[command(subcommand)]
@@ -82,6 +87,31 @@ pub enum BenchTarget {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum TracesAction {
+    /// Write a project's newest traces as JSONL (one record a line), with progress on stderr.
+    Export {
+        /// The project's id.
+        #[arg(long)]
+        project: String,
+        /// records ({input, output}), prompts ({input}) or raw (stored traces).
+        #[arg(long, default_value = "records", value_parser = ["records", "prompts", "raw"])]
+        format: String,
+        /// Newest traces to export, 1..1000.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// Output file; standard output when absent.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// keel's base URL.
+        #[arg(long, env = "KEEL_URL", default_value = "http://127.0.0.1:8080")]
+        base_url: String,
+        /// A keel API key (or a session token) of the project's organization.
+        #[arg(long, env = "KEEL_API_KEY", hide_env_values = true)]
+        api_key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AdminAction {
     /// Create an organization, its owner and an API key; print them with a session token as JSON.
     Bootstrap {
@@ -112,7 +142,7 @@ struct Bootstrapped {
 pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(Command::Serve);
     let mut telemetry_settings = settings.telemetry.clone();
-    if matches!(command, Command::Bench { .. }) {
+    if matches!(command, Command::Bench { .. } | Command::Traces { .. }) {
         // Per-request log lines would measure the terminal, not keel.
         telemetry_settings.level = "warn".into();
     }
@@ -169,6 +199,33 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                 .await
             }
         },
+        Command::Traces {
+            action:
+                TracesAction::Export {
+                    project,
+                    format,
+                    limit,
+                    out,
+                    base_url,
+                    api_key,
+                },
+        } => {
+            let export = crate::traces::cli::ExportArgs {
+                project,
+                format,
+                limit,
+                base_url,
+                api_key,
+            };
+            match out {
+                Some(path) => {
+                    let file = std::fs::File::create(&path)
+                        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
+                    crate::traces::cli::export(&export, std::io::BufWriter::new(file)).await
+                }
+                None => crate::traces::cli::export(&export, std::io::stdout().lock()).await,
+            }
+        }
         Command::Admin {
             action: AdminAction::Bootstrap { org, owner, email },
         } => {

@@ -48,6 +48,8 @@ pub struct Settings {
     pub pricing: PricingSettings,
     pub queue: QueueSettings,
     pub flash: FlashSettings,
+    pub proxy: ProxySettings,
+    pub traces: TraceSettings,
     pub secrets: SecretsSettings,
 }
 
@@ -224,6 +226,28 @@ pub struct QueueSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+pub struct ProxySettings {
+    /// Longest wait to connect to a provider, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Longest silence from a provider (before its headers, or between two reads of its
+    /// body) before the call is abandoned with 504, in seconds.
+    pub read_timeout_secs: u64,
+    /// How long a verified API key or a project's organization is remembered, in milliseconds.
+    pub auth_cache_ttl_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TraceSettings {
+    /// The trace writer inserts when it holds this many traces...
+    pub flush_rows: usize,
+    /// ...or when its oldest trace has waited this long, in milliseconds.
+    pub flush_ms: u64,
+    /// Traces waiting to be written at most; beyond it new traces are dropped and counted
+    /// (`keel_traces_dropped_total`) rather than slow the proxy down.
+    pub queue_capacity: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
 pub struct FlashSettings {
     pub event_allowlist: Vec<String>,
 }
@@ -381,6 +405,17 @@ impl Settings {
             ("tracker.timeout_ms", self.tracker.timeout_ms),
             ("hub.backoff_base_secs", self.hub.backoff_base_secs),
             ("hub.lease_secs", self.hub.lease_secs),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "0", "must be positive"));
+            }
+        }
+        for (key, value) in [
+            ("proxy.connect_timeout_ms", self.proxy.connect_timeout_ms),
+            ("proxy.read_timeout_secs", self.proxy.read_timeout_secs),
+            ("traces.flush_ms", self.traces.flush_ms),
+            ("traces.flush_rows", self.traces.flush_rows as u64),
+            ("traces.queue_capacity", self.traces.queue_capacity as u64),
         ] {
             if value == 0 {
                 return Err(invalid(key, "0", "must be positive"));

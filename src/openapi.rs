@@ -43,6 +43,9 @@ pub fn document() -> Document {
         crate::runs::Doc::openapi(),
         crate::serving::Doc::openapi(),
         crate::flash::Doc::openapi(),
+        crate::traces::Doc::openapi(),
+        crate::evals::Doc::openapi(),
+        crate::proxy::Doc::openapi(),
     ] {
         doc.merge(part);
     }

@@ -11,7 +11,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, billing, database, flash, http, openapi, orgs, projects, queue, runs, serving, system};
+use crate::{auth, billing, database, evals, flash, http, openapi, orgs, projects, proxy, queue, runs, serving, system, traces};
 
 /// Mounts every domain's routes: the one route table of the service.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -25,6 +25,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     runs::configure(cfg);
     serving::configure(cfg);
     flash::configure(cfg);
+    proxy::configure(cfg);
+    traces::configure(cfg);
+    evals::configure(cfg);
 }
 
 pub struct Application {
@@ -57,6 +60,11 @@ impl Application {
         let shutdown_timeout = settings.server.shutdown_timeout_secs;
         let state = AppState::new(db, settings)?;
         let registry = prometheus::Registry::new();
+        state
+            .traces
+            .metrics
+            .register(&registry)
+            .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         let prometheus = PrometheusMetricsBuilder::new("keel")
             .registry(registry.clone())
             .mask_unmatched_patterns("UNKNOWN")

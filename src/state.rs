@@ -28,6 +28,10 @@ pub struct AppState {
     pub secret_box: Option<SecretBox>,
     /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
     pub http: reqwest::Client,
+    /// The recording proxy's client (providers), its look-up cache and the trace writer.
+    pub provider_http: reqwest::Client,
+    pub proxy_cache: crate::proxy::cache::ProxyCache,
+    pub traces: crate::traces::writer::TraceWriter,
 }
 
 impl AppState {
@@ -59,7 +63,18 @@ impl AppState {
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
+        let traces = crate::traces::writer::TraceWriter::start(
+            db.clone(),
+            settings.traces.flush_rows,
+            Duration::from_millis(settings.traces.flush_ms),
+            settings.traces.queue_capacity,
+        );
         Ok(Self {
+            provider_http: crate::proxy::provider_client(&settings.proxy)?,
+            proxy_cache: crate::proxy::cache::ProxyCache::new(Duration::from_millis(
+                settings.proxy.auth_cache_ttl_ms,
+            )),
+            traces,
             http,
             queue,
             secret_box,
@@ -78,6 +93,7 @@ impl AppState {
         // In-flight requests are done (the server drained them), so no report is pending.
         let _ = self.queue.send(crate::queue::actor::Shutdown).await;
         self.ledger.drain().await;
+        self.traces.drain().await;
         if let Err(err) = self.db.clone().close().await {
             tracing::warn!(error = %err, "closing the database pool");
         }

@@ -6,6 +6,7 @@ mod m20261121_000001_foundation;
 mod m20261121_000002_billing;
 mod m20261121_000003_queue;
 mod m20261122_000001_runs_flash;
+mod m20261122_000002_traces_evals;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000002_billing::Migration),
             Box::new(m20261121_000003_queue::Migration),
             Box::new(m20261122_000001_runs_flash::Migration),
+            Box::new(m20261122_000002_traces_evals::Migration),
         ]
     }
 }

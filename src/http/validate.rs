@@ -41,6 +41,13 @@ impl Checks {
         self.issues.push(ValidationIssue::new(loc, kind, msg));
     }
 
+    /// Records an issue at item `index` of the list `field`.
+    pub fn fail_item(&mut self, field: &str, index: usize, kind: &str, msg: impl Into<String>) {
+        let mut loc = self.loc(field);
+        loc.push(Value::from(index));
+        self.issues.push(ValidationIssue::new(loc, kind, msg));
+    }
+
     fn fail_ctx(&mut self, field: &str, kind: &str, msg: String, ctx: Value) {
         let loc = self.loc(field);
         self.issues

@@ -94,5 +94,6 @@ pub async fn revoke_key(caller: Caller, path: web::Path<String>) -> ApiResult<Ht
     if !belongs || !repo::revoke_api_key(db, &path).await? {
         return Err(ApiError::not_found("API key"));
     }
+    caller.state().proxy_cache.forget_key(&path);
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }

@@ -124,6 +124,7 @@ pub async fn delete_org(
         return Err(ApiError::not_found("organization"));
     }
     state.adapters.invalidate_org(&org_id);
+    state.proxy_cache.forget_org(&org_id);
     Ok(HttpResponse::Ok().json(Deleted { deleted: true }))
 }
 
@@ -226,6 +227,7 @@ pub async fn revoke_api_key(
     if !repo::revoke_api_key(&state.db, &path).await? {
         return Err(ApiError::not_found("API key"));
     }
+    state.proxy_cache.forget_key(&path);
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }
 

@@ -1,0 +1,30 @@
+use sea_orm::entity::prelude::*;
+
+/// One recorded chat completion (request and response redacted).
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "traces")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub org_id: String,
+    pub project_id: String,
+    pub provider: String,
+    pub model: Option<String>,
+    pub request: String,
+    pub response: Option<String>,
+    pub status_code: i32,
+    pub stream: bool,
+    pub complete: bool,
+    pub latency_ms: i64,
+    pub ttfb_ms: Option<i64>,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub total_tokens: Option<i64>,
+    pub error: Option<String>,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}
