@@ -11,7 +11,10 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, billing, database, evals, flash, http, openapi, orgs, projects, proxy, queue, runs, serving, system, traces};
+use crate::{
+    auth, billing, database, evals, flash, http, openapi, orgs, projects, proxy, queue, runs, serving,
+    system, traces,
+};
 
 /// Mounts every domain's routes: the one route table of the service.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -86,8 +89,11 @@ impl Application {
                     let response = srv.call(req);
                     async move {
                         let mut response = response.await?;
-                        if let Some(id) =
-                            request_id.and_then(|id| HeaderValue::from_str(&id.to_string()).ok())
+                        // A proxied provider's own request id is relayed unchanged.
+                        let relayed = response.headers().contains_key("x-request-id");
+                        if let Some(id) = request_id
+                            .and_then(|id| HeaderValue::from_str(&id.to_string()).ok())
+                            .filter(|_| !relayed)
                         {
                             response
                                 .headers_mut()

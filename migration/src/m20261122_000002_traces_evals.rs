@@ -51,7 +51,11 @@ impl MigrationTrait for Migration {
             .await?;
         // Export reads a project's newest traces.
         manager
-            .create_index(index("idx_traces_project_created", "traces", &["project_id", "created_at"]))
+            .create_index(index(
+                "idx_traces_project_created",
+                "traces",
+                &["project_id", "created_at"],
+            ))
             .await?;
         manager
             .create_table(

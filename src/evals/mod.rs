@@ -101,7 +101,11 @@ impl Validate for EvalRunUploadRequest {
         }
         if let Some(started) = &self.started_at {
             if parse_datetime(started).is_none() {
-                c.fail("started_at", "datetime_from_date_parsing", "Input should be a valid datetime");
+                c.fail(
+                    "started_at",
+                    "datetime_from_date_parsing",
+                    "Input should be a valid datetime",
+                );
             }
         }
         c.max_items("cases", self.cases.len(), MAX_CASES);
@@ -152,7 +156,10 @@ pub fn derive(cases: &[EvalCasePayload]) -> Derived {
         (status = 404, description = "No such project in the caller's organization", body = ErrorBody),
         (status = 422, body = ValidationErrorBody),
     ))]
-pub async fn upload_eval_run(caller: Caller, body: ValidJson<EvalRunUploadRequest>) -> ApiResult<HttpResponse> {
+pub async fn upload_eval_run(
+    caller: Caller,
+    body: ValidJson<EvalRunUploadRequest>,
+) -> ApiResult<HttpResponse> {
     let body = body.0;
     let orgs = caller.organizations().await?;
     let db = &caller.state().db;
@@ -192,7 +199,10 @@ async fn insert_run(
         status: Set(body.status.clone().unwrap_or_else(|| "completed".into())),
         error: Set(body.error.clone()),
         started_at: Set(body.started_at.as_deref().and_then(parse_datetime)),
-        metadata: Set(body.metadata.as_ref().map(|m| Value::Object(m.clone()).to_string())),
+        metadata: Set(body
+            .metadata
+            .as_ref()
+            .map(|m| Value::Object(m.clone()).to_string())),
         total_cases: Set(derived.total),
         passed_cases: Set(derived.passed),
         graded_cases: Set(derived.graded),
@@ -260,7 +270,13 @@ mod tests {
     fn no_cases_and_no_scores_have_no_mean() {
         assert_eq!(
             derive(&[]),
-            Derived { total: 0, passed: 0, graded: 0, errored: 0, mean_score: None }
+            Derived {
+                total: 0,
+                passed: 0,
+                graded: 0,
+                errored: 0,
+                mean_score: None
+            }
         );
         assert_eq!(derive(&[case(None, Some(true), None)]).mean_score, None);
     }

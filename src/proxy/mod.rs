@@ -92,7 +92,9 @@ fn missing(name: &str) -> ApiError {
 
 /// The keel API key of the call and its organization.
 async fn authenticate(state: &AppState, req: &HttpRequest) -> ApiResult<(String, KeyOwner)> {
-    let unauthorized = || ApiError::Unauthorized("a valid keel API key is required (Authorization: Bearer keel_sk_...)".into());
+    let unauthorized = || {
+        ApiError::Unauthorized("a valid keel API key is required (Authorization: Bearer keel_sk_...)".into())
+    };
     let token = header(req, "authorization")
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
@@ -128,7 +130,10 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
                 .one(&state.db)
                 .await?
                 .ok_or_else(not_found)?;
-            state.proxy_cache.projects.insert(project_id.clone(), project.org_id.clone());
+            state
+                .proxy_cache
+                .projects
+                .insert(project_id.clone(), project.org_id.clone());
             project.org_id
         }
     };
@@ -138,7 +143,6 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
         Err(not_found())
     }
 }
-
 
 /// What a trace needs from the request; completed when the call ends.
 struct TraceDraft {
@@ -197,7 +201,14 @@ struct Recording {
 }
 
 impl Recording {
-    fn record(self, status: u16, response: Option<Value>, first_byte: Option<Duration>, complete: bool, error: Option<String>) {
+    fn record(
+        self,
+        status: u16,
+        response: Option<Value>,
+        first_byte: Option<Duration>,
+        complete: bool,
+        error: Option<String>,
+    ) {
         let response = response.map(|mut r| {
             let secrets = [self.secrets[0].as_str(), self.secrets[1].as_str()];
             Redactor::new(&secrets).redact(&mut r);
@@ -351,7 +362,13 @@ pub async fn chat_completions(
         Err(err) => {
             let (status, detail) = upstream_failure(&err, provider);
             if let Some(recording) = recording {
-                recording.record(status.as_u16(), None, Some(first_byte), false, Some(detail.clone()));
+                recording.record(
+                    status.as_u16(),
+                    None,
+                    Some(first_byte),
+                    false,
+                    Some(detail.clone()),
+                );
             }
             Err(ApiError::Status(status, detail))
         }
@@ -371,11 +388,20 @@ fn provider_base<'a>(state: &'a AppState, provider: &str) -> &'a str {
 /// 504 when the provider stayed silent too long, else 502; the detail names no credential.
 fn upstream_failure(err: &reqwest::Error, provider: &str) -> (StatusCode, String) {
     if err.is_timeout() {
-        (StatusCode::GATEWAY_TIMEOUT, format!("upstream {provider} timed out"))
+        (
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("upstream {provider} timed out"),
+        )
     } else if err.is_connect() {
-        (StatusCode::BAD_GATEWAY, format!("upstream {provider} is unreachable"))
+        (
+            StatusCode::BAD_GATEWAY,
+            format!("upstream {provider} is unreachable"),
+        )
     } else {
-        (StatusCode::BAD_GATEWAY, format!("upstream {provider} failed mid-response"))
+        (
+            StatusCode::BAD_GATEWAY,
+            format!("upstream {provider} failed mid-response"),
+        )
     }
 }
 
@@ -426,7 +452,13 @@ impl Stream for Relay {
                 Poll::Ready(Some(Ok(bytes)))
             }
             Poll::Ready(Some(Err(err))) => {
-                this.record(false, Some(format!("upstream stream broke: {}", upstream_failure(&err, "provider").1)));
+                this.record(
+                    false,
+                    Some(format!(
+                        "upstream stream broke: {}",
+                        upstream_failure(&err, "provider").1
+                    )),
+                );
                 Poll::Ready(Some(Err(err)))
             }
             Poll::Ready(None) => {
@@ -441,7 +473,10 @@ impl Stream for Relay {
 impl Drop for Relay {
     fn drop(&mut self) {
         if !self.finished {
-            self.record(false, Some("the client disconnected before the stream ended".into()));
+            self.record(
+                false,
+                Some("the client disconnected before the stream ended".into()),
+            );
         }
     }
 }

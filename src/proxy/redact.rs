@@ -62,10 +62,11 @@ impl<'a> Redactor<'a> {
 
     /// A text with every secret replaced (for raw bodies that are not JSON).
     pub fn redact_text(&self, text: &str) -> Option<String> {
-        self.secrets
-            .iter()
-            .any(|s| text.contains(s))
-            .then(|| self.secrets.iter().fold(text.to_owned(), |t, s| t.replace(s, REDACTED)))
+        self.secrets.iter().any(|s| text.contains(s)).then(|| {
+            self.secrets
+                .iter()
+                .fold(text.to_owned(), |t, s| t.replace(s, REDACTED))
+        })
     }
 
     fn walk(&self, value: &mut Value, changed: &mut bool) {
@@ -183,7 +184,10 @@ mod tests {
         assert_eq!(body["metadata"]["note"], "my key is [redacted], thanks");
         assert_eq!(body["messages"][0]["content"], "use [redacted] please");
         let params = &body["tools"][0]["function"]["parameters"];
-        assert_eq!(params["properties"]["token"], json!({"type": "string", "description": "session token"}));
+        assert_eq!(
+            params["properties"]["token"],
+            json!({"type": "string", "description": "session token"})
+        );
         assert_eq!(params["properties"]["password"], REDACTED);
         assert_eq!(params["required"], json!(["token"]));
     }
@@ -196,9 +200,25 @@ mod tests {
     }
 
     const NAMES: &[&str] = &[
-        "model", "messages", "content", "role", "max_tokens", "completion_tokens", "usage", "tools",
-        "properties", "items", "name", "api_key", "token", "Authorization", "client-secret",
-        "db_password", "credentials", "private_key", "notes",
+        "model",
+        "messages",
+        "content",
+        "role",
+        "max_tokens",
+        "completion_tokens",
+        "usage",
+        "tools",
+        "properties",
+        "items",
+        "name",
+        "api_key",
+        "token",
+        "Authorization",
+        "client-secret",
+        "db_password",
+        "credentials",
+        "private_key",
+        "notes",
     ];
 
     fn text() -> impl Strategy<Value = String> {
@@ -221,8 +241,9 @@ mod tests {
         leaf.prop_recursive(5, 64, 6, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::vec((prop::sample::select(NAMES), inner), 0..6)
-                    .prop_map(|pairs| Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+                prop::collection::vec((prop::sample::select(NAMES), inner), 0..6).prop_map(|pairs| {
+                    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+                }),
             ]
         })
     }

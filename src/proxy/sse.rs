@@ -127,7 +127,12 @@ impl CompletionAssembler {
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage.clone());
         }
-        for choice in chunk.get("choices").and_then(Value::as_array).into_iter().flatten() {
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             self.on_choice(choice);
         }
     }
@@ -157,7 +162,10 @@ impl CompletionAssembler {
             .flatten()
             .enumerate()
         {
-            let index = call.get("index").and_then(Value::as_u64).unwrap_or(position as u64);
+            let index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
             let tool = acc.tool_calls.entry(index).or_default();
             if let Some(id) = call.get("id").and_then(Value::as_str) {
                 tool.id = Some(id.to_owned());
@@ -257,7 +265,10 @@ mod tests {
             assert!(a.is_done(), "split {split}");
             assert_eq!(c["object"], "chat.completion");
             assert_eq!(c["choices"][0]["message"]["role"], "assistant");
-            assert!(c["choices"][0]["message"]["content"].as_str().unwrap().len() > 5, "{c}");
+            assert!(
+                c["choices"][0]["message"]["content"].as_str().unwrap().len() > 5,
+                "{c}"
+            );
             assert_eq!(c["choices"][0]["finish_reason"], "stop");
             assert!(c["usage"]["total_tokens"].as_u64().unwrap() > 0, "{c}");
         }
@@ -292,7 +303,10 @@ mod tests {
     fn several_data_lines_make_one_event_and_data_may_lack_its_space() {
         let mut parser = SseParser::default();
         let mut events = Vec::new();
-        parser.push(b"data:{\"a\":\ndata: 1}\n\n: keep-alive\n\ndata:[DONE]", &mut |d| events.push(d.to_owned()));
+        parser.push(
+            b"data:{\"a\":\ndata: 1}\n\n: keep-alive\n\ndata:[DONE]",
+            &mut |d| events.push(d.to_owned()),
+        );
         parser.finish(&mut |d| events.push(d.to_owned()));
         assert_eq!(events, ["{\"a\":\n1}", "[DONE]"]);
     }

@@ -87,7 +87,10 @@ pub fn output_of(status_code: i32, response: &Value) -> Option<Value> {
         return None;
     }
     let message = response.pointer("/choices/0/message")?;
-    let tool_calls = message.get("tool_calls").and_then(Value::as_array).filter(|c| !c.is_empty());
+    let tool_calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty());
     if let Some(calls) = tool_calls {
         let mut reply = json!({
             "role": message.get("role").and_then(Value::as_str).unwrap_or("assistant"),

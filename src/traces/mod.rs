@@ -67,14 +67,20 @@ pub async fn trace_projects(caller: Caller) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(TraceProjectsResponse { projects }))
 }
 
-async fn projects_with_traces(db: &impl ConnectionTrait, orgs: &[String]) -> Result<Vec<TraceProject>, DbErr> {
+async fn projects_with_traces(
+    db: &impl ConnectionTrait,
+    orgs: &[String],
+) -> Result<Vec<TraceProject>, DbErr> {
     if orgs.is_empty() {
         return Ok(Vec::new());
     }
     let counts: Vec<(String, i64)> = trace::Entity::find()
         .select_only()
         .column(trace::Column::ProjectId)
-        .column_as(Expr::from(Func::count(Expr::col(trace::Column::Id))), "trace_count")
+        .column_as(
+            Expr::from(Func::count(Expr::col(trace::Column::Id))),
+            "trace_count",
+        )
         .filter(trace::Column::OrgId.is_in(orgs.iter().cloned()))
         .group_by(trace::Column::ProjectId)
         .into_tuple()
@@ -159,7 +165,11 @@ fn convert_all(traces: &[trace::Model], format: Format) -> (Vec<Value>, usize) {
     ))]
 pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> ApiResult<HttpResponse> {
     let query = query.0;
-    let format = query.format.as_deref().and_then(Format::parse).unwrap_or(Format::Records);
+    let format = query
+        .format
+        .as_deref()
+        .and_then(Format::parse)
+        .unwrap_or(Format::Records);
     let orgs = caller.organizations().await?;
     let db = &caller.state().db;
     let project_id = canonical_uuid(&query.project_id);
@@ -213,9 +223,16 @@ impl Validate for TraceSelectionBody {
 #[utoipa::path(post, path = "/api/traces/export", tag = "traces", security(("bearer" = [])),
     request_body = TraceSelectionBody,
     responses((status = 200, body = TracesExportResponse), (status = 422, body = ValidationErrorBody)))]
-pub async fn export_selection(caller: Caller, body: ValidJson<TraceSelectionBody>) -> ApiResult<HttpResponse> {
+pub async fn export_selection(
+    caller: Caller,
+    body: ValidJson<TraceSelectionBody>,
+) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let format = body.format.as_deref().and_then(Format::parse).unwrap_or(Format::Records);
+    let format = body
+        .format
+        .as_deref()
+        .and_then(Format::parse)
+        .unwrap_or(Format::Records);
     let orgs = caller.organizations().await?;
     let mut wanted: Vec<String> = body.trace_ids.iter().map(|id| canonical_uuid(id)).collect();
     let mut seen = std::collections::HashSet::new();

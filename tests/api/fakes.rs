@@ -202,3 +202,140 @@ pub fn closed_port_url() -> String {
     drop(listener);
     format!("http://127.0.0.1:{port}")
 }
+
+/// A fake LLM provider: answers by the request's `model` with the shared fixtures (JSON, or
+/// SSE sent in small pieces), and records what it received.
+#[derive(Clone)]
+pub struct FakeProvider {
+    calls: Arc<Mutex<Vec<Call>>>,
+    /// `stream-gated` sends its first frame, then waits for a permit here.
+    pub gate: Arc<tokio::sync::Semaphore>,
+    /// Set when a `stream-endless` response is dropped (the proxy hung up on it).
+    pub cancelled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+pub fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/tests/fixtures/chat/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl FakeProvider {
+    pub fn start() -> (Self, String) {
+        let fake = Self {
+            calls: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            cancelled: Arc::default(),
+        };
+        let data = web::Data::new(fake.clone());
+        let url = serve(move |cfg: &mut web::ServiceConfig| {
+            cfg.app_data(data.clone())
+                .default_service(web::to(provider_handler));
+        });
+        (fake, url)
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+fn sse(bytes: Vec<u8>) -> HttpResponse {
+    let pieces: Vec<Result<web::Bytes, actix_web::Error>> = bytes
+        .chunks(17)
+        .map(|c| Ok(web::Bytes::copy_from_slice(c)))
+        .collect();
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("x-request-id", "req_fake_stream"))
+        .streaming(futures_util::stream::iter(pieces))
+}
+
+async fn provider_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<FakeProvider>) -> HttpResponse {
+    let headers: HashMap<String, String> = req
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let call = Call {
+        method: req.method().to_string(),
+        path: req.path().to_owned(),
+        authorization: headers.get("authorization").cloned(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    };
+    fake.calls.lock().unwrap().push(call.clone());
+    let json_reply = |status: u16, name: &str| {
+        HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+            .content_type("application/json")
+            .insert_header(("x-request-id", "req_fake_1"))
+            .insert_header(("openai-processing-ms", "7"))
+            .body(fixture(name))
+    };
+    match call.body["model"].as_str().unwrap_or_default() {
+        "gpt-tool" => json_reply(200, "completion_tool_call.json"),
+        "gpt-multimodal" => json_reply(200, "completion_multimodal_content.json"),
+        "gpt-401" => json_reply(401, "error_401.json"),
+        "gpt-slow" => {
+            actix_web::rt::time::sleep(std::time::Duration::from_secs(5)).await;
+            json_reply(200, "completion_plain.json")
+        }
+        "stream-plain" => sse(fixture("stream_plain_with_usage.sse")),
+        "stream-tools" => sse(fixture("stream_two_tool_calls_no_usage.sse")),
+        "stream-crlf" => sse(fixture("stream_router_comments_crlf.sse")),
+        "stream-gated" => {
+            let bytes = fixture("stream_plain_with_usage.sse");
+            let split = bytes.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
+            let (first, rest) = (
+                web::Bytes::copy_from_slice(&bytes[..split]),
+                web::Bytes::copy_from_slice(&bytes[split..]),
+            );
+            let gate = fake.gate.clone();
+            let stream = futures_util::stream::unfold(0, move |step| {
+                let (gate, first, rest) = (gate.clone(), first.clone(), rest.clone());
+                async move {
+                    match step {
+                        0 => Some((Ok::<_, actix_web::Error>(first), 1)),
+                        1 => {
+                            gate.acquire().await.unwrap().forget();
+                            Some((Ok(rest), 2))
+                        }
+                        _ => None,
+                    }
+                }
+            });
+            HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .streaming(stream)
+        }
+        "stream-endless" => {
+            let guard = Arc::new(SetOnDrop(fake.cancelled.clone()));
+            let stream = futures_util::stream::unfold(0u64, move |n| {
+                let _guard = guard.clone();
+                async move {
+                    if n > 0 {
+                        actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    let frame = format!(
+                        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"stream-endless\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tick{n} \"}}}}]}}\n\n"
+                    );
+                    Some((Ok::<_, actix_web::Error>(web::Bytes::from(frame)), n + 1))
+                }
+            });
+            HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .streaming(stream)
+        }
+        _ => json_reply(200, "completion_plain.json"),
+    }
+}

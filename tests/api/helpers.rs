@@ -178,6 +178,11 @@ pub fn expired_session_token(user_id: &str) -> String {
 }
 
 impl TestApp {
+    /// Stops the server gracefully; background work then drains (as at SIGTERM).
+    pub async fn stop(&self) {
+        self.handle.stop(true).await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.address, path)
     }

@@ -112,6 +112,11 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/flash/runs/internal"),
     ("post", "/api/flash/runs/checkpoints/internal"),
     ("post", "/api/flash/events/internal"),
+    ("post", "/v1/chat/completions"),
+    ("get", "/api/traces/projects"),
+    ("get", "/api/traces/export"),
+    ("post", "/api/traces/export"),
+    ("post", "/api/evals/runs"),
 ];
 
 #[actix_web::test]

@@ -1,0 +1,464 @@
+//! The recording proxy, driven as the OpenAI SDK drives it (JSON and SSE), against a fake
+//! provider that records what it received.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::fakes::{closed_port_url, fixture, FakeProvider};
+use crate::helpers::*;
+
+pub const PROVIDER_KEY: &str = "sk-proj-provider-secret-0123456789";
+
+/// An app whose four providers all point at one fake, under a path per provider.
+pub async fn proxy_app() -> (TestApp, FakeProvider) {
+    let (provider, url) = FakeProvider::start();
+    let app = spawn_app_with(|s| {
+        s.providers.openai_url = format!("{url}/openai/v1");
+        s.providers.anthropic_url = format!("{url}/anthropic/v1");
+        s.providers.openrouter_url = format!("{url}/openrouter/api/v1");
+        s.providers.google_url = format!("{url}/google/v1beta/openai");
+        s.traces.flush_ms = 20;
+        s.proxy.read_timeout_secs = 1;
+    })
+    .await;
+    (app, provider)
+}
+
+/// A chat completion request as the OpenAI SDK sends it to `base_url=<keel>/v1`.
+pub fn sdk_request(
+    app: &TestApp,
+    org: &TestOrg,
+    project: Option<&str>,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    sdk_request_via(app, org, project, "openai", body)
+}
+
+pub fn sdk_request_via(
+    app: &TestApp,
+    org: &TestOrg,
+    project: Option<&str>,
+    provider: &str,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut request = app
+        .request(Method::POST, "/v1/chat/completions", Some(&org.api_key))
+        .header("X-Service-Provider", provider)
+        .header("X-Service-Provider-Key", PROVIDER_KEY)
+        .header("user-agent", "OpenAI/Python 1.54.0")
+        .header("x-stainless-lang", "python")
+        .json(body);
+    if let Some(project) = project {
+        request = request.header("X-Service-Project-Id", project);
+    }
+    request
+}
+
+pub fn chat(model: &str, content: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": content}]})
+}
+
+/// The project's traces as stored (`raw`), once `count` of them are written.
+pub async fn raw_traces(app: &TestApp, org: &TestOrg, project: &str, count: usize) -> Vec<Value> {
+    let path = format!("/api/traces/export?project_id={project}&format=raw");
+    for _ in 0..200 {
+        let body: Value = app.get(&path, &org.api_key).await.json().await.unwrap();
+        let records = body["records"].as_array().cloned().unwrap_or_default();
+        if records.len() >= count {
+            return records;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{count} traces expected in project {project}");
+}
+
+#[actix_web::test]
+async fn a_json_call_is_forwarded_redacted_relayed_unchanged_and_recorded() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let body = json!({
+        "model": "gpt-plain",
+        "max_tokens": 32,
+        "api_key": "should-not-travel",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": format!("my keel key is {} and provider key {PROVIDER_KEY}", org.api_key)},
+        ],
+        "tools": [{"type": "function", "function": {"name": "login", "parameters": {
+            "type": "object", "properties": {"token": {"type": "string"}}, "required": ["token"]}}}],
+    });
+    let response = sdk_request(&app, &org, Some(&project), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-request-id"], "req_fake_1");
+    assert_eq!(response.headers()["openai-processing-ms"], "7");
+    assert_eq!(
+        response.bytes().await.unwrap().as_ref(),
+        fixture("completion_plain.json").as_slice()
+    );
+
+    let call = provider.calls().pop().unwrap();
+    assert_eq!(call.path, "/openai/v1/chat/completions");
+    assert_eq!(
+        call.authorization.as_deref(),
+        Some(format!("Bearer {PROVIDER_KEY}").as_str())
+    );
+    assert_eq!(
+        call.headers.get("user-agent").map(String::as_str),
+        Some("OpenAI/Python 1.54.0")
+    );
+    for (name, value) in &call.headers {
+        assert!(
+            !name.starts_with("x-service"),
+            "keel header {name} travelled upstream"
+        );
+        assert!(!value.contains(&org.api_key), "keel key travelled in {name}");
+    }
+    let sent = call.body.to_string();
+    assert!(
+        !sent.contains(&org.api_key) && !sent.contains(PROVIDER_KEY),
+        "{sent}"
+    );
+    assert_eq!(call.body["api_key"], "[redacted]");
+    assert_eq!(call.body["max_tokens"], 32);
+    assert_eq!(
+        call.body["messages"][1]["content"],
+        "my keel key is [redacted] and provider key [redacted]"
+    );
+    assert_eq!(
+        call.body["tools"], body["tools"],
+        "a JSON-Schema property named token is kept"
+    );
+
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    let trace = &traces[0];
+    assert_eq!(trace["provider"], "openai");
+    assert_eq!(trace["model"], "gpt-plain");
+    assert_eq!(trace["statusCode"], 200);
+    assert_eq!(trace["stream"], false);
+    assert_eq!(trace["complete"], true);
+    assert_eq!(
+        trace["usage"],
+        json!({"prompt_tokens": 24, "completion_tokens": 8, "total_tokens": 32})
+    );
+    assert_eq!(trace["response"]["usage"]["completion_tokens"], 8);
+    assert_eq!(trace["request"]["max_tokens"], 32);
+    assert!(trace["latencyMs"].as_i64().unwrap() >= 0);
+    let stored = trace.to_string();
+    assert!(!stored.contains(&org.api_key) && !stored.contains(PROVIDER_KEY));
+}
+
+#[actix_web::test]
+async fn header_and_project_errors_are_as_the_spec_says() {
+    let (app, provider) = proxy_app().await;
+    let (org, other) = (app.create_org("Acme").await, app.create_org("Globex").await);
+    let project = app.create_project(&org, "Support").await;
+    let theirs = app.create_project(&other, "Theirs").await;
+    let body = chat("gpt-plain", "hi");
+
+    let detail = assert_error(
+        sdk_request(&app, &org, None, &body).send().await.unwrap(),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert!(detail.contains("X-Service-Project-Id"), "{detail}");
+    for (drop, name) in [
+        ("X-Service-Provider", "X-Service-Provider"),
+        ("X-Service-Provider-Key", "X-Service-Provider-Key"),
+    ] {
+        let mut request = app
+            .request(Method::POST, "/v1/chat/completions", Some(&org.api_key))
+            .header("X-Service-Project-Id", &project)
+            .json(&body);
+        for (header, value) in [
+            ("X-Service-Provider", "openai"),
+            ("X-Service-Provider-Key", PROVIDER_KEY),
+        ] {
+            if header != drop {
+                request = request.header(header, value);
+            }
+        }
+        let detail = assert_error(request.send().await.unwrap(), StatusCode::BAD_REQUEST).await;
+        assert!(detail.contains(name), "{detail}");
+    }
+    let unknown = sdk_request_via(&app, &org, Some(&project), "acme-ai", &body);
+    assert_error(unknown.send().await.unwrap(), StatusCode::BAD_REQUEST).await;
+    for bad_project in [
+        theirs.as_str(),
+        "not-a-uuid",
+        "6f1c7c3e-0000-4000-8000-000000000000",
+    ] {
+        let response = sdk_request(&app, &org, Some(bad_project), &body)
+            .send()
+            .await
+            .unwrap();
+        assert_error(response, StatusCode::NOT_FOUND).await;
+    }
+    // Recording never creates a project.
+    let projects = json_of(app.get("/api/projects", &org.api_key).await, StatusCode::OK).await;
+    assert_eq!(projects.as_array().unwrap().len(), 1);
+    // Credentials: none, a session, an unknown key.
+    let anonymous = app
+        .request(Method::POST, "/v1/chat/completions", None)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    for token in [
+        org.owner_token.as_str(),
+        "keel_sk_0000000000000000000000000000000000000000",
+    ] {
+        let response = app
+            .request(Method::POST, "/v1/chat/completions", Some(token))
+            .header("X-Service-Provider", "openai")
+            .header("X-Service-Provider-Key", PROVIDER_KEY)
+            .header("X-Service-Project-Id", &project)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+    let not_json = sdk_request(&app, &org, Some(&project), &body).body("not json");
+    assert_error(not_json.send().await.unwrap(), StatusCode::BAD_REQUEST).await;
+    assert!(provider.calls().is_empty(), "nothing rejected went upstream");
+
+    // X-Service-Record: false proxies without the project header and records nothing.
+    let unrecorded = sdk_request(&app, &org, None, &chat("gpt-plain", "off the record"))
+        .header("X-Service-Record", "false")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unrecorded.status(), StatusCode::OK);
+    let recorded = sdk_request(&app, &org, Some(&project), &chat("gpt-plain", "on the record"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(recorded.status(), StatusCode::OK);
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let traces_later = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!((traces.len(), traces_later.len()), (1, 1));
+    assert_eq!(traces[0]["request"]["messages"][0]["content"], "on the record");
+}
+
+#[actix_web::test]
+async fn each_provider_goes_to_its_own_base() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    for (name, path) in [
+        ("openai", "/openai/v1/chat/completions"),
+        ("anthropic", "/anthropic/v1/chat/completions"),
+        ("openrouter", "/openrouter/api/v1/chat/completions"),
+        ("Google", "/google/v1beta/openai/chat/completions"),
+    ] {
+        let response = sdk_request_via(&app, &org, Some(&project), name, &chat("gpt-plain", "hi"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{name}");
+        assert_eq!(provider.calls().pop().unwrap().path, path);
+    }
+    let traces = raw_traces(&app, &org, &project, 4).await;
+    let mut providers: Vec<&str> = traces.iter().map(|t| t["provider"].as_str().unwrap()).collect();
+    providers.sort_unstable();
+    assert_eq!(providers, ["anthropic", "google", "openai", "openrouter"]);
+}
+
+#[actix_web::test]
+async fn upstream_errors_are_relayed_and_stored_and_failures_are_502_or_504() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let response = sdk_request(&app, &org, Some(&project), &chat("gpt-401", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        response.bytes().await.unwrap().as_ref(),
+        fixture("error_401.json").as_slice()
+    );
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!(traces[0]["statusCode"], 401);
+    assert_eq!(
+        traces[0]["response"]["error"]["code"],
+        json!(serde_json::from_slice::<Value>(&fixture("error_401.json")).unwrap()["error"]["code"])
+    );
+
+    let slow = sdk_request(&app, &org, Some(&project), &chat("gpt-slow", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let detail = assert_error(slow, StatusCode::GATEWAY_TIMEOUT).await;
+    assert!(!detail.contains(PROVIDER_KEY));
+
+    let unreachable = spawn_app_with(|s| s.providers.openai_url = closed_port_url()).await;
+    let org = unreachable.create_org("Acme").await;
+    let project = unreachable.create_project(&org, "Support").await;
+    let response = sdk_request(&unreachable, &org, Some(&project), &chat("gpt-plain", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let detail = assert_error(response, StatusCode::BAD_GATEWAY).await;
+    assert!(detail.contains("unreachable"), "{detail}");
+}
+
+/// The data payloads of SSE events, as a client reads them.
+fn sse_events(text: &str) -> Vec<String> {
+    text.replace("\r\n", "\n")
+        .split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            (!data.is_empty()).then(|| data.join("\n"))
+        })
+        .collect()
+}
+
+#[actix_web::test]
+async fn streams_are_relayed_frame_for_frame_and_recorded_assembled() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    for (model, file) in [
+        ("stream-plain", "stream_plain_with_usage.sse"),
+        ("stream-tools", "stream_two_tool_calls_no_usage.sse"),
+        ("stream-crlf", "stream_router_comments_crlf.sse"),
+    ] {
+        let mut body = chat(model, "stream please");
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let response = sdk_request(&app, &org, Some(&project), &body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        let bytes = response.bytes().await.unwrap();
+        assert_eq!(
+            bytes.as_ref(),
+            fixture(file).as_slice(),
+            "{model}: bytes relayed unchanged"
+        );
+        let events = sse_events(&String::from_utf8(bytes.to_vec()).unwrap());
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    }
+    let traces = raw_traces(&app, &org, &project, 3).await;
+    let by_model = |model: &str| traces.iter().find(|t| t["model"] == model).unwrap().clone();
+    let plain = by_model("stream-plain");
+    assert_eq!(
+        (plain["stream"].as_bool(), plain["complete"].as_bool()),
+        (Some(true), Some(true))
+    );
+    assert_eq!(plain["response"]["object"], "chat.completion");
+    assert!(!plain["response"]["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+    assert!(plain["usage"]["total_tokens"].as_i64().unwrap() > 0);
+    assert!(plain["ttfbMs"].is_i64());
+    let tools = by_model("stream-tools");
+    assert_eq!(
+        tools["response"]["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(tools["usage"]["total_tokens"], Value::Null);
+    assert!(by_model("stream-crlf")["usage"]["total_tokens"].as_i64().unwrap() > 0);
+}
+
+#[actix_web::test]
+async fn the_first_frame_arrives_before_the_upstream_finishes() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let mut body = chat("stream-gated", "hi");
+    body["stream"] = json!(true);
+    let response = sdk_request(&app, &org, Some(&project), &body)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let mut received = Vec::new();
+    // The upstream holds everything after its first frame until we let it go: a proxy that
+    // buffered would never hand us that frame (the wait times out instead of hanging).
+    while !received.windows(2).any(|w| w == b"\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the first frame arrived while the upstream was still open")
+            .unwrap()
+            .unwrap();
+        received.extend_from_slice(&chunk);
+    }
+    let first = sse_events(&String::from_utf8(received.clone()).unwrap());
+    assert_eq!(first.len(), 1);
+    assert!(
+        raw_traces_now(&app, &org, &project).await.is_empty(),
+        "no trace before the stream ends"
+    );
+    provider.gate.add_permits(1);
+    while let Some(chunk) = stream.next().await {
+        received.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(received, fixture("stream_plain_with_usage.sse"));
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!(traces[0]["complete"], true);
+}
+
+async fn raw_traces_now(app: &TestApp, org: &TestOrg, project: &str) -> Vec<Value> {
+    let path = format!("/api/traces/export?project_id={project}&format=raw");
+    let body: Value = app.get(&path, &org.api_key).await.json().await.unwrap();
+    body["records"].as_array().cloned().unwrap_or_default()
+}
+
+#[actix_web::test]
+async fn a_client_that_hangs_up_cancels_the_upstream_and_keeps_a_partial_trace() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let mut body = chat("stream-endless", "go on");
+    body["stream"] = json!(true);
+    let response = sdk_request(&app, &org, Some(&project), &body)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let mut received = Vec::new();
+    while sse_events(&String::from_utf8_lossy(&received)).len() < 3 {
+        received.extend_from_slice(&stream.next().await.unwrap().unwrap());
+    }
+    drop(stream);
+    let cancelled = provider.cancelled.clone();
+    assert!(
+        eventually(|| {
+            let cancelled = cancelled.clone();
+            async move { cancelled.load(std::sync::atomic::Ordering::SeqCst) }
+        })
+        .await,
+        "the upstream call was cancelled"
+    );
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!(traces[0]["complete"], false);
+    assert!(traces[0]["response"]["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("tick0 tick1 tick2"));
+    assert!(traces[0]["error"].as_str().unwrap().contains("disconnected"));
+}

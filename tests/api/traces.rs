@@ -1,0 +1,488 @@
+//! Trace listing and export (API and CLI), the writer's metrics and its drain at shutdown;
+//! eval uploads.
+
+use std::process::Command;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::fakes::FakeProvider;
+use crate::helpers::*;
+use crate::proxy::{chat, proxy_app, raw_traces, sdk_request};
+
+/// Records five traces: a lone user turn, a conversation with a system prompt, a tool call,
+/// a multimodal reply and an upstream error (no pair).
+async fn record_five(app: &TestApp, org: &TestOrg, project: &str) {
+    let conversation = json!({"model": "gpt-plain", "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Capital of France?"},
+    ]});
+    for body in [
+        chat("gpt-plain", "Capital of France?"),
+        conversation,
+        chat("gpt-tool", "Weather in Paris?"),
+        chat("gpt-multimodal", "Describe the picture"),
+        chat("gpt-401", "hi"),
+    ] {
+        let response = sdk_request(app, org, Some(project), &body).send().await.unwrap();
+        assert!(response.status() == StatusCode::OK || response.status() == StatusCode::UNAUTHORIZED);
+        // One at a time, so "newest" is well defined.
+        raw_traces(app, org, project, 0).await;
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    raw_traces(app, org, project, 5).await;
+}
+
+async fn export(app: &TestApp, org: &TestOrg, query: &str) -> Value {
+    json_of(
+        app.get(&format!("/api/traces/export?{query}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn export_converts_each_shape_and_skips_traces_without_a_pair() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    record_five(&app, &org, &project).await;
+
+    let records = export(&app, &org, &format!("project_id={project}")).await;
+    assert_eq!(records["projectId"], json!(project));
+    assert_eq!(records["format"], "records");
+    assert_eq!(
+        (records["count"].as_u64(), records["skipped"].as_u64()),
+        (Some(4), Some(1))
+    );
+    let rows = records["records"].as_array().unwrap();
+    let by_input = |input: &str| {
+        rows.iter()
+            .find(|r| r["input"] == input)
+            .unwrap_or_else(|| panic!("{input}: {rows:?}"))
+    };
+    assert_eq!(
+        by_input("Capital of France?")["output"],
+        "Paris is the capital of France."
+    );
+    assert_eq!(
+        by_input("system: Be brief.\nuser: Hi\nassistant: Hello!\nuser: Capital of France?")["output"],
+        "Paris is the capital of France."
+    );
+    let tool = &by_input("Weather in Paris?")["output"]["messages"][0];
+    assert_eq!(tool["role"], "assistant");
+    assert!(!tool["tool_calls"].as_array().unwrap().is_empty());
+    assert_eq!(
+        by_input("Describe the picture")["output"],
+        "The image shows a red bicycle leaning on a wall."
+    );
+    assert!(rows.iter().all(|r| r.as_object().unwrap().len() == 2));
+
+    let prompts = export(&app, &org, &format!("project_id={project}&format=prompts")).await;
+    assert_eq!(prompts["count"], 4);
+    assert!(prompts["records"].as_array().unwrap().iter().all(|r| r
+        .as_object()
+        .unwrap()
+        .keys()
+        .eq(["input"])));
+    let raw = export(&app, &org, &format!("project_id={project}&format=raw")).await;
+    assert_eq!(
+        (raw["count"].as_u64(), raw["skipped"].as_u64()),
+        (Some(5), Some(0))
+    );
+
+    // Newest first: the two newest are the error and the multimodal reply.
+    let newest = export(&app, &org, &format!("project_id={project}&limit=2")).await;
+    assert_eq!(
+        (newest["count"].as_u64(), newest["skipped"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(newest["records"][0]["input"], "Describe the picture");
+
+    let other = app.create_org("Globex").await;
+    let response = app
+        .get(
+            &format!("/api/traces/export?project_id={project}"),
+            &other.api_key,
+        )
+        .await;
+    assert_error(response, StatusCode::NOT_FOUND).await;
+    for (query, field) in [
+        (format!("project_id={project}&limit=0"), "limit"),
+        (format!("project_id={project}&limit=1001"), "limit"),
+        (format!("project_id={project}&format=csv"), "format"),
+        ("limit=5".to_owned(), "project_id"),
+    ] {
+        let issues = validation_issues(
+            app.get(&format!("/api/traces/export?{query}"), &org.api_key)
+                .await,
+        )
+        .await;
+        assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}");
+    }
+}
+
+#[actix_web::test]
+async fn a_selection_exports_exactly_the_selected_traces() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    record_five(&app, &org, &project).await;
+    let raw = raw_traces(&app, &org, &project, 5).await;
+    let id_of = |model: &str| {
+        raw.iter().find(|t| t["model"] == model).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let selection =
+        json!({"traceIds": [id_of("gpt-tool"), id_of("gpt-401"), unknown, id_of("gpt-multimodal")]});
+    let body = json_of(
+        app.post("/api/traces/export", &org.api_key, &selection).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (
+            body["count"].as_u64(),
+            body["skipped"].as_u64(),
+            body["notFound"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+    assert_eq!(body["projectId"], json!(project));
+    assert_eq!(body["records"][0]["input"], "Weather in Paris?");
+    assert_eq!(body["records"][1]["input"], "Describe the picture");
+    let mut raw_selection = selection.clone();
+    raw_selection["format"] = json!("raw");
+    let body = json_of(
+        app.post("/api/traces/export", &org.api_key, &raw_selection).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(body["count"], 3);
+
+    let other = app.create_org("Globex").await;
+    let theirs = json_of(
+        app.post("/api/traces/export", &other.api_key, &selection).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (theirs["count"].as_u64(), theirs["notFound"].as_u64()),
+        (Some(0), Some(4))
+    );
+    for (body, loc) in [
+        (json!({"traceIds": []}), json!(["body", "traceIds"])),
+        (json!({"traceIds": ["nope"]}), json!(["body", "traceIds", 0])),
+        (
+            json!({"traceIds": [unknown], "format": "csv"}),
+            json!(["body", "format"]),
+        ),
+    ] {
+        let issues = validation_issues(app.post("/api/traces/export", &org.api_key, &body).await).await;
+        assert_eq!(issues[0]["loc"], loc, "{body}");
+    }
+}
+
+#[actix_web::test]
+async fn trace_projects_count_each_projects_traces() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let (support, sales) = (
+        app.create_project(&org, "Support").await,
+        app.create_project(&org, "Sales").await,
+    );
+    app.create_project(&org, "Empty").await;
+    for _ in 0..2 {
+        sdk_request(&app, &org, Some(&support), &chat("gpt-plain", "hi"))
+            .send()
+            .await
+            .unwrap();
+    }
+    sdk_request(&app, &org, Some(&sales), &chat("gpt-plain", "hi"))
+        .send()
+        .await
+        .unwrap();
+    raw_traces(&app, &org, &support, 2).await;
+    raw_traces(&app, &org, &sales, 1).await;
+    for token in [&org.api_key, &org.member_token] {
+        let body = json_of(app.get("/api/traces/projects", token).await, StatusCode::OK).await;
+        let projects = body["projects"].as_array().unwrap();
+        assert_eq!(projects.len(), 2);
+        assert_eq!(projects[0]["projectId"], json!(sales), "most recent first");
+        assert_eq!(
+            (projects[0]["name"].as_str(), projects[0]["traceCount"].as_i64()),
+            (Some("Sales"), Some(1))
+        );
+        assert_eq!(
+            (projects[1]["name"].as_str(), projects[1]["traceCount"].as_i64()),
+            (Some("Support"), Some(2))
+        );
+        assert!(projects[1]["lastTraceAt"].is_string());
+    }
+    let other = app.create_org("Globex").await;
+    let body = json_of(
+        app.get("/api/traces/projects", &other.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(body["projects"], json!([]));
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(metrics.contains("keel_traces_written_total 3"), "{metrics}");
+    assert!(metrics.contains("keel_traces_dropped_total 0"), "{metrics}");
+}
+
+#[actix_web::test]
+async fn the_writer_drains_at_shutdown() {
+    let (provider_fake, url) = FakeProvider::start();
+    let _keep = provider_fake;
+    let app = spawn_app_with(|s| {
+        s.providers.openai_url = url;
+        // Never flushes on its own within the test: only the shutdown drain writes.
+        s.traces.flush_ms = 600_000;
+        s.traces.flush_rows = 10_000;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    for _ in 0..3 {
+        let response = sdk_request(&app, &org, Some(&project), &chat("gpt-plain", "hi"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        count_traces(&app.db_url).await == 0,
+        "nothing is written before a flush"
+    );
+    app.stop().await;
+    assert!(
+        eventually(|| async { count_traces(&app.db_url).await == 3 }).await,
+        "the shutdown drain wrote every trace"
+    );
+}
+
+async fn count_traces(db_url: &str) -> u64 {
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    let db = sea_orm::Database::connect(db_url).await.unwrap();
+    let count = entities::trace::Entity::find().count(&db).await.unwrap();
+    db.close().await.ok();
+    count
+}
+
+#[actix_web::test]
+async fn the_cli_writes_jsonl_through_the_api() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    record_five(&app, &org, &project).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dataset.jsonl");
+    let run = |format: &str, limit: &str| {
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args([
+                "traces",
+                "export",
+                "--project",
+                &project,
+                "--format",
+                format,
+                "--limit",
+                limit,
+            ])
+            .arg("--out")
+            .arg(&out)
+            .env("KEEL_URL", &app.address)
+            .env("KEEL_API_KEY", &org.api_key)
+            .env(
+                "KEEL_CONFIG_DIR",
+                env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+            )
+            .output()
+            .unwrap()
+    };
+    let output = run("records", "1000");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines
+        .iter()
+        .all(|l| l["input"].is_string() && !l["output"].is_null()));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("1 skipped"));
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains("input"),
+        "records go to the file"
+    );
+
+    let output = run("prompts", "2");
+    assert!(output.status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
+    let bad = run("csv", "10");
+    assert!(!bad.status.success());
+    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["traces", "export", "--project", &project])
+        .env("KEEL_URL", &app.address)
+        .env("KEEL_API_KEY", "keel_sk_0000000000000000000000000000000000000000")
+        .env(
+            "KEEL_CONFIG_DIR",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+        )
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("401"));
+}
+
+fn eval_body(project: &str, cases: Value) -> Value {
+    json!({"project_id": project, "suite_name": "smoke", "environment_reference": "acme/support/grader",
+        "model": "llama", "cases": cases})
+}
+
+#[actix_web::test]
+async fn eval_uploads_derive_their_counts() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let cases = json!([
+        {"case_id": "a", "score": 1.0, "success": true},
+        {"case_id": "b", "score": 0.5, "success": false, "error": ""},
+        {"case_id": "c", "error": "timeout", "latency_ms": 2147483647, "total_tokens": 0},
+        {"score": 0.0, "success": true, "metrics": {"bleu": 0.1}},
+        {}
+    ]);
+    let body = json_of(
+        app.post("/api/evals/runs", &org.api_key, &eval_body(&project, cases))
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(body["ok"], true);
+    assert!(body["eval_run_id"].is_string());
+    assert_eq!(
+        (
+            &body["total_cases"],
+            &body["passed_cases"],
+            &body["graded_cases"],
+            &body["errored_cases"],
+            &body["mean_score"]
+        ),
+        (&json!(5), &json!(2), &json!(3), &json!(1), &json!(0.5))
+    );
+    let empty = json_of(
+        app.post(
+            "/api/evals/runs",
+            &org.member_token,
+            &eval_body(&project, json!([])),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (
+            &empty["total_cases"],
+            &empty["graded_cases"],
+            &empty["mean_score"]
+        ),
+        (&json!(0), &json!(0), &Value::Null)
+    );
+    let mut no_cases = eval_body(&project, json!([]));
+    no_cases.as_object_mut().unwrap().remove("cases");
+    no_cases["status"] = json!("failed");
+    assert_eq!(
+        json_of(
+            app.post("/api/evals/runs", &org.api_key, &no_cases).await,
+            StatusCode::OK
+        )
+        .await["total_cases"],
+        0
+    );
+    let unscored = json!([{"success": true, "score": null}, {"success": null}]);
+    let body = json_of(
+        app.post("/api/evals/runs", &org.api_key, &eval_body(&project, unscored))
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (&body["passed_cases"], &body["graded_cases"], &body["mean_score"]),
+        (&json!(1), &json!(0), &Value::Null)
+    );
+
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    assert_eq!(entities::eval_run::Entity::find().count(&db).await.unwrap(), 4);
+    assert_eq!(entities::eval_case::Entity::find().count(&db).await.unwrap(), 7);
+    db.close().await.ok();
+
+    let other = app.create_org("Globex").await;
+    let response = app
+        .post("/api/evals/runs", &other.api_key, &eval_body(&project, json!([])))
+        .await;
+    assert_error(response, StatusCode::NOT_FOUND).await;
+}
+
+#[actix_web::test]
+async fn eval_uploads_enforce_every_bound() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let good = eval_body(&project, json!([]));
+    for (field, value) in [
+        ("project_id", json!("")),
+        ("suite_name", json!("")),
+        ("suite_name", json!("s".repeat(201))),
+        ("environment_reference", json!("")),
+        ("environment_reference", json!("e".repeat(513))),
+        ("model", json!("m".repeat(201))),
+        ("status", json!("done")),
+        ("started_at", json!("yesterday")),
+        ("metadata", json!([1])),
+    ] {
+        let mut body = good.clone();
+        body[field] = value;
+        let issues = validation_issues(app.post("/api/evals/runs", &org.api_key, &body).await).await;
+        assert_eq!(issues[0]["loc"], json!(["body", field]), "{field}");
+    }
+    for (case, field) in [
+        (json!({"case_id": "c".repeat(201)}), "case_id"),
+        (json!({"latency_ms": -1}), "latency_ms"),
+        (json!({"total_tokens": 2147483648i64}), "total_tokens"),
+        (json!({"score": "high"}), "score"),
+    ] {
+        let body = eval_body(&project, json!([{}, case]));
+        let issues = validation_issues(app.post("/api/evals/runs", &org.api_key, &body).await).await;
+        assert_eq!(issues[0]["loc"], json!(["body", "cases", 1, field]), "{field}");
+    }
+    let too_many = eval_body(&project, Value::Array(vec![json!({}); 5001]));
+    let issues = validation_issues(app.post("/api/evals/runs", &org.api_key, &too_many).await).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "cases"]));
+    let most = eval_body(&project, Value::Array(vec![json!({"score": 1.0}); 5000]));
+    let body = json_of(
+        app.post("/api/evals/runs", &org.api_key, &most).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (&body["total_cases"], &body["mean_score"]),
+        (&json!(5000), &json!(1.0))
+    );
+    let mut dated = good.clone();
+    dated["started_at"] = json!("2026-11-22T10:00:00Z");
+    assert_eq!(
+        app.post("/api/evals/runs", &org.api_key, &dated).await.status(),
+        StatusCode::OK
+    );
+}
