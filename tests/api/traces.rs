@@ -285,30 +285,45 @@ async fn the_cli_writes_jsonl_through_the_api() {
     record_five(&app, &org, &project).await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("dataset.jsonl");
-    let run = |format: &str, limit: &str| {
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .args([
-                "traces",
-                "export",
-                "--project",
-                &project,
-                "--format",
-                format,
-                "--limit",
-                limit,
-            ])
-            .arg("--out")
-            .arg(&out)
-            .env("KEEL_URL", &app.address)
-            .env("KEEL_API_KEY", &org.api_key)
-            .env(
-                "KEEL_CONFIG_DIR",
-                env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
-            )
-            .output()
+    // The CLI runs on a blocking thread, so this test's runtime (which drives the app's
+    // background work) keeps running meanwhile.
+    let run = |args: Vec<String>, api_key: String| {
+        let address = app.address.clone();
+        async move {
+            actix_web::rt::task::spawn_blocking(move || {
+                Command::new(env!("CARGO_BIN_EXE_keel"))
+                    .args(args)
+                    .env("KEEL_URL", address)
+                    .env("KEEL_API_KEY", api_key)
+                    .env(
+                        "KEEL_CONFIG_DIR",
+                        env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+                    )
+                    .output()
+                    .unwrap()
+            })
+            .await
             .unwrap()
+        }
     };
-    let output = run("records", "1000");
+    let export_args = |format: &str, limit: &str| -> Vec<String> {
+        [
+            "traces",
+            "export",
+            "--project",
+            project.as_str(),
+            "--format",
+            format,
+            "--limit",
+            limit,
+            "--out",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([out.display().to_string()])
+        .collect()
+    };
+    let output = run(export_args("records", "1000"), org.api_key.clone()).await;
     assert!(
         output.status.success(),
         "{}",
@@ -326,21 +341,18 @@ async fn the_cli_writes_jsonl_through_the_api() {
         "records go to the file"
     );
 
-    let output = run("prompts", "2");
+    let output = run(export_args("prompts", "2"), org.api_key.clone()).await;
     assert!(output.status.success());
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
-    let bad = run("csv", "10");
+    let bad = run(export_args("csv", "10"), org.api_key.clone()).await;
     assert!(!bad.status.success());
-    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["traces", "export", "--project", &project])
-        .env("KEEL_URL", &app.address)
-        .env("KEEL_API_KEY", "keel_sk_0000000000000000000000000000000000000000")
-        .env(
-            "KEEL_CONFIG_DIR",
-            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
-        )
-        .output()
-        .unwrap();
+    let args = vec![
+        "traces".to_owned(),
+        "export".into(),
+        "--project".into(),
+        project.clone(),
+    ];
+    let output = run(args, "keel_sk_0000000000000000000000000000000000000000".into()).await;
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("401"));
 }
