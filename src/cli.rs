@@ -72,6 +72,22 @@ pub enum BenchTarget {
         #[arg(long)]
         skip_baseline: bool,
     },
+    /// The recording proxy's added latency at fixed rates and its saturation throughput,
+    /// against the same load sent directly to the fake provider.
+    Proxy {
+        /// Request rates (per second) of the fixed-rate runs.
+        #[arg(long, value_delimiter = ',', default_value = "200,1000,3000")]
+        rates: Vec<u32>,
+        /// Seconds each fixed-rate run lasts.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Requests in flight in the saturation run.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Requests of the saturation run.
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+    },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
         #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
@@ -168,6 +184,20 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench { target } => match target {
+            BenchTarget::Proxy {
+                rates,
+                seconds,
+                concurrency,
+                requests,
+            } => {
+                crate::bench::proxy::run(crate::bench::proxy::ProxyBench {
+                    rates,
+                    seconds,
+                    concurrency,
+                    saturation_requests: requests,
+                })
+                .await
+            }
             BenchTarget::Ledger {
                 postgres_url,
                 requests,

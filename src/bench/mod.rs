@@ -3,6 +3,7 @@
 //! markdown table (see docs/BENCHMARKS.md).
 
 pub mod ledger;
+pub mod proxy;
 pub mod queue;
 
 use std::sync::Arc;

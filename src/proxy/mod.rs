@@ -156,14 +156,7 @@ struct TraceDraft {
 }
 
 impl TraceDraft {
-    fn finish(
-        self,
-        status: u16,
-        response: Option<Value>,
-        first_byte: Option<Duration>,
-        complete: bool,
-        error: Option<String>,
-    ) -> trace::Model {
+    fn finish(self, ending: Ending, response: Option<Value>) -> trace::Model {
         let usage = |key: &str| {
             response
                 .as_ref()
@@ -171,6 +164,7 @@ impl TraceDraft {
                 .and_then(|u| u.get(key))
                 .and_then(Value::as_i64)
         };
+        let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         trace::Model {
             id: uuid::Uuid::new_v4().to_string(),
             org_id: self.org_id,
@@ -182,15 +176,34 @@ impl TraceDraft {
             completion_tokens: usage("completion_tokens"),
             total_tokens: usage("total_tokens"),
             response: response.map(|r| r.to_string()),
-            status_code: i32::from(status),
+            status_code: i32::from(ending.status),
             stream: self.stream,
-            complete,
-            latency_ms: i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX),
-            ttfb_ms: first_byte.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-            error,
-            created_at: Utc::now(),
+            complete: ending.complete,
+            latency_ms: millis(ending.latency),
+            ttfb_ms: ending.first_byte.map(millis),
+            error: ending.error,
+            created_at: ending.at,
         }
     }
+}
+
+/// How a call ended, taken when it ends (the trace itself is built later).
+struct Ending {
+    status: u16,
+    first_byte: Option<Duration>,
+    latency: Duration,
+    complete: bool,
+    error: Option<String>,
+    at: chrono::DateTime<Utc>,
+}
+
+/// The provider's answer as it was received.
+enum Reply {
+    Nothing,
+    /// A JSON body (parsed, if it is JSON, by the trace writer).
+    Body(Bytes),
+    /// A stream, assembled into one `chat.completion`.
+    Assembled(Value),
 }
 
 /// Everything needed to record a call once it ends.
@@ -204,18 +217,35 @@ impl Recording {
     fn record(
         self,
         status: u16,
-        response: Option<Value>,
+        reply: Reply,
         first_byte: Option<Duration>,
         complete: bool,
         error: Option<String>,
     ) {
-        let response = response.map(|mut r| {
-            let secrets = [self.secrets[0].as_str(), self.secrets[1].as_str()];
-            Redactor::new(&secrets).redact(&mut r);
-            r
-        });
-        let row = self.draft.finish(status, response, first_byte, complete, error);
-        self.writer.record(row);
+        let ending = Ending {
+            status,
+            first_byte,
+            latency: self.draft.started.elapsed(),
+            complete,
+            error,
+            at: Utc::now(),
+        };
+        let Self {
+            draft,
+            writer,
+            secrets,
+        } = self;
+        writer.record_pending(Box::new(move || {
+            let mut response = match reply {
+                Reply::Nothing => None,
+                Reply::Body(bytes) => serde_json::from_slice::<Value>(&bytes).ok(),
+                Reply::Assembled(value) => Some(value),
+            };
+            if let Some(response) = &mut response {
+                Redactor::new(&[secrets[0].as_str(), secrets[1].as_str()]).redact(response);
+            }
+            draft.finish(ending, response)
+        }));
     }
 }
 
@@ -287,7 +317,8 @@ pub async fn chat_completions(
                 .get("model")
                 .and_then(Value::as_str)
                 .map(|m| m.chars().take(200).collect()),
-            request: request.to_string(),
+            // The forwarded body: the caller's bytes, or their redacted re-serialization.
+            request: String::from_utf8_lossy(&upstream_body).into_owned(),
             stream,
             started,
         },
@@ -312,7 +343,7 @@ pub async fn chat_completions(
         Err(err) => {
             let (status, detail) = upstream_failure(&err, provider);
             if let Some(recording) = recording {
-                recording.record(status.as_u16(), None, None, false, Some(detail.clone()));
+                recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
             }
             return Err(ApiError::Status(status, detail));
         }
@@ -353,9 +384,14 @@ pub async fn chat_completions(
     match response.bytes().await {
         Ok(bytes) => {
             if let Some(recording) = recording {
-                let parsed = serde_json::from_slice::<Value>(&bytes).ok();
                 let error = (!status.is_success()).then(|| format!("upstream answered {status}"));
-                recording.record(status.as_u16(), parsed, Some(first_byte), true, error);
+                recording.record(
+                    status.as_u16(),
+                    Reply::Body(bytes.clone()),
+                    Some(first_byte),
+                    true,
+                    error,
+                );
             }
             Ok(reply.body(bytes))
         }
@@ -364,7 +400,7 @@ pub async fn chat_completions(
             if let Some(recording) = recording {
                 recording.record(
                     status.as_u16(),
-                    None,
+                    Reply::Nothing,
                     Some(first_byte),
                     false,
                     Some(detail.clone()),
@@ -429,7 +465,7 @@ impl Relay {
             let complete = complete && self.assembler.is_done();
             recording.record(
                 self.status,
-                Some(self.assembler.completion()),
+                Reply::Assembled(self.assembler.completion()),
                 Some(self.first_byte),
                 complete,
                 error,

@@ -15,8 +15,11 @@ use tokio::time::Instant;
 const INSERT_CHUNK: usize = 500;
 const WRITE_ATTEMPTS: u32 = 3;
 
+/// A trace to be finished (parsed, redacted) on the writer's task, off the request path.
+pub type PendingTrace = Box<dyn FnOnce() -> trace::Model + Send>;
+
 enum Message {
-    Trace(Box<trace::Model>),
+    Trace(PendingTrace),
     Drain(oneshot::Sender<()>),
 }
 
@@ -72,7 +75,13 @@ impl TraceWriter {
 
     /// Hands a trace over without waiting.
     pub fn record(&self, row: trace::Model) {
-        match self.tx.try_send(Message::Trace(Box::new(row))) {
+        self.record_pending(Box::new(move || row));
+    }
+
+    /// Hands over a trace that the writer finishes building (parsing and redacting the
+    /// response) before it inserts it, so the proxy's request path does not pay for it.
+    pub fn record_pending(&self, pending: PendingTrace) {
+        match self.tx.try_send(Message::Trace(pending)) {
             Ok(()) => self.metrics.recorded.inc(),
             Err(err) => {
                 self.metrics.dropped.inc();
@@ -116,11 +125,11 @@ async fn run(
             }
         };
         match message {
-            Some(Message::Trace(row)) => {
+            Some(Message::Trace(pending)) => {
                 if batch.is_empty() {
                     deadline = Instant::now() + flush_every;
                 }
-                batch.push(*row);
+                batch.push(pending());
                 if batch.len() >= flush_rows {
                     flush(&db, &mut batch, &metrics).await;
                 }
@@ -129,7 +138,7 @@ async fn run(
                 let mut acks = vec![ack];
                 while let Ok(more) = rx.try_recv() {
                     match more {
-                        Message::Trace(row) => batch.push(*row),
+                        Message::Trace(pending) => batch.push(pending()),
                         Message::Drain(ack) => acks.push(ack),
                     }
                 }

@@ -1,0 +1,264 @@
+//! `keel bench proxy`: the recording proxy's added latency and throughput. A local fake
+//! provider answers a fixed chat completion; the same load goes to it directly (the
+//! baseline) and through keel with recording on. Added latency = proxied minus direct, at
+//! fixed request rates (open loop: requests leave on schedule, whatever came back) and at
+//! saturation (closed loop). Memory is the process's resident set (keel, the fake and the
+//! load generator share this process).
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+
+use super::{bench_settings, millis, run_load, BenchDb, LoadResult};
+use crate::startup::Application;
+
+const COMPLETION: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Paris is the capital of France."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":8,"total_tokens":32}}"#;
+const REQUEST: &str = r#"{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is the capital of France?"}]}"#;
+
+pub struct ProxyBench {
+    pub rates: Vec<u32>,
+    pub seconds: u64,
+    pub concurrency: usize,
+    pub saturation_requests: usize,
+}
+
+/// Starts the fake provider on its own thread (so it never competes with keel's workers for
+/// a runtime); answers its base URL.
+fn start_fake_provider() -> anyhow::Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        let system = actix_web::rt::System::new();
+        system.block_on(async move {
+            let server = HttpServer::new(|| {
+                App::new().route(
+                    "/v1/chat/completions",
+                    web::post().to(|| async {
+                        HttpResponse::Ok()
+                            .content_type("application/json")
+                            .body(COMPLETION)
+                    }),
+                )
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener);
+            if let Ok(server) = server {
+                let _ = server.run().await;
+            }
+        });
+    });
+    Ok(format!("http://127.0.0.1:{port}/v1"))
+}
+
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own.
+async fn run_at_rate<F>(rate: u32, seconds: u64, make: F) -> LoadResult
+where
+    F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map(|rt| rt.block_on(drive_at_rate(rate, seconds, make)));
+        let _ = tx.send(result);
+    });
+    match rx.await {
+        Ok(Ok(result)) => result,
+        _ => LoadResult {
+            ok: 0,
+            failed: 1,
+            elapsed: Duration::ZERO,
+            latencies: Vec::new(),
+        },
+    }
+}
+
+async fn drive_at_rate<F>(rate: u32, seconds: u64, make: F) -> LoadResult
+where
+    F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let total = u64::from(rate) * seconds;
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let due = started + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due.into()).await;
+        let request = make();
+        tasks.push(tokio::spawn(async move {
+            let sent = Instant::now();
+            match request.send().await {
+                Ok(response) if response.status().is_success() => {
+                    let _ = response.bytes().await;
+                    Some(sent.elapsed())
+                }
+                _ => None,
+            }
+        }));
+    }
+    let mut latencies = Vec::with_capacity(tasks.len());
+    let mut failed = 0;
+    for task in tasks {
+        match task.await {
+            Ok(Some(latency)) => latencies.push(latency),
+            _ => failed += 1,
+        }
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    LoadResult {
+        ok: latencies.len(),
+        failed,
+        elapsed,
+        latencies,
+    }
+}
+
+fn added(proxied: Duration, direct: Duration) -> String {
+    let delta = proxied.as_secs_f64() - direct.as_secs_f64();
+    format!("{:.3}", delta * 1000.0)
+}
+
+pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
+    let provider = start_fake_provider()?;
+    let db = BenchDb::create(None).await?;
+    let mut settings = bench_settings(&db.url)?;
+    settings.providers.openai_url = provider.clone();
+    let app = Application::build(settings).await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let state = app.state().clone();
+    let handle = app.handle();
+    let server = actix_web::rt::spawn(app.run_until_stopped());
+
+    let org = crate::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = crate::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
+    let project = crate::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()?;
+    let direct = {
+        let (client, url) = (client.clone(), format!("{provider}/chat/completions"));
+        move || {
+            client
+                .post(&url)
+                .bearer_auth("sk-bench-provider-key")
+                .header("content-type", "application/json")
+                .body(REQUEST)
+        }
+    };
+    let proxied = {
+        let (client, url) = (client.clone(), format!("{base}/v1/chat/completions"));
+        let (api_key, project_id) = (key.secret.clone(), project.id.clone());
+        move || {
+            client
+                .post(&url)
+                .bearer_auth(&api_key)
+                .header("content-type", "application/json")
+                .header("x-service-provider", "openai")
+                .header("x-service-provider-key", "sk-bench-provider-key")
+                .header("x-service-project-id", &project_id)
+                .body(REQUEST)
+        }
+    };
+    let rss_before = rss_kib("VmRSS:");
+    // Warm both paths (connections, caches, prepared statements).
+    run_at_rate(200, 1, direct.clone()).await;
+    run_at_rate(200, 1, proxied.clone()).await;
+
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    for &rate in &bench.rates {
+        let d = run_at_rate(rate, bench.seconds, direct.clone()).await;
+        let p = run_at_rate(rate, bench.seconds, proxied.clone()).await;
+        eprintln!(
+            "{rate}/s: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed)",
+            millis(d.percentile(0.5)),
+            millis(d.percentile(0.99)),
+            millis(p.percentile(0.5)),
+            millis(p.percentile(0.99)),
+            p.failed
+        );
+        writeln!(
+            out,
+            "| {rate}/s for {}s | {} | {} | {} | {} | {} | {} | {}/{} |",
+            bench.seconds,
+            millis(d.percentile(0.5)),
+            millis(d.percentile(0.99)),
+            millis(p.percentile(0.5)),
+            millis(p.percentile(0.99)),
+            added(p.percentile(0.5), d.percentile(0.5)),
+            added(p.percentile(0.99), d.percentile(0.99)),
+            p.ok,
+            p.failed
+        )?;
+    }
+    let (n, c) = (bench.saturation_requests, bench.concurrency);
+    let d = run_load(c, n, {
+        let direct = direct.clone();
+        move |_| direct()
+    })
+    .await;
+    let p = run_load(c, n, {
+        let proxied = proxied.clone();
+        move |_| proxied()
+    })
+    .await;
+    let rss_peak = rss_kib("VmHWM:");
+    writeln!(out)?;
+    writeln!(
+        out,
+        "| saturation ({c} in flight, {n} requests) | requests/s | p50 ms | p99 ms | failed |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for (name, r) in [
+        ("direct to the fake provider (baseline)", &d),
+        ("through keel, recording on", &p),
+    ] {
+        writeln!(
+            out,
+            "| {name} | {:.0} | {} | {} | {} |",
+            r.per_second(),
+            millis(r.percentile(0.5)),
+            millis(r.percentile(0.99)),
+            r.failed
+        )?;
+    }
+    state.traces.drain().await;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Traces written: {}, dropped: {}. Process RSS before load {} MiB, peak {} MiB.",
+        state.traces.metrics.written.get(),
+        state.traces.metrics.dropped.get(),
+        rss_before / 1024,
+        rss_peak / 1024
+    )?;
+    handle.stop(true).await;
+    let _ = server.await;
+    db.drop_now().await;
+    Ok(())
+}
