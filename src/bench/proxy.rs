@@ -183,6 +183,10 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
                 .body(REQUEST)
         }
     };
+    let unrecorded = {
+        let proxied = proxied.clone();
+        move || proxied().header("x-service-record", "false")
+    };
     let rss_before = rss_kib("VmRSS:");
     // Warm both paths (connections, caches, prepared statements).
     run_at_rate(200, 1, direct.clone()).await;
@@ -227,6 +231,7 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
         move |_| proxied()
     })
     .await;
+    let u = run_load(c, n, move |_| unrecorded()).await;
     let rss_peak = rss_kib("VmHWM:");
     writeln!(out)?;
     writeln!(
@@ -237,6 +242,7 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     for (name, r) in [
         ("direct to the fake provider (baseline)", &d),
         ("through keel, recording on", &p),
+        ("through keel, recording off", &u),
     ] {
         writeln!(
             out,

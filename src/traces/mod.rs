@@ -108,7 +108,7 @@ async fn projects_with_traces(
             last_trace_at,
         });
     }
-    projects.sort_by(|a, b| b.last_trace_at.cmp(&a.last_trace_at));
+    projects.sort_by_key(|p| std::cmp::Reverse(p.last_trace_at));
     Ok(projects)
 }
 

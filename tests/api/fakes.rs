@@ -286,6 +286,22 @@ async fn provider_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<Fa
         "gpt-tool" => json_reply(200, "completion_tool_call.json"),
         "gpt-multimodal" => json_reply(200, "completion_multimodal_content.json"),
         "gpt-401" => json_reply(401, "error_401.json"),
+        // Echoes the provider key back, with a secret-named field: the caller gets it as sent,
+        // the stored trace must not keep it.
+        "gpt-leaky" => {
+            let key = call
+                .authorization
+                .clone()
+                .unwrap_or_default()
+                .replace("Bearer ", "");
+            HttpResponse::Ok().json(json!({
+                "id": "chatcmpl-leaky", "object": "chat.completion", "model": "gpt-leaky",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": format!("your key is {key}")}}],
+                "session_token": "tok_live_abcdef",
+                "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11},
+            }))
+        }
         "gpt-slow" => {
             actix_web::rt::time::sleep(std::time::Duration::from_secs(5)).await;
             json_reply(200, "completion_plain.json")

@@ -155,6 +155,33 @@ async fn a_json_call_is_forwarded_redacted_relayed_unchanged_and_recorded() {
 }
 
 #[actix_web::test]
+async fn responses_reach_the_caller_unchanged_but_are_stored_redacted() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let response = sdk_request(&app, &org, Some(&project), &chat("gpt-leaky", "hi"))
+        .send()
+        .await
+        .unwrap();
+    let answer: Value = json_of(response, StatusCode::OK).await;
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        format!("your key is {PROVIDER_KEY}")
+    );
+    assert_eq!(answer["session_token"], "tok_live_abcdef");
+    let trace = &raw_traces(&app, &org, &project, 1).await[0];
+    let stored = &trace["response"];
+    assert_eq!(
+        stored["choices"][0]["message"]["content"],
+        "your key is [redacted]"
+    );
+    assert_eq!(stored["session_token"], "[redacted]");
+    assert_eq!(stored["usage"]["completion_tokens"], 6);
+    assert_eq!(trace["usage"]["total_tokens"], 11);
+    assert!(!trace.to_string().contains(PROVIDER_KEY));
+}
+
+#[actix_web::test]
 async fn header_and_project_errors_are_as_the_spec_says() {
     let (app, provider) = proxy_app().await;
     let (org, other) = (app.create_org("Acme").await, app.create_org("Globex").await);
@@ -355,7 +382,7 @@ async fn streams_are_relayed_frame_for_frame_and_recorded_assembled() {
             fixture(file).as_slice(),
             "{model}: bytes relayed unchanged"
         );
-        let events = sse_events(&String::from_utf8(bytes.to_vec()).unwrap());
+        let events = sse_events(std::str::from_utf8(&bytes).unwrap());
         assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     }
     let traces = raw_traces(&app, &org, &project, 3).await;
