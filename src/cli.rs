@@ -99,6 +99,12 @@ pub enum BenchTarget {
         /// Requests in flight while enqueueing.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        /// Skip the baseline runs.
+        #[arg(long)]
+        skip_baseline: bool,
+        /// Measure PostgreSQL only (with --postgres-url).
+        #[arg(long)]
+        skip_sqlite: bool,
     },
 }
 
@@ -219,12 +225,16 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                 jobs,
                 workers,
                 concurrency,
+                skip_baseline,
+                skip_sqlite,
             } => {
                 crate::bench::queue::run(crate::bench::queue::QueueBench {
                     postgres_url,
                     jobs,
                     workers,
                     concurrency,
+                    skip_baseline,
+                    skip_sqlite,
                 })
                 .await
             }

@@ -22,6 +22,10 @@ pub struct QueueBench {
     pub jobs: usize,
     pub workers: usize,
     pub concurrency: usize,
+    /// Only the batched mode (no baseline runs).
+    pub skip_baseline: bool,
+    /// Only PostgreSQL (when a URL is given).
+    pub skip_sqlite: bool,
 }
 
 struct Row {
@@ -35,7 +39,10 @@ struct Row {
 }
 
 pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
-    let mut databases: Vec<(&'static str, Option<&str>)> = vec![("SQLite", None)];
+    let mut databases: Vec<(&'static str, Option<&str>)> = Vec::new();
+    if !(bench.skip_sqlite && bench.postgres_url.is_some()) {
+        databases.push(("SQLite", None));
+    }
     if let Some(url) = &bench.postgres_url {
         databases.push(("PostgreSQL", Some(url.as_str())));
     }
@@ -45,6 +52,9 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
             ("batched claims (100) + group-committed reports", 100, 512),
             ("baseline: 1 job per claim, 1 report per txn", 1, 1),
         ] {
+            if bench.skip_baseline && claim_limit == 1 {
+                continue;
+            }
             let row = run_one(&bench, database, admin_url, mode, claim_limit, max_batch).await?;
             eprintln!(
                 "{database} {mode}: enqueue {:.0}/s, end-to-end {:.0} jobs/s, claim p50 {} ms p99 {} ms",

@@ -1,5 +1,6 @@
 //! The queue actor of an instance: claims one at a time (so an instance never races
-//! itself), terminal reports gathered into one statement per batch (group commit),
+//! itself; billing the claimed jobs' run fees happens after, without holding the turn or the
+//! mailbox), terminal reports gathered into one statement per batch (group commit),
 //! heartbeats, and the periodic stale sweep. Across instances the database decides
 //! (`FOR UPDATE SKIP LOCKED`, conditional updates).
 
@@ -32,6 +33,8 @@ pub struct QueueActor {
     config: QueueConfig,
     pending: Vec<(Report, oneshot::Sender<Result<ReportOutcome, String>>)>,
     flushing: bool,
+    /// Claims of this instance take turns; reports and heartbeats never wait for them.
+    claim_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl QueueActor {
@@ -42,6 +45,7 @@ impl QueueActor {
             config,
             pending: Vec::new(),
             flushing: false,
+            claim_turn: std::sync::Arc::default(),
         }
     }
 
@@ -126,32 +130,37 @@ pub struct Claim {
 }
 
 impl Handler<Claim> for QueueActor {
-    type Result = AtomicResponse<Self, Result<Vec<training_job::Model>, String>>;
+    type Result = ResponseFuture<Result<Vec<training_job::Model>, String>>;
 
     fn handle(&mut self, msg: Claim, _: &mut Self::Context) -> Self::Result {
         let db = self.db.clone();
         let ledger = self.ledger.clone();
+        let turn = self.claim_turn.clone();
         let fee = cents_to_micros(self.config.run_fee_cents);
-        let claim = actix::spawn(async move { claim_and_bill(&db, &ledger, fee, msg).await });
-        AtomicResponse::new(Box::pin(
-            async move {
-                match claim.await {
-                    Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                }
+        // Its own task: the actor keeps taking reports while a claim and its billing run.
+        let claim = actix::spawn(async move { claim_and_bill(&db, &ledger, &turn, fee, msg).await });
+        Box::pin(async move {
+            match claim.await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             }
-            .into_actor(self),
-        ))
+        })
     }
 }
 
 async fn claim_and_bill(
     db: &DatabaseConnection,
     ledger: &Ledger,
+    turn: &tokio::sync::Mutex<()>,
     fee_microcents: i64,
     msg: Claim,
 ) -> Result<Vec<training_job::Model>, sea_orm::DbErr> {
-    let claimed = repo::claim(db, &msg.worker_id, &msg.action, msg.limit).await?;
+    let claimed = {
+        // Claims of one instance that ran together would rank the same jobs and mostly skip
+        // each other's locks; taking turns hands every claim a full batch.
+        let _turn = turn.lock().await;
+        repo::claim(db, &msg.worker_id, &msg.action, msg.limit).await?
+    };
     let charges = claimed.iter().map(|job| {
         let op = LedgerOp::debit(
             EntryKind::RunFee,
