@@ -7,6 +7,7 @@ mod m20261121_000002_billing;
 mod m20261121_000003_queue;
 mod m20261122_000001_runs_flash;
 mod m20261122_000002_traces_evals;
+mod m20261122_000003_claim_index;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000003_queue::Migration),
             Box::new(m20261122_000001_runs_flash::Migration),
             Box::new(m20261122_000002_traces_evals::Migration),
+            Box::new(m20261122_000003_claim_index::Migration),
         ]
     }
 }

@@ -437,7 +437,7 @@ async fn the_first_frame_arrives_before_the_upstream_finishes() {
     let first = sse_events(&String::from_utf8(received.clone()).unwrap());
     assert_eq!(first.len(), 1);
     assert!(
-        raw_traces_now(&app, &org, &project).await.is_empty(),
+        raw_traces(&app, &org, &project, 0).await.is_empty(),
         "no trace before the stream ends"
     );
     provider.gate.add_permits(1);
@@ -447,12 +447,6 @@ async fn the_first_frame_arrives_before_the_upstream_finishes() {
     assert_eq!(received, fixture("stream_plain_with_usage.sse"));
     let traces = raw_traces(&app, &org, &project, 1).await;
     assert_eq!(traces[0]["complete"], true);
-}
-
-async fn raw_traces_now(app: &TestApp, org: &TestOrg, project: &str) -> Vec<Value> {
-    let path = format!("/api/traces/export?project_id={project}&format=raw");
-    let body: Value = app.get(&path, &org.api_key).await.json().await.unwrap();
-    body["records"].as_array().cloned().unwrap_or_default()
 }
 
 #[actix_web::test]
