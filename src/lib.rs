@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod bench;
 pub mod billing;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod database;

@@ -86,6 +86,16 @@ pub(crate) mod cols {
         index(name, table, columns).unique().to_owned()
     }
 
+    /// A reference to a project whose rows go when the project goes.
+    pub fn project_fk(table: &'static str) -> ForeignKeyCreateStatement {
+        ForeignKey::create()
+            .name(format!("fk_{table}_project"))
+            .from(table, "project_id")
+            .to("projects", "id")
+            .on_delete(ForeignKeyAction::Cascade)
+            .to_owned()
+    }
+
     /// A reference to an organization whose rows go when the organization goes.
     pub fn org_fk(table: &'static str) -> ForeignKeyCreateStatement {
         ForeignKey::create()

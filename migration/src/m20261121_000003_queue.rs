@@ -2,7 +2,9 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::cols::{boolean, id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null};
+use crate::cols::{
+    boolean, id, index, org_fk, project_fk, string, string_null, text_null, timestamp, timestamp_null,
+};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -33,13 +35,7 @@ impl MigrationTrait for Migration {
                     .col(timestamp_null("heartbeat_at"))
                     .col(timestamp_null("finished_at"))
                     .foreign_key(&mut org_fk("training_jobs"))
-                    .foreign_key(
-                        ForeignKey::create()
-                            .name("fk_training_jobs_project")
-                            .from("training_jobs", "project_id")
-                            .to("projects", "id")
-                            .on_delete(ForeignKeyAction::Cascade),
-                    )
+                    .foreign_key(&mut project_fk("training_jobs"))
                     .to_owned(),
             )
             .await?;

@@ -4,20 +4,11 @@
 use sea_orm_migration::prelude::*;
 
 use crate::cols::{
-    id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null, unique_index,
+    id, index, org_fk, project_fk, string, string_null, text_null, timestamp, timestamp_null, unique_index,
 };
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
-
-fn project_fk(table: &'static str) -> ForeignKeyCreateStatement {
-    ForeignKey::create()
-        .name(format!("fk_{table}_project"))
-        .from(table, "project_id")
-        .to("projects", "id")
-        .on_delete(ForeignKeyAction::Cascade)
-        .to_owned()
-}
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {

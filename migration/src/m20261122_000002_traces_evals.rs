@@ -2,19 +2,12 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::cols::{boolean, id, index, org_fk, string, string_null, text_null, timestamp, timestamp_null};
+use crate::cols::{
+    boolean, id, index, org_fk, project_fk, string, string_null, text_null, timestamp, timestamp_null,
+};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
-
-fn project_fk(table: &'static str) -> ForeignKeyCreateStatement {
-    ForeignKey::create()
-        .name(format!("fk_{table}_project"))
-        .from(table, "project_id")
-        .to("projects", "id")
-        .on_delete(ForeignKeyAction::Cascade)
-        .to_owned()
-}
 
 fn int_null(name: &'static str) -> ColumnDef {
     ColumnDef::new(name).big_integer().null().to_owned()

@@ -280,13 +280,10 @@ impl Hub<'_> {
         if !self.settings.token.is_empty() {
             request = request.bearer_auth(&self.settings.token);
         }
-        let response = request.send().await.map_err(|e| {
-            if e.is_timeout() {
-                "the hub did not answer in time".to_owned()
-            } else {
-                "the hub is unreachable".to_owned()
-            }
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| crate::http::describe_call_failure(&e, "the hub"))?;
         let status = response.status();
         if status.is_success() || status == reqwest::StatusCode::CONFLICT {
             Ok(())

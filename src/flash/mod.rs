@@ -67,15 +67,13 @@ fn check_org_project(c: &mut Checks, org_id: &str, project_id: &str) {
     c.uuid("projectId", project_id);
 }
 
-/// The project, active within the organization; 404 otherwise. Answers canonical ids.
+/// The project, active within the organization; 404 otherwise.
 async fn active_project(
     state: &AppState,
     org_id: &str,
     project_id: &str,
 ) -> ApiResult<entities::project::Model> {
-    let org_id = org_id.trim().to_ascii_lowercase();
-    let project_id = canonical_uuid(project_id);
-    crate::projects::repo::find_in_orgs(&state.db, &project_id, std::slice::from_ref(&org_id))
+    crate::projects::repo::find_in_org(&state.db, org_id, project_id)
         .await?
         .filter(|p| p.active)
         .ok_or_else(|| ApiError::NotFound("project not found or not active in this organization".into()))

@@ -24,3 +24,15 @@ pub async fn not_found() -> HttpResponse {
         detail: "Not Found".into(),
     })
 }
+
+/// A failed outbound call (serving layer, hub, tracker, provider) in words fit for an answer
+/// or a log: it names the peer, never a URL or a credential.
+pub fn describe_call_failure(err: &reqwest::Error, peer: &str) -> String {
+    if err.is_timeout() {
+        format!("{peer} did not answer in time")
+    } else if err.is_connect() {
+        format!("{peer} is unreachable")
+    } else {
+        format!("calling {peer} failed")
+    }
+}

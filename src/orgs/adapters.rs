@@ -2,12 +2,12 @@
 //! Found adapters are cached for a short time; writes through this instance invalidate
 //! at once, and another instance's re-attribution shows within the TTL.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use entities::adapter;
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
+
+use crate::cache::TtlCache;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdapterInfo {
@@ -19,15 +19,13 @@ pub struct AdapterInfo {
 
 #[derive(Clone)]
 pub struct AdapterDirectory {
-    ttl: Duration,
-    cache: Arc<RwLock<HashMap<String, (Instant, AdapterInfo)>>>,
+    cache: TtlCache<String, AdapterInfo>,
 }
 
 impl AdapterDirectory {
     pub fn new(ttl: Duration) -> Self {
         Self {
-            ttl,
-            cache: Arc::new(RwLock::new(HashMap::new())),
+            cache: TtlCache::new(ttl),
         }
     }
 
@@ -36,12 +34,8 @@ impl AdapterDirectory {
         db: &impl ConnectionTrait,
         adapter_id: &str,
     ) -> Result<Option<AdapterInfo>, DbErr> {
-        if let Ok(cache) = self.cache.read() {
-            if let Some((at, info)) = cache.get(adapter_id) {
-                if at.elapsed() < self.ttl {
-                    return Ok(Some(info.clone()));
-                }
-            }
+        if let Some(info) = self.cache.get(&adapter_id.to_owned()) {
+            return Ok(Some(info));
         }
         let found = adapter::Entity::find_by_id(adapter_id.to_owned())
             .one(db)
@@ -52,25 +46,18 @@ impl AdapterDirectory {
                 base_model: a.base_model,
                 live: a.live,
             });
-        if let (Some(info), Ok(mut cache)) = (&found, self.cache.write()) {
-            if cache.len() > 100_000 {
-                cache.clear();
-            }
-            cache.insert(adapter_id.to_owned(), (Instant::now(), info.clone()));
+        if let Some(info) = &found {
+            self.cache.insert(adapter_id.to_owned(), info.clone());
         }
         Ok(found)
     }
 
     pub fn invalidate(&self, adapter_id: &str) {
-        if let Ok(mut cache) = self.cache.write() {
-            cache.remove(adapter_id);
-        }
+        self.cache.forget(&adapter_id.to_owned());
     }
 
     /// Forgets every adapter of an organization (it was deleted).
     pub fn invalidate_org(&self, org_id: &str) {
-        if let Ok(mut cache) = self.cache.write() {
-            cache.retain(|_, (_, info)| info.org_id != org_id);
-        }
+        self.cache.forget_where(|info| info.org_id == org_id);
     }
 }

@@ -60,3 +60,15 @@ pub async fn find_in_orgs(
         .await?
         .filter(|p| org_ids.contains(&p.org_id)))
 }
+
+/// The project of one organization, both ids as a caller may spell them (organization ids
+/// in any case, project ids in any UUID spelling); another organization's is "not found".
+pub async fn find_in_org(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    project_id: &str,
+) -> Result<Option<project::Model>, DbErr> {
+    let org_id = org_id.trim().to_ascii_lowercase();
+    let project_id = crate::http::extract::canonical_uuid(project_id);
+    find_in_orgs(db, &project_id, std::slice::from_ref(&org_id)).await
+}

@@ -150,7 +150,8 @@ struct TraceDraft {
     project_id: String,
     provider: &'static str,
     model: Option<String>,
-    request: String,
+    /// The body as forwarded (already redacted); made text on the writer's task.
+    request: Bytes,
     stream: bool,
     started: Instant,
 }
@@ -171,7 +172,7 @@ impl TraceDraft {
             project_id: self.project_id,
             provider: self.provider.to_owned(),
             model: self.model,
-            request: self.request,
+            request: String::from_utf8_lossy(&self.request).into_owned(),
             prompt_tokens: usage("prompt_tokens"),
             completion_tokens: usage("completion_tokens"),
             total_tokens: usage("total_tokens"),
@@ -318,7 +319,7 @@ pub async fn chat_completions(
                 .and_then(Value::as_str)
                 .map(|m| m.chars().take(200).collect()),
             // The forwarded body: the caller's bytes, or their redacted re-serialization.
-            request: String::from_utf8_lossy(&upstream_body).into_owned(),
+            request: upstream_body.clone(),
             stream,
             started,
         },
@@ -423,22 +424,15 @@ fn provider_base<'a>(state: &'a AppState, provider: &str) -> &'a str {
 
 /// 504 when the provider stayed silent too long, else 502; the detail names no credential.
 fn upstream_failure(err: &reqwest::Error, provider: &str) -> (StatusCode, String) {
-    if err.is_timeout() {
-        (
-            StatusCode::GATEWAY_TIMEOUT,
-            format!("upstream {provider} timed out"),
-        )
-    } else if err.is_connect() {
-        (
-            StatusCode::BAD_GATEWAY,
-            format!("upstream {provider} is unreachable"),
-        )
+    let status = if err.is_timeout() {
+        StatusCode::GATEWAY_TIMEOUT
     } else {
-        (
-            StatusCode::BAD_GATEWAY,
-            format!("upstream {provider} failed mid-response"),
-        )
-    }
+        StatusCode::BAD_GATEWAY
+    };
+    (
+        status,
+        crate::http::describe_call_failure(err, &format!("upstream {provider}")),
+    )
 }
 
 /// A provider's SSE stream passed to the client chunk by chunk, as it arrives (the client's

@@ -343,12 +343,10 @@ pub struct CheckpointsUpserted {
 
 /// The project must be `org_id`'s; answers the canonical ids.
 async fn project_of_org(state: &AppState, org_id: &str, project_id: &str) -> ApiResult<(String, String)> {
-    let org_id = org_id.trim().to_ascii_lowercase();
-    let project_id = canonical_uuid(project_id);
-    crate::projects::repo::find_in_orgs(&state.db, &project_id, std::slice::from_ref(&org_id))
+    let project = crate::projects::repo::find_in_org(&state.db, org_id, project_id)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
-    Ok((org_id, project_id))
+    Ok((project.org_id, project.id))
 }
 
 #[utoipa::path(post, path = "/api/runs/internal/checkpoints", tag = "runs", security(("bearer" = [])),

@@ -186,13 +186,10 @@ async fn read_run(
     if !api_key.is_empty() {
         request = request.bearer_auth(api_key);
     }
-    let response = request.send().await.map_err(|e| {
-        if e.is_timeout() {
-            "the tracker did not answer in time".to_owned()
-        } else {
-            "the tracker is unreachable".to_owned()
-        }
-    })?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| crate::http::describe_call_failure(&e, "the tracker"))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("the tracker answered {status}"));

@@ -20,8 +20,8 @@ use utoipa::{OpenApi, ToSchema};
 use crate::auth::{keys, repo as auth_repo, Caller, Internal};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
+use crate::http::{describe_call_failure, resource};
 use crate::state::AppState;
 
 /// Undeploys in flight at once during a teardown.
@@ -331,7 +331,7 @@ impl<'a> ServingLayer<'a> {
             .timeout(self.timeout)
             .send()
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| describe_call_failure(&e, "the serving layer"))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(0);
@@ -360,7 +360,7 @@ impl<'a> ServingLayer<'a> {
                 } else {
                     "serving_unreachable"
                 };
-                (kind, describe(&e))
+                (kind, describe_call_failure(&e, "the serving layer"))
             })?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| {
@@ -369,7 +369,7 @@ impl<'a> ServingLayer<'a> {
             } else {
                 "serving_unreachable"
             };
-            (kind, describe(&e))
+            (kind, describe_call_failure(&e, "the serving layer"))
         })?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
@@ -386,16 +386,5 @@ impl<'a> ServingLayer<'a> {
                 "serving_bad_response",
                 "serving layer answered a body that is not a JSON object".into(),
             ))
-    }
-}
-
-/// A transport error in words, without the URL's credentials (there are none) or internals.
-fn describe(err: &reqwest::Error) -> String {
-    if err.is_timeout() {
-        "the serving layer did not answer in time".into()
-    } else if err.is_connect() {
-        "the serving layer is unreachable".into()
-    } else {
-        format!("calling the serving layer failed: {err}")
     }
 }
