@@ -166,16 +166,35 @@ pub async fn claim(
             FROM training_jobs WHERE action = {action} AND status = 'queued'\
         ) ranked WHERE rn <= {limit} ORDER BY rn, created_at, id LIMIT {limit}";
     let (sql, values): (String, Vec<Value>) = match backend {
+        // The same ranking, read from each organization's oldest `limit` jobs only (a loose
+        // index scan finds the organizations), so a claim does not scan the whole queue. The
+        // chosen ids are locked and updated through `= ANY(ARRAY(...))`: index look-ups, where
+        // `IN (SELECT ...)` let the planner scan the table.
         DbBackend::Postgres => (
-            format!(
-                "WITH candidates AS ({}), locked AS (\
-                    SELECT id FROM training_jobs WHERE id IN (SELECT id FROM candidates) \
-                    AND status = 'queued' FOR UPDATE SKIP LOCKED) \
-                 UPDATE training_jobs SET status = 'running', worker_id = $3, attempts = attempts + 1, \
-                    claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
-                 WHERE id IN (SELECT id FROM locked) RETURNING *",
-                ranked.replace("{action}", "$1").replace("{limit}", "$2")
-            ),
+            "WITH RECURSIVE orgs(org_id) AS (\
+                (SELECT org_id FROM training_jobs WHERE action = $1 AND status = 'queued' \
+                    ORDER BY org_id LIMIT 1) \
+                UNION ALL \
+                SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = 'queued' \
+                    AND t.org_id > orgs.org_id ORDER BY t.org_id LIMIT 1) \
+                FROM orgs WHERE orgs.org_id IS NOT NULL\
+             ), heads AS (\
+                SELECT h.id, h.org_id, h.created_at FROM orgs CROSS JOIN LATERAL (\
+                    SELECT t.id, t.org_id, t.created_at FROM training_jobs t \
+                    WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = 'queued' \
+                    ORDER BY t.created_at, t.id LIMIT $2) h \
+                WHERE orgs.org_id IS NOT NULL\
+             ), candidates AS (\
+                SELECT id FROM (SELECT id, created_at, \
+                    ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn FROM heads) ranked \
+                ORDER BY rn, created_at, id LIMIT $2\
+             ), locked AS (\
+                SELECT id FROM training_jobs WHERE id = ANY(ARRAY(SELECT id FROM candidates)) \
+                AND status = 'queued' FOR UPDATE SKIP LOCKED) \
+             UPDATE training_jobs SET status = 'running', worker_id = $3, attempts = attempts + 1, \
+                claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
+             WHERE id = ANY(ARRAY(SELECT id FROM locked)) RETURNING *"
+                .to_owned(),
             vec![
                 action.into(),
                 i64::from(limit).into(),
