@@ -70,6 +70,15 @@ async fn try_charge(
         release_claim(db, org_id).await?;
         return Ok(None);
     };
+    // Decided on a balance read before this claim: a top-up settled meanwhile (its credit
+    // clears the claim in the same transaction) may already have lifted the balance.
+    let below = account
+        .auto_topup_threshold_cents
+        .is_some_and(|t| account.balance_microcents < cents_to_micros(t));
+    if !below {
+        release_claim(db, org_id).await?;
+        return Ok(None);
+    }
     let idempotency_key = format!("keel-auto-topup-{org_id}-{}", now.timestamp_millis());
     let charged = payments
         .charge(ChargeRequest {

@@ -783,6 +783,47 @@ async fn auto_top_up_charges_the_card_once_when_a_debit_crosses_the_threshold() 
 }
 
 #[actix_web::test]
+async fn auto_top_up_never_charges_twice_under_a_burst_of_debits() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    // One top-up lifts the balance far above the threshold: a second one is always a bug.
+    app.put(
+        "/api/billing/auto-topup",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 950, "amountCents": 100000}),
+    )
+    .await;
+    for wave in 0..3 {
+        join_all((0..30).map(|i| {
+            app.post_later(
+                "/api/billing/debit",
+                &org.api_key,
+                &json!({"orgId": org.org_id, "runId": format!("w{wave}-r{i}")}),
+            )
+        }))
+        .await;
+    }
+    // Counted in the ledger itself (the billing view shows only recent entries).
+    let topups = || async {
+        use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+        let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+        let count = entities::ledger_entry::Entity::find()
+            .filter(entities::ledger_entry::Column::OrgId.eq(&org.org_id))
+            .filter(entities::ledger_entry::Column::Kind.eq("auto_topup"))
+            .count(&db)
+            .await
+            .unwrap();
+        db.close().await.ok();
+        count
+    };
+    assert!(eventually(|| async { topups().await == 1 }).await, "one top-up");
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(topups().await, 1);
+    app.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
 async fn auto_top_up_pauses_after_three_declines_until_saved_again() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
