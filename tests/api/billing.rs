@@ -823,6 +823,40 @@ async fn auto_top_up_never_charges_twice_under_a_burst_of_debits() {
     app.assert_ledger_invariant(&org.org_id).await;
 }
 
+/// The race behind a double top-up, replayed deterministically: a top-up decided on a stale
+/// balance (the previous top-up has settled since) must not charge.
+#[actix_web::test]
+async fn a_top_up_decided_on_a_stale_balance_charges_nothing() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 5000).await;
+    app.put(
+        "/api/billing/auto-topup",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 950, "amountCents": 2000}),
+    )
+    .await;
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let payments =
+        keel::billing::payments::Payments::from_settings(&test_settings(&app.db_url).payments).unwrap();
+    // The balance (5,000 cents) is above the threshold: the claim is free, but nothing is charged.
+    let credit = keel::billing::auto_topup::charge(&db, &payments, &org.org_id, 2000).await;
+    assert!(credit.is_none());
+    use sea_orm::EntityTrait;
+    let account = entities::billing_account::Entity::find_by_id(org.org_id.clone())
+        .one(&db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(account.auto_topup_started_at, None, "the claim is released");
+    let payments_made = entities::payment::Entity::find().all(&db).await.unwrap();
+    assert!(
+        payments_made.iter().all(|p| p.kind != "auto_topup"),
+        "{payments_made:?}"
+    );
+    db.close().await.ok();
+}
+
 #[actix_web::test]
 async fn auto_top_up_pauses_after_three_declines_until_saved_again() {
     let app = spawn_app().await;
