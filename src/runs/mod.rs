@@ -338,7 +338,7 @@ pub struct CheckpointsUpserted {
     /// Distinct steps written by this call.
     pub upserted: usize,
     /// Checkpoints the run has now.
-    pub total: usize,
+    pub total: u64,
 }
 
 /// The project must be `org_id`'s; answers the canonical ids.
@@ -365,9 +365,7 @@ pub async fn upsert_checkpoints(
     let (org_id, project_id) = project_of_org(&state, &body.org_id, &body.project_id).await?;
     let upserted =
         repo::upsert_checkpoints(&state.db, &org_id, &project_id, &body.run_id, &body.checkpoints).await?;
-    let total = repo::list_checkpoints(&state.db, &org_id, &project_id, &body.run_id)
-        .await?
-        .len();
+    let total = repo::count_checkpoints(&state.db, &org_id, &project_id, &body.run_id).await?;
     Ok(HttpResponse::Ok().json(CheckpointsUpserted {
         run_id: body.run_id,
         upserted,

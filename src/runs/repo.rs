@@ -7,7 +7,7 @@ use entities::{project, run, run_checkpoint};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
-    QueryFilter, QueryOrder,
+    PaginatorTrait, QueryFilter, QueryOrder,
 };
 
 use super::{CheckpointItem, RunCreateRequest, RunUpdateRequest, TrackerLink, INITIAL_STATUS};
@@ -179,4 +179,19 @@ pub async fn list_checkpoints(
             subfolder: c.subfolder,
         })
         .collect())
+}
+
+/// How many checkpoints a run has.
+pub async fn count_checkpoints(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    project_id: &str,
+    run_id: &str,
+) -> Result<u64, DbErr> {
+    run_checkpoint::Entity::find()
+        .filter(run_checkpoint::Column::OrgId.eq(org_id))
+        .filter(run_checkpoint::Column::RunId.eq(run_id))
+        .filter(run_checkpoint::Column::ProjectId.eq(project_id))
+        .count(db)
+        .await
 }

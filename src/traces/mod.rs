@@ -45,7 +45,7 @@ pub struct TraceProject {
     pub project_id: String,
     pub name: String,
     pub trace_count: i64,
-    pub last_trace_at: Option<DateTime<Utc>>,
+    pub last_trace_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -74,12 +74,16 @@ async fn projects_with_traces(
     if orgs.is_empty() {
         return Ok(Vec::new());
     }
-    let counts: Vec<(String, i64)> = trace::Entity::find()
+    let counts: Vec<(String, i64, DateTime<Utc>)> = trace::Entity::find()
         .select_only()
         .column(trace::Column::ProjectId)
         .column_as(
             Expr::from(Func::count(Expr::col(trace::Column::Id))),
             "trace_count",
+        )
+        .column_as(
+            Expr::from(Func::max(Expr::col(trace::Column::CreatedAt))),
+            "last_trace_at",
         )
         .filter(trace::Column::OrgId.is_in(orgs.iter().cloned()))
         .group_by(trace::Column::ProjectId)
@@ -87,27 +91,21 @@ async fn projects_with_traces(
         .all(db)
         .await?;
     let names: HashMap<String, String> = project::Entity::find()
-        .filter(project::Column::Id.is_in(counts.iter().map(|(id, _)| id.clone())))
+        .filter(project::Column::Id.is_in(counts.iter().map(|(id, _, _)| id.clone())))
         .all(db)
         .await?
         .into_iter()
         .map(|p| (p.id, p.name))
         .collect();
-    let mut projects = Vec::with_capacity(counts.len());
-    for (project_id, trace_count) in counts {
-        let last_trace_at = trace::Entity::find()
-            .filter(trace::Column::ProjectId.eq(&project_id))
-            .order_by_desc(trace::Column::CreatedAt)
-            .one(db)
-            .await?
-            .map(|t| t.created_at);
-        projects.push(TraceProject {
+    let mut projects: Vec<TraceProject> = counts
+        .into_iter()
+        .map(|(project_id, trace_count, last)| TraceProject {
             name: names.get(&project_id).cloned().unwrap_or_default(),
             project_id,
             trace_count,
-            last_trace_at,
-        });
-    }
+            last_trace_at: last,
+        })
+        .collect();
     projects.sort_by_key(|p| std::cmp::Reverse(p.last_trace_at));
     Ok(projects)
 }

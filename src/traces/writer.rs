@@ -73,11 +73,6 @@ impl TraceWriter {
         Self { tx, metrics }
     }
 
-    /// Hands a trace over without waiting.
-    pub fn record(&self, row: trace::Model) {
-        self.record_pending(Box::new(move || row));
-    }
-
     /// Hands over a trace that the writer finishes building (parsing and redacting the
     /// response) before it inserts it, so the proxy's request path does not pay for it.
     pub fn record_pending(&self, pending: PendingTrace) {
