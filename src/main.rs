@@ -2,6 +2,12 @@ use clap::Parser;
 use keel::cli::{self, Cli};
 use keel::config::Settings;
 
+/// mimalloc instead of the system allocator: every request allocates (headers, JSON,
+/// routing), and glibc's malloc took about a third of the HTTP workers' time under load
+/// (docs/BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let settings = match Settings::load() {

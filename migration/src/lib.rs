@@ -8,6 +8,7 @@ mod m20261121_000003_queue;
 mod m20261122_000001_runs_flash;
 mod m20261122_000002_traces_evals;
 mod m20261122_000003_claim_index;
+mod m20261122_000004_partial_job_indexes;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_runs_flash::Migration),
             Box::new(m20261122_000002_traces_evals::Migration),
             Box::new(m20261122_000003_claim_index::Migration),
+            Box::new(m20261122_000004_partial_job_indexes::Migration),
         ]
     }
 }

@@ -185,10 +185,23 @@ pub async fn apply_batch(
     }))
 }
 
+/// How a group finds the idempotency keys it repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyCheck {
+    /// Look every key up before planning.
+    LookUp,
+    /// Plan as if every key were new and let the unique index say otherwise: the entries
+    /// are inserted with `ON CONFLICT DO NOTHING`, and if one was skipped the whole
+    /// transaction is dropped and the group planned again with `LookUp` (PostgreSQL).
+    Optimistic,
+}
+
 /// Several organizations' batches in one transaction, with set-based statements: one
 /// lock of all accounts (ascending order, so instances doing the same never deadlock),
-/// one look-up of idempotency keys, one insert of entries, one of usage rows, one update
-/// of balances. `Err`: nothing was written.
+/// one insert of entries, one of usage rows, one update of balances. Repeated
+/// idempotency keys are rare, so on PostgreSQL the group is first tried without looking
+/// its keys up (the unique index checks them anyway); only a group that repeats a key
+/// pays for the look-up, in a second transaction. `Err`: nothing was written.
 pub async fn apply_group(
     db: &DatabaseConnection,
     batches: &[(&str, &[LedgerOp])],
@@ -200,18 +213,40 @@ pub async fn apply_group(
             "an organization appears twice in one ledger group".into(),
         ));
     }
+    if db.get_database_backend() == DbBackend::Postgres {
+        if let Some(results) = apply_group_with(db, batches, KeyCheck::Optimistic).await? {
+            return Ok(results);
+        }
+    }
+    apply_group_with(db, batches, KeyCheck::LookUp)
+        .await?
+        .ok_or_else(|| DbErr::Custom("ledger entries skipped after their keys were looked up".into()))
+}
+
+/// One attempt of `apply_group`; `None`: an optimistic attempt met a key already applied
+/// and wrote nothing.
+async fn apply_group_with(
+    db: &DatabaseConnection,
+    batches: &[(&str, &[LedgerOp])],
+    check: KeyCheck,
+) -> Result<Option<Vec<BatchResult>>, DbErr> {
     let txn = db.begin().await?;
     let org_ids: Vec<String> = batches.iter().map(|(org, _)| (*org).to_owned()).collect();
     let accounts = lock_accounts(&txn, &org_ids).await?;
 
-    let keys: Vec<(String, String)> = batches
-        .iter()
-        .flat_map(|(org, ops)| {
-            ops.iter()
-                .filter_map(|op| op.idempotency_key.clone().map(|k| ((*org).to_owned(), k)))
-        })
-        .collect();
-    let mut applied = applied_keys(&txn, &keys).await?;
+    let mut applied = match check {
+        KeyCheck::Optimistic => HashMap::new(),
+        KeyCheck::LookUp => {
+            let keys: Vec<(String, String)> = batches
+                .iter()
+                .flat_map(|(org, ops)| {
+                    ops.iter()
+                        .filter_map(|op| op.idempotency_key.clone().map(|k| ((*org).to_owned(), k)))
+                })
+                .collect();
+            applied_keys(&txn, &keys).await?
+        }
+    };
     // Serving replays are found by the organization's idempotency key; a request id used
     // by another organization trips the usage table's primary key, and the one-by-one
     // retry of that batch (a batch of one) looks it up globally here.
@@ -265,11 +300,15 @@ pub async fn apply_group(
             &mut usage,
             &mut writes,
             now,
+            check,
         ));
     }
-    writes.flush(&txn, now).await?;
+    if writes.keys_unchecked || !writes.flush(&txn, now, check).await? {
+        // Dropping the transaction rolls it back.
+        return Ok(None);
+    }
     txn.commit().await?;
-    Ok(results)
+    Ok(Some(results))
 }
 
 /// Rows a group writes, gathered while planning.
@@ -281,14 +320,30 @@ struct Writes {
     promo_rows: Vec<promo_grant::ActiveModel>,
     balances: Vec<serde_json::Value>,
     settled_auto_topups: Vec<String>,
+    /// An optimistic plan refused a keyed operation: its outcome needs the key looked up.
+    keys_unchecked: bool,
 }
 
 impl Writes {
-    async fn flush(self, txn: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<(), DbErr> {
+    /// Writes everything; `false` (and nothing more written) when an optimistic insert
+    /// skipped an entry whose idempotency key was already applied.
+    async fn flush(
+        self,
+        txn: &impl ConnectionTrait,
+        now: DateTime<Utc>,
+        check: KeyCheck,
+    ) -> Result<bool, DbErr> {
         if self.entries.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
-        insert_json_rows(txn, &LEDGER_ROWS, self.entries, now).await?;
+        let planned = self.entries.len() as u64;
+        let rows = match check {
+            KeyCheck::LookUp => &LEDGER_ROWS,
+            KeyCheck::Optimistic => &LEDGER_ROWS_SKIPPING_APPLIED,
+        };
+        if insert_json_rows(txn, rows, self.entries, now).await? != planned {
+            return Ok(false);
+        }
         if !self.usage_rows.is_empty() {
             insert_json_rows(txn, &USAGE_ROWS, self.usage_rows, now).await?;
         }
@@ -309,7 +364,7 @@ impl Writes {
                 .exec(txn)
                 .await?;
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -322,6 +377,7 @@ fn plan(
     usage: &mut HashMap<String, ServingUsageRow>,
     writes: &mut Writes,
     now: DateTime<Utc>,
+    check: KeyCheck,
 ) -> BatchResult {
     let mut balance = account.balance_microcents;
     let mut starter_granted = account.starter_credit_granted;
@@ -355,6 +411,15 @@ fn plan(
                 OnDuplicate::Conflict => Err(LedgerError::Duplicate),
             });
             continue;
+        }
+        let refused = (matches!(op.side, SideEffect::StarterCredit) && starter_granted)
+            || (op.amount_microcents < 0
+                && !op.may_overdraw
+                && balance.saturating_add(op.amount_microcents) < 0);
+        if refused && key.is_some() && check == KeyCheck::Optimistic {
+            // A refusal writes no entry, so the unique index cannot tell whether this was a
+            // replay (answered as such whatever the balance): look the keys up.
+            writes.keys_unchecked = true;
         }
         if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
             outcomes.push(Err(LedgerError::Duplicate));
@@ -534,12 +599,16 @@ async fn applied_keys(
         .iter()
         .map(|(org, key)| json!({"org_id": org, "idempotency_key": key}))
         .collect();
-    // One statement text whatever the batch size, so it is prepared once.
+    // One statement text whatever the batch size, so it is prepared once. On PostgreSQL each
+    // key is one probe of the unique index (`LATERAL ... LIMIT 1` cannot be turned into a hash
+    // join, which a young table's statistics otherwise chose: a scan of every entry per batch).
     let (sql, param) = match backend {
         DbBackend::Postgres => (
-            "SELECT le.org_id, le.idempotency_key, le.amount_microcents FROM ledger_entries le \
-             JOIN jsonb_to_recordset($1) AS k(org_id text, idempotency_key text) \
-               ON le.org_id = k.org_id AND le.idempotency_key = k.idempotency_key",
+            "SELECT le.org_id, le.idempotency_key, le.amount_microcents \
+             FROM jsonb_to_recordset($1) AS k(org_id text, idempotency_key text) \
+             CROSS JOIN LATERAL (SELECT e.org_id, e.idempotency_key, e.amount_microcents \
+                FROM ledger_entries e \
+                WHERE e.org_id = k.org_id AND e.idempotency_key = k.idempotency_key LIMIT 1) le",
             Value::from(serde_json::Value::Array(rows)),
         ),
         _ => (
@@ -573,6 +642,8 @@ struct JsonRows {
     table: &'static str,
     /// (column, PostgreSQL type)
     columns: &'static [(&'static str, &'static str)],
+    /// Rows that would repeat this unique key are skipped (`ON CONFLICT ... DO NOTHING`).
+    skip_conflicts_on: Option<&'static str>,
 }
 
 const LEDGER_ROWS: JsonRows = JsonRows {
@@ -585,6 +656,13 @@ const LEDGER_ROWS: JsonRows = JsonRows {
         ("idempotency_key", "text"),
         ("reason", "text"),
     ],
+    skip_conflicts_on: None,
+};
+
+/// Ledger entries whose idempotency key is already applied are skipped, and counted out.
+const LEDGER_ROWS_SKIPPING_APPLIED: JsonRows = JsonRows {
+    skip_conflicts_on: Some("org_id, idempotency_key"),
+    ..LEDGER_ROWS
 };
 
 const LEDGER_COLUMNS: &str =
@@ -602,6 +680,7 @@ const USAGE_ROWS: JsonRows = JsonRows {
         ("cost_microcents", "bigint"),
         ("charged_microcents", "bigint"),
     ],
+    skip_conflicts_on: None,
 };
 
 impl JsonRows {
@@ -619,6 +698,10 @@ impl JsonRows {
 
     fn sql(&self, backend: DbBackend) -> String {
         let target = self.target_columns();
+        let on_conflict = self
+            .skip_conflicts_on
+            .map(|key| format!(" ON CONFLICT ({key}) DO NOTHING"))
+            .unwrap_or_default();
         match backend {
             DbBackend::Postgres => {
                 let fields: Vec<String> = self.columns.iter().map(|(c, _)| format!("x.{c}")).collect();
@@ -627,7 +710,7 @@ impl JsonRows {
                 format!(
                     "INSERT INTO {} ({target}, created_at) SELECT {}, $2 \
                      FROM ROWS FROM (jsonb_to_recordset($1) AS ({})) WITH ORDINALITY AS x({}, ord) \
-                     ORDER BY x.ord",
+                     ORDER BY x.ord{on_conflict}",
                     self.table,
                     fields.join(", "),
                     types.join(", "),
@@ -641,7 +724,9 @@ impl JsonRows {
                     .map(|(c, _)| format!("json_extract(value, '$.{c}')"))
                     .collect();
                 format!(
-                    "INSERT INTO {} ({target}, created_at) SELECT {}, ? FROM json_each(?) ORDER BY key",
+                    // `WHERE true`: SQLite's parser needs it before an `ON CONFLICT`.
+                    "INSERT INTO {} ({target}, created_at) SELECT {}, ? FROM json_each(?) WHERE true \
+                     ORDER BY key{on_conflict}",
                     self.table,
                     fields.join(", ")
                 )
@@ -655,7 +740,7 @@ async fn insert_json_rows(
     rows: &JsonRows,
     values: Vec<serde_json::Value>,
     now: DateTime<Utc>,
-) -> Result<(), DbErr> {
+) -> Result<u64, DbErr> {
     let backend = txn.get_database_backend();
     let params = match backend {
         DbBackend::Postgres => [Value::from(serde_json::Value::Array(values)), Value::from(now)],
@@ -664,9 +749,10 @@ async fn insert_json_rows(
             Value::from(serde_json::Value::Array(values).to_string()),
         ],
     };
-    txn.execute_raw(Statement::from_sql_and_values(backend, rows.sql(backend), params))
-        .await?;
-    Ok(())
+    Ok(txn
+        .execute_raw(Statement::from_sql_and_values(backend, rows.sql(backend), params))
+        .await?
+        .rows_affected())
 }
 
 fn usage_row_of(row: serving_usage::Model) -> ServingUsageRow {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
 use entities::training_job;
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter,
     QueryOrder, QuerySelect, Statement, Value,
@@ -19,6 +19,18 @@ pub const SUCCEEDED: &str = "succeeded";
 pub const BLOCKED: &str = "blocked";
 pub const USER_STOPPED: &str = "user_stopped";
 pub const FAILED: &str = "failed";
+
+/// A held job (running or stopping), written as the partial indexes state it (migration
+/// `m20261122_000004`): SQLite uses a partial index only when the query repeats its
+/// condition, and PostgreSQL cannot match a bound parameter against it in a generic plan.
+fn held() -> Condition {
+    Condition::all().add(Expr::cust("status IN ('running', 'stopping')"))
+}
+
+/// A running job, in a form that still names the held-jobs indexes' condition.
+fn running() -> Condition {
+    held().add(Expr::cust("status = 'running'"))
+}
 
 pub struct NewJob {
     pub org_id: String,
@@ -168,32 +180,36 @@ pub async fn claim(
     let (sql, values): (String, Vec<Value>) = match backend {
         // The same ranking, read from each organization's oldest `limit` jobs only (a loose
         // index scan finds the organizations), so a claim does not scan the whole queue. The
-        // chosen ids are locked and updated through `= ANY(ARRAY(...))`: index look-ups, where
-        // `IN (SELECT ...)` let the planner scan the table.
+        // chosen rows are then locked and updated by their physical address (`ctid`, stable
+        // while we hold the row lock): no second and third look-up of 100 ids in the primary
+        // key. A row another claim changed meanwhile no longer matches its old `ctid` and is
+        // skipped, as is a row another claim holds (`SKIP LOCKED`). The first organization is
+        // ordered by `(action, org_id)`, the claim index's own order, so the planner cannot
+        // prefer walking another index past every claimed job.
         DbBackend::Postgres => (
             "WITH RECURSIVE orgs(org_id) AS (\
                 (SELECT org_id FROM training_jobs WHERE action = $1 AND status = 'queued' \
-                    ORDER BY org_id LIMIT 1) \
+                    ORDER BY action, org_id LIMIT 1) \
                 UNION ALL \
                 SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = 'queued' \
-                    AND t.org_id > orgs.org_id ORDER BY t.org_id LIMIT 1) \
+                    AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
                 FROM orgs WHERE orgs.org_id IS NOT NULL\
              ), heads AS (\
-                SELECT h.id, h.org_id, h.created_at FROM orgs CROSS JOIN LATERAL (\
-                    SELECT t.id, t.org_id, t.created_at FROM training_jobs t \
+                SELECT h.ctid, h.id, h.org_id, h.created_at FROM orgs CROSS JOIN LATERAL (\
+                    SELECT t.ctid, t.id, t.org_id, t.created_at FROM training_jobs t \
                     WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = 'queued' \
                     ORDER BY t.created_at, t.id LIMIT $2) h \
                 WHERE orgs.org_id IS NOT NULL\
              ), candidates AS (\
-                SELECT id FROM (SELECT id, created_at, \
+                SELECT ctid FROM (SELECT ctid, id, created_at, \
                     ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn FROM heads) ranked \
                 ORDER BY rn, created_at, id LIMIT $2\
              ), locked AS (\
-                SELECT id FROM training_jobs WHERE id = ANY(ARRAY(SELECT id FROM candidates)) \
+                SELECT ctid FROM training_jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidates)) \
                 AND status = 'queued' FOR UPDATE SKIP LOCKED) \
              UPDATE training_jobs SET status = 'running', worker_id = $3, attempts = attempts + 1, \
                 claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
-             WHERE id = ANY(ARRAY(SELECT id FROM locked)) RETURNING *"
+             WHERE ctid = ANY(ARRAY(SELECT ctid FROM locked)) RETURNING *"
                 .to_owned(),
             vec![
                 action.into(),
@@ -262,12 +278,17 @@ pub async fn apply_reports(
         .iter()
         .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
         .collect();
+    // On PostgreSQL every job is found by its primary key (`= ANY(ARRAY(...))`), not by a
+    // scan of all held jobs joined to the batch; `status || ''` keeps the status check a
+    // filter: written plainly, the planner (trusting a young table's statistics) also read
+    // the whole partial index of held jobs and intersected the two.
     let (sql, values): (&str, Vec<Value>) = match backend {
         DbBackend::Postgres => (
             "UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
                 finished_at = $2, updated_at = $2 \
              FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
-             WHERE j.id = r.id AND j.worker_id = r.worker_id AND j.status IN ('running', 'stopping') \
+             WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
+               AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ('running', 'stopping') \
              RETURNING j.id",
             vec![serde_json::Value::Array(rows).into(), now.into()],
         ),
@@ -453,7 +474,7 @@ pub async fn requeue_stale(
         .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
-        .filter(training_job::Column::Status.eq(STOPPING))
+        .filter(held().add(Expr::cust("status = 'stopping'")))
         .filter(stale())
         .exec(db)
         .await?
@@ -466,7 +487,7 @@ pub async fn requeue_stale(
         )
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
-        .filter(training_job::Column::Status.eq(RUNNING))
+        .filter(running())
         .filter(training_job::Column::Attempts.gte(max_attempts))
         .filter(stale())
         .exec(db)
@@ -483,7 +504,7 @@ pub async fn requeue_stale(
             Expr::value(Option::<DateTime<Utc>>::None),
         )
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
-        .filter(training_job::Column::Status.eq(RUNNING))
+        .filter(running())
         .filter(training_job::Column::Attempts.lt(max_attempts))
         .filter(stale())
         .exec(db)
@@ -512,7 +533,7 @@ pub async fn requeue_interrupted(db: &impl ConnectionTrait, worker_id: &str) -> 
         )
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::WorkerId.eq(worker_id))
-        .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
+        .filter(held())
         .exec(db)
         .await?
         .rows_affected)
