@@ -17,9 +17,15 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::error::ApiError;
 
+/// The workers' routes (claims, reports, heartbeats), mounted ahead of the others (see
+/// `startup::routes`).
+pub fn configure_workers(cfg: &mut web::ServiceConfig) {
+    internal::configure(cfg);
+}
+
+/// Users' job routes and the agent routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     routes::configure(cfg);
-    internal::configure(cfg);
     agent::configure(cfg);
 }
 
