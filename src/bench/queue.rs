@@ -125,7 +125,12 @@ async fn run_one(
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    // Every in-flight report keeps its connection for the next one (a smaller idle pool
+    // closes and reopens connections all through the run, as no real worker fleet would).
+    let in_flight = bench.workers * 100 + bench.concurrency;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(in_flight)
+        .build()?;
     let enqueue = {
         let client = client.clone();
         let url = format!("{base}/api/training/jobs");
