@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use sea_orm::DatabaseConnection;
 use tokio::sync::oneshot;
 
-use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
+use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::billing::money::cents_to_micros;
@@ -33,6 +33,8 @@ pub struct QueueActor {
     config: QueueConfig,
     pending: Vec<(Report, oneshot::Sender<Result<ReportOutcome, String>>)>,
     flushing: bool,
+    enqueues: Vec<(NewJob, oneshot::Sender<Result<training_job::Model, String>>)>,
+    enqueuing: bool,
     /// Claims of this instance take turns; reports and heartbeats never wait for them.
     claim_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
@@ -45,6 +47,8 @@ impl QueueActor {
             config,
             pending: Vec::new(),
             flushing: false,
+            enqueues: Vec::new(),
+            enqueuing: false,
             claim_turn: std::sync::Arc::default(),
         }
     }
@@ -87,6 +91,42 @@ impl QueueActor {
             }
             act.flushing = false;
             act.flush(ctx);
+        }));
+    }
+}
+
+impl QueueActor {
+    /// Inserts the waiting new jobs in one statement; jobs arriving meanwhile wait for the
+    /// next (group commit, like reports).
+    fn flush_enqueues(&mut self, ctx: &mut Context<Self>) {
+        if self.enqueues.is_empty() {
+            return;
+        }
+        let take = self.enqueues.len().min(self.config.max_batch.max(1));
+        let (jobs, replies): (Vec<_>, Vec<_>) = self.enqueues.drain(..take).unzip();
+        self.enqueuing = true;
+        let db = self.db.clone();
+        // Its own task, like every database call of this actor.
+        let insert = actix::spawn(async move { repo::insert_jobs(&db, jobs).await });
+        ctx.spawn(insert.into_actor(self).map(move |results, act, ctx| {
+            match results {
+                Ok(results) => {
+                    for (reply, result) in replies.into_iter().zip(results) {
+                        let _ = reply.send(result.map_err(|err| {
+                            tracing::error!(error = %err, "queueing a job failed");
+                            "the queue is unavailable".to_owned()
+                        }));
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "queueing jobs failed");
+                    for reply in replies {
+                        let _ = reply.send(Err("the queue is unavailable".into()));
+                    }
+                }
+            }
+            act.enqueuing = false;
+            act.flush_enqueues(ctx);
         }));
     }
 }
@@ -193,6 +233,24 @@ async fn claim_and_bill(
     .await?;
     repo::release_claims(db, &unsettled, &msg.worker_id).await?;
     Ok(handed)
+}
+
+/// A new job; queued together with the others arriving meanwhile.
+#[derive(Message)]
+#[rtype(result = "Result<training_job::Model, String>")]
+pub struct Enqueue(pub NewJob);
+
+impl Handler<Enqueue> for QueueActor {
+    type Result = ResponseFuture<Result<training_job::Model, String>>;
+
+    fn handle(&mut self, msg: Enqueue, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.enqueues.push((msg.0, tx));
+        if !self.enqueuing {
+            self.flush_enqueues(ctx);
+        }
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err("the queue stopped".into())) })
+    }
 }
 
 /// A terminal report; batched with others arriving meanwhile.

@@ -7,8 +7,8 @@ use chrono::{DateTime, Duration, Utc};
 use entities::training_job;
 use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter,
-    QueryOrder, QuerySelect, Statement, Value,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
+    QuerySelect, Statement, Value,
 };
 use serde_json::json;
 
@@ -40,9 +40,8 @@ pub struct NewJob {
     pub payload: serde_json::Value,
 }
 
-pub async fn insert_job(db: &impl ConnectionTrait, job: NewJob) -> Result<training_job::Model, DbErr> {
-    let now = Utc::now();
-    let model = training_job::Model {
+fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
+    training_job::Model {
         id: uuid::Uuid::new_v4().to_string(),
         org_id: job.org_id,
         project_id: job.project_id,
@@ -61,30 +60,40 @@ pub async fn insert_job(db: &impl ConnectionTrait, job: NewJob) -> Result<traini
         claimed_at: None,
         heartbeat_at: None,
         finished_at: None,
-    };
-    training_job::Entity::insert(training_job::ActiveModel {
-        id: Set(model.id.clone()),
-        org_id: Set(model.org_id.clone()),
-        project_id: Set(model.project_id.clone()),
-        training_task_id: Set(model.training_task_id.clone()),
-        action: Set(model.action.clone()),
-        status: Set(model.status.clone()),
-        payload: Set(model.payload.clone()),
-        worker_id: Set(None),
-        attempts: Set(0),
-        stop_requested: Set(false),
-        live_status: Set(None),
-        result: Set(None),
-        error: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-        claimed_at: Set(None),
-        heartbeat_at: Set(None),
-        finished_at: Set(None),
-    })
-    .exec_without_returning(db)
-    .await?;
-    Ok(model)
+    }
+}
+
+/// Queues `jobs` in one statement (one commit for all), in order. If that fails (say one
+/// job's project was deleted meanwhile), each is inserted on its own, so only the failing
+/// job fails.
+pub async fn insert_jobs(
+    db: &impl ConnectionTrait,
+    jobs: Vec<NewJob>,
+) -> Vec<Result<training_job::Model, DbErr>> {
+    // One clock reading per batch; the id breaks ties, so claim order stays total.
+    let now = Utc::now();
+    let models: Vec<training_job::Model> = jobs.into_iter().map(|job| queued_job(job, now)).collect();
+    let rows = models.iter().map(|m| training_job::ActiveModel::from(m.clone()));
+    match training_job::Entity::insert_many(rows)
+        .exec_without_returning(db)
+        .await
+    {
+        Ok(_) => models.into_iter().map(Ok).collect(),
+        Err(err) if models.len() == 1 => vec![Err(err)],
+        Err(_) => {
+            let mut results = Vec::with_capacity(models.len());
+            for model in models {
+                let row = training_job::ActiveModel::from(model.clone());
+                results.push(
+                    training_job::Entity::insert(row)
+                        .exec_without_returning(db)
+                        .await
+                        .map(|_| model),
+                );
+            }
+            results
+        }
+    }
 }
 
 #[derive(Default)]

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
+use super::actor::Enqueue;
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
-use super::JobView;
+use super::{queue_unavailable, JobView};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
@@ -253,17 +254,20 @@ pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse
     crate::projects::repo::find_in_orgs(db, &project_id, std::slice::from_ref(&access.org_id))
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
-    let job = repo::insert_job(
-        db,
-        NewJob {
+    // Through the queue actor: jobs enqueued together are committed together.
+    let job = caller
+        .state()
+        .queue
+        .send(Enqueue(NewJob {
             org_id: access.org_id,
             project_id,
             training_task_id,
             action: action.into(),
             payload,
-        },
-    )
-    .await?;
+        }))
+        .await
+        .map_err(|e| queue_unavailable(e.to_string()))?
+        .map_err(queue_unavailable)?;
     Ok(HttpResponse::Accepted().json(JobView::from(&job)))
 }
 

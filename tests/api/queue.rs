@@ -929,3 +929,75 @@ async fn workers_claiming_and_reporting_at_once_never_stall() {
         .iter()
         .all(|j| j["status"] == "succeeded"));
 }
+
+#[actix_web::test]
+async fn jobs_enqueued_at_once_are_each_queued_once() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    // Run fees for all 120.
+    for _ in 0..11 {
+        app.fund(&org, 1000).await;
+    }
+    let body = json!({"action": "tracer", "projectId": project});
+    let requests: Vec<_> = (0..120)
+        .map(|_| app.post_later("/api/training/jobs", &org.api_key, &body))
+        .collect();
+    let mut enqueued = HashSet::new();
+    for response in join_all(requests).await {
+        let job = json_of(response, StatusCode::ACCEPTED).await;
+        assert_eq!(job["status"], "queued");
+        assert!(enqueued.insert(job["jobId"].as_str().unwrap().to_owned()));
+    }
+    let listed = json_of(
+        app.get("/api/training/jobs?limit=200", &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    let listed: HashSet<String> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| job["jobId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, enqueued);
+    let mut claimed = HashSet::new();
+    for _ in 0..2 {
+        for job in claim(&app, "w1", "tracer", 100).await {
+            assert!(claimed.insert(job["job_id"].as_str().unwrap().to_owned()));
+        }
+    }
+    assert_eq!(claimed, enqueued);
+}
+
+#[actix_web::test]
+async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let settings = test_settings(&app.db_url);
+    let db = keel::database::connect(&settings.database).await.unwrap();
+    let job = |project_id: &str| keel::queue::repo::NewJob {
+        org_id: org.org_id.clone(),
+        project_id: project_id.to_owned(),
+        training_task_id: None,
+        action: "tracer".into(),
+        payload: json!({"action": "tracer"}),
+    };
+    // The middle job's project does not exist: the one-statement insert fails, and the
+    // jobs are then inserted one by one.
+    let results =
+        keel::queue::repo::insert_jobs(&db, vec![job(&project), job("no-such-project"), job(&project)]).await;
+    assert!(results[0].is_ok());
+    assert!(results[1].is_err());
+    assert!(results[2].is_ok());
+    let queued: HashSet<String> = claim(&app, "w1", "tracer", 10)
+        .await
+        .iter()
+        .map(|job| job["job_id"].as_str().unwrap().to_owned())
+        .collect();
+    let inserted: HashSet<String> = [&results[0], &results[2]]
+        .iter()
+        .map(|r| r.as_ref().unwrap().id.clone())
+        .collect();
+    assert_eq!(queued, inserted);
+    db.close().await.unwrap();
+}
