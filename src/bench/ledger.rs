@@ -8,7 +8,7 @@ use entities::serving_usage;
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::json;
 
-use super::{bench_settings, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
+use super::{bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
 use crate::orgs::repo::{create_org, upsert_adapter};
 use crate::startup::Application;
 
@@ -54,6 +54,22 @@ pub async fn run(bench: LedgerBench) -> anyhow::Result<()> {
             }
         }
     }
+    // The same requests to a handler that does nothing: this machine's HTTP ceiling.
+    let body = json!({"requestId": "r", "adapterId": "a", "promptTokens": 100, "completionTokens": 50});
+    let _ = http_ceiling(default_workers(), bench.concurrency, bench.requests / 10, body.clone()).await?;
+    let ceiling = http_ceiling(default_workers(), bench.concurrency, bench.requests, body).await?;
+    eprintln!("HTTP ceiling: {:.0}/s", ceiling.per_second());
+    rows.push(Row {
+        database: "none",
+        scenario: "-".into(),
+        mode: "HTTP ceiling: a do-nothing actix handler",
+        per_second: ceiling.per_second(),
+        p50: millis(ceiling.percentile(0.50)),
+        p99: millis(ceiling.percentile(0.99)),
+        ok: ceiling.ok,
+        failed: ceiling.failed,
+        committed: 0,
+    });
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

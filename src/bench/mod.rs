@@ -175,6 +175,50 @@ where
     }
 }
 
+/// The ceiling of this machine for one HTTP request: the same load generator, body and
+/// concurrency against an actix-web server with the same number of workers whose only
+/// handler parses the JSON body and answers `{"ok": true}` (no keel, no middleware, no
+/// database). Nothing served over HTTP on this machine can be faster; each bench prints
+/// it beside its own figures.
+pub async fn http_ceiling(
+    workers: usize,
+    concurrency: usize,
+    total: usize,
+    body: serde_json::Value,
+) -> anyhow::Result<LoadResult> {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let server = HttpServer::new(|| {
+        App::new().route(
+            "/",
+            web::post().to(|body: web::Json<serde_json::Value>| async move {
+                drop(body);
+                HttpResponse::Ok().json(serde_json::json!({"ok": true}))
+            }),
+        )
+    })
+    .workers(workers)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    let handle = server.handle();
+    let running = actix_web::rt::spawn(server);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()?;
+    let url = format!("http://127.0.0.1:{port}/");
+    let result = run_load(concurrency, total, move |_| client.post(&url).json(&body)).await;
+    handle.stop(true).await;
+    let _ = running.await;
+    Ok(result)
+}
+
+/// The HTTP workers keel itself runs with (`server.workers = 0`: one per core).
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
+
 pub fn millis(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }

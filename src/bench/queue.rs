@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::{json, Value};
 
-use super::{bench_settings, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
+use super::{bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
 use crate::billing::ledger::{EntryKind, LedgerOp};
 use crate::billing::money::cents_to_micros;
 use crate::startup::Application;
@@ -66,6 +66,13 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
             rows.push(row);
         }
     }
+    // Every job costs at least one report request: report-shaped requests, as many in
+    // flight as the workers keep, to a handler that does nothing bound jobs/s here.
+    let body = json!({"job_id": uuid::Uuid::new_v4().to_string(), "worker_id": "bench-worker-0"});
+    let in_flight = bench.workers * 100;
+    let _ = http_ceiling(default_workers(), in_flight, bench.jobs / 10, body.clone()).await?;
+    let ceiling = http_ceiling(default_workers(), in_flight, bench.jobs, body).await?;
+    eprintln!("HTTP ceiling: {:.0} requests/s", ceiling.per_second());
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -85,6 +92,11 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
             r.succeeded
         )?;
     }
+    writeln!(
+        out,
+        "| none | HTTP ceiling: report-shaped requests/s to a do-nothing actix handler ({in_flight} in flight) | - | {:.0} | - | - | - |",
+        ceiling.per_second()
+    )?;
     Ok(())
 }
 
