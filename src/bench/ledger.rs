@@ -56,7 +56,13 @@ pub async fn run(bench: LedgerBench) -> anyhow::Result<()> {
     }
     // The same requests to a handler that does nothing: this machine's HTTP ceiling.
     let body = json!({"requestId": "r", "adapterId": "a", "promptTokens": 100, "completionTokens": 50});
-    let _ = http_ceiling(default_workers(), bench.concurrency, bench.requests / 10, body.clone()).await?;
+    let _ = http_ceiling(
+        default_workers(),
+        bench.concurrency,
+        bench.requests / 10,
+        body.clone(),
+    )
+    .await?;
     let ceiling = http_ceiling(default_workers(), bench.concurrency, bench.requests, body).await?;
     eprintln!("HTTP ceiling: {:.0}/s", ceiling.per_second());
     rows.push(Row {

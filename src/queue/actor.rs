@@ -93,9 +93,7 @@ impl QueueActor {
             act.flush(ctx);
         }));
     }
-}
 
-impl QueueActor {
     /// Inserts the waiting new jobs in one statement; jobs arriving meanwhile wait for the
     /// next (group commit, like reports).
     fn flush_enqueues(&mut self, ctx: &mut Context<Self>) {

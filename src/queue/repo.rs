@@ -287,10 +287,11 @@ pub async fn apply_reports(
         .iter()
         .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
         .collect();
-    // On PostgreSQL every job is found by its primary key (`= ANY(ARRAY(...))`), not by a
-    // scan of all held jobs joined to the batch; `status || ''` keeps the status check a
-    // filter: written plainly, the planner (trusting a young table's statistics) also read
-    // the whole partial index of held jobs and intersected the two.
+    // Every job is found by its primary key, not by a scan of all held jobs joined to the
+    // batch. On PostgreSQL through `= ANY(ARRAY(...))`, with `status || ''` keeping the status
+    // check a filter: written plainly, the planner (trusting a young table's statistics) also
+    // read the whole partial index of held jobs and intersected the two. On SQLite the unary
+    // `+` does the same (without it SQLite walked the held jobs and, for each, the batch).
     let (sql, values): (&str, Vec<Value>) = match backend {
         DbBackend::Postgres => (
             "UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
@@ -308,7 +309,7 @@ pub async fn apply_reports(
                           json_extract(value, '$.status') AS status, json_extract(value, '$.result') AS result, \
                           json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
              WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
-               AND training_jobs.status IN ('running', 'stopping') \
+               AND +training_jobs.status IN ('running', 'stopping') \
              RETURNING training_jobs.id",
             vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
         ),
