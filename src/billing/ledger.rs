@@ -282,7 +282,16 @@ async fn apply_group_with(
     };
 
     let now = Utc::now();
-    let mut writes = Writes::default();
+    let mut writes = Writes {
+        check,
+        entries: Vec::new(),
+        usage_rows: Vec::new(),
+        seen_requests: HashSet::new(),
+        promo_rows: Vec::new(),
+        balances: Vec::new(),
+        settled_auto_topups: Vec::new(),
+        keys_unchecked: false,
+    };
     let mut results = Vec::with_capacity(batches.len());
     for (org_id, ops) in batches {
         let Some(account) = accounts.get(*org_id) else {
@@ -300,10 +309,9 @@ async fn apply_group_with(
             &mut usage,
             &mut writes,
             now,
-            check,
         ));
     }
-    if writes.keys_unchecked || !writes.flush(&txn, now, check).await? {
+    if writes.keys_unchecked || !writes.flush(&txn, now).await? {
         // Dropping the transaction rolls it back.
         return Ok(None);
     }
@@ -312,8 +320,9 @@ async fn apply_group_with(
 }
 
 /// Rows a group writes, gathered while planning.
-#[derive(Default)]
 struct Writes {
+    /// How this attempt checks idempotency keys.
+    check: KeyCheck,
     entries: Vec<serde_json::Value>,
     usage_rows: Vec<serde_json::Value>,
     seen_requests: HashSet<String>,
@@ -327,17 +336,12 @@ struct Writes {
 impl Writes {
     /// Writes everything; `false` (and nothing more written) when an optimistic insert
     /// skipped an entry whose idempotency key was already applied.
-    async fn flush(
-        self,
-        txn: &impl ConnectionTrait,
-        now: DateTime<Utc>,
-        check: KeyCheck,
-    ) -> Result<bool, DbErr> {
+    async fn flush(self, txn: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<bool, DbErr> {
         if self.entries.is_empty() {
             return Ok(true);
         }
         let planned = self.entries.len() as u64;
-        let rows = match check {
+        let rows = match self.check {
             KeyCheck::LookUp => &LEDGER_ROWS,
             KeyCheck::Optimistic => &LEDGER_ROWS_SKIPPING_APPLIED,
         };
@@ -377,7 +381,6 @@ fn plan(
     usage: &mut HashMap<String, ServingUsageRow>,
     writes: &mut Writes,
     now: DateTime<Utc>,
-    check: KeyCheck,
 ) -> BatchResult {
     let mut balance = account.balance_microcents;
     let mut starter_granted = account.starter_credit_granted;
@@ -416,7 +419,7 @@ fn plan(
             || (op.amount_microcents < 0
                 && !op.may_overdraw
                 && balance.saturating_add(op.amount_microcents) < 0);
-        if refused && key.is_some() && check == KeyCheck::Optimistic {
+        if refused && key.is_some() && writes.check == KeyCheck::Optimistic {
             // A refusal writes no entry, so the unique index cannot tell whether this was a
             // replay (answered as such whatever the balance): look the keys up.
             writes.keys_unchecked = true;
