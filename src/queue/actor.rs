@@ -31,9 +31,9 @@ pub struct QueueActor {
     db: DatabaseConnection,
     ledger: Ledger,
     config: QueueConfig,
-    pending: Vec<(Report, oneshot::Sender<Result<ReportOutcome, String>>)>,
+    pending: Vec<(Report, Reply<ReportOutcome>)>,
     flushing: bool,
-    enqueues: Vec<(NewJob, oneshot::Sender<Result<training_job::Model, String>>)>,
+    enqueues: Vec<(NewJob, Reply<training_job::Model>)>,
     enqueuing: bool,
     /// Claims of this instance take turns; reports and heartbeats never wait for them.
     claim_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -76,19 +76,11 @@ impl QueueActor {
         // connection) while the actor waits on a claim.
         let apply = actix::spawn(async move { repo::apply_reports(&db, &reports).await });
         ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
-            match outcomes.unwrap_or_else(|e| Err(sea_orm::DbErr::Custom(e.to_string()))) {
-                Ok(outcomes) => {
-                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                        let _ = reply.send(Ok(outcome));
-                    }
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "applying job reports failed");
-                    for reply in replies {
-                        let _ = reply.send(Err("the queue is unavailable".into()));
-                    }
-                }
-            }
+            let outcomes = outcomes
+                .map_err(|e| e.to_string())
+                .and_then(|applied| applied.map_err(|e| e.to_string()))
+                .map(|applied| applied.into_iter().map(Ok).collect());
+            answer_all(replies, outcomes, "applying job reports");
             act.flushing = false;
             act.flush(ctx);
         }));
@@ -107,25 +99,38 @@ impl QueueActor {
         // Its own task, like every database call of this actor.
         let insert = actix::spawn(async move { repo::insert_jobs(&db, jobs).await });
         ctx.spawn(insert.into_actor(self).map(move |results, act, ctx| {
-            match results {
-                Ok(results) => {
-                    for (reply, result) in replies.into_iter().zip(results) {
-                        let _ = reply.send(result.map_err(|err| {
-                            tracing::error!(error = %err, "queueing a job failed");
-                            "the queue is unavailable".to_owned()
-                        }));
-                    }
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "queueing jobs failed");
-                    for reply in replies {
-                        let _ = reply.send(Err("the queue is unavailable".into()));
-                    }
-                }
-            }
+            answer_all(replies, results.map_err(|e| e.to_string()), "queueing jobs");
             act.enqueuing = false;
             act.flush_enqueues(ctx);
         }));
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, String>>;
+
+/// Answers every request of a group commit with its own outcome; when the batch's task or
+/// statement failed as a whole, every request is told the queue is unavailable.
+fn answer_all<T>(
+    replies: Vec<Reply<T>>,
+    outcomes: Result<Vec<Result<T, sea_orm::DbErr>>, String>,
+    what: &str,
+) {
+    let unavailable = || "the queue is unavailable".to_owned();
+    match outcomes {
+        Ok(outcomes) => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(outcome.map_err(|err| {
+                    tracing::error!(error = %err, "{what} failed");
+                    unavailable()
+                }));
+            }
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "{what} failed");
+            for reply in replies {
+                let _ = reply.send(Err(unavailable()));
+            }
+        }
     }
 }
 
