@@ -312,7 +312,8 @@ async fn apply_group_with(
         ));
     }
     if writes.keys_unchecked || !writes.flush(&txn, now).await? {
-        // Dropping the transaction rolls it back.
+        // Rolled back before the caller plans again: the retry locks the same accounts.
+        txn.rollback().await?;
         return Ok(None);
     }
     txn.commit().await?;

@@ -1,5 +1,7 @@
 //! Billing: each rule of the spec's billing section and each status of the contract.
 
+use std::collections::HashSet;
+
 use futures_util::future::join_all;
 use keel::billing::webhook;
 use reqwest::StatusCode;
@@ -378,6 +380,83 @@ async fn fifty_concurrent_replays_of_one_request_debit_once() {
     assert_eq!(fresh, 1);
     let (balance, entries) = app.assert_ledger_invariant(&org.org_id).await;
     assert_eq!((balance, entries), (-3600, 1));
+}
+
+#[actix_web::test]
+async fn new_charges_and_replays_arriving_together_are_each_answered_right() {
+    // Groups that mix new request ids with replays: on PostgreSQL a group is first tried
+    // without looking its keys up, and a replay in it sends the whole group back to be
+    // planned with the look-up. Either way: each new charge once, each replay as a replay.
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    setup_adapter(&app, &org, "bot").await;
+    let body = |i: usize| json!({"requestId": format!("req-{i}"), "adapterId": "bot", "promptTokens": 100, "completionTokens": 100});
+    for i in 0..20 {
+        let first = json_of(
+            app.post("/api/billing/serving-usage", INTERNAL_KEY, &body(i))
+                .await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(first["replayed"], false);
+    }
+    // Interleaved: 20 replays (0..20) and 20 new ids (20..40), twice each.
+    let requests: Vec<_> = (0..40)
+        .chain(0..40)
+        .map(|i| app.post_later("/api/billing/serving-usage", INTERNAL_KEY, &body(i)))
+        .collect();
+    let mut fresh = HashSet::new();
+    for response in join_all(requests).await {
+        let answer = json_of(response, StatusCode::OK).await;
+        assert_eq!(answer["chargedMicrocents"], 3600);
+        if answer["replayed"] == false {
+            let id = answer["requestId"].as_str().unwrap().to_owned();
+            assert!(fresh.insert(id.clone()), "{id} was charged twice");
+        }
+    }
+    let expected: HashSet<String> = (20..40).map(|i| format!("req-{i}")).collect();
+    assert_eq!(fresh, expected);
+    let (balance, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!((balance, entries), (-3600 * 40, 40));
+}
+
+#[actix_web::test]
+async fn new_run_fees_and_replays_arriving_together_are_each_answered_right() {
+    // As above, for keyed charges with no usage row behind them (whose primary key would
+    // otherwise catch a replay too): the ledger's own key check must.
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    for _ in 0..4 {
+        app.fund(&org, 1000).await;
+    }
+    let (_, funded_entries) = app.assert_ledger_invariant(&org.org_id).await;
+    let body = |i: usize| json!({"orgId": org.org_id, "runId": format!("run-{i}")});
+    for i in 0..20 {
+        let first = json_of(
+            app.post("/api/billing/debit", &org.api_key, &body(i)).await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(first["replayed"], false);
+    }
+    let requests: Vec<_> = (0..40)
+        .chain(0..40)
+        .map(|i| app.post_later("/api/billing/debit", &org.api_key, &body(i)))
+        .collect();
+    let mut fresh = 0;
+    for response in join_all(requests).await {
+        let answer = json_of(response, StatusCode::OK).await;
+        assert_eq!(answer["chargedCents"], 100);
+        if answer["replayed"] == false {
+            fresh += 1;
+        }
+    }
+    assert_eq!(
+        fresh, 20,
+        "each new run charged once, each replay answered as one"
+    );
+    let (balance, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!((balance, entries), (0, funded_entries + 40));
 }
 
 #[actix_web::test]
