@@ -416,25 +416,24 @@ fn plan(
             });
             continue;
         }
-        let refused = (matches!(op.side, SideEffect::StarterCredit) && starter_granted)
-            || (op.amount_microcents < 0
-                && !op.may_overdraw
-                && balance.saturating_add(op.amount_microcents) < 0);
-        if refused && key.is_some() && writes.check == KeyCheck::Optimistic {
-            // A refusal writes no entry, so the unique index cannot tell whether this was a
-            // replay (answered as such whatever the balance): look the keys up.
-            writes.keys_unchecked = true;
-        }
-        if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
-            outcomes.push(Err(LedgerError::Duplicate));
-            continue;
-        }
         let after = balance.saturating_add(op.amount_microcents);
-        if op.amount_microcents < 0 && !op.may_overdraw && after < 0 {
-            outcomes.push(Err(LedgerError::InsufficientFunds {
+        let refusal = if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
+            Some(LedgerError::Duplicate)
+        } else if op.amount_microcents < 0 && !op.may_overdraw && after < 0 {
+            Some(LedgerError::InsufficientFunds {
                 balance_microcents: balance,
                 needed_microcents: -op.amount_microcents,
-            }));
+            })
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            if key.is_some() && writes.check == KeyCheck::Optimistic {
+                // A refusal writes no entry, so the unique index cannot tell whether this was
+                // a replay (answered as such whatever the balance): look the keys up.
+                writes.keys_unchecked = true;
+            }
+            outcomes.push(Err(refusal));
             continue;
         }
         balance = after;
