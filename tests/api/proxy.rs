@@ -61,6 +61,23 @@ pub fn chat(model: &str, content: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": content}]})
 }
 
+/// A streamed chat completion sent as the SDK sends it; its body read as bytes arrive.
+async fn open_stream(
+    app: &TestApp,
+    org: &TestOrg,
+    project: &str,
+    model: &str,
+    content: &str,
+) -> impl futures_util::Stream<Item = reqwest::Result<actix_web::web::Bytes>> + use<> {
+    let mut body = chat(model, content);
+    body["stream"] = json!(true);
+    sdk_request(app, org, Some(project), &body)
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream()
+}
+
 /// The project's traces as stored (`raw`), once `count` of them are written.
 pub async fn raw_traces(app: &TestApp, org: &TestOrg, project: &str, count: usize) -> Vec<Value> {
     let path = format!("/api/traces/export?project_id={project}&format=raw");
@@ -416,13 +433,7 @@ async fn the_first_frame_arrives_before_the_upstream_finishes() {
     let (app, provider) = proxy_app().await;
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "Support").await;
-    let mut body = chat("stream-gated", "hi");
-    body["stream"] = json!(true);
-    let response = sdk_request(&app, &org, Some(&project), &body)
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
+    let mut stream = open_stream(&app, &org, &project, "stream-gated", "hi").await;
     let mut received = Vec::new();
     // The upstream holds everything after its first frame until we let it go: a proxy that
     // buffered would never hand us that frame (the wait times out instead of hanging).
@@ -454,13 +465,7 @@ async fn a_client_that_hangs_up_cancels_the_upstream_and_keeps_a_partial_trace()
     let (app, provider) = proxy_app().await;
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "Support").await;
-    let mut body = chat("stream-endless", "go on");
-    body["stream"] = json!(true);
-    let response = sdk_request(&app, &org, Some(&project), &body)
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
+    let mut stream = open_stream(&app, &org, &project, "stream-endless", "go on").await;
     let mut received = Vec::new();
     while sse_events(&String::from_utf8_lossy(&received)).len() < 3 {
         received.extend_from_slice(&stream.next().await.unwrap().unwrap());
