@@ -22,6 +22,9 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<DatabaseConn
         .min_connections(if sqlite { max } else { 1 })
         .acquire_timeout(Duration::from_secs(settings.acquire_timeout_secs))
         .connect_timeout(Duration::from_secs(10))
+        // A connection in steady use goes out unpinged (a ping is one more round trip on
+        // every checkout); one idle long enough to have been dropped is pinged first.
+        .test_before_acquire_if_idle_for(Duration::from_secs(10))
         .sqlx_logging(false);
     if sqlite {
         let busy = Duration::from_millis(settings.sqlite_busy_timeout_ms);
