@@ -3,6 +3,7 @@
 //! commit) is applied in order in one transaction; each still gets its own outcome.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use entities::{billing_account, organization, promo_grant, serving_usage};
@@ -198,7 +199,8 @@ enum KeyCheck {
 
 /// Several organizations' batches in one transaction, with set-based statements: one
 /// lock of all accounts (ascending order, so instances doing the same never deadlock),
-/// one insert of entries, one of usage rows, one update of balances. Repeated
+/// then the entries, usage rows and balances (one statement on PostgreSQL, so one round
+/// trip while the accounts are locked; three on SQLite, which has no round trips). Repeated
 /// idempotency keys are rare, so on PostgreSQL the group is first tried without looking
 /// its keys up (the unique index checks them anyway); only a group that repeats a key
 /// pays for the look-up, in a second transaction. `Err`: nothing was written.
@@ -342,22 +344,41 @@ impl Writes {
             return Ok(true);
         }
         let planned = self.entries.len() as u64;
-        let rows = match self.check {
-            KeyCheck::LookUp => &LEDGER_ROWS,
-            KeyCheck::Optimistic => &LEDGER_ROWS_SKIPPING_APPLIED,
-        };
-        if insert_json_rows(txn, rows, self.entries, now).await? != planned {
-            return Ok(false);
-        }
-        if !self.usage_rows.is_empty() {
-            insert_json_rows(txn, &USAGE_ROWS, self.usage_rows, now).await?;
+        if txn.get_database_backend() == DbBackend::Postgres {
+            // One statement, so one round trip, for entries, usage rows and balances.
+            let usage = self.usage_rows.len() as u64;
+            let params = [
+                Value::from(serde_json::Value::Array(self.entries)),
+                Value::from(serde_json::Value::Array(self.usage_rows)),
+                Value::from(serde_json::Value::Array(self.balances)),
+                Value::from(now),
+            ];
+            let sql = match self.check {
+                KeyCheck::LookUp => &*PG_WRITES,
+                KeyCheck::Optimistic => &*PG_WRITES_SKIPPING_APPLIED,
+            };
+            let row = txn
+                .query_one_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, params))
+                .await?
+                .ok_or_else(|| DbErr::Custom("the ledger write answered no row".into()))?;
+            let (entries, usage_rows): (i64, i64) = (row.try_get_by_index(0)?, row.try_get_by_index(1)?);
+            if entries as u64 != planned || usage_rows as u64 != usage {
+                return Ok(false);
+            }
+        } else {
+            if insert_json_rows(txn, &LEDGER_ROWS, self.entries, now).await? != planned {
+                return Ok(false);
+            }
+            if !self.usage_rows.is_empty() {
+                insert_json_rows(txn, &USAGE_ROWS, self.usage_rows, now).await?;
+            }
+            update_balances(txn, self.balances, now).await?;
         }
         if !self.promo_rows.is_empty() {
             promo_grant::Entity::insert_many(self.promo_rows)
                 .exec_without_returning(txn)
                 .await?;
         }
-        update_balances(txn, self.balances, now).await?;
         if !self.settled_auto_topups.is_empty() {
             billing_account::Entity::update_many()
                 .col_expr(
@@ -558,6 +579,7 @@ async fn lock_accounts(
     Ok(accounts)
 }
 
+/// SQLite: sets each account's planned balance (PostgreSQL does it in [`PG_WRITES`]).
 async fn update_balances(
     txn: &impl ConnectionTrait,
     rows: Vec<serde_json::Value>,
@@ -566,25 +588,16 @@ async fn update_balances(
     if rows.is_empty() {
         return Ok(());
     }
-    let backend = txn.get_database_backend();
-    let (sql, params) = match backend {
-        DbBackend::Postgres => (
-            "UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
-                starter_credit_granted = x.starter, updated_at = $2 \
-             FROM jsonb_to_recordset($1) AS x(org_id text, balance bigint, starter boolean) \
-             WHERE b.org_id = x.org_id",
-            vec![Value::from(serde_json::Value::Array(rows)), Value::from(now)],
-        ),
-        _ => (
-            "UPDATE billing_accounts SET balance_microcents = x.balance, \
+    let sql = "UPDATE billing_accounts SET balance_microcents = x.balance, \
                 starter_credit_granted = x.starter, updated_at = ? \
              FROM (SELECT json_extract(value, '$.org_id') AS org_id, json_extract(value, '$.balance') AS balance, \
                           json_extract(value, '$.starter') AS starter FROM json_each(?)) AS x \
-             WHERE billing_accounts.org_id = x.org_id",
-            vec![Value::from(now), Value::from(serde_json::Value::Array(rows).to_string())],
-        ),
-    };
-    txn.execute_raw(Statement::from_sql_and_values(backend, sql, params))
+             WHERE billing_accounts.org_id = x.org_id";
+    let params = [
+        Value::from(now),
+        Value::from(serde_json::Value::Array(rows).to_string()),
+    ];
+    txn.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, params))
         .await?;
     Ok(())
 }
@@ -686,6 +699,13 @@ const USAGE_ROWS: JsonRows = JsonRows {
     skip_conflicts_on: None,
 };
 
+/// Usage rows already recorded (a replay, or a request id another organization used)
+/// are skipped, and counted out.
+const USAGE_ROWS_SKIPPING_RECORDED: JsonRows = JsonRows {
+    skip_conflicts_on: Some("request_id"),
+    ..USAGE_ROWS
+};
+
 impl JsonRows {
     fn target_columns(&self) -> String {
         if self.table == "ledger_entries" {
@@ -699,61 +719,88 @@ impl JsonRows {
         }
     }
 
-    fn sql(&self, backend: DbBackend) -> String {
-        let target = self.target_columns();
-        let on_conflict = self
-            .skip_conflicts_on
+    fn on_conflict(&self) -> String {
+        self.skip_conflicts_on
             .map(|key| format!(" ON CONFLICT ({key}) DO NOTHING"))
-            .unwrap_or_default();
-        match backend {
-            DbBackend::Postgres => {
-                let fields: Vec<String> = self.columns.iter().map(|(c, _)| format!("x.{c}")).collect();
-                let names: Vec<&str> = self.columns.iter().map(|(c, _)| *c).collect();
-                let types: Vec<String> = self.columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
-                format!(
-                    "INSERT INTO {} ({target}, created_at) SELECT {}, $2 \
-                     FROM ROWS FROM (jsonb_to_recordset($1) AS ({})) WITH ORDINALITY AS x({}, ord) \
-                     ORDER BY x.ord{on_conflict}",
-                    self.table,
-                    fields.join(", "),
-                    types.join(", "),
-                    names.join(", ")
-                )
-            }
-            _ => {
-                let fields: Vec<String> = self
-                    .columns
-                    .iter()
-                    .map(|(c, _)| format!("json_extract(value, '$.{c}')"))
-                    .collect();
-                format!(
-                    // `WHERE true`: SQLite's parser needs it before an `ON CONFLICT`.
-                    "INSERT INTO {} ({target}, created_at) SELECT {}, ? FROM json_each(?) WHERE true \
-                     ORDER BY key{on_conflict}",
-                    self.table,
-                    fields.join(", ")
-                )
-            }
-        }
+            .unwrap_or_default()
+    }
+
+    /// PostgreSQL: the rows are the JSON array `$rows`, stamped with `$now`.
+    fn pg_insert(&self, rows: usize, now: usize) -> String {
+        let fields: Vec<String> = self.columns.iter().map(|(c, _)| format!("x.{c}")).collect();
+        let names: Vec<&str> = self.columns.iter().map(|(c, _)| *c).collect();
+        let types: Vec<String> = self.columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
+        format!(
+            "INSERT INTO {} ({}, created_at) SELECT {}, ${now} \
+             FROM ROWS FROM (jsonb_to_recordset(${rows}) AS ({})) WITH ORDINALITY AS x({}, ord) \
+             ORDER BY x.ord{}",
+            self.table,
+            self.target_columns(),
+            fields.join(", "),
+            types.join(", "),
+            names.join(", "),
+            self.on_conflict()
+        )
+    }
+
+    /// SQLite: `?` the timestamp, `?` the rows as JSON text.
+    fn sqlite_insert(&self) -> String {
+        let fields: Vec<String> = self
+            .columns
+            .iter()
+            .map(|(c, _)| format!("json_extract(value, '$.{c}')"))
+            .collect();
+        format!(
+            // `WHERE true`: SQLite's parser needs it before an `ON CONFLICT`.
+            "INSERT INTO {} ({}, created_at) SELECT {}, ? FROM json_each(?) WHERE true ORDER BY key{}",
+            self.table,
+            self.target_columns(),
+            fields.join(", "),
+            self.on_conflict()
+        )
     }
 }
 
+/// PostgreSQL: a group's entries (`$1`), usage rows (`$2`) and balances (`$3`), stamped
+/// `$4`, written by one statement (one round trip inside the locked transaction); it
+/// answers how many entries and usage rows it inserted.
+fn pg_writes(entries: &JsonRows, usage: &JsonRows) -> String {
+    format!(
+        "WITH e AS ({} RETURNING 1), u AS ({} RETURNING 1), \
+              b AS (UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
+                      starter_credit_granted = x.starter, updated_at = $4 \
+                    FROM jsonb_to_recordset($3) AS x(org_id text, balance bigint, starter boolean) \
+                    WHERE b.org_id = x.org_id) \
+         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM u)",
+        entries.pg_insert(1, 4),
+        usage.pg_insert(2, 4)
+    )
+}
+
+/// Keys looked up first: every insert must land (a unique violation is an error).
+static PG_WRITES: LazyLock<String> = LazyLock::new(|| pg_writes(&LEDGER_ROWS, &USAGE_ROWS));
+
+/// Optimistic: rows whose key is already taken are skipped and show in the counts.
+static PG_WRITES_SKIPPING_APPLIED: LazyLock<String> =
+    LazyLock::new(|| pg_writes(&LEDGER_ROWS_SKIPPING_APPLIED, &USAGE_ROWS_SKIPPING_RECORDED));
+
+/// SQLite: inserts `values`; answers how many rows it inserted.
 async fn insert_json_rows(
     txn: &impl ConnectionTrait,
     rows: &JsonRows,
     values: Vec<serde_json::Value>,
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
-    let backend = txn.get_database_backend();
-    let params = match backend {
-        DbBackend::Postgres => [Value::from(serde_json::Value::Array(values)), Value::from(now)],
-        _ => [
-            Value::from(now),
-            Value::from(serde_json::Value::Array(values).to_string()),
-        ],
-    };
+    let params = [
+        Value::from(now),
+        Value::from(serde_json::Value::Array(values).to_string()),
+    ];
     Ok(txn
-        .execute_raw(Statement::from_sql_and_values(backend, rows.sql(backend), params))
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            rows.sqlite_insert(),
+            params,
+        ))
         .await?
         .rows_affected())
 }
