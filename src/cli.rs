@@ -71,6 +71,9 @@ pub enum BenchTarget {
         /// Skip the baseline runs.
         #[arg(long)]
         skip_baseline: bool,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
     },
     /// The recording proxy's added latency at fixed rates and its saturation throughput,
     /// against the same load sent directly to the fake provider.
@@ -210,6 +213,7 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                 concurrency,
                 orgs,
                 skip_baseline,
+                skip_sqlite,
             } => {
                 crate::bench::ledger::run(crate::bench::ledger::LedgerBench {
                     postgres_url,
@@ -217,6 +221,7 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                     concurrency,
                     spread_orgs: orgs,
                     skip_baseline,
+                    skip_sqlite,
                 })
                 .await
             }

@@ -3,12 +3,15 @@
 //! transaction per charge), then a check that every acknowledged charge is committed.
 
 use std::io::Write;
+use std::net::SocketAddr;
 
 use entities::serving_usage;
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::json;
 
-use super::{bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
+use super::{
+    bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, LoadRequest, BENCH_INTERNAL_KEY,
+};
 use crate::orgs::repo::{create_org, upsert_adapter};
 use crate::startup::Application;
 
@@ -19,6 +22,8 @@ pub struct LedgerBench {
     pub spread_orgs: usize,
     /// Measure group commit only (the baseline is slow on PostgreSQL).
     pub skip_baseline: bool,
+    /// With a PostgreSQL URL: measure PostgreSQL only.
+    pub skip_sqlite: bool,
 }
 
 struct Row {
@@ -34,7 +39,10 @@ struct Row {
 }
 
 pub async fn run(bench: LedgerBench) -> anyhow::Result<()> {
-    let mut databases: Vec<(&'static str, Option<&str>)> = vec![("SQLite", None)];
+    let mut databases: Vec<(&'static str, Option<&str>)> = Vec::new();
+    if !(bench.skip_sqlite && bench.postgres_url.is_some()) {
+        databases.push(("SQLite", None));
+    }
     if let Some(url) = &bench.postgres_url {
         databases.push(("PostgreSQL", Some(url.as_str())));
     }
@@ -131,30 +139,28 @@ async fn run_one(
         .await?;
         adapters.push(adapter);
     }
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(bench.concurrency)
-        .build()?;
-    let url = format!("http://127.0.0.1:{port}/api/billing/serving-usage");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let request = LoadRequest::json("/api/billing/serving-usage", BENCH_INTERNAL_KEY, &[])?;
     let run_tag = uuid::Uuid::new_v4().simple().to_string();
     let make = move |offset: usize| {
-        let client = client.clone();
-        let url = url.clone();
+        let request = request.clone();
         let adapters = adapters.clone();
         let run_tag = run_tag.clone();
         move |i: usize| {
             let i = i + offset;
-            client.post(&url).bearer_auth(BENCH_INTERNAL_KEY).json(&json!({
+            let body = json!({
                 "requestId": format!("{run_tag}-{i}"),
                 "adapterId": adapters[i % adapters.len()],
                 "promptTokens": 100,
                 "completionTokens": 50,
-            }))
+            });
+            request.with_body(body.to_string())
         }
     };
     // Warm-up: connections, actors, caches.
     let warmup = bench.requests / 10;
-    run_load(bench.concurrency, warmup, make(0)).await;
-    let result = run_load(bench.concurrency, bench.requests, make(warmup)).await;
+    run_load(addr, bench.concurrency, warmup, make(0)).await;
+    let result = run_load(addr, bench.concurrency, bench.requests, make(warmup)).await;
 
     // Every acknowledged charge must be committed.
     let committed = serving_usage::Entity::find().count(&state.db).await?;

@@ -6,8 +6,14 @@ pub mod ledger;
 pub mod proxy;
 pub mod queue;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper_util::rt::TokioIo;
 
 use sea_orm::{ConnectionTrait, Database};
 
@@ -100,11 +106,52 @@ impl LoadResult {
     }
 }
 
-/// Sends `total` requests with `concurrency` in flight; `make(i)` builds request `i`.
-/// The load runs on a multi-threaded runtime of its own, off the server's threads.
-pub async fn run_load<F>(concurrency: usize, total: usize, make: F) -> LoadResult
+/// One POST of a load: path, headers and body, sent on a kept-alive HTTP/1.1
+/// connection of the load generator.
+#[derive(Clone)]
+pub struct LoadRequest {
+    pub path: Arc<str>,
+    pub headers: Arc<[(HeaderName, HeaderValue)]>,
+    pub body: Bytes,
+}
+
+impl LoadRequest {
+    /// A JSON POST to `path` with `bearer` as its `Authorization` and any `extra` headers.
+    pub fn json(path: &str, bearer: &str, extra: &[(&'static str, &str)]) -> anyhow::Result<Self> {
+        let mut headers = vec![
+            (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (
+                header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {bearer}"))?,
+            ),
+        ];
+        for (name, value) in extra {
+            headers.push((HeaderName::from_static(name), HeaderValue::from_str(value)?));
+        }
+        Ok(Self {
+            path: path.into(),
+            headers: headers.into(),
+            body: Bytes::new(),
+        })
+    }
+
+    /// The same request with another body.
+    pub fn with_body(&self, body: impl Into<Bytes>) -> Self {
+        Self {
+            body: body.into(),
+            ..self.clone()
+        }
+    }
+}
+
+/// Sends `total` requests to `addr` with `concurrency` in flight, each in-flight slot on
+/// a connection of its own; `make(i)` builds request `i`. The load runs on a runtime of
+/// its own (two threads), off the server's threads, and speaks HTTP/1.1 through hyper's
+/// connection API with no client pool around it: the load generator shares this
+/// machine's two cores with what it measures, so it should cost as little as it can.
+pub async fn run_load<F>(addr: SocketAddr, concurrency: usize, total: usize, make: F) -> LoadResult
 where
-    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+    F: Fn(usize) -> LoadRequest + Send + Sync + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
@@ -112,7 +159,7 @@ where
             .worker_threads(2)
             .enable_all()
             .build()
-            .map(|rt| rt.block_on(drive_load(concurrency, total, make)));
+            .map(|rt| rt.block_on(drive_load(addr, concurrency, total, make)));
         let _ = tx.send(result);
     });
     match rx.await {
@@ -126,32 +173,70 @@ where
     }
 }
 
-async fn drive_load<F>(concurrency: usize, total: usize, make: F) -> LoadResult
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Option<Sender> {
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream.set_nodelay(true).ok()?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    Some(sender)
+}
+
+/// Sends one request; `None`: the connection failed (the caller opens another).
+async fn send(sender: &mut Sender, host: &HeaderValue, request: LoadRequest) -> Option<bool> {
+    let mut http = hyper::Request::post(&*request.path)
+        .body(Full::new(request.body))
+        .ok()?;
+    let headers = http.headers_mut();
+    headers.insert(header::HOST, host.clone());
+    for (name, value) in request.headers.iter() {
+        headers.insert(name.clone(), value.clone());
+    }
+    sender.ready().await.ok()?;
+    let response = sender.send_request(http).await.ok()?;
+    let success = response.status().is_success();
+    response.into_body().collect().await.ok()?;
+    Some(success)
+}
+
+async fn drive_load<F>(addr: SocketAddr, concurrency: usize, total: usize, make: F) -> LoadResult
 where
-    F: Fn(usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+    F: Fn(usize) -> LoadRequest + Send + Sync + 'static,
 {
     let make = Arc::new(make);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let host = HeaderValue::from_str(&addr.to_string()).unwrap_or(HeaderValue::from_static("localhost"));
     let started = Instant::now();
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let make = make.clone();
-        let next = next.clone();
+        let (make, next, host) = (make.clone(), next.clone(), host.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut failed = 0;
+            let mut sender = None;
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
+                if sender.is_none() {
+                    sender = connect(addr).await;
+                }
+                let Some(open) = sender.as_mut() else {
+                    failed += 1;
+                    continue;
+                };
                 let sent = Instant::now();
-                match make(i).send().await {
-                    Ok(response) if response.status().is_success() => {
-                        let _ = response.bytes().await;
-                        latencies.push(sent.elapsed());
+                match send(open, &host, make(i)).await {
+                    Some(true) => latencies.push(sent.elapsed()),
+                    Some(false) => failed += 1,
+                    None => {
+                        failed += 1;
+                        sender = None;
                     }
-                    _ => failed += 1,
                 }
             }
             (latencies, failed)
@@ -204,11 +289,9 @@ pub async fn http_ceiling(
     .run();
     let handle = server.handle();
     let running = actix_web::rt::spawn(server);
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency)
-        .build()?;
-    let url = format!("http://127.0.0.1:{port}/");
-    let result = run_load(concurrency, total, move |_| client.post(&url).json(&body)).await;
+    let request = LoadRequest::json("/", "ceiling", &[])?.with_body(serde_json::to_vec(&body)?);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let result = run_load(addr, concurrency, total, move |_| request.clone()).await;
     handle.stop(true).await;
     let _ = running.await;
     Ok(result)

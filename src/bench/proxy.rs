@@ -6,13 +6,13 @@
 //! load generator share this process).
 
 use std::io::Write;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 
-use super::{bench_settings, millis, run_load, BenchDb, LoadResult};
+use super::{bench_settings, millis, run_load, BenchDb, LoadRequest, LoadResult};
 use crate::startup::Application;
 
 const COMPLETION: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Paris is the capital of France."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":8,"total_tokens":32}}"#;
@@ -26,17 +26,20 @@ pub struct ProxyBench {
 }
 
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
-/// a runtime); answers its base URL.
-fn start_fake_provider() -> anyhow::Result<String> {
+/// a runtime); answers its base URL and address.
+fn start_fake_provider() -> anyhow::Result<(String, SocketAddr)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
+    let addr = listener.local_addr()?;
+    let port = addr.port();
     std::thread::spawn(move || {
         let system = actix_web::rt::System::new();
         system.block_on(async move {
             let server = HttpServer::new(|| {
                 App::new().route(
                     "/v1/chat/completions",
-                    web::post().to(|| async {
+                    // The body is read, as a provider does (an unread body closes the
+                    // connection after the answer).
+                    web::post().to(|_body: web::Bytes| async {
                         HttpResponse::Ok()
                             .content_type("application/json")
                             .body(COMPLETION)
@@ -51,7 +54,7 @@ fn start_fake_provider() -> anyhow::Result<String> {
             }
         });
     });
-    Ok(format!("http://127.0.0.1:{port}/v1"))
+    Ok((format!("http://127.0.0.1:{port}/v1"), addr))
 }
 
 fn rss_kib(field: &str) -> u64 {
@@ -140,12 +143,13 @@ fn added(proxied: Duration, direct: Duration) -> String {
 }
 
 pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
-    let provider = start_fake_provider()?;
+    let (provider, provider_addr) = start_fake_provider()?;
     let db = BenchDb::create(None).await?;
     let mut settings = bench_settings(&db.url)?;
     settings.providers.openai_url = provider.clone();
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
+    let keel_addr = SocketAddr::from(([127, 0, 0, 1], app.port()));
     let state = app.state().clone();
     let handle = app.handle();
     let server = actix_web::rt::spawn(app.run_until_stopped());
@@ -183,10 +187,6 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
                 .body(REQUEST)
         }
     };
-    let unrecorded = {
-        let proxied = proxied.clone();
-        move || proxied().header("x-service-record", "false")
-    };
     let rss_before = rss_kib("VmRSS:");
     // Warm both paths (connections, caches, prepared statements).
     run_at_rate(200, 1, direct.clone()).await;
@@ -220,18 +220,22 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
             p.failed
         )?;
     }
+    // Saturation: the same requests from the lean load generator.
     let (n, c) = (bench.saturation_requests, bench.concurrency);
-    let d = run_load(c, n, {
-        let direct = direct.clone();
-        move |_| direct()
-    })
-    .await;
-    let p = run_load(c, n, {
-        let proxied = proxied.clone();
-        move |_| proxied()
-    })
-    .await;
-    let u = run_load(c, n, move |_| unrecorded()).await;
+    let path = "/v1/chat/completions";
+    let direct = LoadRequest::json(path, "sk-bench-provider-key", &[])?.with_body(REQUEST);
+    let proxy_headers = [
+        ("x-service-provider", "openai"),
+        ("x-service-provider-key", "sk-bench-provider-key"),
+        ("x-service-project-id", project.id.as_str()),
+    ];
+    let proxied = LoadRequest::json(path, &key.secret, &proxy_headers)?.with_body(REQUEST);
+    let mut unrecorded_headers = proxy_headers.to_vec();
+    unrecorded_headers.push(("x-service-record", "false"));
+    let unrecorded = LoadRequest::json(path, &key.secret, &unrecorded_headers)?.with_body(REQUEST);
+    let d = run_load(provider_addr, c, n, move |_| direct.clone()).await;
+    let p = run_load(keel_addr, c, n, move |_| proxied.clone()).await;
+    let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
     let rss_peak = rss_kib("VmHWM:");
     writeln!(out)?;
     writeln!(

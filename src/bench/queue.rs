@@ -3,6 +3,7 @@
 //! baseline of one job per claim and one report per transaction.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,9 @@ use futures_util::future::join_all;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::{json, Value};
 
-use super::{bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, BENCH_INTERNAL_KEY};
+use super::{
+    bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, LoadRequest, BENCH_INTERNAL_KEY,
+};
 use crate::billing::ledger::{EntryKind, LedgerOp};
 use crate::billing::money::cents_to_micros;
 use crate::startup::Application;
@@ -143,14 +146,10 @@ async fn run_one(
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(in_flight)
         .build()?;
-    let enqueue = {
-        let client = client.clone();
-        let url = format!("{base}/api/training/jobs");
-        let body = json!({"action": "tracer", "projectId": project.id});
-        let api_key = key.secret.clone();
-        move |_: usize| client.post(&url).bearer_auth(&api_key).json(&body)
-    };
-    let enqueued = run_load(bench.concurrency, bench.jobs, enqueue).await;
+    let enqueue = LoadRequest::json("/api/training/jobs", &key.secret, &[])?
+        .with_body(json!({"action": "tracer", "projectId": project.id}).to_string());
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let enqueued = run_load(addr, bench.concurrency, bench.jobs, move |_| enqueue.clone()).await;
     if enqueued.ok != bench.jobs {
         anyhow::bail!("only {} of {} jobs were enqueued", enqueued.ok, bench.jobs);
     }
