@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
 
 use sea_orm::{ConnectionTrait, Database};
@@ -173,33 +174,58 @@ where
     }
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
-async fn connect(addr: SocketAddr) -> Option<Sender> {
-    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    stream.set_nodelay(true).ok()?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::spawn(connection);
-    Some(sender)
+/// One kept-alive HTTP/1.1 connection of the load generator: opened on first use, and
+/// again after it fails.
+pub struct Connection {
+    addr: SocketAddr,
+    host: HeaderValue,
+    sender: Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
 }
 
-/// Sends one request; `None`: the connection failed (the caller opens another).
-async fn send(sender: &mut Sender, host: &HeaderValue, request: LoadRequest) -> Option<bool> {
-    let mut http = hyper::Request::post(&*request.path)
-        .body(Full::new(request.body))
-        .ok()?;
-    let headers = http.headers_mut();
-    headers.insert(header::HOST, host.clone());
-    for (name, value) in request.headers.iter() {
-        headers.insert(name.clone(), value.clone());
+impl Connection {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            host: HeaderValue::from_str(&addr.to_string()).unwrap_or(HeaderValue::from_static("localhost")),
+            sender: None,
+        }
     }
-    sender.ready().await.ok()?;
-    let response = sender.send_request(http).await.ok()?;
-    let success = response.status().is_success();
-    response.into_body().collect().await.ok()?;
-    Some(success)
+
+    /// Sends `request` and reads the whole answer; `None`: no answer (the connection is
+    /// dropped, and the next request opens another).
+    pub async fn send(&mut self, request: &LoadRequest) -> Option<(StatusCode, Bytes)> {
+        let answer = self.try_send(request).await;
+        if answer.is_none() {
+            self.sender = None;
+        }
+        answer
+    }
+
+    async fn try_send(&mut self, request: &LoadRequest) -> Option<(StatusCode, Bytes)> {
+        if self.sender.is_none() {
+            let stream = tokio::net::TcpStream::connect(self.addr).await.ok()?;
+            stream.set_nodelay(true).ok()?;
+            let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .ok()?;
+            tokio::spawn(connection);
+            self.sender = Some(sender);
+        }
+        let sender = self.sender.as_mut()?;
+        let mut http = hyper::Request::post(&*request.path)
+            .body(Full::new(request.body.clone()))
+            .ok()?;
+        let headers = http.headers_mut();
+        headers.insert(header::HOST, self.host.clone());
+        for (name, value) in request.headers.iter() {
+            headers.insert(name.clone(), value.clone());
+        }
+        sender.ready().await.ok()?;
+        let response = sender.send_request(http).await.ok()?;
+        let status = response.status();
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        Some((status, body))
+    }
 }
 
 async fn drive_load<F>(addr: SocketAddr, concurrency: usize, total: usize, make: F) -> LoadResult
@@ -208,35 +234,23 @@ where
 {
     let make = Arc::new(make);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let host = HeaderValue::from_str(&addr.to_string()).unwrap_or(HeaderValue::from_static("localhost"));
     let started = Instant::now();
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let (make, next, host) = (make.clone(), next.clone(), host.clone());
+        let (make, next) = (make.clone(), next.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut failed = 0;
-            let mut sender = None;
+            let mut connection = Connection::new(addr);
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
-                if sender.is_none() {
-                    sender = connect(addr).await;
-                }
-                let Some(open) = sender.as_mut() else {
-                    failed += 1;
-                    continue;
-                };
                 let sent = Instant::now();
-                match send(open, &host, make(i)).await {
-                    Some(true) => latencies.push(sent.elapsed()),
-                    Some(false) => failed += 1,
-                    None => {
-                        failed += 1;
-                        sender = None;
-                    }
+                match connection.send(&make(i)).await {
+                    Some((status, _)) if status.is_success() => latencies.push(sent.elapsed()),
+                    _ => failed += 1,
                 }
             }
             (latencies, failed)

@@ -14,7 +14,8 @@ use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::{json, Value};
 
 use super::{
-    bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, LoadRequest, BENCH_INTERNAL_KEY,
+    bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, Connection, LoadRequest,
+    BENCH_INTERNAL_KEY,
 };
 use crate::billing::ledger::{EntryKind, LedgerOp};
 use crate::billing::money::cents_to_micros;
@@ -139,13 +140,6 @@ async fn run_one(
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
-    let base = format!("http://127.0.0.1:{port}");
-    // Every in-flight report keeps its connection for the next one (a smaller idle pool
-    // closes and reopens connections all through the run, as no real worker fleet would).
-    let in_flight = bench.workers * 100 + bench.concurrency;
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(in_flight)
-        .build()?;
     let enqueue = LoadRequest::json("/api/training/jobs", &key.secret, &[])?
         .with_body(json!({"action": "tracer", "projectId": project.id}).to_string());
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -154,8 +148,7 @@ async fn run_one(
         anyhow::bail!("only {} of {} jobs were enqueued", enqueued.ok, bench.jobs);
     }
 
-    let (claim_latencies, elapsed) =
-        run_workers(client, base, bench.workers, claim_limit, bench.jobs).await?;
+    let (claim_latencies, elapsed) = run_workers(addr, bench.workers, claim_limit, bench.jobs).await?;
     let succeeded = training_job::Entity::find()
         .filter(training_job::Column::Status.eq("succeeded"))
         .count(&state.db)
@@ -183,8 +176,7 @@ async fn run_one(
 
 /// Workers on a runtime of their own: claim, then report every claimed job succeeded.
 async fn run_workers(
-    client: reqwest::Client,
-    base: String,
+    addr: SocketAddr,
     workers: usize,
     claim_limit: usize,
     total: usize,
@@ -195,7 +187,7 @@ async fn run_workers(
             .worker_threads(2)
             .enable_all()
             .build()
-            .map(|rt| rt.block_on(drive_workers(client, base, workers, claim_limit, total)));
+            .map(|rt| rt.block_on(drive_workers(addr, workers, claim_limit, total)));
         let _ = tx.send(result);
     });
     rx.await
@@ -203,48 +195,52 @@ async fn run_workers(
         .map_err(anyhow::Error::from)?
 }
 
+/// Each worker keeps one connection for its claims and one per job of a claim for the
+/// reports, which it sends all at once.
 async fn drive_workers(
-    client: reqwest::Client,
-    base: String,
+    addr: SocketAddr,
     workers: usize,
     claim_limit: usize,
     total: usize,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
     let done = Arc::new(AtomicUsize::new(0));
+    let claim_path = "/api/training/internal/jobs/claim";
+    let report = LoadRequest::json("/api/training/internal/jobs/succeeded", BENCH_INTERNAL_KEY, &[])?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let client = client.clone();
-        let base = base.clone();
         let done = done.clone();
+        let worker_id = format!("bench-worker-{w}");
+        let claim = LoadRequest::json(claim_path, BENCH_INTERNAL_KEY, &[])?
+            .with_body(json!({"worker_id": worker_id, "action": "tracer", "limit": claim_limit}).to_string());
+        let report = report.clone();
         tasks.push(tokio::spawn(async move {
-            let worker_id = format!("bench-worker-{w}");
+            let mut claims = Connection::new(addr);
+            let mut reports: Vec<Connection> = (0..claim_limit).map(|_| Connection::new(addr)).collect();
             let mut latencies = Vec::new();
             while done.load(Ordering::Relaxed) < total {
                 let sent = Instant::now();
-                let claimed: Value = client
-                    .post(format!("{base}/api/training/internal/jobs/claim"))
-                    .bearer_auth(BENCH_INTERNAL_KEY)
-                    .json(&json!({"worker_id": worker_id, "action": "tracer", "limit": claim_limit}))
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
+                let (status, body) = claims
+                    .send(&claim)
+                    .await
+                    .ok_or_else(|| anyhow::anyhow!("a claim got no answer"))?;
+                if !status.is_success() {
+                    anyhow::bail!("a claim was refused: {status}");
+                }
                 latencies.push(sent.elapsed());
+                let claimed: Value = serde_json::from_slice(&body)?;
                 let jobs = claimed["jobs"].as_array().cloned().unwrap_or_default();
                 if jobs.is_empty() {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
                 }
-                let reports = jobs.iter().map(|job| {
-                    client
-                        .post(format!("{base}/api/training/internal/jobs/succeeded"))
-                        .bearer_auth(BENCH_INTERNAL_KEY)
-                        .json(&json!({"job_id": job["job_id"], "worker_id": worker_id}))
-                        .send()
+                let sends = jobs.iter().zip(reports.iter_mut()).map(|(job, connection)| {
+                    let request = report
+                        .with_body(json!({"job_id": job["job_id"], "worker_id": worker_id}).to_string());
+                    async move { connection.send(&request).await }
                 });
-                for response in join_all(reports).await {
-                    if !response?.status().is_success() {
+                for answer in join_all(sends).await {
+                    if !answer.is_some_and(|(status, _)| status.is_success()) {
                         anyhow::bail!("a succeeded report was refused");
                     }
                 }
