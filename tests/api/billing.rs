@@ -421,6 +421,58 @@ async fn new_charges_and_replays_arriving_together_are_each_answered_right() {
 }
 
 #[actix_web::test]
+async fn a_request_id_metered_for_another_organization_is_a_replay_among_new_charges() {
+    // Request ids are unique across organizations. A batch of new charges that carries ids
+    // another organization already used: on PostgreSQL the group's one write statement
+    // skips those usage rows, counts them out and sends the group back to be planned again;
+    // either way each new id is charged once and each reused one answered as a replay,
+    // billing nobody a second time.
+    let app = spawn_app().await;
+    let first = app.create_org("First").await;
+    let second = app.create_org("Second").await;
+    setup_adapter(&app, &first, "first-bot").await;
+    setup_adapter(&app, &second, "second-bot").await;
+    let body = |id: &str, adapter: &str| json!({"requestId": id, "adapterId": adapter, "promptTokens": 100, "completionTokens": 100});
+    for i in 0..5 {
+        let answer = json_of(
+            app.post(
+                "/api/billing/serving-usage",
+                INTERNAL_KEY,
+                &body(&format!("shared-{i}"), "first-bot"),
+            )
+            .await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(answer["replayed"], false);
+    }
+    let ids: Vec<String> = (0..5)
+        .map(|i| format!("shared-{i}"))
+        .chain((0..20).map(|i| format!("second-{i}")))
+        .collect();
+    let requests: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            app.post_later(
+                "/api/billing/serving-usage",
+                INTERNAL_KEY,
+                &body(id, "second-bot"),
+            )
+        })
+        .collect();
+    for (id, response) in ids.iter().zip(join_all(requests).await) {
+        let answer = json_of(response, StatusCode::OK).await;
+        assert_eq!(answer["requestId"], id.as_str());
+        assert_eq!(answer["replayed"], id.starts_with("shared-"), "{id}");
+    }
+    assert_eq!(app.assert_ledger_invariant(&first.org_id).await, (-3600 * 5, 5));
+    assert_eq!(
+        app.assert_ledger_invariant(&second.org_id).await,
+        (-3600 * 20, 20)
+    );
+}
+
+#[actix_web::test]
 async fn new_run_fees_and_replays_arriving_together_are_each_answered_right() {
     // As above, for keyed charges with no usage row behind them (whose primary key would
     // otherwise catch a replay too): the ledger's own key check must.
