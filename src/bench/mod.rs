@@ -118,7 +118,7 @@ pub struct LoadRequest {
 
 impl LoadRequest {
     /// A JSON POST to `path` with `bearer` as its `Authorization` and any `extra` headers.
-    pub fn json(path: &str, bearer: &str, extra: &[(&'static str, &str)]) -> anyhow::Result<Self> {
+    pub fn json(path: &str, bearer: &str, extra: &[(&str, &str)]) -> anyhow::Result<Self> {
         let mut headers = vec![
             (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
             (
@@ -127,7 +127,10 @@ impl LoadRequest {
             ),
         ];
         for (name, value) in extra {
-            headers.push((HeaderName::from_static(name), HeaderValue::from_str(value)?));
+            headers.push((
+                HeaderName::from_bytes(name.as_bytes())?,
+                HeaderValue::from_str(value)?,
+            ));
         }
         Ok(Self {
             path: path.into(),
