@@ -767,7 +767,7 @@ impl JsonRows {
 fn pg_writes(entries: &JsonRows, usage: &JsonRows) -> String {
     format!(
         "WITH e AS ({} RETURNING 1), u AS ({} RETURNING 1), \
-              b AS (UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
+              balances AS (UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
                       starter_credit_granted = x.starter, updated_at = $4 \
                     FROM jsonb_to_recordset($3) AS x(org_id text, balance bigint, starter boolean) \
                     WHERE b.org_id = x.org_id) \
