@@ -15,7 +15,9 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::auto_topup;
-use super::ledger::{apply_batch, apply_group, AccountAfter, BatchResult, LedgerError, LedgerOp, Outcome};
+use super::ledger::{
+    apply_batch, apply_group, AccountAfter, AccountCache, BatchResult, LedgerError, LedgerOp, Outcome,
+};
 use super::money::cents_to_micros;
 use super::payments::Payments;
 
@@ -34,6 +36,8 @@ struct Shared {
     payments: Arc<Payments>,
     config: LedgerConfig,
     committer: mpsc::Sender<Pending>,
+    /// The accounts as the committer last left them (PostgreSQL's guarded writes).
+    cache: Arc<AccountCache>,
 }
 
 /// One organization's batch waiting for the committer.
@@ -49,12 +53,12 @@ impl Shared {
     async fn commit(&self, org_id: String, ops: Vec<LedgerOp>) -> BatchResult {
         if self.config.max_batch <= 1 {
             // No batching at all (the benchmarks' baseline): each organization commits alone.
-            return commit_batch(&self.db, &org_id, ops).await;
+            return commit_batch(&self.db, None, &org_id, ops).await;
         }
         let (reply, answer) = oneshot::channel();
         let pending = Pending { org_id, ops, reply };
         if let Err(mpsc::error::SendError(pending)) = self.committer.send(pending).await {
-            return commit_batch(&self.db, &pending.org_id, pending.ops).await;
+            return commit_batch(&self.db, Some(&self.cache), &pending.org_id, pending.ops).await;
         }
         answer.await.unwrap_or_else(|_| BatchResult {
             outcomes: Vec::new(),
@@ -65,7 +69,12 @@ impl Shared {
 
 /// Gathers the batches that arrive while a transaction commits (across organizations,
 /// up to `max_ops` operations) and commits them together.
-async fn run_committer(db: DatabaseConnection, mut queue: mpsc::Receiver<Pending>, max_ops: usize) {
+async fn run_committer(
+    db: DatabaseConnection,
+    cache: Arc<AccountCache>,
+    mut queue: mpsc::Receiver<Pending>,
+    max_ops: usize,
+) {
     while let Some(first) = queue.recv().await {
         let mut size = first.ops.len();
         let mut group = vec![first];
@@ -81,7 +90,7 @@ async fn run_committer(db: DatabaseConnection, mut queue: mpsc::Receiver<Pending
         group.sort_by(|a, b| a.org_id.cmp(&b.org_id));
         if group.len() == 1 {
             if let Some(only) = group.pop() {
-                let result = commit_batch(&db, &only.org_id, only.ops).await;
+                let result = commit_batch(&db, Some(&cache), &only.org_id, only.ops).await;
                 let _ = only.reply.send(result);
             }
             continue;
@@ -90,7 +99,7 @@ async fn run_committer(db: DatabaseConnection, mut queue: mpsc::Receiver<Pending
             .iter()
             .map(|p| (p.org_id.as_str(), p.ops.as_slice()))
             .collect();
-        match apply_group(&db, &batches).await {
+        match apply_group(&db, Some(&cache), &batches).await {
             Ok(results) => {
                 for (pending, result) in group.into_iter().zip(results) {
                     let _ = pending.reply.send(result);
@@ -99,7 +108,7 @@ async fn run_committer(db: DatabaseConnection, mut queue: mpsc::Receiver<Pending
             Err(err) => {
                 tracing::warn!(error = %err, orgs = group.len(), "grouped ledger commit failed; committing each organization alone");
                 for pending in group {
-                    let result = commit_batch(&db, &pending.org_id, pending.ops).await;
+                    let result = commit_batch(&db, Some(&cache), &pending.org_id, pending.ops).await;
                     let _ = pending.reply.send(result);
                 }
             }
@@ -228,9 +237,14 @@ impl LedgerActor {
 
 /// Commits a batch; if the batch as a whole fails (say a unique key raced with another
 /// instance), each operation is retried alone so one bad operation fails only itself.
-async fn commit_batch(db: &DatabaseConnection, org_id: &str, ops: Vec<LedgerOp>) -> BatchResult {
+async fn commit_batch(
+    db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
+    org_id: &str,
+    ops: Vec<LedgerOp>,
+) -> BatchResult {
     let started = Instant::now();
-    match apply_batch(db, org_id, &ops).await {
+    match apply_batch(db, cache, org_id, &ops).await {
         Ok(result) => {
             tracing::debug!(
                 org_id,
@@ -245,7 +259,7 @@ async fn commit_batch(db: &DatabaseConnection, org_id: &str, ops: Vec<LedgerOp>)
             let mut outcomes = Vec::with_capacity(ops.len());
             let mut account = None;
             for op in &ops {
-                match apply_batch(db, org_id, std::slice::from_ref(op)).await {
+                match apply_batch(db, cache, org_id, std::slice::from_ref(op)).await {
                     Ok(result) => {
                         outcomes.extend(result.outcomes);
                         account = result.account.or(account);
@@ -300,7 +314,13 @@ impl Ledger {
     pub fn new(db: DatabaseConnection, payments: Arc<Payments>, config: LedgerConfig) -> Self {
         let arbiter = actix::Arbiter::new();
         let (committer, queue) = mpsc::channel(4096);
-        arbiter.spawn(run_committer(db.clone(), queue, config.max_batch.max(1)));
+        let cache = Arc::new(AccountCache::default());
+        arbiter.spawn(run_committer(
+            db.clone(),
+            cache.clone(),
+            queue,
+            config.max_batch.max(1),
+        ));
         Self {
             handle: arbiter.handle(),
             arbiter: Arc::new(Mutex::new(Some(arbiter))),
@@ -309,6 +329,7 @@ impl Ledger {
                 payments,
                 config,
                 committer,
+                cache,
             }),
             actors: Arc::new(Mutex::new(HashMap::new())),
         }

@@ -3,7 +3,8 @@
 //! commit) is applied in order in one transaction; each still gets its own outcome.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use entities::{billing_account, organization, promo_grant, serving_usage};
@@ -176,10 +177,11 @@ pub const MAX_AUTO_TOPUP_DECLINES: i32 = 3;
 /// may retry the operations one by one).
 pub async fn apply_batch(
     db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
     org_id: &str,
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
-    let mut results = apply_group(db, &[(org_id, ops)]).await?;
+    let mut results = apply_group(db, cache, &[(org_id, ops)]).await?;
     Ok(results.pop().unwrap_or(BatchResult {
         outcomes: Vec::new(),
         account: None,
@@ -206,6 +208,7 @@ enum KeyCheck {
 /// pays for the look-up, in a second transaction. `Err`: nothing was written.
 pub async fn apply_group(
     db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
     batches: &[(&str, &[LedgerOp])],
 ) -> Result<Vec<BatchResult>, DbErr> {
     let distinct: HashSet<&str> = batches.iter().map(|(org, _)| *org).collect();
@@ -216,11 +219,16 @@ pub async fn apply_group(
         ));
     }
     if db.get_database_backend() == DbBackend::Postgres {
-        if let Some(results) = apply_group_with(db, batches, KeyCheck::Optimistic).await? {
+        if let (Some(cache), [(org_id, ops)]) = (cache, batches) {
+            if let Some(result) = apply_cached(db, cache, org_id, ops).await {
+                return Ok(vec![result]);
+            }
+        }
+        if let Some(results) = apply_group_with(db, cache, batches, KeyCheck::Optimistic).await? {
             return Ok(results);
         }
     }
-    apply_group_with(db, batches, KeyCheck::LookUp)
+    apply_group_with(db, cache, batches, KeyCheck::LookUp)
         .await?
         .ok_or_else(|| DbErr::Custom("ledger entries skipped after their keys were looked up".into()))
 }
@@ -229,6 +237,7 @@ pub async fn apply_group(
 /// and wrote nothing.
 async fn apply_group_with(
     db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
     batches: &[(&str, &[LedgerOp])],
     check: KeyCheck,
 ) -> Result<Option<Vec<BatchResult>>, DbErr> {
@@ -284,16 +293,7 @@ async fn apply_group_with(
     };
 
     let now = Utc::now();
-    let mut writes = Writes {
-        check,
-        entries: Vec::new(),
-        usage_rows: Vec::new(),
-        seen_requests: HashSet::new(),
-        promo_rows: Vec::new(),
-        balances: Vec::new(),
-        settled_auto_topups: Vec::new(),
-        keys_unchecked: false,
-    };
+    let mut writes = Writes::new(check);
     let mut results = Vec::with_capacity(batches.len());
     for (org_id, ops) in batches {
         let Some(account) = accounts.get(*org_id) else {
@@ -313,13 +313,162 @@ async fn apply_group_with(
             now,
         ));
     }
-    if writes.keys_unchecked || !writes.flush(&txn, now).await? {
+    let after = writes.balances_after();
+    let settled: HashSet<String> = writes.settled_auto_topups.iter().cloned().collect();
+    let versions = match writes.keys_unchecked {
+        true => None,
+        false => writes.flush(&txn, now).await?,
+    };
+    let Some(versions) = versions else {
         // Rolled back before the caller plans again: the retry locks the same accounts.
         txn.rollback().await?;
         return Ok(None);
-    }
+    };
     txn.commit().await?;
+    if let Some(cache) = cache {
+        // What this transaction left is what the next batch of these organizations may
+        // plan on (unless another writer moves the row first, which its version shows).
+        for (org_id, _) in batches {
+            cache.forget(org_id);
+        }
+        for (org_id, version) in versions {
+            let (Some(account), Some(&(balance, starter))) = (accounts.get(&org_id), after.get(&org_id))
+            else {
+                continue;
+            };
+            if settled.contains(&org_id) {
+                continue;
+            }
+            let mut account = account.clone();
+            account.balance_microcents = balance;
+            account.starter_credit_granted = starter;
+            account.updated_at = now;
+            cache.put(account, version);
+        }
+    }
     Ok(Some(results))
+}
+
+/// PostgreSQL: one planned batch of one organization written in one autocommit
+/// statement, planned on the account as this process last committed it and guarded by
+/// that row version (`xmin`, which every update of the row changes): no `BEGIN`, no lock
+/// round trip, no separate `COMMIT`. The statement writes everything or nothing: if the
+/// row moved meanwhile (another instance, a settings change) the guarded update matches
+/// nothing and neither do the inserts; an idempotency key or request id already taken
+/// fails the statement. `None`: not applicable, or nothing written (the caller takes the
+/// locked path, which looks at the row itself).
+async fn apply_cached(
+    db: &DatabaseConnection,
+    cache: &AccountCache,
+    org_id: &str,
+    ops: &[LedgerOp],
+) -> Option<BatchResult> {
+    let (account, version) = cache.get(org_id)?;
+    let now = Utc::now();
+    let mut writes = Writes::new(KeyCheck::Optimistic);
+    let result = plan(
+        org_id,
+        &account,
+        ops,
+        &mut HashMap::new(),
+        &mut HashMap::new(),
+        &mut writes,
+        now,
+    );
+    // Only a batch whose account row it updates is checked by the guard; promo grants
+    // and settled top-ups write more than this statement does.
+    let &(balance, starter) = writes.balances_after().get(org_id)?;
+    if writes.keys_unchecked || !writes.promo_rows.is_empty() || !writes.settled_auto_topups.is_empty() {
+        return None;
+    }
+    let (entries, usage) = (writes.entries.len() as i64, writes.usage_rows.len() as i64);
+    let params = [
+        Value::from(serde_json::Value::Array(writes.entries)),
+        Value::from(serde_json::Value::Array(writes.usage_rows)),
+        Value::from(org_id),
+        Value::from(now),
+        Value::from(balance),
+        Value::from(starter),
+        Value::from(version),
+    ];
+    let answer = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            &*PG_GUARDED_WRITES,
+            params,
+        ))
+        .await;
+    let written = match answer {
+        Ok(Some(row)) => (
+            row.try_get_by_index::<Option<String>>(0).ok().flatten(),
+            row.try_get_by_index::<i64>(1).ok(),
+            row.try_get_by_index::<i64>(2).ok(),
+        ),
+        Ok(None) => (None, None, None),
+        Err(err) => {
+            // A replay (unique key) or a database error: nothing was written.
+            tracing::debug!(org_id, error = %err, "guarded ledger write refused; taking the locked path");
+            (None, None, None)
+        }
+    };
+    cache.forget(org_id);
+    match written {
+        (Some(version), Some(e), Some(u)) if (e, u) == (entries, usage) => {
+            let mut account = account;
+            account.balance_microcents = balance;
+            account.starter_credit_granted = starter;
+            account.updated_at = now;
+            cache.put(account, version);
+            Some(result)
+        }
+        (Some(_), _, _) => {
+            // Cannot happen: the inserts have no conflict clause, so they write every row
+            // or fail the statement. Should it ever, the balance moved with its entries,
+            // so the batch's own outcomes are still what was written.
+            tracing::error!(
+                org_id,
+                "guarded ledger write inserted an unexpected number of rows"
+            );
+            Some(result)
+        }
+        _ => None,
+    }
+}
+
+/// PostgreSQL: each organization's account as this process last committed it, with the
+/// row version (`xmin`) that commit left, for [`apply_cached`]. Entries older than
+/// [`AccountCache::TTL`] are not used (the version is a transaction id, so a stale entry
+/// must never live long enough for the id to come round again).
+#[derive(Default)]
+pub struct AccountCache {
+    accounts: Mutex<HashMap<String, (billing_account::Model, String, Instant)>>,
+}
+
+impl AccountCache {
+    const TTL: Duration = Duration::from_secs(30);
+    const MAX: usize = 10_000;
+
+    fn get(&self, org_id: &str) -> Option<(billing_account::Model, String)> {
+        let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let (account, version, at) = accounts.get(org_id)?;
+        (at.elapsed() < Self::TTL).then(|| (account.clone(), version.clone()))
+    }
+
+    fn put(&self, account: billing_account::Model, version: String) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        if accounts.len() >= Self::MAX {
+            accounts.retain(|_, (_, _, at)| at.elapsed() < Self::TTL);
+            if accounts.len() >= Self::MAX {
+                accounts.clear();
+            }
+        }
+        accounts.insert(account.org_id.clone(), (account, version, Instant::now()));
+    }
+
+    fn forget(&self, org_id: &str) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        accounts.remove(org_id);
+    }
 }
 
 /// Rows a group writes, gathered while planning.
@@ -337,11 +486,43 @@ struct Writes {
 }
 
 impl Writes {
-    /// Writes everything; `false` (and nothing more written) when an optimistic insert
-    /// skipped an entry whose idempotency key was already applied.
-    async fn flush(self, txn: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<bool, DbErr> {
+    fn new(check: KeyCheck) -> Self {
+        Self {
+            check,
+            entries: Vec::new(),
+            usage_rows: Vec::new(),
+            seen_requests: HashSet::new(),
+            promo_rows: Vec::new(),
+            balances: Vec::new(),
+            settled_auto_topups: Vec::new(),
+            keys_unchecked: false,
+        }
+    }
+
+    /// Each changed account's planned balance and starter-credit flag.
+    fn balances_after(&self) -> HashMap<String, (i64, bool)> {
+        self.balances
+            .iter()
+            .filter_map(|b| {
+                Some((
+                    b["org_id"].as_str()?.to_owned(),
+                    (b["balance"].as_i64()?, b["starter"].as_bool()?),
+                ))
+            })
+            .collect()
+    }
+
+    /// Writes everything and answers, on PostgreSQL, the row version (`xmin`) each
+    /// updated account was left with; `None` (and nothing more written) when an
+    /// optimistic insert skipped an entry whose idempotency key was already applied.
+    async fn flush(
+        self,
+        txn: &impl ConnectionTrait,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<(String, String)>>, DbErr> {
+        let mut versions = Vec::new();
         if self.entries.is_empty() {
-            return Ok(true);
+            return Ok(Some(versions));
         }
         let planned = self.entries.len() as u64;
         if txn.get_database_backend() == DbBackend::Postgres {
@@ -363,11 +544,16 @@ impl Writes {
                 .ok_or_else(|| DbErr::Custom("the ledger write answered no row".into()))?;
             let (entries, usage_rows): (i64, i64) = (row.try_get_by_index(0)?, row.try_get_by_index(1)?);
             if entries as u64 != planned || usage_rows as u64 != usage {
-                return Ok(false);
+                return Ok(None);
+            }
+            let updated: Option<String> = row.try_get_by_index(2)?;
+            if let Some(updated) = updated {
+                versions = serde_json::from_str::<Vec<(String, String)>>(&updated)
+                    .map_err(|e| DbErr::Custom(format!("account versions: {e}")))?;
             }
         } else {
             if insert_json_rows(txn, &LEDGER_ROWS, self.entries, now).await? != planned {
-                return Ok(false);
+                return Ok(None);
             }
             if !self.usage_rows.is_empty() {
                 insert_json_rows(txn, &USAGE_ROWS, self.usage_rows, now).await?;
@@ -390,7 +576,7 @@ impl Writes {
                 .exec(txn)
                 .await?;
         }
-        Ok(true)
+        Ok(Some(versions))
     }
 }
 
@@ -725,15 +911,16 @@ impl JsonRows {
             .unwrap_or_default()
     }
 
-    /// PostgreSQL: the rows are the JSON array `$rows`, stamped with `$now`.
-    fn pg_insert(&self, rows: usize, now: usize) -> String {
+    /// PostgreSQL: the rows are the JSON array `$rows`, stamped with `$now`, inserted
+    /// only if `guard` (a condition, or an empty string) holds.
+    fn pg_insert(&self, rows: usize, now: usize, guard: &str) -> String {
         let fields: Vec<String> = self.columns.iter().map(|(c, _)| format!("x.{c}")).collect();
         let names: Vec<&str> = self.columns.iter().map(|(c, _)| *c).collect();
         let types: Vec<String> = self.columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
         format!(
             "INSERT INTO {} ({}, created_at) SELECT {}, ${now} \
              FROM ROWS FROM (jsonb_to_recordset(${rows}) AS ({})) WITH ORDINALITY AS x({}, ord) \
-             ORDER BY x.ord{}",
+             {guard} ORDER BY x.ord{}",
             self.table,
             self.target_columns(),
             fields.join(", "),
@@ -763,17 +950,19 @@ impl JsonRows {
 
 /// PostgreSQL: a group's entries (`$1`), usage rows (`$2`) and balances (`$3`), stamped
 /// `$4`, written by one statement (one round trip inside the locked transaction); it
-/// answers how many entries and usage rows it inserted.
+/// answers how many entries and usage rows it inserted, and each updated account's new
+/// row version (`xmin`) as a JSON list of `[org_id, version]`.
 fn pg_writes(entries: &JsonRows, usage: &JsonRows) -> String {
     format!(
         "WITH e AS ({} RETURNING 1), u AS ({} RETURNING 1), \
               balances AS (UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
                       starter_credit_granted = x.starter, updated_at = $4 \
                     FROM jsonb_to_recordset($3) AS x(org_id text, balance bigint, starter boolean) \
-                    WHERE b.org_id = x.org_id) \
-         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM u)",
-        entries.pg_insert(1, 4),
-        usage.pg_insert(2, 4)
+                    WHERE b.org_id = x.org_id RETURNING b.org_id, b.xmin::text AS version) \
+         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM u), \
+                (SELECT json_agg(json_build_array(org_id, version))::text FROM balances)",
+        entries.pg_insert(1, 4, ""),
+        usage.pg_insert(2, 4, "")
     )
 }
 
@@ -783,6 +972,24 @@ static PG_WRITES: LazyLock<String> = LazyLock::new(|| pg_writes(&LEDGER_ROWS, &U
 /// Optimistic: rows whose key is already taken are skipped and show in the counts.
 static PG_WRITES_SKIPPING_APPLIED: LazyLock<String> =
     LazyLock::new(|| pg_writes(&LEDGER_ROWS_SKIPPING_APPLIED, &USAGE_ROWS_SKIPPING_RECORDED));
+
+/// [`apply_cached`]'s one autocommit statement: the account `$3` takes balance `$5` and
+/// starter flag `$6` only if its row version is still `$7`; the entries (`$1`) and usage
+/// rows (`$2`), stamped `$4`, are inserted only if it did (no conflict clause: a key
+/// already taken fails the whole statement). Answers the new version (null: the row had
+/// moved, nothing written) and how many entries and usage rows were inserted.
+static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
+    let guard = "WHERE EXISTS (SELECT 1 FROM balances)";
+    format!(
+        "WITH balances AS (UPDATE billing_accounts SET balance_microcents = $5, \
+                  starter_credit_granted = $6, updated_at = $4 \
+                WHERE org_id = $3 AND xmin = $7::text::xid RETURNING xmin::text AS version), \
+              e AS ({} RETURNING 1), u AS ({} RETURNING 1) \
+         SELECT (SELECT version FROM balances), (SELECT count(*) FROM e), (SELECT count(*) FROM u)",
+        LEDGER_ROWS.pg_insert(1, 4, guard),
+        USAGE_ROWS.pg_insert(2, 4, guard)
+    )
+});
 
 /// SQLite: inserts `values`; answers how many rows it inserted.
 async fn insert_json_rows(

@@ -1338,6 +1338,52 @@ async fn two_instances_on_one_database_never_double_charge() {
 }
 
 #[actix_web::test]
+async fn instances_taking_turns_on_one_organization_each_see_the_others_charges() {
+    // On PostgreSQL a ledger plans a batch on the account as it last left it and writes it
+    // in one statement guarded by the row's version. Two instances taking turns each find
+    // the row moved by the other; a settings change made outside the ledger moves it too.
+    let first = spawn_app().await;
+    let org = first.create_org("Acme").await;
+    setup_adapter(&first, &org, "bot").await;
+    let second = spawn_on(TestDb::reuse(&first.db_url), test_settings(&first.db_url)).await;
+    let charge = |app: &TestApp, id: String| {
+        let body = json!({"requestId": id, "adapterId": "bot", "promptTokens": 10, "completionTokens": 10});
+        app.post_later("/api/billing/serving-usage", INTERNAL_KEY, &body)
+    };
+    for i in 0..10 {
+        for (n, app) in [(2 * i + 1, &first), (2 * i + 2, &second)] {
+            let answer = json_of(charge(app, format!("turn-{n}")).await, StatusCode::OK).await;
+            assert_eq!(answer["balanceMicrocents"], -360 * n, "charge {n}");
+        }
+    }
+    assert_eq!(first.assert_ledger_invariant(&org.org_id).await, (-360 * 20, 20));
+
+    // A card and auto top-up saved outside the ledger: the next charge through the first
+    // instance (whose last view of the account has neither) must see them and top up.
+    first
+        .post(
+            "/api/billing/payment-method",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
+        )
+        .await;
+    let saved = first
+        .put(
+            "/api/billing/auto-topup",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 100, "amountCents": 1000}),
+        )
+        .await;
+    assert_eq!(saved.status(), StatusCode::OK);
+    json_of(charge(&first, "after-settings".into()).await, StatusCode::OK).await;
+    assert!(
+        eventually(|| async { first.balance_microcents(&org).await == 1000 * 1_000_000 - 360 * 21 }).await,
+        "the charge after the settings change tops up once"
+    );
+    first.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
 async fn many_organizations_charged_at_once_each_keep_their_own_rules() {
     // Their batches share transactions (cross-organization group commit); every
     // organization's balance rules and invariant still hold on their own.
