@@ -126,7 +126,25 @@ async fn run(
                 }
                 batch.push(pending());
                 if batch.len() >= flush_rows {
+                    // Behind: what is already queued goes into the same statement (up to
+                    // one statement's rows), so a backlog is written in fewer, larger
+                    // transactions. Idle, nothing is queued and the batch stays as it is.
+                    let mut acks = Vec::new();
+                    while batch.len() < INSERT_CHUNK {
+                        match rx.try_recv() {
+                            Ok(Message::Trace(pending)) => batch.push(pending()),
+                            Ok(Message::Drain(ack)) => {
+                                // Everything handed over before it is in this batch.
+                                acks.push(ack);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
                     flush(&db, &mut batch, &metrics).await;
+                    for ack in acks {
+                        let _ = ack.send(());
+                    }
                 }
             }
             Some(Message::Drain(ack)) => {

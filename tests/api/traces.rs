@@ -269,6 +269,44 @@ async fn the_writer_drains_at_shutdown() {
     );
 }
 
+#[actix_web::test]
+async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
+    // 300 traces handed over before the writer runs: the batch that reaches `flush_rows`
+    // takes the queued backlog along (one statement), stopping at the drain request that
+    // follows it, which is answered only once all 300 are in the database.
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let writer = keel::traces::writer::TraceWriter::start(db, 2, std::time::Duration::from_secs(600), 1000);
+    for i in 0..300 {
+        let (org_id, project_id) = (org.org_id.clone(), project.clone());
+        writer.record_pending(Box::new(move || entities::trace::Model {
+            id: format!("backlog-{i}"),
+            org_id,
+            project_id,
+            provider: "openai".into(),
+            model: Some("gpt-plain".into()),
+            request: "{}".into(),
+            response: None,
+            status_code: 200,
+            stream: false,
+            complete: true,
+            latency_ms: 1,
+            ttfb_ms: Some(1),
+            prompt_tokens: None,
+            completion_tokens: None,
+            total_tokens: None,
+            error: None,
+            created_at: chrono::Utc::now(),
+        }));
+    }
+    writer.drain().await;
+    assert_eq!(count_traces(&app.db_url).await, 300);
+    assert_eq!(writer.metrics.written.get(), 300);
+    assert_eq!(writer.metrics.dropped.get(), 0);
+}
+
 async fn count_traces(db_url: &str) -> u64 {
     use sea_orm::{EntityTrait, PaginatorTrait};
     let db = sea_orm::Database::connect(db_url).await.unwrap();
