@@ -302,9 +302,10 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
         }));
     }
     writer.drain().await;
-    assert_eq!(count_traces(&app.db_url).await, 300);
+    // Checked before anything else awaits: the drain answered after the write, not before.
     assert_eq!(writer.metrics.written.get(), 300);
     assert_eq!(writer.metrics.dropped.get(), 0);
+    assert_eq!(count_traces(&app.db_url).await, 300);
 }
 
 async fn count_traces(db_url: &str) -> u64 {
