@@ -313,8 +313,8 @@ async fn apply_group_with(
             now,
         ));
     }
-    let after = writes.balances_after();
-    let settled: HashSet<String> = writes.settled_auto_topups.iter().cloned().collect();
+    // What the cache learns from this commit (the flush consumes the writes).
+    let after = cache.map(|_| (writes.balances.clone(), writes.settled_auto_topups.clone()));
     let versions = match writes.keys_unchecked {
         true => None,
         false => writes.flush(&txn, now).await?,
@@ -325,25 +325,18 @@ async fn apply_group_with(
         return Ok(None);
     };
     txn.commit().await?;
-    if let Some(cache) = cache {
+    if let (Some(cache), Some((balances, settled))) = (cache, after) {
         // What this transaction left is what the next batch of these organizations may
         // plan on (unless another writer moves the row first, which its version shows).
+        // Settling a top-up also changes fields the plan does not track: not kept.
         for (org_id, _) in batches {
             cache.forget(org_id);
         }
-        for (org_id, version) in versions {
-            let (Some(account), Some(&(balance, starter))) = (accounts.get(&org_id), after.get(&org_id))
-            else {
-                continue;
-            };
-            if settled.contains(&org_id) {
-                continue;
+        let versions: HashMap<String, String> = versions.into_iter().collect();
+        for row in balances.iter().filter(|row| !settled.contains(&row.org_id)) {
+            if let (Some(account), Some(version)) = (accounts.get(&row.org_id), versions.get(&row.org_id)) {
+                cache.put(row.account_after(account, now), version.clone());
             }
-            let mut account = account.clone();
-            account.balance_microcents = balance;
-            account.starter_credit_granted = starter;
-            account.updated_at = now;
-            cache.put(account, version);
         }
     }
     Ok(Some(results))
@@ -377,18 +370,17 @@ async fn apply_cached(
     );
     // Only a batch whose account row it updates is checked by the guard; promo grants
     // and settled top-ups write more than this statement does.
-    let &(balance, starter) = writes.balances_after().get(org_id)?;
+    let after = writes.balances.first()?.clone();
     if writes.keys_unchecked || !writes.promo_rows.is_empty() || !writes.settled_auto_topups.is_empty() {
         return None;
     }
-    let (entries, usage) = (writes.entries.len() as i64, writes.usage_rows.len() as i64);
     let params = [
         Value::from(serde_json::Value::Array(writes.entries)),
         Value::from(serde_json::Value::Array(writes.usage_rows)),
         Value::from(org_id),
         Value::from(now),
-        Value::from(balance),
-        Value::from(starter),
+        Value::from(after.balance),
+        Value::from(after.starter),
         Value::from(version),
     ];
     let answer = db
@@ -398,41 +390,18 @@ async fn apply_cached(
             params,
         ))
         .await;
-    let written = match answer {
-        Ok(Some(row)) => (
-            row.try_get_by_index::<Option<String>>(0).ok().flatten(),
-            row.try_get_by_index::<i64>(1).ok(),
-            row.try_get_by_index::<i64>(2).ok(),
-        ),
-        Ok(None) => (None, None, None),
+    // A row: written, with the account's new version. No row: the account had moved and
+    // nothing was written. An error (a key already taken, the database): nothing written.
+    let version = match answer {
+        Ok(row) => row.and_then(|row| row.try_get_by_index::<String>(0).ok()),
         Err(err) => {
-            // A replay (unique key) or a database error: nothing was written.
             tracing::debug!(org_id, error = %err, "guarded ledger write refused; taking the locked path");
-            (None, None, None)
+            None
         }
     };
     cache.forget(org_id);
-    match written {
-        (Some(version), Some(e), Some(u)) if (e, u) == (entries, usage) => {
-            let mut account = account;
-            account.balance_microcents = balance;
-            account.starter_credit_granted = starter;
-            account.updated_at = now;
-            cache.put(account, version);
-            Some(result)
-        }
-        (Some(_), _, _) => {
-            // Cannot happen: the inserts have no conflict clause, so they write every row
-            // or fail the statement. Should it ever, the balance moved with its entries,
-            // so the batch's own outcomes are still what was written.
-            tracing::error!(
-                org_id,
-                "guarded ledger write inserted an unexpected number of rows"
-            );
-            Some(result)
-        }
-        _ => None,
-    }
+    cache.put(after.account_after(&account, now), version?);
+    Some(result)
 }
 
 /// PostgreSQL: each organization's account as this process last committed it, with the
@@ -471,6 +440,27 @@ impl AccountCache {
     }
 }
 
+/// An account's planned balance and starter-credit flag after its batch (a JSON row of
+/// the balance update).
+#[derive(Debug, Clone, serde::Serialize)]
+struct BalanceRow {
+    org_id: String,
+    balance: i64,
+    starter: bool,
+}
+
+impl BalanceRow {
+    /// `account` as this row leaves it.
+    fn account_after(&self, account: &billing_account::Model, now: DateTime<Utc>) -> billing_account::Model {
+        billing_account::Model {
+            balance_microcents: self.balance,
+            starter_credit_granted: self.starter,
+            updated_at: now,
+            ..account.clone()
+        }
+    }
+}
+
 /// Rows a group writes, gathered while planning.
 struct Writes {
     /// How this attempt checks idempotency keys.
@@ -479,7 +469,7 @@ struct Writes {
     usage_rows: Vec<serde_json::Value>,
     seen_requests: HashSet<String>,
     promo_rows: Vec<promo_grant::ActiveModel>,
-    balances: Vec<serde_json::Value>,
+    balances: Vec<BalanceRow>,
     settled_auto_topups: Vec<String>,
     /// An optimistic plan refused a keyed operation: its outcome needs the key looked up.
     keys_unchecked: bool,
@@ -497,19 +487,6 @@ impl Writes {
             settled_auto_topups: Vec::new(),
             keys_unchecked: false,
         }
-    }
-
-    /// Each changed account's planned balance and starter-credit flag.
-    fn balances_after(&self) -> HashMap<String, (i64, bool)> {
-        self.balances
-            .iter()
-            .filter_map(|b| {
-                Some((
-                    b["org_id"].as_str()?.to_owned(),
-                    (b["balance"].as_i64()?, b["starter"].as_bool()?),
-                ))
-            })
-            .collect()
     }
 
     /// Writes everything and answers, on PostgreSQL, the row version (`xmin`) each
@@ -531,7 +508,7 @@ impl Writes {
             let params = [
                 Value::from(serde_json::Value::Array(self.entries)),
                 Value::from(serde_json::Value::Array(self.usage_rows)),
-                Value::from(serde_json::Value::Array(self.balances)),
+                Value::from(serde_json::to_value(&self.balances).map_err(|e| DbErr::Custom(e.to_string()))?),
                 Value::from(now),
             ];
             let sql = match self.check {
@@ -692,9 +669,11 @@ fn plan(
         }));
     }
     if changed {
-        writes
-            .balances
-            .push(json!({"org_id": org_id, "balance": balance, "starter": starter_granted}));
+        writes.balances.push(BalanceRow {
+            org_id: org_id.to_owned(),
+            balance,
+            starter: starter_granted,
+        });
     }
     let auto_topup = match (
         account.auto_topup_enabled,
@@ -768,7 +747,7 @@ async fn lock_accounts(
 /// SQLite: sets each account's planned balance (PostgreSQL does it in [`PG_WRITES`]).
 async fn update_balances(
     txn: &impl ConnectionTrait,
-    rows: Vec<serde_json::Value>,
+    rows: Vec<BalanceRow>,
     now: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     if rows.is_empty() {
@@ -781,7 +760,7 @@ async fn update_balances(
              WHERE billing_accounts.org_id = x.org_id";
     let params = [
         Value::from(now),
-        Value::from(serde_json::Value::Array(rows).to_string()),
+        Value::from(serde_json::to_string(&rows).map_err(|e| DbErr::Custom(e.to_string()))?),
     ];
     txn.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, params))
         .await?;
@@ -976,16 +955,16 @@ static PG_WRITES_SKIPPING_APPLIED: LazyLock<String> =
 /// [`apply_cached`]'s one autocommit statement: the account `$3` takes balance `$5` and
 /// starter flag `$6` only if its row version is still `$7`; the entries (`$1`) and usage
 /// rows (`$2`), stamped `$4`, are inserted only if it did (no conflict clause: a key
-/// already taken fails the whole statement). Answers the new version (null: the row had
-/// moved, nothing written) and how many entries and usage rows were inserted.
+/// already taken fails the whole statement, so they insert every row or none). Answers
+/// one row with the account's new version, or no row if it had moved (nothing written).
 static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
     let guard = "WHERE EXISTS (SELECT 1 FROM balances)";
     format!(
         "WITH balances AS (UPDATE billing_accounts SET balance_microcents = $5, \
                   starter_credit_granted = $6, updated_at = $4 \
                 WHERE org_id = $3 AND xmin = $7::text::xid RETURNING xmin::text AS version), \
-              e AS ({} RETURNING 1), u AS ({} RETURNING 1) \
-         SELECT (SELECT version FROM balances), (SELECT count(*) FROM e), (SELECT count(*) FROM u)",
+              e AS ({}), u AS ({}) \
+         SELECT version FROM balances",
         LEDGER_ROWS.pg_insert(1, 4, guard),
         USAGE_ROWS.pg_insert(2, 4, guard)
     )
