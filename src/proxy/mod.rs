@@ -167,7 +167,9 @@ impl TraceDraft {
         };
         let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         trace::Model {
-            id: uuid::Uuid::new_v4().to_string(),
+            // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
+            // instead of landing on a random page of it per row.
+            id: uuid::Uuid::now_v7().to_string(),
             org_id: self.org_id,
             project_id: self.project_id,
             provider: self.provider.to_owned(),
