@@ -2,13 +2,20 @@
 //! the writer inserts them at `flush_rows` rows or after `flush_ms`, whichever comes first,
 //! and drains everything it holds at shutdown. The queue is bounded: when it is full, a trace
 //! is dropped, counted (`keel_traces_dropped_total`) and logged, never silently.
+//!
+//! The hand-over is a locked queue, not a channel: a channel wakes the writer's thread for
+//! every trace (an `eventfd` write and a context switch per proxied call), while this queue
+//! wakes it when a batch starts (to start its `flush_ms` clock) and when it is full, about
+//! twice per `flush_rows` traces under load.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use entities::trace;
 use prometheus::{IntCounter, Registry};
 use sea_orm::{DatabaseConnection, EntityTrait, IntoActiveModel};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 /// Rows per insert statement (17 columns; SQLite allows 32,766 parameters).
@@ -18,9 +25,40 @@ const WRITE_ATTEMPTS: u32 = 3;
 /// A trace to be finished (parsed, redacted) on the writer's task, off the request path.
 pub type PendingTrace = Box<dyn FnOnce() -> trace::Model + Send>;
 
-enum Message {
-    Trace(PendingTrace),
-    Drain(oneshot::Sender<()>),
+/// What the proxy and the writer share.
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Notify,
+    capacity: usize,
+    flush_rows: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    traces: VecDeque<PendingTrace>,
+    /// Traces ever queued: a drain waits for the writer to have written this many.
+    queued_total: u64,
+    drains: Vec<(u64, oneshot::Sender<()>)>,
+    /// Every handle is gone: write what is left and stop.
+    closed: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock leaves the queue itself consistent (every change
+        // is one push or drain), so a poisoned lock is taken over.
+        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The proxy's side; the last one dropped closes the queue (the writer then stops).
+struct Handle(Arc<Shared>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.wake.notify_one();
+    }
 }
 
 #[derive(Clone)]
@@ -60,110 +98,133 @@ impl TraceMetrics {
 
 #[derive(Clone)]
 pub struct TraceWriter {
-    tx: mpsc::Sender<Message>,
+    handle: Arc<Handle>,
     pub metrics: TraceMetrics,
 }
 
 impl TraceWriter {
     /// Starts the writer task (inside the actix system).
     pub fn start(db: DatabaseConnection, flush_rows: usize, flush_every: Duration, capacity: usize) -> Self {
-        let (tx, rx) = mpsc::channel(capacity);
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Notify::new(),
+            capacity: capacity.max(1),
+            flush_rows: flush_rows.max(1),
+        });
         let metrics = TraceMetrics::new();
-        actix_web::rt::spawn(run(db, rx, flush_rows, flush_every, metrics.clone()));
-        Self { tx, metrics }
+        actix_web::rt::spawn(run(db, shared.clone(), flush_every, metrics.clone()));
+        Self {
+            handle: Arc::new(Handle(shared)),
+            metrics,
+        }
     }
 
     /// Hands over a trace that the writer finishes building (parsing and redacting the
     /// response) before it inserts it, so the proxy's request path does not pay for it.
     pub fn record_pending(&self, pending: PendingTrace) {
-        match self.tx.try_send(Message::Trace(pending)) {
-            Ok(()) => self.metrics.recorded.inc(),
-            Err(err) => {
+        let shared = &self.handle.0;
+        let queued = {
+            let mut queue = shared.lock();
+            if queue.traces.len() >= shared.capacity {
+                None
+            } else {
+                queue.traces.push_back(pending);
+                queue.queued_total += 1;
+                Some(queue.traces.len())
+            }
+        };
+        match queued {
+            Some(len) => {
+                self.metrics.recorded.inc();
+                // A batch starts (the writer starts its clock) or is full; in between the
+                // writer sleeps on.
+                if len == 1 || len == shared.flush_rows {
+                    shared.wake.notify_one();
+                }
+            }
+            None => {
                 self.metrics.dropped.inc();
-                let reason = match err {
-                    mpsc::error::TrySendError::Full(_) => "the trace queue is full",
-                    mpsc::error::TrySendError::Closed(_) => "the trace writer has stopped",
-                };
-                tracing::warn!(reason, "trace dropped");
+                tracing::warn!(reason = "the trace queue is full", "trace dropped");
             }
         }
     }
 
     /// Writes everything handed over so far; answers when it is in the database.
     pub async fn drain(&self) {
+        let shared = &self.handle.0;
         let (ack, done) = oneshot::channel();
-        if self.tx.send(Message::Drain(ack)).await.is_ok() {
-            let _ = done.await;
+        {
+            let mut queue = shared.lock();
+            let upto = queue.queued_total;
+            queue.drains.push((upto, ack));
         }
+        shared.wake.notify_one();
+        let _ = done.await;
     }
 }
 
-async fn run(
-    db: DatabaseConnection,
-    mut rx: mpsc::Receiver<Message>,
-    flush_rows: usize,
-    flush_every: Duration,
-    metrics: TraceMetrics,
-) {
-    let mut batch: Vec<trace::Model> = Vec::with_capacity(flush_rows);
-    let mut deadline = Instant::now();
+/// What the writer takes from the queue in one turn.
+struct Turn {
+    traces: Vec<PendingTrace>,
+    /// The drains that this turn's write completes.
+    drains: Vec<(u64, oneshot::Sender<()>)>,
+    last: bool,
+}
+
+async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration, metrics: TraceMetrics) {
+    let mut taken_total: u64 = 0;
+    // When the oldest queued trace must be written by; set when the writer first sees it.
+    let mut deadline: Option<Instant> = None;
     loop {
-        let message = if batch.is_empty() {
-            rx.recv().await
-        } else {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(message) => message,
-                Err(_) => {
-                    flush(&db, &mut batch, &metrics).await;
-                    continue;
+        let turn = {
+            let mut queue = shared.lock();
+            let due = deadline.is_some_and(|at| Instant::now() >= at);
+            let flush_now = queue.traces.len() >= shared.flush_rows
+                || !queue.drains.is_empty()
+                || queue.closed
+                || (due && !queue.traces.is_empty());
+            if flush_now {
+                // One statement's worth at a time: a backlog is written in large batches,
+                // and the queue keeps taking traces meanwhile.
+                let take = queue.traces.len().min(INSERT_CHUNK);
+                let traces: Vec<PendingTrace> = queue.traces.drain(..take).collect();
+                taken_total += take as u64;
+                let (answered, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut queue.drains)
+                    .into_iter()
+                    .partition(|(upto, _)| *upto <= taken_total);
+                queue.drains = waiting;
+                deadline = None;
+                Some(Turn {
+                    traces,
+                    drains: answered,
+                    last: queue.closed && queue.traces.is_empty(),
+                })
+            } else {
+                if queue.traces.is_empty() {
+                    deadline = None;
+                } else if deadline.is_none() {
+                    deadline = Some(Instant::now() + flush_every);
                 }
+                None
             }
         };
-        match message {
-            Some(Message::Trace(pending)) => {
-                if batch.is_empty() {
-                    deadline = Instant::now() + flush_every;
-                }
-                batch.push(pending());
-                if batch.len() >= flush_rows {
-                    // Behind: what is already queued goes into the same statement (up to
-                    // one statement's rows), so a backlog is written in fewer, larger
-                    // transactions. Idle, nothing is queued and the batch stays as it is.
-                    let mut acks = Vec::new();
-                    while batch.len() < INSERT_CHUNK {
-                        match rx.try_recv() {
-                            Ok(Message::Trace(pending)) => batch.push(pending()),
-                            Ok(Message::Drain(ack)) => {
-                                // Everything handed over before it is in this batch.
-                                acks.push(ack);
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    flush(&db, &mut batch, &metrics).await;
-                    for ack in acks {
-                        let _ = ack.send(());
-                    }
-                }
-            }
-            Some(Message::Drain(ack)) => {
-                let mut acks = vec![ack];
-                while let Ok(more) = rx.try_recv() {
-                    match more {
-                        Message::Trace(pending) => batch.push(pending()),
-                        Message::Drain(ack) => acks.push(ack),
-                    }
-                }
+        match turn {
+            Some(turn) => {
+                let mut batch: Vec<trace::Model> = turn.traces.into_iter().map(|pending| pending()).collect();
                 flush(&db, &mut batch, &metrics).await;
-                for ack in acks {
+                for (_, ack) in turn.drains {
                     let _ = ack.send(());
                 }
+                if turn.last {
+                    return;
+                }
             }
-            None => {
-                flush(&db, &mut batch, &metrics).await;
-                return;
-            }
+            None => match deadline {
+                Some(at) => {
+                    let _ = tokio::time::timeout_at(at, shared.wake.notified()).await;
+                }
+                None => shared.wake.notified().await,
+            },
         }
     }
 }

@@ -280,32 +280,64 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
     let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
     let writer = keel::traces::writer::TraceWriter::start(db, 2, std::time::Duration::from_secs(600), 1000);
     for i in 0..300 {
-        let (org_id, project_id) = (org.org_id.clone(), project.clone());
-        writer.record_pending(Box::new(move || entities::trace::Model {
-            id: format!("backlog-{i}"),
-            org_id,
-            project_id,
-            provider: "openai".into(),
-            model: Some("gpt-plain".into()),
-            request: "{}".into(),
-            response: None,
-            status_code: 200,
-            stream: false,
-            complete: true,
-            latency_ms: 1,
-            ttfb_ms: Some(1),
-            prompt_tokens: None,
-            completion_tokens: None,
-            total_tokens: None,
-            error: None,
-            created_at: chrono::Utc::now(),
-        }));
+        writer.record_pending(pending_trace(format!("backlog-{i}"), &org.org_id, &project));
     }
     writer.drain().await;
     // Checked before anything else awaits: the drain answered after the write, not before.
     assert_eq!(writer.metrics.written.get(), 300);
     assert_eq!(writer.metrics.dropped.get(), 0);
     assert_eq!(count_traces(&app.db_url).await, 300);
+}
+
+#[actix_web::test]
+async fn a_full_queue_drops_and_counts_the_overflow_and_takes_traces_again_once_written() {
+    // Capacity 5, and the writer never flushes on its own: the 6th to 8th traces find the
+    // queue full. They are counted as dropped (and in /metrics), the 5 queued ones are all
+    // written, and once they are the queue takes traces again.
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let writer = keel::traces::writer::TraceWriter::start(db, 100, std::time::Duration::from_secs(600), 5);
+    for i in 0..8 {
+        writer.record_pending(pending_trace(format!("overflow-{i}"), &org.org_id, &project));
+    }
+    assert_eq!(writer.metrics.recorded.get(), 5);
+    assert_eq!(writer.metrics.dropped.get(), 3);
+    writer.drain().await;
+    assert_eq!(writer.metrics.written.get(), 5);
+    assert_eq!(count_traces(&app.db_url).await, 5);
+    for i in 8..10 {
+        writer.record_pending(pending_trace(format!("overflow-{i}"), &org.org_id, &project));
+    }
+    writer.drain().await;
+    assert_eq!(writer.metrics.dropped.get(), 3);
+    assert_eq!(writer.metrics.written.get(), 7);
+    assert_eq!(count_traces(&app.db_url).await, 7);
+}
+
+/// A finished trace handed to a writer started by the test itself.
+fn pending_trace(id: String, org_id: &str, project_id: &str) -> keel::traces::writer::PendingTrace {
+    let (org_id, project_id) = (org_id.to_owned(), project_id.to_owned());
+    Box::new(move || entities::trace::Model {
+        id,
+        org_id,
+        project_id,
+        provider: "openai".into(),
+        model: Some("gpt-plain".into()),
+        request: "{}".into(),
+        response: None,
+        status_code: 200,
+        stream: false,
+        complete: true,
+        latency_ms: 1,
+        ttfb_ms: Some(1),
+        prompt_tokens: None,
+        completion_tokens: None,
+        total_tokens: None,
+        error: None,
+        created_at: chrono::Utc::now(),
+    })
 }
 
 async fn count_traces(db_url: &str) -> u64 {
