@@ -70,6 +70,21 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time the whole process has used so far (every thread, exited ones included), from
+/// `/proc/self/stat` (utime + stime, in clock ticks of 10 ms, Linux's `USER_HZ`).
+fn process_cpu() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
+        // Fields after the command name (which may hold spaces) start at field 3 (state):
+        // utime and stime are fields 14 and 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let mut fields = rest.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        Some(utime + stime)
+    });
+    Duration::from_millis(ticks.unwrap_or(0) * 10)
+}
+
 /// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own.
 async fn run_at_rate<F>(rate: u32, seconds: u64, make: F) -> LoadResult
 where
@@ -233,31 +248,47 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     let mut unrecorded_headers = proxy_headers.to_vec();
     unrecorded_headers.push(("x-service-record", "false"));
     let unrecorded = LoadRequest::json(path, &key.secret, &unrecorded_headers)?.with_body(REQUEST);
+    // CPU per request of each phase: the load generator and the fake provider take part in
+    // all three, so the proxied phases minus the direct one is keel's own CPU per call. The
+    // recording phase includes writing every trace it recorded (the drain).
+    let cpu = process_cpu();
     let d = run_load(provider_addr, c, n, move |_| direct.clone()).await;
+    let cpu_direct = process_cpu().saturating_sub(cpu);
+    let cpu = process_cpu();
     let p = run_load(keel_addr, c, n, move |_| proxied.clone()).await;
+    state.traces.drain().await;
+    let cpu_recorded = process_cpu().saturating_sub(cpu);
+    let cpu = process_cpu();
     let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
+    let cpu_unrecorded = process_cpu().saturating_sub(cpu);
     let rss_peak = rss_kib("VmHWM:");
     writeln!(out)?;
     writeln!(
         out,
-        "| saturation ({c} in flight, {n} requests) | requests/s | p50 ms | p99 ms | failed |"
+        "| saturation ({c} in flight, {n} requests) | requests/s | p50 ms | p99 ms | failed | process CPU µs/request | keel's CPU µs/request |"
     )?;
-    writeln!(out, "|---|---|---|---|---|")?;
-    for (name, r) in [
-        ("direct to the fake provider (baseline)", &d),
-        ("through keel, recording on", &p),
-        ("through keel, recording off", &u),
+    writeln!(out, "|---|---|---|---|---|---|---|")?;
+    let per_request = |cpu: Duration| cpu.as_secs_f64() * 1e6 / n.max(1) as f64;
+    let baseline = per_request(cpu_direct);
+    for (name, r, cpu, through_keel) in [
+        ("direct to the fake provider (baseline)", &d, cpu_direct, false),
+        ("through keel, recording on", &p, cpu_recorded, true),
+        ("through keel, recording off", &u, cpu_unrecorded, true),
     ] {
+        let own = match through_keel {
+            true => format!("{:.1}", per_request(cpu) - baseline),
+            false => "-".to_owned(),
+        };
         writeln!(
             out,
-            "| {name} | {:.0} | {} | {} | {} |",
+            "| {name} | {:.0} | {} | {} | {} | {:.1} | {own} |",
             r.per_second(),
             millis(r.percentile(0.5)),
             millis(r.percentile(0.99)),
-            r.failed
+            r.failed,
+            per_request(cpu),
         )?;
     }
-    state.traces.drain().await;
     writeln!(out)?;
     writeln!(
         out,
