@@ -27,14 +27,28 @@ const SECRET_SUFFIXES: &[&str] = &[
 const SCHEMA_MAPS: &[&str] = &["properties", "patternProperties", "$defs", "definitions"];
 
 pub fn is_secret_name(name: &str) -> bool {
-    let normalized: String = name
+    // Runs for every key of every body, so nothing is allocated: the name is normalized
+    // backwards, and only as far as the longest name it could match. A full match needs the
+    // whole normalized name, which is known once fewer than `TAIL` characters came out.
+    const TAIL: usize = 19; // "proxyauthorization".len() + 1
+    let mut tail = ['\0'; TAIL];
+    let mut len = 0;
+    for c in name
         .chars()
+        .rev()
         .filter(|c| *c != '_' && *c != '-')
-        .flat_map(char::to_lowercase)
-        .collect();
-    normalized == "authorization"
-        || normalized == "proxyauthorization"
-        || SECRET_SUFFIXES.iter().any(|s| normalized.ends_with(s))
+        .flat_map(|c| c.to_lowercase().rev())
+    {
+        if len == TAIL {
+            break;
+        }
+        tail[len] = c;
+        len += 1;
+    }
+    let reversed = &tail[..len];
+    let ends_with = |word: &str| word.len() <= len && word.chars().rev().zip(reversed).all(|(a, b)| a == *b);
+    let is = |word: &str| word.len() == len && ends_with(word);
+    is("authorization") || is("proxyauthorization") || SECRET_SUFFIXES.iter().any(|s| ends_with(s))
 }
 
 /// Redacts with the given secret values (the keel key, the provider key).
@@ -267,7 +281,30 @@ mod tests {
         }
     }
 
+    /// The plain definition `is_secret_name` must agree with.
+    fn is_secret_name_reference(name: &str) -> bool {
+        let normalized: String = name
+            .chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .flat_map(char::to_lowercase)
+            .collect();
+        normalized == "authorization"
+            || normalized == "proxyauthorization"
+            || SECRET_SUFFIXES.iter().any(|s| normalized.ends_with(s))
+    }
+
     proptest! {
+        #[test]
+        fn secret_names_match_their_plain_definition(
+            name in prop_oneof![
+                "[a-zA-Z_-]{0,24}",
+                "[a-zA-Z_-]{0,8}(TOKEN|Api_Key|pass-word|Authorization|proxy_authorization|İ|ß)[_-]{0,2}",
+                "\\PC{0,24}",
+            ]
+        ) {
+            prop_assert_eq!(is_secret_name(&name), is_secret_name_reference(&name), "{}", name);
+        }
+
         #[test]
         fn no_secret_value_survives(mut value in json_value()) {
             Redactor::new(&[KEEL_KEY, PROVIDER_KEY]).redact(&mut value);
