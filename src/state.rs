@@ -28,8 +28,8 @@ pub struct AppState {
     pub secret_box: Option<SecretBox>,
     /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
     pub http: reqwest::Client,
-    /// The recording proxy's client (providers), its look-up cache and the trace writer.
-    pub provider_http: reqwest::Client,
+    /// The recording proxy's providers, its look-up cache and the trace writer.
+    pub upstreams: crate::proxy::Upstreams,
     pub proxy_cache: crate::proxy::cache::ProxyCache,
     pub traces: crate::traces::writer::TraceWriter,
 }
@@ -70,7 +70,7 @@ impl AppState {
             settings.traces.queue_capacity,
         );
         Ok(Self {
-            provider_http: crate::proxy::provider_client(&settings.proxy)?,
+            upstreams: crate::proxy::Upstreams::new(&settings)?,
             proxy_cache: crate::proxy::cache::ProxyCache::new(Duration::from_millis(
                 settings.proxy.auth_cache_ttl_ms,
             )),

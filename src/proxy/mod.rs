@@ -67,15 +67,49 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(crate::http::resource("/v1/chat/completions").route(web::post().to(chat_completions)));
 }
 
-/// The HTTP client that calls providers: pooled, with a connect and a per-read timeout (no
-/// total timeout: a long stream is fine as long as it keeps talking).
-pub fn provider_client(settings: &crate::config::ProxySettings) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_millis(settings.connect_timeout_ms))
-        .read_timeout(Duration::from_secs(settings.read_timeout_secs))
-        .pool_max_idle_per_host(256)
-        .tcp_nodelay(true)
-        .build()
+/// The providers: the client that calls them and each one's chat-completions endpoint,
+/// parsed once at startup (a URL parse per call costs more than the rest of the request's
+/// building).
+#[derive(Clone)]
+pub struct Upstreams {
+    client: reqwest::Client,
+    /// `<base>/chat/completions` of each of [`PROVIDERS`], in that order.
+    endpoints: std::sync::Arc<[reqwest::Url]>,
+}
+
+impl Upstreams {
+    /// Pooled, with a connect and a per-read timeout (no total timeout: a long stream is
+    /// fine as long as it keeps talking). Redirects are not followed: a proxy answers the
+    /// provider's 3xx as it is, like any other status.
+    pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(settings.proxy.connect_timeout_ms))
+            .read_timeout(Duration::from_secs(settings.proxy.read_timeout_secs))
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let p = &settings.providers;
+        let endpoints = PROVIDERS
+            .iter()
+            .map(|provider| {
+                let base = match *provider {
+                    "anthropic" => &p.anthropic_url,
+                    "openrouter" => &p.openrouter_url,
+                    "google" => &p.google_url,
+                    _ => &p.openai_url,
+                };
+                let endpoint = format!("{}/chat/completions", base.trim_end_matches('/'));
+                reqwest::Url::parse(&endpoint)
+                    .map_err(|e| anyhow::anyhow!("the {provider} base URL {base:?} is not a URL: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self { client, endpoints })
+    }
+
+    fn post(&self, provider: usize) -> reqwest::RequestBuilder {
+        self.client.post(self.endpoints[provider].clone())
+    }
 }
 
 fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
@@ -280,16 +314,16 @@ pub async fn chat_completions(
     let started = Instant::now();
     let (keel_key, owner) = authenticate(&state, &req).await?;
     let provider_name = header(&req, PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
-    let provider = PROVIDERS
+    let provider_index = PROVIDERS
         .iter()
-        .copied()
-        .find(|p| p.eq_ignore_ascii_case(provider_name))
+        .position(|p| p.eq_ignore_ascii_case(provider_name))
         .ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "header X-Service-Provider must be one of {}",
                 PROVIDERS.join(", ")
             ))
         })?;
+    let provider = PROVIDERS[provider_index];
     let provider_key = header(&req, PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
     let record = !header(&req, RECORD_HEADER).is_some_and(|v| v.eq_ignore_ascii_case("false"));
     let project_id = if record {
@@ -329,10 +363,9 @@ pub async fn chat_completions(
         secrets: [keel_key.clone(), provider_key.to_owned()],
     });
 
-    let base = provider_base(&state, provider);
     let mut upstream = state
-        .provider_http
-        .post(format!("{}/chat/completions", base.trim_end_matches('/')))
+        .upstreams
+        .post(provider_index)
         .bearer_auth(provider_key)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(upstream_body);
@@ -411,16 +444,6 @@ pub async fn chat_completions(
             }
             Err(ApiError::Status(status, detail))
         }
-    }
-}
-
-fn provider_base<'a>(state: &'a AppState, provider: &str) -> &'a str {
-    let p = &state.settings.providers;
-    match provider {
-        "anthropic" => &p.anthropic_url,
-        "openrouter" => &p.openrouter_url,
-        "google" => &p.google_url,
-        _ => &p.openai_url,
     }
 }
 

@@ -286,6 +286,12 @@ async fn provider_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<Fa
         "gpt-tool" => json_reply(200, "completion_tool_call.json"),
         "gpt-multimodal" => json_reply(200, "completion_multimodal_content.json"),
         "gpt-401" => json_reply(401, "error_401.json"),
+        // A redirect to a path of this fake that answers 200: followed, it would show up as a
+        // second call.
+        "gpt-moved" => HttpResponse::TemporaryRedirect()
+            .insert_header(("location", "/moved/v1/chat/completions"))
+            .content_type("application/json")
+            .body(r#"{"error":{"message":"moved","type":"invalid_request_error"}}"#),
         // Echoes the provider key back, with a secret-named field: the caller gets it as sent,
         // the stored trace must not keep it.
         "gpt-leaky" => {

@@ -356,6 +356,41 @@ async fn upstream_errors_are_relayed_and_stored_and_failures_are_502_or_504() {
     assert!(detail.contains("unreachable"), "{detail}");
 }
 
+#[actix_web::test]
+async fn an_upstream_redirect_is_relayed_not_followed() {
+    // A 3xx is the provider's answer like any other status: the caller gets it as it was
+    // (status, Location, body) and keel does not call the new location on its own (with the
+    // provider key).
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth(&org.api_key)
+        .header("X-Service-Provider", "openai")
+        .header("X-Service-Provider-Key", PROVIDER_KEY)
+        .header("X-Service-Project-Id", &project)
+        .json(&chat("gpt-moved", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TEMPORARY_REDIRECT);
+    assert_eq!(response.headers()["location"], "/moved/v1/chat/completions");
+    assert_eq!(
+        response.text().await.unwrap(),
+        r#"{"error":{"message":"moved","type":"invalid_request_error"}}"#
+    );
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 1, "the redirect was not followed");
+    assert_eq!(calls[0].path, "/openai/v1/chat/completions");
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!(traces[0]["statusCode"], 307);
+}
+
 /// The data payloads of SSE events, as a client reads them.
 fn sse_events(text: &str) -> Vec<String> {
     text.replace("\r\n", "\n")
