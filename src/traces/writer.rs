@@ -47,7 +47,9 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // A panic while holding the lock leaves the queue itself consistent (every change
         // is one push or drain), so a poisoned lock is taken over.
-        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
