@@ -191,11 +191,11 @@ struct TraceDraft {
 }
 
 impl TraceDraft {
-    fn finish(self, ending: Ending, response: Option<Value>) -> trace::Model {
+    fn finish(self, ending: Ending, response: Option<StoredResponse>) -> trace::Model {
         let usage = |key: &str| {
             response
                 .as_ref()
-                .and_then(|r| r.get("usage"))
+                .and_then(|r| r.fields.get("usage"))
                 .and_then(|u| u.get(key))
                 .and_then(Value::as_i64)
         };
@@ -212,7 +212,7 @@ impl TraceDraft {
             prompt_tokens: usage("prompt_tokens"),
             completion_tokens: usage("completion_tokens"),
             total_tokens: usage("total_tokens"),
-            response: response.map(|r| r.to_string()),
+            response: response.map(|r| r.text),
             status_code: i32::from(ending.status),
             stream: self.stream,
             complete: ending.complete,
@@ -222,6 +222,13 @@ impl TraceDraft {
             created_at: ending.at,
         }
     }
+}
+
+/// A response as it is stored: its (redacted) JSON text, and a value holding at least its
+/// top-level `usage`.
+struct StoredResponse {
+    text: String,
+    fields: Value,
 }
 
 /// How a call ended, taken when it ends (the trace itself is built later).
@@ -273,14 +280,31 @@ impl Recording {
             secrets,
         } = self;
         writer.record_pending(Box::new(move || {
-            let mut response = match reply {
-                Reply::Nothing => None,
-                Reply::Body(bytes) => serde_json::from_slice::<Value>(&bytes).ok(),
-                Reply::Assembled(value) => Some(value),
+            let redactor = Redactor::new(&[secrets[0].as_str(), secrets[1].as_str()]);
+            let redacted = |mut value: Value| {
+                redactor.redact(&mut value);
+                StoredResponse {
+                    text: value.to_string(),
+                    fields: value,
+                }
             };
-            if let Some(response) = &mut response {
-                Redactor::new(&[secrets[0].as_str(), secrets[1].as_str()]).redact(response);
-            }
+            let response = match reply {
+                Reply::Nothing => None,
+                // A JSON answer with nothing to redact is stored as it came.
+                Reply::Body(bytes) => match redactor.scan(&bytes) {
+                    None => None,
+                    Some(scan) if scan.needs_redaction => {
+                        serde_json::from_slice::<Value>(&bytes).ok().map(redacted)
+                    }
+                    Some(scan) => String::from_utf8(Vec::from(bytes))
+                        .ok()
+                        .map(|text| StoredResponse {
+                            text,
+                            fields: scan.head,
+                        }),
+                },
+                Reply::Assembled(value) => Some(redacted(value)),
+            };
             draft.finish(ending, response)
         }));
     }
@@ -333,15 +357,21 @@ pub async fn chat_completions(
         None
     };
 
-    let mut request: Value = serde_json::from_slice(&body.0)
-        .ok()
-        .filter(Value::is_object)
-        .ok_or_else(|| ApiError::BadRequest("the request body must be a JSON object".into()))?;
-    let redacted = Redactor::new(&[&keel_key, provider_key]).redact(&mut request);
-    let upstream_body = if redacted {
-        Bytes::from(serde_json::to_vec(&request).map_err(anyhow::Error::from)?)
+    let not_an_object = || ApiError::BadRequest("the request body must be a JSON object".into());
+    let redactor = Redactor::new(&[&keel_key, provider_key]);
+    let scan = redactor
+        .scan(&body.0)
+        .filter(|scan| scan.object)
+        .ok_or_else(not_an_object)?;
+    // A body with nothing to redact travels as it came; otherwise it is parsed, redacted
+    // and re-serialized. Either way `request` holds its (redacted) model and stream fields.
+    let (upstream_body, request) = if scan.needs_redaction {
+        let mut request: Value = serde_json::from_slice(&body.0).map_err(|_| not_an_object())?;
+        redactor.redact(&mut request);
+        let bytes = serde_json::to_vec(&request).map_err(anyhow::Error::from)?;
+        (Bytes::from(bytes), request)
     } else {
-        body.0
+        (body.0, scan.head)
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
 

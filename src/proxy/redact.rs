@@ -2,6 +2,11 @@
 //! replaced with `[redacted]` where (a) the field's name says it is a secret, or (b) the value
 //! contains the caller's keel key or provider key (replaced as a substring; the rest stays).
 
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 pub const REDACTED: &str = "[redacted]";
@@ -74,9 +79,39 @@ impl<'a> Redactor<'a> {
         changed
     }
 
+    /// Reads a JSON text without building it: whether [`Redactor::redact`] would change it,
+    /// and the few top-level fields the proxy needs. `None` when it is not JSON.
+    ///
+    /// Most bodies hold nothing to redact; they are then used as they came (forwarded,
+    /// stored), and the work of building, walking and re-serializing a `Value` is saved.
+    pub fn scan(&self, json: &[u8]) -> Option<Scan> {
+        let cx = ScanContext {
+            redactor: self,
+            dirty: Cell::new(false),
+        };
+        let mut head = serde_json::Map::new();
+        let mut deserializer = serde_json::Deserializer::from_slice(json);
+        let object = Node {
+            cx: &cx,
+            mode: Mode::Top(&mut head),
+        }
+        .deserialize(&mut deserializer)
+        .ok()?;
+        deserializer.end().ok()?;
+        Some(Scan {
+            needs_redaction: cx.dirty.get(),
+            object,
+            head: Value::Object(head),
+        })
+    }
+
+    fn contains_secret(&self, text: &str) -> bool {
+        self.secrets.iter().any(|s| text.contains(s))
+    }
+
     /// A text with every secret replaced (for raw bodies that are not JSON).
     pub fn redact_text(&self, text: &str) -> Option<String> {
-        self.secrets.iter().any(|s| text.contains(s)).then(|| {
+        self.contains_secret(text).then(|| {
             self.secrets
                 .iter()
                 .fold(text.to_owned(), |t, s| t.replace(s, REDACTED))
@@ -123,6 +158,213 @@ impl<'a> Redactor<'a> {
                 }
             }
         }
+    }
+}
+
+/// What [`Redactor::scan`] found.
+#[derive(Debug)]
+pub struct Scan {
+    /// [`Redactor::redact`] would change the text (a secret-named field, a secret inside a
+    /// value).
+    pub needs_redaction: bool,
+    /// The text is a JSON object.
+    pub object: bool,
+    /// An object with the text's top-level [`Scan::HEAD`] fields as redaction leaves them
+    /// (the last of each, as a parsed `Value` keeps it).
+    pub head: Value,
+}
+
+impl Scan {
+    /// The top-level fields kept in [`Scan::head`].
+    pub const HEAD: &'static [&'static str] = &["model", "stream", "usage"];
+}
+
+struct ScanContext<'r, 'a> {
+    redactor: &'r Redactor<'a>,
+    dirty: Cell<bool>,
+}
+
+/// What is known about a value from where it sits (the cases of [`Redactor::walk`]).
+enum Mode<'h> {
+    /// The whole text: walked as any value, and its head fields kept.
+    Top(&'h mut serde_json::Map<String, Value>),
+    /// Any value not covered below.
+    Plain,
+    /// The value of a secret-named field: anything but the marker itself is redacted.
+    Secret,
+    /// The value of a `properties`-like field: a schema map if it is an object.
+    SchemaMap,
+    /// An entry of a schema map: an object is walked; anything else is judged by its name.
+    SchemaEntry { secret_name: bool },
+}
+
+struct Node<'c, 'r, 'a, 'h> {
+    cx: &'c ScanContext<'r, 'a>,
+    mode: Mode<'h>,
+}
+
+impl Node<'_, '_, '_, '_> {
+    /// A value that [`redact_whole`] replaces when it is not the marker.
+    fn replaced_whole(&self) -> bool {
+        matches!(self.mode, Mode::Secret | Mode::SchemaEntry { secret_name: true })
+    }
+
+    fn mark_dirty(&self) {
+        self.cx.dirty.set(true);
+    }
+
+    fn scalar<E>(self) -> Result<bool, E> {
+        if self.replaced_whole() {
+            self.mark_dirty();
+        }
+        Ok(false)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_, '_, '_, '_> {
+    /// Whether the value is an object.
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        self.scalar()
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        self.scalar()
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        self.scalar()
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        self.scalar()
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        self.scalar()
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<bool, E> {
+        let dirty = match self.replaced_whole() {
+            true => text != REDACTED,
+            false => self.cx.redactor.contains_secret(text),
+        };
+        if dirty {
+            self.mark_dirty();
+        }
+        Ok(false)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        if self.replaced_whole() {
+            self.mark_dirty();
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+        } else {
+            while seq
+                .next_element_seed(Node {
+                    cx: self.cx,
+                    mode: Mode::Plain,
+                })?
+                .is_some()
+            {}
+        }
+        Ok(false)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let cx = self.cx;
+        match self.mode {
+            Mode::Secret => {
+                self.mark_dirty();
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            }
+            Mode::SchemaMap => {
+                while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
+                    let secret_name = is_secret_name(&name);
+                    map.next_value_seed(Node {
+                        cx,
+                        mode: Mode::SchemaEntry { secret_name },
+                    })?;
+                }
+            }
+            Mode::Top(head) => {
+                while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
+                    if Scan::HEAD.contains(&name.as_ref()) {
+                        // Small fields, kept as values and judged as `walk` judges them.
+                        let mut value: Value = map.next_value()?;
+                        if cx.redactor.redact(&mut value) {
+                            cx.dirty.set(true);
+                        }
+                        head.insert(name.into_owned(), value);
+                    } else {
+                        map.next_value_seed(Node {
+                            cx,
+                            mode: Mode::of_field(&name),
+                        })?;
+                    }
+                }
+            }
+            Mode::Plain | Mode::SchemaEntry { .. } => {
+                while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
+                    map.next_value_seed(Node {
+                        cx,
+                        mode: Mode::of_field(&name),
+                    })?;
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Mode<'_> {
+    /// The value of an object's field `name`.
+    fn of_field(name: &str) -> Self {
+        if is_secret_name(name) {
+            Mode::Secret
+        } else if SCHEMA_MAPS.contains(&name) {
+            Mode::SchemaMap
+        } else {
+            Mode::Plain
+        }
+    }
+}
+
+/// An object key, borrowed from the text unless it holds escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+
+            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+
+            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
     }
 }
 
@@ -207,6 +449,36 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_reads_the_head_and_refuses_what_is_not_json() {
+        let redactor = Redactor::new(&[KEEL_KEY, PROVIDER_KEY]);
+        let text = br#"{"model":"gpt-4o","model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}],
+            "usage":{"prompt_tokens":3},"tools":[{"function":{"parameters":{"properties":{"token":{"type":"string"}}}}}]}"#;
+        let scan = redactor.scan(text).unwrap();
+        assert!(!scan.needs_redaction);
+        assert!(scan.object);
+        // The last of a repeated field, as a parsed value keeps it.
+        assert_eq!(
+            scan.head,
+            json!({"model": "gpt-4o-mini", "stream": true, "usage": {"prompt_tokens": 3}})
+        );
+        // A secret in a key-escaped field name is still a secret name.
+        assert!(redactor.scan(br#"{"api\u005fkey":"x"}"#).unwrap().needs_redaction);
+        assert!(redactor
+            .scan(br#"{"a":[1,{"password":"[redacted]"}]}"#)
+            .is_some_and(|s| !s.needs_redaction));
+        assert!(
+            redactor
+                .scan(br#"{"usage":{"token":1}}"#)
+                .unwrap()
+                .needs_redaction
+        );
+        assert!(!redactor.scan(b"[1,2]").unwrap().object);
+        for not_json in [&b""[..], b"{", b"{} x", b"{\"a\":}", b"\xff", b"[1e400]"] {
+            assert!(redactor.scan(not_json).is_none(), "{not_json:?}");
+        }
+    }
+
+    #[test]
     fn short_keys_are_not_searched_inside_text() {
         let mut body = json!({"content": "abc abc"});
         assert!(!Redactor::new(&["abc"]).redact(&mut body));
@@ -233,6 +505,9 @@ mod tests {
         "credentials",
         "private_key",
         "notes",
+        "patternProperties",
+        "$defs",
+        "stream",
     ];
 
     fn text() -> impl Strategy<Value = String> {
@@ -240,6 +515,7 @@ mod tests {
             "[a-z ]{0,12}",
             Just(KEEL_KEY.to_owned()),
             Just(PROVIDER_KEY.to_owned()),
+            Just(REDACTED.to_owned()),
             "[a-z ]{0,6}".prop_map(|s| format!("{s}{KEEL_KEY}{s}")),
             "[a-z ]{0,6}".prop_map(|s| format!("{PROVIDER_KEY} and {s} {PROVIDER_KEY}")),
         ]
@@ -255,9 +531,18 @@ mod tests {
         leaf.prop_recursive(5, 64, 6, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::vec((prop::sample::select(NAMES), inner), 0..6).prop_map(|pairs| {
+                prop::collection::vec((prop::sample::select(NAMES), inner.clone()), 0..6).prop_map(|pairs| {
                     Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
                 }),
+                // A JSON-Schema map (as in a tool's parameters), whose entries are definitions.
+                (
+                    prop::sample::select(SCHEMA_MAPS),
+                    prop::collection::vec((prop::sample::select(NAMES), inner), 0..4)
+                )
+                    .prop_map(|(map, entries)| {
+                        let entries = entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+                        json!({ map: Value::Object(entries) })
+                    }),
             ]
         })
     }
@@ -324,6 +609,22 @@ mod tests {
                     Value::Array(items) => stack.extend(items.iter().map(|i| (i, false))),
                     _ => {}
                 }
+            }
+        }
+
+        #[test]
+        fn a_scan_agrees_with_redaction(value in json_value(), pretty in any::<bool>()) {
+            let text = match pretty {
+                true => serde_json::to_vec_pretty(&value).unwrap(),
+                false => serde_json::to_vec(&value).unwrap(),
+            };
+            let redactor = Redactor::new(&[KEEL_KEY, PROVIDER_KEY]);
+            let scan = redactor.scan(&text).unwrap();
+            let mut redacted = value.clone();
+            prop_assert_eq!(scan.needs_redaction, redactor.redact(&mut redacted));
+            prop_assert_eq!(scan.object, value.is_object());
+            for field in Scan::HEAD {
+                prop_assert_eq!(scan.head.get(*field), redacted.get(*field).filter(|_| value.is_object()));
             }
         }
 
