@@ -188,42 +188,50 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
                 .body(REQUEST)
         }
     };
-    let proxied = {
+    let through_keel = |record: bool| {
         let (client, url) = (client.clone(), format!("{base}/v1/chat/completions"));
         let (api_key, project_id) = (key.secret.clone(), project.id.clone());
         move || {
-            client
+            let request = client
                 .post(&url)
                 .bearer_auth(&api_key)
                 .header("content-type", "application/json")
                 .header("x-service-provider", "openai")
                 .header("x-service-provider-key", "sk-bench-provider-key")
                 .header("x-service-project-id", &project_id)
-                .body(REQUEST)
+                .body(REQUEST);
+            match record {
+                true => request,
+                false => request.header("x-service-record", "false"),
+            }
         }
     };
+    let (proxied, unrecorded) = (through_keel(true), through_keel(false));
     let rss_before = rss_kib("VmRSS:");
     // Warm both paths (connections, caches, prepared statements).
     run_at_rate(200, 1, direct.clone()).await;
     run_at_rate(200, 1, proxied.clone()).await;
 
     let mut out = std::io::stdout().lock();
-    writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed |")?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed | recording off: added p50 ms | added p99 ms |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
     for &rate in &bench.rates {
         let d = run_at_rate(rate, bench.seconds, direct.clone()).await;
         let p = run_at_rate(rate, bench.seconds, proxied.clone()).await;
+        let u = run_at_rate(rate, bench.seconds, unrecorded.clone()).await;
         eprintln!(
-            "{rate}/s: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed)",
+            "{rate}/s: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed), recording off p50 {} p99 {}",
             millis(d.percentile(0.5)),
             millis(d.percentile(0.99)),
             millis(p.percentile(0.5)),
             millis(p.percentile(0.99)),
-            p.failed
+            p.failed,
+            millis(u.percentile(0.5)),
+            millis(u.percentile(0.99)),
         );
         writeln!(
             out,
-            "| {rate}/s for {}s | {} | {} | {} | {} | {} | {} | {}/{} |",
+            "| {rate}/s for {}s | {} | {} | {} | {} | {} | {} | {}/{} | {} | {} |",
             bench.seconds,
             millis(d.percentile(0.5)),
             millis(d.percentile(0.99)),
@@ -232,7 +240,9 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
             added(p.percentile(0.5), d.percentile(0.5)),
             added(p.percentile(0.99), d.percentile(0.99)),
             p.ok,
-            p.failed
+            p.failed,
+            added(u.percentile(0.5), d.percentile(0.5)),
+            added(u.percentile(0.99), d.percentile(0.99)),
         )?;
     }
     // Saturation: the same requests from the lean load generator.
