@@ -90,6 +90,10 @@ pub enum BenchTarget {
         /// Requests of the saturation run.
         #[arg(long, default_value_t = 20_000)]
         requests: usize,
+        /// The trace writer's batch size (`traces.flush_rows`) for this run; the configured
+        /// default when absent.
+        #[arg(long)]
+        flush_rows: Option<usize>,
     },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
@@ -198,12 +202,14 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                 seconds,
                 concurrency,
                 requests,
+                flush_rows,
             } => {
                 crate::bench::proxy::run(crate::bench::proxy::ProxyBench {
                     rates,
                     seconds,
                     concurrency,
                     saturation_requests: requests,
+                    flush_rows,
                 })
                 .await
             }

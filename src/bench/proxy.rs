@@ -23,6 +23,8 @@ pub struct ProxyBench {
     pub seconds: u64,
     pub concurrency: usize,
     pub saturation_requests: usize,
+    /// Overrides `traces.flush_rows`.
+    pub flush_rows: Option<usize>,
 }
 
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
@@ -162,6 +164,10 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     let db = BenchDb::create(None).await?;
     let mut settings = bench_settings(&db.url)?;
     settings.providers.openai_url = provider.clone();
+    if let Some(rows) = bench.flush_rows {
+        settings.traces.flush_rows = rows;
+    }
+    eprintln!("traces.flush_rows = {}", settings.traces.flush_rows);
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let keel_addr = SocketAddr::from(([127, 0, 0, 1], app.port()));
