@@ -41,6 +41,8 @@ struct Queue {
     drains: Vec<(u64, oneshot::Sender<()>)>,
     /// Every handle is gone: write what is left and stop.
     closed: bool,
+    /// The writer task ended (or panicked): nothing queued now would ever be written.
+    writer_gone: bool,
 }
 
 impl Shared {
@@ -127,16 +129,18 @@ impl TraceWriter {
         let shared = &self.handle.0;
         let queued = {
             let mut queue = shared.lock();
-            if queue.traces.len() >= shared.capacity {
-                None
+            if queue.writer_gone {
+                Err("the trace writer has stopped")
+            } else if queue.traces.len() >= shared.capacity {
+                Err("the trace queue is full")
             } else {
                 queue.traces.push_back(pending);
                 queue.queued_total += 1;
-                Some(queue.traces.len())
+                Ok(queue.traces.len())
             }
         };
         match queued {
-            Some(len) => {
+            Ok(len) => {
                 self.metrics.recorded.inc();
                 // A batch starts (the writer starts its clock) or is full; in between the
                 // writer sleeps on.
@@ -144,19 +148,23 @@ impl TraceWriter {
                     shared.wake.notify_one();
                 }
             }
-            None => {
+            Err(reason) => {
                 self.metrics.dropped.inc();
-                tracing::warn!(reason = "the trace queue is full", "trace dropped");
+                tracing::warn!(reason, "trace dropped");
             }
         }
     }
 
-    /// Writes everything handed over so far; answers when it is in the database.
+    /// Writes everything handed over so far; answers when it is in the database (at once
+    /// if the writer is gone).
     pub async fn drain(&self) {
         let shared = &self.handle.0;
         let (ack, done) = oneshot::channel();
         {
             let mut queue = shared.lock();
+            if queue.writer_gone {
+                return;
+            }
             let upto = queue.queued_total;
             queue.drains.push((upto, ack));
         }
@@ -173,7 +181,33 @@ struct Turn {
     last: bool,
 }
 
+/// Dropped when the writer task ends, however it ends (a panic in a trace's finishing, the
+/// runtime shutting down): waiting drains are answered, queued traces counted as dropped, and
+/// later ones refused, instead of a drain (the shutdown's) waiting forever.
+struct WriterGone {
+    shared: Arc<Shared>,
+    metrics: TraceMetrics,
+}
+
+impl Drop for WriterGone {
+    fn drop(&mut self) {
+        let mut queue = self.shared.lock();
+        queue.writer_gone = true;
+        queue.drains.clear();
+        let lost = queue.traces.len();
+        queue.traces.clear();
+        if lost > 0 {
+            self.metrics.dropped.inc_by(lost as u64);
+            tracing::error!(traces = lost, "the trace writer stopped; queued traces are lost");
+        }
+    }
+}
+
 async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration, metrics: TraceMetrics) {
+    let _gone = WriterGone {
+        shared: shared.clone(),
+        metrics: metrics.clone(),
+    };
     let mut taken_total: u64 = 0;
     // When the oldest queued trace must be written by; set when the writer first sees it.
     let mut deadline: Option<Instant> = None;
