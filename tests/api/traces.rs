@@ -274,13 +274,9 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
     // 300 traces handed over before the writer runs: the batch that reaches `flush_rows`
     // takes the queued backlog along (one statement), stopping at the drain request that
     // follows it, which is answered only once all 300 are in the database.
-    let app = spawn_app().await;
-    let org = app.create_org("Acme").await;
-    let project = app.create_project(&org, "Support").await;
-    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
-    let writer = keel::traces::writer::TraceWriter::start(db, 2, std::time::Duration::from_secs(600), 1000);
+    let (app, writer, trace) = own_writer(2, 1000).await;
     for i in 0..300 {
-        writer.record_pending(pending_trace(format!("backlog-{i}"), &org.org_id, &project));
+        writer.record_pending(trace(format!("backlog-{i}")));
     }
     writer.drain().await;
     // Checked before anything else awaits: the drain answered after the write, not before.
@@ -292,15 +288,11 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
 #[actix_web::test]
 async fn a_full_queue_drops_and_counts_the_overflow_and_takes_traces_again_once_written() {
     // Capacity 5, and the writer never flushes on its own: the 6th to 8th traces find the
-    // queue full. They are counted as dropped (and in /metrics), the 5 queued ones are all
+    // queue full. They are counted as dropped, the 5 queued ones are all
     // written, and once they are the queue takes traces again.
-    let app = spawn_app().await;
-    let org = app.create_org("Acme").await;
-    let project = app.create_project(&org, "Support").await;
-    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
-    let writer = keel::traces::writer::TraceWriter::start(db, 100, std::time::Duration::from_secs(600), 5);
+    let (app, writer, trace) = own_writer(100, 5).await;
     for i in 0..8 {
-        writer.record_pending(pending_trace(format!("overflow-{i}"), &org.org_id, &project));
+        writer.record_pending(trace(format!("overflow-{i}")));
     }
     assert_eq!(writer.metrics.recorded.get(), 5);
     assert_eq!(writer.metrics.dropped.get(), 3);
@@ -308,12 +300,55 @@ async fn a_full_queue_drops_and_counts_the_overflow_and_takes_traces_again_once_
     assert_eq!(writer.metrics.written.get(), 5);
     assert_eq!(count_traces(&app.db_url).await, 5);
     for i in 8..10 {
-        writer.record_pending(pending_trace(format!("overflow-{i}"), &org.org_id, &project));
+        writer.record_pending(trace(format!("overflow-{i}")));
     }
     writer.drain().await;
     assert_eq!(writer.metrics.dropped.get(), 3);
     assert_eq!(writer.metrics.written.get(), 7);
     assert_eq!(count_traces(&app.db_url).await, 7);
+}
+
+#[actix_web::test]
+async fn a_writer_that_dies_answers_drains_and_refuses_traces() {
+    // A trace whose finishing panics ends the writer task. The drain behind it (the one a
+    // shutdown waits on) is still answered, and later traces are counted as dropped rather
+    // than queued for a writer that will never write them.
+    let (_app, writer, trace) = own_writer(100, 1000).await;
+    writer.record_pending(trace("before".into()));
+    writer.record_pending(Box::new(|| panic!("a trace that cannot be finished")));
+    let drained = actix_web::rt::time::timeout(std::time::Duration::from_secs(10), writer.drain()).await;
+    assert!(drained.is_ok(), "the drain was answered");
+    assert_eq!(writer.metrics.written.get(), 0);
+    writer.record_pending(trace("after".into()));
+    assert_eq!(writer.metrics.recorded.get(), 2);
+    assert_eq!(writer.metrics.dropped.get(), 1);
+    let again = actix_web::rt::time::timeout(std::time::Duration::from_secs(10), writer.drain()).await;
+    assert!(again.is_ok(), "a later drain answers at once");
+}
+
+/// An app, a trace writer the test starts itself on the app's database, and a maker of
+/// finished traces for it (in one project of one organization).
+async fn own_writer(
+    flush_rows: usize,
+    capacity: usize,
+) -> (
+    TestApp,
+    keel::traces::writer::TraceWriter,
+    impl Fn(String) -> keel::traces::writer::PendingTrace,
+) {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let writer = keel::traces::writer::TraceWriter::start(
+        db,
+        flush_rows,
+        std::time::Duration::from_secs(600),
+        capacity,
+    );
+    let org_id = org.org_id;
+    let trace = move |id| pending_trace(id, &org_id, &project);
+    (app, writer, trace)
 }
 
 /// A finished trace handed to a writer started by the test itself.
