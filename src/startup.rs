@@ -84,6 +84,7 @@ impl Application {
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(data.clone())
+                .app_data(web::Data::new(data.upstreams.for_worker()))
                 .app_data(doc.clone())
                 .app_data(registry.clone())
                 .configure(routes)

@@ -28,7 +28,8 @@ pub struct AppState {
     pub secret_box: Option<SecretBox>,
     /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
     pub http: reqwest::Client,
-    /// The recording proxy's providers, its look-up cache and the trace writer.
+    /// The recording proxy's providers (each HTTP worker calls them through a client of its
+    /// own, made from this one), its look-up cache and the trace writer.
     pub upstreams: crate::proxy::Upstreams,
     pub proxy_cache: crate::proxy::cache::ProxyCache,
     pub traces: crate::traces::writer::TraceWriter,

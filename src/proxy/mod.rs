@@ -70,11 +70,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// The providers: the client that calls them and each one's chat-completions endpoint,
 /// parsed once at startup (a URL parse per call costs more than the rest of the request's
 /// building).
+///
+/// Each HTTP worker calls through a client of its own ([`Upstreams::for_worker`]): a
+/// pooled connection is served by a task on the worker that opened it, so a client shared
+/// by the workers sends about half the calls through another worker's thread, two thread
+/// wake-ups (there and back) per proxied call.
 #[derive(Clone)]
 pub struct Upstreams {
     client: reqwest::Client,
     /// `<base>/chat/completions` of each of [`PROVIDERS`], in that order.
     endpoints: std::sync::Arc<[reqwest::Url]>,
+    connect_timeout: Duration,
+    read_timeout: Duration,
 }
 
 impl Upstreams {
@@ -82,13 +89,9 @@ impl Upstreams {
     /// fine as long as it keeps talking). Redirects are not followed: a proxy answers the
     /// provider's 3xx as it is, like any other status.
     pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(settings.proxy.connect_timeout_ms))
-            .read_timeout(Duration::from_secs(settings.proxy.read_timeout_secs))
-            .pool_max_idle_per_host(256)
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+        let connect_timeout = Duration::from_millis(settings.proxy.connect_timeout_ms);
+        let read_timeout = Duration::from_secs(settings.proxy.read_timeout_secs);
+        let client = Self::client(connect_timeout, read_timeout)?;
         let p = &settings.providers;
         let endpoints = PROVIDERS
             .iter()
@@ -104,7 +107,38 @@ impl Upstreams {
                     .map_err(|e| anyhow::anyhow!("the {provider} base URL {base:?} is not a URL: {e}"))
             })
             .collect::<anyhow::Result<_>>()?;
-        Ok(Self { client, endpoints })
+        Ok(Self {
+            client,
+            endpoints,
+            connect_timeout,
+            read_timeout,
+        })
+    }
+
+    fn client(connect_timeout: Duration, read_timeout: Duration) -> reqwest::Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .read_timeout(read_timeout)
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+    }
+
+    /// The same upstreams through a client (and connection pool) of their own, for one HTTP
+    /// worker. The settings were proven by [`Upstreams::new`]; should a second build fail
+    /// all the same, the worker shares this client.
+    pub fn for_worker(&self) -> Self {
+        match Self::client(self.connect_timeout, self.read_timeout) {
+            Ok(client) => Self {
+                client,
+                ..self.clone()
+            },
+            Err(err) => {
+                tracing::warn!(error = %err, "a worker's upstream client failed to build; it shares the first one");
+                self.clone()
+            }
+        }
     }
 
     fn post(&self, provider: usize) -> reqwest::RequestBuilder {
@@ -333,6 +367,7 @@ pub struct Doc;
 pub async fn chat_completions(
     req: HttpRequest,
     state: web::Data<AppState>,
+    upstreams: web::Data<Upstreams>,
     body: RawBody,
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
@@ -393,8 +428,7 @@ pub async fn chat_completions(
         secrets: [keel_key.clone(), provider_key.to_owned()],
     });
 
-    let mut upstream = state
-        .upstreams
+    let mut upstream = upstreams
         .post(provider_index)
         .bearer_auth(provider_key)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
