@@ -33,20 +33,34 @@ const SCHEMA_MAPS: &[&str] = &["properties", "patternProperties", "$defs", "defi
 
 pub fn is_secret_name(name: &str) -> bool {
     // Runs for every key of every body, so nothing is allocated: the name is normalized
-    // backwards, and only as far as the longest name it could match. A full match needs the
-    // whole normalized name, which is known once fewer than `TAIL` characters came out.
+    // backwards, and only as far as the longest name it could match. Keys are nearly always
+    // ASCII, whose lowering needs no Unicode table.
+    let kept = |c: &char| *c != '_' && *c != '-';
+    if name.is_ascii() {
+        is_secret_reversed(
+            name.bytes()
+                .map(char::from)
+                .rev()
+                .filter(kept)
+                .map(|c| c.to_ascii_lowercase()),
+        )
+    } else {
+        is_secret_reversed(
+            name.chars()
+                .rev()
+                .filter(kept)
+                .flat_map(|c| c.to_lowercase().rev()),
+        )
+    }
+}
+
+/// [`is_secret_name`] of a name given as its normalized characters, last first. A full match
+/// needs the whole normalized name, which is known once fewer than `TAIL` characters came out.
+fn is_secret_reversed(lowered: impl Iterator<Item = char>) -> bool {
     const TAIL: usize = 19; // "proxyauthorization".len() + 1
     let mut tail = ['\0'; TAIL];
     let mut len = 0;
-    for c in name
-        .chars()
-        .rev()
-        .filter(|c| *c != '_' && *c != '-')
-        .flat_map(|c| c.to_lowercase().rev())
-    {
-        if len == TAIL {
-            break;
-        }
+    for c in lowered.take(TAIL) {
         tail[len] = c;
         len += 1;
     }
