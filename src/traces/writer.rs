@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use entities::trace;
 use prometheus::{IntCounter, Registry};
-use sea_orm::{DatabaseConnection, EntityTrait, IntoActiveModel};
+use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, IntoActiveModel, QueryTrait};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
@@ -266,14 +266,17 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration,
 }
 
 async fn flush(db: &DatabaseConnection, batch: &mut Vec<trace::Model>, metrics: &TraceMetrics) {
-    for chunk in batch.chunks(INSERT_CHUNK) {
+    while !batch.is_empty() {
+        let rows = batch.len().min(INSERT_CHUNK);
+        // Built once from the traces themselves (no copy of them); each attempt runs it.
+        let insert = trace::Entity::insert_many(batch.drain(..rows).map(IntoActiveModel::into_active_model))
+            .into_query();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let rows = chunk.iter().cloned().map(IntoActiveModel::into_active_model);
-            match trace::Entity::insert_many(rows).exec_without_returning(db).await {
+            match db.execute(&insert).await {
                 Ok(_) => {
-                    metrics.written.inc_by(chunk.len() as u64);
+                    metrics.written.inc_by(rows as u64);
                     break;
                 }
                 Err(err) if attempt < WRITE_ATTEMPTS => {
@@ -281,12 +284,11 @@ async fn flush(db: &DatabaseConnection, batch: &mut Vec<trace::Model>, metrics: 
                     tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
                 }
                 Err(err) => {
-                    metrics.write_failures.inc_by(chunk.len() as u64);
-                    tracing::error!(error = %err, traces = chunk.len(), "writing traces failed; they are lost");
+                    metrics.write_failures.inc_by(rows as u64);
+                    tracing::error!(error = %err, traces = rows, "writing traces failed; they are lost");
                     break;
                 }
             }
         }
     }
-    batch.clear();
 }
