@@ -94,6 +94,10 @@ pub enum BenchTarget {
         /// default when absent.
         #[arg(long)]
         flush_rows: Option<usize>,
+        /// The trace writer's longest wait before writing a batch (`traces.flush_ms`) for
+        /// this run; the configured default when absent.
+        #[arg(long)]
+        flush_ms: Option<u64>,
     },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
@@ -203,6 +207,7 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                 concurrency,
                 requests,
                 flush_rows,
+                flush_ms,
             } => {
                 crate::bench::proxy::run(crate::bench::proxy::ProxyBench {
                     rates,
@@ -210,6 +215,7 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
                     concurrency,
                     saturation_requests: requests,
                     flush_rows,
+                    flush_ms,
                 })
                 .await
             }

@@ -242,6 +242,10 @@ pub struct TraceSettings {
     pub flush_rows: usize,
     /// ...or when its oldest trace has waited this long, in milliseconds.
     pub flush_ms: u64,
+    /// Under load, a batch starts at most this often (milliseconds from the previous
+    /// batch's start) and takes everything queued by then; 0 writes each batch as soon as it
+    /// reaches `flush_rows`.
+    pub batch_interval_ms: u64,
     /// Traces waiting to be written at most; beyond it new traces are dropped and counted
     /// (`keel_traces_dropped_total`) rather than slow the proxy down.
     pub queue_capacity: usize,

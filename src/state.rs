@@ -64,12 +64,7 @@ impl AppState {
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
-        let traces = crate::traces::writer::TraceWriter::start(
-            db.clone(),
-            settings.traces.flush_rows,
-            Duration::from_millis(settings.traces.flush_ms),
-            settings.traces.queue_capacity,
-        );
+        let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces);
         Ok(Self {
             upstreams: crate::proxy::Upstreams::new(&settings)?,
             proxy_cache: crate::proxy::cache::ProxyCache::new(Duration::from_millis(

@@ -25,6 +25,8 @@ pub struct ProxyBench {
     pub saturation_requests: usize,
     /// Overrides `traces.flush_rows`.
     pub flush_rows: Option<usize>,
+    /// Overrides `traces.flush_ms`.
+    pub flush_ms: Option<u64>,
 }
 
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
@@ -85,6 +87,32 @@ fn process_cpu() -> Duration {
         Some(utime + stime)
     });
     Duration::from_millis(ticks.unwrap_or(0) * 10)
+}
+
+/// CPU time used so far by the threads that write traces: the main thread (the actix system
+/// whose arbiter runs the trace writer's task; the bench itself only waits there) and
+/// SQLite's worker threads (`sqlx-sqlite-worker-N`, which run every statement).
+fn trace_writer_cpu() -> Duration {
+    let pid = std::process::id().to_string();
+    let ticks: u64 = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().into_string().ok()?;
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1;
+            if tid != pid && !comm.starts_with("sqlx-sqlite") {
+                return None;
+            }
+            let mut fields = rest.split_whitespace().skip(11);
+            let utime: u64 = fields.next()?.parse().ok()?;
+            let stime: u64 = fields.next()?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 /// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own.
@@ -167,7 +195,13 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     if let Some(rows) = bench.flush_rows {
         settings.traces.flush_rows = rows;
     }
-    eprintln!("traces.flush_rows = {}", settings.traces.flush_rows);
+    if let Some(ms) = bench.flush_ms {
+        settings.traces.flush_ms = ms;
+    }
+    eprintln!(
+        "traces.flush_rows = {}, traces.flush_ms = {}",
+        settings.traces.flush_rows, settings.traces.flush_ms
+    );
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let keel_addr = SocketAddr::from(([127, 0, 0, 1], app.port()));
@@ -271,9 +305,19 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     let d = run_load(provider_addr, c, n, move |_| direct.clone()).await;
     let cpu_direct = process_cpu().saturating_sub(cpu);
     let cpu = process_cpu();
+    let (writer_cpu, written, batches) = (
+        trace_writer_cpu(),
+        state.traces.metrics.written.get(),
+        state.traces.metrics.batches.get(),
+    );
     let p = run_load(keel_addr, c, n, move |_| proxied.clone()).await;
     state.traces.drain().await;
     let cpu_recorded = process_cpu().saturating_sub(cpu);
+    let writer_cpu = trace_writer_cpu().saturating_sub(writer_cpu);
+    let (written, batches) = (
+        state.traces.metrics.written.get() - written,
+        state.traces.metrics.batches.get() - batches,
+    );
     let cpu = process_cpu();
     let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
     let cpu_unrecorded = process_cpu().saturating_sub(cpu);
@@ -306,6 +350,12 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
         )?;
     }
     writeln!(out)?;
+    writeln!(
+        out,
+        "Recording at saturation: {written} traces in {batches} batches ({:.1} rows each); the trace writer and SQLite's thread used {:.1} µs of CPU per trace.",
+        written as f64 / batches.max(1) as f64,
+        writer_cpu.as_secs_f64() * 1e6 / written.max(1) as f64,
+    )?;
     writeln!(
         out,
         "Traces written: {}, dropped: {}. Process RSS before load {} MiB, peak {} MiB.",

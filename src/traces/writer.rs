@@ -3,6 +3,13 @@
 //! and drains everything it holds at shutdown. The queue is bounded: when it is full, a trace
 //! is dropped, counted (`keel_traces_dropped_total`) and logged, never silently.
 //!
+//! Under load the writer paces itself: a batch starts at most once per `batch_interval_ms`
+//! and takes everything queued by then (up to one statement's rows). Each batch costs about
+//! the same CPU whatever its size (a statement, a commit, an fsync), so at a few thousand
+//! calls a second the writer commits a hundred larger batches instead of hundreds of small
+//! ones; at low rates batches stay at `flush_rows`, short bursts that a proxied call sharing
+//! the core barely notices.
+//!
 //! The hand-over is a locked queue, not a channel: a channel wakes the writer's thread for
 //! every trace (an `eventfd` write and a context switch per proxied call), while this queue
 //! wakes it when a batch starts (to start its `flush_ms` clock) and when it is full, about
@@ -17,6 +24,8 @@ use prometheus::{IntCounter, Registry};
 use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, IntoActiveModel, QueryTrait};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+
+use crate::config::TraceSettings;
 
 /// Rows per insert statement (17 columns; SQLite allows 32,766 parameters).
 const INSERT_CHUNK: usize = 500;
@@ -69,6 +78,7 @@ impl Drop for Handle {
 pub struct TraceMetrics {
     pub recorded: IntCounter,
     pub written: IntCounter,
+    pub batches: IntCounter,
     pub dropped: IntCounter,
     pub write_failures: IntCounter,
 }
@@ -81,6 +91,10 @@ impl TraceMetrics {
         Self {
             recorded: counter("keel_traces_recorded_total", "Traces handed to the trace writer"),
             written: counter("keel_traces_written_total", "Traces inserted into the database"),
+            batches: counter(
+                "keel_trace_batches_written_total",
+                "Insert statements the trace writer ran (written / batches = rows per batch)",
+            ),
             dropped: counter(
                 "keel_traces_dropped_total",
                 "Traces dropped because the writer's queue was full",
@@ -93,7 +107,13 @@ impl TraceMetrics {
     }
 
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        for counter in [&self.recorded, &self.written, &self.dropped, &self.write_failures] {
+        for counter in [
+            &self.recorded,
+            &self.written,
+            &self.batches,
+            &self.dropped,
+            &self.write_failures,
+        ] {
             registry.register(Box::new(counter.clone()))?;
         }
         Ok(())
@@ -108,15 +128,19 @@ pub struct TraceWriter {
 
 impl TraceWriter {
     /// Starts the writer task (inside the actix system).
-    pub fn start(db: DatabaseConnection, flush_rows: usize, flush_every: Duration, capacity: usize) -> Self {
+    pub fn start(db: DatabaseConnection, settings: &TraceSettings) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
-            capacity: capacity.max(1),
-            flush_rows: flush_rows.max(1),
+            capacity: settings.queue_capacity.max(1),
+            flush_rows: settings.flush_rows.max(1),
         });
         let metrics = TraceMetrics::new();
-        actix_web::rt::spawn(run(db, shared.clone(), flush_every, metrics.clone()));
+        let pace = Pace {
+            flush_every: Duration::from_millis(settings.flush_ms),
+            batch_interval: Duration::from_millis(settings.batch_interval_ms),
+        };
+        actix_web::rt::spawn(run(db, shared.clone(), pace, metrics.clone()));
         Self {
             handle: Arc::new(Handle(shared)),
             metrics,
@@ -203,7 +227,16 @@ impl Drop for WriterGone {
     }
 }
 
-async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration, metrics: TraceMetrics) {
+/// When the writer writes.
+struct Pace {
+    /// The longest a trace waits for its batch (`traces.flush_ms`).
+    flush_every: Duration,
+    /// The shortest time from one batch's start to the next's, unless a drain, the shutdown,
+    /// a full statement or `flush_every` calls for one sooner (`traces.batch_interval_ms`).
+    batch_interval: Duration,
+}
+
+async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: TraceMetrics) {
     let _gone = WriterGone {
         shared: shared.clone(),
         metrics: metrics.clone(),
@@ -211,14 +244,20 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration,
     let mut taken_total: u64 = 0;
     // When the oldest queued trace must be written by; set when the writer first sees it.
     let mut deadline: Option<Instant> = None;
+    // When the next batch may start, however full it is.
+    let mut next_batch = Instant::now();
     loop {
-        let turn = {
+        let (turn, wake_at) = {
             let mut queue = shared.lock();
-            let due = deadline.is_some_and(|at| Instant::now() >= at);
-            let flush_now = queue.traces.len() >= shared.flush_rows
+            let now = Instant::now();
+            let due = deadline.is_some_and(|at| now >= at);
+            let len = queue.traces.len();
+            let full = len >= shared.flush_rows;
+            let flush_now = (full && now >= next_batch)
+                || len >= INSERT_CHUNK
                 || !queue.drains.is_empty()
                 || queue.closed
-                || (due && !queue.traces.is_empty());
+                || (due && len > 0);
             if flush_now {
                 // One statement's worth at a time: a backlog is written in large batches,
                 // and the queue keeps taking traces meanwhile.
@@ -230,18 +269,26 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration,
                     .partition(|(upto, _)| *upto <= taken_total);
                 queue.drains = waiting;
                 deadline = None;
-                Some(Turn {
+                next_batch = now + pace.batch_interval;
+                let turn = Turn {
                     traces,
                     drains: answered,
                     last: queue.closed && queue.traces.is_empty(),
-                })
+                };
+                (Some(turn), None)
             } else {
-                if queue.traces.is_empty() {
+                if len == 0 {
                     deadline = None;
                 } else if deadline.is_none() {
-                    deadline = Some(Instant::now() + flush_every);
+                    deadline = Some(now + pace.flush_every);
                 }
-                None
+                // A full batch waits for its turn; any other for its deadline (or a wake-up).
+                let wake_at = match (full, deadline) {
+                    (true, Some(at)) => Some(at.min(next_batch)),
+                    (true, None) => Some(next_batch),
+                    (false, at) => at,
+                };
+                (None, wake_at)
             }
         };
         match turn {
@@ -255,7 +302,7 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, flush_every: Duration,
                     return;
                 }
             }
-            None => match deadline {
+            None => match wake_at {
                 Some(at) => {
                     let _ = tokio::time::timeout_at(at, shared.wake.notified()).await;
                 }
@@ -277,6 +324,7 @@ async fn flush(db: &DatabaseConnection, batch: &mut Vec<trace::Model>, metrics: 
             match db.execute(&insert).await {
                 Ok(_) => {
                     metrics.written.inc_by(rows as u64);
+                    metrics.batches.inc();
                     break;
                 }
                 Err(err) if attempt < WRITE_ATTEMPTS => {

@@ -235,6 +235,7 @@ async fn trace_projects_count_each_projects_traces() {
     let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
     assert!(metrics.contains("keel_traces_written_total 3"), "{metrics}");
     assert!(metrics.contains("keel_traces_dropped_total 0"), "{metrics}");
+    assert!(metrics.contains("keel_trace_batches_written_total "), "{metrics}");
 }
 
 #[actix_web::test]
@@ -274,7 +275,7 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
     // 300 traces handed over before the writer runs: the batch that reaches `flush_rows`
     // takes the queued backlog along (one statement), stopping at the drain request that
     // follows it, which is answered only once all 300 are in the database.
-    let (app, writer, trace) = own_writer(2, 1000).await;
+    let (app, writer, trace) = own_writer(2, 1000, 0).await;
     for i in 0..300 {
         writer.record_pending(trace(format!("backlog-{i}")));
     }
@@ -286,11 +287,44 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
 }
 
 #[actix_web::test]
+async fn under_load_a_batch_waits_for_its_interval_and_takes_everything_queued() {
+    // Batches of 2, at most one every 2 s: the first is written at once; the four traces
+    // queued right after it fill two batches' worth but wait for the interval, then go in
+    // one statement.
+    let (app, writer, trace) = own_writer(2, 1000, 2_000).await;
+    writer.record_pending(trace("first-0".into()));
+    writer.record_pending(trace("first-1".into()));
+    assert!(
+        eventually(|| async { writer.metrics.written.get() == 2 }).await,
+        "the first full batch is written at once"
+    );
+    for i in 0..4 {
+        writer.record_pending(trace(format!("paced-{i}")));
+    }
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        writer.metrics.written.get(),
+        2,
+        "a full batch waits for its interval"
+    );
+    assert!(
+        eventually(|| async { writer.metrics.written.get() == 6 }).await,
+        "then it is written"
+    );
+    assert_eq!(
+        writer.metrics.batches.get(),
+        2,
+        "the four waiting traces went in one batch"
+    );
+    assert_eq!(count_traces(&app.db_url).await, 6);
+}
+
+#[actix_web::test]
 async fn a_full_queue_drops_and_counts_the_overflow_and_takes_traces_again_once_written() {
     // Capacity 5, and the writer never flushes on its own: the 6th to 8th traces find the
     // queue full. They are counted as dropped, the 5 queued ones are all
     // written, and once they are the queue takes traces again.
-    let (app, writer, trace) = own_writer(100, 5).await;
+    let (app, writer, trace) = own_writer(100, 5, 0).await;
     for i in 0..8 {
         writer.record_pending(trace(format!("overflow-{i}")));
     }
@@ -313,7 +347,7 @@ async fn a_writer_that_dies_answers_drains_and_refuses_traces() {
     // A trace whose finishing panics ends the writer task. The drain behind it (the one a
     // shutdown waits on) is still answered, and later traces are counted as dropped rather
     // than queued for a writer that will never write them.
-    let (_app, writer, trace) = own_writer(100, 1000).await;
+    let (_app, writer, trace) = own_writer(100, 1000, 0).await;
     writer.record_pending(trace("before".into()));
     writer.record_pending(Box::new(|| panic!("a trace that cannot be finished")));
     let drained = actix_web::rt::time::timeout(std::time::Duration::from_secs(10), writer.drain()).await;
@@ -331,6 +365,7 @@ async fn a_writer_that_dies_answers_drains_and_refuses_traces() {
 async fn own_writer(
     flush_rows: usize,
     capacity: usize,
+    batch_interval_ms: u64,
 ) -> (
     TestApp,
     keel::traces::writer::TraceWriter,
@@ -342,9 +377,12 @@ async fn own_writer(
     let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
     let writer = keel::traces::writer::TraceWriter::start(
         db,
-        flush_rows,
-        std::time::Duration::from_secs(600),
-        capacity,
+        &keel::config::TraceSettings {
+            flush_rows,
+            flush_ms: 600_000,
+            batch_interval_ms,
+            queue_capacity: capacity,
+        },
     );
     let org_id = org.org_id;
     let trace = move |id| pending_trace(id, &org_id, &project);
