@@ -21,14 +21,22 @@ use std::time::Duration;
 
 use entities::trace;
 use prometheus::{IntCounter, Registry};
-use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, IntoActiveModel, QueryTrait};
+use sea_orm::sea_query::InsertStatement;
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, IntoActiveModel, QueryTrait, TransactionTrait,
+};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::config::TraceSettings;
 
-/// Rows per insert statement (17 columns; SQLite allows 32,766 parameters).
+/// Rows per batch, written in one transaction.
 const INSERT_CHUNK: usize = 500;
+/// A batch is inserted in statements of power-of-two row counts up to this (17 columns;
+/// SQLite allows 32,766 parameters): nine statement shapes in all, each prepared once and
+/// then reused, instead of one shape per batch size, each prepared anew and cached (~150 KB
+/// of prepared statement per 250 rows).
+const LARGEST_INSERT: usize = 256;
 const WRITE_ATTEMPTS: u32 = 3;
 
 /// A trace to be finished (parsed, redacted) on the writer's task, off the request path.
@@ -315,14 +323,18 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
 async fn flush(db: &DatabaseConnection, batch: &mut Vec<trace::Model>, metrics: &TraceMetrics) {
     while !batch.is_empty() {
         let rows = batch.len().min(INSERT_CHUNK);
-        // Built once from the traces themselves (no copy of them); each attempt runs it.
-        let insert = trace::Entity::insert_many(batch.drain(..rows).map(IntoActiveModel::into_active_model))
-            .into_query();
+        // Built once from the traces themselves (no copy of them); each attempt runs them.
+        let inserts: Vec<_> = statement_sizes(rows)
+            .map(|size| {
+                trace::Entity::insert_many(batch.drain(..size).map(IntoActiveModel::into_active_model))
+                    .into_query()
+            })
+            .collect();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match db.execute(&insert).await {
-                Ok(_) => {
+            match write(db, &inserts).await {
+                Ok(()) => {
                     metrics.written.inc_by(rows as u64);
                     metrics.batches.inc();
                     break;
@@ -338,5 +350,49 @@ async fn flush(db: &DatabaseConnection, batch: &mut Vec<trace::Model>, metrics: 
                 }
             }
         }
+    }
+}
+
+/// One batch, all or nothing, in one commit.
+async fn write(db: &DatabaseConnection, inserts: &[InsertStatement]) -> Result<(), DbErr> {
+    let txn = db.begin().await?;
+    for insert in inserts {
+        txn.execute(insert).await?;
+    }
+    txn.commit().await
+}
+
+/// `rows` as a sum of powers of two no larger than [`LARGEST_INSERT`], largest first.
+fn statement_sizes(rows: usize) -> impl Iterator<Item = usize> {
+    let whole = rows / LARGEST_INSERT;
+    let rest = rows % LARGEST_INSERT;
+    std::iter::repeat_n(LARGEST_INSERT, whole).chain(
+        (0..LARGEST_INSERT.trailing_zeros())
+            .rev()
+            .map(|bit| 1 << bit)
+            .filter(move |size| rest & size != 0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_splits_into_powers_of_two_that_add_up() {
+        for rows in 0..=INSERT_CHUNK {
+            let sizes: Vec<usize> = statement_sizes(rows).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), rows, "{rows}: {sizes:?}");
+            assert!(
+                sizes.iter().all(|s| s.is_power_of_two() && *s <= LARGEST_INSERT),
+                "{rows}: {sizes:?}"
+            );
+            assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{rows}: {sizes:?}");
+        }
+        assert_eq!(statement_sizes(281).collect::<Vec<_>>(), vec![256, 16, 8, 1]);
+        assert_eq!(
+            statement_sizes(500).collect::<Vec<_>>(),
+            vec![256, 128, 64, 32, 16, 4]
+        );
     }
 }
