@@ -273,7 +273,7 @@ async fn the_writer_drains_at_shutdown() {
 #[actix_web::test]
 async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
     // 300 traces handed over before the writer runs: the batch that reaches `flush_rows`
-    // takes the queued backlog along (one statement), stopping at the drain request that
+    // takes the queued backlog along (one batch), stopping at the drain request that
     // follows it, which is answered only once all 300 are in the database.
     let (app, writer, trace) = own_writer(2, 1000, 0).await;
     for i in 0..300 {
@@ -290,7 +290,7 @@ async fn a_backlog_is_written_whole_and_a_drain_behind_it_waits_for_it() {
 async fn under_load_a_batch_waits_for_its_interval_and_takes_everything_queued() {
     // Batches of 2, at most one every 2 s: the first is written at once; the four traces
     // queued right after it fill two batches' worth but wait for the interval, then go in
-    // one statement.
+    // one batch.
     let (app, writer, trace) = own_writer(2, 1000, 2_000).await;
     writer.record_pending(trace("first-0".into()));
     writer.record_pending(trace("first-1".into()));
