@@ -238,7 +238,8 @@ pub struct ProxySettings {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct TraceSettings {
-    /// The trace writer inserts when it holds this many traces...
+    /// The trace writer inserts when it holds this many traces (at most 500, a batch's
+    /// largest size; more acts as 500)...
     pub flush_rows: usize,
     /// ...or when its oldest trace has waited this long, in milliseconds.
     pub flush_ms: u64,

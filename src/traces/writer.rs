@@ -13,7 +13,7 @@
 //! The hand-over is a locked queue, not a channel: a channel wakes the writer's thread for
 //! every trace (an `eventfd` write and a context switch per proxied call), while this queue
 //! wakes it when a batch starts (to start its `flush_ms` clock) and when it is full, about
-//! twice per `flush_rows` traces under load.
+//! twice per `flush_rows` traces under load (plus, when paced, once at the batch's turn).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,8 +30,8 @@ use tokio::time::Instant;
 
 use crate::config::TraceSettings;
 
-/// Rows per batch, written in one transaction.
-const INSERT_CHUNK: usize = 500;
+/// Rows of one batch at most (one transaction); `flush_rows` above it act as it.
+const MAX_BATCH_ROWS: usize = 500;
 /// A batch is inserted in statements of power-of-two row counts up to this (17 columns;
 /// SQLite allows 32,766 parameters): nine statement shapes in all, each prepared once and
 /// then reused, instead of one shape per batch size, each prepared anew and kept in the
@@ -141,7 +141,7 @@ impl TraceWriter {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
             capacity: settings.queue_capacity.max(1),
-            flush_rows: settings.flush_rows.max(1),
+            flush_rows: settings.flush_rows.clamp(1, MAX_BATCH_ROWS),
         });
         let metrics = TraceMetrics::new();
         let pace = Pace {
@@ -174,9 +174,10 @@ impl TraceWriter {
         match queued {
             Ok(len) => {
                 self.metrics.recorded.inc();
-                // A batch starts (the writer starts its clock) or is full; in between the
-                // writer sleeps on.
-                if len == 1 || len == shared.flush_rows {
+                // A batch starts (the writer starts its clock), is full, or is a whole
+                // backlog batch (written even before its paced turn); in between the writer
+                // sleeps on.
+                if len == 1 || len == shared.flush_rows || len == MAX_BATCH_ROWS {
                     shared.wake.notify_one();
                 }
             }
@@ -240,7 +241,7 @@ struct Pace {
     /// The longest a trace waits for its batch (`traces.flush_ms`).
     flush_every: Duration,
     /// The shortest time from one batch's start to the next's, unless a drain, the shutdown,
-    /// a backlog of a whole batch (`INSERT_CHUNK` rows) or `flush_every` calls for one sooner
+    /// a backlog of a whole batch (`MAX_BATCH_ROWS` rows) or `flush_every` calls for one sooner
     /// (`traces.batch_interval_ms`).
     batch_interval: Duration,
 }
@@ -263,14 +264,14 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
             let len = queue.traces.len();
             let full = len >= shared.flush_rows;
             let flush_now = (full && now >= next_batch)
-                || len >= INSERT_CHUNK
+                || len >= MAX_BATCH_ROWS
                 || !queue.drains.is_empty()
                 || queue.closed
                 || (due && len > 0);
             if flush_now {
                 // One batch's worth at a time: a backlog is written in large batches, and
                 // the queue keeps taking traces meanwhile.
-                let take = queue.traces.len().min(INSERT_CHUNK);
+                let take = queue.traces.len().min(MAX_BATCH_ROWS);
                 let traces: Vec<PendingTrace> = queue.traces.drain(..take).collect();
                 taken_total += take as u64;
                 let (answered, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut queue.drains)
@@ -292,18 +293,14 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
                     deadline = Some(now + pace.flush_every);
                 }
                 // A full batch waits for its turn; any other for its deadline (or a wake-up).
-                let wake_at = match (full, deadline) {
-                    (true, Some(at)) => Some(at.min(next_batch)),
-                    (true, None) => Some(next_batch),
-                    (false, at) => at,
-                };
+                let wake_at = deadline.map(|at| if full { at.min(next_batch) } else { at });
                 (None, wake_at)
             }
         };
         match turn {
             Some(turn) => {
-                let mut batch: Vec<trace::Model> = turn.traces.into_iter().map(|pending| pending()).collect();
-                flush(&db, &mut batch, &metrics).await;
+                let batch: Vec<trace::Model> = turn.traces.into_iter().map(|pending| pending()).collect();
+                flush(&db, batch, &metrics).await;
                 for (_, ack) in turn.drains {
                     let _ = ack.send(());
                 }
@@ -321,34 +318,36 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
     }
 }
 
-async fn flush(db: &DatabaseConnection, batch: &mut Vec<trace::Model>, metrics: &TraceMetrics) {
-    while !batch.is_empty() {
-        let rows = batch.len().min(INSERT_CHUNK);
-        // Built once from the traces themselves (no copy of them); each attempt runs them.
-        let inserts: Vec<_> = statement_sizes(rows)
-            .map(|size| {
-                trace::Entity::insert_many(batch.drain(..size).map(IntoActiveModel::into_active_model))
-                    .into_query()
-            })
-            .collect();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match write(db, &inserts).await {
-                Ok(()) => {
-                    metrics.written.inc_by(rows as u64);
-                    metrics.batches.inc();
-                    break;
-                }
-                Err(err) if attempt < WRITE_ATTEMPTS => {
-                    tracing::warn!(error = %err, attempt, "writing traces failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
-                }
-                Err(err) => {
-                    metrics.write_failures.inc_by(rows as u64);
-                    tracing::error!(error = %err, traces = rows, "writing traces failed; they are lost");
-                    break;
-                }
+/// Writes one batch (at most [`MAX_BATCH_ROWS`]), retrying it whole.
+async fn flush(db: &DatabaseConnection, mut batch: Vec<trace::Model>, metrics: &TraceMetrics) {
+    let rows = batch.len();
+    if rows == 0 {
+        return;
+    }
+    // Built once from the traces themselves (no copy of them); each attempt runs them.
+    let inserts: Vec<_> = statement_sizes(rows)
+        .map(|size| {
+            trace::Entity::insert_many(batch.drain(..size).map(IntoActiveModel::into_active_model))
+                .into_query()
+        })
+        .collect();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match write(db, &inserts).await {
+            Ok(()) => {
+                metrics.written.inc_by(rows as u64);
+                metrics.batches.inc();
+                return;
+            }
+            Err(err) if attempt < WRITE_ATTEMPTS => {
+                tracing::warn!(error = %err, attempt, "writing traces failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+            Err(err) => {
+                metrics.write_failures.inc_by(rows as u64);
+                tracing::error!(error = %err, traces = rows, "writing traces failed; they are lost");
+                return;
             }
         }
     }
@@ -381,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_batch_splits_into_powers_of_two_that_add_up() {
-        for rows in 0..=INSERT_CHUNK {
+        for rows in 0..=MAX_BATCH_ROWS {
             let sizes: Vec<usize> = statement_sizes(rows).collect();
             assert_eq!(sizes.iter().sum::<usize>(), rows, "{rows}: {sizes:?}");
             assert!(
