@@ -74,19 +74,24 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time the whole process has used so far (every thread, exited ones included), from
-/// `/proc/self/stat` (utime + stime, in clock ticks of 10 ms, Linux's `USER_HZ`).
+/// The command name and the CPU time (utime + stime) of a `/proc/.../stat` line. Clock ticks
+/// are 10 ms (Linux's `USER_HZ`). Fields after the command name, which may hold spaces,
+/// start at field 3 (state); utime and stime are fields 14 and 15.
+fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((comm, Duration::from_millis((utime + stime) * 10)))
+}
+
+/// CPU time the whole process has used so far (every thread, exited ones included).
 fn process_cpu() -> Duration {
-    let ticks = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
-        // Fields after the command name (which may hold spaces) start at field 3 (state):
-        // utime and stime are fields 14 and 15.
-        let rest = stat.rsplit_once(')')?.1;
-        let mut fields = rest.split_whitespace().skip(11);
-        let utime: u64 = fields.next()?.parse().ok()?;
-        let stime: u64 = fields.next()?.parse().ok()?;
-        Some(utime + stime)
-    });
-    Duration::from_millis(ticks.unwrap_or(0) * 10)
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| stat_cpu(&stat).map(|(_, cpu)| cpu))
+        .unwrap_or_default()
 }
 
 /// CPU time used so far by the threads that write traces: the main thread (the actix system
@@ -94,25 +99,17 @@ fn process_cpu() -> Duration {
 /// SQLite's worker threads (`sqlx-sqlite-worker-N`, which run every statement).
 fn trace_writer_cpu() -> Duration {
     let pid = std::process::id().to_string();
-    let ticks: u64 = std::fs::read_dir("/proc/self/task")
+    std::fs::read_dir("/proc/self/task")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|task| {
             let tid = task.file_name().into_string().ok()?;
             let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-            let (head, rest) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1;
-            if tid != pid && !comm.starts_with("sqlx-sqlite") {
-                return None;
-            }
-            let mut fields = rest.split_whitespace().skip(11);
-            let utime: u64 = fields.next()?.parse().ok()?;
-            let stime: u64 = fields.next()?.parse().ok()?;
-            Some(utime + stime)
+            let (comm, cpu) = stat_cpu(&stat)?;
+            (tid == pid || comm.starts_with("sqlx-sqlite")).then_some(cpu)
         })
-        .sum();
-    Duration::from_millis(ticks * 10)
+        .sum()
 }
 
 /// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own.
