@@ -28,9 +28,15 @@ pub async fn not_found() -> HttpResponse {
 /// A failed outbound call (serving layer, hub, tracker, provider) in words fit for an answer
 /// or a log: it names the peer, never a URL or a credential.
 pub fn describe_call_failure(err: &reqwest::Error, peer: &str) -> String {
-    if err.is_timeout() {
+    describe_failure(err.is_timeout(), err.is_connect(), peer)
+}
+
+/// [`describe_call_failure`] from what is known of the failure: it timed out, or no
+/// connection could be made, or neither.
+pub fn describe_failure(timeout: bool, connect: bool, peer: &str) -> String {
+    if timeout {
         format!("{peer} did not answer in time")
-    } else if err.is_connect() {
+    } else if connect {
         format!("{peer} is unreachable")
     } else {
         format!("calling {peer} failed")

@@ -2,6 +2,7 @@
 //! API key (by its hash) and a project belong to. Revoking a key through this instance forgets
 //! it at once; other instances see it within the TTL.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::TtlCache;
@@ -15,8 +16,8 @@ pub struct KeyOwner {
 
 #[derive(Clone)]
 pub struct ProxyCache {
-    /// SHA-256 of the key → its owner.
-    pub keys: TtlCache<String, KeyOwner>,
+    /// SHA-256 of the key (the bytes, not their hex) → its owner.
+    pub keys: TtlCache<[u8; 32], Arc<KeyOwner>>,
     /// Project id → its organization.
     pub projects: TtlCache<String, String>,
 }

@@ -6,8 +6,10 @@
 pub mod cache;
 pub mod redact;
 pub mod sse;
+pub mod upstream;
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -29,27 +31,37 @@ use crate::traces::writer::TraceWriter;
 use cache::KeyOwner;
 use redact::Redactor;
 use sse::{CompletionAssembler, SseParser};
+pub use upstream::Upstreams;
+use upstream::{Answer, UpstreamError};
 
 pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];
 
-const PROVIDER_HEADER: &str = "x-service-provider";
-const PROVIDER_KEY_HEADER: &str = "x-service-provider-key";
-const PROJECT_HEADER: &str = "x-service-project-id";
-const RECORD_HEADER: &str = "x-service-record";
+// Header names are made once: a lookup by a `&str` name makes (and, for a name that is not
+// a standard header, allocates) a `HeaderName` on every call.
+static PROVIDER_HEADER: HeaderName = HeaderName::from_static("x-service-provider");
+static PROVIDER_KEY_HEADER: HeaderName = HeaderName::from_static("x-service-provider-key");
+static PROJECT_HEADER: HeaderName = HeaderName::from_static("x-service-project-id");
+static RECORD_HEADER: HeaderName = HeaderName::from_static("x-service-record");
 
-/// Request headers that travel upstream (besides the provider's `Authorization`). Nothing
-/// of keel's, and no other credential, does.
-const FORWARDED_REQUEST_HEADERS: &[&str] = &[
-    "accept",
-    "user-agent",
-    "openai-organization",
-    "openai-project",
-    "openai-beta",
-    "anthropic-version",
-    "anthropic-beta",
-    "http-referer",
-    "x-title",
-];
+/// Request headers that travel upstream (besides the provider's `Authorization` and the
+/// body's `Content-Type`), as actix names them and as the upstream client does. Nothing of
+/// keel's, and no other credential, does.
+static FORWARDED_REQUEST_HEADERS: [(HeaderName, http::HeaderName); 9] = {
+    const fn both(name: &'static str) -> (HeaderName, http::HeaderName) {
+        (HeaderName::from_static(name), http::HeaderName::from_static(name))
+    }
+    [
+        both("accept"),
+        both("user-agent"),
+        both("openai-organization"),
+        both("openai-project"),
+        both("openai-beta"),
+        both("anthropic-version"),
+        both("anthropic-beta"),
+        both("http-referer"),
+        both("x-title"),
+    ]
+};
 
 /// Response headers that describe one hop, not the answer.
 const HOP_HEADERS: &[&str] = &[
@@ -67,86 +79,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(crate::http::resource("/v1/chat/completions").route(web::post().to(chat_completions)));
 }
 
-/// The providers: the client that calls them and each one's chat-completions endpoint,
-/// parsed once at startup (a URL parse per call costs more than the rest of the request's
-/// building).
-///
-/// Each HTTP worker calls through a client of its own ([`Upstreams::for_worker`]): a
-/// pooled connection is served by a task on the worker that opened it, so a client shared
-/// by the workers sends about half the calls through another worker's thread, two thread
-/// wake-ups (there and back) per proxied call.
-#[derive(Clone)]
-pub struct Upstreams {
-    client: reqwest::Client,
-    /// `<base>/chat/completions` of each of [`PROVIDERS`], in that order.
-    endpoints: std::sync::Arc<[reqwest::Url]>,
-    connect_timeout: Duration,
-    read_timeout: Duration,
-}
-
-impl Upstreams {
-    /// Pooled, with a connect and a per-read timeout (no total timeout: a long stream is
-    /// fine as long as it keeps talking). Redirects are not followed: a proxy answers the
-    /// provider's 3xx as it is, like any other status.
-    pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
-        let connect_timeout = Duration::from_millis(settings.proxy.connect_timeout_ms);
-        let read_timeout = Duration::from_secs(settings.proxy.read_timeout_secs);
-        let client = Self::client(connect_timeout, read_timeout)?;
-        let p = &settings.providers;
-        let endpoints = PROVIDERS
-            .iter()
-            .map(|provider| {
-                let base = match *provider {
-                    "anthropic" => &p.anthropic_url,
-                    "openrouter" => &p.openrouter_url,
-                    "google" => &p.google_url,
-                    _ => &p.openai_url,
-                };
-                let endpoint = format!("{}/chat/completions", base.trim_end_matches('/'));
-                reqwest::Url::parse(&endpoint)
-                    .map_err(|e| anyhow::anyhow!("the {provider} base URL {base:?} is not a URL: {e}"))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(Self {
-            client,
-            endpoints,
-            connect_timeout,
-            read_timeout,
-        })
-    }
-
-    fn client(connect_timeout: Duration, read_timeout: Duration) -> reqwest::Result<reqwest::Client> {
-        reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .read_timeout(read_timeout)
-            .pool_max_idle_per_host(256)
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-    }
-
-    /// The same upstreams through a client (and connection pool) of their own, for one HTTP
-    /// worker. The settings were proven by [`Upstreams::new`]; should a second build fail
-    /// all the same, the worker shares this client.
-    pub fn for_worker(&self) -> Self {
-        match Self::client(self.connect_timeout, self.read_timeout) {
-            Ok(client) => Self {
-                client,
-                ..self.clone()
-            },
-            Err(err) => {
-                tracing::warn!(error = %err, "a worker's upstream client failed to build; it shares the first one");
-                self.clone()
-            }
-        }
-    }
-
-    fn post(&self, provider: usize) -> reqwest::RequestBuilder {
-        self.client.post(self.endpoints[provider].clone())
-    }
-}
-
-fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+fn header<'a>(req: &'a HttpRequest, name: &HeaderName) -> Option<&'a str> {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -159,28 +92,28 @@ fn missing(name: &str) -> ApiError {
 }
 
 /// The keel API key of the call and its organization.
-async fn authenticate(state: &AppState, req: &HttpRequest) -> ApiResult<(String, KeyOwner)> {
+async fn authenticate(state: &AppState, req: &HttpRequest) -> ApiResult<(String, Arc<KeyOwner>)> {
     let unauthorized = || {
         ApiError::Unauthorized("a valid keel API key is required (Authorization: Bearer keel_sk_...)".into())
     };
-    let token = header(req, "authorization")
+    let token = header(req, &actix_web::http::header::AUTHORIZATION)
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
         .filter(|t| keys::looks_like_api_key(t))
         .ok_or_else(unauthorized)?;
-    let hash = keys::hash_api_key(token);
-    if let Some(owner) = state.proxy_cache.keys.get(&hash) {
+    let digest = keys::api_key_digest(token);
+    if let Some(owner) = state.proxy_cache.keys.get(&digest) {
         return Ok((token.to_owned(), owner));
     }
-    let key = crate::auth::repo::active_api_key(&state.db, &hash)
+    let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest))
         .await?
         .ok_or_else(unauthorized)?;
-    let owner = KeyOwner {
+    let owner = Arc::new(KeyOwner {
         key_id: key.id,
         org_id: key.org_id,
-    };
-    state.proxy_cache.keys.insert(hash, owner.clone());
+    });
+    state.proxy_cache.keys.insert(digest, owner.clone());
     Ok((token.to_owned(), owner))
 }
 
@@ -372,7 +305,7 @@ pub async fn chat_completions(
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
     let (keel_key, owner) = authenticate(&state, &req).await?;
-    let provider_name = header(&req, PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
+    let provider_name = header(&req, &PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
     let provider_index = PROVIDERS
         .iter()
         .position(|p| p.eq_ignore_ascii_case(provider_name))
@@ -383,10 +316,10 @@ pub async fn chat_completions(
             ))
         })?;
     let provider = PROVIDERS[provider_index];
-    let provider_key = header(&req, PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
-    let record = !header(&req, RECORD_HEADER).is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    let provider_key = header(&req, &PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
+    let record = !header(&req, &RECORD_HEADER).is_some_and(|v| v.eq_ignore_ascii_case("false"));
     let project_id = if record {
-        let raw = header(&req, PROJECT_HEADER).ok_or_else(|| missing("X-Service-Project-Id"))?;
+        let raw = header(&req, &PROJECT_HEADER).ok_or_else(|| missing("X-Service-Project-Id"))?;
         Some(recording_project(&state, &owner.org_id, raw).await?)
     } else {
         None
@@ -428,20 +361,33 @@ pub async fn chat_completions(
         secrets: [keel_key.clone(), provider_key.to_owned()],
     });
 
-    let mut upstream = upstreams
-        .post(provider_index)
-        .bearer_auth(provider_key)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(upstream_body);
-    for name in FORWARDED_REQUEST_HEADERS {
-        if let Some(value) = req.headers().get(*name) {
-            upstream = upstream.header(*name, value.as_bytes());
+    let mut upstream = http::Request::new(http_body_util::Full::new(upstream_body));
+    *upstream.method_mut() = http::Method::POST;
+    *upstream.uri_mut() = upstreams.endpoint(provider_index).clone();
+    let headers = upstream.headers_mut();
+    let mut authorization = http::HeaderValue::try_from(format!("Bearer {provider_key}")).map_err(|_| {
+        ApiError::BadRequest("header X-Service-Provider-Key is not a valid header value".into())
+    })?;
+    authorization.set_sensitive(true);
+    headers.insert(http::header::AUTHORIZATION, authorization);
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    for (name, upstream_name) in &FORWARDED_REQUEST_HEADERS {
+        if let Some(value) = req.headers().get(name) {
+            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                headers.insert(upstream_name.clone(), value);
+            }
         }
     }
-    let response = match upstream.send().await {
-        Ok(response) => response,
+    let Answer {
+        head,
+        body: upstream_body,
+    } = match upstreams.send(upstream).await {
+        Ok(answer) => answer,
         Err(err) => {
-            let (status, detail) = upstream_failure(&err, provider);
+            let (status, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
             }
@@ -449,9 +395,9 @@ pub async fn chat_completions(
         }
     };
     let first_byte = started.elapsed();
-    let status = StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut reply = HttpResponse::build(status);
-    for (name, value) in response.headers() {
+    for (name, value) in &head.headers {
         if HOP_HEADERS.contains(&name.as_str()) {
             continue;
         }
@@ -462,15 +408,15 @@ pub async fn chat_completions(
             reply.append_header((name, value));
         }
     }
-    let is_event_stream = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
+    let is_event_stream = head
+        .headers
+        .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
 
     if stream && status.is_success() && is_event_stream {
         let relay = Relay {
-            upstream: Box::pin(response.bytes_stream()),
+            upstream: upstream_body,
             parser: SseParser::default(),
             assembler: CompletionAssembler::default(),
             recording,
@@ -481,7 +427,7 @@ pub async fn chat_completions(
         return Ok(reply.streaming(relay));
     }
 
-    match response.bytes().await {
+    match upstream_body.collect().await {
         Ok(bytes) => {
             if let Some(recording) = recording {
                 let error = (!status.is_success()).then(|| format!("upstream answered {status}"));
@@ -496,7 +442,7 @@ pub async fn chat_completions(
             Ok(reply.body(bytes))
         }
         Err(err) => {
-            let (status, detail) = upstream_failure(&err, provider);
+            let (status, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(
                     status.as_u16(),
@@ -512,16 +458,12 @@ pub async fn chat_completions(
 }
 
 /// 504 when the provider stayed silent too long, else 502; the detail names no credential.
-fn upstream_failure(err: &reqwest::Error, provider: &str) -> (StatusCode, String) {
-    let status = if err.is_timeout() {
-        StatusCode::GATEWAY_TIMEOUT
-    } else {
-        StatusCode::BAD_GATEWAY
+fn upstream_failure(err: UpstreamError, provider: &str) -> (StatusCode, String) {
+    let status = match err {
+        UpstreamError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        UpstreamError::Unreachable | UpstreamError::Failed => StatusCode::BAD_GATEWAY,
     };
-    (
-        status,
-        crate::http::describe_call_failure(err, &format!("upstream {provider}")),
-    )
+    (status, err.describe(&format!("upstream {provider}")))
 }
 
 /// A provider's SSE stream passed to the client chunk by chunk, as it arrives (the client's
@@ -529,7 +471,7 @@ fn upstream_failure(err: &reqwest::Error, provider: &str) -> (StatusCode, String
 /// end (the client went away), it drops the upstream call and records what it saw,
 /// marked incomplete.
 struct Relay {
-    upstream: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>>>>,
+    upstream: upstream::Body,
     parser: SseParser,
     assembler: CompletionAssembler,
     recording: Option<Recording>,
@@ -558,11 +500,11 @@ impl Relay {
 }
 
 impl Stream for Relay {
-    type Item = reqwest::Result<Bytes>;
+    type Item = Result<Bytes, UpstreamError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        match this.upstream.as_mut().poll_next(cx) {
+        match Pin::new(&mut this.upstream).poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
                 if this.recording.is_some() {
                     let assembler = &mut this.assembler;
@@ -573,10 +515,7 @@ impl Stream for Relay {
             Poll::Ready(Some(Err(err))) => {
                 this.record(
                     false,
-                    Some(format!(
-                        "upstream stream broke: {}",
-                        upstream_failure(&err, "provider").1
-                    )),
+                    Some(format!("upstream stream broke: {}", err.describe("provider"))),
                 );
                 Poll::Ready(Some(Err(err)))
             }

@@ -496,6 +496,38 @@ async fn the_first_frame_arrives_before_the_upstream_finishes() {
 }
 
 #[actix_web::test]
+async fn a_stream_that_falls_silent_past_the_read_timeout_ends_and_keeps_a_partial_trace() {
+    // The provider sends its first frame and then nothing (the gate stays shut) for longer
+    // than the read timeout (1 s here): keel gives up on it, ends the client's stream
+    // without its end, and records what it saw, incomplete, with the reason.
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let mut stream = open_stream(&app, &org, &project, "stream-gated", "hi").await;
+    let mut received = Vec::new();
+    let mut broke = false;
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("keel ended the silent stream within its read timeout")
+    {
+        match chunk {
+            Ok(chunk) => received.extend_from_slice(&chunk),
+            Err(_) => {
+                broke = true;
+                break;
+            }
+        }
+    }
+    assert!(broke, "the client saw the stream end without its last chunk");
+    assert_eq!(sse_events(&String::from_utf8(received).unwrap()).len(), 1);
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!(traces[0]["complete"], false);
+    assert_eq!(traces[0]["statusCode"], 200);
+    let error = traces[0]["error"].as_str().unwrap();
+    assert!(error.contains("did not answer in time"), "{error}");
+}
+
+#[actix_web::test]
 async fn a_client_that_hangs_up_cancels_the_upstream_and_keeps_a_partial_trace() {
     let (app, provider) = proxy_app().await;
     let org = app.create_org("Acme").await;

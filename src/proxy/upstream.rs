@@ -1,0 +1,276 @@
+//! The providers' side of the proxy: one HTTP/1.1 client (hyper-util's pooled client over
+//! native TLS) per HTTP worker, each provider's chat-completions endpoint, and the two
+//! timeouts of a call.
+//!
+//! The proxy calls hyper directly rather than through reqwest: a proxied call needs none of
+//! what reqwest adds on top (redirects, which a proxy must not follow; retries; URL objects;
+//! decompression), and those layers cost about a fifth of keel's own CPU per proxied call
+//! (docs/BENCHMARKS.md, "Sixth session"). Every other outbound call of keel uses reqwest.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use http_body_util::Full;
+use hyper::body::{Body as _, Incoming};
+use hyper_tls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::{Instant, Sleep};
+
+use super::PROVIDERS;
+
+type Connector = HttpsConnector<HttpConnector>;
+
+/// The providers: the client that calls them and each one's chat-completions endpoint,
+/// parsed once at startup.
+///
+/// Each HTTP worker calls through a client of its own ([`Upstreams::for_worker`]): a
+/// pooled connection is served by a task on the worker that opened it, so a client shared
+/// by the workers sends about half the calls through another worker's thread, two thread
+/// wake-ups (there and back) per proxied call. The TLS configuration (the system's root
+/// certificates, slow to load) is built once and shared.
+#[derive(Clone)]
+pub struct Upstreams {
+    client: Client<Connector, Full<Bytes>>,
+    tls: tokio_native_tls::TlsConnector,
+    /// `<base>/chat/completions` of each of [`PROVIDERS`], in that order.
+    endpoints: Arc<[http::Uri]>,
+    connect_timeout: Duration,
+    read_timeout: Duration,
+}
+
+impl Upstreams {
+    /// Pooled, with a connect timeout and a read timeout (no total timeout: a long stream
+    /// is fine as long as it keeps talking). Redirects are not followed: a proxy answers the
+    /// provider's 3xx as it is, like any other status.
+    pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
+        let p = &settings.providers;
+        let endpoints = PROVIDERS
+            .iter()
+            .map(|provider| {
+                let base = match *provider {
+                    "anthropic" => &p.anthropic_url,
+                    "openrouter" => &p.openrouter_url,
+                    "google" => &p.google_url,
+                    _ => &p.openai_url,
+                };
+                let endpoint = format!("{}/chat/completions", base.trim_end_matches('/'));
+                let uri: http::Uri = endpoint
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("the {provider} base URL {base:?} is not a URL: {e}"))?;
+                match uri.scheme_str() {
+                    Some("http" | "https") if uri.host().is_some() => Ok(uri),
+                    _ => Err(anyhow::anyhow!(
+                        "the {provider} base URL {base:?} is not an http(s) URL"
+                    )),
+                }
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let tls =
+            native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for the providers: {e}"))?;
+        let connect_timeout = Duration::from_millis(settings.proxy.connect_timeout_ms);
+        let tls = tokio_native_tls::TlsConnector::from(tls);
+        Ok(Self {
+            client: Self::client(&tls, connect_timeout),
+            tls,
+            endpoints,
+            connect_timeout,
+            read_timeout: Duration::from_secs(settings.proxy.read_timeout_secs),
+        })
+    }
+
+    fn client(
+        tls: &tokio_native_tls::TlsConnector,
+        connect_timeout: Duration,
+    ) -> Client<Connector, Full<Bytes>> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(connect_timeout));
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(256)
+            .pool_timer(TokioTimer::new())
+            .build(HttpsConnector::from((http, tls.clone())))
+    }
+
+    /// The same upstreams through a client (and connection pool) of their own, for one HTTP
+    /// worker.
+    pub fn for_worker(&self) -> Self {
+        Self {
+            client: Self::client(&self.tls, self.connect_timeout),
+            ..self.clone()
+        }
+    }
+
+    pub fn endpoint(&self, provider: usize) -> &http::Uri {
+        &self.endpoints[provider]
+    }
+
+    /// Sends `request` and waits for the answer's head, at most the read timeout.
+    pub async fn send(&self, request: http::Request<Full<Bytes>>) -> Result<Answer, UpstreamError> {
+        match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
+            Ok(Ok(response)) => {
+                let (head, incoming) = response.into_parts();
+                Ok(Answer {
+                    head,
+                    body: Body::new(incoming, self.read_timeout),
+                })
+            }
+            Ok(Err(err)) => Err(UpstreamError::from_client(&err)),
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+}
+
+/// A provider's answer: its head, and its body still to be read.
+pub struct Answer {
+    pub head: http::response::Parts,
+    pub body: Body,
+}
+
+/// Why a call to a provider failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// The provider stayed silent longer than a timeout (connecting or reading).
+    #[error("the provider did not answer in time")]
+    Timeout,
+    /// No connection could be made.
+    #[error("the provider is unreachable")]
+    Unreachable,
+    /// The connection broke, or the provider's answer was not HTTP.
+    #[error("the call to the provider failed")]
+    Failed,
+}
+
+impl UpstreamError {
+    fn from_client(err: &hyper_util::client::legacy::Error) -> Self {
+        if timed_out(err) {
+            Self::Timeout
+        } else if err.is_connect() {
+            Self::Unreachable
+        } else {
+            Self::Failed
+        }
+    }
+
+    fn from_body(err: &hyper::Error) -> Self {
+        if timed_out(err) {
+            Self::Timeout
+        } else {
+            Self::Failed
+        }
+    }
+
+    /// The error in words fit for an answer (it names the peer, never a URL or a credential).
+    pub fn describe(self, peer: &str) -> String {
+        crate::http::describe_failure(self == Self::Timeout, self == Self::Unreachable, peer)
+    }
+}
+
+/// Whether a timeout (the connect timeout's, or the system's) lies anywhere in the chain.
+fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(err) = source {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// An answer's body, chunk by chunk as it arrives; a wait for the next chunk longer than the
+/// read timeout ends it with [`UpstreamError::Timeout`]. Dropped before its end, it drops
+/// the connection (the provider's call is cancelled).
+pub struct Body {
+    incoming: Incoming,
+    read_timeout: Duration,
+    /// When the awaited chunk is overdue; made when the first wait begins.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// The deadline counts the current wait (it is set anew when a wait begins, so time
+    /// the caller takes between chunks, a slow client's, is not the provider's).
+    waiting: bool,
+    done: bool,
+}
+
+impl Body {
+    fn new(incoming: Incoming, read_timeout: Duration) -> Self {
+        Self {
+            incoming,
+            read_timeout,
+            deadline: None,
+            waiting: false,
+            done: false,
+        }
+    }
+
+    /// The whole body (a body that arrives in one chunk is not copied).
+    pub async fn collect(mut self) -> Result<Bytes, UpstreamError> {
+        use futures_util::StreamExt;
+        let Some(first) = self.next().await.transpose()? else {
+            return Ok(Bytes::new());
+        };
+        let Some(second) = self.next().await.transpose()? else {
+            return Ok(first);
+        };
+        let mut all = BytesMut::with_capacity(first.len() + second.len());
+        all.extend_from_slice(&first);
+        all.extend_from_slice(&second);
+        while let Some(chunk) = self.next().await.transpose()? {
+            all.extend_from_slice(&chunk);
+        }
+        Ok(all.freeze())
+    }
+}
+
+impl Stream for Body {
+    type Item = Result<Bytes, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        loop {
+            match Pin::new(&mut this.incoming).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers carry no data: wait on for the next frame.
+                    if let Ok(data) = frame.into_data() {
+                        this.waiting = false;
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Poll::Ready(Some(Err(err))) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::from_body(&err))));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    let read_timeout = this.read_timeout;
+                    let deadline = this
+                        .deadline
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(read_timeout)));
+                    if !this.waiting {
+                        deadline.as_mut().reset(Instant::now() + read_timeout);
+                    }
+                    this.waiting = true;
+                    ready!(deadline.as_mut().poll(cx));
+                    this.done = true;
+                    return Poll::Ready(Some(Err(UpstreamError::Timeout)));
+                }
+            }
+        }
+    }
+}
