@@ -28,6 +28,11 @@ const SECRET_SUFFIXES: &[&str] = &[
     "privatekey",
 ];
 
+/// The last two characters (normalized) of every name [`is_secret_name`] matches: the
+/// suffixes above and `authorization`. A key ending otherwise, nearly every key of a chat
+/// completion, is turned away without the full comparison.
+const SECRET_ENDINGS: &[[u8; 2]] = &[*b"ey", *b"et", *b"en", *b"rd", *b"wd", *b"al", *b"ls", *b"on"];
+
 /// JSON Schema maps whose keys are property or definition names, not data.
 const SCHEMA_MAPS: &[&str] = &["properties", "patternProperties", "$defs", "definitions"];
 
@@ -37,6 +42,17 @@ pub fn is_secret_name(name: &str) -> bool {
     // ASCII, whose lowering needs no Unicode table.
     let kept = |c: &char| *c != '_' && *c != '-';
     if name.is_ascii() {
+        let mut last = name
+            .bytes()
+            .rev()
+            .filter(|b| *b != b'_' && *b != b'-')
+            .map(|b| b.to_ascii_lowercase());
+        let (Some(z), Some(y)) = (last.next(), last.next()) else {
+            return false;
+        };
+        if !SECRET_ENDINGS.contains(&[y, z]) {
+            return false;
+        }
         is_secret_reversed(
             name.bytes()
                 .map(char::from)
@@ -577,6 +593,17 @@ mod tests {
                 }
             }
             leaf => out.push((path, leaf.clone())),
+        }
+    }
+
+    #[test]
+    fn every_secret_name_ends_as_the_quick_check_expects() {
+        for word in SECRET_SUFFIXES
+            .iter()
+            .chain(&["authorization", "proxyauthorization"])
+        {
+            let ending = &word.as_bytes()[word.len() - 2..];
+            assert!(SECRET_ENDINGS.iter().any(|e| e == ending), "{word}");
         }
     }
 
