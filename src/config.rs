@@ -229,8 +229,9 @@ pub struct QueueSettings {
 pub struct ProxySettings {
     /// Longest wait to connect to a provider, in milliseconds.
     pub connect_timeout_ms: u64,
-    /// Longest silence from a provider (before its headers, or between two reads of its
-    /// body) before the call is abandoned with 504, in seconds.
+    /// Longest silence from a provider (from the call's start to its headers, or while
+    /// waiting for the next chunk of its body) before the call is abandoned (504 before the
+    /// headers; a stream ends without its last chunk), in seconds.
     pub read_timeout_secs: u64,
     /// How long a verified API key or a project's organization is remembered, in milliseconds.
     pub auth_cache_ttl_ms: u64,
