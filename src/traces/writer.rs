@@ -16,10 +16,9 @@
 //! twice per `flush_rows` traces under load (plus, when paced, once at the batch's turn).
 
 use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-
-use std::fmt::Write as _;
 
 use entities::trace;
 use prometheus::{IntCounter, Registry};
