@@ -29,8 +29,8 @@ pub struct AppState {
     /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
     pub http: reqwest::Client,
     /// The recording proxy's providers (each HTTP worker calls them through a client of its
-    /// own, made from this one), its look-up cache and the trace writer.
-    pub upstreams: crate::proxy::Upstreams,
+    /// own, made from this), its look-up cache and the trace writer.
+    pub upstreams: crate::proxy::UpstreamConfig,
     pub proxy_cache: crate::proxy::cache::ProxyCache,
     pub traces: crate::traces::writer::TraceWriter,
 }
@@ -66,7 +66,7 @@ impl AppState {
             .build()?;
         let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces);
         Ok(Self {
-            upstreams: crate::proxy::Upstreams::new(&settings)?,
+            upstreams: crate::proxy::UpstreamConfig::new(&settings)?,
             proxy_cache: crate::proxy::cache::ProxyCache::new(Duration::from_millis(
                 settings.proxy.auth_cache_ttl_ms,
             )),

@@ -28,17 +28,45 @@ pub async fn not_found() -> HttpResponse {
 /// A failed outbound call (serving layer, hub, tracker, provider) in words fit for an answer
 /// or a log: it names the peer, never a URL or a credential.
 pub fn describe_call_failure(err: &reqwest::Error, peer: &str) -> String {
-    describe_failure(err.is_timeout(), err.is_connect(), peer)
+    CallFailure::of(err).describe(peer)
 }
 
-/// [`describe_call_failure`] from what is known of the failure: it timed out, or no
-/// connection could be made, or neither.
-pub fn describe_failure(timeout: bool, connect: bool, peer: &str) -> String {
-    if timeout {
-        format!("{peer} did not answer in time")
-    } else if connect {
-        format!("{peer} is unreachable")
-    } else {
-        format!("calling {peer} failed")
+/// How an outbound call failed, as far as an answer says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFailure {
+    /// The peer stayed silent longer than a timeout (connecting or reading).
+    Timeout,
+    /// No connection could be made.
+    Unreachable,
+    /// The connection broke, or the answer was not HTTP.
+    Failed,
+}
+
+impl CallFailure {
+    pub fn of(err: &reqwest::Error) -> Self {
+        if err.is_timeout() {
+            Self::Timeout
+        } else if err.is_connect() {
+            Self::Unreachable
+        } else {
+            Self::Failed
+        }
+    }
+
+    /// The failure in words naming `peer`.
+    pub fn describe(self, peer: &str) -> String {
+        match self {
+            Self::Timeout => format!("{peer} did not answer in time"),
+            Self::Unreachable => format!("{peer} is unreachable"),
+            Self::Failed => format!("calling {peer} failed"),
+        }
     }
 }
+
+impl std::fmt::Display for CallFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe("the peer"))
+    }
+}
+
+impl std::error::Error for CallFailure {}

@@ -26,13 +26,14 @@ use serde_json::Value;
 use crate::auth::keys;
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::RawBody;
+use crate::http::CallFailure;
 use crate::state::AppState;
 use crate::traces::writer::TraceWriter;
 use cache::KeyOwner;
 use redact::Redactor;
 use sse::{CompletionAssembler, SseParser};
-pub use upstream::Upstreams;
-use upstream::{Answer, UpstreamError};
+use upstream::Answer;
+pub use upstream::{UpstreamConfig, Upstreams};
 
 pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];
 
@@ -92,7 +93,7 @@ fn missing(name: &str) -> ApiError {
 }
 
 /// The keel API key of the call and its organization.
-async fn authenticate(state: &AppState, req: &HttpRequest) -> ApiResult<(String, Arc<KeyOwner>)> {
+async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(&'r str, Arc<KeyOwner>)> {
     let unauthorized = || {
         ApiError::Unauthorized("a valid keel API key is required (Authorization: Bearer keel_sk_...)".into())
     };
@@ -104,7 +105,7 @@ async fn authenticate(state: &AppState, req: &HttpRequest) -> ApiResult<(String,
         .ok_or_else(unauthorized)?;
     let digest = keys::api_key_digest(token);
     if let Some(owner) = state.proxy_cache.keys.get(&digest) {
-        return Ok((token.to_owned(), owner));
+        return Ok((token, owner));
     }
     let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest))
         .await?
@@ -114,7 +115,7 @@ async fn authenticate(state: &AppState, req: &HttpRequest) -> ApiResult<(String,
         org_id: key.org_id,
     });
     state.proxy_cache.keys.insert(digest, owner.clone());
-    Ok((token.to_owned(), owner))
+    Ok((token, owner))
 }
 
 /// The recording project: it must be the caller's organization's (404 otherwise; never created).
@@ -326,7 +327,7 @@ pub async fn chat_completions(
     };
 
     let not_an_object = || ApiError::BadRequest("the request body must be a JSON object".into());
-    let redactor = Redactor::new(&[&keel_key, provider_key]);
+    let redactor = Redactor::new(&[keel_key, provider_key]);
     let scan = redactor
         .scan(&body.0)
         .filter(|scan| scan.object)
@@ -358,7 +359,7 @@ pub async fn chat_completions(
             started,
         },
         writer: state.traces.clone(),
-        secrets: [keel_key.clone(), provider_key.to_owned()],
+        secrets: [keel_key.to_owned(), provider_key.to_owned()],
     });
 
     let mut upstream = http::Request::new(http_body_util::Full::new(upstream_body));
@@ -458,10 +459,10 @@ pub async fn chat_completions(
 }
 
 /// 504 when the provider stayed silent too long, else 502; the detail names no credential.
-fn upstream_failure(err: UpstreamError, provider: &str) -> (StatusCode, String) {
+fn upstream_failure(err: CallFailure, provider: &str) -> (StatusCode, String) {
     let status = match err {
-        UpstreamError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-        UpstreamError::Unreachable | UpstreamError::Failed => StatusCode::BAD_GATEWAY,
+        CallFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        CallFailure::Unreachable | CallFailure::Failed => StatusCode::BAD_GATEWAY,
     };
     (status, err.describe(&format!("upstream {provider}")))
 }
@@ -500,7 +501,7 @@ impl Relay {
 }
 
 impl Stream for Relay {
-    type Item = Result<Bytes, UpstreamError>;
+    type Item = Result<Bytes, CallFailure>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;

@@ -24,20 +24,15 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
 use super::PROVIDERS;
+use crate::http::CallFailure;
 
 type Connector = HttpsConnector<HttpConnector>;
 
-/// The providers: the client that calls them and each one's chat-completions endpoint,
-/// parsed once at startup.
-///
-/// Each HTTP worker calls through a client of its own ([`Upstreams::for_worker`]): a
-/// pooled connection is served by a task on the worker that opened it, so a client shared
-/// by the workers sends about half the calls through another worker's thread, two thread
-/// wake-ups (there and back) per proxied call. The TLS configuration (the system's root
-/// certificates, slow to load) is built once and shared.
+/// What every HTTP worker's provider client is made from, built once at startup: each
+/// provider's chat-completions endpoint, the TLS configuration (the system's root
+/// certificates, slow to load) and the two timeouts.
 #[derive(Clone)]
-pub struct Upstreams {
-    client: Client<Connector, Full<Bytes>>,
+pub struct UpstreamConfig {
     tls: tokio_native_tls::TlsConnector,
     /// `<base>/chat/completions` of each of [`PROVIDERS`], in that order.
     endpoints: Arc<[http::Uri]>,
@@ -45,10 +40,8 @@ pub struct Upstreams {
     read_timeout: Duration,
 }
 
-impl Upstreams {
-    /// Pooled, with a connect timeout and a read timeout (no total timeout: a long stream
-    /// is fine as long as it keeps talking). Redirects are not followed: a proxy answers the
-    /// provider's 3xx as it is, like any other status.
+impl UpstreamConfig {
+    /// The base URLs are http(s) (`Settings::validate`); each must also make an absolute URI.
     pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
         let p = &settings.providers;
         let endpoints = PROVIDERS
@@ -61,59 +54,61 @@ impl Upstreams {
                     _ => &p.openai_url,
                 };
                 let endpoint = format!("{}/chat/completions", base.trim_end_matches('/'));
-                let uri: http::Uri = endpoint
-                    .parse()
-                    .map_err(|e| anyhow::anyhow!("the {provider} base URL {base:?} is not a URL: {e}"))?;
-                match uri.scheme_str() {
-                    Some("http" | "https") if uri.host().is_some() => Ok(uri),
-                    _ => Err(anyhow::anyhow!(
-                        "the {provider} base URL {base:?} is not an http(s) URL"
-                    )),
-                }
+                endpoint
+                    .parse::<http::Uri>()
+                    .ok()
+                    .filter(|uri| uri.scheme().is_some() && uri.host().is_some())
+                    .ok_or_else(|| anyhow::anyhow!("the {provider} base URL {base:?} is not an absolute URL"))
             })
             .collect::<anyhow::Result<_>>()?;
         let tls =
             native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for the providers: {e}"))?;
-        let connect_timeout = Duration::from_millis(settings.proxy.connect_timeout_ms);
-        let tls = tokio_native_tls::TlsConnector::from(tls);
         Ok(Self {
-            client: Self::client(&tls, connect_timeout),
-            tls,
+            tls: tokio_native_tls::TlsConnector::from(tls),
             endpoints,
-            connect_timeout,
+            connect_timeout: Duration::from_millis(settings.proxy.connect_timeout_ms),
             read_timeout: Duration::from_secs(settings.proxy.read_timeout_secs),
         })
     }
 
-    fn client(
-        tls: &tokio_native_tls::TlsConnector,
-        connect_timeout: Duration,
-    ) -> Client<Connector, Full<Bytes>> {
+    /// The providers through a client (and connection pool) of its own, for one HTTP worker:
+    /// a pooled connection is served by a task on the worker that opened it, so a client
+    /// shared by the workers would send about half the calls through another worker's
+    /// thread, two thread wake-ups (there and back) per proxied call. Pooled, with a connect
+    /// timeout and a read timeout (no total timeout: a long stream is fine as long as it
+    /// keeps talking). Redirects are not followed: a proxy answers the provider's 3xx as it
+    /// is, like any other status.
+    pub fn for_worker(&self) -> Upstreams {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(connect_timeout));
-        Client::builder(TokioExecutor::new())
+        http.set_connect_timeout(Some(self.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(256)
             .pool_timer(TokioTimer::new())
-            .build(HttpsConnector::from((http, tls.clone())))
-    }
-
-    /// The same upstreams through a client (and connection pool) of their own, for one HTTP
-    /// worker.
-    pub fn for_worker(&self) -> Self {
-        Self {
-            client: Self::client(&self.tls, self.connect_timeout),
-            ..self.clone()
+            .build(HttpsConnector::from((http, self.tls.clone())));
+        Upstreams {
+            client,
+            endpoints: self.endpoints.clone(),
+            read_timeout: self.read_timeout,
         }
     }
+}
 
+/// One HTTP worker's way to the providers ([`UpstreamConfig::for_worker`]).
+pub struct Upstreams {
+    client: Client<Connector, Full<Bytes>>,
+    endpoints: Arc<[http::Uri]>,
+    read_timeout: Duration,
+}
+
+impl Upstreams {
     pub fn endpoint(&self, provider: usize) -> &http::Uri {
         &self.endpoints[provider]
     }
 
     /// Sends `request` and waits for the answer's head, at most the read timeout.
-    pub async fn send(&self, request: http::Request<Full<Bytes>>) -> Result<Answer, UpstreamError> {
+    pub async fn send(&self, request: http::Request<Full<Bytes>>) -> Result<Answer, CallFailure> {
         match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
             Ok(Ok(response)) => {
                 let (head, incoming) = response.into_parts();
@@ -122,8 +117,10 @@ impl Upstreams {
                     body: Body::new(incoming, self.read_timeout),
                 })
             }
-            Ok(Err(err)) => Err(UpstreamError::from_client(&err)),
-            Err(_) => Err(UpstreamError::Timeout),
+            Ok(Err(err)) if timed_out(&err) => Err(CallFailure::Timeout),
+            Ok(Err(err)) if err.is_connect() => Err(CallFailure::Unreachable),
+            Ok(Err(_)) => Err(CallFailure::Failed),
+            Err(_) => Err(CallFailure::Timeout),
         }
     }
 }
@@ -132,45 +129,6 @@ impl Upstreams {
 pub struct Answer {
     pub head: http::response::Parts,
     pub body: Body,
-}
-
-/// Why a call to a provider failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum UpstreamError {
-    /// The provider stayed silent longer than a timeout (connecting or reading).
-    #[error("the provider did not answer in time")]
-    Timeout,
-    /// No connection could be made.
-    #[error("the provider is unreachable")]
-    Unreachable,
-    /// The connection broke, or the provider's answer was not HTTP.
-    #[error("the call to the provider failed")]
-    Failed,
-}
-
-impl UpstreamError {
-    fn from_client(err: &hyper_util::client::legacy::Error) -> Self {
-        if timed_out(err) {
-            Self::Timeout
-        } else if err.is_connect() {
-            Self::Unreachable
-        } else {
-            Self::Failed
-        }
-    }
-
-    fn from_body(err: &hyper::Error) -> Self {
-        if timed_out(err) {
-            Self::Timeout
-        } else {
-            Self::Failed
-        }
-    }
-
-    /// The error in words fit for an answer (it names the peer, never a URL or a credential).
-    pub fn describe(self, peer: &str) -> String {
-        crate::http::describe_failure(self == Self::Timeout, self == Self::Unreachable, peer)
-    }
 }
 
 /// Whether a timeout (the connect timeout's, or the system's) lies anywhere in the chain.
@@ -189,7 +147,7 @@ fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// An answer's body, chunk by chunk as it arrives; a wait for the next chunk longer than the
-/// read timeout ends it with [`UpstreamError::Timeout`]. Dropped before its end, it drops
+/// read timeout ends it with [`CallFailure::Timeout`]. Dropped before its end, it drops
 /// the connection (the provider's call is cancelled).
 pub struct Body {
     incoming: Incoming,
@@ -214,7 +172,7 @@ impl Body {
     }
 
     /// The whole body (a body that arrives in one chunk is not copied).
-    pub async fn collect(mut self) -> Result<Bytes, UpstreamError> {
+    pub async fn collect(mut self) -> Result<Bytes, CallFailure> {
         use futures_util::StreamExt;
         let Some(first) = self.next().await.transpose()? else {
             return Ok(Bytes::new());
@@ -233,7 +191,7 @@ impl Body {
 }
 
 impl Stream for Body {
-    type Item = Result<Bytes, UpstreamError>;
+    type Item = Result<Bytes, CallFailure>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
@@ -251,7 +209,11 @@ impl Stream for Body {
                 }
                 Poll::Ready(Some(Err(err))) => {
                     this.done = true;
-                    return Poll::Ready(Some(Err(UpstreamError::from_body(&err))));
+                    let failure = match timed_out(&err) {
+                        true => CallFailure::Timeout,
+                        false => CallFailure::Failed,
+                    };
+                    return Poll::Ready(Some(Err(failure)));
                 }
                 Poll::Ready(None) => {
                     this.done = true;
@@ -268,7 +230,7 @@ impl Stream for Body {
                     this.waiting = true;
                     ready!(deadline.as_mut().poll(cx));
                     this.done = true;
-                    return Poll::Ready(Some(Err(UpstreamError::Timeout)));
+                    return Poll::Ready(Some(Err(CallFailure::Timeout)));
                 }
             }
         }
