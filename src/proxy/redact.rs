@@ -40,31 +40,25 @@ pub fn is_secret_name(name: &str) -> bool {
     // Runs for every key of every body, so nothing is allocated: the name is normalized
     // backwards, and only as far as the longest name it could match. Keys are nearly always
     // ASCII, whose lowering needs no Unicode table.
-    let kept = |c: &char| *c != '_' && *c != '-';
     if name.is_ascii() {
-        let mut last = name
-            .bytes()
-            .rev()
-            .filter(|b| *b != b'_' && *b != b'-')
-            .map(|b| b.to_ascii_lowercase());
-        let (Some(z), Some(y)) = (last.next(), last.next()) else {
-            return false;
-        };
-        if !SECRET_ENDINGS.contains(&[y, z]) {
-            return false;
-        }
-        is_secret_reversed(
+        let lowered = || {
             name.bytes()
-                .map(char::from)
                 .rev()
-                .filter(kept)
-                .map(|c| c.to_ascii_lowercase()),
-        )
+                .filter(|b| *b != b'_' && *b != b'-')
+                .map(|b| b.to_ascii_lowercase())
+        };
+        let mut last = lowered();
+        match (last.next(), last.next()) {
+            (Some(z), Some(y)) if SECRET_ENDINGS.contains(&[y, z]) => {
+                is_secret_reversed(lowered().map(char::from))
+            }
+            _ => false,
+        }
     } else {
         is_secret_reversed(
             name.chars()
                 .rev()
-                .filter(kept)
+                .filter(|c| *c != '_' && *c != '-')
                 .flat_map(|c| c.to_lowercase().rev()),
         )
     }

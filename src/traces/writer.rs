@@ -325,7 +325,8 @@ async fn flush(db: &DatabaseConnection, batch: Vec<trace::Model>, metrics: &Trac
     if rows == 0 {
         return;
     }
-    // Built once from the traces themselves (no copy of them); each attempt runs them.
+    // Built once, the traces' values moved in; each attempt runs a copy (sea-orm takes a
+    // statement by value).
     let inserts = insert_statements(db.get_database_backend(), batch);
     let mut attempt = 0;
     loop {
@@ -454,7 +455,7 @@ fn insert_sql(backend: DbBackend, rows: usize) -> String {
 }
 
 /// A batch as its insert statements: one per [`statement_sizes`] part, each of a shape
-/// (row count) whose text is made once per writer.
+/// (row count) whose text is made once per process ([`insert_text`]).
 fn insert_statements(backend: DbBackend, batch: Vec<trace::Model>) -> Vec<Statement> {
     let mut traces = batch.into_iter();
     statement_sizes(traces.len())
