@@ -179,7 +179,13 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
         // Per-request log lines would measure the terminal, not keel.
         telemetry_settings.level = "warn".into();
     }
-    telemetry::init(&telemetry_settings);
+    let logs = telemetry::init(&telemetry_settings);
+    let result = run_command(command, settings).await;
+    logs.flush();
+    result
+}
+
+async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()> {
     match command {
         Command::Serve => {
             let app = Application::build(settings).await?;

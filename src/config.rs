@@ -115,6 +115,8 @@ pub enum LogFormat {
 pub struct TelemetrySettings {
     pub format: LogFormat,
     pub level: String,
+    /// Lines buffered for the log writer thread before new ones are dropped (and counted).
+    pub buffered_lines: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -74,6 +74,9 @@ impl Application {
             .metrics
             .register(&registry)
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
+        registry
+            .register(Box::new(crate::telemetry::dropped_lines_counter().clone()))
+            .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         let prometheus = PrometheusMetricsBuilder::new("keel")
             .registry(registry.clone())
             .mask_unmatched_patterns("UNKNOWN")

@@ -51,6 +51,7 @@ pub async fn openapi_json(doc: web::Data<utoipa::openapi::OpenApi>) -> HttpRespo
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn metrics(_: Internal, registry: web::Data<Registry>) -> ApiResult<HttpResponse> {
+    crate::telemetry::refresh_metrics();
     let mut buffer = Vec::new();
     TextEncoder::new()
         .encode(&registry.gather(), &mut buffer)

@@ -1,45 +1,226 @@
 //! Logging: readable in development, one JSON object a line in production. Every line
-//! of a request carries its `request_id`; no header (so no credential) is ever recorded.
+//! of a request carries its `request_id`; no header (so no credential) is ever recorded,
+//! and of a query string only the parameters' names.
+//!
+//! Lines go to stderr through a background thread with a bounded buffer: a reader that
+//! stops reading (a stuck pipe) or is gone (a closed pipe) never blocks or fails a request
+//! or the shutdown. A line that cannot be written is dropped and counted
+//! (`keel_log_lines_dropped_total`).
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::HttpMessage;
+use prometheus::IntCounter;
 use tracing::Span;
-use tracing_actix_web::{DefaultRootSpanBuilder, RootSpanBuilder};
+use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, TelemetrySettings};
 
-pub fn init(settings: &TelemetrySettings) {
+/// How long the shutdown waits for buffered lines to be written.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Lines lost: dropped with the buffer full, or refused by the output.
+struct LostLines {
+    buffer_full: ErrorCounter,
+    refused: Arc<AtomicU64>,
+}
+
+static LOST: OnceLock<LostLines> = OnceLock::new();
+
+/// What `keel_log_lines_dropped_total` shows; brought up to date at each scrape.
+pub fn dropped_lines_counter() -> &'static IntCounter {
+    static COUNTER: OnceLock<IntCounter> = OnceLock::new();
+    COUNTER.get_or_init(|| {
+        IntCounter::new(
+            "keel_log_lines_dropped_total",
+            "Log lines dropped because the log output was not taking them (full buffer, closed pipe)",
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric name"))
+    })
+}
+
+/// Brings `keel_log_lines_dropped_total` up to the lines lost so far.
+pub fn refresh_metrics() {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let Some(lost) = LOST.get() else { return };
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let total = lost.buffer_full.dropped_lines() as u64 + lost.refused.load(Ordering::Relaxed);
+    let counter = dropped_lines_counter();
+    let shown = counter.get();
+    if total > shown {
+        counter.inc_by(total - shown);
+    }
+}
+
+/// stderr that counts a failed write and reports success, so the writer thread goes on.
+struct Stderr {
+    refused: Arc<AtomicU64>,
+}
+
+impl Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if std::io::stderr().write_all(buf).is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// Written lines, flushed at [`Logs::flush`] or when dropped.
+pub struct Logs(Option<WorkerGuard>);
+
+impl Logs {
+    /// Writes what is buffered, waiting at most [`FLUSH_TIMEOUT`]: an output that takes
+    /// nothing does not hold the exit.
+    pub fn flush(mut self) {
+        if let Some(guard) = self.0.take() {
+            let (done, wait) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("keel-log-flush".into())
+                .spawn(move || {
+                    drop(guard);
+                    let _ = done.send(());
+                });
+            if spawned.is_ok() {
+                let _ = wait.recv_timeout(FLUSH_TIMEOUT);
+            }
+        }
+    }
+}
+
+/// Installs the subscriber; a second call (tests, CLI sub-commands) keeps the first.
+pub fn init(settings: &TelemetrySettings) -> Logs {
+    if LOST.get().is_some() {
+        return Logs(None);
+    }
+    let refused = Arc::new(AtomicU64::new(0));
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(settings.buffered_lines.max(1))
+        .thread_name("keel-log-writer")
+        .finish(Stderr {
+            refused: refused.clone(),
+        });
+    let lost = LostLines {
+        buffer_full: writer.error_counter(),
+        refused,
+    };
+    if LOST.set(lost).is_err() {
+        return Logs(None);
+    }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
+        // Colour codes only for a person at a terminal, never into a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         // One line when a request's span closes, with its duration.
         .with_span_events(FmtSpan::CLOSE);
-    // `try_init`: a second call (tests, CLI sub-commands) keeps the first subscriber.
     let _ = match settings.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Pretty => builder.compact().try_init(),
     };
+    Logs(Some(guard))
 }
 
-/// Each request's root span as tracing-actix-web's default builds it, made only when it
-/// would be recorded. The default computes its fields (the matched route, the client's
-/// address, the user agent) for every request, logged or not: about 7,000 instructions a
-/// proxied call at `warn` (docs/BENCHMARKS.md, "Sixth session").
+/// Query parameters whose values are logged; every other value is left out.
+const LOGGED_QUERY_VALUES: &[&str] = &["limit", "format", "status", "since", "until", "orgId", "org_id"];
+
+/// A request's path, and of its query the parameters' names (the values of
+/// [`LOGGED_QUERY_VALUES`] only): a credential passed as `?key=...` never reaches a log.
+pub fn loggable_target(path: &str, query: &str) -> String {
+    let mut target = path.to_owned();
+    for (i, (name, value)) in form_urlencoded::parse(query.as_bytes()).enumerate() {
+        target.push(if i == 0 { '?' } else { '&' });
+        // A name could itself be a credential (`?keel_sk_...`): only short plain names show.
+        let plain = name.len() <= 32
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !plain {
+            target.push_str("[redacted]");
+            continue;
+        }
+        target.push_str(&name);
+        if LOGGED_QUERY_VALUES.contains(&name.as_ref()) {
+            target.push('=');
+            target.extend(form_urlencoded::byte_serialize(value.as_bytes()));
+        }
+    }
+    target
+}
+
+/// Each request's root span: method, route, path (query names only), client, request id,
+/// and the status once answered. Made only when it would be recorded (on the proxy's path
+/// at `warn`, building it would be wasted work).
 pub struct RootSpan;
 
 impl RootSpanBuilder for RootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        if tracing::enabled!(target: "tracing_actix_web::root_span_builder", tracing::Level::INFO) {
-            DefaultRootSpanBuilder::on_request_start(request)
-        } else {
-            Span::none()
+        if !tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
+            return Span::none();
         }
+        let request_id = request
+            .extensions()
+            .get::<RequestId>()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let connection = request.connection_info();
+        tracing::info_span!(
+            target: "keel::request",
+            "HTTP request",
+            http.method = %request.method(),
+            http.route = request.match_pattern().as_deref().unwrap_or("default"),
+            http.target = %loggable_target(request.path(), request.query_string()),
+            http.client_ip = connection.realip_remote_addr().unwrap_or(""),
+            http.user_agent = request
+                .headers()
+                .get("user-agent")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+            request_id = %request_id,
+            http.status_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            exception.message = tracing::field::Empty,
+            exception.details = tracing::field::Empty,
+        )
     }
 
     fn on_request_end<B: MessageBody>(span: Span, outcome: &Result<ServiceResponse<B>, actix_web::Error>) {
         DefaultRootSpanBuilder::on_request_end(span, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_logged_target_keeps_names_and_allowlisted_values_only() {
+        assert_eq!(loggable_target("/api/projects", ""), "/api/projects");
+        assert_eq!(
+            loggable_target("/v1/models", "key=keel_sk_abc&limit=5&orgId=o-1"),
+            "/v1/models?key&limit=5&orgId=o-1"
+        );
+        assert_eq!(
+            loggable_target("/x", "keel_sk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789&a=%20b"),
+            "/x?[redacted]&a"
+        );
+        assert_eq!(loggable_target("/x", "limit=a%20b"), "/x?limit=a+b");
     }
 }

@@ -28,7 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/api/internal/orgs/{org_id}/api-keys").route(web::post().to(create_api_key)))
         .service(resource("/api/internal/api-keys/{api_key_id}").route(web::delete().to(revoke_api_key)))
         .service(
-            resource("/api/internal/adapters/{adapter_id:.+}")
+            resource("/api/internal/adapters/{adapter_id}*")
                 .route(web::put().to(put_adapter))
                 .route(web::delete().to(delete_adapter)),
         );

@@ -118,7 +118,10 @@ fn init_logs() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         if std::env::var("TEST_LOG").is_ok() {
-            keel::telemetry::init(&Settings::defaults().expect("defaults").telemetry);
+            // Kept for the whole test run: the log writer lives as long as the process.
+            std::mem::forget(keel::telemetry::init(
+                &Settings::defaults().expect("defaults").telemetry,
+            ));
         }
     });
 }

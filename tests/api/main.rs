@@ -8,6 +8,7 @@ mod auth;
 mod billing;
 mod cli;
 mod flash;
+mod logs;
 mod operator;
 mod projects;
 mod proxy;

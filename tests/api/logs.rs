@@ -1,0 +1,228 @@
+//! The `keel serve` process and its log output: a closed or stuck log pipe never blocks a
+//! request or the shutdown; lines carry no colour codes off a terminal, no query value
+//! that could be a credential, and no warning per request.
+
+use std::io::Read;
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::*;
+
+/// A `keel serve` child process on a fresh database.
+struct Served {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+    _db: TestDb,
+}
+
+async fn serve(buffered_lines: usize) -> Served {
+    let db = TestDb::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("serve")
+        .env("KEEL_DATABASE_URL", &db.url)
+        .env("KEEL_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KEEL_INTERNAL_KEYS", INTERNAL_KEY)
+        .env("KEEL_SESSION_SECRET", SESSION_SECRET)
+        .env("KEEL__TELEMETRY__BUFFERED_LINES", buffered_lines.to_string())
+        .env("KEEL__SERVER__WORKERS", "2")
+        .env("RUST_LOG", "info")
+        .env(
+            "KEEL_CONFIG_DIR",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("keel starts");
+    let served = Served {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+        _db: db,
+    };
+    for _ in 0..600 {
+        if let Ok(response) = served.client.get(served.url("/healthz")).send().await {
+            if response.status() == StatusCode::OK {
+                return served;
+            }
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("keel serve did not become ready");
+}
+
+impl Served {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `n` requests, `concurrency` at a time; every one must be answered 200.
+    async fn healthz_many(&self, n: usize, concurrency: usize) {
+        use futures_util::StreamExt;
+        let statuses: Vec<_> = futures_util::stream::iter(0..n)
+            .map(|_| async {
+                self.client
+                    .get(self.url("/healthz"))
+                    .send()
+                    .await
+                    .map(|r| r.status())
+            })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        for status in statuses {
+            assert_eq!(status.expect("answered"), StatusCode::OK);
+        }
+    }
+
+    /// `keel_log_lines_dropped_total` as `/metrics` shows it now.
+    async fn dropped_lines(&self) -> f64 {
+        let metrics = self
+            .client
+            .get(self.url("/metrics"))
+            .bearer_auth(INTERNAL_KEY)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metric_value(&metrics, "keel_log_lines_dropped_total")
+    }
+
+    /// SIGTERM, then the exit must follow within 20 s; answers whether it exited cleanly.
+    async fn terminate(mut self) -> bool {
+        let signalled = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(signalled.success());
+        for _ in 0..400 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("keel did not stop within 20 s of SIGTERM");
+    }
+}
+
+/// Reads the child's stderr to the end on a thread of its own.
+fn capture(stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
+    let captured = Arc::new(Mutex::new(Vec::new()));
+    let sink = captured.clone();
+    std::thread::spawn(move || {
+        let mut stderr = stderr;
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
+    captured
+}
+
+#[actix_web::test]
+async fn a_closed_log_pipe_neither_fails_requests_nor_holds_the_shutdown() {
+    // As `keel serve 2>&1 | head`: the reader is gone, every write is refused.
+    let mut served = serve(4096).await;
+    drop(served.child.stdout.take());
+    drop(served.child.stderr.take());
+    served.healthz_many(300, 8).await;
+    // The writer thread counts each refused line as it comes to it.
+    assert!(
+        eventually(|| async { served.dropped_lines().await >= 300.0 }).await,
+        "every refused line is counted"
+    );
+    assert!(served.terminate().await, "a clean exit");
+}
+
+#[actix_web::test]
+async fn a_stuck_log_reader_neither_blocks_requests_nor_holds_the_shutdown() {
+    // The reader is alive but never reads: the pipe (64 KiB) and the writer's buffer (64
+    // lines) fill up, and later lines are dropped instead of waited for.
+    let mut served = serve(64).await;
+    let _stuck = served.child.stderr.take();
+    served.healthz_many(2_000, 8).await;
+    assert!(served.dropped_lines().await > 0.0);
+    assert!(served.terminate().await, "a clean exit");
+}
+
+#[actix_web::test]
+async fn log_lines_carry_no_colour_no_query_values_and_no_per_request_warning() {
+    let mut served = serve(4096).await;
+    let output = capture(served.child.stderr.take().unwrap());
+    let secret = "keel_sk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+    let listed = served
+        .client
+        .get(served.url(&format!("/api/projects?key={secret}&limit=5")))
+        .bearer_auth(INTERNAL_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), StatusCode::FORBIDDEN);
+    let org = served
+        .client
+        .post(served.url("/api/internal/orgs"))
+        .bearer_auth(INTERNAL_KEY)
+        .json(&json!({"name": "Acme", "ownerUserId": "ada"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let put = served
+            .client
+            .put(served.url("/api/internal/adapters/acme/support-bot"))
+            .bearer_auth(INTERNAL_KEY)
+            .json(&json!({"orgId": org["orgId"], "baseModel": "meta-llama/Llama-3.1-8B-Instruct"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), StatusCode::OK);
+    }
+    assert!(served.terminate().await, "a clean exit");
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    assert!(
+        text.contains("/api/projects?key&limit=5"),
+        "the path and the names are logged: {text}"
+    );
+    assert!(
+        !text.contains(secret),
+        "no query value that could be a credential"
+    );
+    assert!(!text.contains("AbCdEfGh"), "not even a part of it");
+    assert!(!text.contains('\u{1b}'), "no colour codes into a pipe: {text}");
+    assert!(
+        text.contains("/api/internal/adapters/acme/support-bot"),
+        "the adapter calls are logged: {text}"
+    );
+    assert!(!text.contains("WARN"), "no warning on any of these calls: {text}");
+}
+
+fn metric_value(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing: {metrics}"))
+}
