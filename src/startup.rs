@@ -93,6 +93,7 @@ impl Application {
                 .app_data(registry.clone())
                 .configure(routes)
                 .default_service(web::to(http::not_found))
+                .wrap(actix_web::middleware::from_fn(auth::authenticate))
                 .wrap(prometheus.clone())
                 .wrap_fn(|req, srv| {
                     let request_id = req.extensions().get::<RequestId>().copied();

@@ -12,9 +12,11 @@ pub mod repo;
 pub mod routes;
 pub mod session;
 
-use actix_web::dev::Payload;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::middleware::Next;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -115,11 +117,72 @@ pub async fn resolve(state: &AppState, token: &str) -> ApiResult<Option<Principa
     Ok(None)
 }
 
+/// A request's credential as [`authenticate`] resolved it; `None` when unknown.
+#[derive(Clone)]
+struct Resolved(Option<Principal>);
+
+/// Middleware: resolves the bearer credential before any extractor runs, so every
+/// extractor that decides who may call answers at once, before a body or query is read: a
+/// caller without the right gets its 401 or 403, never a 422 that shows the route's schema.
+/// The proxy (`/v1`) authenticates on its own hot path and is left alone.
+pub async fn authenticate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if !req.path().starts_with("/v1/") {
+        if let Some(token) = bearer(req.request()).map(str::to_owned) {
+            let state = state_of(req.request())?;
+            let principal = resolve(&state, &token).await?;
+            req.extensions_mut().insert(Resolved(principal));
+        }
+    }
+    next.call(req).await
+}
+
 async fn principal_of(req: &HttpRequest) -> ApiResult<(web::Data<AppState>, Principal)> {
     let state = state_of(req)?;
-    let token = bearer(req).ok_or_else(unauthenticated)?;
-    let principal = resolve(&state, token).await?.ok_or_else(unauthenticated)?;
+    let resolved = req.extensions().get::<Resolved>().cloned();
+    let principal = match resolved {
+        Some(Resolved(principal)) => principal,
+        None => {
+            let token = bearer(req).ok_or_else(unauthenticated)?;
+            resolve(&state, token).await?
+        }
+    }
+    .ok_or_else(unauthenticated)?;
+    if let Principal::User(UserPrincipal::ApiKey { org_id, .. }) = &principal {
+        let query = form_urlencoded::parse(req.query_string().as_bytes())
+            .filter(|(name, _)| name == "orgId" || name == "org_id")
+            .map(|(_, value)| value.into_owned());
+        let header = req
+            .headers()
+            .get_all("x-org-id")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        check_supplied_orgs(query.chain(header), org_id)?;
+    }
     Ok((state, principal))
+}
+
+/// The organization of the API key this request was resolved to, if it was.
+pub fn api_key_org(req: &HttpRequest) -> Option<String> {
+    match req.extensions().get::<Resolved>() {
+        Some(Resolved(Some(Principal::User(UserPrincipal::ApiKey { org_id, .. })))) => Some(org_id.clone()),
+        _ => None,
+    }
+}
+
+/// CONTRACT §2: an organization supplied anywhere (query, header, body) that is not the
+/// API key's own is 403, whether or not the route reads it.
+pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = String>, key_org: &str) -> ApiResult<()> {
+    if supplied
+        .into_iter()
+        .any(|org| !org.trim().is_empty() && !same_org(&org, key_org))
+    {
+        return Err(ApiError::Forbidden(
+            "the API key belongs to another organization".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Any valid credential (used by `GET /api/auth/verify`).

@@ -1,13 +1,21 @@
-//! Session tokens: HS256 JWTs whose `sub` is a user id; `exp` is always checked.
+//! Session tokens: HS256 JWTs whose `sub` is a user id. `sub` and `exp` are required and
+//! `exp` is checked exactly; `nbf` and `iat`, when present, may not lie in the future by
+//! more than [`CLOCK_SKEW_SECS`].
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+
+/// How far another clock may run ahead of ours for `nbf` and `iat`.
+pub const CLOCK_SKEW_SECS: i64 = 30;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claims {
     pub sub: String,
     pub exp: i64,
-    pub iat: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -37,7 +45,8 @@ impl SessionKeys {
         let now = chrono::Utc::now().timestamp();
         let claims = Claims {
             sub: user_id.to_owned(),
-            iat: now,
+            iat: Some(now),
+            nbf: None,
             exp: now + ttl_secs,
         };
         Ok(jsonwebtoken::encode(
@@ -47,12 +56,17 @@ impl SessionKeys {
         )?)
     }
 
-    /// The user id of a valid, unexpired token.
+    /// The user id of a valid, unexpired token that is already valid.
     pub fn verify(&self, token: &str) -> Option<String> {
-        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
-            .ok()
-            .map(|data| data.claims.sub)
-            .filter(|sub| !sub.is_empty())
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .ok()?
+            .claims;
+        let latest = chrono::Utc::now().timestamp() + CLOCK_SKEW_SECS;
+        let in_future = |at: Option<i64>| at.is_some_and(|at| at > latest);
+        if in_future(claims.nbf) || in_future(claims.iat) || claims.sub.is_empty() {
+            return None;
+        }
+        Some(claims.sub)
     }
 }
 
@@ -75,5 +89,30 @@ mod tests {
         let other = SessionKeys::new("other").expect("configured");
         assert_eq!(other.verify(&token), None);
         assert!(SessionKeys::new("").is_none());
+    }
+
+    fn signed(claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(b"secret"),
+        )
+        .expect("encodes")
+    }
+
+    #[test]
+    fn sub_and_exp_suffice_and_nbf_and_iat_may_not_lie_ahead() {
+        let keys = SessionKeys::new("secret").expect("configured");
+        let now = chrono::Utc::now().timestamp();
+        let exp = now + 600;
+        let verify = |claims| keys.verify(&signed(claims));
+        assert_eq!(verify(serde_json::json!({"sub": "u", "exp": exp})).as_deref(), Some("u"));
+        assert_eq!(verify(serde_json::json!({"exp": exp})), None);
+        assert_eq!(verify(serde_json::json!({"sub": "u"})), None);
+        assert_eq!(verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now + 500})), None);
+        assert_eq!(verify(serde_json::json!({"sub": "u", "exp": exp, "iat": now + 500})), None);
+        // Within the clock skew, and in the past, both pass.
+        assert!(verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now + 20, "iat": now + 20})).is_some());
+        assert!(verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now - 60, "iat": now - 60})).is_some());
     }
 }

@@ -25,9 +25,15 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidJson<T> {
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let limit = body_limit(req);
         let declared = declared_length(req);
+        let key_org = crate::auth::api_key_org(req);
         let mut payload = payload.take();
         Box::pin(async move {
             let bytes = read_body(&mut payload, declared, limit).await?;
+            if let Some(key_org) = key_org {
+                // Before the body's own checks: a foreign organization is 403 even where
+                // the body has no such field.
+                crate::auth::check_supplied_orgs(supplied_orgs(&bytes), &key_org)?;
+            }
             let value: T = parse_json_body(&bytes)?;
             let mut checks = Checks::new("body");
             value.validate(&mut checks);
@@ -39,6 +45,35 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidJson<T> {
             }
         })
     }
+}
+
+/// Every string value of a top-level `orgId` or `org_id` in a JSON object body, repeats
+/// included; nothing for a body that is not a JSON object.
+pub fn supplied_orgs(bytes: &[u8]) -> Vec<String> {
+    struct Orgs;
+    impl<'de> serde::de::Visitor<'de> for Orgs {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+            let mut orgs = Vec::new();
+            while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if name == "orgId" || name == "org_id" {
+                    if let Value::String(org) = map.next_value::<Value>()? {
+                        orgs.push(org);
+                    }
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(orgs)
+        }
+    }
+    serde::Deserializer::deserialize_map(&mut serde_json::Deserializer::from_slice(bytes), Orgs)
+        .unwrap_or_default()
 }
 
 /// The raw body, size-limited (for signatures and pass-through).

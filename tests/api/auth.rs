@@ -281,3 +281,146 @@ async fn an_owner_cannot_revoke_another_organizations_key() {
         StatusCode::OK
     );
 }
+
+/// A session token with exactly these claims, signed with the test secret.
+fn token_with(claims: serde_json::Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SESSION_SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+#[actix_web::test]
+async fn a_session_needs_only_sub_and_exp_and_is_not_valid_before_nbf_or_iat() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let now = chrono::Utc::now().timestamp();
+    let exp = now + 600;
+    let app = &app;
+    let verify = |claims| {
+        let token = token_with(claims);
+        async move { app.get("/api/auth/verify", &token).await.status() }
+    };
+    let sub = org.owner_id.as_str();
+    assert_eq!(verify(json!({"sub": sub, "exp": exp})).await, StatusCode::OK);
+    for early in [
+        json!({"sub": sub, "exp": exp, "nbf": now + 500}),
+        json!({"sub": sub, "exp": exp, "iat": now + 500}),
+    ] {
+        assert_eq!(verify(early).await, StatusCode::UNAUTHORIZED);
+    }
+    // Another clock a little ahead of ours is tolerated (30 s).
+    assert_eq!(
+        verify(json!({"sub": sub, "exp": exp, "nbf": now + 10, "iat": now + 10})).await,
+        StatusCode::OK
+    );
+    assert_eq!(verify(json!({"sub": sub})).await, StatusCode::UNAUTHORIZED);
+}
+
+#[actix_web::test]
+async fn a_foreign_org_id_is_403_even_in_a_body_that_has_no_such_field() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let globex = app.create_org("Globex").await;
+    app.fund(&acme, 1_000).await;
+    let before = app.balance_microcents(&acme).await;
+    let usage = json!({"runId": "run-1", "estimateCents": 1, "orgId": globex.org_id});
+    assert_error(
+        app.post("/api/billing/training-usage", &acme.api_key, &usage).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    // Repeated, or spelled snake_case: every supplied value counts.
+    let repeated = format!(
+        r#"{{"runId": "run-1", "estimateCents": 1, "orgId": "{}", "orgId": "{}"}}"#,
+        acme.org_id, globex.org_id
+    );
+    let response = app
+        .request(Method::POST, "/api/billing/training-usage", Some(&acme.api_key))
+        .header("content-type", "application/json")
+        .body(repeated)
+        .send()
+        .await
+        .unwrap();
+    assert_error(response, StatusCode::FORBIDDEN).await;
+    let snake = json!({"runId": "run-1", "estimateCents": 1, "org_id": globex.org_id});
+    assert_error(
+        app.post("/api/billing/training-usage", &acme.api_key, &snake).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    // In the query or the header of a route that reads neither.
+    let query = app
+        .post(
+            &format!("/api/billing/training-usage?orgId={}", globex.org_id),
+            &acme.api_key,
+            &json!({"runId": "run-1", "estimateCents": 1}),
+        )
+        .await;
+    assert_error(query, StatusCode::FORBIDDEN).await;
+    let header = app
+        .request(Method::POST, "/api/billing/training-usage", Some(&acme.api_key))
+        .header("X-Org-Id", &globex.org_id)
+        .json(&json!({"runId": "run-1", "estimateCents": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_error(header, StatusCode::FORBIDDEN).await;
+    assert_eq!(app.balance_microcents(&acme).await, before, "nothing was charged");
+
+    let project = app.create_project(&acme, "Support").await;
+    let run = json!({"projectId": project, "orgId": globex.org_id});
+    assert_error(app.post("/api/runs", &acme.api_key, &run).await, StatusCode::FORBIDDEN).await;
+    // The key's own organization, in any spelling, is fine.
+    let own = json!({"runId": "run-2", "estimateCents": 1, "orgId": acme.org_id.to_uppercase()});
+    assert_eq!(
+        app.post("/api/billing/training-usage", &acme.api_key, &own)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+}
+
+#[actix_web::test]
+async fn authorization_is_decided_before_the_body_is_read() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let bad = json!({"bogus": 1});
+    for token in [&org.api_key, &org.owner_token] {
+        for (method, path) in [
+            (Method::PUT, "/api/internal/adapters/acme/bot"),
+            (Method::POST, "/api/internal/orgs"),
+            (Method::POST, "/api/billing/serving-usage"),
+            (Method::POST, "/api/training/internal/jobs/claim"),
+        ] {
+            let response = app
+                .request(method.clone(), path, Some(token))
+                .json(&bad)
+                .send()
+                .await
+                .unwrap();
+            assert_error(response, StatusCode::FORBIDDEN).await;
+        }
+    }
+    // An unknown key with a bad body is 401, on user and internal routes alike.
+    for path in ["/api/projects", "/api/internal/orgs"] {
+        let unknown = app
+            .post(path, "keel_sk_0123456789abcdefghijABCDEFGHIJ0123456789", &bad)
+            .await;
+        assert_error(unknown, StatusCode::UNAUTHORIZED).await;
+    }
+    // The internal key on a user route is 403 whatever the body.
+    assert_error(
+        app.post("/api/projects", INTERNAL_KEY, &bad).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    // With the right credential, the body is judged.
+    validation_issues(
+        app.put("/api/internal/adapters/acme/bot", INTERNAL_KEY, &bad)
+            .await,
+    )
+    .await;
+}
