@@ -106,13 +106,26 @@ mod tests {
         let now = chrono::Utc::now().timestamp();
         let exp = now + 600;
         let verify = |claims| keys.verify(&signed(claims));
-        assert_eq!(verify(serde_json::json!({"sub": "u", "exp": exp})).as_deref(), Some("u"));
+        assert_eq!(
+            verify(serde_json::json!({"sub": "u", "exp": exp})).as_deref(),
+            Some("u")
+        );
         assert_eq!(verify(serde_json::json!({"exp": exp})), None);
         assert_eq!(verify(serde_json::json!({"sub": "u"})), None);
-        assert_eq!(verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now + 500})), None);
-        assert_eq!(verify(serde_json::json!({"sub": "u", "exp": exp, "iat": now + 500})), None);
+        assert_eq!(
+            verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now + 500})),
+            None
+        );
+        assert_eq!(
+            verify(serde_json::json!({"sub": "u", "exp": exp, "iat": now + 500})),
+            None
+        );
         // Within the clock skew, and in the past, both pass.
-        assert!(verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now + 20, "iat": now + 20})).is_some());
-        assert!(verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now - 60, "iat": now - 60})).is_some());
+        assert!(
+            verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now + 20, "iat": now + 20})).is_some()
+        );
+        assert!(
+            verify(serde_json::json!({"sub": "u", "exp": exp, "nbf": now - 60, "iat": now - 60})).is_some()
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! Redaction (proxy rule 4): before a body goes upstream or into a trace, values are
 //! replaced with `[redacted]` where (a) the field's name says it is a secret, or (b) the value
 //! contains the caller's keel key or provider key (replaced as a substring; the rest stays).
+//! The keys are replaced in member names too, and a string that holds a JSON object or array
+//! (a tool call's `arguments`, a tool message's `content`) is redacted inside by the same
+//! rules and stored re-encoded; any other string is searched as text.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -133,6 +136,38 @@ impl<'a> Redactor<'a> {
         self.secrets.iter().any(|s| text.contains(s))
     }
 
+    /// A string holding a JSON object or array, redacted inside and re-encoded; `None` when it
+    /// holds none or nothing in it changes.
+    fn redact_embedded(&self, text: &str) -> Option<String> {
+        if !looks_like_container(text) {
+            return None;
+        }
+        let mut inner: Value = serde_json::from_str(text).ok()?;
+        let mut changed = false;
+        self.walk(&mut inner, &mut changed);
+        changed.then(|| inner.to_string())
+    }
+
+    /// Whether [`Redactor::redact_embedded`] would change `text`, read without building it.
+    fn embedded_needs_redaction(&self, text: &str) -> bool {
+        if !looks_like_container(text) {
+            return false;
+        }
+        let cx = ScanContext {
+            redactor: self,
+            dirty: Cell::new(false),
+        };
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let parsed = Node {
+            cx: &cx,
+            mode: Mode::Plain,
+        }
+        .deserialize(&mut deserializer)
+        .is_ok()
+            && deserializer.end().is_ok();
+        parsed && cx.dirty.get()
+    }
+
     /// A text with every secret replaced (for raw bodies that are not JSON).
     pub fn redact_text(&self, text: &str) -> Option<String> {
         self.contains_secret(text).then(|| {
@@ -144,24 +179,22 @@ impl<'a> Redactor<'a> {
 
     fn walk(&self, value: &mut Value, changed: &mut bool) {
         match value {
-            Value::Object(map) => {
-                for (name, child) in map.iter_mut() {
-                    if is_secret_name(name) {
-                        redact_whole(child, changed);
-                    } else if SCHEMA_MAPS.contains(&name.as_str()) && child.is_object() {
-                        self.walk_schema_map(child, changed);
-                    } else {
-                        self.walk(child, changed);
-                    }
+            Value::Object(map) => self.walk_entries(map, changed, |name, child, changed| {
+                if is_secret_name(name) {
+                    redact_whole(child, changed);
+                } else if SCHEMA_MAPS.contains(&name) && child.is_object() {
+                    self.walk_schema_map(child, changed);
+                } else {
+                    self.walk(child, changed);
                 }
-            }
+            }),
             Value::Array(items) => {
                 for item in items {
                     self.walk(item, changed);
                 }
             }
             Value::String(text) => {
-                if let Some(clean) = self.redact_text(text) {
+                if let Some(clean) = self.redact_embedded(text).or_else(|| self.redact_text(text)) {
                     *text = clean;
                     *changed = true;
                 }
@@ -174,15 +207,46 @@ impl<'a> Redactor<'a> {
     /// definition is kept (and searched). A plain value there is still judged by its name.
     fn walk_schema_map(&self, map: &mut Value, changed: &mut bool) {
         if let Value::Object(map) = map {
-            for (name, schema) in map.iter_mut() {
+            self.walk_entries(map, changed, |name, schema, changed| {
                 if !schema.is_object() && is_secret_name(name) {
                     redact_whole(schema, changed);
                 } else {
                     self.walk(schema, changed);
                 }
-            }
+            });
         }
     }
+
+    /// Each entry through `visit` (judged by its name as it came), then a name holding a key
+    /// replaced as a substring. Should two names become one, the later entry stays.
+    fn walk_entries(
+        &self,
+        map: &mut serde_json::Map<String, Value>,
+        changed: &mut bool,
+        mut visit: impl FnMut(&str, &mut Value, &mut bool),
+    ) {
+        if !map.keys().any(|name| self.contains_secret(name)) {
+            for (name, child) in map.iter_mut() {
+                visit(name, child, changed);
+            }
+            return;
+        }
+        for (name, mut child) in std::mem::take(map) {
+            visit(&name, &mut child, changed);
+            let name = self.redact_text(&name).unwrap_or(name);
+            map.insert(name, child);
+        }
+        *changed = true;
+    }
+}
+
+/// Whether a string could hold a JSON object or array (checked before parsing it).
+fn looks_like_container(text: &str) -> bool {
+    let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    matches!(
+        (text.as_bytes().first(), text.as_bytes().last()),
+        (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+    )
 }
 
 /// What [`Redactor::scan`] found.
@@ -206,6 +270,15 @@ impl Scan {
 struct ScanContext<'r, 'a> {
     redactor: &'r Redactor<'a>,
     dirty: Cell<bool>,
+}
+
+impl ScanContext<'_, '_> {
+    /// A member name holding a key is renamed by redaction.
+    fn note_name(&self, name: &str) {
+        if self.redactor.contains_secret(name) {
+            self.dirty.set(true);
+        }
+    }
 }
 
 /// What is known about a value from where it sits (the cases of [`Redactor::walk`]).
@@ -282,9 +355,10 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
     }
 
     fn visit_str<E>(self, text: &str) -> Result<bool, E> {
+        let redactor = self.cx.redactor;
         let dirty = match self.replaced_whole() {
             true => text != REDACTED,
-            false => self.cx.redactor.contains_secret(text),
+            false => redactor.contains_secret(text) || redactor.embedded_needs_redaction(text),
         };
         if dirty {
             self.mark_dirty();
@@ -317,6 +391,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
             }
             Mode::SchemaMap => {
                 while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
+                    self.cx.note_name(&name);
                     let secret_name = is_secret_name(&name);
                     map.next_value_seed(Node {
                         cx,
@@ -326,6 +401,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
             }
             Mode::Top(head) => {
                 while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
+                    cx.note_name(&name);
                     if Scan::HEAD.contains(&name.as_ref()) {
                         // Small fields, kept as values and judged as `walk` judges them.
                         let mut value: Value = map.next_value()?;
@@ -343,6 +419,7 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
             }
             Mode::Plain | Mode::SchemaEntry { .. } => {
                 while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
+                    cx.note_name(&name);
                     map.next_value_seed(Node {
                         cx,
                         mode: Mode::of_field(&name),
@@ -503,6 +580,72 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_replaced_in_member_names() {
+        let mut body = json!({
+            "metadata": {KEEL_KEY: 1, format!("{PROVIDER_KEY}-x"): "x", "plain": 2},
+            "tools": [{"function": {"parameters": {"properties": {KEEL_KEY: {"type": "string"}}}}}],
+        });
+        let text = body.to_string();
+        let redactor = Redactor::new(&[KEEL_KEY, PROVIDER_KEY]);
+        assert!(redactor.scan(text.as_bytes()).unwrap().needs_redaction);
+        assert!(redactor.redact(&mut body));
+        assert_eq!(
+            body["metadata"],
+            json!({"[redacted]": 1, "[redacted]-x": "x", "plain": 2})
+        );
+        assert_eq!(
+            body["tools"][0]["function"]["parameters"]["properties"],
+            json!({"[redacted]": {"type": "string"}})
+        );
+    }
+
+    #[test]
+    fn json_inside_strings_is_redacted_by_the_same_rules() {
+        let arguments =
+            json!({"password": "hunter22", "api_key": "k", "city": "Paris", "note": KEEL_KEY}).to_string();
+        let mut body = json!({"messages": [
+            {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "login", "arguments": arguments}}]},
+            {"role": "tool", "content": format!("[{}]", json!({"token": "abc", "n": 1}))},
+            {"role": "user", "content": "{not json, stays as it is}"},
+            {"role": "user", "content": "[1, 2, 3]"},
+        ]});
+        let redactor = Redactor::new(&[KEEL_KEY, PROVIDER_KEY]);
+        assert!(
+            redactor
+                .scan(body.to_string().as_bytes())
+                .unwrap()
+                .needs_redaction
+        );
+        assert!(redactor.redact(&mut body));
+        let stored = &body["messages"];
+        let arguments: Value = serde_json::from_str(
+            stored[0]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            arguments,
+            json!({"password": REDACTED, "api_key": REDACTED, "city": "Paris", "note": REDACTED})
+        );
+        let content: Value = serde_json::from_str(stored[1]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(content, json!([{"token": REDACTED, "n": 1}]));
+        assert_eq!(stored[2]["content"], "{not json, stays as it is}");
+        assert_eq!(
+            stored[3]["content"], "[1, 2, 3]",
+            "clean JSON text is kept as written"
+        );
+        // Nothing to redact inside: the scan says so, and the body is kept as it came.
+        let clean = json!({"arguments": json!({"city": "Paris"}).to_string()});
+        assert!(
+            !redactor
+                .scan(clean.to_string().as_bytes())
+                .unwrap()
+                .needs_redaction
+        );
+    }
+
+    #[test]
     fn short_keys_are_not_searched_inside_text() {
         let mut body = json!({"content": "abc abc"});
         assert!(!Redactor::new(&["abc"]).redact(&mut body));
@@ -532,6 +675,9 @@ mod tests {
         "patternProperties",
         "$defs",
         "stream",
+        // Names that hold a key.
+        KEEL_KEY,
+        "id-sk-proj-ZyXwVuTsRqPoNmLk9876",
     ];
 
     fn text() -> impl Strategy<Value = String> {
@@ -554,6 +700,8 @@ mod tests {
         ];
         leaf.prop_recursive(5, 64, 6, |inner| {
             prop_oneof![
+                // A JSON document inside a string (a tool call's arguments).
+                inner.clone().prop_map(|v| Value::String(v.to_string())),
                 prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
                 prop::collection::vec((prop::sample::select(NAMES), inner.clone()), 0..6).prop_map(|pairs| {
                     Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
@@ -571,13 +719,25 @@ mod tests {
         })
     }
 
-    /// Every leaf reachable without passing a secret-named key, with its path.
-    fn public_leaves(value: &Value, path: String, out: &mut Vec<(String, Value)>) {
+    /// The JSON object or array a string holds, as redaction reads it.
+    fn embedded(text: &str) -> Option<Value> {
+        serde_json::from_str::<Value>(text)
+            .ok()
+            .filter(|v| v.is_object() || v.is_array())
+    }
+
+    fn without_keys(text: &str) -> String {
+        text.replace(KEEL_KEY, REDACTED).replace(PROVIDER_KEY, REDACTED)
+    }
+
+    /// Every leaf reachable without passing a secret-named key, by its path (names as
+    /// redaction leaves them); a string holding JSON is followed into.
+    fn public_leaves(value: &Value, path: String, out: &mut std::collections::BTreeMap<String, Value>) {
         match value {
             Value::Object(map) => {
                 for (k, v) in map {
                     if !is_secret_name(k) {
-                        public_leaves(v, format!("{path}/{k}"), out);
+                        public_leaves(v, format!("{path}/{}", without_keys(k)), out);
                     }
                 }
             }
@@ -586,7 +746,15 @@ mod tests {
                     public_leaves(v, format!("{path}/{i}"), out);
                 }
             }
-            leaf => out.push((path, leaf.clone())),
+            Value::String(text) => match embedded(text) {
+                Some(inner) => public_leaves(&inner, format!("{path}/#json"), out),
+                None => {
+                    out.insert(path, value.clone());
+                }
+            },
+            leaf => {
+                out.insert(path, leaf.clone());
+            }
         }
     }
 
@@ -631,17 +799,20 @@ mod tests {
             let text = value.to_string();
             prop_assert!(!text.contains(KEEL_KEY));
             prop_assert!(!text.contains(PROVIDER_KEY));
-            // Nothing secret-named keeps a value other than the marker, outside schema maps.
-            let mut stack = vec![(&value, false)];
+            // Nothing secret-named keeps a value other than the marker, outside schema maps,
+            // in JSON held by strings too.
+            let mut stack = vec![(value, false)];
             while let Some((v, in_schema_map)) = stack.pop() {
                 match v {
                     Value::Object(map) => for (k, child) in map {
-                        if is_secret_name(k) && !(in_schema_map && child.is_object()) {
-                            prop_assert_eq!(child, &json!(REDACTED));
+                        if is_secret_name(&k) && !(in_schema_map && child.is_object()) {
+                            prop_assert_eq!(&child, &json!(REDACTED));
                         }
-                        stack.push((child, SCHEMA_MAPS.contains(&k.as_str()) && child.is_object()));
+                        let schema_map = SCHEMA_MAPS.contains(&k.as_str()) && child.is_object();
+                        stack.push((child, schema_map));
                     },
-                    Value::Array(items) => stack.extend(items.iter().map(|i| (i, false))),
+                    Value::Array(items) => stack.extend(items.into_iter().map(|i| (i, false))),
+                    Value::String(text) => stack.extend(embedded(&text).map(|inner| (inner, false))),
                     _ => {}
                 }
             }
@@ -667,17 +838,13 @@ mod tests {
         fn no_other_field_changes(value in json_value()) {
             let mut redacted = value.clone();
             Redactor::new(&[KEEL_KEY, PROVIDER_KEY]).redact(&mut redacted);
-            let (mut before, mut after) = (Vec::new(), Vec::new());
+            let (mut before, mut after) = Default::default();
             public_leaves(&value, String::new(), &mut before);
             public_leaves(&redacted, String::new(), &mut after);
-            prop_assert_eq!(before.len(), after.len());
-            for ((path, old), (path_after, new)) in before.iter().zip(&after) {
-                prop_assert_eq!(path, path_after);
+            prop_assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
+            for ((_, old), (_, new)) in before.iter().zip(&after) {
                 match old {
-                    Value::String(s) => prop_assert_eq!(
-                        new,
-                        &Value::String(s.replace(KEEL_KEY, REDACTED).replace(PROVIDER_KEY, REDACTED))
-                    ),
+                    Value::String(s) => prop_assert_eq!(new, &Value::String(without_keys(s))),
                     other => prop_assert_eq!(new, other),
                 }
             }

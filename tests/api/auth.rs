@@ -328,7 +328,8 @@ async fn a_foreign_org_id_is_403_even_in_a_body_that_has_no_such_field() {
     let before = app.balance_microcents(&acme).await;
     let usage = json!({"runId": "run-1", "estimateCents": 1, "orgId": globex.org_id});
     assert_error(
-        app.post("/api/billing/training-usage", &acme.api_key, &usage).await,
+        app.post("/api/billing/training-usage", &acme.api_key, &usage)
+            .await,
         StatusCode::FORBIDDEN,
     )
     .await;
@@ -347,7 +348,8 @@ async fn a_foreign_org_id_is_403_even_in_a_body_that_has_no_such_field() {
     assert_error(response, StatusCode::FORBIDDEN).await;
     let snake = json!({"runId": "run-1", "estimateCents": 1, "org_id": globex.org_id});
     assert_error(
-        app.post("/api/billing/training-usage", &acme.api_key, &snake).await,
+        app.post("/api/billing/training-usage", &acme.api_key, &snake)
+            .await,
         StatusCode::FORBIDDEN,
     )
     .await;
@@ -372,7 +374,11 @@ async fn a_foreign_org_id_is_403_even_in_a_body_that_has_no_such_field() {
 
     let project = app.create_project(&acme, "Support").await;
     let run = json!({"projectId": project, "orgId": globex.org_id});
-    assert_error(app.post("/api/runs", &acme.api_key, &run).await, StatusCode::FORBIDDEN).await;
+    assert_error(
+        app.post("/api/runs", &acme.api_key, &run).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
     // The key's own organization, in any spelling, is fine.
     let own = json!({"runId": "run-2", "estimateCents": 1, "orgId": acme.org_id.to_uppercase()});
     assert_eq!(

@@ -93,6 +93,65 @@ pub async fn raw_traces(app: &TestApp, org: &TestOrg, project: &str, count: usiz
 }
 
 #[actix_web::test]
+async fn keys_in_member_names_and_secrets_inside_json_strings_never_travel_or_are_stored() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let arguments = json!({"password": "hunter22", "api_key": "sk-live-other", "city": "Paris"}).to_string();
+    let body = json!({
+        "model": "gpt-plain",
+        "metadata": {org.api_key.as_str(): 1, PROVIDER_KEY: "x"},
+        "messages": [
+            {"role": "user", "content": "Log me in"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "login", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": json!({"session_token": "s3cr3t", "ok": true}).to_string()},
+            {"role": "user", "content": "{this is not json}"},
+        ],
+    });
+    let response = sdk_request(&app, &org, Some(&project), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let call = provider.calls().pop().unwrap();
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    let stored = traces[0]["request"].clone();
+    for (place, request) in [("upstream", &call.body), ("trace", &stored)] {
+        let text = request.to_string();
+        for secret in [
+            org.api_key.as_str(),
+            PROVIDER_KEY,
+            "hunter22",
+            "sk-live-other",
+            "s3cr3t",
+        ] {
+            assert!(!text.contains(secret), "{secret} reached the {place}: {text}");
+        }
+        assert_eq!(request["metadata"], json!({"[redacted]": "x"}), "{place}");
+        let arguments: Value = serde_json::from_str(
+            request["messages"][1]["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            arguments,
+            json!({"password": "[redacted]", "api_key": "[redacted]", "city": "Paris"}),
+            "{place}"
+        );
+        let tool: Value = serde_json::from_str(request["messages"][2]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            tool,
+            json!({"session_token": "[redacted]", "ok": true}),
+            "{place}"
+        );
+        assert_eq!(request["messages"][3]["content"], "{this is not json}", "{place}");
+    }
+}
+
+#[actix_web::test]
 async fn a_json_call_is_forwarded_redacted_relayed_unchanged_and_recorded() {
     let (app, provider) = proxy_app().await;
     let org = app.create_org("Acme").await;
