@@ -89,6 +89,7 @@ pub struct TraceMetrics {
     pub written: IntCounter,
     pub batches: IntCounter,
     pub dropped: IntCounter,
+    pub refused: IntCounter,
     pub write_failures: IntCounter,
 }
 
@@ -108,6 +109,10 @@ impl TraceMetrics {
                 "keel_traces_dropped_total",
                 "Traces dropped because the writer's queue was full",
             ),
+            refused: counter(
+                "keel_traces_refused_total",
+                "Traces the database refused, their organization or project deleted before they were written",
+            ),
             write_failures: counter(
                 "keel_traces_write_failures_total",
                 "Traces lost because the database refused them after retries",
@@ -121,6 +126,7 @@ impl TraceMetrics {
             &self.written,
             &self.batches,
             &self.dropped,
+            &self.refused,
             &self.write_failures,
         ] {
             registry.register(Box::new(counter.clone()))?;
@@ -319,42 +325,68 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
     }
 }
 
-/// Writes one batch (at most [`MAX_BATCH_ROWS`]), retrying it whole.
+/// Writes one batch (at most [`MAX_BATCH_ROWS`]). A part the database refuses (a row whose
+/// organization or project was deleted since it was recorded) is split in halves until only
+/// the rows it refuses are left: those are dropped and counted, every other row is written.
+/// Any other failure (the database unreachable) is retried whole, then counted as lost.
 async fn flush(db: &DatabaseConnection, batch: Vec<trace::Model>, metrics: &TraceMetrics) {
-    let rows = batch.len();
-    if rows == 0 {
-        return;
-    }
-    // Built once, the traces' values moved in; each attempt runs a copy (sea-orm takes a
-    // statement by value).
-    let inserts = insert_statements(db.get_database_backend(), batch);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match write(db, &inserts).await {
+    let mut parts = vec![batch];
+    while let Some(mut part) = parts.pop() {
+        if part.is_empty() {
+            continue;
+        }
+        match write_retrying(db, &part).await {
             Ok(()) => {
-                metrics.written.inc_by(rows as u64);
+                metrics.written.inc_by(part.len() as u64);
                 metrics.batches.inc();
-                return;
             }
-            Err(err) if attempt < WRITE_ATTEMPTS => {
-                tracing::warn!(error = %err, attempt, "writing traces failed; retrying");
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            Err(WriteError::Refused(_)) if part.len() > 1 => {
+                let second = part.split_off(part.len() / 2);
+                parts.push(second);
+                parts.push(part);
             }
-            Err(err) => {
-                metrics.write_failures.inc_by(rows as u64);
-                tracing::error!(error = %err, traces = rows, "writing traces failed; they are lost");
-                return;
+            Err(WriteError::Refused(err)) => {
+                metrics.refused.inc();
+                tracing::warn!(error = %err, trace_id = %part[0].id, org_id = %part[0].org_id,
+                    "the database refused a trace (its organization or project is gone); it is dropped");
+            }
+            Err(WriteError::Failed(err)) => {
+                metrics.write_failures.inc_by(part.len() as u64);
+                tracing::error!(error = %err, traces = part.len(), "writing traces failed; they are lost");
             }
         }
     }
 }
 
-/// One batch, all or nothing, in one commit.
-async fn write(db: &DatabaseConnection, inserts: &[Statement]) -> Result<(), DbErr> {
+enum WriteError {
+    /// A constraint refused a row: the same rows would be refused again.
+    Refused(DbErr),
+    /// Anything else, after [`WRITE_ATTEMPTS`].
+    Failed(DbErr),
+}
+
+async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<(), WriteError> {
+    let backend = db.get_database_backend();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match write(db, insert_statements(backend, traces)).await {
+            Ok(()) => return Ok(()),
+            Err(err) if err.sql_err().is_some() => return Err(WriteError::Refused(err)),
+            Err(err) if attempt < WRITE_ATTEMPTS => {
+                tracing::warn!(error = %err, attempt, "writing traces failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+            Err(err) => return Err(WriteError::Failed(err)),
+        }
+    }
+}
+
+/// One part of a batch, all or nothing, in one commit.
+async fn write(db: &DatabaseConnection, inserts: Vec<Statement>) -> Result<(), DbErr> {
     let txn = db.begin().await?;
     for insert in inserts {
-        txn.execute_raw(insert.clone()).await?;
+        txn.execute_raw(insert).await?;
     }
     txn.commit().await
 }
@@ -380,10 +412,10 @@ const COLUMNS: [trace::Column; 17] = [
     trace::Column::CreatedAt,
 ];
 
-/// A trace's values, moved (not copied) into the statement's, in [`COLUMNS`] order. The
-/// pattern names every field: a column added to the entity fails to compile here until it
-/// is written too.
-fn push_values(trace: trace::Model, values: &mut Vec<Value>) {
+/// A trace's values, copied into the statement's in [`COLUMNS`] order (once per attempt, as
+/// sea-orm takes a statement by value). The pattern names every field: a column added to the
+/// entity fails to compile here until it is written too.
+fn push_values(trace: &trace::Model, values: &mut Vec<Value>) {
     let trace::Model {
         id,
         org_id,
@@ -404,23 +436,23 @@ fn push_values(trace: trace::Model, values: &mut Vec<Value>) {
         created_at,
     } = trace;
     values.extend([
-        id.into(),
-        org_id.into(),
-        project_id.into(),
-        provider.into(),
-        model.into(),
-        request.into(),
-        response.into(),
-        status_code.into(),
-        stream.into(),
-        complete.into(),
-        latency_ms.into(),
-        ttfb_ms.into(),
-        prompt_tokens.into(),
-        completion_tokens.into(),
-        total_tokens.into(),
-        error.into(),
-        created_at.into(),
+        id.clone().into(),
+        org_id.clone().into(),
+        project_id.clone().into(),
+        provider.clone().into(),
+        model.clone().into(),
+        request.clone().into(),
+        response.clone().into(),
+        (*status_code).into(),
+        (*stream).into(),
+        (*complete).into(),
+        (*latency_ms).into(),
+        (*ttfb_ms).into(),
+        (*prompt_tokens).into(),
+        (*completion_tokens).into(),
+        (*total_tokens).into(),
+        error.clone().into(),
+        (*created_at).into(),
     ]);
 }
 
@@ -456,8 +488,8 @@ fn insert_sql(backend: DbBackend, rows: usize) -> String {
 
 /// A batch as its insert statements: one per [`statement_sizes`] part, each of a shape
 /// (row count) whose text is made once per process ([`insert_text`]).
-fn insert_statements(backend: DbBackend, batch: Vec<trace::Model>) -> Vec<Statement> {
-    let mut traces = batch.into_iter();
+fn insert_statements(backend: DbBackend, batch: &[trace::Model]) -> Vec<Statement> {
+    let mut traces = batch.iter();
     statement_sizes(traces.len())
         .map(|size| {
             let mut values = Vec::with_capacity(size * COLUMNS.len());
@@ -539,14 +571,14 @@ mod tests {
                     batch.clone().into_iter().map(IntoActiveModel::into_active_model),
                 )
                 .build(backend);
-                let ours = insert_statements(backend, batch);
+                let ours = insert_statements(backend, &batch);
                 assert_eq!(ours.len(), 1);
                 assert_eq!(ours[0].sql, expected.sql, "{backend:?}, {rows} rows");
                 assert_eq!(ours[0].values, expected.values, "{backend:?}, {rows} rows");
             }
             // A batch that is not a power of two: its statements, in order, hold every trace once.
             let batch = traces(281);
-            let ours = insert_statements(backend, batch.clone());
+            let ours = insert_statements(backend, &batch);
             let mut at = 0;
             for (statement, size) in ours.iter().zip(statement_sizes(281)) {
                 let part = batch[at..at + size].to_vec();

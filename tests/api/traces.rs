@@ -360,6 +360,81 @@ async fn a_writer_that_dies_answers_drains_and_refuses_traces() {
     assert!(again.is_ok(), "a later drain answers at once");
 }
 
+#[actix_web::test]
+async fn a_deleted_organizations_traces_are_dropped_and_counted_and_everyone_elses_written() {
+    // As reported: organization A's call and D's, then D deleted within the writer's batch
+    // window. The batch fails D's foreign key; A's trace must still be written.
+    let (provider_fake, url) = FakeProvider::start();
+    let _keep = provider_fake;
+    let app = spawn_app_with(|s| {
+        s.providers.openai_url = url;
+        s.traces.flush_ms = 3_000;
+        s.traces.flush_rows = 10_000;
+    })
+    .await;
+    let acme = app.create_org("Acme").await;
+    let doomed = app.create_org("Doomed").await;
+    let acme_project = app.create_project(&acme, "Support").await;
+    let doomed_project = app.create_project(&doomed, "Support").await;
+    for (org, project) in [
+        (&acme, &acme_project),
+        (&doomed, &doomed_project),
+        (&acme, &acme_project),
+    ] {
+        let response = sdk_request(&app, org, Some(project), &chat("gpt-plain", "hi"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let deleted = app
+        .delete(&format!("/api/internal/orgs/{}", doomed.org_id), INTERNAL_KEY)
+        .await;
+    assert_eq!(deleted.status(), StatusCode::OK);
+    assert_eq!(
+        count_traces(&app.db_url).await,
+        0,
+        "still within the batch window"
+    );
+    raw_traces(&app, &acme, &acme_project, 2).await;
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(metrics.contains("keel_traces_written_total 2"), "{metrics}");
+    assert!(metrics.contains("keel_traces_refused_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("keel_traces_write_failures_total 0"),
+        "{metrics}"
+    );
+    assert_eq!(count_traces(&app.db_url).await, 2);
+}
+
+#[actix_web::test]
+async fn a_refused_batch_is_split_until_only_the_refused_rows_are_left() {
+    // 100 traces, every tenth of a project deleted meanwhile: 90 written, 10 refused.
+    let (app, writer, trace) = own_writer(1_000, 1_000, 0).await;
+    let doomed = app.create_org("Doomed").await;
+    let doomed_project = app.create_project(&doomed, "Gone").await;
+    for i in 0..100 {
+        if i % 10 == 3 {
+            writer.record_pending(pending_trace(
+                format!("doomed-{i}"),
+                &doomed.org_id,
+                &doomed_project,
+            ));
+        } else {
+            writer.record_pending(trace(format!("kept-{i}")));
+        }
+    }
+    let deleted = app
+        .delete(&format!("/api/internal/orgs/{}", doomed.org_id), INTERNAL_KEY)
+        .await;
+    assert_eq!(deleted.status(), StatusCode::OK);
+    writer.drain().await;
+    assert_eq!(writer.metrics.written.get(), 90);
+    assert_eq!(writer.metrics.refused.get(), 10);
+    assert_eq!(writer.metrics.write_failures.get(), 0);
+    assert_eq!(count_traces(&app.db_url).await, 90);
+}
+
 /// An app, a trace writer the test starts itself on the app's database, and a maker of
 /// finished traces for it (in one project of one organization).
 async fn own_writer(
