@@ -12,6 +12,8 @@ pub struct Model {
     pub status: String,
     /// `topup` or `auto_topup`.
     pub kind: String,
+    /// The client's `Idempotency-Key` of a top-up; unique per organization.
+    pub idempotency_key: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

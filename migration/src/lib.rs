@@ -9,6 +9,7 @@ mod m20261122_000001_runs_flash;
 mod m20261122_000002_traces_evals;
 mod m20261122_000003_claim_index;
 mod m20261122_000004_partial_job_indexes;
+mod m20261124_000001_payment_idempotency;
 
 pub struct Migrator;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000002_traces_evals::Migration),
             Box::new(m20261122_000003_claim_index::Migration),
             Box::new(m20261122_000004_partial_job_indexes::Migration),
+            Box::new(m20261124_000001_payment_idempotency::Migration),
         ]
     }
 }

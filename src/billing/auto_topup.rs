@@ -92,7 +92,7 @@ async fn try_charge(
         .await;
     match charged {
         Ok(intent) if intent.status == "succeeded" => {
-            repo::record_payment(db, &intent.id, org_id, amount_cents, "succeeded", "auto_topup").await?;
+            repo::record_payment(db, auto_topup_row(&intent.id, org_id, amount_cents, "succeeded")).await?;
             tracing::info!(org_id, amount_cents, payment_intent = %intent.id, "auto top-up charged");
             Ok(Some(
                 LedgerOp::credit(
@@ -106,7 +106,11 @@ async fn try_charge(
         }
         Ok(intent) => {
             // Not settled synchronously: the webhook credits it when it succeeds.
-            repo::record_payment(db, &intent.id, org_id, amount_cents, &intent.status, "auto_topup").await?;
+            repo::record_payment(
+                db,
+                auto_topup_row(&intent.id, org_id, amount_cents, &intent.status),
+            )
+            .await?;
             Ok(None)
         }
         Err(PaymentError::Declined {
@@ -115,7 +119,7 @@ async fn try_charge(
         }) => {
             let id =
                 payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
-            repo::record_payment(db, &id, org_id, amount_cents, "declined", "auto_topup").await?;
+            repo::record_payment(db, auto_topup_row(&id, org_id, amount_cents, "declined")).await?;
             billing_account::Entity::update_many()
                 .col_expr(
                     billing_account::Column::AutoTopupDeclines,
@@ -149,4 +153,20 @@ async fn release_claim(db: &DatabaseConnection, org_id: &str) -> Result<(), DbEr
         .exec(db)
         .await?;
     Ok(())
+}
+
+fn auto_topup_row<'a>(
+    id: &'a str,
+    org_id: &'a str,
+    amount_cents: i64,
+    status: &'a str,
+) -> repo::PaymentRow<'a> {
+    repo::PaymentRow {
+        payment_intent_id: id,
+        org_id,
+        amount_cents,
+        status,
+        kind: "auto_topup",
+        idempotency_key: None,
+    }
 }

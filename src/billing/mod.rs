@@ -7,6 +7,7 @@ pub mod money;
 pub mod payments;
 pub mod repo;
 mod routes;
+pub mod service;
 pub mod webhook;
 
 pub use routes::{configure, Doc};

@@ -178,7 +178,8 @@ impl Payments {
     pub async fn charge(&self, request: ChargeRequest<'_>) -> Result<PaymentIntent, PaymentError> {
         match self {
             Self::Simulated => {
-                let id = format!("pi_sim_{}", uuid::Uuid::new_v4().simple());
+                // As Stripe does for a repeated idempotency key: the same payment intent.
+                let id = simulated_intent_id(request.idempotency_key);
                 if request.payment_method_id == "pm_card_chargeDeclined" {
                     return Err(PaymentError::Declined {
                         message: "Your card was declined.".into(),
@@ -216,6 +217,13 @@ impl Payments {
             }
         }
     }
+}
+
+/// The simulated processor's payment intent for an idempotency key (one per key).
+fn simulated_intent_id(idempotency_key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(idempotency_key.as_bytes());
+    format!("pi_sim_{}", &hex::encode(digest)[..24])
 }
 
 fn simulated_card(last4: &str) -> Card {

@@ -152,21 +152,28 @@ pub async fn save_auto_topup(
 }
 
 /// Records (or updates the status of) a payment by its payment-intent id.
-pub async fn record_payment(
-    db: &impl ConnectionTrait,
-    payment_intent_id: &str,
-    org_id: &str,
-    amount_cents: i64,
-    status: &str,
-    kind: &str,
-) -> Result<(), DbErr> {
+/// A charge attempted on a saved card, as [`record_payment`] keeps it.
+pub struct PaymentRow<'a> {
+    pub payment_intent_id: &'a str,
+    pub org_id: &'a str,
+    pub amount_cents: i64,
+    pub status: &'a str,
+    /// `topup` or `auto_topup`.
+    pub kind: &'a str,
+    /// A top-up's client `Idempotency-Key`.
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Records a payment, or updates a recorded one's status (its amount and key stay).
+pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> Result<(), DbErr> {
     let now = Utc::now();
     payment::Entity::insert(payment::ActiveModel {
-        payment_intent_id: Set(payment_intent_id.to_owned()),
-        org_id: Set(org_id.to_owned()),
-        amount_cents: Set(amount_cents),
-        status: Set(status.to_owned()),
-        kind: Set(kind.to_owned()),
+        payment_intent_id: Set(row.payment_intent_id.to_owned()),
+        org_id: Set(row.org_id.to_owned()),
+        amount_cents: Set(row.amount_cents),
+        status: Set(row.status.to_owned()),
+        kind: Set(row.kind.to_owned()),
+        idempotency_key: Set(row.idempotency_key.map(str::to_owned)),
         created_at: Set(now),
         updated_at: Set(now),
     })
@@ -178,6 +185,19 @@ pub async fn record_payment(
     .exec_without_returning(db)
     .await?;
     Ok(())
+}
+
+/// The organization's top-up made with this client `Idempotency-Key`, if any.
+pub async fn topup_by_key(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    idempotency_key: &str,
+) -> Result<Option<payment::Model>, DbErr> {
+    payment::Entity::find()
+        .filter(payment::Column::OrgId.eq(org_id))
+        .filter(payment::Column::IdempotencyKey.eq(idempotency_key))
+        .one(db)
+        .await
 }
 
 pub async fn upsert_training_cost(

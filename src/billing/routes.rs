@@ -8,11 +8,11 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::ledger::{EntryKind, LedgerOp, Outcome, ServingUsageRow, SideEffect};
 use super::money::{cents_to_micros, micros_to_cents_ceil, micros_to_cents_floor, price_serving};
-use super::payments::{ChargeRequest, PaymentError};
-use super::{repo, webhook};
+use super::service::{account_of, ensure_customer};
+use super::{repo, service, webhook};
 use crate::auth::{ApiKeyCaller, Caller, Internal};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
@@ -387,12 +387,6 @@ pub struct ServingChargeView {
 // ---------------------------------------------------------------------------------------
 // Handlers
 
-async fn account_of(state: &AppState, org_id: &str) -> ApiResult<entities::billing_account::Model> {
-    repo::account(&state.db, org_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("organization"))
-}
-
 #[utoipa::path(get, path = "/api/billing", tag = "billing", security(("bearer" = [])),
     params(OrgQuery),
     responses((status = 200, body = BillingView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -441,13 +435,6 @@ pub async fn get_billing(caller: Caller, query: ValidQuery<OrgQuery>) -> ApiResu
 }
 
 /// The organization's processor customer, created on first need.
-async fn ensure_customer(state: &AppState, account: &entities::billing_account::Model) -> ApiResult<String> {
-    if let Some(customer) = &account.customer_id {
-        return Ok(customer.clone());
-    }
-    let customer = state.payments.create_customer(&account.org_id).await?;
-    Ok(repo::save_customer(&state.db, &account.org_id, &customer).await?)
-}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -611,81 +598,30 @@ pub struct TopupView {
 
 #[utoipa::path(post, path = "/api/billing/topup", tag = "billing", security(("bearer" = [])),
     request_body = TopupBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retried top-up charge once")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200,
+        description = "Makes a retried top-up charge once: a retry answers the first attempt's result")),
     responses((status = 200, body = TopupView), (status = 402, description = "Card declined", body = ErrorBody),
-        (status = 409, description = "No saved payment method", body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
-pub async fn topup(caller: Caller, req: HttpRequest, body: ValidJson<TopupBody>) -> ApiResult<HttpResponse> {
+        (status = 409, description = "No saved payment method, or the Idempotency-Key was used for another amount", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody)))]
+pub async fn topup(
+    caller: Caller,
+    key: IdempotencyKeyHeader,
+    body: ValidJson<TopupBody>,
+) -> ApiResult<HttpResponse> {
     let body = body.0;
     let access = caller.member(Some(&body.org_id)).await?;
-    let state = caller.state();
-    let account = account_of(state, &access.org_id).await?;
-    let Some(payment_method_id) = account.payment_method_id.clone() else {
-        return Err(ApiError::Conflict(
-            "save a payment method before topping up".into(),
-        ));
-    };
-    let customer_id = ensure_customer(state, &account).await?;
-    let idempotency_key = match req.headers().get("idempotency-key").and_then(|v| v.to_str().ok()) {
-        Some(key) if !key.is_empty() && key.len() <= 200 => format!("keel-topup-{}-{key}", access.org_id),
-        _ => format!("keel-topup-{}", uuid::Uuid::new_v4()),
-    };
-    let charged = state
-        .payments
-        .charge(ChargeRequest {
-            org_id: &access.org_id,
-            customer_id: &customer_id,
-            payment_method_id: &payment_method_id,
-            amount_cents: body.amount_cents,
-            kind: "topup",
-            idempotency_key: &idempotency_key,
-        })
-        .await;
-    let intent = match charged {
-        Ok(intent) => intent,
-        Err(PaymentError::Declined {
-            message,
-            payment_intent_id,
-        }) => {
-            let id =
-                payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
-            repo::record_payment(
-                &state.db,
-                &id,
-                &access.org_id,
-                body.amount_cents,
-                "declined",
-                "topup",
-            )
-            .await?;
-            return Err(ApiError::PaymentRequired(message));
-        }
-        Err(err) => return Err(err.into()),
-    };
-    repo::record_payment(
-        &state.db,
-        &intent.id,
+    let topup = service::topup(
+        caller.state(),
         &access.org_id,
         body.amount_cents,
-        &intent.status,
-        "topup",
+        key.0.as_deref(),
     )
     .await?;
-    let balance_microcents = if intent.status == "succeeded" {
-        let op = LedgerOp::credit(
-            EntryKind::Topup,
-            cents_to_micros(body.amount_cents),
-            Some(repo::payment_key(&intent.id)),
-            format!("top-up {}", intent.id),
-        );
-        state.ledger.submit(&access.org_id, op).await?.balance_microcents
-    } else {
-        account_of(state, &access.org_id).await?.balance_microcents
-    };
     Ok(HttpResponse::Ok().json(TopupView {
-        status: intent.status,
-        payment_intent_id: intent.id,
-        balance_cents: micros_to_cents_floor(balance_microcents),
-        client_secret: intent.client_secret,
+        status: topup.status,
+        payment_intent_id: topup.payment_intent_id,
+        balance_cents: micros_to_cents_floor(topup.balance_microcents),
+        client_secret: topup.client_secret,
     }))
 }
 
@@ -892,11 +828,14 @@ async fn credit_succeeded_payment(state: &AppState, intent: &Value) -> ApiResult
         Ok(_) => {
             repo::record_payment(
                 &state.db,
-                payment_intent_id,
-                org_id,
-                cents,
-                "succeeded",
-                kind.as_str(),
+                repo::PaymentRow {
+                    payment_intent_id,
+                    org_id,
+                    amount_cents: cents,
+                    status: "succeeded",
+                    kind: kind.as_str(),
+                    idempotency_key: None,
+                },
             )
             .await?;
             Ok(())

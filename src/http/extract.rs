@@ -76,6 +76,51 @@ pub fn supplied_orgs(bytes: &[u8]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The optional `Idempotency-Key` header: 1 to 200 visible ASCII characters, else a 422
+/// naming the header (never silently replaced by a key of keel's own).
+pub struct IdempotencyKeyHeader(pub Option<String>);
+
+impl IdempotencyKeyHeader {
+    pub const MAX_LEN: usize = 200;
+}
+
+impl FromRequest for IdempotencyKeyHeader {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let Some(value) = req.headers().get("idempotency-key") else {
+            return std::future::ready(Ok(Self(None)));
+        };
+        let loc = vec![json!("header"), json!("Idempotency-Key")];
+        let bytes = value.as_bytes();
+        let parsed = if bytes.is_empty() {
+            Err(ApiError::Validation(vec![ValidationIssue::new(
+                loc,
+                "string_too_short",
+                "String should have at least 1 character",
+            )
+            .with_ctx(json!({"min_length": 1}))]))
+        } else if bytes.len() > Self::MAX_LEN {
+            Err(ApiError::Validation(vec![ValidationIssue::new(
+                loc,
+                "string_too_long",
+                format!("String should have at most {} characters", Self::MAX_LEN),
+            )
+            .with_ctx(json!({"max_length": Self::MAX_LEN}))]))
+        } else if !bytes.iter().all(u8::is_ascii_graphic) {
+            Err(ApiError::validation(
+                loc,
+                "string_pattern_mismatch",
+                "String should be visible ASCII characters without spaces",
+            ))
+        } else {
+            Ok(Self(Some(String::from_utf8_lossy(bytes).into_owned())))
+        };
+        std::future::ready(parsed)
+    }
+}
+
 /// The raw body, size-limited (for signatures and pass-through).
 pub struct RawBody(pub Bytes);
 

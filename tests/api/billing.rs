@@ -1416,3 +1416,107 @@ async fn many_organizations_charged_at_once_each_keep_their_own_rules() {
         assert_eq!(app.assert_ledger_invariant(&org.org_id).await, (0, 6));
     }
 }
+
+/// A top-up with an `Idempotency-Key` header.
+fn keyed_topup(app: &TestApp, org: &TestOrg, key: &str, cents: i64) -> reqwest::RequestBuilder {
+    app.request(reqwest::Method::POST, "/api/billing/topup", Some(&org.api_key))
+        .header("Idempotency-Key", key)
+        .json(&json!({"orgId": org.org_id, "amountCents": cents}))
+}
+
+#[actix_web::test]
+async fn a_retried_top_up_with_the_same_idempotency_key_charges_and_credits_once() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.post(
+        "/api/billing/payment-method",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
+    )
+    .await;
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(
+            json_of(
+                keyed_topup(&app, &org, "same-key-1", 100).send().await.unwrap(),
+                StatusCode::OK,
+            )
+            .await,
+        );
+    }
+    assert!(
+        answers.iter().all(|a| a == &answers[0]),
+        "the original result: {answers:?}"
+    );
+    assert_eq!(answers[0]["status"], "succeeded");
+    assert_eq!(answers[0]["balanceCents"], 100);
+    // Racing retries too.
+    let racing = join_all((0..5).map(|_| keyed_topup(&app, &org, "same-key-2", 200).send())).await;
+    let mut intents = HashSet::new();
+    for response in racing {
+        let body = json_of(response.unwrap(), StatusCode::OK).await;
+        intents.insert(body["paymentIntentId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(intents.len(), 1, "one payment intent per key");
+    assert_eq!(app.billing(&org).await["balanceCents"], 300);
+    // The same key for another amount is a conflict, and charges nothing.
+    assert_error(
+        keyed_topup(&app, &org, "same-key-1", 500).send().await.unwrap(),
+        StatusCode::CONFLICT,
+    )
+    .await;
+    // Without a key, every call is a new top-up.
+    app.fund(&org, 100).await;
+    app.fund(&org, 100).await;
+    assert_eq!(app.billing(&org).await["balanceCents"], 500);
+    let (_, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!(entries, 4);
+}
+
+#[actix_web::test]
+async fn a_declined_top_up_retried_with_its_key_is_declined_again_without_a_new_charge() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.post(
+        "/api/billing/payment-method",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_chargeDeclined"}),
+    )
+    .await;
+    for _ in 0..2 {
+        assert_error(
+            keyed_topup(&app, &org, "declined-1", 100).send().await.unwrap(),
+            StatusCode::PAYMENT_REQUIRED,
+        )
+        .await;
+    }
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    assert_eq!(entities::payment::Entity::find().count(&db).await.unwrap(), 1);
+    assert_eq!(app.billing(&org).await["balanceCents"], 0);
+}
+
+#[actix_web::test]
+async fn an_idempotency_key_out_of_bounds_is_a_422_naming_the_header() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.post(
+        "/api/billing/payment-method",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
+    )
+    .await;
+    for key in ["k".repeat(201), String::new(), "two words".into()] {
+        let issues = validation_issues(keyed_topup(&app, &org, &key, 100).send().await.unwrap()).await;
+        assert_eq!(issues[0]["loc"], json!(["header", "Idempotency-Key"]), "{key:?}");
+    }
+    assert_eq!(app.billing(&org).await["balanceCents"], 0, "nothing was charged");
+    json_of(
+        keyed_topup(&app, &org, &"k".repeat(200), 100)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+}
