@@ -76,6 +76,19 @@ impl Checks {
         }
     }
 
+    /// A display name: 1 to `max` characters, not all of them whitespace.
+    pub fn display_name(&mut self, field: &str, value: &str, max: usize) {
+        let before = self.issues.len();
+        self.str_len(field, value, 1, max);
+        if self.issues.len() == before && value.trim().is_empty() {
+            self.fail(
+                field,
+                "value_error",
+                "Value error, a name needs at least one character that is not whitespace",
+            );
+        }
+    }
+
     pub fn opt_str_len(&mut self, field: &str, value: Option<&str>, min: usize, max: usize) {
         if let Some(value) = value {
             self.str_len(field, value, min, max);

@@ -62,7 +62,7 @@ pub struct CreateOrgBody {
 
 impl Validate for CreateOrgBody {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("name", &self.name, 1, 200);
+        c.display_name("name", &self.name, 200);
         if let Some(slug) = &self.slug {
             c.str_len("slug", slug, 1, 100);
             c.pattern("slug", slug, &SLUG_RE);

@@ -16,10 +16,11 @@ pub fn is_unique_violation(err: &DbErr) -> bool {
     matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
 }
 
-/// Lowercase letters, digits and single dashes, from any display name.
-pub fn slugify(name: &str) -> String {
+/// A slug from a display name: transliterated to ASCII (`中文` → `zhong-wen`), then lowercase
+/// letters, digits and single dashes, at most 80 characters; `None` when nothing is left.
+pub fn slugify(name: &str) -> Option<String> {
     let mut slug = String::new();
-    for c in name.chars().flat_map(char::to_lowercase) {
+    for c in deunicode::deunicode(name).chars().flat_map(char::to_lowercase) {
         if c.is_ascii_alphanumeric() {
             slug.push(c);
         } else if !slug.is_empty() && !slug.ends_with('-') {
@@ -27,11 +28,18 @@ pub fn slugify(name: &str) -> String {
         }
     }
     let slug: String = slug.trim_end_matches('-').chars().take(80).collect();
-    if slug.is_empty() {
-        "org".into()
-    } else {
-        slug
-    }
+    let slug = slug.trim_end_matches('-').to_owned();
+    (!slug.is_empty()).then_some(slug)
+}
+
+/// The slug a name derives, or `<fallback>-<6 hex>` for a name of which nothing is left.
+pub fn derived_slug(name: &str, fallback: &str) -> String {
+    slugify(name).unwrap_or_else(|| with_suffix(fallback))
+}
+
+/// `base` with a short random suffix, for a derived slug that is taken.
+pub fn with_suffix(base: &str) -> String {
+    format!("{base}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
 }
 
 pub async fn upsert_user(db: &impl ConnectionTrait, user_id: &str, email: Option<&str>) -> Result<(), DbErr> {
@@ -68,12 +76,12 @@ pub async fn create_org(
     owner_email: Option<&str>,
 ) -> ApiResult<CreatedOrg> {
     let org_id = uuid::Uuid::new_v4().to_string();
-    let base = slug.map(str::to_owned).unwrap_or_else(|| slugify(name));
+    let base = slug.map_or_else(|| derived_slug(name, "org"), str::to_owned);
     for attempt in 0..5 {
         let candidate = if attempt == 0 {
             base.clone()
         } else {
-            format!("{base}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
+            with_suffix(&base)
         };
         let txn = db.begin().await?;
         let inserted = organization::Entity::insert(organization::ActiveModel {
@@ -236,4 +244,27 @@ pub async fn delete_adapter(db: &impl ConnectionTrait, adapter_id: &str) -> Resu
         .exec(db)
         .await?;
     Ok(result.rows_affected > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_transliterated_and_nothing_left_falls_back_to_a_suffix() {
+        assert_eq!(slugify("Acme Robotics!").as_deref(), Some("acme-robotics"));
+        assert_eq!(slugify("中文").as_deref(), Some("zhong-wen"));
+        assert_eq!(slugify("Café Zoë").as_deref(), Some("cafe-zoe"));
+        for nothing in ["%", "   ", "--", ""] {
+            assert_eq!(slugify(nothing), None, "{nothing:?}");
+        }
+        let fallback = derived_slug("%", "project");
+        assert!(
+            fallback.starts_with("project-") && fallback.len() == 14,
+            "{fallback}"
+        );
+        assert_ne!(derived_slug("%", "project"), fallback);
+        let long = slugify(&"ab ".repeat(60)).unwrap();
+        assert!(long.len() <= 80 && !long.ends_with('-'), "{long}");
+    }
 }

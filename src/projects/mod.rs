@@ -1,6 +1,7 @@
 //! `GET/POST /api/projects`, `GET /api/projects/{project_id}`.
 
 pub mod repo;
+pub mod service;
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
@@ -13,7 +14,6 @@ use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_uuid, ValidJson};
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
-use crate::orgs::repo::{is_unique_violation, slugify};
 use crate::orgs::SLUG_RE;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -46,7 +46,7 @@ pub struct ProjectCreateBody {
 impl Validate for ProjectCreateBody {
     fn validate(&self, c: &mut Checks) {
         c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
-        c.str_len("name", &self.name, 1, 200);
+        c.display_name("name", &self.name, 200);
         if let Some(slug) = &self.slug {
             c.str_len("slug", slug, 1, 100);
             c.pattern("slug", slug, &SLUG_RE);
@@ -103,24 +103,14 @@ impl From<project::Model> for ProjectView {
 pub async fn create_project(caller: Caller, body: ValidJson<ProjectCreateBody>) -> ApiResult<HttpResponse> {
     let body = body.0;
     let access = caller.member(body.org_id.as_deref()).await?;
-    let slug = body.slug.clone().unwrap_or_else(|| slugify(&body.name));
-    let project = repo::insert(
+    let project = service::create_project(
         &caller.state().db,
         &access.org_id,
         &body.name,
-        &slug,
+        body.slug.as_deref(),
         body.description.as_deref(),
     )
-    .await
-    .map_err(|err| {
-        if is_unique_violation(&err) {
-            ApiError::Conflict(format!(
-                "a project with slug '{slug}' already exists in this organization"
-            ))
-        } else {
-            err.into()
-        }
-    })?;
+    .await?;
     Ok(HttpResponse::Created().json(ProjectCreated {
         id: project.id,
         org_id: project.org_id,

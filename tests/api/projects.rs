@@ -127,3 +127,62 @@ async fn a_session_listing_with_an_organization_sees_only_that_one() {
     assert_eq!(only.as_array().unwrap().len(), 1);
     assert_eq!(only[0]["name"], "G");
 }
+
+#[actix_web::test]
+async fn names_without_ascii_letters_get_unique_slugs_and_blank_names_are_refused() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let mut slugs = std::collections::HashSet::new();
+    for name in ["中文", "中文", "%", "%", "  ~ ~  "] {
+        let created = json_of(
+            app.post("/api/projects", &org.api_key, &json!({"name": name}))
+                .await,
+            StatusCode::CREATED,
+        )
+        .await;
+        assert_eq!(created["name"], name);
+        let slug = created["slug"].as_str().unwrap().to_owned();
+        assert!(regex_lite_slug(&slug), "{name:?} gave the slug {slug:?}");
+        assert!(slugs.insert(slug), "every project has its own slug");
+    }
+    assert!(slugs.contains("zhong-wen"), "{slugs:?}");
+    // An explicit slug that is taken is still a conflict.
+    assert_error(
+        app.post(
+            "/api/projects",
+            &org.api_key,
+            &json!({"name": "x", "slug": "zhong-wen"}),
+        )
+        .await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    for blank in [" ", "\t\n", "   "] {
+        let issues = validation_issues(
+            app.post("/api/projects", &org.api_key, &json!({"name": blank}))
+                .await,
+        )
+        .await;
+        assert_eq!(issues[0]["loc"], json!(["body", "name"]), "{blank:?}");
+    }
+    let issues = validation_issues(
+        app.post(
+            "/api/internal/orgs",
+            INTERNAL_KEY,
+            &json!({"name": "  ", "ownerUserId": "ada"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(issues[0]["loc"], json!(["body", "name"]));
+}
+
+/// The slug rule of docs/DECISIONS.md: `^[a-z0-9][a-z0-9._-]*$`, 1..100.
+fn regex_lite_slug(slug: &str) -> bool {
+    let mut bytes = slug.bytes();
+    slug.len() <= 100
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+}

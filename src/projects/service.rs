@@ -1,0 +1,38 @@
+//! Project flows shared by the JSON API and the console.
+
+use entities::project;
+use sea_orm::ConnectionTrait;
+
+use super::repo;
+use crate::error::{ApiError, ApiResult};
+use crate::orgs::repo::{derived_slug, is_unique_violation, with_suffix};
+
+/// Creates a project. An explicit slug already taken in the organization is 409; a slug
+/// derived from the name gets a short random suffix instead.
+pub async fn create_project(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    name: &str,
+    slug: Option<&str>,
+    description: Option<&str>,
+) -> ApiResult<project::Model> {
+    let base = slug.map_or_else(|| derived_slug(name, "project"), str::to_owned);
+    for attempt in 0..5 {
+        let candidate = if attempt == 0 {
+            base.clone()
+        } else {
+            with_suffix(&base)
+        };
+        match repo::insert(db, org_id, name, &candidate, description).await {
+            Ok(project) => return Ok(project),
+            Err(err) if is_unique_violation(&err) && slug.is_none() => continue,
+            Err(err) if is_unique_violation(&err) => {
+                return Err(ApiError::Conflict(format!(
+                    "a project with slug '{candidate}' already exists in this organization"
+                )))
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::Conflict("could not find a free project slug".into()))
+}
