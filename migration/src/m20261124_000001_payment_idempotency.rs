@@ -18,7 +18,7 @@ impl MigrationTrait for Migration {
             .alter_table(
                 Table::alter()
                     .table(TABLE)
-                    .add_column(&mut string_null("idempotency_key", 200))
+                    .add_column(string_null("idempotency_key", 200))
                     .to_owned(),
             )
             .await?;
