@@ -68,11 +68,35 @@ async fn slugs_are_unique_within_an_organization_only() {
     let acme = app.create_org("Acme").await;
     let globex = app.create_org("Globex").await;
     app.create_project(&acme, "Bot").await;
+    // An explicit slug that is taken is a conflict; a derived one gets a suffix instead.
     let clash = app
-        .post("/api/projects", &acme.api_key, &json!({"name": "bot"}))
+        .post(
+            "/api/projects",
+            &acme.api_key,
+            &json!({"name": "x", "slug": "bot"}),
+        )
         .await;
     assert_error(clash, StatusCode::CONFLICT).await;
-    app.create_project(&globex, "Bot").await;
+    let derived = json_of(
+        app.post("/api/projects", &acme.api_key, &json!({"name": "bot"}))
+            .await,
+        StatusCode::CREATED,
+    )
+    .await;
+    let slug = derived["slug"].as_str().unwrap();
+    assert!(slug.starts_with("bot-") && slug.len() == 10, "{slug}");
+    // Another organization has slugs of its own.
+    let theirs = json_of(
+        app.post(
+            "/api/projects",
+            &globex.api_key,
+            &json!({"name": "Bot", "slug": "bot"}),
+        )
+        .await,
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(theirs["slug"], "bot");
 }
 
 #[actix_web::test]
