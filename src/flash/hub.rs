@@ -28,6 +28,7 @@ use utoipa::ToSchema;
 use super::repo::{HUB_PENDING, HUB_PROVISIONED};
 use crate::config::HubSettings;
 use crate::error::{ApiError, ApiResult};
+use crate::http::PeerError;
 use crate::state::AppState;
 
 /// Organizations provisioned at once in a pass (each one's environments go one by one).
@@ -150,8 +151,9 @@ async fn provision_org(
                     .exec(db)
                     .await?;
             }
-            Err(reason) => {
-                tracing::warn!(org = %org_id, slug = %env.slug, %reason, "hub provisioning failed");
+            Err(err) => {
+                let reason = err.to_string();
+                tracing::warn!(org = %org_id, slug = %env.slug, error = &err as &dyn std::error::Error, "hub provisioning failed");
                 report.failed += 1;
                 finish(db, &env, Some(&reason)).await?;
                 back_off(db, hub.settings, org_id, &reason).await?;
@@ -264,7 +266,7 @@ struct Hub<'a> {
 }
 
 impl Hub<'_> {
-    async fn ensure_repo(&self, env: &flash_environment::Model) -> Result<(), String> {
+    async fn ensure_repo(&self, env: &flash_environment::Model) -> Result<(), PeerError> {
         let mut request = self
             .http
             .post(format!("{}/repos", self.settings.url.trim_end_matches('/')))
@@ -280,15 +282,15 @@ impl Hub<'_> {
         if !self.settings.token.is_empty() {
             request = request.bearer_auth(&self.settings.token);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| crate::http::describe_call_failure(&e, "the hub"))?;
+        let response = request.send().await.map_err(|e| PeerError::call("the hub", e))?;
         let status = response.status();
         if status.is_success() || status == reqwest::StatusCode::CONFLICT {
             Ok(())
         } else {
-            Err(format!("the hub answered {status}"))
+            Err(PeerError::Status {
+                peer: "the hub",
+                status,
+            })
         }
     }
 }

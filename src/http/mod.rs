@@ -25,10 +25,41 @@ pub async fn not_found() -> HttpResponse {
     })
 }
 
-/// A failed outbound call (serving layer, hub, tracker, provider) in words fit for an answer
-/// or a log: it names the peer, never a URL or a credential.
-pub fn describe_call_failure(err: &reqwest::Error, peer: &str) -> String {
-    CallFailure::of(err).describe(peer)
+/// An outbound call (serving layer, hub, tracker) that gave no usable answer. Its message
+/// names the peer, never a URL or a credential; its source keeps the cause for the log.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("{}", .failure.describe(.peer))]
+    Call {
+        peer: &'static str,
+        failure: CallFailure,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{peer} answered {status}")]
+    Status {
+        peer: &'static str,
+        status: reqwest::StatusCode,
+    },
+    #[error("{peer} answered a body that is not JSON")]
+    NotJson {
+        peer: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{peer}'s URL cannot take the path of this call")]
+    BadUrl { peer: &'static str },
+}
+
+impl PeerError {
+    /// A call that failed before an answer (connecting, sending, reading).
+    pub fn call(peer: &'static str, source: reqwest::Error) -> Self {
+        Self::Call {
+            peer,
+            failure: CallFailure::of(&source),
+            source,
+        }
+    }
 }
 
 /// How an outbound call failed, as far as an answer says.

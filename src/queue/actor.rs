@@ -10,13 +10,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use entities::training_job;
 use futures_util::future::join_all;
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::oneshot;
 
 use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::billing::money::cents_to_micros;
+use crate::error::ApiError;
 
 #[derive(Clone)]
 pub struct QueueConfig {
@@ -77,8 +78,8 @@ impl QueueActor {
         let apply = actix::spawn(async move { repo::apply_reports(&db, &reports).await });
         ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
             let outcomes = outcomes
-                .map_err(|e| e.to_string())
-                .and_then(|applied| applied.map_err(|e| e.to_string()))
+                .map_err(QueueError::from)
+                .and_then(|applied| applied.map_err(QueueError::from))
                 .map(|applied| applied.into_iter().map(Ok).collect());
             answer_all(replies, outcomes, "applying job reports");
             act.flushing = false;
@@ -99,36 +100,62 @@ impl QueueActor {
         // Its own task, like every database call of this actor.
         let insert = actix::spawn(async move { repo::insert_jobs(&db, jobs).await });
         ctx.spawn(insert.into_actor(self).map(move |results, act, ctx| {
-            answer_all(replies, results.map_err(|e| e.to_string()), "queueing jobs");
+            answer_all(replies, results.map_err(QueueError::from), "queueing jobs");
             act.enqueuing = false;
             act.flush_enqueues(ctx);
         }));
     }
 }
 
-type Reply<T> = oneshot::Sender<Result<T, String>>;
+/// Why the queue could not answer; every kind is a 503 (retry) to the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("the queue's database call failed")]
+    Database(#[from] DbErr),
+    /// The group commit this request was part of failed as a whole (logged once, with its
+    /// cause, for the whole batch).
+    #[error("the batch this request was part of failed")]
+    Batch,
+    #[error("the queue's task ended early")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("the queue actor did not take the request")]
+    Mailbox(#[from] MailboxError),
+    #[error("the queue stopped before answering")]
+    Stopped,
+}
+
+impl From<QueueError> for ApiError {
+    fn from(err: QueueError) -> Self {
+        tracing::error!(error = &err as &dyn std::error::Error, "queue unavailable");
+        ApiError::Unavailable("the queue is unavailable; retry".into())
+    }
+}
+
+/// Sends `msg` to the queue actor and waits for its answer.
+pub async fn ask<M, T>(queue: &Addr<QueueActor>, msg: M) -> Result<T, QueueError>
+where
+    M: Message<Result = Result<T, QueueError>> + Send + 'static,
+    T: Send + 'static,
+    QueueActor: Handler<M>,
+{
+    queue.send(msg).await?
+}
+
+type Reply<T> = oneshot::Sender<Result<T, QueueError>>;
 
 /// Answers every request of a group commit with its own outcome; when the batch's task or
-/// statement failed as a whole, every request is told the queue is unavailable.
-fn answer_all<T>(
-    replies: Vec<Reply<T>>,
-    outcomes: Result<Vec<Result<T, sea_orm::DbErr>>, String>,
-    what: &str,
-) {
-    let unavailable = || "the queue is unavailable".to_owned();
+/// statement failed as a whole, that is logged once and every request told so.
+fn answer_all<T>(replies: Vec<Reply<T>>, outcomes: Result<Vec<Result<T, DbErr>>, QueueError>, what: &str) {
     match outcomes {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                let _ = reply.send(outcome.map_err(|err| {
-                    tracing::error!(error = %err, "{what} failed");
-                    unavailable()
-                }));
+                let _ = reply.send(outcome.map_err(QueueError::from));
             }
         }
         Err(err) => {
-            tracing::error!(error = %err, "{what} failed");
+            tracing::error!(error = &err as &dyn std::error::Error, "{what} failed");
             for reply in replies {
-                let _ = reply.send(Err(unavailable()));
+                let _ = reply.send(Err(QueueError::Batch));
             }
         }
     }
@@ -158,14 +185,14 @@ impl Actor for QueueActor {
     }
 }
 
-async fn sweep(db: &DatabaseConnection, config: &QueueConfig) -> Result<SweepCounts, sea_orm::DbErr> {
+async fn sweep(db: &DatabaseConnection, config: &QueueConfig) -> Result<SweepCounts, DbErr> {
     let stale_after = chrono::Duration::from_std(config.stale_after).unwrap_or(chrono::Duration::MAX);
     repo::requeue_stale(db, stale_after, config.max_attempts as i32).await
 }
 
 /// Claim up to `limit` jobs of `action` for `worker_id`; each is billed the run fee once.
 #[derive(Message)]
-#[rtype(result = "Result<Vec<training_job::Model>, String>")]
+#[rtype(result = "Result<Vec<training_job::Model>, QueueError>")]
 pub struct Claim {
     pub worker_id: String,
     pub action: String,
@@ -173,7 +200,7 @@ pub struct Claim {
 }
 
 impl Handler<Claim> for QueueActor {
-    type Result = ResponseFuture<Result<Vec<training_job::Model>, String>>;
+    type Result = ResponseFuture<Result<Vec<training_job::Model>, QueueError>>;
 
     fn handle(&mut self, msg: Claim, _: &mut Self::Context) -> Self::Result {
         let db = self.db.clone();
@@ -182,12 +209,7 @@ impl Handler<Claim> for QueueActor {
         let fee = cents_to_micros(self.config.run_fee_cents);
         // Its own task: the actor keeps taking reports while a claim and its billing run.
         let claim = actix::spawn(async move { claim_and_bill(&db, &ledger, &turn, fee, msg).await });
-        Box::pin(async move {
-            match claim.await {
-                Ok(result) => result.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
+        Box::pin(async move { Ok(claim.await??) })
     }
 }
 
@@ -240,11 +262,11 @@ async fn claim_and_bill(
 
 /// A new job; queued together with the others arriving meanwhile.
 #[derive(Message)]
-#[rtype(result = "Result<training_job::Model, String>")]
+#[rtype(result = "Result<training_job::Model, QueueError>")]
 pub struct Enqueue(pub NewJob);
 
 impl Handler<Enqueue> for QueueActor {
-    type Result = ResponseFuture<Result<training_job::Model, String>>;
+    type Result = ResponseFuture<Result<training_job::Model, QueueError>>;
 
     fn handle(&mut self, msg: Enqueue, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
@@ -252,17 +274,17 @@ impl Handler<Enqueue> for QueueActor {
         if !self.enqueuing {
             self.flush_enqueues(ctx);
         }
-        Box::pin(async move { rx.await.unwrap_or_else(|_| Err("the queue stopped".into())) })
+        Box::pin(async move { rx.await.unwrap_or(Err(QueueError::Stopped)) })
     }
 }
 
 /// A terminal report; batched with others arriving meanwhile.
 #[derive(Message)]
-#[rtype(result = "Result<ReportOutcome, String>")]
+#[rtype(result = "Result<ReportOutcome, QueueError>")]
 pub struct Submit(pub Report);
 
 impl Handler<Submit> for QueueActor {
-    type Result = ResponseFuture<Result<ReportOutcome, String>>;
+    type Result = ResponseFuture<Result<ReportOutcome, QueueError>>;
 
     fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
@@ -270,41 +292,37 @@ impl Handler<Submit> for QueueActor {
         if !self.flushing {
             self.flush(ctx);
         }
-        Box::pin(async move { rx.await.unwrap_or_else(|_| Err("the queue stopped".into())) })
+        Box::pin(async move { rx.await.unwrap_or(Err(QueueError::Stopped)) })
     }
 }
 
 #[derive(Message)]
-#[rtype(result = "Result<Held, String>")]
+#[rtype(result = "Result<Held, QueueError>")]
 pub struct Heartbeat {
     pub job_id: String,
     pub worker_id: String,
 }
 
 impl Handler<Heartbeat> for QueueActor {
-    type Result = ResponseFuture<Result<Held, String>>;
+    type Result = ResponseFuture<Result<Held, QueueError>>;
 
     fn handle(&mut self, msg: Heartbeat, _: &mut Self::Context) -> Self::Result {
         let db = self.db.clone();
-        Box::pin(async move {
-            repo::heartbeat(&db, &msg.job_id, &msg.worker_id)
-                .await
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(async move { Ok(repo::heartbeat(&db, &msg.job_id, &msg.worker_id).await?) })
     }
 }
 
 #[derive(Message)]
-#[rtype(result = "Result<SweepCounts, String>")]
+#[rtype(result = "Result<SweepCounts, QueueError>")]
 pub struct RequeueStale;
 
 impl Handler<RequeueStale> for QueueActor {
-    type Result = ResponseFuture<Result<SweepCounts, String>>;
+    type Result = ResponseFuture<Result<SweepCounts, QueueError>>;
 
     fn handle(&mut self, _: RequeueStale, _: &mut Self::Context) -> Self::Result {
         let db = self.db.clone();
         let config = self.config.clone();
-        Box::pin(async move { sweep(&db, &config).await.map_err(|e| e.to_string()) })
+        Box::pin(async move { Ok(sweep(&db, &config).await?) })
     }
 }
 

@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::actor::ask;
 use super::actor::{Claim, Heartbeat, RequeueStale, Submit};
 use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
 use super::routes::ACTIONS;
-use super::{parse_stored, queue_unavailable, JobView};
+use super::{parse_stored, JobView};
 use crate::auth::Internal;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
@@ -83,16 +84,15 @@ pub async fn claim_jobs(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     debug_assert!(ACTIONS.contains(&body.action.as_str()));
-    let jobs = state
-        .queue
-        .send(Claim {
+    let jobs = ask(
+        &state.queue,
+        Claim {
             worker_id: body.worker_id,
             action: body.action,
             limit: body.limit as u32,
-        })
-        .await
-        .map_err(|e| queue_unavailable(e.to_string()))?
-        .map_err(queue_unavailable)?;
+        },
+    )
+    .await?;
     let jobs = jobs
         .into_iter()
         .map(|job| ClaimedJob {
@@ -271,12 +271,7 @@ pub struct OkBody {
 }
 
 async fn report(state: &AppState, report: Report) -> ApiResult<HttpResponse> {
-    let outcome = state
-        .queue
-        .send(Submit(report))
-        .await
-        .map_err(|e| queue_unavailable(e.to_string()))?
-        .map_err(queue_unavailable)?;
+    let outcome = ask(&state.queue, Submit(report)).await?;
     match outcome {
         ReportOutcome::Applied | ReportOutcome::Repeated => Ok(HttpResponse::Ok().json(OkBody { ok: true })),
         ReportOutcome::NotHeld => Err(ApiError::Conflict(
@@ -398,15 +393,14 @@ pub async fn heartbeat(
     body: ValidJson<JobIdRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let held = state
-        .queue
-        .send(Heartbeat {
+    let held = ask(
+        &state.queue,
+        Heartbeat {
             job_id: body.job_id,
             worker_id: body.worker_id,
-        })
-        .await
-        .map_err(|e| queue_unavailable(e.to_string()))?
-        .map_err(queue_unavailable)?;
+        },
+    )
+    .await?;
     match held {
         Held::Yes { stop_requested } => Ok(HttpResponse::Ok().json(HeartbeatAnswer {
             ok: true,
@@ -441,12 +435,7 @@ pub async fn live_status(
 #[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("bearer" = [])),
     responses((status = 200, body = SweepCounts)))]
 pub async fn requeue_stale(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let counts = state
-        .queue
-        .send(RequeueStale)
-        .await
-        .map_err(|e| queue_unavailable(e.to_string()))?
-        .map_err(queue_unavailable)?;
+    let counts = ask(&state.queue, RequeueStale).await?;
     Ok(HttpResponse::Ok().json(counts))
 }
 

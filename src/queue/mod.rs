@@ -15,8 +15,6 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
-use crate::error::ApiError;
-
 /// The workers' routes (claims, reports, heartbeats), mounted ahead of the others (see
 /// `startup::routes`).
 pub fn configure_workers(cfg: &mut web::ServiceConfig) {
@@ -105,9 +103,4 @@ impl From<&training_job::Model> for JobView {
             finished_at: job.finished_at,
         }
     }
-}
-
-fn queue_unavailable(reason: String) -> ApiError {
-    tracing::error!(%reason, "queue unavailable");
-    ApiError::Unavailable("the queue is unavailable; retry".into())
 }

@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
+use super::actor::ask;
 use super::actor::Enqueue;
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
-use super::{queue_unavailable, JobView};
+use super::JobView;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
@@ -255,19 +256,14 @@ pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
     // Through the queue actor: jobs enqueued together are committed together.
-    let job = caller
-        .state()
-        .queue
-        .send(Enqueue(NewJob {
-            org_id: access.org_id,
-            project_id,
-            training_task_id,
-            action: action.into(),
-            payload,
-        }))
-        .await
-        .map_err(|e| queue_unavailable(e.to_string()))?
-        .map_err(queue_unavailable)?;
+    let new_job = NewJob {
+        org_id: access.org_id,
+        project_id,
+        training_task_id,
+        action: action.into(),
+        payload,
+    };
+    let job = ask(&caller.state().queue, Enqueue(new_job)).await?;
     Ok(HttpResponse::Accepted().json(JobView::from(&job)))
 }
 

@@ -21,6 +21,7 @@ use crate::auth::Caller;
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidQuery;
 use crate::http::validate::{Checks, Validate};
+use crate::http::PeerError;
 
 /// Tracker reads in flight at once for one request.
 const READ_CONCURRENCY: usize = 16;
@@ -150,7 +151,7 @@ pub async fn read_tracker(caller: Caller, query: ValidQuery<TrackerQuery>) -> Ap
                     }
                     Err(error) => {
                         entry.status = "error".into();
-                        entry.error = Some(error);
+                        entry.error = Some(error.to_string());
                     }
                 }
                 entry
@@ -176,27 +177,30 @@ async fn read_run(
     entity: &str,
     project: &str,
     run_id: &str,
-) -> Result<Value, String> {
-    let mut url = reqwest::Url::parse(base).map_err(|e| format!("tracker URL: {e}"))?;
+) -> Result<Value, PeerError> {
+    const TRACKER: &str = "the tracker";
+    let mut url = reqwest::Url::parse(base).map_err(|_| PeerError::BadUrl { peer: TRACKER })?;
     url.path_segments_mut()
-        .map_err(|()| "tracker URL cannot take a path".to_owned())?
+        .map_err(|()| PeerError::BadUrl { peer: TRACKER })?
         .pop_if_empty()
         .extend(["api", "runs", entity, project, run_id]);
     let mut request = http.get(url).timeout(timeout);
     if !api_key.is_empty() {
         request = request.bearer_auth(api_key);
     }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| crate::http::describe_call_failure(&e, "the tracker"))?;
+    let response = request.send().await.map_err(|e| PeerError::call(TRACKER, e))?;
     let status = response.status();
     if !status.is_success() {
-        return Err(format!("the tracker answered {status}"));
+        return Err(PeerError::Status {
+            peer: TRACKER,
+            status,
+        });
     }
-    let body = response
+    response
         .json::<Value>()
         .await
-        .map_err(|_| "the tracker answered a body that is not JSON".to_owned())?;
-    Ok(body)
+        .map_err(|source| PeerError::NotJson {
+            peer: TRACKER,
+            source,
+        })
 }

@@ -21,7 +21,9 @@ use crate::auth::{keys, repo as auth_repo, Caller, Internal};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::http::validate::{Checks, Validate};
-use crate::http::{describe_call_failure, resource};
+use crate::http::{resource, CallFailure, PeerError};
+
+const SERVING_LAYER: &str = "the serving layer";
 use crate::state::AppState;
 
 /// Undeploys in flight at once during a teardown.
@@ -157,7 +159,7 @@ pub async fn teardown(caller: Caller, body: ValidJson<ServingTeardownBody>) -> A
     }
     let serving = ServingLayer::of(state)
         .ok_or_else(|| ApiError::Unavailable("no serving layer is configured (KEEL_SERVING_URL)".into()))?;
-    let outcomes: Vec<(String, Result<u64, String>)> = stream::iter(live)
+    let outcomes: Vec<(String, Result<u64, PeerError>)> = stream::iter(live)
         .map(|id| {
             let serving = &serving;
             async move {
@@ -182,8 +184,8 @@ pub async fn teardown(caller: Caller, body: ValidJson<ServingTeardownBody>) -> A
                 report.undeployed += 1;
                 report.adapters.insert(id, count);
             }
-            Err(reason) => {
-                tracing::warn!(adapter = %id, %reason, "undeploy failed; the adapter stays live");
+            Err(err) => {
+                tracing::warn!(adapter = %id, error = &err as &dyn std::error::Error, "undeploy failed; the adapter stays live");
                 report.failed += 1;
                 report.adapters.insert(id, 0);
             }
@@ -249,10 +251,7 @@ pub async fn sample(caller: Caller, body: ValidJson<SampleRequest>) -> ApiResult
     let state = caller.state();
     resolve_model(state, &access.org_id, &body.model).await?;
     let Some(serving) = ServingLayer::of(state) else {
-        return Ok(sample_failed(
-            "serving_not_configured",
-            "no serving layer is configured (KEEL_SERVING_URL and an internal key)".into(),
-        ));
+        return Ok(sample_failed(&SampleFailure::NotConfigured));
     };
     let mut request = json!({ "model": body.model, "messages": body.messages, "stream": false });
     if let Some(max_tokens) = body.max_tokens {
@@ -275,9 +274,13 @@ pub async fn sample(caller: Caller, body: ValidJson<SampleRequest>) -> ApiResult
                 usage: reply.get("usage").cloned().unwrap_or(Value::Null),
             }))
         }
-        Err((kind, detail)) => {
-            tracing::warn!(error = kind, %detail, "sample failed");
-            Ok(sample_failed(kind, detail))
+        Err(failure) => {
+            tracing::warn!(
+                error = &failure as &dyn std::error::Error,
+                code = failure.code(),
+                "sample failed"
+            );
+            Ok(sample_failed(&failure))
         }
     }
 }
@@ -294,10 +297,10 @@ fn text_of(content: Option<&Value>) -> String {
     }
 }
 
-fn sample_failed(error: &str, detail: String) -> HttpResponse {
+fn sample_failed(failure: &SampleFailure) -> HttpResponse {
     HttpResponse::InternalServerError().json(SampleErrorResponse {
-        error: error.to_owned(),
-        detail,
+        error: failure.code().to_owned(),
+        detail: failure.to_string(),
     })
 }
 
@@ -323,7 +326,7 @@ impl<'a> ServingLayer<'a> {
     }
 
     /// Undeploys one adapter: `Ok(deployments undeployed)`; 404 means nothing was deployed.
-    async fn undeploy(&self, adapter_id: &str) -> Result<u64, String> {
+    async fn undeploy(&self, adapter_id: &str) -> Result<u64, PeerError> {
         let response = self
             .http
             .delete(format!("{}/adapters/{adapter_id}", self.base))
@@ -331,20 +334,24 @@ impl<'a> ServingLayer<'a> {
             .timeout(self.timeout)
             .send()
             .await
-            .map_err(|e| describe_call_failure(&e, "the serving layer"))?;
+            .map_err(|e| PeerError::call(SERVING_LAYER, e))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(0);
         }
         if !status.is_success() {
-            return Err(format!("serving layer answered {status}"));
+            return Err(PeerError::Status {
+                peer: SERVING_LAYER,
+                status,
+            });
         }
         let body: Value = response.json().await.unwrap_or(Value::Null);
         Ok(body.get("undeployed").and_then(Value::as_u64).unwrap_or(1))
     }
 
-    /// A non-streamed chat completion, or `(error kind, detail)`.
-    async fn complete(&self, org_id: &str, request: &Value) -> Result<Value, (&'static str, String)> {
+    /// A non-streamed chat completion.
+    async fn complete(&self, org_id: &str, request: &Value) -> Result<Value, SampleFailure> {
+        let call = |e| SampleFailure::Call(PeerError::call(SERVING_LAYER, e));
         let response = self
             .http
             .post(format!("{}/chat/completions", self.base))
@@ -354,37 +361,50 @@ impl<'a> ServingLayer<'a> {
             .json(request)
             .send()
             .await
-            .map_err(|e| {
-                let kind = if e.is_timeout() {
-                    "serving_timeout"
-                } else {
-                    "serving_unreachable"
-                };
-                (kind, describe_call_failure(&e, "the serving layer"))
-            })?;
+            .map_err(call)?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| {
-            let kind = if e.is_timeout() {
-                "serving_timeout"
-            } else {
-                "serving_unreachable"
-            };
-            (kind, describe_call_failure(&e, "the serving layer"))
-        })?;
+        let bytes = response.bytes().await.map_err(call)?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
-            let excerpt: String = text.chars().take(500).collect();
-            return Err((
-                "serving_error",
-                format!("serving layer answered {status}: {excerpt}"),
-            ));
+            return Err(SampleFailure::Status {
+                status,
+                excerpt: text.chars().take(500).collect(),
+            });
         }
         serde_json::from_slice::<Value>(&bytes)
             .ok()
             .filter(Value::is_object)
-            .ok_or((
-                "serving_bad_response",
-                "serving layer answered a body that is not a JSON object".into(),
-            ))
+            .ok_or(SampleFailure::BadResponse)
+    }
+}
+
+/// Why a sample failed; [`SampleFailure::code`] is `SampleErrorResponse.error`.
+#[derive(Debug, thiserror::Error)]
+enum SampleFailure {
+    #[error("no serving layer is configured (KEEL_SERVING_URL and an internal key)")]
+    NotConfigured,
+    #[error(transparent)]
+    Call(PeerError),
+    #[error("serving layer answered {status}: {excerpt}")]
+    Status {
+        status: reqwest::StatusCode,
+        excerpt: String,
+    },
+    #[error("serving layer answered a body that is not a JSON object")]
+    BadResponse,
+}
+
+impl SampleFailure {
+    fn code(&self) -> &'static str {
+        match self {
+            Self::NotConfigured => "serving_not_configured",
+            Self::Call(PeerError::Call {
+                failure: CallFailure::Timeout,
+                ..
+            }) => "serving_timeout",
+            Self::Call(_) => "serving_unreachable",
+            Self::Status { .. } => "serving_error",
+            Self::BadResponse => "serving_bad_response",
+        }
     }
 }
