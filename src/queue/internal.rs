@@ -3,17 +3,14 @@
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpResponse};
-use entities::org_secret;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::actor::ask;
-use super::actor::{Claim, Heartbeat, RequeueStale, Submit};
+use super::actor::{ask, Claim, Heartbeat, RequeueStale, Submit};
 use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
 use super::routes::ACTIONS;
-use super::{parse_stored, JobView};
+use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
@@ -128,23 +125,7 @@ pub async fn get_job_for_worker(
     let job = repo::find_job(&state.db, &path)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
-    let mut secrets = BTreeMap::new();
-    if let Some(secret_box) = &state.secret_box {
-        let rows = org_secret::Entity::find()
-            .filter(org_secret::Column::OrgId.eq(job.org_id.as_str()))
-            .all(&state.db)
-            .await?;
-        for row in rows {
-            match secret_box.open(&row.org_id, &row.name, &row.sealed) {
-                Ok(value) => {
-                    secrets.insert(row.name, value);
-                }
-                Err(err) => {
-                    tracing::error!(org_id = %row.org_id, name = %row.name, error = %err, "secret unreadable")
-                }
-            }
-        }
-    }
+    let secrets = service::worker_secrets(&state, &job.org_id).await?;
     Ok(HttpResponse::Ok().json(WorkerJobView {
         payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
         job: JobView::from(&job),

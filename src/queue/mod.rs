@@ -7,6 +7,7 @@ pub mod internal;
 pub mod repo;
 pub mod routes;
 pub mod secrets;
+pub mod service;
 
 use actix_web::web;
 use chrono::{DateTime, Utc};

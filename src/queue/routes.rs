@@ -4,17 +4,13 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use actix_web::{web, HttpResponse};
-use entities::org_secret;
-use sea_orm::sea_query::OnConflict;
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::actor::ask;
-use super::actor::Enqueue;
+use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
-use super::JobView;
+use super::{service, JobView};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
@@ -472,42 +468,6 @@ pub struct SecretNames {
 pub async fn set_secrets(caller: Caller, body: ValidJson<SecretsBody>) -> ApiResult<HttpResponse> {
     let body = body.0;
     let access = caller.member(body.org_id.as_deref()).await?;
-    let state = caller.state();
-    let Some(secret_box) = &state.secret_box else {
-        return Err(ApiError::Unavailable(
-            "secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured".into(),
-        ));
-    };
-    let now = chrono::Utc::now();
-    for (name, value) in &body.secrets {
-        if value.is_empty() {
-            org_secret::Entity::delete_by_id((access.org_id.clone(), name.clone()))
-                .exec(&state.db)
-                .await?;
-            continue;
-        }
-        let sealed = secret_box.seal(&access.org_id, name, value)?;
-        org_secret::Entity::insert(org_secret::ActiveModel {
-            org_id: Set(access.org_id.clone()),
-            name: Set(name.clone()),
-            sealed: Set(sealed),
-            updated_at: Set(now),
-        })
-        .on_conflict(
-            OnConflict::columns([org_secret::Column::OrgId, org_secret::Column::Name])
-                .update_columns([org_secret::Column::Sealed, org_secret::Column::UpdatedAt])
-                .to_owned(),
-        )
-        .exec_without_returning(&state.db)
-        .await?;
-    }
-    let names = org_secret::Entity::find()
-        .filter(org_secret::Column::OrgId.eq(access.org_id.as_str()))
-        .order_by_asc(org_secret::Column::Name)
-        .all(&state.db)
-        .await?
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
+    let names = service::set_secrets(caller.state(), &access.org_id, body.secrets).await?;
     Ok(HttpResponse::Ok().json(SecretNames { names }))
 }
