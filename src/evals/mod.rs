@@ -1,10 +1,10 @@
 //! `POST /api/evals/runs`: an eval run uploaded in one piece; keel derives its counts and
 //! mean score from the cases and stores the run with its cases.
 
+pub mod repo;
+
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, NaiveDateTime, Utc};
-use entities::{eval_case, eval_run};
-use sea_orm::{ActiveValue::Set, ConnectionTrait, DbErr, EntityTrait, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
@@ -16,8 +16,6 @@ use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 
 pub const MAX_CASES: usize = 5000;
-/// Cases per insert statement (14 columns; SQLite allows 32,766 parameters).
-const CASE_CHUNK: usize = 1000;
 const STATUSES: &[&str] = &["completed", "failed"];
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -79,7 +77,7 @@ pub struct EvalRunUploadRequest {
 }
 
 /// An ISO 8601 date-time; without an offset it is taken as UTC.
-fn parse_datetime(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_datetime(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .ok()
@@ -168,9 +166,7 @@ pub async fn upload_eval_run(
         .ok_or_else(|| ApiError::not_found("project"))?;
     let derived = derive(&body.cases);
     let id = uuid::Uuid::new_v4().to_string();
-    let txn = db.begin().await?;
-    insert_run(&txn, &id, &project, &body, derived).await?;
-    txn.commit().await?;
+    repo::insert_run(db, &id, &project, &body, derived).await?;
     Ok(HttpResponse::Ok().json(EvalRunUploadResponse {
         ok: true,
         eval_run_id: id,
@@ -180,64 +176,6 @@ pub async fn upload_eval_run(
         errored_cases: derived.errored,
         mean_score: derived.mean_score,
     }))
-}
-
-async fn insert_run(
-    db: &impl ConnectionTrait,
-    id: &str,
-    project: &entities::project::Model,
-    body: &EvalRunUploadRequest,
-    derived: Derived,
-) -> Result<(), DbErr> {
-    eval_run::Entity::insert(eval_run::ActiveModel {
-        id: Set(id.to_owned()),
-        org_id: Set(project.org_id.clone()),
-        project_id: Set(project.id.clone()),
-        suite_name: Set(body.suite_name.clone()),
-        environment_reference: Set(body.environment_reference.clone()),
-        model: Set(body.model.clone()),
-        status: Set(body.status.clone().unwrap_or_else(|| "completed".into())),
-        error: Set(body.error.clone()),
-        started_at: Set(body.started_at.as_deref().and_then(parse_datetime)),
-        metadata: Set(body
-            .metadata
-            .as_ref()
-            .map(|m| Value::Object(m.clone()).to_string())),
-        total_cases: Set(derived.total),
-        passed_cases: Set(derived.passed),
-        graded_cases: Set(derived.graded),
-        errored_cases: Set(derived.errored),
-        mean_score: Set(derived.mean_score),
-        created_at: Set(Utc::now()),
-    })
-    .exec_without_returning(db)
-    .await?;
-    let rows: Vec<eval_case::ActiveModel> = body
-        .cases
-        .iter()
-        .enumerate()
-        .map(|(position, c)| eval_case::ActiveModel {
-            eval_run_id: Set(id.to_owned()),
-            position: Set(position as i32),
-            case_id: Set(c.case_id.clone()),
-            input: Set(c.input.clone()),
-            expected: Set(c.expected.clone()),
-            actual: Set(c.actual.clone()),
-            score: Set(c.score),
-            success: Set(c.success),
-            reason: Set(c.reason.clone()),
-            error: Set(c.error.clone()),
-            metrics: Set(c.metrics.as_ref().map(|m| Value::Object(m.clone()).to_string())),
-            latency_ms: Set(c.latency_ms),
-            total_tokens: Set(c.total_tokens),
-        })
-        .collect();
-    for chunk in rows.chunks(CASE_CHUNK) {
-        eval_case::Entity::insert_many(chunk.to_vec())
-            .exec_without_returning(db)
-            .await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

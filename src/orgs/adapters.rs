@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use entities::adapter;
-use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
+use sea_orm::{ConnectionTrait, DbErr};
 
 use crate::cache::TtlCache;
 
@@ -37,8 +36,7 @@ impl AdapterDirectory {
         if let Some(info) = self.cache.get(&adapter_id.to_owned()) {
             return Ok(Some(info));
         }
-        let found = adapter::Entity::find_by_id(adapter_id.to_owned())
-            .one(db)
+        let found = super::repo::find_adapter(db, adapter_id)
             .await?
             .map(|a| AdapterInfo {
                 adapter_id: a.id,

@@ -3,8 +3,6 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use entities::api_key;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
@@ -49,10 +47,7 @@ pub struct ApiKeyList {
     params(("orgId" = Option<String>, Query)),
     responses((status = 200, body = ApiKeyList), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let keys = api_key::Entity::find()
-        .filter(api_key::Column::OrgId.eq(member.0.org_id.as_str()))
-        .order_by_desc(api_key::Column::CreatedAt)
-        .all(&state.db)
+    let keys = repo::api_keys_of(&state.db, &member.0.org_id)
         .await?
         .into_iter()
         .map(|k| ApiKeyView {
@@ -87,10 +82,7 @@ pub async fn create_key(caller: Caller, body: ValidJson<ApiKeyBody>) -> ApiResul
 pub async fn revoke_key(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let owner = caller.owner(None).await?;
     let db = &caller.state().db;
-    let belongs = api_key::Entity::find_by_id(path.as_str().to_owned())
-        .one(db)
-        .await?
-        .is_some_and(|k| k.org_id == owner.org_id);
+    let belongs = repo::api_key_belongs(db, &path, &owner.org_id).await?;
     if !belongs || !repo::revoke_api_key(db, &path).await? {
         return Err(ApiError::not_found("API key"));
     }

@@ -4,7 +4,7 @@ use chrono::Utc;
 use entities::{adapter, api_key, membership, organization, user};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, SqlErr,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, SqlErr,
     TransactionSession, TransactionTrait,
 };
 
@@ -237,6 +237,59 @@ pub async fn upsert_adapter(
         .one(db)
         .await?
         .ok_or_else(|| DbErr::RecordNotFound(adapter_id.to_owned()))
+}
+
+/// The organization's API keys, newest first (hashes only; no secret is stored).
+pub async fn api_keys_of(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<api_key::Model>, DbErr> {
+    api_key::Entity::find()
+        .filter(api_key::Column::OrgId.eq(org_id))
+        .order_by_desc(api_key::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
+/// Whether the API key exists and belongs to the organization.
+pub async fn api_key_belongs(
+    db: &impl ConnectionTrait,
+    api_key_id: &str,
+    org_id: &str,
+) -> Result<bool, DbErr> {
+    Ok(api_key::Entity::find_by_id(api_key_id.to_owned())
+        .one(db)
+        .await?
+        .is_some_and(|k| k.org_id == org_id))
+}
+
+pub async fn find_adapter(
+    db: &impl ConnectionTrait,
+    adapter_id: &str,
+) -> Result<Option<adapter::Model>, DbErr> {
+    adapter::Entity::find_by_id(adapter_id.to_owned()).one(db).await
+}
+
+/// The ids of the organization's live adapters, in order.
+pub async fn live_adapter_ids(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<String>, DbErr> {
+    Ok(adapter::Entity::find()
+        .filter(adapter::Column::OrgId.eq(org_id))
+        .filter(adapter::Column::Live.eq(true))
+        .order_by_asc(adapter::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|a| a.id)
+        .collect())
+}
+
+/// Marks the organization's adapter as no longer live.
+pub async fn mark_undeployed(db: &impl ConnectionTrait, org_id: &str, adapter_id: &str) -> Result<(), DbErr> {
+    adapter::Entity::update_many()
+        .col_expr(adapter::Column::Live, false.into())
+        .col_expr(adapter::Column::UpdatedAt, Utc::now().into())
+        .filter(adapter::Column::Id.eq(adapter_id))
+        .filter(adapter::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
 }
 
 pub async fn delete_adapter(db: &impl ConnectionTrait, adapter_id: &str) -> Result<bool, DbErr> {

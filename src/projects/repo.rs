@@ -72,3 +72,8 @@ pub async fn find_in_org(
     let project_id = crate::http::extract::canonical_uuid(project_id);
     find_in_orgs(db, &project_id, std::slice::from_ref(&org_id)).await
 }
+
+/// A project by id, whichever organization's.
+pub async fn find(db: &impl ConnectionTrait, project_id: &str) -> Result<Option<project::Model>, DbErr> {
+    project::Entity::find_by_id(project_id.to_owned()).one(db).await
+}

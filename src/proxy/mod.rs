@@ -20,7 +20,6 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 use entities::trace;
 use futures_util::Stream;
-use sea_orm::EntityTrait;
 use serde_json::Value;
 
 use crate::auth::keys;
@@ -128,8 +127,7 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
     let owner = match state.proxy_cache.projects.get(&project_id) {
         Some(owner) => owner,
         None => {
-            let project = entities::project::Entity::find_by_id(project_id.clone())
-                .one(&state.db)
+            let project = crate::projects::repo::find(&state.db, &project_id)
                 .await?
                 .ok_or_else(not_found)?;
             state

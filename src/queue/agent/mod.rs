@@ -1,12 +1,9 @@
 //! Agent logs (user and worker), agent account usage and optimizer timelines.
 
+pub mod repo;
+
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use entities::{agent_log, agent_usage, optimizer_timeline};
-use sea_orm::sea_query::OnConflict;
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
-};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -30,27 +27,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             resource("/api/training/internal/optimizer-timelines/sync")
                 .route(web::post().to(sync_optimizer_timelines)),
         );
-}
-
-async fn insert_log(
-    db: &impl ConnectionTrait,
-    org_id: &str,
-    content: &str,
-    job_id: Option<&str>,
-    source: &str,
-) -> Result<String, DbErr> {
-    let id = uuid::Uuid::new_v4().to_string();
-    agent_log::Entity::insert(agent_log::ActiveModel {
-        id: Set(id.clone()),
-        org_id: Set(org_id.to_owned()),
-        job_id: Set(job_id.map(str::to_owned)),
-        content: Set(content.to_owned()),
-        source: Set(source.to_owned()),
-        created_at: Set(Utc::now()),
-    })
-    .exec_without_returning(db)
-    .await?;
-    Ok(id)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -80,7 +56,7 @@ pub async fn create_agent_log(
     body: ValidJson<AgentLogCreateRequest>,
 ) -> ApiResult<HttpResponse> {
     let access = caller.member(None).await?;
-    let id = insert_log(&caller.state().db, &access.org_id, &body.0.content, None, "api").await?;
+    let id = repo::insert_log(&caller.state().db, &access.org_id, &body.0.content, None, "api").await?;
     Ok(HttpResponse::Ok().json(AgentLogCreated {
         ok: true,
         agent_log_id: id,
@@ -118,7 +94,7 @@ pub async fn create_agent_log_internal(
     if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
-    let id = insert_log(
+    let id = repo::insert_log(
         &state.db,
         &org_id,
         &body.content,
@@ -175,12 +151,8 @@ pub async fn list_agent_logs_internal(
     query: ValidQuery<AgentLogQuery>,
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
-    let logs: Vec<AgentLogView> = agent_log::Entity::find()
-        .filter(agent_log::Column::OrgId.eq(query.org_id.to_ascii_lowercase()))
-        .order_by_desc(agent_log::Column::CreatedAt)
-        .order_by_desc(agent_log::Column::Id)
-        .limit(query.limit.unwrap_or(200) as u64)
-        .all(&state.db)
+    let org_id = query.org_id.to_ascii_lowercase();
+    let logs: Vec<AgentLogView> = repo::newest_logs(&state.db, &org_id, query.limit.unwrap_or(200) as u64)
         .await?
         .into_iter()
         .map(|l| AgentLogView {
@@ -266,18 +238,7 @@ pub async fn report_agent_usage(
     ] {
         report.insert(key.into(), value.unwrap_or(Value::Null));
     }
-    agent_usage::Entity::insert(agent_usage::ActiveModel {
-        account_label: Set(body.account_label),
-        report: Set(Value::Object(report).to_string()),
-        updated_at: Set(Utc::now()),
-    })
-    .on_conflict(
-        OnConflict::column(agent_usage::Column::AccountLabel)
-            .update_columns([agent_usage::Column::Report, agent_usage::Column::UpdatedAt])
-            .to_owned(),
-    )
-    .exec_without_returning(&state.db)
-    .await?;
+    repo::upsert_usage(&state.db, &body.account_label, &Value::Object(report)).await?;
     Ok(HttpResponse::Ok().json(Upserted { upserted: 1 }))
 }
 
@@ -336,30 +297,12 @@ pub async fn sync_optimizer_timelines(
     if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
-    let now = Utc::now();
-    for timeline in &body.timelines {
-        optimizer_timeline::Entity::insert(optimizer_timeline::ActiveModel {
-            org_id: Set(org_id.clone()),
-            timeline_id: Set(timeline.timeline_id.clone()),
-            job_id: Set(body.job_id.clone()),
-            events: Set(Value::Array(timeline.events.clone()).to_string()),
-            updated_at: Set(now),
-        })
-        .on_conflict(
-            OnConflict::columns([
-                optimizer_timeline::Column::OrgId,
-                optimizer_timeline::Column::TimelineId,
-            ])
-            .update_columns([
-                optimizer_timeline::Column::JobId,
-                optimizer_timeline::Column::Events,
-                optimizer_timeline::Column::UpdatedAt,
-            ])
-            .to_owned(),
-        )
-        .exec_without_returning(&state.db)
-        .await?;
-    }
+    let timelines: Vec<(String, Value)> = body
+        .timelines
+        .iter()
+        .map(|t| (t.timeline_id.clone(), Value::Array(t.events.clone())))
+        .collect();
+    repo::replace_timelines(&state.db, &org_id, body.job_id.as_deref(), &timelines).await?;
     Ok(HttpResponse::Ok().json(Synced {
         synced: body.timelines.len(),
     }))

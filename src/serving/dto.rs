@@ -1,0 +1,101 @@
+//! Bodies and views of the serving routes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::http::validate::{Checks, Validate};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingAuthorizeBody {
+    /// The caller's user API key, as presented to the serving layer.
+    #[schema(min_length = 1, max_length = 512)]
+    pub api_key: String,
+    /// An adapter id or a priced base model id.
+    #[schema(min_length = 1, max_length = 512)]
+    pub adapter_id: String,
+}
+
+impl Validate for ServingAuthorizeBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("apiKey", &self.api_key, 1, 512);
+        c.str_len("adapterId", &self.adapter_id, 1, 512);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingAuthorized {
+    /// The organization to bill: the adapter's owner, or the key's for a base model.
+    pub org_id: String,
+    pub adapter_id: String,
+    pub base_model: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingTeardownBody {
+    #[schema(min_length = 1, max_length = 100)]
+    pub org_id: String,
+}
+
+impl Validate for ServingTeardownBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeardownReport {
+    /// Adapters undeployed (no longer live).
+    pub undeployed: u64,
+    /// Adapters whose undeploy failed (still live; try again).
+    pub failed: u64,
+    /// Each live adapter's id to the deployments undeployed for it (0 when it failed).
+    pub adapters: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SampleRequest {
+    /// An adapter the caller's organization owns, or a priced base model.
+    #[schema(min_length = 1, max_length = 512)]
+    pub model: String,
+    /// Chat messages, as the OpenAI API takes them.
+    #[schema(value_type = Vec<Object>, min_items = 1, max_items = 1000)]
+    pub messages: Vec<Map<String, Value>>,
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub max_tokens: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
+    pub temperature: Option<f64>,
+}
+
+impl Validate for SampleRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("model", &self.model, 1, 512);
+        c.min_items("messages", self.messages.len(), 1);
+        c.max_items("messages", self.messages.len(), 1000);
+        c.opt_int_range("max_tokens", self.max_tokens, 1, 1_000_000);
+        c.opt_float_range("temperature", self.temperature, 0.0, 2.0);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SampleResponse {
+    pub model: String,
+    /// The first choice's text.
+    pub output: String,
+    /// Token usage as the serving layer reported it (null when it did not).
+    #[schema(value_type = Object)]
+    pub usage: Value,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SampleErrorResponse {
+    /// `serving_not_configured`, `serving_unreachable`, `serving_timeout`, `serving_error`
+    /// or `serving_bad_response`.
+    pub error: String,
+    pub detail: String,
+}

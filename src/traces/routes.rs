@@ -1,0 +1,84 @@
+//! `GET /api/traces/projects`, `GET` and `POST /api/traces/export`.
+
+use actix_web::HttpResponse;
+
+use super::dto::{
+    ExportQuery, TraceProject, TraceProjectsResponse, TraceSelectionBody, TracesExportResponse,
+};
+use super::export::Format;
+use super::{repo, service, MAX_EXPORT};
+use crate::auth::Caller;
+use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{canonical_uuid, ValidJson, ValidQuery};
+
+#[utoipa::path(get, path = "/api/traces/projects", tag = "traces", security(("bearer" = [])),
+    params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
+    responses((status = 200, body = TraceProjectsResponse), (status = 401, body = ErrorBody)))]
+pub async fn trace_projects(caller: Caller) -> ApiResult<HttpResponse> {
+    let orgs = if caller.named_org() {
+        vec![caller.member(None).await?.org_id]
+    } else {
+        caller.organizations().await?
+    };
+    let projects = repo::projects_with_traces(&caller.state().db, &orgs)
+        .await?
+        .into_iter()
+        .map(|(project_id, name, trace_count, last_trace_at)| TraceProject {
+            project_id,
+            name,
+            trace_count,
+            last_trace_at,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(TraceProjectsResponse { projects }))
+}
+
+fn format_of(name: Option<&str>) -> Format {
+    name.and_then(Format::parse).unwrap_or(Format::Records)
+}
+
+#[utoipa::path(get, path = "/api/traces/export", tag = "traces", security(("bearer" = [])),
+    params(ExportQuery),
+    responses(
+        (status = 200, body = TracesExportResponse),
+        (status = 404, description = "No such project in the caller's organizations", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody),
+    ))]
+pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> ApiResult<HttpResponse> {
+    let query = query.0;
+    let format = format_of(query.format.as_deref());
+    let orgs = caller.organizations().await?;
+    let project_id = canonical_uuid(&query.project_id);
+    let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
+    let export = service::export_project(caller.state(), &orgs, &project_id, format, limit).await?;
+    Ok(HttpResponse::Ok().json(TracesExportResponse {
+        project_id: Some(project_id),
+        format: format.as_str().to_owned(),
+        count: export.records.len(),
+        skipped: export.skipped,
+        not_found: None,
+        records: export.records,
+    }))
+}
+
+#[utoipa::path(post, path = "/api/traces/export", tag = "traces", security(("bearer" = [])),
+    request_body = TraceSelectionBody,
+    responses((status = 200, body = TracesExportResponse), (status = 422, body = ValidationErrorBody)))]
+pub async fn export_selection(
+    caller: Caller,
+    body: ValidJson<TraceSelectionBody>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let format = format_of(body.format.as_deref());
+    let orgs = caller.organizations().await?;
+    let wanted: Vec<String> = body.trace_ids.iter().map(|id| canonical_uuid(id)).collect();
+    let selection = service::export_selection(caller.state(), &orgs, &wanted, format).await?;
+    Ok(HttpResponse::Ok().json(TracesExportResponse {
+        project_id: selection.project_id,
+        format: format.as_str().to_owned(),
+        count: selection.export.records.len(),
+        skipped: selection.export.skipped,
+        not_found: Some(selection.not_found),
+        records: selection.export.records,
+    }))
+}
