@@ -3,14 +3,19 @@
 //! a lock (`FOR UPDATE` on PostgreSQL; SQLite serializes writers), so concurrent upserts of
 //! one key keep one row and lose no field.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use entities::{
-    flash_checkpoint, flash_environment, flash_environment_use, flash_run, product_event, project,
+    flash_checkpoint, flash_environment, flash_environment_use, flash_run, hub_backoff, product_event, project,
 };
+use sea_orm::sea_query::{Condition, Expr, ExprTrait, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
-    IntoActiveModel, QueryFilter, QuerySelect, TransactionTrait, TryInsertResult,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, TryInsertResult,
 };
+
+use crate::config::HubSettings;
 use serde_json::{Map, Value};
 
 use super::FlashEnvironmentPublishBody;
@@ -369,3 +374,168 @@ mod tests {
         assert_eq!(merged, json!({"model": "a", "phase": null, "costUsd": 2.0}));
     }
 }
+
+/// Organizations whose hub provisioning backs off until after `now` (one, or all).
+pub async fn orgs_backing_off(
+    db: &impl ConnectionTrait,
+    org: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<HashSet<String>, DbErr> {
+    let mut find = hub_backoff::Entity::find().filter(hub_backoff::Column::NextAttemptAt.gt(now));
+    if let Some(org) = org {
+        find = find.filter(hub_backoff::Column::OrgId.eq(org));
+    }
+    Ok(find.all(db).await?.into_iter().map(|b| b.org_id).collect())
+}
+
+/// Environments waiting for provisioning (of one organization, or all).
+fn pending(org: Option<&str>) -> sea_orm::Select<flash_environment::Entity> {
+    let mut find = flash_environment::Entity::find().filter(flash_environment::Column::HubStatus.eq(HUB_PENDING));
+    if let Some(org) = org {
+        find = find.filter(flash_environment::Column::OrgId.eq(org));
+    }
+    find
+}
+
+/// How many waiting environments belong to `orgs`.
+pub async fn pending_of_orgs(
+    db: &impl ConnectionTrait,
+    org: Option<&str>,
+    orgs: &HashSet<String>,
+) -> Result<u64, DbErr> {
+    if orgs.is_empty() {
+        return Ok(0);
+    }
+    pending(org)
+        .filter(flash_environment::Column::OrgId.is_in(orgs.iter().cloned()))
+        .count(db)
+        .await
+}
+
+/// The oldest `limit` waiting environments that no pass holds, outside `excluded` orgs.
+pub async fn provisioning_candidates(
+    db: &impl ConnectionTrait,
+    org: Option<&str>,
+    excluded: &HashSet<String>,
+    now: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<flash_environment::Model>, DbErr> {
+    let free = Condition::any()
+        .add(flash_environment::Column::HubLeaseUntil.is_null())
+        .add(flash_environment::Column::HubLeaseUntil.lt(now));
+    let mut candidates = pending(org).filter(free);
+    if !excluded.is_empty() {
+        candidates = candidates.filter(flash_environment::Column::OrgId.is_not_in(excluded.iter().cloned()));
+    }
+    candidates
+        .order_by_asc(flash_environment::Column::CreatedAt)
+        .order_by_asc(flash_environment::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The organization provisioned again: its failures are forgotten.
+pub async fn clear_backoff(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+    hub_backoff::Entity::delete_many()
+        .filter(hub_backoff::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Holds the environment for this pass; false when another pass holds it or it is done.
+pub async fn take_lease(db: &impl ConnectionTrait, env_id: &str, lease_secs: u64) -> Result<bool, DbErr> {
+    let now = Utc::now();
+    let until = now + chrono::Duration::seconds(i64::try_from(lease_secs).unwrap_or(i64::MAX / 2));
+    let result = flash_environment::Entity::update_many()
+        .col_expr(flash_environment::Column::HubLeaseUntil, Expr::value(until))
+        .filter(flash_environment::Column::Id.eq(env_id))
+        .filter(flash_environment::Column::HubStatus.eq(HUB_PENDING))
+        .filter(
+            Condition::any()
+                .add(flash_environment::Column::HubLeaseUntil.is_null())
+                .add(flash_environment::Column::HubLeaseUntil.lt(now)),
+        )
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected == 1)
+}
+
+/// Records the outcome and releases the lease.
+pub async fn finish_provisioning(
+    db: &impl ConnectionTrait,
+    env: &flash_environment::Model,
+    error: Option<&str>,
+) -> Result<(), DbErr> {
+    let now = Utc::now();
+    let mut update = flash_environment::Entity::update_many()
+        .col_expr(
+            flash_environment::Column::HubLeaseUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            flash_environment::Column::HubAttempts,
+            Expr::col(flash_environment::Column::HubAttempts).add(1),
+        )
+        .col_expr(
+            flash_environment::Column::HubError,
+            Expr::value(error.map(str::to_owned)),
+        )
+        .col_expr(flash_environment::Column::UpdatedAt, Expr::value(now));
+    if error.is_none() {
+        update = update
+            .col_expr(flash_environment::Column::HubStatus, Expr::value(HUB_PROVISIONED))
+            .col_expr(
+                flash_environment::Column::HubProvisionedAt,
+                Expr::value(Some(now)),
+            );
+    }
+    update
+        .filter(flash_environment::Column::Id.eq(&env.id))
+        // A re-publish meanwhile moved it: that version is provisioned by a later pass.
+        .filter(flash_environment::Column::HubRepo.eq(&env.hub_repo))
+        .filter(flash_environment::Column::HubRef.eq(&env.hub_ref))
+        .filter(flash_environment::Column::HubPath.eq(&env.hub_path))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// One more consecutive failure for the organization, and its next allowed attempt.
+pub async fn back_off(
+    db: &impl ConnectionTrait,
+    settings: &HubSettings,
+    org_id: &str,
+    reason: &str,
+) -> Result<(), DbErr> {
+    let failures = hub_backoff::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await?
+        .map_or(0, |b| b.failures)
+        .saturating_add(1);
+    let now = Utc::now();
+    let delay = super::hub::backoff_delay(settings, u32::try_from(failures).unwrap_or(u32::MAX));
+    let next = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::days(1));
+    hub_backoff::Entity::insert(hub_backoff::ActiveModel {
+        org_id: Set(org_id.to_owned()),
+        failures: Set(failures),
+        next_attempt_at: Set(next),
+        last_error: Set(Some(reason.to_owned())),
+        updated_at: Set(now),
+    })
+    .on_conflict(
+        OnConflict::column(hub_backoff::Column::OrgId)
+            .update_columns([
+                hub_backoff::Column::Failures,
+                hub_backoff::Column::NextAttemptAt,
+                hub_backoff::Column::LastError,
+                hub_backoff::Column::UpdatedAt,
+            ])
+            .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
