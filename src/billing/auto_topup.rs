@@ -4,11 +4,9 @@
 //! same transaction.
 
 use chrono::{Duration, Utc};
-use entities::billing_account;
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, ExprTrait, QueryFilter};
+use sea_orm::{DatabaseConnection, DbErr};
 
-use super::ledger::{EntryKind, LedgerOp, SideEffect, MAX_AUTO_TOPUP_DECLINES};
+use super::ledger::{EntryKind, LedgerOp, SideEffect};
 use super::money::cents_to_micros;
 use super::payments::{ChargeRequest, PaymentError, Payments};
 use super::repo;
@@ -27,7 +25,7 @@ pub async fn charge(
         Ok(credit) => credit,
         Err(err) => {
             tracing::error!(org_id, error = %err, "auto top-up failed");
-            let _ = release_claim(db, org_id).await;
+            let _ = repo::release_auto_topup_claim(db, org_id).await;
             None
         }
     }
@@ -40,34 +38,15 @@ async fn try_charge(
     amount_cents: i64,
 ) -> Result<Option<LedgerOp>, DbErr> {
     let now = Utc::now();
-    let claimed = billing_account::Entity::update_many()
-        .col_expr(billing_account::Column::AutoTopupStartedAt, Expr::value(now))
-        .filter(billing_account::Column::OrgId.eq(org_id))
-        .filter(billing_account::Column::AutoTopupEnabled.eq(true))
-        .filter(billing_account::Column::AutoTopupDeclines.lt(MAX_AUTO_TOPUP_DECLINES))
-        .filter(billing_account::Column::PaymentMethodId.is_not_null())
-        .filter(billing_account::Column::CustomerId.is_not_null())
-        .filter(
-            Expr::col(billing_account::Column::AutoTopupStartedAt)
-                .is_null()
-                .or(Expr::col(billing_account::Column::AutoTopupStartedAt)
-                    .lt(now - Duration::minutes(CLAIM_EXPIRY_MINUTES))),
-        )
-        .exec(db)
-        .await?
-        .rows_affected;
-    if claimed != 1 {
+    if !repo::claim_auto_topup(db, org_id, now, now - Duration::minutes(CLAIM_EXPIRY_MINUTES)).await? {
         return Ok(None);
     }
-    let Some(account) = billing_account::Entity::find_by_id(org_id.to_owned())
-        .one(db)
-        .await?
-    else {
+    let Some(account) = repo::find_account(db, org_id).await? else {
         return Ok(None);
     };
     let (Some(customer_id), Some(payment_method_id)) = (&account.customer_id, &account.payment_method_id)
     else {
-        release_claim(db, org_id).await?;
+        repo::release_auto_topup_claim(db, org_id).await?;
         return Ok(None);
     };
     // Decided on a balance read before this claim: a top-up settled meanwhile (its credit
@@ -76,7 +55,7 @@ async fn try_charge(
         .auto_topup_threshold_cents
         .is_some_and(|t| account.balance_microcents < cents_to_micros(t));
     if !below {
-        release_claim(db, org_id).await?;
+        repo::release_auto_topup_claim(db, org_id).await?;
         return Ok(None);
     }
     let idempotency_key = format!("keel-auto-topup-{org_id}-{}", now.timestamp_millis());
@@ -120,39 +99,16 @@ async fn try_charge(
             let id =
                 payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
             repo::record_payment(db, auto_topup_row(&id, org_id, amount_cents, "declined")).await?;
-            billing_account::Entity::update_many()
-                .col_expr(
-                    billing_account::Column::AutoTopupDeclines,
-                    Expr::col(billing_account::Column::AutoTopupDeclines).add(1),
-                )
-                .col_expr(
-                    billing_account::Column::AutoTopupStartedAt,
-                    Expr::value(Option::<chrono::DateTime<Utc>>::None),
-                )
-                .filter(billing_account::Column::OrgId.eq(org_id))
-                .exec(db)
-                .await?;
+            repo::count_auto_topup_decline(db, org_id).await?;
             tracing::warn!(org_id, %message, "auto top-up declined");
             Ok(None)
         }
         Err(err) => {
             tracing::error!(org_id, error = %err, "auto top-up charge failed");
-            release_claim(db, org_id).await?;
+            repo::release_auto_topup_claim(db, org_id).await?;
             Ok(None)
         }
     }
-}
-
-async fn release_claim(db: &DatabaseConnection, org_id: &str) -> Result<(), DbErr> {
-    billing_account::Entity::update_many()
-        .col_expr(
-            billing_account::Column::AutoTopupStartedAt,
-            Expr::value(Option::<chrono::DateTime<Utc>>::None),
-        )
-        .filter(billing_account::Column::OrgId.eq(org_id))
-        .exec(db)
-        .await?;
-    Ok(())
 }
 
 fn auto_topup_row<'a>(

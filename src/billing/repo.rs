@@ -1,13 +1,14 @@
 //! Billing rows outside the balance: accounts' settings, payments, costs, webhook events.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use entities::{billing_account, ledger_entry, payment, training_run_cost, webhook_event};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
+    QuerySelect,
 };
 
-use super::ledger::ensure_account;
+use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
 use crate::orgs::repo::org_exists;
 
 /// The ledger idempotency key of a card payment: shared by the synchronous top-up, the
@@ -248,5 +249,72 @@ pub async fn record_webhook_event(
     .on_conflict_do_nothing_on([webhook_event::Column::EventId])
     .exec_without_returning(db)
     .await?;
+    Ok(())
+}
+
+/// The organization's billing account as stored (not created when missing).
+pub async fn find_account(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Option<billing_account::Model>, DbErr> {
+    billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await
+}
+
+/// Takes the organization's auto top-up claim if auto top-up may charge now (enabled, not
+/// paused, a saved card) and nobody holds the claim (or its holder started before
+/// `expired_before`); answers whether it was taken.
+pub async fn claim_auto_topup(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    now: DateTime<Utc>,
+    expired_before: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let claimed = billing_account::Entity::update_many()
+        .col_expr(billing_account::Column::AutoTopupStartedAt, Expr::value(now))
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .filter(billing_account::Column::AutoTopupEnabled.eq(true))
+        .filter(billing_account::Column::AutoTopupDeclines.lt(MAX_AUTO_TOPUP_DECLINES))
+        .filter(billing_account::Column::PaymentMethodId.is_not_null())
+        .filter(billing_account::Column::CustomerId.is_not_null())
+        .filter(
+            Expr::col(billing_account::Column::AutoTopupStartedAt)
+                .is_null()
+                .or(Expr::col(billing_account::Column::AutoTopupStartedAt).lt(expired_before)),
+        )
+        .exec(db)
+        .await?
+        .rows_affected;
+    Ok(claimed == 1)
+}
+
+/// Releases the organization's auto top-up claim.
+pub async fn release_auto_topup_claim(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+    billing_account::Entity::update_many()
+        .col_expr(
+            billing_account::Column::AutoTopupStartedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// One more consecutive decline of auto top-up (three pause it), and the claim released.
+pub async fn count_auto_topup_decline(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+    billing_account::Entity::update_many()
+        .col_expr(
+            billing_account::Column::AutoTopupDeclines,
+            Expr::col(billing_account::Column::AutoTopupDeclines).add(1),
+        )
+        .col_expr(
+            billing_account::Column::AutoTopupStartedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .filter(billing_account::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
     Ok(())
 }

@@ -7,7 +7,8 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use entities::{
-    flash_checkpoint, flash_environment, flash_environment_use, flash_run, hub_backoff, product_event, project,
+    flash_checkpoint, flash_environment, flash_environment_use, flash_run, hub_backoff, product_event,
+    project,
 };
 use sea_orm::sea_query::{Condition, Expr, ExprTrait, OnConflict};
 use sea_orm::{
@@ -390,7 +391,8 @@ pub async fn orgs_backing_off(
 
 /// Environments waiting for provisioning (of one organization, or all).
 fn pending(org: Option<&str>) -> sea_orm::Select<flash_environment::Entity> {
-    let mut find = flash_environment::Entity::find().filter(flash_environment::Column::HubStatus.eq(HUB_PENDING));
+    let mut find =
+        flash_environment::Entity::find().filter(flash_environment::Column::HubStatus.eq(HUB_PENDING));
     if let Some(org) = org {
         find = find.filter(flash_environment::Column::OrgId.eq(org));
     }
@@ -538,4 +540,3 @@ pub async fn back_off(
     .await?;
     Ok(())
 }
-

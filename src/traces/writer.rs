@@ -16,28 +16,20 @@
 //! twice per `flush_rows` traces under load (plus, when paced, once at the batch's turn).
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use entities::trace;
 use prometheus::{IntCounter, Registry};
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityName, IdenStatic, Statement,
-    TransactionTrait, Value,
-};
+use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use super::repo;
 use crate::config::TraceSettings;
 
 /// Rows of one batch at most (one transaction); `flush_rows` above it act as it.
-const MAX_BATCH_ROWS: usize = 500;
-/// A batch is inserted in statements of power-of-two row counts up to this (17 columns;
-/// SQLite allows 32,766 parameters): nine statement shapes in all, each prepared once and
-/// then reused, instead of one shape per batch size, each prepared anew and kept in the
-/// statement cache (about 30 MiB more RSS under load).
-const LARGEST_INSERT: usize = 256;
+pub(crate) const MAX_BATCH_ROWS: usize = 500;
 const WRITE_ATTEMPTS: u32 = 3;
 
 /// A trace to be finished (parsed, redacted) on the writer's task, off the request path.
@@ -366,11 +358,10 @@ enum WriteError {
 }
 
 async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<(), WriteError> {
-    let backend = db.get_database_backend();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match write(db, insert_statements(backend, traces)).await {
+        match repo::insert_traces(db, traces).await {
             Ok(()) => return Ok(()),
             Err(err) if err.sql_err().is_some() => return Err(WriteError::Refused(err)),
             Err(err) if attempt < WRITE_ATTEMPTS => {
@@ -379,235 +370,5 @@ async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Res
             }
             Err(err) => return Err(WriteError::Failed(err)),
         }
-    }
-}
-
-/// One part of a batch, all or nothing, in one commit.
-async fn write(db: &DatabaseConnection, inserts: Vec<Statement>) -> Result<(), DbErr> {
-    let txn = db.begin().await?;
-    for insert in inserts {
-        txn.execute_raw(insert).await?;
-    }
-    txn.commit().await
-}
-
-/// The traces table's columns, in the order [`push_values`] gives a trace's values.
-const COLUMNS: [trace::Column; 17] = [
-    trace::Column::Id,
-    trace::Column::OrgId,
-    trace::Column::ProjectId,
-    trace::Column::Provider,
-    trace::Column::Model,
-    trace::Column::Request,
-    trace::Column::Response,
-    trace::Column::StatusCode,
-    trace::Column::Stream,
-    trace::Column::Complete,
-    trace::Column::LatencyMs,
-    trace::Column::TtfbMs,
-    trace::Column::PromptTokens,
-    trace::Column::CompletionTokens,
-    trace::Column::TotalTokens,
-    trace::Column::Error,
-    trace::Column::CreatedAt,
-];
-
-/// A trace's values, copied into the statement's in [`COLUMNS`] order (once per attempt, as
-/// sea-orm takes a statement by value). The pattern names every field: a column added to the
-/// entity fails to compile here until it is written too.
-fn push_values(trace: &trace::Model, values: &mut Vec<Value>) {
-    let trace::Model {
-        id,
-        org_id,
-        project_id,
-        provider,
-        model,
-        request,
-        response,
-        status_code,
-        stream,
-        complete,
-        latency_ms,
-        ttfb_ms,
-        prompt_tokens,
-        completion_tokens,
-        total_tokens,
-        error,
-        created_at,
-    } = trace;
-    values.extend([
-        id.clone().into(),
-        org_id.clone().into(),
-        project_id.clone().into(),
-        provider.clone().into(),
-        model.clone().into(),
-        request.clone().into(),
-        response.clone().into(),
-        (*status_code).into(),
-        (*stream).into(),
-        (*complete).into(),
-        (*latency_ms).into(),
-        (*ttfb_ms).into(),
-        (*prompt_tokens).into(),
-        (*completion_tokens).into(),
-        (*total_tokens).into(),
-        error.clone().into(),
-        (*created_at).into(),
-    ]);
-}
-
-/// `INSERT INTO "traces" (...) VALUES (...), ...` of `rows` rows, with `backend`'s
-/// placeholders: the statement sea-query builds for the same rows (a unit test holds it to
-/// that), without building its syntax tree and its text anew for every statement.
-fn insert_sql(backend: DbBackend, rows: usize) -> String {
-    let columns: Vec<String> = COLUMNS.iter().map(|c| format!("\"{}\"", c.as_str())).collect();
-    let mut sql = format!(
-        "INSERT INTO \"{}\" ({}) VALUES ",
-        trace::Entity.table_name(),
-        columns.join(", ")
-    );
-    let mut placeholder = 0;
-    for row in 0..rows {
-        sql.push_str(if row == 0 { "(" } else { ", (" });
-        for column in 0..COLUMNS.len() {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            placeholder += 1;
-            match backend {
-                DbBackend::Postgres => {
-                    let _ = write!(sql, "${placeholder}");
-                }
-                _ => sql.push('?'),
-            }
-        }
-        sql.push(')');
-    }
-    sql
-}
-
-/// A batch as its insert statements: one per [`statement_sizes`] part, each of a shape
-/// (row count) whose text is made once per process ([`insert_text`]).
-fn insert_statements(backend: DbBackend, batch: &[trace::Model]) -> Vec<Statement> {
-    let mut traces = batch.iter();
-    statement_sizes(traces.len())
-        .map(|size| {
-            let mut values = Vec::with_capacity(size * COLUMNS.len());
-            for trace in traces.by_ref().take(size) {
-                push_values(trace, &mut values);
-            }
-            Statement::from_sql_and_values(backend, insert_text(backend, size), values)
-        })
-        .collect()
-}
-
-/// [`insert_sql`] of each statement size, made once (per backend) and copied from then on.
-fn insert_text(backend: DbBackend, rows: usize) -> String {
-    // Index: the size's power of two (1, 2, 4, ..., LARGEST_INSERT).
-    static SQLITE: OnceLock<Vec<String>> = OnceLock::new();
-    static POSTGRES: OnceLock<Vec<String>> = OnceLock::new();
-    let texts = match backend {
-        DbBackend::Postgres => &POSTGRES,
-        _ => &SQLITE,
-    };
-    let texts = texts.get_or_init(|| {
-        (0..=LARGEST_INSERT.trailing_zeros())
-            .map(|bit| insert_sql(backend, 1 << bit))
-            .collect()
-    });
-    match texts.get(rows.trailing_zeros() as usize) {
-        Some(text) if rows.is_power_of_two() => text.clone(),
-        _ => insert_sql(backend, rows),
-    }
-}
-
-/// `rows` as a sum of powers of two no larger than [`LARGEST_INSERT`], largest first.
-fn statement_sizes(rows: usize) -> impl Iterator<Item = usize> {
-    let whole = rows / LARGEST_INSERT;
-    let rest = rows % LARGEST_INSERT;
-    std::iter::repeat_n(LARGEST_INSERT, whole).chain(
-        (0..LARGEST_INSERT.trailing_zeros())
-            .rev()
-            .map(|bit| 1 << bit)
-            .filter(move |size| rest & size != 0),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sea_orm::{EntityTrait, IntoActiveModel, QueryTrait};
-
-    fn traces(rows: usize) -> Vec<trace::Model> {
-        (0..rows)
-            .map(|i| trace::Model {
-                id: format!("trace-{i}"),
-                org_id: "org".into(),
-                project_id: "project".into(),
-                provider: "openai".into(),
-                model: (i % 2 == 0).then(|| "gpt-4o-mini".into()),
-                request: format!("{{\"n\":{i}}}"),
-                response: (i % 3 != 0).then(|| "{}".into()),
-                status_code: 200,
-                stream: i % 2 == 1,
-                complete: i % 5 != 0,
-                latency_ms: i as i64,
-                ttfb_ms: (i % 4 != 0).then_some(3),
-                prompt_tokens: Some(24),
-                completion_tokens: None,
-                total_tokens: (i % 2 == 0).then_some(32),
-                error: (i % 7 == 0).then(|| "upstream answered 500".into()),
-                created_at: chrono::Utc::now(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn insert_statements_are_the_ones_sea_query_builds() {
-        for backend in [DbBackend::Sqlite, DbBackend::Postgres] {
-            for rows in [1, 2, 8, LARGEST_INSERT] {
-                let batch = traces(rows);
-                let expected = trace::Entity::insert_many(
-                    batch.clone().into_iter().map(IntoActiveModel::into_active_model),
-                )
-                .build(backend);
-                let ours = insert_statements(backend, &batch);
-                assert_eq!(ours.len(), 1);
-                assert_eq!(ours[0].sql, expected.sql, "{backend:?}, {rows} rows");
-                assert_eq!(ours[0].values, expected.values, "{backend:?}, {rows} rows");
-            }
-            // A batch that is not a power of two: its statements, in order, hold every trace once.
-            let batch = traces(281);
-            let ours = insert_statements(backend, &batch);
-            let mut at = 0;
-            for (statement, size) in ours.iter().zip(statement_sizes(281)) {
-                let part = batch[at..at + size].to_vec();
-                let expected =
-                    trace::Entity::insert_many(part.into_iter().map(IntoActiveModel::into_active_model))
-                        .build(backend);
-                assert_eq!(statement.sql, expected.sql);
-                assert_eq!(statement.values, expected.values);
-                at += size;
-            }
-            assert_eq!((ours.len(), at), (4, 281));
-        }
-    }
-
-    #[test]
-    fn a_batch_splits_into_powers_of_two_that_add_up() {
-        for rows in 0..=MAX_BATCH_ROWS {
-            let sizes: Vec<usize> = statement_sizes(rows).collect();
-            assert_eq!(sizes.iter().sum::<usize>(), rows, "{rows}: {sizes:?}");
-            assert!(
-                sizes.iter().all(|s| s.is_power_of_two() && *s <= LARGEST_INSERT),
-                "{rows}: {sizes:?}"
-            );
-            assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{rows}: {sizes:?}");
-        }
-        assert_eq!(statement_sizes(281).collect::<Vec<_>>(), vec![256, 16, 8, 1]);
-        assert_eq!(
-            statement_sizes(500).collect::<Vec<_>>(),
-            vec![256, 128, 64, 32, 16, 4]
-        );
     }
 }
