@@ -7,6 +7,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod database;
+pub mod domain;
 pub mod error;
 pub mod evals;
 pub mod flash;

@@ -21,6 +21,7 @@ use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -51,7 +52,7 @@ impl Role {
 /// A verified user credential.
 #[derive(Debug, Clone)]
 pub enum UserPrincipal {
-    ApiKey { key_id: String, org_id: String },
+    ApiKey { key_id: String, org_id: OrgId },
     Session { user_id: String },
 }
 
@@ -65,7 +66,7 @@ pub enum Principal {
 /// The organization a user call acts in, and with what right.
 #[derive(Debug, Clone)]
 pub struct OrgAccess {
-    pub org_id: String,
+    pub org_id: OrgId,
     pub role: Role,
     /// The session's user; `None` for an API key.
     pub user_id: Option<String>,
@@ -100,7 +101,7 @@ pub async fn resolve(state: &AppState, token: &str) -> ApiResult<Option<Principa
         return Ok(repo::active_api_key(&state.db, &hash).await?.map(|key| {
             Principal::User(UserPrincipal::ApiKey {
                 key_id: key.id,
-                org_id: key.org_id,
+                org_id: OrgId::parse(&key.org_id),
             })
         }));
     }
@@ -153,18 +154,18 @@ async fn principal_of(req: &HttpRequest) -> ApiResult<(web::Data<AppState>, Prin
     if let Principal::User(UserPrincipal::ApiKey { org_id, .. }) = &principal {
         let query = form_urlencoded::parse(req.query_string().as_bytes())
             .filter(|(name, _)| name == "orgId" || name == "org_id")
-            .map(|(_, value)| value.into_owned());
+            .map(|(_, value)| OrgId::parse(&value));
         let header = req
             .headers()
             .get_all("x-org-id")
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            .map(|v| OrgId::parse(&String::from_utf8_lossy(v.as_bytes())));
         check_supplied_orgs(query.chain(header), org_id)?;
     }
     Ok((state, principal))
 }
 
 /// The organization of the API key this request was resolved to, if it was.
-pub fn api_key_org(req: &HttpRequest) -> Option<String> {
+pub fn api_key_org(req: &HttpRequest) -> Option<OrgId> {
     match req.extensions().get::<Resolved>() {
         Some(Resolved(Some(Principal::User(UserPrincipal::ApiKey { org_id, .. })))) => Some(org_id.clone()),
         _ => None,
@@ -173,11 +174,8 @@ pub fn api_key_org(req: &HttpRequest) -> Option<String> {
 
 /// CONTRACT §2: an organization supplied anywhere (query, header, body) that is not the
 /// API key's own is 403, whether or not the route reads it.
-pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = String>, key_org: &str) -> ApiResult<()> {
-    if supplied
-        .into_iter()
-        .any(|org| !org.trim().is_empty() && !same_org(&org, key_org))
-    {
+pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = OrgId>, key_org: &OrgId) -> ApiResult<()> {
+    if supplied.into_iter().any(|org| !org.is_empty() && org != *key_org) {
         return Err(ApiError::Forbidden(
             "the API key belongs to another organization".into(),
         ));
@@ -226,8 +224,8 @@ impl FromRequest for Internal {
 pub struct Caller {
     pub principal: UserPrincipal,
     state: web::Data<AppState>,
-    query_org: Option<String>,
-    header_org: Option<String>,
+    query_org: Option<OrgId>,
+    header_org: Option<OrgId>,
 }
 
 impl FromRequest for Caller {
@@ -254,17 +252,17 @@ impl FromRequest for Caller {
                     .headers()
                     .get("x-org-id")
                     .and_then(|v| v.to_str().ok())
-                    .map(|v| v.trim().to_owned())
+                    .map(OrgId::parse)
                     .filter(|v| !v.is_empty()),
             })
         })
     }
 }
 
-fn query_org_id(req: &HttpRequest) -> Option<String> {
+fn query_org_id(req: &HttpRequest) -> Option<OrgId> {
     form_urlencoded::parse(req.query_string().as_bytes())
         .find(|(k, _)| k == "orgId")
-        .map(|(_, v)| v.into_owned())
+        .map(|(_, v)| OrgId::parse(&v))
         .filter(|v| !v.is_empty())
 }
 
@@ -274,15 +272,11 @@ impl Caller {
     }
 
     /// The organization of this call, as a member. `body_org` is the body's `orgId`, if any.
-    pub async fn member(&self, body_org: Option<&str>) -> ApiResult<OrgAccess> {
+    pub async fn member(&self, body_org: Option<&OrgId>) -> ApiResult<OrgAccess> {
         match &self.principal {
             UserPrincipal::ApiKey { org_id, .. } => {
-                let supplied = [body_org, self.query_org.as_deref(), self.header_org.as_deref()];
-                if supplied.iter().flatten().any(|o| !same_org(o, org_id)) {
-                    return Err(ApiError::Forbidden(
-                        "the API key belongs to another organization".into(),
-                    ));
-                }
+                let supplied = [body_org, self.query_org.as_ref(), self.header_org.as_ref()];
+                check_supplied_orgs(supplied.into_iter().flatten().cloned(), org_id)?;
                 Ok(OrgAccess {
                     org_id: org_id.clone(),
                     role: Role::Member,
@@ -290,16 +284,13 @@ impl Caller {
                 })
             }
             UserPrincipal::Session { user_id } => {
-                let wanted = body_org
-                    .or(self.query_org.as_deref())
-                    .or(self.header_org.as_deref());
+                let wanted = body_org.or(self.query_org.as_ref()).or(self.header_org.as_ref());
                 let (org_id, role) = match wanted {
                     Some(org) => {
-                        let org = org.trim().to_ascii_lowercase();
-                        let role = repo::role_in(&self.state.db, user_id, &org)
+                        let role = repo::role_in(&self.state.db, user_id, org)
                             .await?
                             .ok_or_else(|| ApiError::Forbidden("not a member of this organization".into()))?;
-                        (org, role)
+                        (org.clone(), role)
                     }
                     None => {
                         let mut orgs = repo::memberships_of(&self.state.db, user_id).await?;
@@ -310,7 +301,8 @@ impl Caller {
                                 "Field required: name the organization with orgId or the X-Org-Id header",
                             ));
                         }
-                        orgs.remove(0)
+                        let (org, role) = orgs.remove(0);
+                        (OrgId::parse(&org), role)
                     }
                 };
                 Ok(OrgAccess {
@@ -323,7 +315,7 @@ impl Caller {
     }
 
     /// As [`Caller::member`], but the caller must be an owner's session.
-    pub async fn owner(&self, body_org: Option<&str>) -> ApiResult<OrgAccess> {
+    pub async fn owner(&self, body_org: Option<&OrgId>) -> ApiResult<OrgAccess> {
         if matches!(self.principal, UserPrincipal::ApiKey { .. }) {
             return Err(ApiError::Forbidden(
                 "this operation needs an owner's session".into(),
@@ -339,13 +331,13 @@ impl Caller {
     }
 
     /// Every organization the caller may read: the key's one, or all of the session user's.
-    pub async fn organizations(&self) -> ApiResult<Vec<String>> {
+    pub async fn organizations(&self) -> ApiResult<Vec<OrgId>> {
         match &self.principal {
             UserPrincipal::ApiKey { org_id, .. } => Ok(vec![org_id.clone()]),
             UserPrincipal::Session { user_id } => Ok(repo::memberships_of(&self.state.db, user_id)
                 .await?
                 .into_iter()
-                .map(|(org, _)| org)
+                .map(|(org, _)| OrgId::parse(&org))
                 .collect()),
         }
     }
@@ -354,10 +346,6 @@ impl Caller {
     pub fn named_org(&self) -> bool {
         self.query_org.is_some() || self.header_org.is_some()
     }
-}
-
-fn same_org(a: &str, b: &str) -> bool {
-    a.trim().eq_ignore_ascii_case(b)
 }
 
 /// A member of the organization named by query `orgId` or header `X-Org-Id`.
@@ -389,7 +377,7 @@ impl FromRequest for OwnerOf {
 /// A user API key only (routes the spec ties to the submitting user's key).
 pub struct ApiKeyCaller {
     pub key_id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
 }
 
 impl FromRequest for ApiKeyCaller {

@@ -55,8 +55,8 @@ pub async fn verify(caller: AnyPrincipal) -> ApiResult<HttpResponse> {
         Principal::User(UserPrincipal::ApiKey { key_id, org_id }) => VerifyResponse {
             valid: true,
             kind: "api_key",
-            orgs: BTreeMap::from([(org_id.clone(), Role::Member)]),
-            org_id: Some(org_id),
+            orgs: BTreeMap::from([(org_id.to_string(), Role::Member)]),
+            org_id: Some(org_id.into_string()),
             user_id: None,
             api_key_id: Some(key_id),
         },

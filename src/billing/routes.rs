@@ -11,6 +11,7 @@ use super::money::{cents_to_micros, micros_to_cents_ceil, micros_to_cents_floor,
 use super::service::{account_of, ensure_customer};
 use super::{repo, service, webhook};
 use crate::auth::{ApiKeyCaller, Caller, Internal};
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
@@ -70,7 +71,8 @@ pub struct Doc;
 #[into_params(parameter_in = Query)]
 pub struct OrgQuery {
     /// The organization (UUID).
-    pub org_id: String,
+    #[param(value_type = String)]
+    pub org_id: OrgId,
 }
 
 impl Validate for OrgQuery {
@@ -82,8 +84,8 @@ impl Validate for OrgQuery {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrgBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
 }
 
 impl Validate for OrgBody {
@@ -95,8 +97,8 @@ impl Validate for OrgBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentMethodBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     #[schema(min_length = 1, max_length = 255)]
     pub payment_method_id: String,
 }
@@ -116,8 +118,8 @@ const MAX_CHARGE_CENTS: i64 = 1_000_000_000;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TopupBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     #[schema(minimum = 100, maximum = 1000000)]
     pub amount_cents: i64,
 }
@@ -132,8 +134,8 @@ impl Validate for TopupBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoTopupBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     pub enabled: bool,
     /// Required when enabled: top up once the balance falls under this.
     #[schema(minimum = 0, maximum = 1000000000)]
@@ -170,8 +172,8 @@ impl Validate for AutoTopupBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PromoCodeBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     /// Case-insensitive.
     #[schema(min_length = 1, max_length = 100)]
     pub code: String,
@@ -187,8 +189,8 @@ impl Validate for PromoCodeBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DebitBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     /// With a run id the fee is charged once per (organization, run).
     #[schema(min_length = 1, max_length = 200)]
     pub run_id: Option<String>,
@@ -208,7 +210,8 @@ pub struct ServingUsageBody {
     #[schema(min_length = 1, max_length = 200)]
     pub request_id: String,
     /// Must match the adapter's owner when `adapterId` is given.
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     /// Authoritative for the billed organization.
     #[schema(min_length = 1, max_length = 512)]
     pub adapter_id: Option<String>,
@@ -258,8 +261,8 @@ impl Validate for TrainingUsageBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingPrecheckBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     #[schema(exclusive_minimum = 0, maximum = 1000000000)]
     pub estimate_cents: i64,
 }
@@ -275,8 +278,8 @@ impl Validate for TrainingPrecheckBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InternalTrainingUsageBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     #[schema(min_length = 1, max_length = 128)]
     pub run_id: String,
     #[schema(minimum = 0, maximum = 1000000000)]
@@ -417,7 +420,7 @@ pub async fn get_billing(caller: Caller, query: ValidQuery<OrgQuery>) -> ApiResu
         _ => None,
     };
     Ok(HttpResponse::Ok().json(BillingView {
-        org_id: access.org_id,
+        org_id: access.org_id.into_string(),
         balance_cents: micros_to_cents_floor(account.balance_microcents),
         balance_microcents: account.balance_microcents,
         customer_id: account.customer_id,
@@ -901,7 +904,7 @@ pub async fn serving_usage(
                 .await?
                 .ok_or_else(|| ApiError::not_found("adapter"))?;
             if let Some(org) = &body.org_id {
-                if !org.eq_ignore_ascii_case(&adapter.org_id) {
+                if !org.is(&adapter.org_id) {
                     return Err(ApiError::Conflict(
                         "orgId does not match the adapter's owning organization".into(),
                     ));
@@ -910,7 +913,7 @@ pub async fn serving_usage(
             (adapter.org_id, adapter.base_model)
         }
         None => (
-            body.org_id.clone().unwrap_or_default().to_ascii_lowercase(),
+            body.org_id.clone().map(String::from).unwrap_or_default(),
             body.model.clone().unwrap_or_default(),
         ),
     };
@@ -1002,7 +1005,7 @@ pub async fn training_precheck(
     body: ValidJson<TrainingPrecheckBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let account = account_of(&state, &body.org_id.to_ascii_lowercase()).await?;
+    let account = account_of(&state, &body.org_id).await?;
     let covered_by_balance = account.balance_microcents >= cents_to_micros(body.estimate_cents);
     let covered_by_card = account.payment_method_id.is_some()
         && account.auto_topup_enabled
@@ -1031,7 +1034,7 @@ pub async fn training_usage_internal(
         format!("training run {}", body.run_id),
     )
     .overdrawing();
-    let outcome = state.ledger.submit(&body.org_id.to_ascii_lowercase(), op).await?;
+    let outcome = state.ledger.submit(&body.org_id, op).await?;
     Ok(HttpResponse::Ok().json(run_charge_view(body.run_id, &outcome)))
 }
 

@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::Internal;
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
@@ -70,7 +71,7 @@ fn check_org_project(c: &mut Checks, org_id: &str, project_id: &str) {
 /// The project, active within the organization; 404 otherwise.
 async fn active_project(
     state: &AppState,
-    org_id: &str,
+    org_id: &OrgId,
     project_id: &str,
 ) -> ApiResult<entities::project::Model> {
     crate::projects::repo::find_in_org(&state.db, org_id, project_id)
@@ -82,8 +83,8 @@ async fn active_project(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashProjectValidateBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
 }
@@ -132,8 +133,8 @@ pub struct ProvisionQuery {
     #[param(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
     /// Only this organization's environments (its backoff alone advances).
-    #[param(format = Uuid)]
-    pub org_id: Option<String>,
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub org_id: Option<OrgId>,
 }
 
 impl Validate for ProvisionQuery {
@@ -159,16 +160,15 @@ pub async fn provision_hub(
     query: ValidQuery<ProvisionQuery>,
 ) -> ApiResult<HttpResponse> {
     let limit = query.0.limit.unwrap_or(25) as u64;
-    let org = query.0.org_id.as_deref().map(canonical_uuid);
-    let report = hub::run_pass(&state, limit, org.as_deref()).await?;
+    let report = hub::run_pass(&state, limit, query.0.org_id.as_deref()).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashEnvironmentPublishBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
     #[schema(
@@ -292,8 +292,8 @@ pub async fn publish_environment(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashEnvironmentRefBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
     #[schema(min_length = 3, max_length = 512)]
@@ -325,7 +325,7 @@ pub async fn delete_environment(
     let body = body.0;
     let deleted = repo::delete_environment(
         &state.db,
-        &body.org_id.trim().to_ascii_lowercase(),
+        &body.org_id,
         &canonical_uuid(&body.project_id),
         &body.slug,
     )
@@ -355,7 +355,7 @@ pub async fn validate_environment(
     body: ValidJson<FlashEnvironmentRefBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let org_id = body.org_id.trim().to_ascii_lowercase();
+    let org_id = body.org_id.clone();
     let project_id = canonical_uuid(&body.project_id);
     match repo::find_environment(&state.db, &body.slug).await? {
         Some(env) if env.org_id == org_id && env.project_id == project_id => {
@@ -368,8 +368,8 @@ pub async fn validate_environment(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashEnvironmentUseBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
     #[schema(min_length = 3, max_length = 512)]
@@ -449,8 +449,8 @@ const RUN_FIELDS: &[&str] = &[
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashRunUpsertBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
     #[schema(min_length = 1, max_length = 128)]
@@ -545,8 +545,8 @@ const CHECKPOINT_FIELDS: &[&str] = &[
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashCheckpointUpsertBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
     #[schema(min_length = 1, max_length = 128)]
@@ -611,8 +611,8 @@ fn pick(mut raw: Map<String, Value>, fields: &[&str]) -> Map<String, Value> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashProductEventBody {
-    #[schema(min_length = 1)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub org_id: OrgId,
     /// On the allowlist (`flash.event_allowlist`).
     #[schema(min_length = 1, max_length = 64)]
     pub event: String,
@@ -655,7 +655,7 @@ pub async fn record_event(
         checks.one_of("event", &body.event, &allowed);
         return Err(ApiError::Validation(checks.into_issues()));
     }
-    let org_id = body.org_id.trim().to_ascii_lowercase();
+    let org_id = body.org_id.clone();
     if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }

@@ -349,33 +349,6 @@ pub async fn record_event(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn an_older_update_is_stale_and_unparsable_stamps_never_are() {
-        let (old, new) = (Some("2026-01-01T00:00:00Z"), Some("2026-01-02T00:00:00+00:00"));
-        assert!(is_stale(new, old));
-        assert!(!is_stale(old, new));
-        assert!(!is_stale(old, old));
-        assert!(!is_stale(Some("yesterday"), old));
-        assert!(!is_stale(None, old));
-        assert!(!is_stale(new, None));
-    }
-
-    #[test]
-    fn merge_replaces_present_keys_and_clears_nulls() {
-        let stored = json!({"model": "a", "phase": "train", "costUsd": 1.5}).to_string();
-        let Value::Object(patch) = json!({"phase": null, "costUsd": 2.0}) else {
-            unreachable!()
-        };
-        let merged: Value = serde_json::from_str(&merge(&stored, patch)).unwrap();
-        assert_eq!(merged, json!({"model": "a", "phase": null, "costUsd": 2.0}));
-    }
-}
-
 /// Organizations whose hub provisioning backs off until after `now` (one, or all).
 pub async fn orgs_backing_off(
     db: &impl ConnectionTrait,
@@ -539,4 +512,31 @@ pub async fn back_off(
     .exec_without_returning(db)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_older_update_is_stale_and_unparsable_stamps_never_are() {
+        let (old, new) = (Some("2026-01-01T00:00:00Z"), Some("2026-01-02T00:00:00+00:00"));
+        assert!(is_stale(new, old));
+        assert!(!is_stale(old, new));
+        assert!(!is_stale(old, old));
+        assert!(!is_stale(Some("yesterday"), old));
+        assert!(!is_stale(None, old));
+        assert!(!is_stale(new, None));
+    }
+
+    #[test]
+    fn merge_replaces_present_keys_and_clears_nulls() {
+        let stored = json!({"model": "a", "phase": "train", "costUsd": 1.5}).to_string();
+        let Value::Object(patch) = json!({"phase": null, "costUsd": 2.0}) else {
+            unreachable!()
+        };
+        let merged: Value = serde_json::from_str(&merge(&stored, patch)).unwrap();
+        assert_eq!(merged, json!({"model": "a", "phase": null, "costUsd": 2.0}));
+    }
 }

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::validate::{Checks, Validate};
+use crate::domain::OrgId;
 use crate::error::{ApiError, ValidationIssue};
 use crate::state::AppState;
 
@@ -49,21 +50,21 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidJson<T> {
 
 /// Every string value of a top-level `orgId` or `org_id` in a JSON object body, repeats
 /// included; nothing for a body that is not a JSON object.
-pub fn supplied_orgs(bytes: &[u8]) -> Vec<String> {
+pub fn supplied_orgs(bytes: &[u8]) -> Vec<OrgId> {
     struct Orgs;
     impl<'de> serde::de::Visitor<'de> for Orgs {
-        type Value = Vec<String>;
+        type Value = Vec<OrgId>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
 
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<OrgId>, A::Error> {
             let mut orgs = Vec::new();
             while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 if name == "orgId" || name == "org_id" {
                     if let Value::String(org) = map.next_value::<Value>()? {
-                        orgs.push(org);
+                        orgs.push(OrgId::parse(&org));
                     }
                 } else {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -176,6 +177,12 @@ pub fn path_uuid(name: &str, raw: &str) -> Result<String, ApiError> {
                 "Input should be a valid UUID",
             )
         })
+}
+
+/// A path parameter that must be an organization id (a UUID).
+pub fn path_org(name: &str, raw: &str) -> Result<OrgId, ApiError> {
+    path_uuid(name, raw)?;
+    Ok(OrgId::parse(raw))
 }
 
 /// The canonical (lowercase, hyphenated) spelling of an already validated UUID.

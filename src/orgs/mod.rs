@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::{Internal, Role};
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{canonical_uuid, path_str, path_uuid, ValidJson};
+use crate::http::extract::{path_org, path_str, ValidJson};
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
@@ -119,7 +120,7 @@ pub async fn delete_org(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    let org_id = path_uuid("org_id", &path)?;
+    let org_id = path_org("org_id", &path)?;
     if !repo::delete_org(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
@@ -159,7 +160,7 @@ pub async fn put_member(
     body: ValidJson<MemberBody>,
 ) -> ApiResult<HttpResponse> {
     let (org_id, user_id) = path.into_inner();
-    let org_id = path_uuid("org_id", &org_id)?;
+    let org_id = path_org("org_id", &org_id)?;
     let user_id = path_str("user_id", &user_id, 1, 200)?;
     if !repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
@@ -200,7 +201,7 @@ pub async fn create_api_key(
     path: web::Path<String>,
     body: ValidJson<ApiKeyBody>,
 ) -> ApiResult<HttpResponse> {
-    let org_id = path_uuid("org_id", &path)?;
+    let org_id = path_org("org_id", &path)?;
     if !repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
@@ -234,8 +235,8 @@ pub async fn revoke_api_key(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AdapterBody {
-    #[schema(format = Uuid)]
-    pub org_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub org_id: OrgId,
     #[schema(min_length = 1, max_length = 512)]
     pub base_model: String,
     /// Kept as stored when absent (false for a new adapter).
@@ -271,7 +272,7 @@ pub async fn put_adapter(
 ) -> ApiResult<HttpResponse> {
     let adapter_id = path_str("adapter_id", &path, 1, 512)?;
     let body = body.0;
-    let org_id = canonical_uuid(&body.org_id);
+    let org_id = body.org_id;
     if !repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::Caller;
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_uuid, ValidJson};
 use crate::http::resource;
@@ -33,7 +34,8 @@ pub struct Doc;
 #[serde(rename_all = "camelCase")]
 pub struct ProjectCreateBody {
     /// The organization; with an API key it may be omitted (the key's own).
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     /// Unique within the organization; derived from the name when absent.
@@ -102,7 +104,7 @@ impl From<project::Model> for ProjectView {
     ))]
 pub async fn create_project(caller: Caller, body: ValidJson<ProjectCreateBody>) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let access = caller.member(body.org_id.as_deref()).await?;
+    let access = caller.member(body.org_id.as_ref()).await?;
     let project = service::create_project(
         &caller.state().db,
         &access.org_id,

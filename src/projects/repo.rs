@@ -4,6 +4,8 @@ use chrono::Utc;
 use entities::project;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 
+use crate::domain::OrgId;
+
 pub async fn insert(
     db: &impl ConnectionTrait,
     org_id: &str,
@@ -36,13 +38,13 @@ pub async fn insert(
 
 pub async fn list_for_orgs(
     db: &impl ConnectionTrait,
-    org_ids: &[String],
+    org_ids: &[OrgId],
 ) -> Result<Vec<project::Model>, DbErr> {
     if org_ids.is_empty() {
         return Ok(Vec::new());
     }
     project::Entity::find()
-        .filter(project::Column::OrgId.is_in(org_ids.iter().cloned()))
+        .filter(project::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)))
         .order_by_asc(project::Column::CreatedAt)
         .order_by_asc(project::Column::Id)
         .all(db)
@@ -53,24 +55,23 @@ pub async fn list_for_orgs(
 pub async fn find_in_orgs(
     db: &impl ConnectionTrait,
     project_id: &str,
-    org_ids: &[String],
+    org_ids: &[OrgId],
 ) -> Result<Option<project::Model>, DbErr> {
     Ok(project::Entity::find_by_id(project_id.to_owned())
         .one(db)
         .await?
-        .filter(|p| org_ids.contains(&p.org_id)))
+        .filter(|p| org_ids.iter().any(|o| o.as_str() == p.org_id)))
 }
 
-/// The project of one organization, both ids as a caller may spell them (organization ids
-/// in any case, project ids in any UUID spelling); another organization's is "not found".
+/// The project of one organization (project ids in any UUID spelling); another
+/// organization's is "not found".
 pub async fn find_in_org(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     project_id: &str,
 ) -> Result<Option<project::Model>, DbErr> {
-    let org_id = org_id.trim().to_ascii_lowercase();
     let project_id = crate::http::extract::canonical_uuid(project_id);
-    find_in_orgs(db, &project_id, std::slice::from_ref(&org_id)).await
+    find_in_orgs(db, &project_id, std::slice::from_ref(org_id)).await
 }
 
 /// A project by id, whichever organization's.

@@ -13,6 +13,8 @@ use sea_orm::{
 };
 use serde_json::json;
 
+use crate::domain::OrgId;
+
 pub const QUEUED: &str = "queued";
 pub const RUNNING: &str = "running";
 pub const STOPPING: &str = "stopping";
@@ -105,15 +107,15 @@ pub struct JobFilter {
 
 pub async fn list_jobs(
     db: &impl ConnectionTrait,
-    org_ids: &[String],
+    org_ids: &[OrgId],
     filter: &JobFilter,
     limit: u64,
 ) -> Result<Vec<training_job::Model>, DbErr> {
     if org_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut query =
-        training_job::Entity::find().filter(training_job::Column::OrgId.is_in(org_ids.iter().cloned()));
+    let mut query = training_job::Entity::find()
+        .filter(training_job::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)));
     if let Some(project) = &filter.project_id {
         query = query.filter(training_job::Column::ProjectId.eq(project.as_str()));
     }

@@ -12,6 +12,7 @@ use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
 use super::{service, JobView};
 use crate::auth::Caller;
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
@@ -51,7 +52,8 @@ fn check_common(c: &mut Checks, project_id: &str, org_id: Option<&str>, task: Op
 pub struct TracerJob {
     #[schema(format = Uuid)]
     pub project_id: String,
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
@@ -66,7 +68,8 @@ pub struct TracerJob {
 pub struct DraftJob {
     #[schema(format = Uuid)]
     pub project_id: String,
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
@@ -79,7 +82,8 @@ pub struct DraftJob {
 pub struct OptimizeJob {
     #[schema(format = Uuid)]
     pub project_id: String,
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
@@ -94,7 +98,8 @@ pub struct OptimizeJob {
 pub struct TrainingJob {
     #[schema(format = Uuid)]
     pub project_id: String,
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
@@ -172,7 +177,7 @@ impl Validate for JobCreateBody {
 
 impl JobCreateBody {
     /// (projectId, orgId, trainingTaskId, action, payload)
-    fn into_parts(self) -> (String, Option<String>, Option<String>, &'static str, Value) {
+    fn into_parts(self) -> (String, Option<OrgId>, Option<String>, &'static str, Value) {
         let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
         match self {
             Self::Tracer(b) => (
@@ -245,7 +250,7 @@ fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
 pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
     let body = parse_job_body(&body.0)?;
     let (project_id, org_id, training_task_id, action, payload) = body.into_parts();
-    let access = caller.member(org_id.as_deref()).await?;
+    let access = caller.member(org_id.as_ref()).await?;
     let db = &caller.state().db;
     let project_id = canonical_uuid(&project_id);
     crate::projects::repo::find_in_orgs(db, &project_id, std::slice::from_ref(&access.org_id))
@@ -253,7 +258,7 @@ pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse
         .ok_or_else(|| ApiError::not_found("project"))?;
     // Through the queue actor: jobs enqueued together are committed together.
     let new_job = NewJob {
-        org_id: access.org_id,
+        org_id: access.org_id.into_string(),
         project_id,
         training_task_id,
         action: action.into(),
@@ -270,8 +275,8 @@ pub struct ListQuery {
     /// 1..200, default 50.
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
-    #[param(min_length = 1, max_length = 100)]
-    pub org_id: Option<String>,
+    #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
+    pub org_id: Option<OrgId>,
     #[param(min_length = 1, max_length = 100)]
     pub project_id: Option<String>,
     #[param(min_length = 1, max_length = 100)]
@@ -323,8 +328,8 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct GetQuery {
-    #[param(min_length = 1, max_length = 100)]
-    pub org_id: Option<String>,
+    #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
+    pub org_id: Option<OrgId>,
     /// Must match the job's project when given (empty: any).
     #[param(max_length = 100)]
     pub project_id: Option<String>,
@@ -345,7 +350,7 @@ impl Validate for GetQuery {
 async fn visible_job(
     caller: &Caller,
     job_id: &str,
-    org_id: Option<&str>,
+    org_id: Option<&OrgId>,
 ) -> ApiResult<entities::training_job::Model> {
     let orgs = match org_id {
         Some(org) => vec![caller.member(Some(org)).await?.org_id],
@@ -353,7 +358,7 @@ async fn visible_job(
     };
     repo::find_job(&caller.state().db, job_id)
         .await?
-        .filter(|job| orgs.contains(&job.org_id))
+        .filter(|job| orgs.iter().any(|org| org.as_str() == job.org_id))
         .ok_or_else(|| ApiError::not_found("job"))
 }
 
@@ -366,7 +371,7 @@ pub async fn get_job(
     query: ValidQuery<GetQuery>,
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
-    let job = visible_job(&caller, &path, query.org_id.as_deref()).await?;
+    let job = visible_job(&caller, &path, query.org_id.as_ref()).await?;
     let project_matches = query
         .project_id
         .as_deref()
@@ -386,7 +391,8 @@ pub async fn get_job(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StopBody {
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     #[schema(max_length = 2000)]
     pub reason: Option<String>,
 }
@@ -409,7 +415,7 @@ pub async fn stop_job(
     body: ValidJson<StopBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let job = visible_job(&caller, &path, body.org_id.as_deref()).await?;
+    let job = visible_job(&caller, &path, body.org_id.as_ref()).await?;
     match repo::stop_job(&caller.state().db, &job.id, body.reason.as_deref()).await? {
         StopOutcome::Stopped(job) => Ok(HttpResponse::Ok().json(JobView::from(&job))),
         StopOutcome::AlreadyFinished(job) => Err(ApiError::Conflict(format!(
@@ -426,7 +432,8 @@ static SECRET_NAME_RE: LazyLock<regex::Regex> =
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretsBody {
-    pub org_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
     /// NAME → value; an empty value deletes the secret. At most 100 at once.
     pub secrets: BTreeMap<String, String>,
 }
@@ -467,7 +474,7 @@ pub struct SecretNames {
     responses((status = 200, body = SecretNames), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
 pub async fn set_secrets(caller: Caller, body: ValidJson<SecretsBody>) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let access = caller.member(body.org_id.as_deref()).await?;
+    let access = caller.member(body.org_id.as_ref()).await?;
     let names = service::set_secrets(caller.state(), &access.org_id, body.secrets).await?;
     Ok(HttpResponse::Ok().json(SecretNames { names }))
 }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::{Caller, Internal};
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, path_str, present, ValidJson, ValidQuery};
 use crate::http::resource;
@@ -311,8 +312,8 @@ impl Validate for CheckpointItem {
 pub struct RunCheckpointsBody {
     #[schema(min_length = 1, max_length = 300)]
     pub run_id: String,
-    #[schema(min_length = 1, max_length = 300)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 300)]
+    pub org_id: OrgId,
     #[schema(format = Uuid)]
     pub project_id: String,
     #[schema(max_items = 1000)]
@@ -342,7 +343,7 @@ pub struct CheckpointsUpserted {
 }
 
 /// The project must be `org_id`'s; answers the canonical ids.
-async fn project_of_org(state: &AppState, org_id: &str, project_id: &str) -> ApiResult<(String, String)> {
+async fn project_of_org(state: &AppState, org_id: &OrgId, project_id: &str) -> ApiResult<(String, String)> {
     let project = crate::projects::repo::find_in_org(&state.db, org_id, project_id)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
@@ -379,8 +380,8 @@ pub async fn upsert_checkpoints(
 pub struct CheckpointsQuery {
     #[param(min_length = 1, max_length = 300)]
     pub run_id: String,
-    #[param(min_length = 1, max_length = 300)]
-    pub org_id: String,
+    #[param(value_type = String, min_length = 1, max_length = 300)]
+    pub org_id: OrgId,
     #[param(format = Uuid)]
     pub project_id: String,
 }

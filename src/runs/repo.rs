@@ -12,6 +12,8 @@ use sea_orm::{
 
 use super::{CheckpointItem, RunCreateRequest, RunUpdateRequest, TrackerLink, INITIAL_STATUS};
 
+use crate::domain::OrgId;
+
 /// Rows per insert statement (SQLite allows 32,766 bound parameters).
 const CHUNK: usize = 500;
 
@@ -53,12 +55,12 @@ pub async fn insert_run(
 pub async fn find_run(
     db: &impl ConnectionTrait,
     run_id: &str,
-    org_ids: &[String],
+    org_ids: &[OrgId],
 ) -> Result<Option<run::Model>, DbErr> {
     Ok(run::Entity::find_by_id(run_id.to_owned())
         .one(db)
         .await?
-        .filter(|r| org_ids.contains(&r.org_id)))
+        .filter(|r| org_ids.iter().any(|o| o.as_str() == r.org_id)))
 }
 
 /// Applies the fields the update names (`null` clears summary, metrics and error).
@@ -100,7 +102,7 @@ pub async fn link_tracker(db: &impl ConnectionTrait, run_id: &str, link: &Tracke
 /// The runs of `org_ids` linked to `entity/project` in the tracker.
 pub async fn linked_runs(
     db: &impl ConnectionTrait,
-    org_ids: &[String],
+    org_ids: &[OrgId],
     entity: &str,
     project: &str,
 ) -> Result<Vec<run::Model>, DbErr> {
@@ -108,7 +110,7 @@ pub async fn linked_runs(
         return Ok(Vec::new());
     }
     run::Entity::find()
-        .filter(run::Column::OrgId.is_in(org_ids.iter().cloned()))
+        .filter(run::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)))
         .filter(run::Column::TrackerEntity.eq(entity))
         .filter(run::Column::TrackerProject.eq(project))
         .order_by_asc(run::Column::CreatedAt)

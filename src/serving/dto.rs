@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::domain::OrgId;
 use crate::http::validate::{Checks, Validate};
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -38,8 +39,8 @@ pub struct ServingAuthorized {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServingTeardownBody {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
 }
 
 impl Validate for ServingTeardownBody {

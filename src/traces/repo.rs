@@ -6,6 +6,8 @@ use std::sync::OnceLock;
 use chrono::{DateTime, Utc};
 use entities::{project, trace};
 use sea_orm::sea_query::{Expr, Func};
+
+use crate::domain::OrgId;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityName, EntityTrait, IdenStatic,
     QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
@@ -23,7 +25,7 @@ pub type ProjectTraces = (String, String, i64, DateTime<Utc>);
 /// The organizations' projects that have traces, most recently recorded first.
 pub async fn projects_with_traces(
     db: &impl ConnectionTrait,
-    orgs: &[String],
+    orgs: &[OrgId],
 ) -> Result<Vec<ProjectTraces>, DbErr> {
     if orgs.is_empty() {
         return Ok(Vec::new());
@@ -39,7 +41,7 @@ pub async fn projects_with_traces(
             Expr::from(Func::max(Expr::col(trace::Column::CreatedAt))),
             "last_trace_at",
         )
-        .filter(trace::Column::OrgId.is_in(orgs.iter().cloned()))
+        .filter(trace::Column::OrgId.is_in(orgs.iter().map(OrgId::to_string)))
         .group_by(trace::Column::ProjectId)
         .into_tuple()
         .all(db)
@@ -81,11 +83,11 @@ pub async fn newest_of_project(
 pub async fn find_in_orgs(
     db: &impl ConnectionTrait,
     ids: &[String],
-    orgs: &[String],
+    orgs: &[OrgId],
 ) -> Result<Vec<trace::Model>, DbErr> {
     trace::Entity::find()
         .filter(trace::Column::Id.is_in(ids.iter().cloned()))
-        .filter(trace::Column::OrgId.is_in(orgs.iter().cloned()))
+        .filter(trace::Column::OrgId.is_in(orgs.iter().map(OrgId::to_string)))
         .all(db)
         .await
 }

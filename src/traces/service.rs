@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::export::{self, Format};
 use super::repo;
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -27,7 +28,7 @@ fn convert_all(traces: &[trace::Model], format: Format) -> Export {
 /// The project's newest `limit` traces; 404 unless the project is one of `orgs`'.
 pub async fn export_project(
     state: &AppState,
-    orgs: &[String],
+    orgs: &[OrgId],
     project_id: &str,
     format: Format,
     limit: u64,
@@ -50,7 +51,7 @@ pub struct Selection {
 
 pub async fn export_selection(
     state: &AppState,
-    orgs: &[String],
+    orgs: &[OrgId],
     trace_ids: &[String],
     format: Format,
 ) -> ApiResult<Selection> {

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Internal};
+use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::http::resource;
@@ -65,8 +66,8 @@ pub async fn create_agent_log(
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct InternalAgentLogCreateRequest {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     #[schema(min_length = 1, max_length = 50000)]
     pub content: String,
     #[schema(min_length = 1, max_length = 64)]
@@ -90,7 +91,7 @@ pub async fn create_agent_log_internal(
     body: ValidJson<InternalAgentLogCreateRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let org_id = body.org_id.to_ascii_lowercase();
+    let org_id = body.org_id;
     if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
@@ -111,8 +112,8 @@ pub async fn create_agent_log_internal(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AgentLogQuery {
-    #[param(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[param(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     /// 1..500, default 200.
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
@@ -151,7 +152,7 @@ pub async fn list_agent_logs_internal(
     query: ValidQuery<AgentLogQuery>,
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
-    let org_id = query.org_id.to_ascii_lowercase();
+    let org_id = query.org_id;
     let logs: Vec<AgentLogView> = repo::newest_logs(&state.db, &org_id, query.limit.unwrap_or(200) as u64)
         .await?
         .into_iter()
@@ -253,8 +254,8 @@ pub struct Timeline {
 /// The worker's optimizer timelines for an organization; the latest sync of a timeline wins.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct TimelineSyncRequest {
-    #[schema(min_length = 1, max_length = 100)]
-    pub org_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
     #[schema(min_length = 1, max_length = 64)]
     pub job_id: Option<String>,
     pub timelines: Vec<Timeline>,
@@ -293,7 +294,7 @@ pub async fn sync_optimizer_timelines(
     body: ValidJson<TimelineSyncRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let org_id = body.org_id.to_ascii_lowercase();
+    let org_id = body.org_id;
     if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }

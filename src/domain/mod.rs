@@ -1,0 +1,6 @@
+//! The domain's own types, parsed once at the edge (bodies, queries, paths, credentials) and
+//! carried inward, so nothing inside compares or normalizes raw strings.
+
+pub mod ids;
+
+pub use ids::OrgId;
