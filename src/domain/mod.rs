@@ -2,5 +2,7 @@
 //! carried inward, so nothing inside compares or normalizes raw strings.
 
 pub mod ids;
+pub mod job;
 
 pub use ids::OrgId;
+pub use job::{JobAction, JobStatus};

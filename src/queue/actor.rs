@@ -17,6 +17,7 @@ use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::billing::money::cents_to_micros;
+use crate::domain::JobAction;
 use crate::error::ApiError;
 
 #[derive(Clone)]
@@ -195,7 +196,7 @@ async fn sweep(db: &DatabaseConnection, config: &QueueConfig) -> Result<SweepCou
 #[rtype(result = "Result<Vec<training_job::Model>, QueueError>")]
 pub struct Claim {
     pub worker_id: String,
-    pub action: String,
+    pub action: JobAction,
     pub limit: u32,
 }
 
@@ -224,7 +225,7 @@ async fn claim_and_bill(
         // Claims of one instance that ran together would rank the same jobs and mostly skip
         // each other's locks; taking turns hands every claim a full batch.
         let _turn = turn.lock().await;
-        repo::claim(db, &msg.worker_id, &msg.action, msg.limit).await?
+        repo::claim(db, &msg.worker_id, msg.action.as_str(), msg.limit).await?
     };
     let charges = claimed.iter().map(|job| {
         let op = LedgerOp::debit(

@@ -9,9 +9,9 @@ use utoipa::ToSchema;
 
 use super::actor::{ask, Claim, Heartbeat, RequeueStale, Submit};
 use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
-use super::routes::ACTIONS;
 use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
+use crate::domain::{JobAction, JobStatus};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::http::resource;
@@ -80,12 +80,13 @@ pub async fn claim_jobs(
     body: ValidJson<InternalClaimJobsRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    debug_assert!(ACTIONS.contains(&body.action.as_str()));
+    let action = JobAction::parse(&body.action)
+        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("a validated action did not parse")))?;
     let jobs = ask(
         &state.queue,
         Claim {
             worker_id: body.worker_id,
-            action: body.action,
+            action,
             limit: body.limit as u32,
         },
     )
@@ -277,7 +278,7 @@ pub async fn report_succeeded(
         Report {
             job_id: body.job_id,
             worker_id: body.worker_id,
-            status: repo::SUCCEEDED,
+            status: JobStatus::Succeeded,
             result: body.result.map(|r| r.to_string()),
             error: None,
         },
@@ -299,7 +300,7 @@ pub async fn report_blocked(
         Report {
             job_id: body.job_id,
             worker_id: body.worker_id,
-            status: repo::BLOCKED,
+            status: JobStatus::Blocked,
             result: None,
             error: Some(body.reason),
         },
@@ -321,7 +322,7 @@ pub async fn report_user_stopped(
         Report {
             job_id: body.job_id,
             worker_id: body.worker_id,
-            status: repo::USER_STOPPED,
+            status: JobStatus::UserStopped,
             result: None,
             error: body.reason,
         },
@@ -343,7 +344,7 @@ pub async fn report_failed(
         Report {
             job_id: body.job_id,
             worker_id: body.worker_id,
-            status: repo::FAILED,
+            status: JobStatus::Failed,
             result: None,
             error: Some(body.error),
         },

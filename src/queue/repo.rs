@@ -14,14 +14,14 @@ use sea_orm::{
 use serde_json::json;
 
 use crate::domain::OrgId;
+use crate::domain::{JobAction, JobStatus};
 
-pub const QUEUED: &str = "queued";
-pub const RUNNING: &str = "running";
-pub const STOPPING: &str = "stopping";
-pub const SUCCEEDED: &str = "succeeded";
-pub const BLOCKED: &str = "blocked";
-pub const USER_STOPPED: &str = "user_stopped";
-pub const FAILED: &str = "failed";
+const QUEUED: &str = JobStatus::Queued.as_str();
+const RUNNING: &str = JobStatus::Running.as_str();
+const STOPPING: &str = JobStatus::Stopping.as_str();
+const BLOCKED: &str = JobStatus::Blocked.as_str();
+const USER_STOPPED: &str = JobStatus::UserStopped.as_str();
+const FAILED: &str = JobStatus::Failed.as_str();
 
 /// A held job (running or stopping), written as the partial indexes state it (migration
 /// `m20261122_000004`): SQLite uses a partial index only when the query repeats its
@@ -39,7 +39,7 @@ pub struct NewJob {
     pub org_id: String,
     pub project_id: String,
     pub training_task_id: Option<String>,
-    pub action: String,
+    pub action: JobAction,
     pub payload: serde_json::Value,
 }
 
@@ -49,7 +49,7 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         org_id: job.org_id,
         project_id: job.project_id,
         training_task_id: job.training_task_id,
-        action: job.action,
+        action: job.action.as_str().to_owned(),
         status: QUEUED.into(),
         payload: job.payload.to_string(),
         worker_id: None,
@@ -262,7 +262,7 @@ pub struct Report {
     pub job_id: String,
     pub worker_id: String,
     /// `succeeded`, `blocked`, `user_stopped` or `failed`.
-    pub status: &'static str,
+    pub status: JobStatus,
     pub result: Option<String>,
     pub error: Option<String>,
 }

@@ -12,7 +12,7 @@ use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
 use super::{service, JobView};
 use crate::auth::Caller;
-use crate::domain::OrgId;
+use crate::domain::{JobAction, OrgId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
@@ -123,8 +123,6 @@ pub enum JobCreateBody {
     Training(TrainingJob),
 }
 
-pub const ACTIONS: [&str; 4] = ["tracer", "draft", "optimize", "training"];
-
 impl Validate for JobCreateBody {
     fn validate(&self, c: &mut Checks) {
         match self {
@@ -177,35 +175,35 @@ impl Validate for JobCreateBody {
 
 impl JobCreateBody {
     /// (projectId, orgId, trainingTaskId, action, payload)
-    fn into_parts(self) -> (String, Option<OrgId>, Option<String>, &'static str, Value) {
+    fn into_parts(self) -> (String, Option<OrgId>, Option<String>, JobAction, Value) {
         let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
         match self {
             Self::Tracer(b) => (
                 b.project_id,
                 b.org_id,
                 b.training_task_id,
-                "tracer",
+                JobAction::Tracer,
                 json!({"input": input(b.input), "environmentSlug": b.environment_slug, "model": b.model}),
             ),
             Self::Draft(b) => (
                 b.project_id,
                 b.org_id,
                 b.training_task_id,
-                "draft",
+                JobAction::Draft,
                 json!({"input": input(b.input), "prompt": b.prompt}),
             ),
             Self::Optimize(b) => (
                 b.project_id,
                 b.org_id,
                 b.training_task_id,
-                "optimize",
+                JobAction::Optimize,
                 json!({"input": input(b.input), "baseModel": b.base_model, "objective": b.objective}),
             ),
             Self::Training(b) => (
                 b.project_id,
                 b.org_id,
                 b.training_task_id,
-                "training",
+                JobAction::Training,
                 json!({"input": input(b.input), "model": b.model, "environmentSlug": b.environment_slug,
                        "algorithm": b.algorithm, "gpuType": b.gpu_type}),
             ),
@@ -218,10 +216,14 @@ fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
     let value: Value = parse_json_body(bytes)?;
     let action = value.get("action");
     match action.and_then(Value::as_str) {
-        Some(a) if ACTIONS.contains(&a) => {}
+        Some(a) if JobAction::parse(a).is_some() => {}
         Some(_) | None if action.is_some() => {
             let mut c = Checks::new("body");
-            c.one_of("action", action.and_then(Value::as_str).unwrap_or(""), &ACTIONS);
+            c.one_of(
+                "action",
+                action.and_then(Value::as_str).unwrap_or(""),
+                &JobAction::NAMES,
+            );
             return Err(ApiError::Validation(c.into_issues()));
         }
         _ => {
@@ -261,7 +263,7 @@ pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse
         org_id: access.org_id.into_string(),
         project_id,
         training_task_id,
-        action: action.into(),
+        action,
         payload,
     };
     let job = ask(&caller.state().queue, Enqueue(new_job)).await?;
