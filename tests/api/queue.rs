@@ -979,7 +979,7 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
         org_id: org.org_id.clone(),
         project_id: project_id.to_owned(),
         training_task_id: None,
-        action: "tracer".into(),
+        action: keel::domain::JobAction::Tracer,
         payload: json!({"action": "tracer"}),
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
