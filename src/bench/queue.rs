@@ -131,7 +131,7 @@ async fn run_one(
     let funding = LedgerOp::credit(
         EntryKind::Topup,
         cents_to_micros(fee_cents * bench.jobs as i64),
-        Some("bench-funding".into()),
+        Some(crate::domain::IdempotencyKey::payment("bench-funding")),
         "bench funding",
     );
     state

@@ -10,6 +10,7 @@ use super::ledger::{EntryKind, LedgerOp, SideEffect};
 use super::money::cents_to_micros;
 use super::payments::{ChargeRequest, PaymentError, Payments};
 use super::repo;
+use crate::domain::IdempotencyKey;
 
 /// A claim older than this is taken to be abandoned (the instance died mid-charge).
 const CLAIM_EXPIRY_MINUTES: i64 = 10;
@@ -77,7 +78,7 @@ async fn try_charge(
                 LedgerOp::credit(
                     EntryKind::AutoTopup,
                     cents_to_micros(amount_cents),
-                    Some(repo::payment_key(&intent.id)),
+                    Some(IdempotencyKey::payment(&intent.id)),
                     format!("auto top-up {}", intent.id),
                 )
                 .with_side(SideEffect::AutoTopupCredited),

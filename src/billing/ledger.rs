@@ -14,6 +14,8 @@ use sea_orm::{
 };
 use serde_json::json;
 
+use crate::domain::IdempotencyKey;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
     Topup,
@@ -91,11 +93,16 @@ pub struct LedgerOp {
 }
 
 impl LedgerOp {
-    pub fn credit(kind: EntryKind, micros: i64, key: Option<String>, reason: impl Into<String>) -> Self {
+    pub fn credit(
+        kind: EntryKind,
+        micros: i64,
+        key: Option<IdempotencyKey>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             kind,
             amount_microcents: micros,
-            idempotency_key: key,
+            idempotency_key: key.map(String::from),
             reason: reason.into(),
             on_duplicate: OnDuplicate::Replay,
             may_overdraw: false,
@@ -103,7 +110,12 @@ impl LedgerOp {
         }
     }
 
-    pub fn debit(kind: EntryKind, micros: i64, key: Option<String>, reason: impl Into<String>) -> Self {
+    pub fn debit(
+        kind: EntryKind,
+        micros: i64,
+        key: Option<IdempotencyKey>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             amount_microcents: -micros,
             ..Self::credit(kind, 0, key, reason)

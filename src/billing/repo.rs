@@ -11,12 +11,6 @@ use sea_orm::{
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
 use crate::orgs::repo::org_exists;
 
-/// The ledger idempotency key of a card payment: shared by the synchronous top-up, the
-/// auto top-up and the webhook, so a payment is credited exactly once.
-pub fn payment_key(payment_intent_id: &str) -> String {
-    format!("payment:{payment_intent_id}")
-}
-
 /// The organization's account, created on first use; `None` when the org is unknown.
 pub async fn account(
     db: &impl ConnectionTrait,

@@ -11,7 +11,7 @@ use super::money::{cents_to_micros, micros_to_cents_ceil, micros_to_cents_floor,
 use super::service::{account_of, ensure_customer};
 use super::{repo, service, webhook};
 use crate::auth::{ApiKeyCaller, Caller, Internal};
-use crate::domain::OrgId;
+use crate::domain::{IdempotencyKey, OrgId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
@@ -676,7 +676,7 @@ pub async fn starter_credit(caller: Caller, body: ValidJson<OrgBody>) -> ApiResu
     let op = LedgerOp::credit(
         EntryKind::StarterCredit,
         cents_to_micros(cents),
-        Some("starter-credit".into()),
+        Some(IdempotencyKey::starter_credit()),
         "starter credit",
     )
     .once_only()
@@ -718,7 +718,7 @@ pub async fn promo_code(caller: Caller, body: ValidJson<PromoCodeBody>) -> ApiRe
     let op = LedgerOp::credit(
         EntryKind::Promo,
         cents_to_micros(cents),
-        Some(format!("promo:{code}")),
+        Some(IdempotencyKey::promo(&code)),
         format!("promo code {code}"),
     )
     .once_only()
@@ -821,7 +821,7 @@ async fn credit_succeeded_payment(state: &AppState, intent: &Value) -> ApiResult
     let mut op = LedgerOp::credit(
         kind,
         cents_to_micros(cents),
-        Some(repo::payment_key(payment_intent_id)),
+        Some(IdempotencyKey::payment(payment_intent_id)),
         format!("payment {payment_intent_id}"),
     );
     if kind == EntryKind::AutoTopup {
@@ -874,7 +874,7 @@ pub async fn debit(caller: Caller, body: ValidJson<DebitBody>) -> ApiResult<Http
     let op = LedgerOp::debit(
         EntryKind::RunFee,
         cents_to_micros(fee),
-        body.run_id.as_ref().map(|run| format!("run-fee:{run}")),
+        body.run_id.as_deref().map(IdempotencyKey::run_fee),
         match &body.run_id {
             Some(run) => format!("run fee {run}"),
             None => "run fee".into(),
@@ -942,7 +942,7 @@ pub async fn serving_usage(
     let op = LedgerOp::debit(
         EntryKind::ServingUsage,
         priced.charged_microcents,
-        Some(format!("serving:{}", body.request_id)),
+        Some(IdempotencyKey::serving(&body.request_id)),
         format!("serving {}", body.request_id),
     )
     .overdrawing()
@@ -982,7 +982,7 @@ pub async fn training_usage(
     let op = LedgerOp::debit(
         EntryKind::TrainingEstimate,
         cents_to_micros(body.estimate_cents),
-        Some(format!("training-usage:{}", body.run_id)),
+        Some(IdempotencyKey::training_usage(&body.run_id)),
         format!("training estimate {}", body.run_id),
     );
     let outcome = state.ledger.submit(&key.org_id, op).await?;
@@ -1030,7 +1030,7 @@ pub async fn training_usage_internal(
     let op = LedgerOp::debit(
         EntryKind::TrainingRun,
         cents_to_micros(body.amount_cents),
-        Some(format!("training-run:{}", body.run_id)),
+        Some(IdempotencyKey::training_run(&body.run_id)),
         format!("training run {}", body.run_id),
     )
     .overdrawing();

@@ -8,6 +8,7 @@ use super::ledger::{EntryKind, LedgerOp};
 use super::money::cents_to_micros;
 use super::payments::{ChargeRequest, PaymentError};
 use super::repo::{self, PaymentRow};
+use crate::domain::IdempotencyKey;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -151,7 +152,7 @@ async fn settle_topup(
     let op = LedgerOp::credit(
         EntryKind::Topup,
         cents_to_micros(amount_cents),
-        Some(repo::payment_key(payment_intent_id)),
+        Some(IdempotencyKey::payment(payment_intent_id)),
         format!("top-up {payment_intent_id}"),
     );
     Ok(state.ledger.submit(org_id, op).await?.balance_microcents)

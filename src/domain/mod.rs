@@ -1,8 +1,10 @@
 //! The domain's own types, parsed once at the edge (bodies, queries, paths, credentials) and
 //! carried inward, so nothing inside compares or normalizes raw strings.
 
+pub mod idempotency;
 pub mod ids;
 pub mod job;
 
+pub use idempotency::IdempotencyKey;
 pub use ids::OrgId;
 pub use job::{JobAction, JobStatus};

@@ -17,7 +17,7 @@ use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::billing::money::cents_to_micros;
-use crate::domain::JobAction;
+use crate::domain::{IdempotencyKey, JobAction};
 use crate::error::ApiError;
 
 #[derive(Clone)]
@@ -231,7 +231,7 @@ async fn claim_and_bill(
         let op = LedgerOp::debit(
             EntryKind::RunFee,
             fee_microcents,
-            Some(format!("job-fee:{}", job.id)),
+            Some(IdempotencyKey::job_fee(&job.id)),
             format!("run fee, {} job {}", job.action, job.id),
         );
         ledger.submit(&job.org_id, op)
