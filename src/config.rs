@@ -9,6 +9,8 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use serde::{Deserialize, Deserializer};
 
+use crate::domain::Cents;
+
 /// The shipped defaults, compiled in so the binary runs from any directory.
 const DEFAULTS: &str = include_str!("../config/default.toml");
 
@@ -198,11 +200,11 @@ impl std::fmt::Debug for TrackerSettings {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct BillingSettings {
-    pub flat_run_fee_cents: i64,
-    pub starter_credit_cents: i64,
+    pub flat_run_fee_cents: Cents,
+    pub starter_credit_cents: Cents,
     pub serving_markup_percent: i64,
     #[serde(default)]
-    pub promo_codes: BTreeMap<String, i64>,
+    pub promo_codes: BTreeMap<String, Cents>,
     pub max_batch: usize,
     pub actor_idle_secs: u64,
     pub adapter_cache_ttl_ms: u64,
@@ -214,11 +216,7 @@ pub struct PricingSettings {
     pub models: BTreeMap<String, ModelPrice>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct ModelPrice {
-    pub input_per_mtok_cents: f64,
-    pub output_per_mtok_cents: f64,
-}
+pub use crate::domain::ModelPrice;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct QueueSettings {
@@ -389,15 +387,6 @@ impl Settings {
                 "must be within 0..=1000",
             ));
         }
-        for (model, price) in &self.pricing.models {
-            if !(price.input_per_mtok_cents >= 0.0 && price.output_per_mtok_cents >= 0.0) {
-                return Err(ConfigError::Invalid {
-                    key: "pricing.models",
-                    value: model.clone(),
-                    reason: "prices must be non-negative numbers".into(),
-                });
-            }
-        }
         if !self.secrets.encryption_key.is_empty()
             && hex::decode(&self.secrets.encryption_key).map_or(true, |k| k.len() != 32)
         {
@@ -471,7 +460,7 @@ mod tests {
         assert_eq!(settings.server.listen, "127.0.0.1:8080");
         assert_eq!(settings.database.url, "sqlite://keel.db?mode=rwc");
         assert!(settings.auth.internal_keys.is_empty());
-        assert_eq!(settings.billing.promo_codes.get("WELCOME10"), Some(&1000));
+        assert_eq!(settings.billing.promo_codes.get("WELCOME10"), Some(&Cents(1000)));
         assert_eq!(settings.billing.serving_markup_percent, 20);
         assert!(settings
             .pricing
@@ -504,5 +493,22 @@ mod tests {
             "not a url",
         ));
         assert!(Settings::from_figment(figment).is_err());
+    }
+
+    #[test]
+    fn prices_load_exactly_and_a_bad_one_is_rejected() {
+        let priced = |price: &str| {
+            Figment::from(Toml::string(DEFAULTS)).merge(Toml::string(&format!(
+                "[pricing.models.m]\ninput_per_mtok_cents = {price}\noutput_per_mtok_cents = 1\n"
+            )))
+        };
+        let settings = Settings::from_figment(priced("0.15")).expect("loads");
+        assert_eq!(
+            settings.pricing.models["m"].input_per_mtok_cents,
+            crate::domain::TokenPrice::parse("0.15").expect("a price")
+        );
+        for bad in ["-1.0", "0.0000001", "\"ten\""] {
+            assert!(Settings::from_figment(priced(bad)).is_err(), "{bad}");
+        }
     }
 }

@@ -51,7 +51,7 @@ impl AppState {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),
             max_attempts: settings.queue.max_attempts,
             sweep_interval: Duration::from_secs(settings.queue.sweep_interval_secs),
-            run_fee_cents: settings.billing.flat_run_fee_cents,
+            run_fee: settings.billing.flat_run_fee_cents,
             max_batch: settings.billing.max_batch,
         };
         let queue = {

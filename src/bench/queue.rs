@@ -18,7 +18,6 @@ use super::{
     BENCH_INTERNAL_KEY,
 };
 use crate::billing::ledger::{EntryKind, LedgerOp};
-use crate::billing::money::cents_to_micros;
 use crate::startup::Application;
 
 pub struct QueueBench {
@@ -130,7 +129,7 @@ async fn run_one(
     let project = crate::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
     let funding = LedgerOp::credit(
         EntryKind::Topup,
-        cents_to_micros(fee_cents * bench.jobs as i64),
+        crate::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
         Some(crate::domain::IdempotencyKey::payment("bench-funding")),
         "bench funding",
     );

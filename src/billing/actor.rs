@@ -18,7 +18,6 @@ use super::auto_topup;
 use super::ledger::{
     apply_batch, apply_group, AccountAfter, AccountCache, BatchResult, LedgerError, LedgerOp, Outcome,
 };
-use super::money::cents_to_micros;
 use super::payments::Payments;
 
 type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
@@ -208,14 +207,14 @@ impl LedgerActor {
         let Some(settings) = account.auto_topup else {
             return;
         };
-        if self.topup_in_flight || account.balance_microcents >= cents_to_micros(settings.threshold_cents) {
+        if self.topup_in_flight || account.balance >= settings.threshold.micros() {
             return;
         }
         self.topup_in_flight = true;
         let shared = self.shared.clone();
         let org_id = self.org_id.clone();
         let run = actix::spawn(async move {
-            auto_topup::charge(&shared.db, &shared.payments, &org_id, settings.amount_cents).await
+            auto_topup::charge(&shared.db, &shared.payments, &org_id, settings.amount).await
         });
         ctx.spawn(run.into_actor(self).map(|credit, act, ctx| {
             act.topup_in_flight = false;

@@ -7,10 +7,9 @@ use chrono::{Duration, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
 use super::ledger::{EntryKind, LedgerOp, SideEffect};
-use super::money::cents_to_micros;
 use super::payments::{ChargeRequest, PaymentError, Payments};
 use super::repo;
-use crate::domain::IdempotencyKey;
+use crate::domain::{Cents, IdempotencyKey, Microcents};
 
 /// A claim older than this is taken to be abandoned (the instance died mid-charge).
 const CLAIM_EXPIRY_MINUTES: i64 = 10;
@@ -20,9 +19,9 @@ pub async fn charge(
     db: &DatabaseConnection,
     payments: &Payments,
     org_id: &str,
-    amount_cents: i64,
+    amount: Cents,
 ) -> Option<LedgerOp> {
-    match try_charge(db, payments, org_id, amount_cents).await {
+    match try_charge(db, payments, org_id, amount).await {
         Ok(credit) => credit,
         Err(err) => {
             tracing::error!(org_id, error = %err, "auto top-up failed");
@@ -36,7 +35,7 @@ async fn try_charge(
     db: &DatabaseConnection,
     payments: &Payments,
     org_id: &str,
-    amount_cents: i64,
+    amount: Cents,
 ) -> Result<Option<LedgerOp>, DbErr> {
     let now = Utc::now();
     if !repo::claim_auto_topup(db, org_id, now, now - Duration::minutes(CLAIM_EXPIRY_MINUTES)).await? {
@@ -54,7 +53,7 @@ async fn try_charge(
     // clears the claim in the same transaction) may already have lifted the balance.
     let below = account
         .auto_topup_threshold_cents
-        .is_some_and(|t| account.balance_microcents < cents_to_micros(t));
+        .is_some_and(|t| Microcents(account.balance_microcents) < Cents(t).micros());
     if !below {
         repo::release_auto_topup_claim(db, org_id).await?;
         return Ok(None);
@@ -65,19 +64,19 @@ async fn try_charge(
             org_id,
             customer_id,
             payment_method_id,
-            amount_cents,
+            amount,
             kind: "auto_topup",
             idempotency_key: &idempotency_key,
         })
         .await;
     match charged {
         Ok(intent) if intent.status == "succeeded" => {
-            repo::record_payment(db, auto_topup_row(&intent.id, org_id, amount_cents, "succeeded")).await?;
-            tracing::info!(org_id, amount_cents, payment_intent = %intent.id, "auto top-up charged");
+            repo::record_payment(db, auto_topup_row(&intent.id, org_id, amount, "succeeded")).await?;
+            tracing::info!(org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
             Ok(Some(
                 LedgerOp::credit(
                     EntryKind::AutoTopup,
-                    cents_to_micros(amount_cents),
+                    amount.micros(),
                     Some(IdempotencyKey::payment(&intent.id)),
                     format!("auto top-up {}", intent.id),
                 )
@@ -86,11 +85,7 @@ async fn try_charge(
         }
         Ok(intent) => {
             // Not settled synchronously: the webhook credits it when it succeeds.
-            repo::record_payment(
-                db,
-                auto_topup_row(&intent.id, org_id, amount_cents, &intent.status),
-            )
-            .await?;
+            repo::record_payment(db, auto_topup_row(&intent.id, org_id, amount, &intent.status)).await?;
             Ok(None)
         }
         Err(PaymentError::Declined {
@@ -99,7 +94,7 @@ async fn try_charge(
         }) => {
             let id =
                 payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
-            repo::record_payment(db, auto_topup_row(&id, org_id, amount_cents, "declined")).await?;
+            repo::record_payment(db, auto_topup_row(&id, org_id, amount, "declined")).await?;
             repo::count_auto_topup_decline(db, org_id).await?;
             tracing::warn!(org_id, %message, "auto top-up declined");
             Ok(None)
@@ -112,16 +107,11 @@ async fn try_charge(
     }
 }
 
-fn auto_topup_row<'a>(
-    id: &'a str,
-    org_id: &'a str,
-    amount_cents: i64,
-    status: &'a str,
-) -> repo::PaymentRow<'a> {
+fn auto_topup_row<'a>(id: &'a str, org_id: &'a str, amount: Cents, status: &'a str) -> repo::PaymentRow<'a> {
     repo::PaymentRow {
         payment_intent_id: id,
         org_id,
-        amount_cents,
+        amount,
         status,
         kind: "auto_topup",
         idempotency_key: None,

@@ -2,8 +2,8 @@
 
 pub mod actor;
 pub mod auto_topup;
+pub mod dto;
 pub mod ledger;
-pub mod money;
 pub mod payments;
 pub mod repo;
 mod routes;

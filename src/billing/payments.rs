@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::{PaymentSettings, PaymentsMode};
+use crate::domain::Cents;
 
 /// A saved card, as shown to users.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +47,7 @@ pub struct ChargeRequest<'a> {
     pub org_id: &'a str,
     pub customer_id: &'a str,
     pub payment_method_id: &'a str,
-    pub amount_cents: i64,
+    pub amount: Cents,
     /// `topup` or `auto_topup`.
     pub kind: &'a str,
     pub idempotency_key: &'a str,
@@ -197,7 +198,7 @@ impl Payments {
                     .post(
                         "/v1/payment_intents",
                         &[
-                            ("amount", request.amount_cents.to_string()),
+                            ("amount", request.amount.get().to_string()),
                             ("currency", "usd".into()),
                             ("customer", request.customer_id.to_owned()),
                             ("payment_method", request.payment_method_id.to_owned()),

@@ -9,6 +9,7 @@ use sea_orm::{
 };
 
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
+use crate::domain::Cents;
 use crate::orgs::repo::org_exists;
 
 /// The organization's account, created on first use; `None` when the org is unknown.
@@ -125,18 +126,18 @@ pub async fn save_auto_topup(
     db: &impl ConnectionTrait,
     org_id: &str,
     enabled: bool,
-    threshold_cents: Option<i64>,
-    amount_cents: Option<i64>,
+    threshold: Option<Cents>,
+    amount: Option<Cents>,
 ) -> Result<(), DbErr> {
     billing_account::Entity::update_many()
         .col_expr(billing_account::Column::AutoTopupEnabled, Expr::value(enabled))
         .col_expr(
             billing_account::Column::AutoTopupThresholdCents,
-            Expr::value(threshold_cents),
+            Expr::value(threshold.map(Cents::get)),
         )
         .col_expr(
             billing_account::Column::AutoTopupAmountCents,
-            Expr::value(amount_cents),
+            Expr::value(amount.map(Cents::get)),
         )
         .col_expr(billing_account::Column::AutoTopupDeclines, Expr::value(0))
         .col_expr(billing_account::Column::UpdatedAt, Expr::value(Utc::now()))
@@ -146,12 +147,11 @@ pub async fn save_auto_topup(
     Ok(())
 }
 
-/// Records (or updates the status of) a payment by its payment-intent id.
 /// A charge attempted on a saved card, as [`record_payment`] keeps it.
 pub struct PaymentRow<'a> {
     pub payment_intent_id: &'a str,
     pub org_id: &'a str,
-    pub amount_cents: i64,
+    pub amount: Cents,
     pub status: &'a str,
     /// `topup` or `auto_topup`.
     pub kind: &'a str,
@@ -165,7 +165,7 @@ pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> R
     payment::Entity::insert(payment::ActiveModel {
         payment_intent_id: Set(row.payment_intent_id.to_owned()),
         org_id: Set(row.org_id.to_owned()),
-        amount_cents: Set(row.amount_cents),
+        amount_cents: Set(row.amount.get()),
         status: Set(row.status.to_owned()),
         kind: Set(row.kind.to_owned()),
         idempotency_key: Set(row.idempotency_key.map(str::to_owned)),
@@ -198,13 +198,13 @@ pub async fn topup_by_key(
 pub async fn upsert_training_cost(
     db: &impl ConnectionTrait,
     run_id: &str,
-    cost_cents: i64,
+    cost: Cents,
     provider: Option<&str>,
 ) -> Result<(), DbErr> {
     let now = Utc::now();
     training_run_cost::Entity::insert(training_run_cost::ActiveModel {
         run_id: Set(run_id.to_owned()),
-        cost_cents: Set(cost_cents),
+        cost_cents: Set(cost.get()),
         provider: Set(provider.map(str::to_owned)),
         created_at: Set(now),
         updated_at: Set(now),

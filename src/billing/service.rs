@@ -2,21 +2,38 @@
 //! runs the processor, the payment records and the ledger in the order that makes a retry
 //! harmless.
 
-use entities::{billing_account, payment};
+use chrono::Utc;
+use entities::{billing_account, ledger_entry, payment};
+use serde_json::Value;
 
-use super::ledger::{EntryKind, LedgerOp};
-use super::money::cents_to_micros;
-use super::payments::{ChargeRequest, PaymentError};
+use super::ledger::{
+    EntryKind, LedgerError, LedgerOp, Outcome, ServingUsageRow, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+};
+use super::payments::{Card, ChargeRequest, PaymentError};
 use super::repo::{self, PaymentRow};
-use crate::domain::IdempotencyKey;
+use super::webhook;
+use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+
+/// How many ledger entries the billing overview shows.
+const RECENT_ENTRIES: u64 = 20;
 
 /// The organization's billing account; 404 when the organization is unknown.
 pub async fn account_of(state: &AppState, org_id: &str) -> ApiResult<billing_account::Model> {
     repo::account(&state.db, org_id)
         .await?
         .ok_or_else(|| ApiError::not_found("organization"))
+}
+
+/// The account with its most recent ledger entries.
+pub async fn overview(
+    state: &AppState,
+    org_id: &OrgId,
+) -> ApiResult<(billing_account::Model, Vec<ledger_entry::Model>)> {
+    let account = account_of(state, org_id).await?;
+    let recent = repo::recent_ledger(&state.db, org_id, RECENT_ENTRIES).await?;
+    Ok((account, recent))
 }
 
 /// The processor's customer of the account, created on first use.
@@ -28,16 +45,137 @@ pub async fn ensure_customer(state: &AppState, account: &billing_account::Model)
     Ok(repo::save_customer(&state.db, &account.org_id, &customer).await?)
 }
 
+/// A setup intent for saving a card: `(client secret, customer id)`.
+pub async fn setup_intent(state: &AppState, org_id: &OrgId) -> ApiResult<(String, String)> {
+    let account = account_of(state, org_id).await?;
+    let customer_id = ensure_customer(state, &account).await?;
+    let client_secret = state.payments.create_setup_intent(&customer_id).await?;
+    Ok((client_secret, customer_id))
+}
+
+/// Attaches the method to the customer and saves it as the card; a replaced card is
+/// detached (best effort: the new one is saved regardless).
+pub async fn save_payment_method(
+    state: &AppState,
+    org_id: &OrgId,
+    payment_method_id: &str,
+) -> ApiResult<Card> {
+    let account = account_of(state, org_id).await?;
+    let customer_id = ensure_customer(state, &account).await?;
+    let card = state
+        .payments
+        .attach_payment_method(&customer_id, payment_method_id)
+        .await?;
+    if let Some(old) = account
+        .payment_method_id
+        .as_deref()
+        .filter(|old| *old != payment_method_id)
+    {
+        if let Err(err) = state.payments.detach_payment_method(old).await {
+            tracing::warn!(%org_id, error = %err, "detaching the replaced payment method");
+        }
+    }
+    repo::save_card(
+        &state.db,
+        org_id,
+        repo::SavedCard {
+            payment_method_id: Some(payment_method_id),
+            brand: Some(&card.brand),
+            last4: Some(&card.last4),
+            exp_month: Some(card.exp_month),
+            exp_year: Some(card.exp_year),
+        },
+    )
+    .await?;
+    Ok(card)
+}
+
+/// Detaches and forgets the saved card; answers whether that turned auto top-up off.
+pub async fn delete_payment_method(state: &AppState, org_id: &OrgId) -> ApiResult<bool> {
+    let account = account_of(state, org_id).await?;
+    let Some(payment_method_id) = &account.payment_method_id else {
+        return Err(ApiError::not_found("saved payment method"));
+    };
+    state.payments.detach_payment_method(payment_method_id).await?;
+    repo::save_card(
+        &state.db,
+        org_id,
+        repo::SavedCard {
+            payment_method_id: None,
+            brand: None,
+            last4: None,
+            exp_month: None,
+            exp_year: None,
+        },
+    )
+    .await?;
+    Ok(account.auto_topup_enabled)
+}
+
+/// What deleting the processor customer came to (best effort: failures are reported).
+pub struct CustomerDeletion {
+    pub deleted: bool,
+    pub customer_id: Option<String>,
+    pub error: Option<String>,
+}
+
+pub async fn delete_customer(state: &AppState, org_id: &OrgId) -> ApiResult<CustomerDeletion> {
+    let account = account_of(state, org_id).await?;
+    let Some(customer_id) = account.customer_id else {
+        return Ok(CustomerDeletion {
+            deleted: true,
+            customer_id: None,
+            error: None,
+        });
+    };
+    match state.payments.delete_customer(&customer_id).await {
+        Ok(()) => {
+            repo::clear_customer(&state.db, org_id).await?;
+            Ok(CustomerDeletion {
+                deleted: true,
+                customer_id: Some(customer_id),
+                error: None,
+            })
+        }
+        Err(err) => {
+            tracing::error!(%org_id, error = %err, "deleting the billing customer failed");
+            Ok(CustomerDeletion {
+                deleted: false,
+                customer_id: Some(customer_id),
+                error: Some(err.to_string()),
+            })
+        }
+    }
+}
+
+/// Saves auto top-up settings (which lifts a pause after declines); enabling needs a card.
+pub async fn set_auto_topup(
+    state: &AppState,
+    org_id: &OrgId,
+    enabled: bool,
+    threshold: Option<Cents>,
+    amount: Option<Cents>,
+) -> ApiResult<()> {
+    let account = account_of(state, org_id).await?;
+    if enabled && account.payment_method_id.is_none() {
+        return Err(ApiError::Conflict(
+            "save a payment method before enabling auto top-up".into(),
+        ));
+    }
+    repo::save_auto_topup(&state.db, org_id, enabled, threshold, amount).await?;
+    Ok(())
+}
+
 /// What a top-up came to.
 pub struct Topup {
     /// `succeeded`, or `processing` / `requires_action` (credited later by the webhook).
     pub status: String,
     pub payment_intent_id: String,
-    pub balance_microcents: i64,
+    pub balance: Microcents,
     pub client_secret: Option<String>,
 }
 
-/// Charges the saved card `amount_cents` and credits them once it succeeds.
+/// Charges the saved card `amount` and credits it once the charge succeeds.
 ///
 /// With a client `Idempotency-Key`, a retry answers the first attempt's result (its decline
 /// included) and charges nothing; the same key for another amount is 409. Requests with the
@@ -46,7 +184,7 @@ pub struct Topup {
 pub async fn topup(
     state: &AppState,
     org_id: &str,
-    amount_cents: i64,
+    amount: Cents,
     client_key: Option<&str>,
 ) -> ApiResult<Topup> {
     let account = account_of(state, org_id).await?;
@@ -57,7 +195,7 @@ pub async fn topup(
     };
     if let Some(key) = client_key {
         if let Some(earlier) = repo::topup_by_key(&state.db, org_id, key).await? {
-            return replay_topup(state, earlier, amount_cents).await;
+            return replay_topup(state, earlier, amount).await;
         }
     }
     let customer_id = ensure_customer(state, &account).await?;
@@ -71,7 +209,7 @@ pub async fn topup(
             org_id,
             customer_id: &customer_id,
             payment_method_id: &payment_method_id,
-            amount_cents,
+            amount,
             kind: "topup",
             idempotency_key: &processor_key,
         })
@@ -79,7 +217,7 @@ pub async fn topup(
     let row = |payment_intent_id, status| PaymentRow {
         payment_intent_id,
         org_id,
-        amount_cents,
+        amount,
         status,
         kind: "topup",
         idempotency_key: client_key,
@@ -98,18 +236,18 @@ pub async fn topup(
         Err(err) => return Err(err.into()),
     };
     repo::record_payment(&state.db, row(&intent.id, &intent.status)).await?;
-    let balance_microcents = settle_topup(state, org_id, &intent.id, amount_cents, &intent.status).await?;
+    let balance = settle_topup(state, org_id, &intent.id, amount, &intent.status).await?;
     Ok(Topup {
         status: intent.status,
         payment_intent_id: intent.id,
-        balance_microcents,
+        balance,
         client_secret: intent.client_secret,
     })
 }
 
 /// The first attempt's result for a retried `Idempotency-Key`.
-async fn replay_topup(state: &AppState, earlier: payment::Model, amount_cents: i64) -> ApiResult<Topup> {
-    if earlier.amount_cents != amount_cents {
+async fn replay_topup(state: &AppState, earlier: payment::Model, amount: Cents) -> ApiResult<Topup> {
+    if earlier.amount_cents != amount.get() {
         return Err(ApiError::Conflict(format!(
             "this Idempotency-Key was used for a top-up of {} cents; use a new key for another amount",
             earlier.amount_cents
@@ -122,18 +260,18 @@ async fn replay_topup(state: &AppState, earlier: payment::Model, amount_cents: i
     }
     // A succeeded payment is credited here if a crash came between its record and its
     // credit; otherwise its ledger key makes this a replay.
-    let balance_microcents = settle_topup(
+    let balance = settle_topup(
         state,
         &earlier.org_id,
         &earlier.payment_intent_id,
-        earlier.amount_cents,
+        amount,
         &earlier.status,
     )
     .await?;
     Ok(Topup {
         status: earlier.status,
         payment_intent_id: earlier.payment_intent_id,
-        balance_microcents,
+        balance,
         client_secret: None,
     })
 }
@@ -143,17 +281,302 @@ async fn settle_topup(
     state: &AppState,
     org_id: &str,
     payment_intent_id: &str,
-    amount_cents: i64,
+    amount: Cents,
     status: &str,
-) -> ApiResult<i64> {
+) -> ApiResult<Microcents> {
     if status != "succeeded" {
-        return Ok(account_of(state, org_id).await?.balance_microcents);
+        return Ok(Microcents(account_of(state, org_id).await?.balance_microcents));
     }
     let op = LedgerOp::credit(
         EntryKind::Topup,
-        cents_to_micros(amount_cents),
+        amount.micros(),
         Some(IdempotencyKey::payment(payment_intent_id)),
         format!("top-up {payment_intent_id}"),
     );
-    Ok(state.ledger.submit(org_id, op).await?.balance_microcents)
+    Ok(state.ledger.submit(org_id, op).await?.balance)
+}
+
+/// Grants the configured starter credit, once per organization (a repeat is 409).
+pub async fn grant_starter_credit(state: &AppState, org_id: &OrgId) -> ApiResult<(Cents, Outcome)> {
+    let cents = state.settings.billing.starter_credit_cents;
+    let op = LedgerOp::credit(
+        EntryKind::StarterCredit,
+        cents.micros(),
+        Some(IdempotencyKey::starter_credit()),
+        "starter credit",
+    )
+    .once_only()
+    .with_side(SideEffect::StarterCredit);
+    let outcome = state.ledger.submit(org_id, op).await.map_err(|err| match err {
+        LedgerError::Duplicate => ApiError::Conflict("the starter credit was already granted".into()),
+        other => other.into(),
+    })?;
+    Ok((cents, outcome))
+}
+
+/// A redeemed promo code: its canonical spelling, what it credited, the ledger's answer.
+pub struct PromoRedemption {
+    pub code: String,
+    pub credited: Cents,
+    pub outcome: Outcome,
+}
+
+/// Redeems a configured promo code (case-insensitive), once per organization.
+pub async fn redeem_promo(state: &AppState, org_id: &OrgId, code: &str) -> ApiResult<PromoRedemption> {
+    let code = code.trim().to_uppercase();
+    let cents = state
+        .settings
+        .billing
+        .promo_codes
+        .iter()
+        .find(|(known, _)| known.to_uppercase() == code)
+        .map(|(_, cents)| *cents)
+        .ok_or_else(|| ApiError::not_found("promo code"))?;
+    let op = LedgerOp::credit(
+        EntryKind::Promo,
+        cents.micros(),
+        Some(IdempotencyKey::promo(&code)),
+        format!("promo code {code}"),
+    )
+    .once_only()
+    .with_side(SideEffect::PromoGrant {
+        code: code.clone(),
+        cents,
+    });
+    let outcome = state.ledger.submit(org_id, op).await.map_err(|err| match err {
+        LedgerError::Duplicate => ApiError::Conflict(format!(
+            "promo code {code} was already redeemed by this organization"
+        )),
+        other => other.into(),
+    })?;
+    Ok(PromoRedemption {
+        code,
+        credited: cents,
+        outcome,
+    })
+}
+
+/// Verifies and applies a processor event; answers whether its id was already processed.
+/// A succeeded payment intent is credited once, by its ledger key.
+pub async fn handle_webhook(state: &AppState, signature: Option<&str>, body: &[u8]) -> ApiResult<bool> {
+    webhook::verify(
+        &state.settings.payments.stripe_webhook_secret,
+        signature,
+        body,
+        Utc::now().timestamp(),
+    )
+    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let event: Value =
+        serde_json::from_slice(body).map_err(|_| ApiError::BadRequest("the event is not JSON".into()))?;
+    let (Some(event_id), Some(event_type)) = (event["id"].as_str(), event["type"].as_str()) else {
+        return Err(ApiError::BadRequest("the event has no id or type".into()));
+    };
+    if repo::webhook_event_seen(&state.db, event_id).await? {
+        return Ok(true);
+    }
+    if event_type == "payment_intent.succeeded" {
+        credit_succeeded_payment(state, &event["data"]["object"]).await?;
+    }
+    // Recorded after its effect: a crash in between means a redelivery, which the
+    // payment's idempotency key makes harmless.
+    repo::record_webhook_event(&state.db, event_id, event_type).await?;
+    Ok(false)
+}
+
+async fn credit_succeeded_payment(state: &AppState, intent: &Value) -> ApiResult<()> {
+    let Some(payment_intent_id) = intent["id"].as_str() else {
+        return Err(ApiError::BadRequest("payment intent without id".into()));
+    };
+    let Some(org_id) = intent["metadata"]["orgId"].as_str().map(OrgId::parse) else {
+        tracing::warn!(
+            payment_intent_id,
+            "payment_intent.succeeded without metadata.orgId; ignored"
+        );
+        return Ok(());
+    };
+    let cents = intent["amount_received"]
+        .as_i64()
+        .filter(|c| *c > 0)
+        .or_else(|| intent["amount"].as_i64())
+        .map_or(Cents(0), Cents);
+    if cents <= Cents(0) {
+        return Err(ApiError::BadRequest("payment intent without an amount".into()));
+    }
+    let kind = if intent["metadata"]["kind"] == "auto_topup" {
+        EntryKind::AutoTopup
+    } else {
+        EntryKind::Topup
+    };
+    let mut op = LedgerOp::credit(
+        kind,
+        cents.micros(),
+        Some(IdempotencyKey::payment(payment_intent_id)),
+        format!("payment {payment_intent_id}"),
+    );
+    if kind == EntryKind::AutoTopup {
+        op = op.with_side(SideEffect::AutoTopupCredited);
+    }
+    match state.ledger.submit(&org_id, op).await {
+        Ok(_) => {
+            repo::record_payment(
+                &state.db,
+                repo::PaymentRow {
+                    payment_intent_id,
+                    org_id: &org_id,
+                    amount: cents,
+                    status: "succeeded",
+                    kind: kind.as_str(),
+                    idempotency_key: None,
+                },
+            )
+            .await?;
+            Ok(())
+        }
+        Err(LedgerError::UnknownOrg) => {
+            tracing::warn!(
+                %org_id,
+                payment_intent_id,
+                "payment for an unknown organization; ignored"
+            );
+            Ok(())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The flat run fee; with a run id, charged once per (organization, run). 402 when short.
+pub async fn charge_run_fee(state: &AppState, org_id: &OrgId, run_id: Option<&str>) -> ApiResult<Outcome> {
+    let fee = state.settings.billing.flat_run_fee_cents;
+    let op = LedgerOp::debit(
+        EntryKind::RunFee,
+        fee.micros(),
+        run_id.map(IdempotencyKey::run_fee),
+        match run_id {
+            Some(run) => format!("run fee {run}"),
+            None => "run fee".into(),
+        },
+    );
+    Ok(state.ledger.submit(org_id, op).await?)
+}
+
+/// One generation's usage as the serving layer reports it.
+pub struct ServingUsage<'a> {
+    pub request_id: &'a str,
+    pub org_id: Option<&'a OrgId>,
+    pub adapter_id: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+/// Meters a serving request at cost plus markup. The adapter, when named, decides the
+/// organization (an `orgId` that disagrees is 409) and the priced base model. A replayed
+/// request id answers the original charge.
+pub async fn charge_serving(
+    state: &AppState,
+    usage: ServingUsage<'_>,
+) -> ApiResult<(ServingUsageRow, Outcome)> {
+    let (org_id, model) = match usage.adapter_id {
+        Some(adapter_id) => {
+            let adapter = state
+                .adapters
+                .get(&state.db, adapter_id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("adapter"))?;
+            if let Some(org) = usage.org_id {
+                if !org.is(&adapter.org_id) {
+                    return Err(ApiError::Conflict(
+                        "orgId does not match the adapter's owning organization".into(),
+                    ));
+                }
+            }
+            (adapter.org_id, adapter.base_model)
+        }
+        None => (
+            usage.org_id.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+            usage.model.unwrap_or_default().to_owned(),
+        ),
+    };
+    let price = state
+        .settings
+        .pricing
+        .models
+        .get(&model)
+        .ok_or_else(|| ApiError::NotFound(format!("model {model} is not priced")))?;
+    let priced = price.serving(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        state.settings.billing.serving_markup_percent,
+    );
+    let row = ServingUsageRow {
+        request_id: usage.request_id.to_owned(),
+        org_id: org_id.clone(),
+        adapter_id: usage.adapter_id.map(str::to_owned),
+        model,
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        cost_microcents: priced.cost,
+        charged_microcents: priced.charged,
+    };
+    let op = LedgerOp::debit(
+        EntryKind::ServingUsage,
+        priced.charged,
+        Some(IdempotencyKey::serving(usage.request_id)),
+        format!("serving {}", usage.request_id),
+    )
+    .overdrawing()
+    .with_side(SideEffect::ServingUsage(row.clone()));
+    let outcome = state.ledger.submit(&org_id, op).await?;
+    let recorded = outcome.serving.clone().unwrap_or(row);
+    Ok((recorded, outcome))
+}
+
+/// A training run's estimate, charged once per run id by the caller's organization; 402
+/// when the balance is short.
+pub async fn charge_training_estimate(
+    state: &AppState,
+    org_id: &OrgId,
+    run_id: &str,
+    estimate: Cents,
+) -> ApiResult<Outcome> {
+    let op = LedgerOp::debit(
+        EntryKind::TrainingEstimate,
+        estimate.micros(),
+        Some(IdempotencyKey::training_usage(run_id)),
+        format!("training estimate {run_id}"),
+    );
+    Ok(state.ledger.submit(org_id, op).await?)
+}
+
+/// Whether the organization can pay `estimate`: from its balance, or by a card with auto
+/// top-up that is not paused. 402 when neither.
+pub async fn precheck_training(state: &AppState, org_id: &OrgId, estimate: Cents) -> ApiResult<()> {
+    let account = account_of(state, org_id).await?;
+    let covered_by_balance = Microcents(account.balance_microcents) >= estimate.micros();
+    let covered_by_card = account.payment_method_id.is_some()
+        && account.auto_topup_enabled
+        && account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES;
+    if !(covered_by_balance || covered_by_card) {
+        return Err(ApiError::PaymentRequired(
+            "the organization cannot cover the estimate: top up or save a card with auto top-up".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A completed training run's charge (work delivered: may overdraw), once per run id.
+pub async fn charge_training_run(
+    state: &AppState,
+    org_id: &OrgId,
+    run_id: &str,
+    amount: Cents,
+) -> ApiResult<Outcome> {
+    let op = LedgerOp::debit(
+        EntryKind::TrainingRun,
+        amount.micros(),
+        Some(IdempotencyKey::training_run(run_id)),
+        format!("training run {run_id}"),
+    )
+    .overdrawing();
+    Ok(state.ledger.submit(org_id, op).await?)
 }

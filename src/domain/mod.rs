@@ -4,7 +4,9 @@
 pub mod idempotency;
 pub mod ids;
 pub mod job;
+pub mod money;
 
 pub use idempotency::IdempotencyKey;
 pub use ids::OrgId;
 pub use job::{JobAction, JobStatus};
+pub use money::{Cents, Microcents, ModelPrice, TokenPrice};

@@ -16,8 +16,7 @@ use tokio::sync::oneshot;
 use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
-use crate::billing::money::cents_to_micros;
-use crate::domain::{IdempotencyKey, JobAction};
+use crate::domain::{Cents, IdempotencyKey, JobAction, Microcents};
 use crate::error::ApiError;
 
 #[derive(Clone)]
@@ -25,7 +24,7 @@ pub struct QueueConfig {
     pub stale_after: Duration,
     pub max_attempts: u32,
     pub sweep_interval: Duration,
-    pub run_fee_cents: i64,
+    pub run_fee: Cents,
     pub max_batch: usize,
 }
 
@@ -207,7 +206,7 @@ impl Handler<Claim> for QueueActor {
         let db = self.db.clone();
         let ledger = self.ledger.clone();
         let turn = self.claim_turn.clone();
-        let fee = cents_to_micros(self.config.run_fee_cents);
+        let fee = self.config.run_fee.micros();
         // Its own task: the actor keeps taking reports while a claim and its billing run.
         let claim = actix::spawn(async move { claim_and_bill(&db, &ledger, &turn, fee, msg).await });
         Box::pin(async move { Ok(claim.await??) })
@@ -218,7 +217,7 @@ async fn claim_and_bill(
     db: &DatabaseConnection,
     ledger: &Ledger,
     turn: &tokio::sync::Mutex<()>,
-    fee_microcents: i64,
+    fee: Microcents,
     msg: Claim,
 ) -> Result<Vec<training_job::Model>, sea_orm::DbErr> {
     let claimed = {
@@ -230,7 +229,7 @@ async fn claim_and_bill(
     let charges = claimed.iter().map(|job| {
         let op = LedgerOp::debit(
             EntryKind::RunFee,
-            fee_microcents,
+            fee,
             Some(IdempotencyKey::job_fee(&job.id)),
             format!("run fee, {} job {}", job.action, job.id),
         );

@@ -1,0 +1,524 @@
+//! Billing's bodies (with their bounds) and views.
+
+use chrono::{DateTime, Utc};
+use entities::{billing_account, ledger_entry};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::ledger::{Outcome, ServingUsageRow, MAX_AUTO_TOPUP_DECLINES};
+use super::payments::Card;
+use crate::domain::{Cents, Microcents, OrgId};
+use crate::http::validate::{Checks, Validate};
+
+pub const MIN_TOPUP_CENTS: i64 = 100;
+pub const MAX_TOPUP_CENTS: i64 = 1_000_000;
+/// Estimates and charges above this many cents are refused as input mistakes.
+const MAX_CHARGE_CENTS: i64 = 1_000_000_000;
+
+// ---------------------------------------------------------------------------------------
+// Bodies
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct OrgQuery {
+    /// The organization (UUID).
+    #[param(value_type = String)]
+    pub org_id: OrgId,
+}
+
+impl Validate for OrgQuery {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrgBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+}
+
+impl Validate for OrgBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentMethodBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    #[schema(min_length = 1, max_length = 255)]
+    pub payment_method_id: String,
+}
+
+impl Validate for PaymentMethodBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        c.str_len("paymentMethodId", &self.payment_method_id, 1, 255);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopupBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    #[schema(value_type = i64, minimum = 100, maximum = 1000000)]
+    pub amount_cents: Cents,
+}
+
+impl Validate for TopupBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        c.int_range(
+            "amountCents",
+            self.amount_cents.get(),
+            MIN_TOPUP_CENTS,
+            MAX_TOPUP_CENTS,
+        );
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoTopupBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    pub enabled: bool,
+    /// Required when enabled: top up once the balance falls under this.
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1000000000)]
+    pub threshold_cents: Option<Cents>,
+    /// Required when enabled: how much each top-up charges.
+    #[schema(value_type = Option<i64>, minimum = 100, maximum = 1000000)]
+    pub amount_cents: Option<Cents>,
+}
+
+impl Validate for AutoTopupBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        c.opt_int_range(
+            "thresholdCents",
+            self.threshold_cents.map(Cents::get),
+            0,
+            MAX_CHARGE_CENTS,
+        );
+        c.opt_int_range(
+            "amountCents",
+            self.amount_cents.map(Cents::get),
+            MIN_TOPUP_CENTS,
+            MAX_TOPUP_CENTS,
+        );
+        if self.enabled {
+            if self.threshold_cents.is_none() {
+                c.fail(
+                    "thresholdCents",
+                    "missing",
+                    "Field required when auto top-up is enabled",
+                );
+            }
+            if self.amount_cents.is_none() {
+                c.fail(
+                    "amountCents",
+                    "missing",
+                    "Field required when auto top-up is enabled",
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromoCodeBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    /// Case-insensitive.
+    #[schema(min_length = 1, max_length = 100)]
+    pub code: String,
+}
+
+impl Validate for PromoCodeBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        c.str_len("code", &self.code, 1, 100);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DebitBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    /// With a run id the fee is charged once per (organization, run).
+    #[schema(min_length = 1, max_length = 200)]
+    pub run_id: Option<String>,
+}
+
+impl Validate for DebitBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        c.opt_str_len("runId", self.run_id.as_deref(), 1, 200);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingUsageBody {
+    /// Per-generation id: a replay answers the original charge.
+    #[schema(min_length = 1, max_length = 200)]
+    pub request_id: String,
+    /// Must match the adapter's owner when `adapterId` is given.
+    #[schema(value_type = Option<String>)]
+    pub org_id: Option<OrgId>,
+    /// Authoritative for the billed organization.
+    #[schema(min_length = 1, max_length = 512)]
+    pub adapter_id: Option<String>,
+    /// A priced base model (when no adapter is involved).
+    #[schema(min_length = 1, max_length = 512)]
+    pub model: Option<String>,
+    #[schema(minimum = 0)]
+    pub prompt_tokens: i64,
+    #[schema(minimum = 0)]
+    pub completion_tokens: i64,
+}
+
+impl Validate for ServingUsageBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("requestId", &self.request_id, 1, 200);
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        c.opt_str_len("adapterId", self.adapter_id.as_deref(), 1, 512);
+        c.opt_str_len("model", self.model.as_deref(), 1, 512);
+        c.int_range("promptTokens", self.prompt_tokens, 0, i64::from(i32::MAX));
+        c.int_range("completionTokens", self.completion_tokens, 0, i64::from(i32::MAX));
+        if self.adapter_id.is_none() && self.model.is_none() {
+            c.fail("adapterId", "missing", "Either adapterId or model is required");
+        }
+        if self.adapter_id.is_none() && self.model.is_some() && self.org_id.is_none() {
+            c.fail("orgId", "missing", "orgId is required when no adapterId is given");
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingUsageBody {
+    #[schema(min_length = 1, max_length = 128)]
+    pub run_id: String,
+    #[schema(value_type = i64, exclusive_minimum = 0, maximum = 1000000000)]
+    pub estimate_cents: Cents,
+}
+
+impl Validate for TrainingUsageBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("runId", &self.run_id, 1, 128);
+        estimate(c, self.estimate_cents);
+    }
+}
+
+fn estimate(c: &mut Checks, cents: Cents) {
+    c.int_gt("estimateCents", cents.get(), 0);
+    c.int_range("estimateCents", cents.get(), i64::MIN, MAX_CHARGE_CENTS);
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingPrecheckBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    #[schema(value_type = i64, exclusive_minimum = 0, maximum = 1000000000)]
+    pub estimate_cents: Cents,
+}
+
+impl Validate for TrainingPrecheckBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        estimate(c, self.estimate_cents);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InternalTrainingUsageBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    #[schema(min_length = 1, max_length = 128)]
+    pub run_id: String,
+    #[schema(value_type = i64, minimum = 0, maximum = 1000000000)]
+    pub amount_cents: Cents,
+}
+
+impl Validate for InternalTrainingUsageBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("orgId", &self.org_id, 1, 100);
+        c.str_len("runId", &self.run_id, 1, 128);
+        c.int_range("amountCents", self.amount_cents.get(), 0, MAX_CHARGE_CENTS);
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingCostBody {
+    #[schema(min_length = 1, max_length = 128)]
+    pub run_id: String,
+    #[schema(value_type = i64, minimum = 0, maximum = 1000000000)]
+    pub cost_cents: Cents,
+    #[schema(max_length = 100)]
+    pub provider: Option<String>,
+}
+
+impl Validate for TrainingCostBody {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("runId", &self.run_id, 1, 128);
+        c.int_range("costCents", self.cost_cents.get(), 0, MAX_CHARGE_CENTS);
+        c.opt_str_len("provider", self.provider.as_deref(), 1, 100);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Views
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CardView {
+    pub brand: String,
+    pub last4: String,
+    pub exp_month: i32,
+    pub exp_year: i32,
+}
+
+impl From<Card> for CardView {
+    fn from(card: Card) -> Self {
+        Self {
+            brand: card.brand,
+            last4: card.last4,
+            exp_month: card.exp_month,
+            exp_year: card.exp_year,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoTopupView {
+    pub enabled: bool,
+    #[schema(value_type = Option<i64>)]
+    pub threshold_cents: Option<Cents>,
+    #[schema(value_type = Option<i64>)]
+    pub amount_cents: Option<Cents>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntryView {
+    pub id: i64,
+    pub kind: String,
+    #[schema(value_type = i64)]
+    pub amount_microcents: Microcents,
+    #[schema(value_type = i64)]
+    pub balance_after_microcents: Microcents,
+    pub reason: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ledger_entry::Model> for LedgerEntryView {
+    fn from(e: ledger_entry::Model) -> Self {
+        Self {
+            id: e.id,
+            kind: e.kind,
+            amount_microcents: Microcents(e.amount_microcents),
+            balance_after_microcents: Microcents(e.balance_after_microcents),
+            reason: e.reason,
+            created_at: e.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BillingView {
+    pub org_id: String,
+    #[schema(value_type = i64)]
+    pub balance_cents: Cents,
+    #[schema(value_type = i64)]
+    pub balance_microcents: Microcents,
+    pub customer_id: Option<String>,
+    pub payment_method: Option<CardView>,
+    pub auto_topup: AutoTopupView,
+    /// Auto top-up is paused after three consecutive declines until its settings are saved.
+    pub auto_topup_paused: bool,
+    pub starter_credit_granted: bool,
+    pub recent_ledger: Vec<LedgerEntryView>,
+}
+
+impl BillingView {
+    pub fn new(account: billing_account::Model, recent: Vec<ledger_entry::Model>) -> Self {
+        let balance = Microcents(account.balance_microcents);
+        let payment_method = match (&account.payment_method_id, account.pm_brand, account.pm_last4) {
+            (Some(_), Some(brand), Some(last4)) => Some(CardView {
+                brand,
+                last4,
+                exp_month: account.pm_exp_month.unwrap_or(0),
+                exp_year: account.pm_exp_year.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        Self {
+            org_id: account.org_id,
+            balance_cents: balance.floor_cents(),
+            balance_microcents: balance,
+            customer_id: account.customer_id,
+            payment_method,
+            auto_topup: AutoTopupView {
+                enabled: account.auto_topup_enabled,
+                threshold_cents: account.auto_topup_threshold_cents.map(Cents),
+                amount_cents: account.auto_topup_amount_cents.map(Cents),
+            },
+            auto_topup_paused: account.auto_topup_enabled
+                && account.auto_topup_declines >= MAX_AUTO_TOPUP_DECLINES,
+            starter_credit_granted: account.starter_credit_granted,
+            recent_ledger: recent.into_iter().map(LedgerEntryView::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChargeView {
+    #[schema(value_type = i64)]
+    pub charged_cents: Cents,
+    #[schema(value_type = i64)]
+    pub balance_cents: Cents,
+    pub replayed: bool,
+}
+
+impl From<&Outcome> for ChargeView {
+    fn from(outcome: &Outcome) -> Self {
+        Self {
+            charged_cents: outcome.charged_cents(),
+            balance_cents: outcome.balance.floor_cents(),
+            replayed: outcome.replayed,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunChargeView {
+    pub run_id: String,
+    #[schema(value_type = i64)]
+    pub charged_cents: Cents,
+    #[schema(value_type = i64)]
+    pub balance_cents: Cents,
+    pub replayed: bool,
+}
+
+impl RunChargeView {
+    pub fn new(run_id: String, outcome: &Outcome) -> Self {
+        Self {
+            run_id,
+            charged_cents: outcome.charged_cents(),
+            balance_cents: outcome.balance.floor_cents(),
+            replayed: outcome.replayed,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingChargeView {
+    pub request_id: String,
+    pub org_id: String,
+    #[schema(value_type = i64)]
+    pub cost_microcents: Microcents,
+    #[schema(value_type = i64)]
+    pub charged_microcents: Microcents,
+    #[schema(value_type = i64)]
+    pub balance_microcents: Microcents,
+    pub replayed: bool,
+}
+
+impl ServingChargeView {
+    pub fn new(recorded: ServingUsageRow, outcome: &Outcome) -> Self {
+        Self {
+            request_id: recorded.request_id,
+            org_id: recorded.org_id,
+            cost_microcents: recorded.cost_microcents,
+            charged_microcents: recorded.charged_microcents,
+            balance_microcents: outcome.balance,
+            replayed: outcome.replayed,
+        }
+    }
+}
+
+/// The organization's processor customer, created on first need.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupIntentView {
+    pub client_secret: String,
+    pub customer_id: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentMethodDeleted {
+    pub deleted: bool,
+    /// Auto top-up needs a card: removing it turns auto top-up off.
+    pub auto_topup_disabled: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomerDeleted {
+    /// Whether the processor customer (and its saved methods) is gone.
+    pub deleted: bool,
+    pub customer_id: Option<String>,
+    /// Why the deletion failed; the organization's teardown may go on regardless.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopupView {
+    /// `succeeded` (credited now) or the processor's pending status.
+    pub status: String,
+    pub payment_intent_id: String,
+    #[schema(value_type = i64)]
+    pub balance_cents: Cents,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreditView {
+    #[schema(value_type = i64)]
+    pub credited_cents: Cents,
+    #[schema(value_type = i64)]
+    pub balance_cents: Cents,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookAck {
+    pub received: bool,
+    /// The event id was already processed.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrecheckView {
+    pub ok: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingCostView {
+    pub run_id: String,
+    #[schema(value_type = i64)]
+    pub cost_cents: Cents,
+}

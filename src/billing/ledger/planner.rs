@@ -1,0 +1,475 @@
+//! The pure part of the ledger: decides each operation of one organization's batch, in
+//! order, against its locked account, and gathers the rows to write. No I/O.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use entities::billing_account;
+use serde::Serialize;
+
+use super::ops::{
+    AccountAfter, AutoTopup, BatchResult, LedgerError, LedgerOp, OnDuplicate, Outcome, ServingUsageRow,
+    SideEffect, MAX_AUTO_TOPUP_DECLINES,
+};
+use crate::domain::{Cents, Microcents};
+
+/// How a group finds the idempotency keys it repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyCheck {
+    /// Look every key up before planning.
+    LookUp,
+    /// Plan as if every key were new and let the unique index say otherwise: the entries
+    /// are inserted with `ON CONFLICT DO NOTHING`, and if one was skipped the whole
+    /// transaction is dropped and the group planned again with `LookUp` (PostgreSQL).
+    Optimistic,
+}
+
+/// Keys already applied, per (organization, idempotency key), with their signed amounts.
+pub(super) type Applied = HashMap<(String, String), Microcents>;
+
+/// A ledger entry to insert (its JSON is the row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct EntryRow {
+    pub org_id: String,
+    pub kind: &'static str,
+    pub amount: Microcents,
+    pub balance_after: Microcents,
+    pub idempotency_key: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PromoRow {
+    pub org_id: String,
+    pub code: String,
+    pub amount: Cents,
+}
+
+/// An account's planned balance and starter-credit flag after its batch (a JSON row of
+/// the balance update).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct BalanceRow {
+    pub org_id: String,
+    pub balance: Microcents,
+    pub starter: bool,
+}
+
+impl BalanceRow {
+    /// `account` as this row leaves it.
+    pub fn account_after(
+        &self,
+        account: &billing_account::Model,
+        now: DateTime<Utc>,
+    ) -> billing_account::Model {
+        billing_account::Model {
+            balance_microcents: self.balance.get(),
+            starter_credit_granted: self.starter,
+            updated_at: now,
+            ..account.clone()
+        }
+    }
+}
+
+/// Rows a group writes, gathered while planning.
+#[derive(Debug)]
+pub(super) struct Writes {
+    /// How this attempt checks idempotency keys.
+    pub check: KeyCheck,
+    pub entries: Vec<EntryRow>,
+    pub usage_rows: Vec<ServingUsageRow>,
+    seen_requests: HashSet<String>,
+    pub promo_rows: Vec<PromoRow>,
+    pub balances: Vec<BalanceRow>,
+    pub settled_auto_topups: Vec<String>,
+    /// An optimistic plan refused a keyed operation: its outcome needs the key looked up.
+    pub keys_unchecked: bool,
+}
+
+impl Writes {
+    pub fn new(check: KeyCheck) -> Self {
+        Self {
+            check,
+            entries: Vec::new(),
+            usage_rows: Vec::new(),
+            seen_requests: HashSet::new(),
+            promo_rows: Vec::new(),
+            balances: Vec::new(),
+            settled_auto_topups: Vec::new(),
+            keys_unchecked: false,
+        }
+    }
+}
+
+/// Decides every operation of one organization, in order, against its locked account.
+/// `applied` and `usage` are what is already recorded; both learn this batch's writes.
+pub(super) fn plan(
+    org_id: &str,
+    account: &billing_account::Model,
+    ops: &[LedgerOp],
+    applied: &mut Applied,
+    usage: &mut HashMap<String, ServingUsageRow>,
+    writes: &mut Writes,
+) -> BatchResult {
+    let mut balance = Microcents(account.balance_microcents);
+    let mut starter_granted = account.starter_credit_granted;
+    let mut changed = false;
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops {
+        // A serving request already metered (globally, by request id) is a replay.
+        if let SideEffect::ServingUsage(row) = &op.side {
+            if let Some(original) = usage.get(&row.request_id) {
+                outcomes.push(Ok(Outcome {
+                    amount: -original.charged_microcents,
+                    balance,
+                    replayed: true,
+                    serving: Some(original.clone()),
+                }));
+                continue;
+            }
+        }
+        let key = op
+            .idempotency_key
+            .as_ref()
+            .map(|k| (org_id.to_owned(), k.clone()));
+        if let Some(original) = key.as_ref().and_then(|k| applied.get(k)) {
+            outcomes.push(match op.on_duplicate {
+                OnDuplicate::Replay => Ok(Outcome {
+                    amount: *original,
+                    balance,
+                    replayed: true,
+                    serving: None,
+                }),
+                OnDuplicate::Conflict => Err(LedgerError::Duplicate),
+            });
+            continue;
+        }
+        let after = balance + op.amount;
+        let refusal = if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
+            Some(LedgerError::Duplicate)
+        } else if op.amount < Microcents::ZERO && !op.may_overdraw && after < Microcents::ZERO {
+            Some(LedgerError::InsufficientFunds {
+                balance,
+                needed: -op.amount,
+            })
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            if key.is_some() && writes.check == KeyCheck::Optimistic {
+                // A refusal writes no entry, so the unique index cannot tell whether this was
+                // a replay (answered as such whatever the balance): look the keys up.
+                writes.keys_unchecked = true;
+            }
+            outcomes.push(Err(refusal));
+            continue;
+        }
+        balance = after;
+        changed = true;
+        writes.entries.push(EntryRow {
+            org_id: org_id.to_owned(),
+            kind: op.kind.as_str(),
+            amount: op.amount,
+            balance_after: balance,
+            idempotency_key: op.idempotency_key.clone(),
+            reason: op.reason.clone(),
+        });
+        if let Some(key) = key {
+            applied.insert(key, op.amount);
+        }
+        let mut serving = None;
+        match &op.side {
+            SideEffect::None => {}
+            SideEffect::ServingUsage(row) => {
+                if writes.seen_requests.insert(row.request_id.clone()) {
+                    writes.usage_rows.push(row.clone());
+                }
+                usage.insert(row.request_id.clone(), row.clone());
+                serving = Some(row.clone());
+            }
+            SideEffect::PromoGrant { code, cents } => writes.promo_rows.push(PromoRow {
+                org_id: org_id.to_owned(),
+                code: code.clone(),
+                amount: *cents,
+            }),
+            SideEffect::StarterCredit => starter_granted = true,
+            SideEffect::AutoTopupCredited => writes.settled_auto_topups.push(org_id.to_owned()),
+        }
+        outcomes.push(Ok(Outcome {
+            amount: op.amount,
+            balance,
+            replayed: false,
+            serving,
+        }));
+    }
+    if changed {
+        writes.balances.push(BalanceRow {
+            org_id: org_id.to_owned(),
+            balance,
+            starter: starter_granted,
+        });
+    }
+    let auto_topup = match (
+        account.auto_topup_enabled,
+        account.auto_topup_threshold_cents,
+        account.auto_topup_amount_cents,
+        &account.payment_method_id,
+    ) {
+        (true, Some(threshold), Some(amount), Some(_))
+            if account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES =>
+        {
+            Some(AutoTopup {
+                threshold: Cents(threshold),
+                amount: Cents(amount),
+            })
+        }
+        _ => None,
+    };
+    BatchResult {
+        outcomes,
+        account: Some(AccountAfter { balance, auto_topup }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::billing::ledger::EntryKind;
+    use crate::domain::IdempotencyKey;
+
+    const ORG: &str = "org-1";
+
+    fn account(balance: i64) -> billing_account::Model {
+        let now = Utc::now();
+        billing_account::Model {
+            org_id: ORG.into(),
+            customer_id: None,
+            balance_microcents: balance,
+            payment_method_id: None,
+            pm_brand: None,
+            pm_last4: None,
+            pm_exp_month: None,
+            pm_exp_year: None,
+            auto_topup_enabled: false,
+            auto_topup_threshold_cents: None,
+            auto_topup_amount_cents: None,
+            auto_topup_declines: 0,
+            auto_topup_started_at: None,
+            starter_credit_granted: false,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// Operations as the routes build them: credits, fees (no overdraw), serving charges
+    /// (overdraw, with a usage row), a starter credit, keyed from a small pool so keys and
+    /// request ids repeat.
+    fn op() -> impl Strategy<Value = LedgerOp> {
+        let amount = 0_i64..5_000_000;
+        (0_u8..5, amount, proptest::option::of(0_u8..6)).prop_map(|(shape, micros, key)| {
+            let key_text = key.map(|k| format!("k{k}"));
+            let micros = Microcents(micros);
+            match shape {
+                0 => LedgerOp::credit(
+                    EntryKind::Topup,
+                    micros,
+                    key_text.as_deref().map(IdempotencyKey::payment),
+                    "top-up",
+                ),
+                1 => LedgerOp::debit(
+                    EntryKind::RunFee,
+                    micros,
+                    key_text.as_deref().map(IdempotencyKey::run_fee),
+                    "run fee",
+                ),
+                2 => {
+                    let request = key_text.unwrap_or_else(|| "r".into());
+                    LedgerOp::debit(
+                        EntryKind::ServingUsage,
+                        micros,
+                        Some(IdempotencyKey::serving(&request)),
+                        "serving",
+                    )
+                    .overdrawing()
+                    .with_side(SideEffect::ServingUsage(ServingUsageRow {
+                        request_id: request,
+                        org_id: ORG.into(),
+                        adapter_id: None,
+                        model: "m".into(),
+                        prompt_tokens: 1,
+                        completion_tokens: 1,
+                        cost_microcents: micros,
+                        charged_microcents: micros,
+                    }))
+                }
+                3 => LedgerOp::credit(
+                    EntryKind::StarterCredit,
+                    micros,
+                    Some(IdempotencyKey::starter_credit()),
+                    "starter",
+                )
+                .once_only()
+                .with_side(SideEffect::StarterCredit),
+                _ => LedgerOp::debit(
+                    EntryKind::TrainingRun,
+                    micros,
+                    key_text.as_deref().map(IdempotencyKey::training_run),
+                    "training run",
+                )
+                .overdrawing(),
+            }
+        })
+    }
+
+    struct Planned {
+        outcomes: Vec<Result<Outcome, LedgerError>>,
+        writes: Writes,
+        balance: Microcents,
+    }
+
+    fn plan_all(
+        start: i64,
+        ops: &[LedgerOp],
+        applied: &mut Applied,
+        usage: &mut HashMap<String, ServingUsageRow>,
+    ) -> Planned {
+        let mut writes = Writes::new(KeyCheck::LookUp);
+        let result = plan(ORG, &account(start), ops, applied, usage, &mut writes);
+        let balance = result.account.map(|a| a.balance).unwrap_or_default();
+        Planned {
+            outcomes: result.outcomes,
+            writes,
+            balance,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_balance_is_the_start_plus_the_sum_of_the_entries(
+            start in -1_000_000_i64..10_000_000,
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let planned = plan_all(start, &ops, &mut HashMap::new(), &mut HashMap::new());
+            let mut running = Microcents(start);
+            for entry in &planned.writes.entries {
+                running = running + entry.amount;
+                prop_assert_eq!(entry.balance_after, running);
+            }
+            prop_assert_eq!(planned.balance, running);
+            let written: Vec<_> = planned.outcomes.iter().flatten().filter(|o| !o.replayed).collect();
+            prop_assert_eq!(written.len(), planned.writes.entries.len());
+            if let Some(row) = planned.writes.balances.first() {
+                prop_assert_eq!(row.balance, running);
+            }
+        }
+
+        #[test]
+        fn a_replayed_key_changes_nothing(
+            start in 0_i64..10_000_000,
+            ops in proptest::collection::vec(op(), 1..30),
+        ) {
+            let (mut applied, mut usage) = (HashMap::new(), HashMap::new());
+            let first = plan_all(start, &ops, &mut applied, &mut usage);
+            // Every operation whose key was applied, sent again.
+            let applied_again: Vec<LedgerOp> = ops
+                .iter()
+                .filter(|op| {
+                    op.idempotency_key
+                        .as_ref()
+                        .is_some_and(|k| applied.contains_key(&(ORG.to_owned(), k.clone())))
+                })
+                .cloned()
+                .collect();
+            let again = plan_all(first.balance.get(), &applied_again, &mut applied, &mut usage);
+            prop_assert!(again.writes.entries.is_empty());
+            prop_assert!(again.writes.usage_rows.is_empty());
+            prop_assert!(again.writes.balances.is_empty());
+            prop_assert_eq!(again.balance, first.balance);
+            for (op, outcome) in applied_again.iter().zip(&again.outcomes) {
+                match outcome {
+                    Ok(o) => prop_assert!(o.replayed),
+                    // A one-time grant answers 409 instead.
+                    Err(e) => prop_assert!(*e == LedgerError::Duplicate && op.on_duplicate == OnDuplicate::Conflict),
+                }
+            }
+        }
+
+        #[test]
+        fn nothing_overdraws_unless_the_operation_allows_it(
+            start in 0_i64..3_000_000,
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let planned = plan_all(start, &ops, &mut HashMap::new(), &mut HashMap::new());
+            let mut balance = Microcents(start);
+            for (op, outcome) in ops.iter().zip(&planned.outcomes) {
+                match outcome {
+                    Ok(o) if !o.replayed => {
+                        if !op.may_overdraw && op.amount < Microcents::ZERO {
+                            prop_assert!(o.balance >= Microcents::ZERO, "{:?} overdrew to {}", op.kind, o.balance);
+                        }
+                        balance = o.balance;
+                    }
+                    Err(LedgerError::InsufficientFunds { balance: seen, needed }) => {
+                        prop_assert!(!op.may_overdraw);
+                        prop_assert_eq!(*seen, balance);
+                        prop_assert!(balance + -*needed < Microcents::ZERO);
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        #[test]
+        fn a_batch_comes_to_what_its_operations_do_one_by_one(
+            start in -1_000_000_i64..10_000_000,
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let batch = plan_all(start, &ops, &mut HashMap::new(), &mut HashMap::new());
+            let (mut applied, mut usage) = (HashMap::new(), HashMap::new());
+            let mut account_now = account(start);
+            let mut outcomes = Vec::new();
+            let mut entries = Vec::new();
+            let mut usage_rows = Vec::new();
+            for op in &ops {
+                let mut writes = Writes::new(KeyCheck::LookUp);
+                let result = plan(ORG, &account_now, std::slice::from_ref(op), &mut applied, &mut usage, &mut writes);
+                if let Some(row) = writes.balances.first() {
+                    account_now = row.account_after(&account_now, account_now.updated_at);
+                }
+                outcomes.extend(result.outcomes);
+                entries.extend(writes.entries);
+                usage_rows.extend(writes.usage_rows);
+            }
+            prop_assert_eq!(outcomes, batch.outcomes);
+            prop_assert_eq!(entries, batch.writes.entries);
+            prop_assert_eq!(usage_rows, batch.writes.usage_rows);
+            prop_assert_eq!(Microcents(account_now.balance_microcents), batch.balance);
+        }
+    }
+
+    #[test]
+    fn an_optimistic_plan_that_refuses_a_keyed_operation_asks_for_the_keys() {
+        let mut writes = Writes::new(KeyCheck::Optimistic);
+        let fee = LedgerOp::debit(
+            EntryKind::RunFee,
+            Microcents(5),
+            Some(IdempotencyKey::run_fee("r1")),
+            "fee",
+        );
+        let result = plan(
+            ORG,
+            &account(0),
+            &[fee],
+            &mut HashMap::new(),
+            &mut HashMap::new(),
+            &mut writes,
+        );
+        assert!(matches!(
+            result.outcomes[0],
+            Err(LedgerError::InsufficientFunds { .. })
+        ));
+        assert!(writes.keys_unchecked);
+        assert!(writes.entries.is_empty() && writes.balances.is_empty());
+    }
+}

@@ -1,0 +1,290 @@
+//! The ledger's statements. What both dialects share is here; each dialect's own text
+//! is in its module.
+
+mod postgres;
+mod sqlite;
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use entities::{billing_account, organization, promo_grant, serving_usage};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect,
+};
+use serde_json::json;
+
+use super::ops::ServingUsageRow;
+use super::planner::{Applied, BalanceRow, Writes};
+use crate::domain::Microcents;
+
+pub(super) use postgres::guarded_write;
+
+/// A multi-row insert whose rows travel as one JSON array: the statement text is the
+/// same for every batch size.
+struct JsonRows {
+    table: &'static str,
+    /// (column, PostgreSQL type)
+    columns: &'static [(&'static str, &'static str)],
+    /// Rows that would repeat this unique key are skipped (`ON CONFLICT ... DO NOTHING`).
+    skip_conflicts_on: Option<&'static str>,
+}
+
+const LEDGER_ROWS: JsonRows = JsonRows {
+    table: "ledger_entries",
+    columns: &[
+        ("org_id", "text"),
+        ("kind", "text"),
+        ("amount", "bigint"),
+        ("balance_after", "bigint"),
+        ("idempotency_key", "text"),
+        ("reason", "text"),
+    ],
+    skip_conflicts_on: None,
+};
+
+/// Ledger entries whose idempotency key is already applied are skipped, and counted out.
+const LEDGER_ROWS_SKIPPING_APPLIED: JsonRows = JsonRows {
+    skip_conflicts_on: Some("org_id, idempotency_key"),
+    ..LEDGER_ROWS
+};
+
+const LEDGER_COLUMNS: &str =
+    "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason";
+
+const USAGE_ROWS: JsonRows = JsonRows {
+    table: "serving_usage",
+    columns: &[
+        ("request_id", "text"),
+        ("org_id", "text"),
+        ("adapter_id", "text"),
+        ("model", "text"),
+        ("prompt_tokens", "bigint"),
+        ("completion_tokens", "bigint"),
+        ("cost_microcents", "bigint"),
+        ("charged_microcents", "bigint"),
+    ],
+    skip_conflicts_on: None,
+};
+
+/// Usage rows already recorded (a replay, or a request id another organization used)
+/// are skipped, and counted out.
+const USAGE_ROWS_SKIPPING_RECORDED: JsonRows = JsonRows {
+    skip_conflicts_on: Some("request_id"),
+    ..USAGE_ROWS
+};
+
+impl JsonRows {
+    fn target_columns(&self) -> String {
+        if self.table == "ledger_entries" {
+            LEDGER_COLUMNS.to_owned()
+        } else {
+            self.columns
+                .iter()
+                .map(|(c, _)| *c)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    }
+
+    fn on_conflict(&self) -> String {
+        self.skip_conflicts_on
+            .map(|key| format!(" ON CONFLICT ({key}) DO NOTHING"))
+            .unwrap_or_default()
+    }
+}
+
+fn json_param<T: serde::Serialize>(rows: &T) -> Result<serde_json::Value, DbErr> {
+    serde_json::to_value(rows).map_err(|e| DbErr::Custom(format!("ledger rows: {e}")))
+}
+
+/// Locks the accounts of `org_ids` (creating missing ones of existing organizations);
+/// unknown organizations are absent from the answer.
+pub(super) async fn lock_accounts(
+    txn: &impl ConnectionTrait,
+    org_ids: &[String],
+) -> Result<HashMap<String, billing_account::Model>, DbErr> {
+    let backend = txn.get_database_backend();
+    let ids = json!(org_ids);
+    let statement = match backend {
+        DbBackend::Postgres => postgres::lock_accounts(ids),
+        _ => sqlite::lock_accounts(txn, ids).await?,
+    };
+    let mut accounts: HashMap<String, billing_account::Model> = billing_account::Entity::find()
+        .from_raw_sql(statement)
+        .all(txn)
+        .await?
+        .into_iter()
+        .map(|a| (a.org_id.clone(), a))
+        .collect();
+    for org_id in org_ids {
+        if !accounts.contains_key(org_id) {
+            if let Some(account) = lock_account(txn, org_id).await? {
+                accounts.insert(org_id.clone(), account);
+            }
+        }
+    }
+    Ok(accounts)
+}
+
+/// The (organization, idempotency key) pairs among `keys` already applied, with amounts.
+pub(super) async fn applied_keys(
+    txn: &impl ConnectionTrait,
+    keys: &[(String, String)],
+) -> Result<Applied, DbErr> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let backend = txn.get_database_backend();
+    let rows: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|(org, key)| json!({"org_id": org, "idempotency_key": key}))
+        .collect();
+    let statement = match backend {
+        DbBackend::Postgres => postgres::applied_keys(rows),
+        _ => sqlite::applied_keys(rows),
+    };
+    let found = txn.query_all_raw(statement).await?;
+    found
+        .into_iter()
+        .map(|row| {
+            Ok((
+                (
+                    row.try_get_by_index::<String>(0)?,
+                    row.try_get_by_index::<String>(1)?,
+                ),
+                Microcents(row.try_get_by_index::<i64>(2)?),
+            ))
+        })
+        .collect()
+}
+
+/// The usage rows already recorded under `request_ids`, by request id.
+pub(super) async fn recorded_usage(
+    txn: &impl ConnectionTrait,
+    request_ids: Vec<String>,
+) -> Result<HashMap<String, ServingUsageRow>, DbErr> {
+    if request_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(serving_usage::Entity::find()
+        .filter(serving_usage::Column::RequestId.is_in(request_ids))
+        .all(txn)
+        .await?
+        .into_iter()
+        .map(|row| {
+            (
+                row.request_id.clone(),
+                ServingUsageRow {
+                    request_id: row.request_id,
+                    org_id: row.org_id,
+                    adapter_id: row.adapter_id,
+                    model: row.model,
+                    prompt_tokens: row.prompt_tokens,
+                    completion_tokens: row.completion_tokens,
+                    cost_microcents: Microcents(row.cost_microcents),
+                    charged_microcents: Microcents(row.charged_microcents),
+                },
+            )
+        })
+        .collect())
+}
+
+/// Writes everything planned and answers, on PostgreSQL, the row version (`xmin`) each
+/// updated account was left with; `None` (and nothing more written) when an optimistic
+/// insert skipped an entry whose idempotency key was already applied.
+pub(super) async fn flush(
+    writes: Writes,
+    txn: &impl ConnectionTrait,
+    now: DateTime<Utc>,
+) -> Result<Option<Vec<(String, String)>>, DbErr> {
+    if writes.entries.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let versions = match txn.get_database_backend() {
+        DbBackend::Postgres => postgres::write_group(txn, &writes, now).await?,
+        _ => sqlite::write_group(txn, &writes, now).await?,
+    };
+    if versions.is_none() {
+        return Ok(None);
+    }
+    if !writes.promo_rows.is_empty() {
+        let rows = writes.promo_rows.into_iter().map(|row| promo_grant::ActiveModel {
+            org_id: Set(row.org_id),
+            code: Set(row.code),
+            amount_cents: Set(row.amount.get()),
+            created_at: Set(now),
+        });
+        promo_grant::Entity::insert_many(rows)
+            .exec_without_returning(txn)
+            .await?;
+    }
+    if !writes.settled_auto_topups.is_empty() {
+        billing_account::Entity::update_many()
+            .col_expr(
+                billing_account::Column::AutoTopupStartedAt,
+                Option::<DateTime<Utc>>::None.into(),
+            )
+            .col_expr(billing_account::Column::AutoTopupDeclines, 0.into())
+            .filter(billing_account::Column::OrgId.is_in(writes.settled_auto_topups))
+            .exec(txn)
+            .await?;
+    }
+    Ok(versions)
+}
+
+/// The planned balances as the JSON rows both dialects' updates read.
+fn balances_param(balances: &[BalanceRow]) -> Result<serde_json::Value, DbErr> {
+    json_param(&balances)
+}
+
+/// The account row, locked for this transaction (`FOR UPDATE` on PostgreSQL; SQLite's
+/// single connection serializes writers), created on first use. `None`: no such org.
+pub async fn lock_account(
+    txn: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Option<billing_account::Model>, DbErr> {
+    let find = || {
+        billing_account::Entity::find_by_id(org_id.to_owned())
+            .lock_exclusive()
+            .one(txn)
+    };
+    if let Some(account) = find().await? {
+        return Ok(Some(account));
+    }
+    if organization::Entity::find_by_id(org_id.to_owned())
+        .one(txn)
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    ensure_account(txn, org_id).await?;
+    find().await
+}
+
+/// Creates the organization's billing account if it has none (a new org starts at 0).
+pub async fn ensure_account(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+    let now = Utc::now();
+    billing_account::Entity::insert(billing_account::ActiveModel {
+        org_id: Set(org_id.to_owned()),
+        customer_id: Set(None),
+        balance_microcents: Set(0),
+        payment_method_id: Set(None),
+        pm_brand: Set(None),
+        pm_last4: Set(None),
+        pm_exp_month: Set(None),
+        pm_exp_year: Set(None),
+        auto_topup_enabled: Set(false),
+        auto_topup_threshold_cents: Set(None),
+        auto_topup_amount_cents: Set(None),
+        auto_topup_declines: Set(0),
+        auto_topup_started_at: Set(None),
+        starter_credit_granted: Set(false),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .on_conflict_do_nothing_on([billing_account::Column::OrgId])
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}

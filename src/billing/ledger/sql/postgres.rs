@@ -1,0 +1,169 @@
+//! PostgreSQL's statements: a group written by one statement (one round trip while the
+//! accounts are locked), and the guarded autocommit write of a cached account.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, Value};
+
+use super::{
+    balances_param, json_param, JsonRows, LEDGER_ROWS, LEDGER_ROWS_SKIPPING_APPLIED, USAGE_ROWS,
+    USAGE_ROWS_SKIPPING_RECORDED,
+};
+use crate::billing::ledger::planner::{BalanceRow, KeyCheck, Writes};
+
+pub(super) fn lock_accounts(ids: serde_json::Value) -> Statement {
+    Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT * FROM billing_accounts WHERE org_id IN (SELECT jsonb_array_elements_text($1)) \
+         ORDER BY org_id FOR UPDATE",
+        [Value::from(ids)],
+    )
+}
+
+/// One statement text whatever the batch size, so it is prepared once; each key is one
+/// probe of the unique index (`LATERAL ... LIMIT 1` cannot become a hash join, which a
+/// young table's statistics otherwise chose: a scan of every entry per batch).
+pub(super) fn applied_keys(rows: Vec<serde_json::Value>) -> Statement {
+    Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT le.org_id, le.idempotency_key, le.amount_microcents \
+         FROM jsonb_to_recordset($1) AS k(org_id text, idempotency_key text) \
+         CROSS JOIN LATERAL (SELECT e.org_id, e.idempotency_key, e.amount_microcents \
+            FROM ledger_entries e \
+            WHERE e.org_id = k.org_id AND e.idempotency_key = k.idempotency_key LIMIT 1) le",
+        [Value::from(serde_json::Value::Array(rows))],
+    )
+}
+
+impl JsonRows {
+    /// The rows are the JSON array `$rows`, stamped with `$now`, inserted only if `guard`
+    /// (a condition, or an empty string) holds.
+    fn pg_insert(&self, rows: usize, now: usize, guard: &str) -> String {
+        let fields: Vec<String> = self.columns.iter().map(|(c, _)| format!("x.{c}")).collect();
+        let names: Vec<&str> = self.columns.iter().map(|(c, _)| *c).collect();
+        let types: Vec<String> = self.columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
+        format!(
+            "INSERT INTO {} ({}, created_at) SELECT {}, ${now} \
+             FROM ROWS FROM (jsonb_to_recordset(${rows}) AS ({})) WITH ORDINALITY AS x({}, ord) \
+             {guard} ORDER BY x.ord{}",
+            self.table,
+            self.target_columns(),
+            fields.join(", "),
+            types.join(", "),
+            names.join(", "),
+            self.on_conflict()
+        )
+    }
+}
+
+/// A group's entries (`$1`), usage rows (`$2`) and balances (`$3`), stamped `$4`, written
+/// by one statement; it answers how many entries and usage rows it inserted, and each
+/// updated account's new row version (`xmin`) as a JSON list of `[org_id, version]`.
+fn pg_writes(entries: &JsonRows, usage: &JsonRows) -> String {
+    format!(
+        "WITH e AS ({} RETURNING 1), u AS ({} RETURNING 1), \
+              balances AS (UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
+                      starter_credit_granted = x.starter, updated_at = $4 \
+                    FROM jsonb_to_recordset($3) AS x(org_id text, balance bigint, starter boolean) \
+                    WHERE b.org_id = x.org_id RETURNING b.org_id, b.xmin::text AS version) \
+         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM u), \
+                (SELECT json_agg(json_build_array(org_id, version))::text FROM balances)",
+        entries.pg_insert(1, 4, ""),
+        usage.pg_insert(2, 4, "")
+    )
+}
+
+/// Keys looked up first: every insert must land (a unique violation is an error).
+static PG_WRITES: LazyLock<String> = LazyLock::new(|| pg_writes(&LEDGER_ROWS, &USAGE_ROWS));
+
+/// Optimistic: rows whose key is already taken are skipped and show in the counts.
+static PG_WRITES_SKIPPING_APPLIED: LazyLock<String> =
+    LazyLock::new(|| pg_writes(&LEDGER_ROWS_SKIPPING_APPLIED, &USAGE_ROWS_SKIPPING_RECORDED));
+
+/// [`guarded_write`]'s one autocommit statement: the account `$3` takes balance `$5` and
+/// starter flag `$6` only if its row version is still `$7`; the entries (`$1`) and usage
+/// rows (`$2`), stamped `$4`, are inserted only if it did (no conflict clause: a key
+/// already taken fails the whole statement, so they insert every row or none). Answers
+/// one row with the account's new version, or no row if it had moved (nothing written).
+static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
+    let guard = "WHERE EXISTS (SELECT 1 FROM balances)";
+    format!(
+        "WITH balances AS (UPDATE billing_accounts SET balance_microcents = $5, \
+                  starter_credit_granted = $6, updated_at = $4 \
+                WHERE org_id = $3 AND xmin = $7::text::xid RETURNING xmin::text AS version), \
+              e AS ({}), u AS ({}) \
+         SELECT version FROM balances",
+        LEDGER_ROWS.pg_insert(1, 4, guard),
+        USAGE_ROWS.pg_insert(2, 4, guard)
+    )
+});
+
+/// The group's entries, usage rows and balances in one statement. `None`: an optimistic
+/// insert skipped a row whose key was taken (the caller rolls back).
+pub(super) async fn write_group(
+    txn: &impl ConnectionTrait,
+    writes: &Writes,
+    now: DateTime<Utc>,
+) -> Result<Option<Vec<(String, String)>>, DbErr> {
+    let params = [
+        Value::from(json_param(&writes.entries)?),
+        Value::from(json_param(&writes.usage_rows)?),
+        Value::from(balances_param(&writes.balances)?),
+        Value::from(now),
+    ];
+    let sql = match writes.check {
+        KeyCheck::LookUp => &*PG_WRITES,
+        KeyCheck::Optimistic => &*PG_WRITES_SKIPPING_APPLIED,
+    };
+    let row = txn
+        .query_one_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, params))
+        .await?
+        .ok_or_else(|| DbErr::Custom("the ledger write answered no row".into()))?;
+    let (entries, usage_rows): (i64, i64) = (row.try_get_by_index(0)?, row.try_get_by_index(1)?);
+    if entries as usize != writes.entries.len() || usage_rows as usize != writes.usage_rows.len() {
+        return Ok(None);
+    }
+    let updated: Option<String> = row.try_get_by_index(2)?;
+    match updated {
+        Some(updated) => serde_json::from_str::<Vec<(String, String)>>(&updated)
+            .map(Some)
+            .map_err(|e| DbErr::Custom(format!("account versions: {e}"))),
+        None => Ok(Some(Vec::new())),
+    }
+}
+
+/// One organization's planned batch in one autocommit statement, guarded by the row
+/// version it was planned on. `Some(version)`: written, the account's new version.
+/// `None`: nothing written (the row had moved, or a key was taken).
+pub(in crate::billing::ledger) async fn guarded_write(
+    db: &DatabaseConnection,
+    writes: &Writes,
+    after: &BalanceRow,
+    now: DateTime<Utc>,
+    version: String,
+) -> Option<String> {
+    let params = [
+        Value::from(json_param(&writes.entries).ok()?),
+        Value::from(json_param(&writes.usage_rows).ok()?),
+        Value::from(after.org_id.as_str()),
+        Value::from(now),
+        Value::from(after.balance.get()),
+        Value::from(after.starter),
+        Value::from(version),
+    ];
+    let answer = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            &*PG_GUARDED_WRITES,
+            params,
+        ))
+        .await;
+    match answer {
+        Ok(row) => row.and_then(|row| row.try_get_by_index::<String>(0).ok()),
+        Err(err) => {
+            tracing::debug!(org_id = %after.org_id, error = %err, "guarded ledger write refused; taking the locked path");
+            None
+        }
+    }
+}
