@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::ledger::{Outcome, ServingUsageRow, MAX_AUTO_TOPUP_DECLINES};
 use super::payments::Card;
-use crate::domain::{Cents, Microcents, OrgId};
+use crate::domain::{Cents, Microcents, OrgId, RunId};
 use crate::http::validate::{Checks, Validate};
 
 pub const MIN_TOPUP_CENTS: i64 = 100;
@@ -154,8 +154,8 @@ pub struct DebitBody {
     #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     /// With a run id the fee is charged once per (organization, run).
-    #[schema(min_length = 1, max_length = 200)]
-    pub run_id: Option<String>,
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 200)]
+    pub run_id: Option<RunId>,
 }
 
 impl Validate for DebitBody {
@@ -206,8 +206,8 @@ impl Validate for ServingUsageBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingUsageBody {
-    #[schema(min_length = 1, max_length = 128)]
-    pub run_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 128)]
+    pub run_id: RunId,
     #[schema(value_type = i64, exclusive_minimum = 0, maximum = 1000000000)]
     pub estimate_cents: Cents,
 }
@@ -245,8 +245,8 @@ impl Validate for TrainingPrecheckBody {
 pub struct InternalTrainingUsageBody {
     #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
-    #[schema(min_length = 1, max_length = 128)]
-    pub run_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 128)]
+    pub run_id: RunId,
     #[schema(value_type = i64, minimum = 0, maximum = 1000000000)]
     pub amount_cents: Cents,
 }
@@ -262,8 +262,8 @@ impl Validate for InternalTrainingUsageBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingCostBody {
-    #[schema(min_length = 1, max_length = 128)]
-    pub run_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 128)]
+    pub run_id: RunId,
     #[schema(value_type = i64, minimum = 0, maximum = 1000000000)]
     pub cost_cents: Cents,
     #[schema(max_length = 100)]
@@ -417,9 +417,9 @@ pub struct RunChargeView {
 }
 
 impl RunChargeView {
-    pub fn new(run_id: String, outcome: &Outcome) -> Self {
+    pub fn new(run_id: RunId, outcome: &Outcome) -> Self {
         Self {
-            run_id,
+            run_id: run_id.into_string(),
             charged_cents: outcome.charged_cents(),
             balance_cents: outcome.balance.floor_cents(),
             replayed: outcome.replayed,

@@ -222,7 +222,7 @@ pub async fn stripe_webhook(
     responses((status = 200, body = ChargeView), (status = 402, description = "Balance too low", body = ErrorBody)))]
 pub async fn debit(caller: Caller, body: ValidJson<DebitBody>) -> ApiResult<HttpResponse> {
     let access = caller.member(Some(&body.0.org_id)).await?;
-    let outcome = service::charge_run_fee(caller.state(), &access.org_id, body.0.run_id.as_deref()).await?;
+    let outcome = service::charge_run_fee(caller.state(), &access.org_id, body.0.run_id.as_ref()).await?;
     Ok(HttpResponse::Ok().json(ChargeView::from(&outcome)))
 }
 
@@ -303,7 +303,7 @@ pub async fn training_cost(
     let body = body.0;
     repo::upsert_training_cost(&state.db, &body.run_id, body.cost_cents, body.provider.as_deref()).await?;
     Ok(HttpResponse::Ok().json(TrainingCostView {
-        run_id: body.run_id,
+        run_id: body.run_id.into_string(),
         cost_cents: body.cost_cents,
     }))
 }

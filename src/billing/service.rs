@@ -12,7 +12,7 @@ use super::ledger::{
 use super::payments::{Card, ChargeRequest, PaymentError};
 use super::repo::{self, PaymentRow};
 use super::webhook;
-use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId};
+use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, RunId};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -445,12 +445,12 @@ async fn credit_succeeded_payment(state: &AppState, intent: &Value) -> ApiResult
 }
 
 /// The flat run fee; with a run id, charged once per (organization, run). 402 when short.
-pub async fn charge_run_fee(state: &AppState, org_id: &OrgId, run_id: Option<&str>) -> ApiResult<Outcome> {
+pub async fn charge_run_fee(state: &AppState, org_id: &OrgId, run_id: Option<&RunId>) -> ApiResult<Outcome> {
     let fee = state.settings.billing.flat_run_fee_cents;
     let op = LedgerOp::debit(
         EntryKind::RunFee,
         fee.micros(),
-        run_id.map(IdempotencyKey::run_fee),
+        run_id.map(|run| IdempotencyKey::run_fee(run)),
         match run_id {
             Some(run) => format!("run fee {run}"),
             None => "run fee".into(),
@@ -536,7 +536,7 @@ pub async fn charge_serving(
 pub async fn charge_training_estimate(
     state: &AppState,
     org_id: &OrgId,
-    run_id: &str,
+    run_id: &RunId,
     estimate: Cents,
 ) -> ApiResult<Outcome> {
     let op = LedgerOp::debit(
@@ -568,7 +568,7 @@ pub async fn precheck_training(state: &AppState, org_id: &OrgId, estimate: Cents
 pub async fn charge_training_run(
     state: &AppState,
     org_id: &OrgId,
-    run_id: &str,
+    run_id: &RunId,
     amount: Cents,
 ) -> ApiResult<Outcome> {
     let op = LedgerOp::debit(

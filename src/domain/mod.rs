@@ -7,6 +7,6 @@ pub mod job;
 pub mod money;
 
 pub use idempotency::IdempotencyKey;
-pub use ids::OrgId;
+pub use ids::{JobId, OrgId, ProjectId, RunId, TraceId};
 pub use job::{JobAction, JobStatus};
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};

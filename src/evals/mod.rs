@@ -10,8 +10,9 @@ use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::Caller;
+use crate::domain::ProjectId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{canonical_uuid, ValidJson};
+use crate::http::extract::ValidJson;
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 
@@ -56,8 +57,8 @@ impl Validate for EvalCasePayload {
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EvalRunUploadRequest {
-    #[schema(min_length = 1)]
-    pub project_id: String,
+    #[schema(value_type = String, min_length = 1)]
+    pub project_id: ProjectId,
     #[schema(min_length = 1, max_length = 200)]
     pub suite_name: String,
     #[schema(min_length = 1, max_length = 512)]
@@ -161,7 +162,7 @@ pub async fn upload_eval_run(
     let body = body.0;
     let orgs = caller.organizations().await?;
     let db = &caller.state().db;
-    let project = crate::projects::repo::find_in_orgs(db, &canonical_uuid(&body.project_id), &orgs)
+    let project = crate::projects::repo::find_in_orgs(db, &body.project_id, &orgs)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
     let derived = derive(&body.cases);

@@ -15,9 +15,9 @@ use std::sync::LazyLock;
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::Internal;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::queue::routes::check_env_slug;
@@ -72,7 +72,7 @@ fn check_org_project(c: &mut Checks, org_id: &str, project_id: &str) {
 async fn active_project(
     state: &AppState,
     org_id: &OrgId,
-    project_id: &str,
+    project_id: &ProjectId,
 ) -> ApiResult<entities::project::Model> {
     crate::projects::repo::find_in_org(&state.db, org_id, project_id)
         .await?
@@ -85,8 +85,8 @@ async fn active_project(
 pub struct FlashProjectValidateBody {
     #[schema(value_type = String, min_length = 1)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
 }
 
 impl Validate for FlashProjectValidateBody {
@@ -169,8 +169,8 @@ pub async fn provision_hub(
 pub struct FlashEnvironmentPublishBody {
     #[schema(value_type = String, min_length = 1)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(
         min_length = 3,
         max_length = 512,
@@ -294,8 +294,8 @@ pub async fn publish_environment(
 pub struct FlashEnvironmentRefBody {
     #[schema(value_type = String, min_length = 1)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(min_length = 3, max_length = 512)]
     pub slug: String,
 }
@@ -323,13 +323,7 @@ pub async fn delete_environment(
     body: ValidJson<FlashEnvironmentRefBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let deleted = repo::delete_environment(
-        &state.db,
-        &body.org_id,
-        &canonical_uuid(&body.project_id),
-        &body.slug,
-    )
-    .await?;
+    let deleted = repo::delete_environment(&state.db, &body.org_id, &body.project_id, &body.slug).await?;
     Ok(HttpResponse::Ok().json(EnvironmentDeleted {
         deleted,
         slug: body.slug,
@@ -356,9 +350,8 @@ pub async fn validate_environment(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let org_id = body.org_id.clone();
-    let project_id = canonical_uuid(&body.project_id);
     match repo::find_environment(&state.db, &body.slug).await? {
-        Some(env) if env.org_id == org_id && env.project_id == project_id => {
+        Some(env) if env.org_id == org_id && env.project_id == body.project_id => {
             Ok(HttpResponse::Ok().json(Valid { valid: true }))
         }
         _ => Err(ApiError::NotFound("environment not found in this project".into())),
@@ -370,8 +363,8 @@ pub async fn validate_environment(
 pub struct FlashEnvironmentUseBody {
     #[schema(value_type = String, min_length = 1)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(min_length = 3, max_length = 512)]
     pub slug: String,
     #[schema(min_length = 1, max_length = 128)]
@@ -451,8 +444,8 @@ const RUN_FIELDS: &[&str] = &[
 pub struct FlashRunUpsertBody {
     #[schema(value_type = String, min_length = 1)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(min_length = 1, max_length = 128)]
     pub run_id: String,
     #[schema(min_length = 1, max_length = 64)]
@@ -547,8 +540,8 @@ const CHECKPOINT_FIELDS: &[&str] = &[
 pub struct FlashCheckpointUpsertBody {
     #[schema(value_type = String, min_length = 1)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(min_length = 1, max_length = 128)]
     pub run_id: String,
     #[schema(min_length = 1, max_length = 256)]

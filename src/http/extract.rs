@@ -185,11 +185,6 @@ pub fn path_org(name: &str, raw: &str) -> Result<OrgId, ApiError> {
     Ok(OrgId::parse(raw))
 }
 
-/// The canonical (lowercase, hyphenated) spelling of an already validated UUID.
-pub fn canonical_uuid(raw: &str) -> String {
-    uuid::Uuid::parse_str(raw).map_or_else(|_| raw.to_owned(), |u| u.hyphenated().to_string())
-}
-
 /// A path parameter with a length bound.
 pub fn path_str(name: &str, raw: &str, min: usize, max: usize) -> Result<String, ApiError> {
     let mut checks = Checks::new("path");

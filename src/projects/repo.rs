@@ -4,7 +4,7 @@ use chrono::Utc;
 use entities::project;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
 
-use crate::domain::OrgId;
+use crate::domain::{OrgId, ProjectId};
 
 pub async fn insert(
     db: &impl ConnectionTrait,
@@ -68,10 +68,9 @@ pub async fn find_in_orgs(
 pub async fn find_in_org(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
-    project_id: &str,
+    project_id: &ProjectId,
 ) -> Result<Option<project::Model>, DbErr> {
-    let project_id = crate::http::extract::canonical_uuid(project_id);
-    find_in_orgs(db, &project_id, std::slice::from_ref(org_id)).await
+    find_in_orgs(db, project_id, std::slice::from_ref(org_id)).await
 }
 
 /// A project by id, whichever organization's.

@@ -11,7 +11,7 @@ use super::actor::{ask, Claim, Heartbeat, RequeueStale, Submit};
 use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
 use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
-use crate::domain::{JobAction, JobStatus};
+use crate::domain::{JobAction, JobId, JobStatus};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::http::resource;
@@ -121,7 +121,7 @@ pub struct WorkerJobView {
 pub async fn get_job_for_worker(
     _: Internal,
     state: web::Data<AppState>,
-    path: web::Path<String>,
+    path: web::Path<JobId>,
 ) -> ApiResult<HttpResponse> {
     let job = repo::find_job(&state.db, &path)
         .await?

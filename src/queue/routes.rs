@@ -12,9 +12,9 @@ use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
 use super::{service, JobView};
 use crate::auth::Caller;
-use crate::domain::{JobAction, OrgId};
+use crate::domain::{JobAction, JobId, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{canonical_uuid, parse_json_body, RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 
@@ -50,8 +50,8 @@ fn check_common(c: &mut Checks, project_id: &str, org_id: Option<&str>, task: Op
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TracerJob {
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(value_type = Option<String>)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
@@ -66,8 +66,8 @@ pub struct TracerJob {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DraftJob {
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(value_type = Option<String>)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
@@ -80,8 +80,8 @@ pub struct DraftJob {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OptimizeJob {
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(value_type = Option<String>)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
@@ -96,8 +96,8 @@ pub struct OptimizeJob {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TrainingJob {
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(value_type = Option<String>)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
@@ -175,7 +175,7 @@ impl Validate for JobCreateBody {
 
 impl JobCreateBody {
     /// (projectId, orgId, trainingTaskId, action, payload)
-    fn into_parts(self) -> (String, Option<OrgId>, Option<String>, JobAction, Value) {
+    fn into_parts(self) -> (ProjectId, Option<OrgId>, Option<String>, JobAction, Value) {
         let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
         match self {
             Self::Tracer(b) => (
@@ -254,14 +254,13 @@ pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse
     let (project_id, org_id, training_task_id, action, payload) = body.into_parts();
     let access = caller.member(org_id.as_ref()).await?;
     let db = &caller.state().db;
-    let project_id = canonical_uuid(&project_id);
     crate::projects::repo::find_in_orgs(db, &project_id, std::slice::from_ref(&access.org_id))
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
     // Through the queue actor: jobs enqueued together are committed together.
     let new_job = NewJob {
         org_id: access.org_id.into_string(),
-        project_id,
+        project_id: project_id.into_string(),
         training_task_id,
         action,
         payload,
@@ -279,8 +278,8 @@ pub struct ListQuery {
     pub limit: Option<i64>,
     #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
-    #[param(min_length = 1, max_length = 100)]
-    pub project_id: Option<String>,
+    #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
+    pub project_id: Option<ProjectId>,
     #[param(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
 }
@@ -311,7 +310,7 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
         None => caller.organizations().await?,
     };
     let filter = JobFilter {
-        project_id: query.project_id.as_deref().map(canonical_uuid),
+        project_id: query.project_id.map(ProjectId::into_string),
         training_task_id: query.training_task_id,
     };
     let limit = query.limit.unwrap_or(50) as u64;
@@ -333,8 +332,8 @@ pub struct GetQuery {
     #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     /// Must match the job's project when given (empty: any).
-    #[param(max_length = 100)]
-    pub project_id: Option<String>,
+    #[param(value_type = Option<String>, max_length = 100)]
+    pub project_id: Option<ProjectId>,
     /// Must match the job's training task when given (empty: any).
     #[param(max_length = 100)]
     pub training_task_id: Option<String>,
@@ -369,16 +368,16 @@ async fn visible_job(
     responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
 pub async fn get_job(
     caller: Caller,
-    path: web::Path<String>,
+    path: web::Path<JobId>,
     query: ValidQuery<GetQuery>,
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
     let job = visible_job(&caller, &path, query.org_id.as_ref()).await?;
     let project_matches = query
         .project_id
-        .as_deref()
+        .as_ref()
         .filter(|p| !p.is_empty())
-        .is_none_or(|p| canonical_uuid(p) == job.project_id);
+        .is_none_or(|p| *p == job.project_id);
     let task_matches = query
         .training_task_id
         .as_deref()
@@ -413,7 +412,7 @@ impl Validate for StopBody {
         (status = 409, description = "The job already finished", body = ErrorBody)))]
 pub async fn stop_job(
     caller: Caller,
-    path: web::Path<String>,
+    path: web::Path<JobId>,
     body: ValidJson<StopBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;

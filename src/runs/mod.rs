@@ -12,9 +12,9 @@ use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
 
 use crate::auth::{Caller, Internal};
-use crate::domain::OrgId;
+use crate::domain::{OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{canonical_uuid, path_str, present, ValidJson, ValidQuery};
+use crate::http::extract::{path_str, present, ValidJson, ValidQuery};
 use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::queue::routes::check_env_slug;
@@ -52,8 +52,8 @@ pub const INITIAL_STATUS: &str = "created";
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunCreateRequest {
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
@@ -94,9 +94,8 @@ pub struct RunCreateResponse {
 pub async fn create_run(caller: Caller, body: ValidJson<RunCreateRequest>) -> ApiResult<HttpResponse> {
     let body = body.0;
     let orgs = caller.organizations().await?;
-    let project_id = canonical_uuid(&body.project_id);
     let db = &caller.state().db;
-    let project = crate::projects::repo::find_in_orgs(db, &project_id, &orgs)
+    let project = crate::projects::repo::find_in_orgs(db, &body.project_id, &orgs)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
     let run = repo::insert_run(db, &project, &body).await?;
@@ -314,8 +313,8 @@ pub struct RunCheckpointsBody {
     pub run_id: String,
     #[schema(value_type = String, min_length = 1, max_length = 300)]
     pub org_id: OrgId,
-    #[schema(format = Uuid)]
-    pub project_id: String,
+    #[schema(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
     #[schema(max_items = 1000)]
     pub checkpoints: Vec<CheckpointItem>,
 }
@@ -343,7 +342,11 @@ pub struct CheckpointsUpserted {
 }
 
 /// The project must be `org_id`'s; answers the canonical ids.
-async fn project_of_org(state: &AppState, org_id: &OrgId, project_id: &str) -> ApiResult<(String, String)> {
+async fn project_of_org(
+    state: &AppState,
+    org_id: &OrgId,
+    project_id: &ProjectId,
+) -> ApiResult<(String, String)> {
     let project = crate::projects::repo::find_in_org(&state.db, org_id, project_id)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
@@ -382,8 +385,8 @@ pub struct CheckpointsQuery {
     pub run_id: String,
     #[param(value_type = String, min_length = 1, max_length = 300)]
     pub org_id: OrgId,
-    #[param(format = Uuid)]
-    pub project_id: String,
+    #[param(value_type = String, format = Uuid)]
+    pub project_id: ProjectId,
 }
 
 impl Validate for CheckpointsQuery {

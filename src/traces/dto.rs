@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use super::export::Format;
 use super::MAX_EXPORT;
+use crate::domain::{ProjectId, TraceId};
 use crate::http::validate::{Checks, Validate};
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,7 +28,8 @@ pub struct TraceProjectsResponse {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
-    pub project_id: String,
+    #[param(value_type = String)]
+    pub project_id: ProjectId,
     /// 1..1000, default 1000: the newest traces.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
@@ -66,8 +68,8 @@ pub struct TracesExportResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TraceSelectionBody {
     /// The selected traces, exported in this order.
-    #[schema(min_items = 1, max_items = 1000)]
-    pub trace_ids: Vec<String>,
+    #[schema(value_type = Vec<String>, min_items = 1, max_items = 1000)]
+    pub trace_ids: Vec<TraceId>,
     /// `records` (default), `prompts` or `raw`.
     pub format: Option<String>,
 }

@@ -9,7 +9,7 @@ use super::export::Format;
 use super::{repo, service, MAX_EXPORT};
 use crate::auth::Caller;
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{canonical_uuid, ValidJson, ValidQuery};
+use crate::http::extract::{ValidJson, ValidQuery};
 
 #[utoipa::path(get, path = "/api/traces/projects", tag = "traces", security(("bearer" = [])),
     params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
@@ -48,11 +48,11 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     let query = query.0;
     let format = format_of(query.format.as_deref());
     let orgs = caller.organizations().await?;
-    let project_id = canonical_uuid(&query.project_id);
+    let project_id = query.project_id;
     let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
     let export = service::export_project(caller.state(), &orgs, &project_id, format, limit).await?;
     Ok(HttpResponse::Ok().json(TracesExportResponse {
-        project_id: Some(project_id),
+        project_id: Some(project_id.into_string()),
         format: format.as_str().to_owned(),
         count: export.records.len(),
         skipped: export.skipped,
@@ -71,8 +71,7 @@ pub async fn export_selection(
     let body = body.0;
     let format = format_of(body.format.as_deref());
     let orgs = caller.organizations().await?;
-    let wanted: Vec<String> = body.trace_ids.iter().map(|id| canonical_uuid(id)).collect();
-    let selection = service::export_selection(caller.state(), &orgs, &wanted, format).await?;
+    let selection = service::export_selection(caller.state(), &orgs, &body.trace_ids, format).await?;
     Ok(HttpResponse::Ok().json(TracesExportResponse {
         project_id: selection.project_id,
         format: format.as_str().to_owned(),

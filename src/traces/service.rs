@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::export::{self, Format};
 use super::repo;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, TraceId};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -52,11 +52,15 @@ pub struct Selection {
 pub async fn export_selection(
     state: &AppState,
     orgs: &[OrgId],
-    trace_ids: &[String],
+    trace_ids: &[TraceId],
     format: Format,
 ) -> ApiResult<Selection> {
     let mut seen = HashSet::new();
-    let wanted: Vec<String> = trace_ids.iter().filter(|id| seen.insert(*id)).cloned().collect();
+    let wanted: Vec<String> = trace_ids
+        .iter()
+        .filter(|id| seen.insert(*id))
+        .map(|id| id.as_str().to_owned())
+        .collect();
     let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(&state.db, &wanted, orgs)
         .await?
         .into_iter()
