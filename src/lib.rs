@@ -17,6 +17,7 @@ pub mod orgs;
 pub mod projects;
 pub mod proxy;
 pub mod queue;
+pub mod routes;
 pub mod runs;
 pub mod serving;
 pub mod startup;

@@ -1,4 +1,4 @@
-//! The OpenAPI 3.1 document of every route, assembled from each domain's `Doc`.
+//! The OpenAPI 3.1 document of every route, generated from the route table (`crate::routes`).
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi as Document;
@@ -30,24 +30,9 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The document: keel's description and security scheme, and the paths of the route table.
 pub fn document() -> Document {
     let mut doc = Root::openapi();
-    for part in [
-        crate::system::Doc::openapi(),
-        crate::auth::routes::Doc::openapi(),
-        crate::orgs::Doc::openapi(),
-        crate::orgs::api_keys::Doc::openapi(),
-        crate::projects::Doc::openapi(),
-        crate::billing::Doc::openapi(),
-        crate::queue::Doc::openapi(),
-        crate::runs::Doc::openapi(),
-        crate::serving::Doc::openapi(),
-        crate::flash::Doc::openapi(),
-        crate::traces::Doc::openapi(),
-        crate::evals::Doc::openapi(),
-        crate::proxy::Doc::openapi(),
-    ] {
-        doc.merge(part);
-    }
+    doc.merge(crate::routes::Doc::openapi());
     doc
 }

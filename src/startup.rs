@@ -11,33 +11,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{
-    auth, billing, database, evals, flash, http, openapi, orgs, projects, proxy, queue, runs, serving,
-    system, traces,
-};
-
-/// Mounts every domain's routes: the one route table of the service. The router, the
-/// metrics and the request log each match a request against the table in this order, and
-/// every path with a `{parameter}` passed on the way costs a regex run, so the routes that
-/// machines call thousands of times a second come first: the proxy (tens of thousands a
-/// second), then workers and metering. No two domains share a path prefix, so the order
-/// changes nothing else.
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    proxy::configure(cfg);
-    system::configure(cfg);
-    queue::configure_workers(cfg);
-    billing::configure(cfg);
-    serving::configure(cfg);
-    queue::configure(cfg);
-    auth::routes::configure(cfg);
-    orgs::configure(cfg);
-    orgs::api_keys::configure(cfg);
-    projects::configure(cfg);
-    runs::configure(cfg);
-    flash::configure(cfg);
-    traces::configure(cfg);
-    evals::configure(cfg);
-}
+use crate::{auth, database, http, openapi, routes};
 
 pub struct Application {
     port: u16,
@@ -91,7 +65,7 @@ impl Application {
                 .app_data(web::Data::new(data.upstreams.for_worker()))
                 .app_data(doc.clone())
                 .app_data(registry.clone())
-                .configure(routes)
+                .configure(routes::configure)
                 .default_service(web::to(http::not_found))
                 .wrap(actix_web::middleware::from_fn(auth::authenticate))
                 .wrap(prometheus.clone())

@@ -3,22 +3,11 @@
 use actix_web::{web, HttpResponse};
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::Internal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::http::resource;
 use crate::state::AppState;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/healthz").route(web::get().to(healthz)))
-        .service(resource("/openapi.json").route(web::get().to(openapi_json)))
-        .service(resource("/metrics").route(web::get().to(metrics)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(healthz, openapi_json, metrics))]
-pub struct Doc;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {

@@ -23,6 +23,7 @@ use serde_json::json;
 
 use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult};
+use crate::http::extract::{ValidJson, ValidQuery};
 use crate::state::AppState;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -345,6 +346,133 @@ impl Caller {
     /// Whether the caller named an organization explicitly (query or header).
     pub fn named_org(&self) -> bool {
         self.query_org.is_some() || self.header_org.is_some()
+    }
+}
+
+/// Input that names the organization a call acts on (a body's or query's `orgId`).
+pub trait OrgScoped {
+    fn org_id(&self) -> Option<&OrgId>;
+}
+
+/// `OrgScoped` for inputs whose `org_id` field names the organization (required or not).
+#[macro_export]
+macro_rules! org_scoped {
+    // Inputs that name no organization: the caller's query, header or key decides.
+    (unnamed: $($input:ty),+ $(,)?) => {$(
+        impl $crate::auth::OrgScoped for $input {
+            fn org_id(&self) -> Option<&$crate::domain::OrgId> {
+                None
+            }
+        }
+    )+};
+    ($($input:ty),+ $(,)?) => {$(
+        impl $crate::auth::OrgScoped for $input {
+            fn org_id(&self) -> Option<&$crate::domain::OrgId> {
+                $crate::auth::AsOrg::as_org(&self.org_id)
+            }
+        }
+    )+};
+}
+
+/// A required or optional `org_id` field, as [`OrgScoped`] reads it.
+pub trait AsOrg {
+    fn as_org(&self) -> Option<&OrgId>;
+}
+
+impl AsOrg for OrgId {
+    fn as_org(&self) -> Option<&OrgId> {
+        Some(self)
+    }
+}
+
+impl AsOrg for Option<OrgId> {
+    fn as_org(&self) -> Option<&OrgId> {
+        self.as_ref()
+    }
+}
+
+impl<T: OrgScoped> OrgScoped for ValidJson<T> {
+    fn org_id(&self) -> Option<&OrgId> {
+        self.0.org_id()
+    }
+}
+
+impl<T: OrgScoped> OrgScoped for ValidQuery<T> {
+    fn org_id(&self) -> Option<&OrgId> {
+        self.0.org_id()
+    }
+}
+
+/// A member of the organization `T` names (else the one of the query, header or key),
+/// with `T` extracted and validated first: the signature says who may call.
+pub struct Member<T> {
+    pub access: OrgAccess,
+    pub input: T,
+    pub state: web::Data<AppState>,
+}
+
+/// As [`Member`], but an owner's session.
+pub struct Owner<T> {
+    pub access: OrgAccess,
+    pub input: T,
+    pub state: web::Data<AppState>,
+}
+
+/// The caller, then `T` (its 422), then the membership (403/404).
+fn scoped<T, R>(
+    req: &HttpRequest,
+    payload: &mut Payload,
+    decide: fn(&Caller, Option<OrgId>) -> LocalBoxFuture<'_, ApiResult<OrgAccess>>,
+    build: fn(OrgAccess, T, web::Data<AppState>) -> R,
+) -> LocalBoxFuture<'static, Result<R, ApiError>>
+where
+    T: FromRequest + OrgScoped + 'static,
+    T::Error: Into<ApiError>,
+    R: 'static,
+{
+    let caller = Caller::from_request(req, payload);
+    let input = T::from_request(req, payload);
+    Box::pin(async move {
+        let caller = caller.await?;
+        let input = input.await.map_err(Into::into)?;
+        let access = decide(&caller, input.org_id().cloned()).await?;
+        Ok(build(access, input, caller.state.clone()))
+    })
+}
+
+impl<T> FromRequest for Member<T>
+where
+    T: FromRequest + OrgScoped + 'static,
+    T::Error: Into<ApiError>,
+{
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        scoped(
+            req,
+            payload,
+            |caller, org| Box::pin(async move { caller.member(org.as_ref()).await }),
+            |access, input, state| Self { access, input, state },
+        )
+    }
+}
+
+impl<T> FromRequest for Owner<T>
+where
+    T: FromRequest + OrgScoped + 'static,
+    T::Error: Into<ApiError>,
+{
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        scoped(
+            req,
+            payload,
+            |caller, org| Box::pin(async move { caller.owner(org.as_ref()).await }),
+            |access, input, state| Self { access, input, state },
+        )
     }
 }
 

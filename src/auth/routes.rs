@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{web, HttpResponse};
+use actix_web::HttpResponse;
 use serde::Serialize;
 
 use super::{repo, AnyPrincipal, Principal, Role, UserPrincipal};
@@ -11,10 +11,6 @@ use crate::error::{ApiResult, ErrorBody};
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(verify))]
 pub struct Doc;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(crate::http::resource("/api/auth/verify").route(web::get().to(verify)));
-}
 
 /// What a credential is worth. `orgs` maps each organization to the role held there.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

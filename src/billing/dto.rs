@@ -278,6 +278,16 @@ impl Validate for TrainingCostBody {
     }
 }
 
+crate::org_scoped!(
+    OrgQuery,
+    OrgBody,
+    PaymentMethodBody,
+    TopupBody,
+    AutoTopupBody,
+    PromoCodeBody,
+    DebitBody,
+);
+
 // ---------------------------------------------------------------------------------------
 // Views
 

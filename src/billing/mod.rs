@@ -6,11 +6,9 @@ pub mod dto;
 pub mod ledger;
 pub mod payments;
 pub mod repo;
-mod routes;
+pub mod routes;
 pub mod service;
 pub mod webhook;
-
-pub use routes::{configure, Doc};
 
 use crate::error::ApiError;
 use ledger::LedgerError;

@@ -1,60 +1,13 @@
 //! The sixteen billing routes of the spec.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use utoipa::OpenApi;
 
 use super::dto::*;
 use super::{repo, service};
-use crate::auth::{ApiKeyCaller, Caller, Internal};
+use crate::auth::{ApiKeyCaller, Internal, Member, Owner};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery};
-use crate::http::resource;
 use crate::state::AppState;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/billing").route(web::get().to(get_billing)))
-        .service(resource("/api/billing/setup-intent").route(web::post().to(setup_intent)))
-        .service(
-            resource("/api/billing/payment-method")
-                .route(web::post().to(save_payment_method))
-                .route(web::delete().to(delete_payment_method)),
-        )
-        .service(resource("/api/billing/customer").route(web::delete().to(delete_customer)))
-        .service(resource("/api/billing/topup").route(web::post().to(topup)))
-        .service(resource("/api/billing/auto-topup").route(web::put().to(put_auto_topup)))
-        .service(resource("/api/billing/starter-credit").route(web::post().to(starter_credit)))
-        .service(resource("/api/billing/promo-code").route(web::post().to(promo_code)))
-        .service(resource("/api/billing/webhook").route(web::post().to(stripe_webhook)))
-        .service(resource("/api/billing/debit").route(web::post().to(debit)))
-        .service(resource("/api/billing/serving-usage").route(web::post().to(serving_usage)))
-        .service(resource("/api/billing/training-usage").route(web::post().to(training_usage)))
-        .service(resource("/api/billing/training-usage/precheck").route(web::post().to(training_precheck)))
-        .service(
-            resource("/api/billing/training-usage/internal").route(web::post().to(training_usage_internal)),
-        )
-        .service(resource("/api/billing/training-cost").route(web::post().to(training_cost)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(
-    get_billing,
-    setup_intent,
-    save_payment_method,
-    delete_payment_method,
-    delete_customer,
-    topup,
-    put_auto_topup,
-    starter_credit,
-    promo_code,
-    stripe_webhook,
-    debit,
-    serving_usage,
-    training_usage,
-    training_precheck,
-    training_usage_internal,
-    training_cost
-))]
-pub struct Doc;
 
 // Handlers: each extracts, calls one service or repo function, answers.
 
@@ -62,18 +15,16 @@ pub struct Doc;
     params(OrgQuery),
     responses((status = 200, body = BillingView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
-pub async fn get_billing(caller: Caller, query: ValidQuery<OrgQuery>) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&query.0.org_id)).await?;
-    let (account, recent) = service::overview(caller.state(), &access.org_id).await?;
+pub async fn get_billing(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
+    let (account, recent) = service::overview(&member.state, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(BillingView::new(account, recent)))
 }
 
 #[utoipa::path(post, path = "/api/billing/setup-intent", tag = "billing", security(("bearer" = [])),
     request_body = OrgBody,
     responses((status = 200, body = SetupIntentView), (status = 403, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn setup_intent(caller: Caller, body: ValidJson<OrgBody>) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&body.0.org_id)).await?;
-    let (client_secret, customer_id) = service::setup_intent(caller.state(), &access.org_id).await?;
+pub async fn setup_intent(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpResponse> {
+    let (client_secret, customer_id) = service::setup_intent(&member.state, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(SetupIntentView {
         client_secret,
         customer_id,
@@ -83,22 +34,17 @@ pub async fn setup_intent(caller: Caller, body: ValidJson<OrgBody>) -> ApiResult
 #[utoipa::path(post, path = "/api/billing/payment-method", tag = "billing", security(("bearer" = [])),
     request_body = PaymentMethodBody,
     responses((status = 200, body = CardView), (status = 404, description = "Unknown payment method", body = ErrorBody)))]
-pub async fn save_payment_method(
-    caller: Caller,
-    body: ValidJson<PaymentMethodBody>,
-) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&body.0.org_id)).await?;
-    let card =
-        service::save_payment_method(caller.state(), &access.org_id, &body.0.payment_method_id).await?;
+pub async fn save_payment_method(member: Member<ValidJson<PaymentMethodBody>>) -> ApiResult<HttpResponse> {
+    let payment_method_id = &member.input.0.payment_method_id;
+    let card = service::save_payment_method(&member.state, &member.access.org_id, payment_method_id).await?;
     Ok(HttpResponse::Ok().json(CardView::from(card)))
 }
 
 #[utoipa::path(delete, path = "/api/billing/payment-method", tag = "billing", security(("bearer" = [])),
     params(OrgQuery),
     responses((status = 200, body = PaymentMethodDeleted), (status = 404, description = "No saved payment method", body = ErrorBody)))]
-pub async fn delete_payment_method(caller: Caller, query: ValidQuery<OrgQuery>) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&query.0.org_id)).await?;
-    let auto_topup_disabled = service::delete_payment_method(caller.state(), &access.org_id).await?;
+pub async fn delete_payment_method(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
+    let auto_topup_disabled = service::delete_payment_method(&member.state, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(PaymentMethodDeleted {
         deleted: true,
         auto_topup_disabled,
@@ -109,9 +55,8 @@ pub async fn delete_payment_method(caller: Caller, query: ValidQuery<OrgQuery>) 
     params(OrgQuery),
     responses((status = 200, description = "Best effort: failures are reported, never raised", body = CustomerDeleted),
         (status = 403, description = "Not an owner's session", body = ErrorBody)))]
-pub async fn delete_customer(caller: Caller, query: ValidQuery<OrgQuery>) -> ApiResult<HttpResponse> {
-    let access = caller.owner(Some(&query.0.org_id)).await?;
-    let deletion = service::delete_customer(caller.state(), &access.org_id).await?;
+pub async fn delete_customer(owner: Owner<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
+    let deletion = service::delete_customer(&owner.state, &owner.access.org_id).await?;
     Ok(HttpResponse::Ok().json(CustomerDeleted {
         deleted: deletion.deleted,
         customer_id: deletion.customer_id,
@@ -127,19 +72,11 @@ pub async fn delete_customer(caller: Caller, query: ValidQuery<OrgQuery>) -> Api
         (status = 409, description = "No saved payment method, or the Idempotency-Key was used for another amount", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn topup(
-    caller: Caller,
+    member: Member<ValidJson<TopupBody>>,
     key: IdempotencyKeyHeader,
-    body: ValidJson<TopupBody>,
 ) -> ApiResult<HttpResponse> {
-    let body = body.0;
-    let access = caller.member(Some(&body.org_id)).await?;
-    let topup = service::topup(
-        caller.state(),
-        &access.org_id,
-        body.amount_cents,
-        key.0.as_deref(),
-    )
-    .await?;
+    let amount = member.input.0.amount_cents;
+    let topup = service::topup(&member.state, &member.access.org_id, amount, key.0.as_deref()).await?;
     Ok(HttpResponse::Ok().json(TopupView {
         status: topup.status,
         payment_intent_id: topup.payment_intent_id,
@@ -152,12 +89,11 @@ pub async fn topup(
     request_body = AutoTopupBody,
     responses((status = 200, body = AutoTopupView), (status = 409, description = "No saved payment method", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
-pub async fn put_auto_topup(caller: Caller, body: ValidJson<AutoTopupBody>) -> ApiResult<HttpResponse> {
-    let body = body.0;
-    let access = caller.member(Some(&body.org_id)).await?;
+pub async fn put_auto_topup(member: Member<ValidJson<AutoTopupBody>>) -> ApiResult<HttpResponse> {
+    let body = &member.input.0;
     service::set_auto_topup(
-        caller.state(),
-        &access.org_id,
+        &member.state,
+        &member.access.org_id,
         body.enabled,
         body.threshold_cents,
         body.amount_cents,
@@ -173,9 +109,8 @@ pub async fn put_auto_topup(caller: Caller, body: ValidJson<AutoTopupBody>) -> A
 #[utoipa::path(post, path = "/api/billing/starter-credit", tag = "billing", security(("bearer" = [])),
     request_body = OrgBody,
     responses((status = 200, body = CreditView), (status = 409, description = "Already granted", body = ErrorBody)))]
-pub async fn starter_credit(caller: Caller, body: ValidJson<OrgBody>) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&body.0.org_id)).await?;
-    let (credited, outcome) = service::grant_starter_credit(caller.state(), &access.org_id).await?;
+pub async fn starter_credit(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpResponse> {
+    let (credited, outcome) = service::grant_starter_credit(&member.state, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(CreditView {
         credited_cents: credited,
         balance_cents: outcome.balance.floor_cents(),
@@ -187,9 +122,8 @@ pub async fn starter_credit(caller: Caller, body: ValidJson<OrgBody>) -> ApiResu
     request_body = PromoCodeBody,
     responses((status = 200, body = CreditView), (status = 404, description = "Unknown code", body = ErrorBody),
         (status = 409, description = "Already redeemed by this organization", body = ErrorBody)))]
-pub async fn promo_code(caller: Caller, body: ValidJson<PromoCodeBody>) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&body.0.org_id)).await?;
-    let promo = service::redeem_promo(caller.state(), &access.org_id, &body.0.code).await?;
+pub async fn promo_code(member: Member<ValidJson<PromoCodeBody>>) -> ApiResult<HttpResponse> {
+    let promo = service::redeem_promo(&member.state, &member.access.org_id, &member.input.0.code).await?;
     Ok(HttpResponse::Ok().json(CreditView {
         credited_cents: promo.credited,
         balance_cents: promo.outcome.balance.floor_cents(),
@@ -220,9 +154,9 @@ pub async fn stripe_webhook(
 #[utoipa::path(post, path = "/api/billing/debit", tag = "billing", security(("bearer" = [])),
     request_body = DebitBody,
     responses((status = 200, body = ChargeView), (status = 402, description = "Balance too low", body = ErrorBody)))]
-pub async fn debit(caller: Caller, body: ValidJson<DebitBody>) -> ApiResult<HttpResponse> {
-    let access = caller.member(Some(&body.0.org_id)).await?;
-    let outcome = service::charge_run_fee(caller.state(), &access.org_id, body.0.run_id.as_ref()).await?;
+pub async fn debit(member: Member<ValidJson<DebitBody>>) -> ApiResult<HttpResponse> {
+    let run_id = member.input.0.run_id.as_ref();
+    let outcome = service::charge_run_fee(&member.state, &member.access.org_id, run_id).await?;
     Ok(HttpResponse::Ok().json(ChargeView::from(&outcome)))
 }
 

@@ -3,29 +3,20 @@
 
 pub mod repo;
 
-use actix_web::{web, HttpResponse};
+use actix_web::HttpResponse;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::domain::ProjectId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 
 pub const MAX_CASES: usize = 5000;
 const STATUSES: &[&str] = &["completed", "failed"];
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/evals/runs").route(web::post().to(upload_eval_run)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(upload_eval_run))]
-pub struct Doc;
 
 /// EvalCasePayload: every field optional and nullable.
 #[derive(Debug, Default, Deserialize, ToSchema)]

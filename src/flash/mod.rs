@@ -12,49 +12,15 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::sync::LazyLock;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::Internal;
 use crate::domain::{OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{parse_json_body, RawBody, ValidJson, ValidQuery};
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::queue::routes::check_env_slug;
 use crate::state::AppState;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/flash/projects/validate/internal").route(web::post().to(validate_project)))
-        .service(
-            resource("/api/flash/environments/hub/provision/internal").route(web::post().to(provision_hub)),
-        )
-        .service(
-            resource("/api/flash/environments/internal")
-                .route(web::post().to(publish_environment))
-                .route(web::delete().to(delete_environment)),
-        )
-        .service(
-            resource("/api/flash/environments/validate/internal").route(web::post().to(validate_environment)),
-        )
-        .service(resource("/api/flash/environments/use/internal").route(web::post().to(use_environment)))
-        .service(resource("/api/flash/runs/internal").route(web::post().to(upsert_run)))
-        .service(resource("/api/flash/runs/checkpoints/internal").route(web::post().to(upsert_checkpoint)))
-        .service(resource("/api/flash/events/internal").route(web::post().to(record_event)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(
-    validate_project,
-    provision_hub,
-    publish_environment,
-    delete_environment,
-    validate_environment,
-    use_environment,
-    upsert_run,
-    upsert_checkpoint,
-    record_event
-))]
-pub struct Doc;
 
 /// Organization ids are UUIDs; longer strings cannot name one (bounded so they answer 404,
 /// not a database error).

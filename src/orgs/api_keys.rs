@@ -4,27 +4,13 @@
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use super::{repo, ApiKeyBody, CreatedKeyResponse, Revoked};
-use crate::auth::{Caller, MemberOf};
+use crate::auth::{MemberOf, Owner, OwnerOf};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
-use crate::http::resource;
 use crate::state::AppState;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        resource("/api/api-keys")
-            .route(web::get().to(list_keys))
-            .route(web::post().to(create_key)),
-    )
-    .service(resource("/api/api-keys/{api_key_id}").route(web::delete().to(revoke_key)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(list_keys, create_key, revoke_key))]
-pub struct Doc;
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -62,14 +48,16 @@ pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResul
     Ok(HttpResponse::Ok().json(ApiKeyList { keys }))
 }
 
+crate::org_scoped!(unnamed: ApiKeyBody);
+
 #[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", security(("bearer" = [])),
     params(("orgId" = Option<String>, Query)),
     request_body(content = ApiKeyBody, description = "Optional; an empty body is allowed"),
     responses((status = 201, body = CreatedKeyResponse), (status = 403, description = "Not an owner's session", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
-pub async fn create_key(caller: Caller, body: ValidJson<ApiKeyBody>) -> ApiResult<HttpResponse> {
-    let owner = caller.owner(None).await?;
-    let created = repo::create_api_key(&caller.state().db, &owner.org_id, body.0.name.as_deref()).await?;
+pub async fn create_key(owner: Owner<ValidJson<ApiKeyBody>>) -> ApiResult<HttpResponse> {
+    let name = owner.input.0.name.as_deref();
+    let created = repo::create_api_key(&owner.state.db, &owner.access.org_id, name).await?;
     Ok(HttpResponse::Created().json(CreatedKeyResponse {
         api_key_id: created.api_key_id,
         key: created.secret,
@@ -79,13 +67,16 @@ pub async fn create_key(caller: Caller, body: ValidJson<ApiKeyBody>) -> ApiResul
 #[utoipa::path(delete, path = "/api/api-keys/{api_key_id}", tag = "api-keys", security(("bearer" = [])),
     params(("api_key_id" = String, Path), ("orgId" = Option<String>, Query)),
     responses((status = 200, body = Revoked), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn revoke_key(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let owner = caller.owner(None).await?;
-    let db = &caller.state().db;
-    let belongs = repo::api_key_belongs(db, &path, &owner.org_id).await?;
+pub async fn revoke_key(
+    owner: OwnerOf,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let db = &state.db;
+    let belongs = repo::api_key_belongs(db, &path, &owner.0.org_id).await?;
     if !belongs || !repo::revoke_api_key(db, &path).await? {
         return Err(ApiError::not_found("API key"));
     }
-    caller.state().proxy_cache.forget_key(&path);
+    state.proxy_cache.forget_key(&path);
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }

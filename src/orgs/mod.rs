@@ -8,44 +8,18 @@ use std::sync::LazyLock;
 
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::{Internal, Role};
 use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_org, path_str, ValidJson};
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
 
 /// Organization and project slugs: the parts of `<org-slug>/<project-slug>/<name>`.
 pub static SLUG_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(r"^[a-z0-9][a-z0-9._-]*$").unwrap_or_else(|_| unreachable!()));
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/internal/orgs").route(web::post().to(create_org)))
-        .service(resource("/api/internal/orgs/{org_id}").route(web::delete().to(delete_org)))
-        .service(resource("/api/internal/orgs/{org_id}/members/{user_id}").route(web::put().to(put_member)))
-        .service(resource("/api/internal/orgs/{org_id}/api-keys").route(web::post().to(create_api_key)))
-        .service(resource("/api/internal/api-keys/{api_key_id}").route(web::delete().to(revoke_api_key)))
-        .service(
-            resource("/api/internal/adapters/{adapter_id}*")
-                .route(web::put().to(put_adapter))
-                .route(web::delete().to(delete_adapter)),
-        );
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(
-    create_org,
-    delete_org,
-    put_member,
-    create_api_key,
-    revoke_api_key,
-    put_adapter,
-    delete_adapter
-))]
-pub struct Doc;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -7,28 +7,14 @@ use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use entities::project;
 use serde::{Deserialize, Serialize};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Member};
 use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_uuid, ValidJson};
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::orgs::SLUG_RE;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        resource("/api/projects")
-            .route(web::get().to(list_projects))
-            .route(web::post().to(create_project)),
-    )
-    .service(resource("/api/projects/{project_id}").route(web::get().to(get_project)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(list_projects, create_project, get_project))]
-pub struct Doc;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -94,6 +80,8 @@ impl From<project::Model> for ProjectView {
     }
 }
 
+crate::org_scoped!(ProjectCreateBody);
+
 #[utoipa::path(post, path = "/api/projects", tag = "projects", security(("bearer" = [])),
     request_body = ProjectCreateBody,
     responses(
@@ -102,12 +90,11 @@ impl From<project::Model> for ProjectView {
         (status = 409, description = "Slug taken in this organization", body = ErrorBody),
         (status = 422, body = ValidationErrorBody),
     ))]
-pub async fn create_project(caller: Caller, body: ValidJson<ProjectCreateBody>) -> ApiResult<HttpResponse> {
-    let body = body.0;
-    let access = caller.member(body.org_id.as_ref()).await?;
+pub async fn create_project(member: Member<ValidJson<ProjectCreateBody>>) -> ApiResult<HttpResponse> {
+    let body = &member.input.0;
     let project = service::create_project(
-        &caller.state().db,
-        &access.org_id,
+        &member.state.db,
+        &member.access.org_id,
         &body.name,
         body.slug.as_deref(),
         body.description.as_deref(),

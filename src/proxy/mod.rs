@@ -75,10 +75,6 @@ const HOP_HEADERS: &[&str] = &[
     "proxy-authenticate",
 ];
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(crate::http::resource("/v1/chat/completions").route(web::post().to(chat_completions)));
-}
-
 fn header<'a>(req: &'a HttpRequest, name: &HeaderName) -> Option<&'a str> {
     req.headers()
         .get(name)
@@ -275,10 +271,6 @@ impl Recording {
         }));
     }
 }
-
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(chat_completions))]
-pub struct Doc;
 
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy", security(("bearer" = [])),
     params(

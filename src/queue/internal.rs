@@ -14,23 +14,8 @@ use crate::auth::Internal;
 use crate::domain::{JobAction, JobId, JobStatus};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    let base = "/api/training/internal/jobs";
-    cfg.service(resource(&format!("{base}/claim")).route(web::post().to(claim_jobs)))
-        .service(resource(&format!("{base}/succeeded")).route(web::post().to(report_succeeded)))
-        .service(resource(&format!("{base}/blocked")).route(web::post().to(report_blocked)))
-        .service(resource(&format!("{base}/user-stopped")).route(web::post().to(report_user_stopped)))
-        .service(resource(&format!("{base}/failed")).route(web::post().to(report_failed)))
-        .service(resource(&format!("{base}/heartbeat")).route(web::post().to(heartbeat)))
-        .service(resource(&format!("{base}/live-status")).route(web::post().to(live_status)))
-        .service(resource(&format!("{base}/requeue-stale")).route(web::post().to(requeue_stale)))
-        .service(resource(&format!("{base}/requeue-interrupted")).route(web::post().to(requeue_interrupted)))
-        .service(resource(&format!("{base}/{{job_id}}")).route(web::get().to(get_job_for_worker)));
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -9,49 +9,11 @@ pub mod routes;
 pub mod secrets;
 pub mod service;
 
-use actix_web::web;
 use chrono::{DateTime, Utc};
 use entities::training_job;
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::{OpenApi, ToSchema};
-
-/// The workers' routes (claims, reports, heartbeats), mounted ahead of the others (see
-/// `startup::routes`).
-pub fn configure_workers(cfg: &mut web::ServiceConfig) {
-    internal::configure(cfg);
-}
-
-/// Users' job routes and the agent routes.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    routes::configure(cfg);
-    agent::configure(cfg);
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(
-    routes::create_job,
-    routes::list_jobs,
-    routes::get_job,
-    routes::stop_job,
-    routes::set_secrets,
-    internal::claim_jobs,
-    internal::get_job_for_worker,
-    internal::report_succeeded,
-    internal::report_blocked,
-    internal::report_user_stopped,
-    internal::report_failed,
-    internal::heartbeat,
-    internal::live_status,
-    internal::requeue_stale,
-    internal::requeue_interrupted,
-    agent::create_agent_log,
-    agent::list_agent_logs_internal,
-    agent::create_agent_log_internal,
-    agent::report_agent_usage,
-    agent::sync_optimizer_timelines,
-))]
-pub struct Doc;
+use utoipa::ToSchema;
 
 /// A job as users and workers see it (TrainingAgentQueuedResponse).
 #[derive(Debug, Serialize, ToSchema)]

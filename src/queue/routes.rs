@@ -11,23 +11,11 @@ use utoipa::ToSchema;
 use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob, StopOutcome};
 use super::{service, JobView};
-use crate::auth::Caller;
+use crate::auth::{Caller, Member};
 use crate::domain::{JobAction, JobId, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{parse_json_body, RawBody, ValidJson, ValidQuery};
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        resource("/api/training/jobs")
-            .route(web::post().to(create_job))
-            .route(web::get().to(list_jobs)),
-    )
-    .service(resource("/api/training/jobs/{job_id}").route(web::get().to(get_job)))
-    .service(resource("/api/training/jobs/{job_id}/stop").route(web::post().to(stop_job)))
-    .service(resource("/api/training/secrets").route(web::post().to(set_secrets)));
-}
 
 /// Environment slugs: `<org-slug>/<project-slug>/<name>`, 3..512 characters.
 pub static ENV_SLUG_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
@@ -470,12 +458,12 @@ pub struct SecretNames {
     pub names: Vec<String>,
 }
 
+crate::org_scoped!(SecretsBody);
+
 #[utoipa::path(post, path = "/api/training/secrets", tag = "training", security(("bearer" = [])),
     request_body = SecretsBody,
     responses((status = 200, body = SecretNames), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
-pub async fn set_secrets(caller: Caller, body: ValidJson<SecretsBody>) -> ApiResult<HttpResponse> {
-    let body = body.0;
-    let access = caller.member(body.org_id.as_ref()).await?;
-    let names = service::set_secrets(caller.state(), &access.org_id, body.secrets).await?;
+pub async fn set_secrets(member: Member<ValidJson<SecretsBody>>) -> ApiResult<HttpResponse> {
+    let names = service::set_secrets(&member.state, &member.access.org_id, member.input.0.secrets).await?;
     Ok(HttpResponse::Ok().json(SecretNames { names }))
 }

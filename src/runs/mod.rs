@@ -9,42 +9,18 @@ use chrono::{DateTime, Utc};
 use entities::run;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::{Caller, Internal};
 use crate::domain::{OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_str, present, ValidJson, ValidQuery};
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::queue::routes::check_env_slug;
 use crate::state::AppState;
 
 /// Most checkpoints one `POST /api/runs/internal/checkpoints` may carry.
 pub const MAX_CHECKPOINTS_PER_BODY: usize = 1000;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/runs").route(web::post().to(create_run)))
-        .service(
-            resource("/api/runs/internal/checkpoints")
-                .route(web::post().to(upsert_checkpoints))
-                .route(web::get().to(list_checkpoints)),
-        )
-        .service(resource("/api/runs/{run_id}").route(web::patch().to(update_run)))
-        .service(resource("/api/runs/{run_id}/tracker").route(web::post().to(link_tracker)))
-        .service(resource("/api/tracker").route(web::get().to(tracker::read_tracker)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(
-    create_run,
-    update_run,
-    link_tracker,
-    upsert_checkpoints,
-    list_checkpoints,
-    tracker::read_tracker
-))]
-pub struct Doc;
 
 /// The status of a run nobody has updated yet.
 pub const INITIAL_STATUS: &str = "created";

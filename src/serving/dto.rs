@@ -100,3 +100,6 @@ pub struct SampleErrorResponse {
     pub error: String,
     pub detail: String,
 }
+
+crate::org_scoped!(ServingTeardownBody);
+crate::org_scoped!(unnamed: SampleRequest);

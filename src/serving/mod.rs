@@ -10,18 +10,3 @@ pub mod client;
 pub mod dto;
 pub mod routes;
 pub mod service;
-
-use actix_web::web;
-use utoipa::OpenApi;
-
-use crate::http::resource;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/serving/authorize").route(web::post().to(routes::authorize)))
-        .service(resource("/api/serving/teardown").route(web::post().to(routes::teardown)))
-        .service(resource("/api/sample").route(web::post().to(routes::sample)));
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(routes::authorize, routes::teardown, routes::sample))]
-pub struct Doc;

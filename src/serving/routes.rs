@@ -8,7 +8,7 @@ use super::dto::{
     ServingTeardownBody, TeardownReport,
 };
 use super::service;
-use crate::auth::{Caller, Internal};
+use crate::auth::{Internal, Member, Owner};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::state::AppState;
@@ -43,9 +43,8 @@ pub async fn authorize(
         (status = 403, description = "Not an owner's session", body = ErrorBody),
         (status = 503, description = "Live adapters but no serving layer configured", body = ErrorBody),
     ))]
-pub async fn teardown(caller: Caller, body: ValidJson<ServingTeardownBody>) -> ApiResult<HttpResponse> {
-    let access = caller.owner(Some(&body.0.org_id)).await?;
-    let report = service::teardown(caller.state(), &access.org_id).await?;
+pub async fn teardown(owner: Owner<ValidJson<ServingTeardownBody>>) -> ApiResult<HttpResponse> {
+    let report = service::teardown(&owner.state, &owner.access.org_id).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
@@ -58,10 +57,8 @@ pub async fn teardown(caller: Caller, body: ValidJson<ServingTeardownBody>) -> A
         (status = 422, body = ValidationErrorBody),
         (status = 500, description = "The serving layer failed or timed out", body = SampleErrorResponse),
     ))]
-pub async fn sample(caller: Caller, body: ValidJson<SampleRequest>) -> ApiResult<HttpResponse> {
-    let body = body.0;
-    let access = caller.member(None).await?;
-    let state = caller.state();
+pub async fn sample(member: Member<ValidJson<SampleRequest>>) -> ApiResult<HttpResponse> {
+    let (access, body, state) = (member.access, member.input.0, &member.state);
     service::resolve_model(state, &access.org_id, &body.model).await?;
     match service::sample(state, &access.org_id, body).await {
         Ok(sampled) => Ok(HttpResponse::Ok().json(sampled)),

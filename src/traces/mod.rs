@@ -10,22 +10,4 @@ pub mod routes;
 pub mod service;
 pub mod writer;
 
-use actix_web::web;
-use utoipa::OpenApi;
-
-use crate::http::resource;
-
 pub const MAX_EXPORT: u64 = 1000;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/traces/projects").route(web::get().to(routes::trace_projects)))
-        .service(
-            resource("/api/traces/export")
-                .route(web::get().to(routes::export_project))
-                .route(web::post().to(routes::export_selection)),
-        );
-}
-
-#[derive(OpenApi)]
-#[openapi(paths(routes::trace_projects, routes::export_project, routes::export_selection))]
-pub struct Doc;

@@ -8,27 +8,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::auth::{Caller, Internal};
+use crate::auth::{Internal, Member};
 use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
-use crate::http::resource;
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
-
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/api/agent-logs").route(web::post().to(create_agent_log)))
-        .service(
-            resource("/api/training/internal/agent-logs")
-                .route(web::get().to(list_agent_logs_internal))
-                .route(web::post().to(create_agent_log_internal)),
-        )
-        .service(resource("/api/training/internal/agent-usage").route(web::post().to(report_agent_usage)))
-        .service(
-            resource("/api/training/internal/optimizer-timelines/sync")
-                .route(web::post().to(sync_optimizer_timelines)),
-        );
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -49,15 +34,14 @@ pub struct AgentLogCreated {
     pub agent_log_id: String,
 }
 
+crate::org_scoped!(unnamed: AgentLogCreateRequest);
+
 #[utoipa::path(post, path = "/api/agent-logs", tag = "agent", security(("bearer" = [])),
     request_body = AgentLogCreateRequest,
     responses((status = 200, body = AgentLogCreated), (status = 401, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
-pub async fn create_agent_log(
-    caller: Caller,
-    body: ValidJson<AgentLogCreateRequest>,
-) -> ApiResult<HttpResponse> {
-    let access = caller.member(None).await?;
-    let id = repo::insert_log(&caller.state().db, &access.org_id, &body.0.content, None, "api").await?;
+pub async fn create_agent_log(member: Member<ValidJson<AgentLogCreateRequest>>) -> ApiResult<HttpResponse> {
+    let content = &member.input.0.content;
+    let id = repo::insert_log(&member.state.db, &member.access.org_id, content, None, "api").await?;
     Ok(HttpResponse::Ok().json(AgentLogCreated {
         ok: true,
         agent_log_id: id,

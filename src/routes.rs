@@ -1,0 +1,197 @@
+//! The route table: every path of the service, with its method and handler, grouped in a
+//! `web::scope` per prefix. The OpenAPI document lists exactly these handlers (it is
+//! generated from this table), and a test checks that each handler documents the path and
+//! method it is mounted at.
+//!
+//! Order matters for speed only: the router tries the groups in turn, so the routes that
+//! machines call thousands of times a second come first (the proxy, then workers and
+//! metering). No two groups share a path, so the order changes nothing else.
+
+use actix_web::web;
+
+use crate::http::resource;
+use crate::{auth, billing, evals, flash, orgs, projects, proxy, queue, runs, serving, system, traces};
+
+/// `root "" { ... }`: paths mounted as written. `scope "/prefix" { ... }`: paths under it.
+/// Each line: `"path" => method handler, method handler;`.
+macro_rules! route_table {
+    ($(
+        $kind:ident $prefix:literal {
+            $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+
+        }
+    )+) => {
+        /// Mounts every route.
+        pub fn configure(cfg: &mut web::ServiceConfig) {
+            $( route_table!(@group cfg, $kind $prefix { $( $path => $( $method $($handler)::+ ),+ ; )+ }); )+
+        }
+
+        /// Every (method, path) of the table.
+        pub const PATHS: &[(&str, &str)] = &[
+            $( $( $( (stringify!($method), concat!($prefix, $path)), )+ )+ )+
+        ];
+
+        /// The OpenAPI paths of exactly the handlers of the table.
+        #[derive(utoipa::OpenApi)]
+        #[openapi(paths( $( $( $( $($handler)::+ ),+ ),+ ),+ ))]
+        pub struct Doc;
+    };
+    (@group $cfg:ident, root $_prefix:literal { $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+ }) => {
+        $( $cfg.service(resource($path) $( .route(web::$method().to($($handler)::+)) )+ ); )+
+    };
+    (@group $cfg:ident, scope $prefix:literal { $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+ }) => {
+        $cfg.service(web::scope($prefix) $( .service(resource($path) $( .route(web::$method().to($($handler)::+)) )+ ) )+ );
+    };
+}
+
+route_table! {
+    // The proxy: tens of thousands of calls a second.
+    root "" {
+        "/v1/chat/completions" => post proxy::chat_completions;
+        "/healthz" => get system::healthz;
+        "/openapi.json" => get system::openapi_json;
+        "/metrics" => get system::metrics;
+    }
+    // Training workers (the internal key).
+    scope "/api/training/internal" {
+        "/jobs/claim" => post queue::internal::claim_jobs;
+        "/jobs/succeeded" => post queue::internal::report_succeeded;
+        "/jobs/blocked" => post queue::internal::report_blocked;
+        "/jobs/user-stopped" => post queue::internal::report_user_stopped;
+        "/jobs/failed" => post queue::internal::report_failed;
+        "/jobs/heartbeat" => post queue::internal::heartbeat;
+        "/jobs/live-status" => post queue::internal::live_status;
+        "/jobs/requeue-stale" => post queue::internal::requeue_stale;
+        "/jobs/requeue-interrupted" => post queue::internal::requeue_interrupted;
+        "/jobs/{job_id}" => get queue::internal::get_job_for_worker;
+        "/agent-logs" => get queue::agent::list_agent_logs_internal, post queue::agent::create_agent_log_internal;
+        "/agent-usage" => post queue::agent::report_agent_usage;
+        "/optimizer-timelines/sync" => post queue::agent::sync_optimizer_timelines;
+    }
+    scope "/api/billing" {
+        "" => get billing::routes::get_billing;
+        "/setup-intent" => post billing::routes::setup_intent;
+        "/payment-method" => post billing::routes::save_payment_method, delete billing::routes::delete_payment_method;
+        "/customer" => delete billing::routes::delete_customer;
+        "/topup" => post billing::routes::topup;
+        "/auto-topup" => put billing::routes::put_auto_topup;
+        "/starter-credit" => post billing::routes::starter_credit;
+        "/promo-code" => post billing::routes::promo_code;
+        "/webhook" => post billing::routes::stripe_webhook;
+        "/debit" => post billing::routes::debit;
+        "/serving-usage" => post billing::routes::serving_usage;
+        "/training-usage" => post billing::routes::training_usage;
+        "/training-usage/precheck" => post billing::routes::training_precheck;
+        "/training-usage/internal" => post billing::routes::training_usage_internal;
+        "/training-cost" => post billing::routes::training_cost;
+    }
+    scope "/api/serving" {
+        "/authorize" => post serving::routes::authorize;
+        "/teardown" => post serving::routes::teardown;
+    }
+    // The spec's path for sampling a served adapter: the serving domain's.
+    root "" {
+        "/api/sample" => post serving::routes::sample;
+    }
+    scope "/api/training" {
+        "/jobs" => post queue::routes::create_job, get queue::routes::list_jobs;
+        "/jobs/{job_id}" => get queue::routes::get_job;
+        "/jobs/{job_id}/stop" => post queue::routes::stop_job;
+        "/secrets" => post queue::routes::set_secrets;
+    }
+    // The spec's path for a user's agent logs: the queue's agent module.
+    root "" {
+        "/api/agent-logs" => post queue::agent::create_agent_log;
+    }
+    scope "/api/auth" {
+        "/verify" => get auth::routes::verify;
+    }
+    // Operators (the internal key): organizations, their keys and adapters.
+    scope "/api/internal" {
+        "/orgs" => post orgs::create_org;
+        "/orgs/{org_id}" => delete orgs::delete_org;
+        "/orgs/{org_id}/members/{user_id}" => put orgs::put_member;
+        "/orgs/{org_id}/api-keys" => post orgs::create_api_key;
+        "/api-keys/{api_key_id}" => delete orgs::revoke_api_key;
+        "/adapters/{adapter_id}*" => put orgs::put_adapter, delete orgs::delete_adapter;
+    }
+    scope "/api/api-keys" {
+        "" => get orgs::api_keys::list_keys, post orgs::api_keys::create_key;
+        "/{api_key_id}" => delete orgs::api_keys::revoke_key;
+    }
+    scope "/api/projects" {
+        "" => get projects::list_projects, post projects::create_project;
+        "/{project_id}" => get projects::get_project;
+    }
+    scope "/api/runs" {
+        "" => post runs::create_run;
+        "/internal/checkpoints" => post runs::upsert_checkpoints, get runs::list_checkpoints;
+        "/{run_id}" => patch runs::update_run;
+        "/{run_id}/tracker" => post runs::link_tracker;
+    }
+    // The spec's path for reading a run's tracker: the runs domain's tracker module.
+    root "" {
+        "/api/tracker" => get runs::tracker::read_tracker;
+    }
+    scope "/api/flash" {
+        "/projects/validate/internal" => post flash::validate_project;
+        "/environments/hub/provision/internal" => post flash::provision_hub;
+        "/environments/internal" => post flash::publish_environment, delete flash::delete_environment;
+        "/environments/validate/internal" => post flash::validate_environment;
+        "/environments/use/internal" => post flash::use_environment;
+        "/runs/internal" => post flash::upsert_run;
+        "/runs/checkpoints/internal" => post flash::upsert_checkpoint;
+        "/events/internal" => post flash::record_event;
+    }
+    scope "/api/traces" {
+        "/projects" => get traces::routes::trace_projects;
+        "/export" => get traces::routes::export_project, post traces::routes::export_selection;
+    }
+    scope "/api/evals" {
+        "/runs" => post evals::upload_eval_run;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use utoipa::OpenApi;
+
+    use super::*;
+
+    /// Each handler documents exactly the path and method the table mounts it at.
+    #[test]
+    fn the_openapi_paths_are_the_table() {
+        let doc = Doc::openapi();
+        let documented: BTreeSet<(String, String)> = doc
+            .paths
+            .paths
+            .iter()
+            .flat_map(|(path, item)| {
+                let methods = [
+                    ("get", item.get.is_some()),
+                    ("post", item.post.is_some()),
+                    ("put", item.put.is_some()),
+                    ("patch", item.patch.is_some()),
+                    ("delete", item.delete.is_some()),
+                ];
+                methods
+                    .into_iter()
+                    .filter(|(_, present)| *present)
+                    .map(|(method, _)| (method.to_owned(), path.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let table: BTreeSet<(String, String)> = PATHS
+            .iter()
+            // actix's tail segment `{name}*` is documented as `{name}`.
+            .map(|(method, path)| ((*method).to_owned(), path.trim_end_matches('*').to_owned()))
+            .collect();
+        assert_eq!(documented, table);
+        assert_eq!(
+            PATHS.len(),
+            table.len(),
+            "a (method, path) appears twice in the table"
+        );
+    }
+}
