@@ -190,14 +190,8 @@ pub async fn claim(
             FROM training_jobs WHERE action = {action} AND status = 'queued'\
         ) ranked WHERE rn <= {limit} ORDER BY rn, created_at, id LIMIT {limit}";
     let (sql, values): (String, Vec<Value>) = match backend {
-        // The same ranking, read from each organization's oldest `limit` jobs only (a loose
-        // index scan finds the organizations), so a claim does not scan the whole queue. The
-        // chosen rows are then locked and updated by their physical address (`ctid`, stable
-        // while we hold the row lock): no second and third look-up of 100 ids in the primary
-        // key. A row another claim changed meanwhile no longer matches its old `ctid` and is
-        // skipped, as is a row another claim holds (`SKIP LOCKED`). The first organization is
-        // ordered by `(action, org_id)`, the claim index's own order, so the planner cannot
-        // prefer walking another index past every claimed job.
+        // The same ranking over each organization's oldest `limit` jobs only, locked and
+        // updated by `ctid` (docs/ARCHITECTURE.md, "Actors").
         DbBackend::Postgres => (
             "WITH RECURSIVE orgs(org_id) AS (\
                 (SELECT org_id FROM training_jobs WHERE action = $1 AND status = 'queued' \

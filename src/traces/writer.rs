@@ -1,19 +1,11 @@
 //! The batched background trace writer: the proxy hands finished traces over without waiting;
 //! the writer inserts them at `flush_rows` rows or after `flush_ms`, whichever comes first,
-//! and drains everything it holds at shutdown. The queue is bounded: when it is full, a trace
-//! is dropped, counted (`keel_traces_dropped_total`) and logged, never silently.
+//! paces itself under load (a batch at most once per `batch_interval_ms`), and drains
+//! everything it holds at shutdown. The queue is bounded: when it is full, a trace is
+//! dropped, counted (`keel_traces_dropped_total`) and logged, never silently.
 //!
-//! Under load the writer paces itself: a batch starts at most once per `batch_interval_ms`
-//! and takes everything queued by then (up to one batch's 500 rows). Each batch costs about
-//! the same CPU whatever its size (a statement, a commit, an fsync), so at a few thousand
-//! calls a second the writer commits a hundred larger batches instead of hundreds of small
-//! ones; at low rates batches stay at `flush_rows`, short bursts that a proxied call sharing
-//! the core barely notices.
-//!
-//! The hand-over is a locked queue, not a channel: a channel wakes the writer's thread for
-//! every trace (an `eventfd` write and a context switch per proxied call), while this queue
-//! wakes it when a batch starts (to start its `flush_ms` clock) and when it is full, about
-//! twice per `flush_rows` traces under load (plus, when paced, once at the batch's turn).
+//! The hand-over is a locked queue, not a channel, so the writer is woken per batch rather
+//! than per trace (docs/ARCHITECTURE.md, "The recording proxy").
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,6 +1,6 @@
 //! PostgreSQL: each organization's account as this process last committed it, with the
 //! row version (`xmin`) that commit left, so the next batch can be written by one guarded
-//! statement instead of a locking transaction (docs/DECISIONS.md, "Ledger row cache").
+//! statement instead of a locking transaction (docs/ARCHITECTURE.md, "Actors").
 
 use std::collections::HashMap;
 use std::sync::Mutex;
