@@ -403,44 +403,23 @@ impl<T: OrgScoped> OrgScoped for ValidQuery<T> {
     }
 }
 
-/// A member of the organization `T` names (else the one of the query, header or key),
-/// with `T` extracted and validated first: the signature says who may call.
-pub struct Member<T> {
+/// The caller acting on the organization `T` names (else the one of the query, header or
+/// key), with `T` extracted and validated first: the signature says who may call. Use it as
+/// [`Member`] or [`Owner`].
+pub struct Scoped<T, const OWNER: bool> {
     pub access: OrgAccess,
     pub input: T,
     pub state: web::Data<AppState>,
 }
 
-/// As [`Member`], but an owner's session.
-pub struct Owner<T> {
-    pub access: OrgAccess,
-    pub input: T,
-    pub state: web::Data<AppState>,
-}
+/// A member of the organization `T` names.
+pub type Member<T> = Scoped<T, false>;
 
-/// The caller, then `T` (its 422), then the membership (403/404).
-fn scoped<T, R>(
-    req: &HttpRequest,
-    payload: &mut Payload,
-    decide: fn(&Caller, Option<OrgId>) -> LocalBoxFuture<'_, ApiResult<OrgAccess>>,
-    build: fn(OrgAccess, T, web::Data<AppState>) -> R,
-) -> LocalBoxFuture<'static, Result<R, ApiError>>
-where
-    T: FromRequest + OrgScoped + 'static,
-    T::Error: Into<ApiError>,
-    R: 'static,
-{
-    let caller = Caller::from_request(req, payload);
-    let input = T::from_request(req, payload);
-    Box::pin(async move {
-        let caller = caller.await?;
-        let input = input.await.map_err(Into::into)?;
-        let access = decide(&caller, input.org_id().cloned()).await?;
-        Ok(build(access, input, caller.state.clone()))
-    })
-}
+/// An owner's session for the organization `T` names.
+pub type Owner<T> = Scoped<T, true>;
 
-impl<T> FromRequest for Member<T>
+/// The caller, then `T` (its 422), then the membership or ownership (403/404).
+impl<T, const OWNER: bool> FromRequest for Scoped<T, OWNER>
 where
     T: FromRequest + OrgScoped + 'static,
     T::Error: Into<ApiError>,
@@ -449,30 +428,21 @@ where
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        scoped(
-            req,
-            payload,
-            |caller, org| Box::pin(async move { caller.member(org.as_ref()).await }),
-            |access, input, state| Self { access, input, state },
-        )
-    }
-}
-
-impl<T> FromRequest for Owner<T>
-where
-    T: FromRequest + OrgScoped + 'static,
-    T::Error: Into<ApiError>,
-{
-    type Error = ApiError;
-    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        scoped(
-            req,
-            payload,
-            |caller, org| Box::pin(async move { caller.owner(org.as_ref()).await }),
-            |access, input, state| Self { access, input, state },
-        )
+        let caller = Caller::from_request(req, payload);
+        let input = T::from_request(req, payload);
+        Box::pin(async move {
+            let caller = caller.await?;
+            let input = input.await.map_err(Into::into)?;
+            let access = match OWNER {
+                true => caller.owner(input.org_id()).await?,
+                false => caller.member(input.org_id()).await?,
+            };
+            Ok(Self {
+                access,
+                input,
+                state: caller.state.clone(),
+            })
+        })
     }
 }
 
