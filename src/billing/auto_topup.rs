@@ -7,7 +7,7 @@ use chrono::{Duration, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
 use super::ledger::{EntryKind, LedgerOp, SideEffect};
-use super::payments::{ChargeRequest, PaymentError, Payments};
+use super::payments::{declined_intent_id, ChargeRequest, PaymentError, Payments};
 use super::repo;
 use crate::domain::{Cents, IdempotencyKey, Microcents};
 
@@ -92,8 +92,7 @@ async fn try_charge(
             message,
             payment_intent_id,
         }) => {
-            let id =
-                payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
+            let id = declined_intent_id(payment_intent_id);
             repo::record_payment(db, auto_topup_row(&id, org_id, amount, "declined")).await?;
             repo::count_auto_topup_decline(db, org_id).await?;
             tracing::warn!(org_id, %message, "auto top-up declined");

@@ -37,6 +37,11 @@ pub enum PaymentError {
     Processor(String),
 }
 
+/// The id a declined charge is recorded under: the processor's, else one of keel's own.
+pub fn declined_intent_id(processor_id: Option<String>) -> String {
+    processor_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()))
+}
+
 pub enum Payments {
     Simulated,
     Stripe(StripeClient),

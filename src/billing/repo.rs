@@ -17,19 +17,14 @@ pub async fn account(
     db: &impl ConnectionTrait,
     org_id: &str,
 ) -> Result<Option<billing_account::Model>, DbErr> {
-    if let Some(account) = billing_account::Entity::find_by_id(org_id.to_owned())
-        .one(db)
-        .await?
-    {
+    if let Some(account) = find_account(db, org_id).await? {
         return Ok(Some(account));
     }
     if !org_exists(db, org_id).await? {
         return Ok(None);
     }
     ensure_account(db, org_id).await?;
-    billing_account::Entity::find_by_id(org_id.to_owned())
-        .one(db)
-        .await
+    find_account(db, org_id).await
 }
 
 pub async fn recent_ledger(
@@ -72,6 +67,17 @@ pub struct SavedCard<'a> {
     pub exp_year: Option<i32>,
 }
 
+impl SavedCard<'_> {
+    /// No saved card (a removed one).
+    pub const NONE: Self = Self {
+        payment_method_id: None,
+        brand: None,
+        last4: None,
+        exp_month: None,
+        exp_year: None,
+    };
+}
+
 pub async fn save_card(db: &impl ConnectionTrait, org_id: &str, card: SavedCard<'_>) -> Result<(), DbErr> {
     let mut update = billing_account::Entity::update_many()
         .col_expr(
@@ -98,18 +104,7 @@ pub async fn save_card(db: &impl ConnectionTrait, org_id: &str, card: SavedCard<
 }
 
 pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
-    save_card(
-        db,
-        org_id,
-        SavedCard {
-            payment_method_id: None,
-            brand: None,
-            last4: None,
-            exp_month: None,
-            exp_year: None,
-        },
-    )
-    .await?;
+    save_card(db, org_id, SavedCard::NONE).await?;
     billing_account::Entity::update_many()
         .col_expr(
             billing_account::Column::CustomerId,

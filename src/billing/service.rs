@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::ledger::{
     EntryKind, LedgerError, LedgerOp, Outcome, ServingUsageRow, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
-use super::payments::{Card, ChargeRequest, PaymentError};
+use super::payments::{declined_intent_id, Card, ChargeRequest, PaymentError};
 use super::repo::{self, PaymentRow};
 use super::webhook;
 use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, RunId};
@@ -97,18 +97,7 @@ pub async fn delete_payment_method(state: &AppState, org_id: &OrgId) -> ApiResul
         return Err(ApiError::not_found("saved payment method"));
     };
     state.payments.detach_payment_method(payment_method_id).await?;
-    repo::save_card(
-        &state.db,
-        org_id,
-        repo::SavedCard {
-            payment_method_id: None,
-            brand: None,
-            last4: None,
-            exp_month: None,
-            exp_year: None,
-        },
-    )
-    .await?;
+    repo::save_card(&state.db, org_id, repo::SavedCard::NONE).await?;
     Ok(account.auto_topup_enabled)
 }
 
@@ -228,8 +217,7 @@ pub async fn topup(
             message,
             payment_intent_id,
         }) => {
-            let id =
-                payment_intent_id.unwrap_or_else(|| format!("declined_{}", uuid::Uuid::new_v4().simple()));
+            let id = declined_intent_id(payment_intent_id);
             repo::record_payment(&state.db, row(&id, "declined")).await?;
             return Err(ApiError::PaymentRequired(message));
         }

@@ -14,7 +14,7 @@ use sea_orm::{
 use serde_json::json;
 
 use super::ops::ServingUsageRow;
-use super::planner::{Applied, BalanceRow, Writes};
+use super::planner::{Applied, Writes};
 use crate::domain::Microcents;
 
 pub(super) use postgres::guarded_write;
@@ -93,8 +93,14 @@ impl JsonRows {
     }
 }
 
+/// Rows as one JSON parameter (PostgreSQL binds a `jsonb` value).
 fn json_param<T: serde::Serialize>(rows: &T) -> Result<serde_json::Value, DbErr> {
     serde_json::to_value(rows).map_err(|e| DbErr::Custom(format!("ledger rows: {e}")))
+}
+
+/// Rows as one JSON text parameter (SQLite reads it with `json_each`).
+fn json_text<T: serde::Serialize>(rows: &T) -> Result<String, DbErr> {
+    serde_json::to_string(rows).map_err(|e| DbErr::Custom(format!("ledger rows: {e}")))
 }
 
 /// Locks the accounts of `org_ids` (creating missing ones of existing organizations);
@@ -230,11 +236,6 @@ pub(super) async fn flush(
             .await?;
     }
     Ok(versions)
-}
-
-/// The planned balances as the JSON rows both dialects' updates read.
-fn balances_param(balances: &[BalanceRow]) -> Result<serde_json::Value, DbErr> {
-    json_param(&balances)
 }
 
 /// The account row, locked for this transaction (`FOR UPDATE` on PostgreSQL; SQLite's

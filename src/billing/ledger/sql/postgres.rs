@@ -7,8 +7,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, Value};
 
 use super::{
-    balances_param, json_param, JsonRows, LEDGER_ROWS, LEDGER_ROWS_SKIPPING_APPLIED, USAGE_ROWS,
-    USAGE_ROWS_SKIPPING_RECORDED,
+    json_param, JsonRows, LEDGER_ROWS, LEDGER_ROWS_SKIPPING_APPLIED, USAGE_ROWS, USAGE_ROWS_SKIPPING_RECORDED,
 };
 use crate::billing::ledger::planner::{BalanceRow, KeyCheck, Writes};
 
@@ -109,7 +108,7 @@ pub(super) async fn write_group(
     let params = [
         Value::from(json_param(&writes.entries)?),
         Value::from(json_param(&writes.usage_rows)?),
-        Value::from(balances_param(&writes.balances)?),
+        Value::from(json_param(&writes.balances)?),
         Value::from(now),
     ];
     let sql = match writes.check {

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 
-use super::{balances_param, json_param, JsonRows, LEDGER_ROWS, USAGE_ROWS};
+use super::{json_text, JsonRows, LEDGER_ROWS, USAGE_ROWS};
 use crate::billing::ledger::planner::Writes;
 
 /// Takes SQLite's write lock first (as `BEGIN IMMEDIATE` would), so another process
@@ -56,10 +56,10 @@ impl JsonRows {
 async fn insert_json_rows(
     txn: &impl ConnectionTrait,
     rows: &JsonRows,
-    values: serde_json::Value,
+    values: String,
     now: DateTime<Utc>,
 ) -> Result<u64, DbErr> {
-    let params = [Value::from(now), Value::from(values.to_string())];
+    let params = [Value::from(now), Value::from(values)];
     Ok(txn
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Sqlite,
@@ -77,11 +77,11 @@ pub(super) async fn write_group(
     now: DateTime<Utc>,
 ) -> Result<Option<Vec<(String, String)>>, DbErr> {
     let planned = writes.entries.len() as u64;
-    if insert_json_rows(txn, &LEDGER_ROWS, json_param(&writes.entries)?, now).await? != planned {
+    if insert_json_rows(txn, &LEDGER_ROWS, json_text(&writes.entries)?, now).await? != planned {
         return Ok(None);
     }
     if !writes.usage_rows.is_empty() {
-        insert_json_rows(txn, &USAGE_ROWS, json_param(&writes.usage_rows)?, now).await?;
+        insert_json_rows(txn, &USAGE_ROWS, json_text(&writes.usage_rows)?, now).await?;
     }
     if !writes.balances.is_empty() {
         let sql = "UPDATE billing_accounts SET balance_microcents = x.balance, \
@@ -89,10 +89,7 @@ pub(super) async fn write_group(
                  FROM (SELECT json_extract(value, '$.org_id') AS org_id, json_extract(value, '$.balance') AS balance, \
                               json_extract(value, '$.starter') AS starter FROM json_each(?)) AS x \
                  WHERE billing_accounts.org_id = x.org_id";
-        let params = [
-            Value::from(now),
-            Value::from(balances_param(&writes.balances)?.to_string()),
-        ];
+        let params = [Value::from(now), Value::from(json_text(&writes.balances)?)];
         txn.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, params))
             .await?;
     }
