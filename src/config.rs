@@ -53,6 +53,7 @@ pub struct Settings {
     pub proxy: ProxySettings,
     pub traces: TraceSettings,
     pub secrets: SecretsSettings,
+    pub console: ConsoleSettings,
 }
 
 #[derive(Clone, Deserialize)]
@@ -104,6 +105,26 @@ impl std::fmt::Debug for AuthSettings {
             .field("session_ttl_secs", &self.session_ttl_secs)
             .finish()
     }
+}
+
+/// The web console under `/console`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ConsoleSettings {
+    /// When the session cookie is marked `Secure`.
+    pub secure_cookies: SecureCookies,
+    /// How long a console sign-in lasts, in seconds (a session token's own expiry ends it sooner).
+    pub session_ttl_secs: i64,
+    /// How often the job pages refresh themselves, in seconds.
+    pub refresh_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecureCookies {
+    /// When the request came over https (as the connection or a trusted proxy's headers say).
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -371,6 +392,13 @@ impl Settings {
                 "payments.stripe_secret_key",
                 "",
                 "KEEL_STRIPE_SECRET_KEY is required when KEEL_PAYMENTS=stripe",
+            ));
+        }
+        if self.console.session_ttl_secs <= 0 || self.console.refresh_secs == 0 {
+            return Err(invalid(
+                "console.session_ttl_secs",
+                &self.console.session_ttl_secs.to_string(),
+                "console.session_ttl_secs and console.refresh_secs must be positive",
             ));
         }
         if self.auth.session_ttl_secs <= 0 {

@@ -6,6 +6,7 @@ pub mod billing;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod database;
 pub mod domain;
 pub mod error;

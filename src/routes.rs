@@ -20,9 +20,10 @@ macro_rules! route_table {
             $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+
         }
     )+) => {
-        /// Mounts every route.
+        /// Mounts every route, then the console (`/console`, its own table in `console`).
         pub fn configure(cfg: &mut web::ServiceConfig) {
             $( route_table!(@group cfg, $kind $prefix { $( $path => $( $method $($handler)::+ ),+ ; )+ }); )+
+            crate::console::configure(cfg);
         }
 
         /// Every (method, path) of the table.

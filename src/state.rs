@@ -33,6 +33,8 @@ pub struct AppState {
     pub upstreams: crate::proxy::UpstreamConfig,
     pub proxy_cache: crate::proxy::cache::ProxyCache,
     pub traces: crate::traces::writer::TraceWriter,
+    /// Signs the console's session cookies (one key per process when no secret is set).
+    pub console_keys: crate::console::session::CookieKeys,
 }
 
 impl AppState {
@@ -76,6 +78,10 @@ impl AppState {
             secret_box,
             internal_keys: InternalKeys::new(&settings.auth.internal_keys),
             session_keys: SessionKeys::new(&settings.auth.session_secret),
+            console_keys: crate::console::session::CookieKeys::new(
+                &settings.auth.session_secret,
+                settings.console.session_ttl_secs,
+            ),
             adapters: AdapterDirectory::new(Duration::from_millis(settings.billing.adapter_cache_ttl_ms)),
             settings: Arc::new(settings),
             payments,

@@ -59,6 +59,11 @@ impl InternalKeys {
         }
     }
 
+    /// The SHA-256 digest of each configured key (never the keys themselves).
+    pub fn digests(&self) -> &[[u8; 32]] {
+        &self.digests
+    }
+
     pub fn matches(&self, token: &str) -> bool {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         // Compare against every key without stopping early.

@@ -268,6 +268,16 @@ fn query_org_id(req: &HttpRequest) -> Option<OrgId> {
 }
 
 impl Caller {
+    /// A caller already verified elsewhere (the console's session), naming no organization.
+    pub fn verified(principal: UserPrincipal, state: web::Data<AppState>) -> Self {
+        Self {
+            principal,
+            state,
+            query_org: None,
+            header_org: None,
+        }
+    }
+
     pub fn state(&self) -> &AppState {
         &self.state
     }

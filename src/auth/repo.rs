@@ -50,3 +50,14 @@ pub async fn role_in(
             .and_then(|m| Role::parse(&m.role)),
     )
 }
+
+/// An active (not revoked) API key by its id.
+pub async fn active_api_key_by_id(
+    db: &impl ConnectionTrait,
+    key_id: &str,
+) -> Result<Option<api_key::Model>, sea_orm::DbErr> {
+    api_key::Entity::find_by_id(key_id.to_owned())
+        .filter(api_key::Column::RevokedAt.is_null())
+        .one(db)
+        .await
+}

@@ -56,6 +56,14 @@ impl SessionKeys {
         )?)
     }
 
+    /// When a valid token expires (Unix seconds).
+    pub fn expiry(&self, token: &str) -> Option<i64> {
+        self.verify(token)?;
+        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .ok()
+            .map(|data| data.claims.exp)
+    }
+
     /// The user id of a valid, unexpired token that is already valid.
     pub fn verify(&self, token: &str) -> Option<String> {
         let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)

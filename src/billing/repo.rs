@@ -1,11 +1,11 @@
 //! Billing rows outside the balance: accounts' settings, payments, costs, webhook events.
 
 use chrono::{DateTime, Utc};
-use entities::{billing_account, ledger_entry, payment, training_run_cost, webhook_event};
+use entities::{billing_account, ledger_entry, payment, serving_usage, training_run_cost, webhook_event};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter,
+    QueryOrder, QuerySelect, Statement,
 };
 
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
@@ -306,4 +306,111 @@ pub async fn count_auto_topup_decline(db: &impl ConnectionTrait, org_id: &str) -
         .exec(db)
         .await?;
     Ok(())
+}
+
+/// A page of the organization's ledger, newest first: entries before `before` (an entry id),
+/// of one kind when given.
+pub async fn ledger_page(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    kind: Option<&str>,
+    before: Option<i64>,
+    limit: u64,
+) -> Result<Vec<ledger_entry::Model>, DbErr> {
+    let mut query = ledger_entry::Entity::find().filter(ledger_entry::Column::OrgId.eq(org_id));
+    if let Some(kind) = kind {
+        query = query.filter(ledger_entry::Column::Kind.eq(kind));
+    }
+    if let Some(before) = before {
+        query = query.filter(ledger_entry::Column::Id.lt(before));
+    }
+    query
+        .order_by_desc(ledger_entry::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The ledger since `since`, summed per (UTC day `YYYY-MM-DD`, kind).
+pub async fn daily_totals(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<(String, String, i64)>, DbErr> {
+    let day = match db.get_database_backend() {
+        DbBackend::Postgres => "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+        _ => "substr(created_at, 1, 10)",
+    };
+    let sql = format!(
+        "SELECT {day} AS day, kind, CAST(SUM(amount_microcents) AS BIGINT) AS total \
+         FROM ledger_entries WHERE org_id = $1 AND created_at >= $2 GROUP BY 1, 2 ORDER BY 1"
+    );
+    let statement =
+        Statement::from_sql_and_values(db.get_database_backend(), sql, [org_id.into(), since.into()]);
+    db.query_all_raw(statement)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get("", "day")?,
+                row.try_get("", "kind")?,
+                row.try_get("", "total")?,
+            ))
+        })
+        .collect()
+}
+
+/// Serving usage since `since` per model: `(model, prompt tokens, completion tokens,
+/// charged microcents, requests)`, the most charged first.
+pub async fn usage_by_model(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<(String, i64, i64, i64, i64)>, DbErr> {
+    let sum =
+        |column: serving_usage::Column| Expr::cust_with_expr("CAST(SUM($1) AS BIGINT)", Expr::col(column));
+    let mut rows: Vec<(String, i64, i64, i64, i64)> = serving_usage::Entity::find()
+        .select_only()
+        .column(serving_usage::Column::Model)
+        .column_as(sum(serving_usage::Column::PromptTokens), "prompt")
+        .column_as(sum(serving_usage::Column::CompletionTokens), "completion")
+        .column_as(sum(serving_usage::Column::ChargedMicrocents), "charged")
+        .column_as(
+            Expr::cust_with_expr(
+                "CAST(COUNT($1) AS BIGINT)",
+                Expr::col(serving_usage::Column::RequestId),
+            ),
+            "requests",
+        )
+        .filter(serving_usage::Column::OrgId.eq(org_id))
+        .filter(serving_usage::Column::CreatedAt.gte(since))
+        .group_by(serving_usage::Column::Model)
+        .into_tuple()
+        .all(db)
+        .await?;
+    rows.sort_by_key(|r| std::cmp::Reverse(r.3));
+    Ok(rows)
+}
+
+/// Every organization's balance, by organization id.
+pub async fn balances(db: &impl ConnectionTrait) -> Result<Vec<(String, i64)>, DbErr> {
+    billing_account::Entity::find()
+        .select_only()
+        .column(billing_account::Column::OrgId)
+        .column(billing_account::Column::BalanceMicrocents)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// Each organization's newest ledger entry time.
+pub async fn last_ledger_activity(db: &impl ConnectionTrait) -> Result<Vec<(String, DateTime<Utc>)>, DbErr> {
+    ledger_entry::Entity::find()
+        .select_only()
+        .column(ledger_entry::Column::OrgId)
+        .column_as(Expr::col(ledger_entry::Column::CreatedAt).max(), "last")
+        .group_by(ledger_entry::Column::OrgId)
+        .into_tuple()
+        .all(db)
+        .await
 }

@@ -2,7 +2,10 @@
 
 use chrono::Utc;
 use entities::{eval_case, eval_run};
-use sea_orm::{ActiveValue::Set, DbErr, EntityTrait, TransactionSession, TransactionTrait};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    TransactionSession, TransactionTrait,
+};
 use serde_json::Value;
 
 use super::{parse_datetime, Derived, EvalRunUploadRequest};
@@ -68,4 +71,68 @@ pub async fn insert_run(
             .await?;
     }
     txn.commit().await
+}
+
+/// The organization's eval runs (of one project when given), newest first; at most `limit`.
+pub async fn runs_of_org(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    project_id: Option<&str>,
+    limit: u64,
+) -> Result<Vec<eval_run::Model>, DbErr> {
+    let mut query = eval_run::Entity::find().filter(eval_run::Column::OrgId.eq(org_id));
+    if let Some(project) = project_id {
+        query = query.filter(eval_run::Column::ProjectId.eq(project));
+    }
+    query
+        .order_by_desc(eval_run::Column::CreatedAt)
+        .order_by_desc(eval_run::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The organization's eval run.
+pub async fn find_run(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    run_id: &str,
+) -> Result<Option<eval_run::Model>, DbErr> {
+    eval_run::Entity::find_by_id(run_id.to_owned())
+        .filter(eval_run::Column::OrgId.eq(org_id))
+        .one(db)
+        .await
+}
+
+/// Which cases of a run to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseFilter {
+    All,
+    /// Graded and not successful.
+    Failed,
+    Errored,
+}
+
+/// A run's cases in upload order, from `after` (a position), at most `limit`.
+pub async fn cases(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    filter: CaseFilter,
+    after: Option<i32>,
+    limit: u64,
+) -> Result<Vec<eval_case::Model>, DbErr> {
+    let mut query = eval_case::Entity::find().filter(eval_case::Column::EvalRunId.eq(run_id));
+    query = match filter {
+        CaseFilter::All => query,
+        CaseFilter::Failed => query.filter(eval_case::Column::Success.eq(false)),
+        CaseFilter::Errored => query.filter(eval_case::Column::Error.is_not_null()),
+    };
+    if let Some(after) = after {
+        query = query.filter(eval_case::Column::Position.gt(after));
+    }
+    query
+        .order_by_asc(eval_case::Column::Position)
+        .limit(limit)
+        .all(db)
+        .await
 }

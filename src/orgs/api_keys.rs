@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::{repo, ApiKeyBody, CreatedKeyResponse, Revoked};
 use crate::auth::{MemberOf, Owner, OwnerOf};
-use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::state::AppState;
 
@@ -72,11 +72,6 @@ pub async fn revoke_key(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    let db = &state.db;
-    let belongs = repo::api_key_belongs(db, &path, &owner.0.org_id).await?;
-    if !belongs || !repo::revoke_api_key(db, &path).await? {
-        return Err(ApiError::not_found("API key"));
-    }
-    state.proxy_cache.forget_key(&path);
+    super::service::revoke_key(&state, &owner.0.org_id, &path).await?;
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }

@@ -3,6 +3,7 @@
 pub mod adapters;
 pub mod api_keys;
 pub mod repo;
+pub mod service;
 
 use std::sync::LazyLock;
 

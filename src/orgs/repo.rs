@@ -321,3 +321,42 @@ mod tests {
         assert!(long.len() <= 80 && !long.ends_with('-'), "{long}");
     }
 }
+
+pub async fn find_org(db: &impl ConnectionTrait, org_id: &str) -> Result<Option<organization::Model>, DbErr> {
+    organization::Entity::find_by_id(org_id.to_owned()).one(db).await
+}
+
+/// Every organization, by name.
+pub async fn all_orgs(db: &impl ConnectionTrait) -> Result<Vec<organization::Model>, DbErr> {
+    organization::Entity::find()
+        .order_by_asc(organization::Column::Name)
+        .all(db)
+        .await
+}
+
+/// The organization's members with their e-mail, owners first.
+pub async fn members_of(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Vec<(membership::Model, Option<String>)>, DbErr> {
+    let members = membership::Entity::find()
+        .filter(membership::Column::OrgId.eq(org_id))
+        .order_by_desc(membership::Column::Role)
+        .order_by_asc(membership::Column::CreatedAt)
+        .all(db)
+        .await?;
+    let emails: std::collections::HashMap<String, Option<String>> = user::Entity::find()
+        .filter(user::Column::Id.is_in(members.iter().map(|m| m.user_id.clone())))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|u| (u.id, u.email))
+        .collect();
+    Ok(members
+        .into_iter()
+        .map(|m| {
+            let email = emails.get(&m.user_id).cloned().flatten();
+            (m, email)
+        })
+        .collect())
+}

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::actor::{ask, Claim, Heartbeat, RequeueStale, Submit};
+use super::actor::{ask, Claim, Heartbeat, Submit};
 use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
 use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
@@ -402,8 +402,7 @@ pub async fn live_status(
 #[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("bearer" = [])),
     responses((status = 200, body = SweepCounts)))]
 pub async fn requeue_stale(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let counts = ask(&state.queue, RequeueStale).await?;
-    Ok(HttpResponse::Ok().json(counts))
+    Ok(HttpResponse::Ok().json(service::requeue_stale(&state).await?))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

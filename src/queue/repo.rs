@@ -103,6 +103,10 @@ pub async fn insert_jobs(
 pub struct JobFilter {
     pub project_id: Option<String>,
     pub training_task_id: Option<String>,
+    pub status: Option<JobStatus>,
+    pub action: Option<JobAction>,
+    /// Keyset paging: only jobs older than this `(created_at, id)`.
+    pub before: Option<(DateTime<Utc>, String)>,
 }
 
 pub async fn list_jobs(
@@ -121,6 +125,21 @@ pub async fn list_jobs(
     }
     if let Some(task) = &filter.training_task_id {
         query = query.filter(training_job::Column::TrainingTaskId.eq(task.as_str()));
+    }
+    if let Some(status) = filter.status {
+        query = query.filter(training_job::Column::Status.eq(status.as_str()));
+    }
+    if let Some(action) = filter.action {
+        query = query.filter(training_job::Column::Action.eq(action.as_str()));
+    }
+    if let Some((at, id)) = &filter.before {
+        query = query.filter(
+            Condition::any().add(training_job::Column::CreatedAt.lt(*at)).add(
+                Condition::all()
+                    .add(training_job::Column::CreatedAt.eq(*at))
+                    .add(training_job::Column::Id.lt(id.as_str())),
+            ),
+        );
     }
     query
         .order_by_desc(training_job::Column::CreatedAt)
@@ -605,6 +624,74 @@ pub async fn sealed_secrets(
 ) -> Result<Vec<org_secret::Model>, DbErr> {
     org_secret::Entity::find()
         .filter(org_secret::Column::OrgId.eq(org_id))
+        .all(db)
+        .await
+}
+
+/// Jobs counted per `(action, status)`, over every organization.
+pub async fn counts_by_action_status(db: &impl ConnectionTrait) -> Result<Vec<(String, String, i64)>, DbErr> {
+    training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::Action)
+        .column(training_job::Column::Status)
+        .column_as(
+            Expr::cust_with_expr("CAST(COUNT($1) AS BIGINT)", Expr::col(training_job::Column::Id)),
+            "jobs",
+        )
+        .group_by(training_job::Column::Action)
+        .group_by(training_job::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// The oldest queued job's creation time per action.
+pub async fn oldest_queued(db: &impl ConnectionTrait) -> Result<Vec<(String, DateTime<Utc>)>, DbErr> {
+    let mut oldest = Vec::new();
+    // One indexed probe per action (the claim index leads with action).
+    for action in JobAction::NAMES {
+        let first: Option<DateTime<Utc>> = training_job::Entity::find()
+            .select_only()
+            .column(training_job::Column::CreatedAt)
+            .filter(training_job::Column::Action.eq(action))
+            .filter(training_job::Column::Status.eq(QUEUED))
+            .order_by_asc(training_job::Column::CreatedAt)
+            .limit(1)
+            .into_tuple()
+            .one(db)
+            .await?;
+        if let Some(at) = first {
+            oldest.push((action.to_owned(), at));
+        }
+    }
+    Ok(oldest)
+}
+
+/// Held jobs (running or stopping) of every organization, by worker then age; at most `limit`.
+pub async fn held_jobs(db: &impl ConnectionTrait, limit: u64) -> Result<Vec<training_job::Model>, DbErr> {
+    training_job::Entity::find()
+        .filter(held())
+        .order_by_asc(training_job::Column::WorkerId)
+        .order_by_asc(training_job::Column::ClaimedAt)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Queued and held jobs per organization: `(org id, status, count)`.
+pub async fn open_counts_by_org(db: &impl ConnectionTrait) -> Result<Vec<(String, String, i64)>, DbErr> {
+    training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::OrgId)
+        .column(training_job::Column::Status)
+        .column_as(
+            Expr::cust_with_expr("CAST(COUNT($1) AS BIGINT)", Expr::col(training_job::Column::Id)),
+            "jobs",
+        )
+        .filter(training_job::Column::Status.is_in([QUEUED, RUNNING, STOPPING]))
+        .group_by(training_job::Column::OrgId)
+        .group_by(training_job::Column::Status)
+        .into_tuple()
         .all(db)
         .await
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::actor::{ask, Enqueue};
-use super::repo::{self, JobFilter, NewJob, StopOutcome};
+use super::repo::{self, JobFilter, NewJob};
 use super::{service, JobView};
 use crate::auth::{Caller, Member};
 use crate::domain::{JobAction, JobId, OrgId, ProjectId};
@@ -300,6 +300,7 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
     let filter = JobFilter {
         project_id: query.project_id.map(ProjectId::into_string),
         training_task_id: query.training_task_id,
+        ..JobFilter::default()
     };
     let limit = query.limit.unwrap_or(50) as u64;
     let jobs: Vec<JobView> = repo::list_jobs(&caller.state().db, &orgs, &filter, limit)
@@ -405,14 +406,8 @@ pub async fn stop_job(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let job = visible_job(&caller, &path, body.org_id.as_ref()).await?;
-    match repo::stop_job(&caller.state().db, &job.id, body.reason.as_deref()).await? {
-        StopOutcome::Stopped(job) => Ok(HttpResponse::Ok().json(JobView::from(&job))),
-        StopOutcome::AlreadyFinished(job) => Err(ApiError::Conflict(format!(
-            "the job already ended ({})",
-            job.status
-        ))),
-        StopOutcome::NotFound => Err(ApiError::not_found("job")),
-    }
+    let stopped = service::stop_job(caller.state(), &job, body.reason.as_deref()).await?;
+    Ok(HttpResponse::Ok().json(JobView::from(&stopped)))
 }
 
 static SECRET_NAME_RE: LazyLock<regex::Regex> =

@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use super::repo::{self, SecretChange};
+use entities::training_job;
+
+use super::actor::{ask, RequeueStale};
+use super::repo::{self, SecretChange, StopOutcome, SweepCounts};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -49,4 +52,90 @@ pub async fn worker_secrets(state: &AppState, org_id: &str) -> ApiResult<BTreeMa
         }
     }
     Ok(secrets)
+}
+
+/// Stops a job (queued → user_stopped, running → stopping); 409 once it has ended.
+pub async fn stop_job(
+    state: &AppState,
+    job: &training_job::Model,
+    reason: Option<&str>,
+) -> ApiResult<training_job::Model> {
+    match repo::stop_job(&state.db, &job.id, reason).await? {
+        StopOutcome::Stopped(job) => Ok(job),
+        StopOutcome::AlreadyFinished(job) => Err(ApiError::Conflict(format!(
+            "the job already ended ({})",
+            job.status
+        ))),
+        StopOutcome::NotFound => Err(ApiError::not_found("job")),
+    }
+}
+
+/// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
+pub async fn requeue_stale(state: &AppState) -> ApiResult<SweepCounts> {
+    Ok(ask(&state.queue, RequeueStale).await?)
+}
+
+/// The queue as an operator sees it.
+pub struct QueueOverview {
+    /// `(action, status, jobs)`.
+    pub counts: Vec<(String, String, i64)>,
+    /// The oldest queued job's age per action.
+    pub oldest_queued: Vec<(String, chrono::Duration)>,
+    /// Held jobs (running or stopping), by worker.
+    pub held: Vec<training_job::Model>,
+    /// Held jobs whose last sign of life is older than the stale threshold.
+    pub stale: Vec<training_job::Model>,
+    pub stale_after: chrono::Duration,
+}
+
+/// How many held jobs the overview lists.
+const HELD_SHOWN: u64 = 500;
+
+pub async fn queue_overview(state: &AppState) -> ApiResult<QueueOverview> {
+    let now = chrono::Utc::now();
+    let stale_after = chrono::Duration::seconds(state.settings.queue.stale_after_secs as i64);
+    let counts = repo::counts_by_action_status(&state.db).await?;
+    let oldest_queued = repo::oldest_queued(&state.db)
+        .await?
+        .into_iter()
+        .map(|(action, at)| (action, now - at))
+        .collect();
+    let held = repo::held_jobs(&state.db, HELD_SHOWN).await?;
+    let stale = held
+        .iter()
+        .filter(|job| {
+            job.heartbeat_at
+                .or(job.claimed_at)
+                .is_some_and(|seen| now - seen > stale_after)
+        })
+        .cloned()
+        .collect();
+    Ok(QueueOverview {
+        counts,
+        oldest_queued,
+        held,
+        stale,
+        stale_after,
+    })
+}
+
+/// The organization's job (another organization's is "not found").
+pub async fn job_of_org(state: &AppState, org_id: &str, job_id: &str) -> ApiResult<training_job::Model> {
+    repo::find_job(&state.db, job_id)
+        .await?
+        .filter(|job| job.org_id == org_id)
+        .ok_or_else(|| ApiError::not_found("job"))
+}
+
+/// A page of the organization's jobs, newest first, and whether more follow.
+pub async fn jobs_page(
+    state: &AppState,
+    org_id: &crate::domain::OrgId,
+    filter: &repo::JobFilter,
+    limit: u64,
+) -> ApiResult<(Vec<training_job::Model>, bool)> {
+    let mut jobs = repo::list_jobs(&state.db, std::slice::from_ref(org_id), filter, limit + 1).await?;
+    let more = jobs.len() as u64 > limit;
+    jobs.truncate(limit as usize);
+    Ok((jobs, more))
 }

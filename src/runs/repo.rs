@@ -7,7 +7,7 @@ use entities::{project, run, run_checkpoint};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
-    PaginatorTrait, QueryFilter, QueryOrder,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 
 use super::{CheckpointItem, RunCreateRequest, RunUpdateRequest, TrackerLink, INITIAL_STATUS};
@@ -195,5 +195,42 @@ pub async fn count_checkpoints(
         .filter(run_checkpoint::Column::RunId.eq(run_id))
         .filter(run_checkpoint::Column::ProjectId.eq(project_id))
         .count(db)
+        .await
+}
+
+/// The organization's runs (of one project when given), newest first; at most `limit`.
+pub async fn runs_of_org(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    project_id: Option<&str>,
+    limit: u64,
+) -> Result<Vec<run::Model>, DbErr> {
+    let mut query = run::Entity::find().filter(run::Column::OrgId.eq(org_id));
+    if let Some(project) = project_id {
+        query = query.filter(run::Column::ProjectId.eq(project));
+    }
+    query
+        .order_by_desc(run::Column::CreatedAt)
+        .order_by_desc(run::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The checkpoints of these runs of the organization, by run then step.
+pub async fn checkpoints_of_runs(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    run_ids: &[String],
+) -> Result<Vec<run_checkpoint::Model>, DbErr> {
+    if run_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    run_checkpoint::Entity::find()
+        .filter(run_checkpoint::Column::OrgId.eq(org_id))
+        .filter(run_checkpoint::Column::RunId.is_in(run_ids.iter().cloned()))
+        .order_by_asc(run_checkpoint::Column::RunId)
+        .order_by_asc(run_checkpoint::Column::Step)
+        .all(db)
         .await
 }

@@ -79,6 +79,105 @@ pub async fn newest_of_project(
         .await
 }
 
+/// A trace as a list shows it: no request or response body.
+#[derive(Debug, Clone, sea_orm::FromQueryResult)]
+pub struct TraceRow {
+    pub id: String,
+    pub provider: String,
+    pub model: Option<String>,
+    pub status_code: i32,
+    pub stream: bool,
+    pub complete: bool,
+    pub latency_ms: i64,
+    pub ttfb_ms: Option<i64>,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub total_tokens: Option<i64>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Which of a project's traces to list.
+#[derive(Debug, Default, Clone)]
+pub struct TraceFilter {
+    pub model: Option<String>,
+    /// `Some(true)`: 2xx answers only; `Some(false)`: the others.
+    pub ok: Option<bool>,
+    /// Keyset paging: only traces older than this `(created_at, id)`.
+    pub before: Option<(DateTime<Utc>, String)>,
+}
+
+/// A page of the project's traces, newest first.
+pub async fn page_of_project(
+    db: &impl ConnectionTrait,
+    project_id: &str,
+    filter: &TraceFilter,
+    limit: u64,
+) -> Result<Vec<TraceRow>, DbErr> {
+    use sea_orm::sea_query::Condition;
+    let mut query = trace::Entity::find()
+        .select_only()
+        .columns([
+            trace::Column::Id,
+            trace::Column::Provider,
+            trace::Column::Model,
+            trace::Column::StatusCode,
+            trace::Column::Stream,
+            trace::Column::Complete,
+            trace::Column::LatencyMs,
+            trace::Column::TtfbMs,
+            trace::Column::PromptTokens,
+            trace::Column::CompletionTokens,
+            trace::Column::TotalTokens,
+            trace::Column::CreatedAt,
+        ])
+        .filter(trace::Column::ProjectId.eq(project_id));
+    if let Some(model) = &filter.model {
+        query = query.filter(trace::Column::Model.eq(model.as_str()));
+    }
+    match filter.ok {
+        Some(true) => query = query.filter(trace::Column::StatusCode.between(200, 299)),
+        Some(false) => {
+            query = query.filter(
+                Condition::any()
+                    .add(trace::Column::StatusCode.lt(200))
+                    .add(trace::Column::StatusCode.gt(299)),
+            )
+        }
+        None => {}
+    }
+    if let Some((at, id)) = &filter.before {
+        query = query.filter(
+            Condition::any().add(trace::Column::CreatedAt.lt(*at)).add(
+                Condition::all()
+                    .add(trace::Column::CreatedAt.eq(*at))
+                    .add(trace::Column::Id.lt(id.as_str())),
+            ),
+        );
+    }
+    query
+        .order_by_desc(trace::Column::CreatedAt)
+        .order_by_desc(trace::Column::Id)
+        .limit(limit)
+        .into_model::<TraceRow>()
+        .all(db)
+        .await
+}
+
+/// The models a project's traces name, alphabetically (for a filter's choices).
+pub async fn models_of_project(db: &impl ConnectionTrait, project_id: &str) -> Result<Vec<String>, DbErr> {
+    let models: Vec<Option<String>> = trace::Entity::find()
+        .select_only()
+        .column(trace::Column::Model)
+        .filter(trace::Column::ProjectId.eq(project_id))
+        .distinct()
+        .order_by_asc(trace::Column::Model)
+        .limit(200)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(models.into_iter().flatten().collect())
+}
+
 /// Those of `ids` that belong to one of `orgs`, in no particular order.
 pub async fn find_in_orgs(
     db: &impl ConnectionTrait,

@@ -179,6 +179,11 @@ impl TraceWriter {
         }
     }
 
+    /// Traces waiting for the writer now.
+    pub fn queue_depth(&self) -> usize {
+        self.handle.0.lock().traces.len()
+    }
+
     /// Writes everything handed over so far; answers when it is in the database (at once
     /// if the writer is gone).
     pub async fn drain(&self) {

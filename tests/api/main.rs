@@ -7,6 +7,7 @@ mod helpers;
 mod auth;
 mod billing;
 mod cli;
+mod console;
 mod flash;
 mod logs;
 mod operator;

@@ -11,7 +11,7 @@ use crate::helpers::*;
 
 const CLAIM: &str = "/api/training/internal/jobs/claim";
 
-async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, body: Value) -> Value {
+pub async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, body: Value) -> Value {
     let mut body = body;
     body["projectId"] = json!(project);
     json_of(
@@ -21,14 +21,14 @@ async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, body: Value) -> Va
     .await
 }
 
-async fn tracer(app: &TestApp, org: &TestOrg, project: &str) -> String {
+pub async fn tracer(app: &TestApp, org: &TestOrg, project: &str) -> String {
     enqueue(app, org, project, json!({"action": "tracer"})).await["jobId"]
         .as_str()
         .unwrap()
         .to_owned()
 }
 
-async fn claim(app: &TestApp, worker: &str, action: &str, limit: i64) -> Vec<Value> {
+pub async fn claim(app: &TestApp, worker: &str, action: &str, limit: i64) -> Vec<Value> {
     let body = json!({"worker_id": worker, "action": action, "limit": limit});
     json_of(app.post(CLAIM, INTERNAL_KEY, &body).await, StatusCode::OK).await["jobs"]
         .as_array()

@@ -576,7 +576,7 @@ async fn the_cli_writes_jsonl_through_the_api() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("401"));
 }
 
-fn eval_body(project: &str, cases: Value) -> Value {
+pub fn eval_body(project: &str, cases: Value) -> Value {
     json!({"project_id": project, "suite_name": "smoke", "environment_reference": "acme/support/grader",
         "model": "llama", "cases": cases})
 }

@@ -17,6 +17,17 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    pub const ALL: [Self; 8] = [
+        Self::Topup,
+        Self::AutoTopup,
+        Self::Promo,
+        Self::StarterCredit,
+        Self::RunFee,
+        Self::ServingUsage,
+        Self::TrainingEstimate,
+        Self::TrainingRun,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Topup => "topup",

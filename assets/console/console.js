@@ -1,0 +1,33 @@
+// keel console: refreshes the parts of a page marked data-refresh every data-every seconds,
+// fetching only that part (X-Console-Partial). Pages work without it.
+(function () {
+  "use strict";
+  function refresh(el) {
+    var url = el.getAttribute("data-refresh");
+    var every = Math.max(1, parseInt(el.getAttribute("data-every") || "5", 10)) * 1000;
+    function tick() {
+      if (document.hidden || el.contains(document.activeElement) && document.activeElement.tagName === "INPUT") {
+        return setTimeout(tick, every);
+      }
+      fetch(url, { credentials: "same-origin", headers: { "X-Console-Partial": "1" } })
+        .then(function (response) {
+          if (response.redirected || !response.ok) {
+            window.location.reload();
+            return null;
+          }
+          return response.text();
+        })
+        .then(function (html) {
+          if (html !== null) {
+            el.innerHTML = html;
+            setTimeout(tick, every);
+          }
+        })
+        .catch(function () { setTimeout(tick, every * 2); });
+    }
+    setTimeout(tick, every);
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-refresh]").forEach(refresh);
+  });
+})();

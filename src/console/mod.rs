@@ -1,0 +1,313 @@
+//! The console: server-rendered pages under `/console` for organizations and operators.
+//! Handlers read through the same services and repos as the JSON API and decide access with
+//! the same caller and membership checks; templates are compiled in and autoescape.
+
+mod assets;
+mod chart;
+mod format;
+mod operator;
+mod org;
+mod pages;
+pub mod session;
+mod signin;
+mod work;
+
+use actix_web::cookie::Cookie;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use askama::Template;
+
+use crate::error::ApiError;
+
+/// The console's content security policy: nothing inline, nothing from elsewhere, no framing.
+pub const CSP: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// Mounts the console. Every path of it is listed here.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    let headers = DefaultHeaders::new()
+        .add((header::CONTENT_SECURITY_POLICY, CSP))
+        .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .add((header::REFERRER_POLICY, "same-origin"))
+        .add((header::X_FRAME_OPTIONS, "DENY"))
+        .add((header::CACHE_CONTROL, "no-store"));
+    cfg.service(
+        web::scope("/console")
+            .wrap(headers)
+            .route("", web::get().to(signin::home))
+            .route("/", web::get().to(signin::home))
+            .route("/login", web::get().to(signin::login_form))
+            .route("/login", web::post().to(signin::login))
+            .route("/logout", web::post().to(signin::logout))
+            .route("/orgs", web::get().to(signin::organizations))
+            .route("/orgs/pick", web::post().to(signin::pick_org))
+            .route("/static/{name}", web::get().to(assets::serve))
+            .route("/o/{org}", web::get().to(org::overview))
+            .route("/o/{org}/card", web::post().to(org::save_card))
+            .route("/o/{org}/card/remove", web::post().to(org::remove_card))
+            .route("/o/{org}/auto-topup", web::post().to(org::auto_topup))
+            .route("/o/{org}/topup", web::post().to(org::topup))
+            .route("/o/{org}/promo", web::post().to(org::promo))
+            .route("/o/{org}/starter-credit", web::post().to(org::starter_credit))
+            .route("/o/{org}/ledger", web::get().to(org::ledger))
+            .route("/o/{org}/keys", web::get().to(org::keys))
+            .route("/o/{org}/keys", web::post().to(org::create_key))
+            .route("/o/{org}/keys/{key}/revoke", web::post().to(org::revoke_key))
+            .route("/o/{org}/jobs", web::get().to(work::jobs))
+            .route("/o/{org}/jobs/{job}", web::get().to(work::job))
+            .route("/o/{org}/jobs/{job}/stop", web::post().to(work::stop_job))
+            .route("/o/{org}/traces", web::get().to(work::trace_projects))
+            .route("/o/{org}/projects/{project}/traces", web::get().to(work::traces))
+            .route("/o/{org}/projects/{project}/export", web::post().to(work::export))
+            .route("/o/{org}/traces/{trace}", web::get().to(work::trace))
+            .route("/o/{org}/evals", web::get().to(work::evals))
+            .route("/o/{org}/evals/{run}", web::get().to(work::eval_run))
+            .route("/o/{org}/runs", web::get().to(work::runs))
+            .route("/operator/queue", web::get().to(operator::queue))
+            .route("/operator/requeue-stale", web::post().to(operator::requeue_stale))
+            .route("/operator/writer", web::get().to(operator::writer))
+            .default_service(web::to(not_found)),
+    );
+}
+
+async fn not_found() -> Result<HttpResponse, ConsoleError> {
+    Err(ConsoleError::NotFound)
+}
+
+/// A console failure, answered as a page (or, signed out, a way back to the sign-in form).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    #[error("signed out")]
+    SignedOut,
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+impl From<sea_orm::DbErr> for ConsoleError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Self::Api(err.into())
+    }
+}
+
+impl ResponseError for ConsoleError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::SignedOut => StatusCode::SEE_OTHER,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Api(err) => err.status_code(),
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if let Self::SignedOut = self {
+            let mut gone = Cookie::new(session::COOKIE, "");
+            gone.set_path("/console");
+            gone.make_removal();
+            return HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, "/console/login"))
+                .cookie(gone)
+                .finish();
+        }
+        let message = match self {
+            Self::NotFound => "There is nothing here, or it belongs to another organization.".to_owned(),
+            Self::Forbidden(why) => (*why).to_owned(),
+            Self::Api(err) => {
+                if status.is_server_error() {
+                    // The cause goes to the log once, as the API logs it.
+                    drop(err.error_response());
+                }
+                describe(err)
+            }
+            Self::SignedOut => String::new(),
+        };
+        let page = pages::ErrorPage {
+            l: pages::Layout::bare(status.canonical_reason().unwrap_or("Error")),
+            status: status.as_u16(),
+            message,
+        };
+        html(status, &page)
+    }
+}
+
+/// What a user is told about a failed call (never internals).
+fn describe(err: &ApiError) -> String {
+    match err {
+        ApiError::Validation(issues) => issues
+            .iter()
+            .map(|i| {
+                let field = i.loc.last().and_then(|l| l.as_str()).unwrap_or("value");
+                format!("{field}: {}", i.msg)
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        ApiError::Unexpected(_) => "Something went wrong on our side; it has been logged.".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A rendered page.
+fn html(status: StatusCode, page: &impl Template) -> HttpResponse {
+    match page.render() {
+        Ok(body) => HttpResponse::build(status)
+            .insert_header((
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ))
+            .body(body),
+        Err(err) => {
+            tracing::error!(error = %err, "console template failed");
+            HttpResponse::InternalServerError().finish()
+        }
+    }
+}
+
+/// The outcome of a form, shown once on the next page.
+#[derive(Debug, Clone)]
+pub struct Flash {
+    pub ok: bool,
+    pub message: String,
+}
+
+const FLASH_COOKIE: &str = "keel_flash";
+
+impl Flash {
+    fn read(req: &HttpRequest) -> Option<Self> {
+        let cookie = req.cookie(FLASH_COOKIE)?;
+        let raw = hex::decode(cookie.value()).ok()?;
+        let text = String::from_utf8(raw).ok()?;
+        let (kind, message) = text.split_once(':')?;
+        Some(Self {
+            ok: kind == "ok",
+            message: message.chars().take(500).collect(),
+        })
+    }
+
+    fn cookie(&self) -> Cookie<'static> {
+        let kind = if self.ok { "ok" } else { "error" };
+        let message: String = self.message.chars().take(500).collect();
+        let mut cookie = Cookie::new(FLASH_COOKIE, hex::encode(format!("{kind}:{message}")));
+        cookie.set_path("/console");
+        cookie.set_http_only(true);
+        cookie.set_same_site(actix_web::cookie::SameSite::Strict);
+        cookie
+    }
+
+    fn cleared() -> Cookie<'static> {
+        let mut cookie = Cookie::new(FLASH_COOKIE, "");
+        cookie.set_path("/console");
+        cookie.make_removal();
+        cookie
+    }
+}
+
+/// After a form: back to `to`, with its outcome. A refused call (4xx) is shown on the page;
+/// anything else is an error page.
+fn after_form<T>(
+    to: &str,
+    outcome: Result<T, ApiError>,
+    ok: impl FnOnce(T) -> String,
+) -> Result<HttpResponse, ConsoleError> {
+    let flash = match outcome {
+        Ok(value) => Flash {
+            ok: true,
+            message: ok(value),
+        },
+        Err(err) if err.status_code().is_client_error() => Flash {
+            ok: false,
+            message: describe(&err),
+        },
+        Err(err) => return Err(err.into()),
+    };
+    Ok(redirect(to).cookie(flash.cookie()).finish())
+}
+
+fn redirect(to: &str) -> actix_web::HttpResponseBuilder {
+    let mut builder = HttpResponse::SeeOther();
+    builder.insert_header((header::LOCATION, to.to_owned()));
+    builder
+}
+
+/// A page, with the flash it showed cleared.
+fn page(req: &HttpRequest, page: &impl Template) -> HttpResponse {
+    let mut response = html(StatusCode::OK, page);
+    if req.cookie(FLASH_COOKIE).is_some() {
+        let _ = response.add_cookie(&Flash::cleared());
+    }
+    response
+}
+
+/// Whether the request asks only for the part of a page that refreshes itself.
+fn wants_partial(req: &HttpRequest) -> bool {
+    req.headers().contains_key("x-console-partial")
+}
+
+/// A submitted console form: its CSRF token, and its other fields, which parse and validate
+/// as the JSON API's body for the same action (the same bounds, the same messages).
+pub struct FormFields {
+    csrf: String,
+    fields: Vec<(String, String)>,
+}
+
+impl FormFields {
+    fn parse(body: &[u8]) -> Self {
+        let mut csrf = String::new();
+        let mut fields = Vec::new();
+        for (name, value) in form_urlencoded::parse(body) {
+            match name.as_ref() {
+                "csrf" => csrf = value.into_owned(),
+                _ if value.trim().is_empty() => {}
+                _ => fields.push((name.into_owned(), value.into_owned())),
+            }
+        }
+        Self { csrf, fields }
+    }
+
+    /// Every value of a repeated field.
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.fields
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.all(name).into_iter().next()
+    }
+
+    /// The fields as the API's body `T` of organization `org_id`.
+    fn body<T: serde::de::DeserializeOwned + crate::http::validate::Validate>(
+        &self,
+        org_id: &str,
+    ) -> Result<T, ApiError> {
+        self.parse_as(Some(org_id))
+    }
+
+    /// The fields as the API's body `T`, which names no organization.
+    fn plain_body<T: serde::de::DeserializeOwned + crate::http::validate::Validate>(
+        &self,
+    ) -> Result<T, ApiError> {
+        self.parse_as(None)
+    }
+
+    fn parse_as<T: serde::de::DeserializeOwned + crate::http::validate::Validate>(
+        &self,
+        org_id: Option<&str>,
+    ) -> Result<T, ApiError> {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if let Some(org_id) = org_id {
+            query.append_pair("orgId", org_id);
+        }
+        for (name, value) in &self.fields {
+            query.append_pair(name, value);
+        }
+        crate::http::extract::parse_query(&query.finish())
+    }
+}

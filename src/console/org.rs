@@ -1,0 +1,434 @@
+//! An organization's money and people: overview (balance, card, top-ups, spend), ledger,
+//! API keys and members.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{Duration, Utc};
+use entities::ledger_entry;
+use serde::Deserialize;
+
+use super::chart::{self, Series};
+use super::pages::{KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow};
+use super::session::{OrgView, Viewer};
+use super::{after_form, format, page, ConsoleError, Flash, FormFields};
+use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
+use crate::billing::ledger::EntryKind;
+use crate::billing::{repo, service};
+use crate::domain::Microcents;
+use crate::error::ApiError;
+
+/// Days the spend chart and the usage table cover.
+const PERIOD_DAYS: i64 = 30;
+/// Ledger entries per page.
+const LEDGER_PAGE: u64 = 50;
+
+/// The frame of an organization's page, with the organization's name.
+pub(super) async fn org_layout(
+    viewer: &Viewer,
+    org: &OrgView,
+    title: &str,
+    active: &'static str,
+    req: &HttpRequest,
+) -> Result<Layout, ConsoleError> {
+    let name = crate::orgs::repo::find_org(&viewer.state.db, &org.org_id)
+        .await?
+        .map(|o| o.name)
+        .unwrap_or_default();
+    Ok(Layout::new(title, viewer, active, Flash::read(req)).with_org(org, name))
+}
+
+fn ledger_row(e: &ledger_entry::Model) -> LedgerRow {
+    LedgerRow {
+        at: format::time(e.created_at),
+        kind: e.kind.clone(),
+        amount: format::dollars(Microcents(e.amount_microcents)),
+        amount_exact: format::exact(Microcents(e.amount_microcents)),
+        credit: e.amount_microcents > 0,
+        balance_after: format::dollars(Microcents(e.balance_after_microcents)),
+        reason: e.reason.clone(),
+        key: e.idempotency_key.clone().unwrap_or_default(),
+    }
+}
+
+pub async fn overview(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let l = org_layout(&viewer, &org, "Overview", "overview", &req).await?;
+    let state = &viewer.state;
+    let (account, recent) = service::overview(state, &org.org_id).await?;
+    let today = Utc::now().date_naive();
+    let first = today - Duration::days(PERIOD_DAYS - 1);
+    let since = first.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
+    let days: Vec<String> = (0..PERIOD_DAYS)
+        .map(|d| (first + Duration::days(d)).format("%Y-%m-%d").to_string())
+        .collect();
+    let index: BTreeMap<&str, usize> = days.iter().enumerate().map(|(i, d)| (d.as_str(), i)).collect();
+    let mut serving = vec![0i64; days.len()];
+    let mut training = vec![0i64; days.len()];
+    let mut fees = vec![0i64; days.len()];
+    let mut credits = vec![0i64; days.len()];
+    let (mut debited, mut credited) = (0i64, 0i64);
+    for (day, kind, total) in repo::daily_totals(&state.db, &org.org_id, since).await? {
+        let Some(&d) = index.get(day.as_str()) else {
+            continue;
+        };
+        if total > 0 {
+            credits[d] += total;
+            credited += total;
+            continue;
+        }
+        debited -= total;
+        match kind.as_str() {
+            k if k == EntryKind::ServingUsage.as_str() => serving[d] -= total,
+            k if k == EntryKind::RunFee.as_str() => fees[d] -= total,
+            _ => training[d] -= total,
+        }
+    }
+    let series = [
+        Series {
+            name: "serving usage",
+            class: "s-serving",
+            values: serving,
+        },
+        Series {
+            name: "training",
+            class: "s-training",
+            values: training,
+        },
+        Series {
+            name: "run fees",
+            class: "s-fees",
+            values: fees,
+        },
+    ];
+    let chart = chart::stacked_bars(&days, &series, &credits, |v| format::dollars(Microcents(v)));
+    let usage = repo::usage_by_model(&state.db, &org.org_id, since)
+        .await?
+        .into_iter()
+        .map(|(model, prompt, completion, charged, requests)| UsageRow {
+            model,
+            requests,
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            charged: format::dollars(Microcents(charged)),
+        })
+        .collect();
+    let balance = Microcents(account.balance_microcents);
+    let card = match (&account.payment_method_id, &account.pm_brand, &account.pm_last4) {
+        (Some(_), Some(brand), Some(last4)) => Some(format!(
+            "{brand} ending in {last4}, expires {:02}/{}",
+            account.pm_exp_month.unwrap_or(0),
+            account.pm_exp_year.unwrap_or(0)
+        )),
+        _ => None,
+    };
+    let simulated = state.settings.payments.mode == crate::config::PaymentsMode::Simulated;
+    Ok(page(
+        &req,
+        &OverviewPage {
+            l,
+            balance: format::dollars(balance),
+            balance_exact: format::exact(balance),
+            card,
+            auto_enabled: account.auto_topup_enabled,
+            auto_paused: account.auto_topup_declines >= crate::billing::ledger::MAX_AUTO_TOPUP_DECLINES,
+            auto_threshold: account
+                .auto_topup_threshold_cents
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            auto_amount: account
+                .auto_topup_amount_cents
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            starter_granted: account.starter_credit_granted,
+            starter_amount: format::cents(state.settings.billing.starter_credit_cents.get()),
+            chart_summary: format!(
+                "Last {PERIOD_DAYS} days: {} debited, {} credited.",
+                format::dollars(Microcents(debited)),
+                format::dollars(Microcents(credited))
+            ),
+            chart,
+            usage,
+            recent: recent.iter().map(ledger_row).collect(),
+            topup_key: uuid::Uuid::new_v4().to_string(),
+            test_cards: match simulated {
+                true => vec![
+                    ("pm_card_visa", "Visa 4242 (succeeds)"),
+                    ("pm_card_chargeDeclined", "Visa 0002 (declined at charge)"),
+                ],
+                false => Vec::new(),
+            },
+        },
+    ))
+}
+
+fn back_to_overview(org: &OrgView) -> String {
+    format!("/console/o/{}", org.org_id)
+}
+
+pub async fn save_card(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    let outcome = async {
+        let body: PaymentMethodBody = form.body(&org.org_id)?;
+        service::save_payment_method(&viewer.state, &org.org_id, &body.payment_method_id).await
+    }
+    .await;
+    after_form(&back_to_overview(&org), outcome, |card| {
+        format!("Card saved: {} ending in {}.", card.brand, card.last4)
+    })
+}
+
+pub async fn remove_card(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    let outcome = service::delete_payment_method(&viewer.state, &org.org_id).await;
+    after_form(&back_to_overview(&org), outcome, |auto_off| match auto_off {
+        true => "Card removed; auto top-up is now off.".into(),
+        false => "Card removed.".into(),
+    })
+}
+
+pub async fn auto_topup(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    let outcome = async {
+        let body: AutoTopupBody = form.body(&org.org_id)?;
+        service::set_auto_topup(
+            &viewer.state,
+            &org.org_id,
+            body.enabled,
+            body.threshold_cents,
+            body.amount_cents,
+        )
+        .await
+        .map(|()| body.enabled)
+    }
+    .await;
+    after_form(&back_to_overview(&org), outcome, |enabled| match enabled {
+        true => "Auto top-up is on.".into(),
+        false => "Auto top-up is off.".into(),
+    })
+}
+
+pub async fn topup(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    // The form's own key: submitting it twice charges once.
+    let key = form.get("idempotencyKey").map(str::to_owned);
+    let fields = FormFields {
+        csrf: String::new(),
+        fields: form
+            .fields
+            .iter()
+            .filter(|(n, _)| n != "idempotencyKey")
+            .cloned()
+            .collect(),
+    };
+    let outcome = async {
+        let body: TopupBody = fields.body(&org.org_id)?;
+        service::topup(&viewer.state, &org.org_id, body.amount_cents, key.as_deref()).await
+    }
+    .await;
+    after_form(&back_to_overview(&org), outcome, |topup| {
+        match topup.status.as_str() {
+            "succeeded" => format!(
+                "Top-up succeeded; the balance is {}.",
+                format::dollars(topup.balance)
+            ),
+            other => format!("Top-up {other}; it is credited once the payment settles."),
+        }
+    })
+}
+
+pub async fn promo(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    let outcome = async {
+        let body: PromoCodeBody = form.body(&org.org_id)?;
+        service::redeem_promo(&viewer.state, &org.org_id, &body.code).await
+    }
+    .await;
+    after_form(&back_to_overview(&org), outcome, |promo| {
+        format!(
+            "Promo code redeemed: {} credited.",
+            format::cents(promo.credited.get())
+        )
+    })
+}
+
+pub async fn starter_credit(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    let outcome = service::grant_starter_credit(&viewer.state, &org.org_id).await;
+    after_form(&back_to_overview(&org), outcome, |(credited, _)| {
+        format!(
+            "Starter credit granted: {} credited.",
+            format::cents(credited.get())
+        )
+    })
+}
+
+#[derive(Deserialize)]
+pub struct LedgerQuery {
+    kind: Option<String>,
+    before: Option<i64>,
+}
+
+pub async fn ledger(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<LedgerQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let l = org_layout(&viewer, &org, "Ledger", "ledger", &req).await?;
+    let kind = query
+        .kind
+        .as_deref()
+        .and_then(|k| EntryKind::ALL.iter().find(|e| e.as_str() == k))
+        .map(|e| e.as_str());
+    let mut entries =
+        repo::ledger_page(&viewer.state.db, &org.org_id, kind, query.before, LEDGER_PAGE + 1).await?;
+    let next = (entries.len() as u64 > LEDGER_PAGE).then(|| {
+        entries.truncate(LEDGER_PAGE as usize);
+        let last = entries.last().map_or(0, |e| e.id);
+        let mut link = form_urlencoded::Serializer::new(String::new());
+        if let Some(kind) = kind {
+            link.append_pair("kind", kind);
+        }
+        link.append_pair("before", &last.to_string());
+        format!("/console/o/{}/ledger?{}", org.org_id, link.finish())
+    });
+    Ok(page(
+        &req,
+        &LedgerPage {
+            l,
+            kinds: EntryKind::ALL.iter().map(|k| k.as_str()).collect(),
+            kind: kind.unwrap_or_default().to_owned(),
+            entries: entries.iter().map(ledger_row).collect(),
+            next,
+        },
+    ))
+}
+
+pub async fn keys(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    keys_page(&req, &viewer, &org, None).await
+}
+
+async fn keys_page(
+    req: &HttpRequest,
+    viewer: &Viewer,
+    org: &OrgView,
+    new_key: Option<String>,
+) -> Result<HttpResponse, ConsoleError> {
+    let l = org_layout(viewer, org, "API keys and members", "keys", req).await?;
+    let keys = crate::orgs::repo::api_keys_of(&viewer.state.db, &org.org_id)
+        .await?
+        .into_iter()
+        .map(|k| KeyRow {
+            id: k.id,
+            name: k.name.unwrap_or_default(),
+            prefix: k.prefix,
+            created: format::time(k.created_at),
+            revoked: k.revoked_at.map(format::time),
+        })
+        .collect();
+    let members = crate::orgs::repo::members_of(&viewer.state.db, &org.org_id)
+        .await?
+        .into_iter()
+        .map(|(m, email)| MemberRow {
+            user_id: m.user_id,
+            email: email.unwrap_or_default(),
+            role: m.role,
+            since: format::time(m.created_at),
+        })
+        .collect();
+    Ok(page(
+        req,
+        &KeysPage {
+            l,
+            keys,
+            members,
+            new_key,
+            is_owner: org.is_owner(),
+        },
+    ))
+}
+
+/// Creates a key (owners only) and shows it this once, on the page that answers the form.
+pub async fn create_key(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, true).await?;
+    let body: Result<crate::orgs::ApiKeyBody, ApiError> = form.plain_body();
+    let body = match body {
+        Ok(body) => body,
+        Err(err) => {
+            return after_form(
+                &format!("/console/o/{}/keys", org.org_id),
+                Err::<(), _>(err),
+                |_| String::new(),
+            )
+        }
+    };
+    let created =
+        crate::orgs::repo::create_api_key(&viewer.state.db, &org.org_id, body.name.as_deref()).await?;
+    keys_page(&req, &viewer, &org, Some(created.secret)).await
+}
+
+#[derive(Deserialize)]
+pub struct KeyPath {
+    org: String,
+    key: String,
+}
+
+pub async fn revoke_key(
+    viewer: Viewer,
+    path: web::Path<KeyPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, true).await?;
+    let outcome = crate::orgs::service::revoke_key(&viewer.state, &org.org_id, &path.key).await;
+    after_form(&format!("/console/o/{}/keys", org.org_id), outcome, |()| {
+        "API key revoked.".into()
+    })
+}

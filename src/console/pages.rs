@@ -1,0 +1,418 @@
+//! Every console page: its template and the values it shows, already formatted.
+
+use askama::Template;
+
+use super::session::{OrgView, Viewer};
+use super::Flash;
+
+/// What every page's frame shows.
+pub struct Layout {
+    pub title: String,
+    pub csrf: String,
+    pub signed_in: bool,
+    pub operator: bool,
+    /// A user session with several organizations may switch.
+    pub pick_org: bool,
+    pub org: Option<OrgNav>,
+    pub active: &'static str,
+    pub flash: Option<Flash>,
+}
+
+pub struct OrgNav {
+    pub id: String,
+    pub name: String,
+    pub read_only: bool,
+    pub is_owner: bool,
+}
+
+impl Layout {
+    /// A frame without a session (sign-in and error pages).
+    pub fn bare(title: &str) -> Self {
+        Self {
+            title: title.to_owned(),
+            csrf: String::new(),
+            signed_in: false,
+            operator: false,
+            pick_org: false,
+            org: None,
+            active: "",
+            flash: None,
+        }
+    }
+
+    pub fn new(
+        title: impl Into<String>,
+        viewer: &Viewer,
+        active: &'static str,
+        flash: Option<Flash>,
+    ) -> Self {
+        Self {
+            title: title.into(),
+            csrf: viewer.csrf.clone(),
+            signed_in: true,
+            operator: viewer.is_operator(),
+            pick_org: matches!(viewer.standing, super::session::Standing::User { .. }),
+            org: None,
+            active,
+            flash,
+        }
+    }
+
+    pub fn with_org(mut self, org: &OrgView, name: String) -> Self {
+        self.org = Some(OrgNav {
+            id: org.org_id.to_string(),
+            name,
+            read_only: !org.can_act(),
+            is_owner: org.is_owner(),
+        });
+        self
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/error.html")]
+pub struct ErrorPage {
+    pub l: Layout,
+    pub status: u16,
+    pub message: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/login.html")]
+pub struct LoginPage {
+    pub l: Layout,
+    pub error: Option<String>,
+}
+
+pub struct OrgRow {
+    pub id: String,
+    pub name: String,
+    pub slug: String,
+    pub role: String,
+    pub balance: String,
+    pub queued: i64,
+    pub running: i64,
+    pub last_activity: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/orgs.html")]
+pub struct OrgsPage {
+    pub l: Layout,
+    pub orgs: Vec<OrgRow>,
+}
+
+pub struct LedgerRow {
+    pub at: String,
+    pub kind: String,
+    pub amount: String,
+    pub amount_exact: String,
+    pub credit: bool,
+    pub balance_after: String,
+    pub reason: String,
+    pub key: String,
+}
+
+pub struct UsageRow {
+    pub model: String,
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub charged: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/overview.html")]
+pub struct OverviewPage {
+    pub l: Layout,
+    pub balance: String,
+    pub balance_exact: String,
+    pub card: Option<String>,
+    pub auto_enabled: bool,
+    pub auto_paused: bool,
+    pub auto_threshold: String,
+    pub auto_amount: String,
+    pub starter_granted: bool,
+    pub starter_amount: String,
+    pub chart: String,
+    pub chart_summary: String,
+    pub usage: Vec<UsageRow>,
+    pub recent: Vec<LedgerRow>,
+    pub topup_key: String,
+    pub test_cards: Vec<(&'static str, &'static str)>,
+}
+
+#[derive(Template)]
+#[template(path = "console/ledger.html")]
+pub struct LedgerPage {
+    pub l: Layout,
+    pub kinds: Vec<&'static str>,
+    pub kind: String,
+    pub entries: Vec<LedgerRow>,
+    pub next: Option<String>,
+}
+
+pub struct KeyRow {
+    pub id: String,
+    pub name: String,
+    pub prefix: String,
+    pub created: String,
+    pub revoked: Option<String>,
+}
+
+pub struct MemberRow {
+    pub user_id: String,
+    pub email: String,
+    pub role: String,
+    pub since: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/keys.html")]
+pub struct KeysPage {
+    pub l: Layout,
+    pub keys: Vec<KeyRow>,
+    pub members: Vec<MemberRow>,
+    /// A key just created, shown this once.
+    pub new_key: Option<String>,
+    pub is_owner: bool,
+}
+
+pub struct JobRow {
+    pub id: String,
+    pub action: String,
+    pub status: String,
+    pub project: String,
+    pub task: String,
+    pub worker: String,
+    pub attempts: i32,
+    pub created: String,
+    pub updated: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/jobs.html")]
+pub struct JobsPage {
+    pub l: Layout,
+    pub statuses: Vec<&'static str>,
+    pub actions: Vec<&'static str>,
+    pub status: String,
+    pub action: String,
+    pub project: String,
+    pub task: String,
+    pub org_id: String,
+    pub jobs: Vec<JobRow>,
+    pub next: Option<String>,
+    pub refresh_url: String,
+    pub refresh_secs: u64,
+}
+
+#[derive(Template)]
+#[template(path = "console/jobs_table.html")]
+pub struct JobsTable {
+    pub org_id: String,
+    pub jobs: Vec<JobRow>,
+}
+
+pub struct Event {
+    pub at: String,
+    pub what: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/job.html")]
+pub struct JobPage {
+    pub l: Layout,
+    pub id: String,
+    /// The rendered [`JobDetail`] (escaped by its own template).
+    pub detail: String,
+    pub refresh_url: String,
+    pub refresh_secs: u64,
+    pub live: bool,
+}
+
+#[derive(Template)]
+#[template(path = "console/job_detail.html")]
+pub struct JobDetail {
+    pub org_id: String,
+    pub csrf: String,
+    pub job: JobRow,
+    pub can_stop: bool,
+    pub stop_requested: bool,
+    pub timeline: Vec<Event>,
+    pub live_status: Option<String>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub payload: String,
+}
+
+pub struct ProjectRow {
+    pub id: String,
+    pub name: String,
+    pub count: i64,
+    pub last: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/trace_projects.html")]
+pub struct TraceProjectsPage {
+    pub l: Layout,
+    pub projects: Vec<ProjectRow>,
+}
+
+pub struct TraceRow {
+    pub id: String,
+    pub at: String,
+    pub provider: String,
+    pub model: String,
+    pub status: i32,
+    pub ok: bool,
+    pub latency: i64,
+    pub ttfb: String,
+    pub tokens: String,
+    pub stream: bool,
+}
+
+#[derive(Template)]
+#[template(path = "console/traces.html")]
+pub struct TracesPage {
+    pub l: Layout,
+    pub project_id: String,
+    pub project_name: String,
+    pub models: Vec<String>,
+    pub model: String,
+    pub status: String,
+    pub traces: Vec<TraceRow>,
+    pub next: Option<String>,
+}
+
+pub struct Part {
+    /// `text`, `image`, `tool_call` or `other`.
+    pub kind: &'static str,
+    pub text: String,
+}
+
+pub struct Message {
+    pub role: String,
+    pub parts: Vec<Part>,
+}
+
+#[derive(Template)]
+#[template(path = "console/trace.html")]
+pub struct TracePage {
+    pub l: Layout,
+    pub row: TraceRow,
+    pub project_id: String,
+    pub conversation: Vec<Message>,
+    pub reply: Vec<Message>,
+    pub request: String,
+    pub response: String,
+    pub error: Option<String>,
+}
+
+pub struct EvalRow {
+    pub id: String,
+    pub project: String,
+    pub suite: String,
+    pub model: String,
+    pub status: String,
+    pub total: i32,
+    pub passed: i32,
+    pub graded: i32,
+    pub errored: i32,
+    pub mean: String,
+    pub at: String,
+}
+
+pub struct SuiteChart {
+    pub suite: String,
+    pub svg: String,
+    pub summary: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/evals.html")]
+pub struct EvalsPage {
+    pub l: Layout,
+    pub runs: Vec<EvalRow>,
+    pub charts: Vec<SuiteChart>,
+}
+
+pub struct CaseRow {
+    pub position: i32,
+    pub case_id: String,
+    pub outcome: &'static str,
+    pub score: String,
+    pub input: String,
+    pub expected: String,
+    pub actual: String,
+    pub reason: String,
+    pub error: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/eval_run.html")]
+pub struct EvalRunPage {
+    pub l: Layout,
+    pub run: EvalRow,
+    pub filter: String,
+    pub cases: Vec<CaseRow>,
+    pub next: Option<String>,
+}
+
+pub struct RunRow {
+    pub id: String,
+    pub name: String,
+    pub project: String,
+    pub model: String,
+    pub status: String,
+    pub metrics: String,
+    pub tracker: Option<String>,
+    pub checkpoints: Vec<(i64, String)>,
+    pub updated: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/runs.html")]
+pub struct RunsPage {
+    pub l: Layout,
+    pub runs: Vec<RunRow>,
+}
+
+pub struct CountRow {
+    pub action: String,
+    pub counts: Vec<i64>,
+    pub oldest: String,
+}
+
+pub struct HeldRow {
+    pub worker: String,
+    pub jobs: Vec<HeldJob>,
+}
+
+pub struct HeldJob {
+    pub id: String,
+    pub org_id: String,
+    pub action: String,
+    pub status: String,
+    pub heartbeat: String,
+    pub stale: bool,
+}
+
+#[derive(Template)]
+#[template(path = "console/queue.html")]
+pub struct QueuePage {
+    pub l: Layout,
+    pub statuses: Vec<&'static str>,
+    pub counts: Vec<CountRow>,
+    pub held: Vec<HeldRow>,
+    pub stale: Vec<HeldJob>,
+    pub stale_after: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/writer.html")]
+pub struct WriterPage {
+    pub l: Layout,
+    pub figures: Vec<(&'static str, String)>,
+}

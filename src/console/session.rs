@@ -1,0 +1,394 @@
+//! Console sign-in: one signed, expiring cookie that names what the user signed in with (an
+//! API key's id, a session's user and organization, or the operator) and never the
+//! credential itself. Every request checks again that it still stands.
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use hmac::{Hmac, Mac};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use super::ConsoleError;
+use crate::auth::{self, keys, Caller, OrgAccess, Principal, Role, UserPrincipal};
+use crate::config::SecureCookies;
+use crate::domain::OrgId;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The console's cookie.
+pub const COOKIE: &str = "keel_console";
+/// Who a console cookie is for (never accepted as a bearer token: another audience and key).
+const AUDIENCE: &str = "keel-console";
+
+/// What a console session stands for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Standing {
+    /// An API key, by id: acts as a member of the key's organization.
+    Key { key_id: String, org_id: String },
+    /// A user's session, in one of the user's organizations (`None` until one is picked).
+    User { user_id: String, org_id: Option<String> },
+    /// An operator internal key, by a keyed digest: reads every organization.
+    Operator { fingerprint: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    #[serde(flatten)]
+    standing: Standing,
+    /// The per-session token every state-changing form carries.
+    csrf: String,
+    aud: String,
+    iat: i64,
+    exp: i64,
+}
+
+/// Signs and verifies console cookies (HS256).
+#[derive(Clone)]
+pub struct CookieKeys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    mac: [u8; 32],
+    ttl_secs: i64,
+}
+
+impl CookieKeys {
+    /// Keys derived from `secret` (so they differ from the session tokens' own), or random
+    /// ones for this process when it is empty: console logins then end at restart.
+    pub fn new(secret: &str, ttl_secs: i64) -> Self {
+        let mac: [u8; 32] = if secret.is_empty() {
+            let mut key = [0u8; 32];
+            rand::rng().fill_bytes(&mut key);
+            key
+        } else {
+            let mut derive =
+                Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap_or_else(|_| unreachable!());
+            derive.update(b"keel console cookie v1");
+            derive.finalize().into_bytes().into()
+        };
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp", "aud"]);
+        validation.set_audience(&[AUDIENCE]);
+        validation.leeway = 0;
+        Self {
+            encoding: EncodingKey::from_secret(&mac),
+            decoding: DecodingKey::from_secret(&mac),
+            validation,
+            mac,
+            ttl_secs,
+        }
+    }
+
+    /// The operator fingerprint of an internal key's digest.
+    fn fingerprint(&self, digest: &[u8; 32]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.mac).unwrap_or_else(|_| unreachable!());
+        mac.update(b"operator:");
+        mac.update(digest);
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    fn sign(
+        &self,
+        standing: Standing,
+        expires: i64,
+        csrf: Option<String>,
+    ) -> Result<(String, String), ApiError> {
+        let now = chrono::Utc::now().timestamp();
+        let csrf = csrf.unwrap_or_else(|| {
+            let mut csrf = [0u8; 16];
+            rand::rng().fill_bytes(&mut csrf);
+            hex::encode(csrf)
+        });
+        let claims = Claims {
+            standing,
+            csrf: csrf.clone(),
+            aud: AUDIENCE.into(),
+            iat: now,
+            exp: expires.min(now + self.ttl_secs),
+        };
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(anyhow::Error::from)?;
+        Ok((token, csrf))
+    }
+
+    fn verify(&self, token: &str) -> Option<Claims> {
+        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .ok()
+            .map(|data| data.claims)
+    }
+}
+
+/// Verifies a credential typed into the sign-in form; `None` when it is not accepted.
+pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standing>, ApiError> {
+    let credential = credential.trim();
+    if credential.is_empty() {
+        return Ok(None);
+    }
+    Ok(match auth::resolve(state, credential).await? {
+        None => None,
+        Some(Principal::Internal) => {
+            let digest: [u8; 32] = <Sha256 as sha2::Digest>::digest(credential.as_bytes()).into();
+            Some(Standing::Operator {
+                fingerprint: state.console_keys.fingerprint(&digest),
+            })
+        }
+        Some(Principal::User(UserPrincipal::ApiKey { key_id, org_id })) => Some(Standing::Key {
+            key_id,
+            org_id: org_id.to_string(),
+        }),
+        Some(Principal::User(UserPrincipal::Session { user_id })) => {
+            let orgs = auth::repo::memberships_of(&state.db, &user_id).await?;
+            if orgs.is_empty() {
+                // Nothing to show: the same answer as an unknown credential.
+                return Ok(None);
+            }
+            let org_id = (orgs.len() == 1).then(|| orgs[0].0.clone());
+            Some(Standing::User { user_id, org_id })
+        }
+    })
+}
+
+/// How long a session token typed into the form still has: the console session ends with it.
+pub fn credential_expiry(state: &AppState, credential: &str) -> i64 {
+    let far = i64::MAX / 2;
+    if keys::looks_like_api_key(credential) || !auth::session::looks_like_jwt(credential) {
+        return far;
+    }
+    state
+        .session_keys
+        .as_ref()
+        .and_then(|k| k.expiry(credential.trim()))
+        .unwrap_or(far)
+}
+
+/// The cookie for a console session, and its CSRF token (a new one unless `csrf` keeps the
+/// session's own, when the same session moves to another organization).
+pub fn session_cookie(
+    state: &AppState,
+    req: &HttpRequest,
+    standing: Standing,
+    expires: i64,
+    csrf: Option<String>,
+) -> Result<(Cookie<'static>, String), ApiError> {
+    let (token, csrf) = state.console_keys.sign(standing, expires, csrf)?;
+    let mut cookie = base_cookie(state, req, token);
+    cookie.set_max_age(actix_web::cookie::time::Duration::seconds(
+        state.console_keys.ttl_secs,
+    ));
+    Ok((cookie, csrf))
+}
+
+/// A cookie that ends the console session.
+pub fn cleared_cookie(state: &AppState, req: &HttpRequest) -> Cookie<'static> {
+    let mut cookie = base_cookie(state, req, String::new());
+    cookie.make_removal();
+    cookie
+}
+
+fn base_cookie(state: &AppState, req: &HttpRequest, value: String) -> Cookie<'static> {
+    let secure = match state.settings.console.secure_cookies {
+        SecureCookies::Always => true,
+        SecureCookies::Never => false,
+        SecureCookies::Auto => req.connection_info().scheme() == "https",
+    };
+    Cookie::build(COOKIE, value)
+        .path("/console")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .finish()
+}
+
+/// A signed-in console user whose standing was checked again for this request.
+pub struct Viewer {
+    pub standing: Standing,
+    pub csrf: String,
+    /// When the session ends (Unix seconds).
+    pub expires: i64,
+    pub state: web::Data<AppState>,
+    /// The organization's role for an API key or a user (`None` for the operator).
+    pub role: Option<Role>,
+}
+
+impl FromRequest for Viewer {
+    type Error = ConsoleError;
+    type Future = LocalBoxFuture<'static, Result<Self, ConsoleError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let state = req.app_data::<web::Data<AppState>>().cloned().ok_or_else(|| {
+                ConsoleError::from(ApiError::Unexpected(anyhow::anyhow!(
+                    "application state is missing"
+                )))
+            })?;
+            let claims = req
+                .cookie(COOKIE)
+                .and_then(|c| state.console_keys.verify(c.value()))
+                .ok_or(ConsoleError::SignedOut)?;
+            let role = still_stands(&state, &claims.standing).await?;
+            Ok(Self {
+                standing: claims.standing,
+                csrf: claims.csrf,
+                expires: claims.exp,
+                state,
+                role,
+            })
+        })
+    }
+}
+
+/// Whether what the session stands for still holds: the key is not revoked, the user is
+/// still a member of the organization, the internal key is still configured.
+async fn still_stands(
+    state: &web::Data<AppState>,
+    standing: &Standing,
+) -> Result<Option<Role>, ConsoleError> {
+    match standing {
+        Standing::Operator { fingerprint } => {
+            let known = state
+                .internal_keys
+                .digests()
+                .iter()
+                .any(|d| state.console_keys.fingerprint(d) == *fingerprint);
+            known.then_some(None).ok_or(ConsoleError::SignedOut)
+        }
+        Standing::Key { key_id, org_id } => {
+            let key = auth::repo::active_api_key_by_id(&state.db, key_id).await?;
+            match key {
+                Some(key) if key.org_id == *org_id => Ok(Some(Role::Member)),
+                _ => Err(ConsoleError::SignedOut),
+            }
+        }
+        Standing::User { user_id, org_id } => {
+            if !auth::repo::user_exists(&state.db, user_id).await? {
+                return Err(ConsoleError::SignedOut);
+            }
+            match org_id {
+                None => Ok(None),
+                Some(org) => match caller_of(state, standing).member(Some(&OrgId::parse(org))).await {
+                    Ok(access) => Ok(Some(access.role)),
+                    Err(ApiError::Forbidden(_)) => Err(ConsoleError::SignedOut),
+                    Err(other) => Err(other.into()),
+                },
+            }
+        }
+    }
+}
+
+fn caller_of(state: &web::Data<AppState>, standing: &Standing) -> Caller {
+    let principal = match standing {
+        Standing::Key { key_id, org_id } => UserPrincipal::ApiKey {
+            key_id: key_id.clone(),
+            org_id: OrgId::parse(org_id),
+        },
+        Standing::User { user_id, .. } => UserPrincipal::Session {
+            user_id: user_id.clone(),
+        },
+        Standing::Operator { .. } => UserPrincipal::Session {
+            user_id: String::new(),
+        },
+    };
+    Caller::verified(principal, state.clone())
+}
+
+/// What the viewer may do in one organization.
+pub struct OrgView {
+    pub org_id: OrgId,
+    /// `None`: the operator, reading.
+    pub access: Option<OrgAccess>,
+}
+
+impl OrgView {
+    /// May change things (a member: an API key or a user session).
+    pub fn can_act(&self) -> bool {
+        self.access.is_some()
+    }
+
+    /// An owner's session (what the API asks of owner-only routes).
+    pub fn is_owner(&self) -> bool {
+        self.access
+            .as_ref()
+            .is_some_and(|a| a.role == Role::Owner && a.user_id.is_some())
+    }
+}
+
+impl Viewer {
+    pub fn is_operator(&self) -> bool {
+        matches!(self.standing, Standing::Operator { .. })
+    }
+
+    /// The organization the session works in, if it has one.
+    pub fn home_org(&self) -> Option<&str> {
+        match &self.standing {
+            Standing::Key { org_id, .. } => Some(org_id),
+            Standing::User { org_id, .. } => org_id.as_deref(),
+            Standing::Operator { .. } => None,
+        }
+    }
+
+    /// The organization of a page: the session's own (as the API decides: the same caller
+    /// and membership checks), or any for the operator, read-only. Another one is 404.
+    pub async fn org(&self, raw: &str) -> Result<OrgView, ConsoleError> {
+        let org_id = OrgId::parse(raw);
+        if self.is_operator() {
+            return match crate::orgs::repo::org_exists(&self.state.db, &org_id).await? {
+                true => Ok(OrgView { org_id, access: None }),
+                false => Err(ConsoleError::NotFound),
+            };
+        }
+        if self.home_org() != Some(org_id.as_str()) {
+            return Err(ConsoleError::NotFound);
+        }
+        match caller_of(&self.state, &self.standing).member(Some(&org_id)).await {
+            Ok(access) => Ok(OrgView {
+                org_id,
+                access: Some(access),
+            }),
+            Err(ApiError::Forbidden(_)) => Err(ConsoleError::NotFound),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// The organization for a form that changes something: as [`Viewer::org`], then the
+    /// form's CSRF token, then the right to act (`owner`: an owner's session).
+    pub async fn act_in(&self, raw: &str, csrf: &str, owner: bool) -> Result<OrgView, ConsoleError> {
+        self.check_csrf(csrf)?;
+        let org = self.org(raw).await?;
+        let allowed = match owner {
+            true => org.is_owner(),
+            false => org.can_act(),
+        };
+        if !allowed {
+            return Err(ConsoleError::Forbidden(match owner {
+                true => "only an organization owner's session may do this",
+                false => "the operator's view is read-only",
+            }));
+        }
+        Ok(org)
+    }
+
+    /// 403 unless `csrf` is this session's token.
+    pub fn check_csrf(&self, csrf: &str) -> Result<(), ConsoleError> {
+        use subtle::ConstantTimeEq;
+        match bool::from(csrf.as_bytes().ct_eq(self.csrf.as_bytes())) && !csrf.is_empty() {
+            true => Ok(()),
+            false => Err(ConsoleError::Forbidden(
+                "the form has expired or did not come from this console; reload the page and try again",
+            )),
+        }
+    }
+
+    /// The user's organizations (a user session only).
+    pub async fn user_orgs(&self) -> Result<Vec<(String, Role)>, ConsoleError> {
+        match &self.standing {
+            Standing::User { user_id, .. } => Ok(auth::repo::memberships_of(&self.state.db, user_id).await?),
+            _ => Ok(Vec::new()),
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Signing in and out, and choosing the organization to work in.
+
+use std::collections::HashMap;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use super::pages::{Layout, LoginPage, OrgRow, OrgsPage};
+use super::session::{self, Standing, Viewer};
+use super::{format, html, page, redirect, ConsoleError, Flash};
+use crate::domain::{Microcents, OrgId};
+use crate::state::AppState;
+
+/// `/console`: where the session works, or the sign-in form.
+pub async fn home(req: HttpRequest) -> HttpResponse {
+    let viewer = match <Viewer as actix_web::FromRequest>::extract(&req).await {
+        Ok(viewer) => viewer,
+        Err(err) => return actix_web::ResponseError::error_response(&err),
+    };
+    let to = match (&viewer.standing, viewer.home_org()) {
+        (_, Some(org)) => format!("/console/o/{org}"),
+        _ => "/console/orgs".to_owned(),
+    };
+    redirect(&to).finish()
+}
+
+pub async fn login_form() -> HttpResponse {
+    html(
+        StatusCode::OK,
+        &LoginPage {
+            l: Layout::bare("Sign in"),
+            error: None,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    credential: String,
+}
+
+/// Verifies the credential; a wrong one gets the form again (401) and nothing else.
+pub async fn login(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: web::Form<LoginForm>,
+) -> Result<HttpResponse, ConsoleError> {
+    let credential = form.credential.trim();
+    let Some(standing) = session::sign_in(&state, credential).await? else {
+        return Ok(html(
+            StatusCode::UNAUTHORIZED,
+            &LoginPage {
+                l: Layout::bare("Sign in"),
+                error: Some("Those credentials were not accepted.".into()),
+            },
+        ));
+    };
+    let expires = session::credential_expiry(&state, credential);
+    let to = match &standing {
+        Standing::Key { org_id, .. }
+        | Standing::User {
+            org_id: Some(org_id), ..
+        } => format!("/console/o/{org_id}"),
+        _ => "/console/orgs".to_owned(),
+    };
+    let (cookie, _) = session::session_cookie(&state, &req, standing, expires, None)?;
+    Ok(redirect(&to).cookie(cookie).finish())
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+impl CsrfForm {
+    pub fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+pub async fn logout(
+    req: HttpRequest,
+    viewer: Viewer,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, ConsoleError> {
+    viewer.check_csrf(&form.csrf)?;
+    Ok(redirect("/console/login")
+        .cookie(session::cleared_cookie(&viewer.state, &req))
+        .finish())
+}
+
+/// The operator's list of every organization, or a user's organizations to pick from.
+pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
+    let flash = Flash::read(&req);
+    let orgs = if viewer.is_operator() {
+        operator_rows(&viewer.state).await?
+    } else {
+        let memberships = viewer.user_orgs().await?;
+        if memberships.is_empty() {
+            // An API key has one organization.
+            if let Some(org) = viewer.home_org() {
+                return Ok(redirect(&format!("/console/o/{org}")).finish());
+            }
+        }
+        let names: HashMap<String, (String, String)> = crate::orgs::repo::all_orgs(&viewer.state.db)
+            .await?
+            .into_iter()
+            .filter(|o| memberships.iter().any(|(id, _)| *id == o.id))
+            .map(|o| (o.id, (o.name, o.slug)))
+            .collect();
+        memberships
+            .into_iter()
+            .map(|(id, role)| {
+                let (name, slug) = names.get(&id).cloned().unwrap_or_default();
+                OrgRow {
+                    id,
+                    name,
+                    slug,
+                    role: role.as_str().to_owned(),
+                    balance: String::new(),
+                    queued: 0,
+                    running: 0,
+                    last_activity: String::new(),
+                }
+            })
+            .collect()
+    };
+    Ok(page(
+        &req,
+        &OrgsPage {
+            l: Layout::new("Organizations", &viewer, "orgs", flash),
+            orgs,
+        },
+    ))
+}
+
+/// Every organization with its balance, open jobs and last ledger activity.
+async fn operator_rows(state: &AppState) -> Result<Vec<OrgRow>, ConsoleError> {
+    let balances: HashMap<String, i64> = crate::billing::repo::balances(&state.db)
+        .await?
+        .into_iter()
+        .collect();
+    let activity: HashMap<String, chrono::DateTime<chrono::Utc>> =
+        crate::billing::repo::last_ledger_activity(&state.db)
+            .await?
+            .into_iter()
+            .collect();
+    let mut open: HashMap<String, (i64, i64)> = HashMap::new();
+    for (org, status, count) in crate::queue::repo::open_counts_by_org(&state.db).await? {
+        let entry = open.entry(org).or_default();
+        match status.as_str() {
+            "queued" => entry.0 += count,
+            _ => entry.1 += count,
+        }
+    }
+    Ok(crate::orgs::repo::all_orgs(&state.db)
+        .await?
+        .into_iter()
+        .map(|o| {
+            let (queued, running) = open.get(&o.id).copied().unwrap_or_default();
+            OrgRow {
+                balance: format::dollars(Microcents(balances.get(&o.id).copied().unwrap_or(0))),
+                last_activity: format::opt_time(activity.get(&o.id).copied()),
+                role: String::new(),
+                queued,
+                running,
+                id: o.id,
+                name: o.name,
+                slug: o.slug,
+            }
+        })
+        .collect())
+}
+
+#[derive(Deserialize)]
+pub struct PickForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    org: String,
+}
+
+/// A user session moves to another of the user's organizations.
+pub async fn pick_org(
+    req: HttpRequest,
+    viewer: Viewer,
+    form: web::Form<PickForm>,
+) -> Result<HttpResponse, ConsoleError> {
+    viewer.check_csrf(&form.csrf)?;
+    let Standing::User { user_id, .. } = &viewer.standing else {
+        return Err(ConsoleError::NotFound);
+    };
+    let org = OrgId::parse(&form.org);
+    if !viewer
+        .user_orgs()
+        .await?
+        .iter()
+        .any(|(id, _)| *id == org.as_str())
+    {
+        return Err(ConsoleError::NotFound);
+    }
+    let standing = Standing::User {
+        user_id: user_id.clone(),
+        org_id: Some(org.to_string()),
+    };
+    let (cookie, _) = session::session_cookie(
+        &viewer.state,
+        &req,
+        standing,
+        viewer.expires,
+        Some(viewer.csrf.clone()),
+    )?;
+    Ok(redirect(&format!("/console/o/{org}")).cookie(cookie).finish())
+}

@@ -1,0 +1,770 @@
+//! An organization's work: training jobs, recorded traces, eval runs and runs.
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use entities::training_job;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::org::org_layout;
+use super::pages::{
+    CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage, JobsTable,
+    Message, Part, ProjectRow, RunRow, RunsPage, SuiteChart, TracePage, TraceProjectsPage, TraceRow,
+    TracesPage,
+};
+use super::session::Viewer;
+use super::{after_form, chart, format, html, page, wants_partial, ConsoleError, FormFields};
+use crate::domain::{JobAction, JobStatus};
+use crate::queue::repo::JobFilter;
+use crate::traces::export::Format;
+use crate::traces::repo::TraceFilter;
+
+/// Rows per page of jobs and traces.
+const PAGE: u64 = 50;
+/// Eval runs and runs listed at most.
+const RUNS_SHOWN: u64 = 200;
+/// Eval cases per page.
+const CASES_PAGE: u64 = 100;
+
+const STATUSES: [JobStatus; 7] = [
+    JobStatus::Queued,
+    JobStatus::Running,
+    JobStatus::Stopping,
+    JobStatus::Succeeded,
+    JobStatus::Blocked,
+    JobStatus::UserStopped,
+    JobStatus::Failed,
+];
+
+/// A keyset cursor `(time, id)` as it travels in a link: `<rfc3339>_<id>`.
+fn cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
+    format!("{}_{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+}
+
+fn parse_cursor(raw: Option<&str>) -> Option<(chrono::DateTime<chrono::Utc>, String)> {
+    let (at, id) = raw?.split_once('_')?;
+    let at = chrono::DateTime::parse_from_rfc3339(at)
+        .ok()?
+        .with_timezone(&chrono::Utc);
+    Some((at, id.to_owned()))
+}
+
+fn job_row(job: &training_job::Model) -> JobRow {
+    JobRow {
+        id: job.id.clone(),
+        action: job.action.clone(),
+        status: job.status.clone(),
+        project: job.project_id.clone(),
+        task: job.training_task_id.clone().unwrap_or_default(),
+        worker: job.worker_id.clone().unwrap_or_default(),
+        attempts: job.attempts,
+        created: format::time(job.created_at),
+        updated: format::time(job.updated_at),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct JobsQuery {
+    status: Option<String>,
+    action: Option<String>,
+    project: Option<String>,
+    task: Option<String>,
+    before: Option<String>,
+}
+
+pub async fn jobs(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<JobsQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let nonempty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let filter = JobFilter {
+        project_id: nonempty(&query.project),
+        training_task_id: nonempty(&query.task),
+        status: query.status.as_deref().and_then(JobStatus::parse),
+        action: query.action.as_deref().and_then(JobAction::parse),
+        before: parse_cursor(query.before.as_deref()),
+    };
+    let (jobs, more) = crate::queue::service::jobs_page(&viewer.state, &org.org_id, &filter, PAGE).await?;
+    let org_id = org.org_id.to_string();
+    let table = JobsTable {
+        org_id: org_id.clone(),
+        jobs: jobs.iter().map(job_row).collect(),
+    };
+    if wants_partial(&req) {
+        return Ok(html(actix_web::http::StatusCode::OK, &table));
+    }
+    let mut link = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in [
+        ("status", filter.status.map(|s| s.as_str().to_owned())),
+        ("action", filter.action.map(|a| a.as_str().to_owned())),
+        ("project", filter.project_id.clone()),
+        ("task", filter.training_task_id.clone()),
+    ] {
+        if let Some(value) = value {
+            link.append_pair(name, &value);
+        }
+    }
+    let filters = link.finish();
+    let next = more.then(|| jobs.last()).flatten().map(|last| {
+        let mut link = form_urlencoded::Serializer::new(filters.clone());
+        link.append_pair("before", &cursor_of(last.created_at, &last.id));
+        format!("/console/o/{org_id}/jobs?{}", link.finish())
+    });
+    let l = org_layout(&viewer, &org, "Jobs", "jobs", &req).await?;
+    Ok(page(
+        &req,
+        &JobsPage {
+            l,
+            statuses: STATUSES.iter().map(|s| s.as_str()).collect(),
+            actions: JobAction::NAMES.to_vec(),
+            status: filter.status.map(|s| s.as_str()).unwrap_or_default().to_owned(),
+            action: filter.action.map(|a| a.as_str()).unwrap_or_default().to_owned(),
+            project: filter.project_id.clone().unwrap_or_default(),
+            task: filter.training_task_id.clone().unwrap_or_default(),
+            org_id: org_id.clone(),
+            jobs: table.jobs,
+            // Only the first page refreshes itself (a later one would shift under the reader).
+            refresh_url: match query.before {
+                None => format!("/console/o/{org_id}/jobs?{filters}"),
+                Some(_) => String::new(),
+            },
+            refresh_secs: viewer.state.settings.console.refresh_secs,
+            next,
+        },
+    ))
+}
+
+#[derive(Deserialize)]
+pub struct JobPath {
+    org: String,
+    job: String,
+}
+
+fn is_live(job: &training_job::Model) -> bool {
+    [JobStatus::Queued, JobStatus::Running, JobStatus::Stopping]
+        .iter()
+        .any(|s| job.status == *s)
+}
+
+pub async fn job(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<JobPath>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path.org).await?;
+    let job_id = crate::domain::JobId::parse(&path.job);
+    let job = crate::queue::service::job_of_org(&viewer.state, &org.org_id, &job_id)
+        .await
+        .map_err(|_| ConsoleError::NotFound)?;
+    let mut timeline = vec![Event {
+        at: format::time(job.created_at),
+        what: "created (queued)".into(),
+    }];
+    if let Some(at) = job.claimed_at {
+        timeline.push(Event {
+            at: format::time(at),
+            what: format!(
+                "claimed by {} (attempt {})",
+                job.worker_id.as_deref().unwrap_or("a worker"),
+                job.attempts
+            ),
+        });
+    }
+    if let Some(at) = job.heartbeat_at {
+        timeline.push(Event {
+            at: format::time(at),
+            what: "last heartbeat".into(),
+        });
+    }
+    if let Some(at) = job.finished_at {
+        timeline.push(Event {
+            at: format::time(at),
+            what: format!("finished: {}", job.status),
+        });
+    }
+    let live = is_live(&job);
+    let detail = JobDetail {
+        org_id: org.org_id.to_string(),
+        csrf: viewer.csrf.clone(),
+        can_stop: org.can_act() && (job.status == JobStatus::Queued || job.status == JobStatus::Running),
+        stop_requested: job.stop_requested,
+        timeline,
+        live_status: job.live_status.as_deref().map(format::pretty_json),
+        result: job.result.as_deref().map(format::pretty_json),
+        error: job.error.clone(),
+        payload: format::pretty_json(&job.payload),
+        job: job_row(&job),
+    };
+    if wants_partial(&req) {
+        return Ok(html(actix_web::http::StatusCode::OK, &detail));
+    }
+    let l = org_layout(&viewer, &org, &format!("Job {}", job.id), "jobs", &req).await?;
+    Ok(page(
+        &req,
+        &JobPage {
+            l,
+            refresh_url: format!("/console/o/{}/jobs/{}", org.org_id, job.id),
+            refresh_secs: viewer.state.settings.console.refresh_secs,
+            id: job.id.clone(),
+            live,
+            detail: askama::Template::render(&detail)
+                .map_err(anyhow::Error::from)
+                .map_err(crate::error::ApiError::from)?,
+        },
+    ))
+}
+
+/// Stops the job by the API's rules (queued ends at once, running is asked to stop).
+pub async fn stop_job(
+    viewer: Viewer,
+    path: web::Path<JobPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let job_id = crate::domain::JobId::parse(&path.job);
+    let job = crate::queue::service::job_of_org(&viewer.state, &org.org_id, &job_id)
+        .await
+        .map_err(|_| ConsoleError::NotFound)?;
+    let reason = form.get("reason").map(|r| format::clip(r, 2000));
+    let outcome = crate::queue::service::stop_job(&viewer.state, &job, reason.as_deref()).await;
+    after_form(
+        &format!("/console/o/{}/jobs/{}", org.org_id, job.id),
+        outcome,
+        |job| match job.status.as_str() {
+            "stopping" => "Stop requested: the worker is told at its next heartbeat.".into(),
+            _ => "Job stopped.".into(),
+        },
+    )
+}
+
+pub async fn trace_projects(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let projects =
+        crate::traces::repo::projects_with_traces(&viewer.state.db, std::slice::from_ref(&org.org_id))
+            .await?
+            .into_iter()
+            .map(|(id, name, count, last)| ProjectRow {
+                id,
+                name,
+                count,
+                last: format::time(last),
+            })
+            .collect();
+    let l = org_layout(&viewer, &org, "Traces", "traces", &req).await?;
+    Ok(page(&req, &TraceProjectsPage { l, projects }))
+}
+
+#[derive(Deserialize)]
+pub struct ProjectPath {
+    org: String,
+    project: String,
+}
+
+#[derive(Deserialize, Default)]
+pub struct TracesQuery {
+    model: Option<String>,
+    status: Option<String>,
+    before: Option<String>,
+}
+
+fn trace_row(t: &crate::traces::repo::TraceRow) -> TraceRow {
+    TraceRow {
+        id: t.id.clone(),
+        at: format::time(t.created_at),
+        provider: t.provider.clone(),
+        model: t.model.clone().unwrap_or_default(),
+        status: t.status_code,
+        ok: (200..300).contains(&t.status_code),
+        latency: t.latency_ms,
+        ttfb: t.ttfb_ms.map(|v| format!("{v} ms")).unwrap_or_else(|| "—".into()),
+        tokens: match (t.prompt_tokens, t.completion_tokens) {
+            (Some(p), Some(c)) => format!("{p} / {c}"),
+            _ => t
+                .total_tokens
+                .map(|t| t.to_string())
+                .unwrap_or_else(|| "—".into()),
+        },
+        stream: t.stream,
+    }
+}
+
+/// The project, if it is the organization's.
+async fn project_of(
+    viewer: &Viewer,
+    org_id: &crate::domain::OrgId,
+    raw: &str,
+) -> Result<entities::project::Model, ConsoleError> {
+    let id = crate::domain::ProjectId::parse(raw);
+    crate::projects::repo::find_in_org(&viewer.state.db, org_id, &id)
+        .await?
+        .ok_or(ConsoleError::NotFound)
+}
+
+pub async fn traces(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<ProjectPath>,
+    query: web::Query<TracesQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path.org).await?;
+    let project = project_of(&viewer, &org.org_id, &path.project).await?;
+    let model = query.model.clone().filter(|m| !m.is_empty());
+    let status = query.status.clone().filter(|s| s == "ok" || s == "error");
+    let filter = TraceFilter {
+        model: model.clone(),
+        ok: status.as_deref().map(|s| s == "ok"),
+        before: parse_cursor(query.before.as_deref()),
+    };
+    let db = &viewer.state.db;
+    let mut rows = crate::traces::repo::page_of_project(db, &project.id, &filter, PAGE + 1).await?;
+    let more = rows.len() as u64 > PAGE;
+    rows.truncate(PAGE as usize);
+    let next = more.then(|| rows.last()).flatten().map(|last| {
+        let mut link = form_urlencoded::Serializer::new(String::new());
+        if let Some(model) = &model {
+            link.append_pair("model", model);
+        }
+        if let Some(status) = &status {
+            link.append_pair("status", status);
+        }
+        link.append_pair("before", &cursor_of(last.created_at, &last.id));
+        format!(
+            "/console/o/{}/projects/{}/traces?{}",
+            org.org_id,
+            project.id,
+            link.finish()
+        )
+    });
+    let l = org_layout(
+        &viewer,
+        &org,
+        &format!("Traces of {}", project.name),
+        "traces",
+        &req,
+    )
+    .await?;
+    Ok(page(
+        &req,
+        &TracesPage {
+            l,
+            models: crate::traces::repo::models_of_project(db, &project.id).await?,
+            project_id: project.id,
+            project_name: project.name,
+            model: model.unwrap_or_default(),
+            status: status.unwrap_or_default(),
+            traces: rows.iter().map(trace_row).collect(),
+            next,
+        },
+    ))
+}
+
+/// Downloads the selected traces (or the newest N) as JSON Lines: each line is a row the
+/// API's export gives for the same selection.
+pub async fn export(
+    viewer: Viewer,
+    path: web::Path<ProjectPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    viewer.check_csrf(&form.csrf)?;
+    let org = viewer.org(&path.org).await?;
+    let project = project_of(&viewer, &org.org_id, &path.project).await?;
+    let back = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
+    let orgs = std::slice::from_ref(&org.org_id);
+    let format = form
+        .get("format")
+        .and_then(Format::parse)
+        .unwrap_or(Format::Records);
+    let outcome = match form.get("newest") {
+        Some(_) => {
+            let limit = form.get("limit").unwrap_or("100");
+            let query = form_urlencoded::Serializer::new(String::new())
+                .append_pair("project_id", &project.id)
+                .append_pair("limit", limit)
+                .append_pair("format", format.as_str())
+                .finish();
+            match crate::http::extract::parse_query::<crate::traces::dto::ExportQuery>(&query) {
+                Ok(q) => {
+                    let limit = q.limit.unwrap_or(crate::traces::MAX_EXPORT as i64) as u64;
+                    crate::traces::service::export_project(&viewer.state, orgs, &project.id, format, limit)
+                        .await
+                        .map(|e| e.records)
+                }
+                Err(err) => Err(err),
+            }
+        }
+        None => match form.plain_body::<crate::traces::dto::TraceSelectionBody>() {
+            Ok(selection) => {
+                crate::traces::service::export_selection(&viewer.state, orgs, &selection.trace_ids, format)
+                    .await
+                    .map(|s| s.export.records)
+            }
+            Err(err) => Err(err),
+        },
+    };
+    let records = match outcome {
+        Ok(records) => records,
+        Err(err) => return after_form(&back, Err::<(), _>(err), |()| String::new()),
+    };
+    let mut body = String::new();
+    for record in &records {
+        body.push_str(&record.to_string());
+        body.push('\n');
+    }
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "application/x-ndjson"))
+        .insert_header((
+            header::CONTENT_DISPOSITION,
+            format!(
+                "attachment; filename=\"keel-traces-{}-{}.jsonl\"",
+                project.id,
+                format.as_str()
+            ),
+        ))
+        .body(body))
+}
+
+#[derive(Deserialize)]
+pub struct TracePath {
+    org: String,
+    trace: String,
+}
+
+/// A message's content as parts: text, images, tool calls.
+fn parts_of(message: &Value) -> Vec<Part> {
+    let mut parts = Vec::new();
+    match message.get("content") {
+        Some(Value::String(text)) => parts.push(Part {
+            kind: "text",
+            text: text.clone(),
+        }),
+        Some(Value::Array(items)) => {
+            for item in items {
+                let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
+                parts.push(match kind {
+                    "text" => Part {
+                        kind: "text",
+                        text: item.get("text").and_then(Value::as_str).unwrap_or("").to_owned(),
+                    },
+                    "image_url" => Part {
+                        kind: "image",
+                        text: item
+                            .pointer("/image_url/url")
+                            .and_then(Value::as_str)
+                            .map(|u| format::clip(u, 120))
+                            .unwrap_or_default(),
+                    },
+                    _ => Part {
+                        kind: "other",
+                        text: format::clip(&item.to_string(), 2000),
+                    },
+                });
+            }
+        }
+        _ => {}
+    }
+    for call in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = call
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let args = call
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        parts.push(Part {
+            kind: "tool_call",
+            text: format!("{name}({})", format::pretty_json(args)),
+        });
+    }
+    parts
+}
+
+fn message_of(message: &Value) -> Message {
+    Message {
+        role: message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("assistant")
+            .to_owned(),
+        parts: parts_of(message),
+    }
+}
+
+pub async fn trace(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<TracePath>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path.org).await?;
+    let id = crate::domain::TraceId::parse(&path.trace);
+    let t = crate::traces::repo::find_in_orgs(
+        &viewer.state.db,
+        &[id.to_string()],
+        std::slice::from_ref(&org.org_id),
+    )
+    .await?
+    .into_iter()
+    .next()
+    .ok_or(ConsoleError::NotFound)?;
+    let request: Value = serde_json::from_str(&t.request).unwrap_or(Value::Null);
+    let response: Value = t
+        .response
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or(Value::Null);
+    let conversation = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(|m| m.iter().map(message_of).collect())
+        .unwrap_or_default();
+    let reply = response
+        .get("choices")
+        .and_then(Value::as_array)
+        .map(|choices| {
+            choices
+                .iter()
+                .filter_map(|c| c.get("message").or_else(|| c.get("delta")))
+                .map(message_of)
+                .collect()
+        })
+        .unwrap_or_default();
+    let row = crate::traces::repo::TraceRow {
+        id: t.id.clone(),
+        provider: t.provider.clone(),
+        model: t.model.clone(),
+        status_code: t.status_code,
+        stream: t.stream,
+        complete: t.complete,
+        latency_ms: t.latency_ms,
+        ttfb_ms: t.ttfb_ms,
+        prompt_tokens: t.prompt_tokens,
+        completion_tokens: t.completion_tokens,
+        total_tokens: t.total_tokens,
+        created_at: t.created_at,
+    };
+    let l = org_layout(&viewer, &org, &format!("Trace {}", t.id), "traces", &req).await?;
+    Ok(page(
+        &req,
+        &TracePage {
+            l,
+            row: trace_row(&row),
+            project_id: t.project_id.clone(),
+            conversation,
+            reply,
+            request: format::pretty_json(&t.request),
+            response: t.response.as_deref().map(format::pretty_json).unwrap_or_default(),
+            error: t.error.clone(),
+        },
+    ))
+}
+
+fn eval_row(r: &entities::eval_run::Model) -> EvalRow {
+    EvalRow {
+        id: r.id.clone(),
+        project: r.project_id.clone(),
+        suite: r.suite_name.clone(),
+        model: r.model.clone().unwrap_or_default(),
+        status: r.status.clone(),
+        total: r.total_cases,
+        passed: r.passed_cases,
+        graded: r.graded_cases,
+        errored: r.errored_cases,
+        mean: r
+            .mean_score
+            .map(|m| format!("{m:.3}"))
+            .unwrap_or_else(|| "—".into()),
+        at: format::time(r.created_at),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct EvalsQuery {
+    project: Option<String>,
+}
+
+pub async fn evals(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<EvalsQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let project = query.project.as_deref().filter(|p| !p.is_empty());
+    let runs = crate::evals::repo::runs_of_org(&viewer.state.db, &org.org_id, project, RUNS_SHOWN).await?;
+    // Per suite, oldest first: pass rate (passed of graded, else of total) and mean score.
+    let mut suites: std::collections::BTreeMap<&str, Vec<(String, f64, Option<f64>)>> = Default::default();
+    for r in runs.iter().rev() {
+        let base = if r.graded_cases > 0 {
+            r.graded_cases
+        } else {
+            r.total_cases
+        };
+        if base == 0 {
+            continue;
+        }
+        suites.entry(&r.suite_name).or_default().push((
+            format::time(r.created_at),
+            f64::from(r.passed_cases) / f64::from(base),
+            r.mean_score,
+        ));
+    }
+    let charts = suites
+        .into_iter()
+        .map(|(suite, points)| {
+            let last = points.last().map(|p| p.1 * 100.0).unwrap_or(0.0);
+            SuiteChart {
+                suite: suite.to_owned(),
+                summary: format!("{} runs; latest pass rate {last:.1}%", points.len()),
+                svg: chart::rate_lines(&points, &format!("{suite}: pass rate and mean score per run")),
+            }
+        })
+        .collect();
+    let l = org_layout(&viewer, &org, "Evals", "evals", &req).await?;
+    Ok(page(
+        &req,
+        &EvalsPage {
+            l,
+            runs: runs.iter().map(eval_row).collect(),
+            charts,
+        },
+    ))
+}
+
+#[derive(Deserialize)]
+pub struct EvalPath {
+    org: String,
+    run: String,
+}
+
+#[derive(Deserialize, Default)]
+pub struct CasesQuery {
+    filter: Option<String>,
+    after: Option<i32>,
+}
+
+pub async fn eval_run(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<EvalPath>,
+    query: web::Query<CasesQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    use crate::evals::repo::CaseFilter;
+    let org = viewer.org(&path.org).await?;
+    let run = crate::evals::repo::find_run(&viewer.state.db, &org.org_id, &path.run)
+        .await?
+        .ok_or(ConsoleError::NotFound)?;
+    let (filter, name) = match query.filter.as_deref() {
+        Some("failed") => (CaseFilter::Failed, "failed"),
+        Some("errored") => (CaseFilter::Errored, "errored"),
+        _ => (CaseFilter::All, ""),
+    };
+    let mut cases =
+        crate::evals::repo::cases(&viewer.state.db, &run.id, filter, query.after, CASES_PAGE + 1).await?;
+    let more = cases.len() as u64 > CASES_PAGE;
+    cases.truncate(CASES_PAGE as usize);
+    let next = more.then(|| cases.last()).flatten().map(|last| {
+        format!(
+            "/console/o/{}/evals/{}?filter={name}&after={}",
+            org.org_id, run.id, last.position
+        )
+    });
+    let text = |v: &Option<String>| v.as_deref().map(format::pretty_json).unwrap_or_default();
+    let cases = cases
+        .iter()
+        .map(|c| CaseRow {
+            position: c.position,
+            case_id: c.case_id.clone().unwrap_or_default(),
+            outcome: match (c.error.is_some(), c.success) {
+                (true, _) => "errored",
+                (false, Some(true)) => "passed",
+                (false, Some(false)) => "failed",
+                (false, None) => "ungraded",
+            },
+            score: c.score.map(|s| format!("{s:.3}")).unwrap_or_default(),
+            input: text(&c.input),
+            expected: text(&c.expected),
+            actual: text(&c.actual),
+            reason: c.reason.clone().unwrap_or_default(),
+            error: c.error.clone().unwrap_or_default(),
+        })
+        .collect();
+    let l = org_layout(
+        &viewer,
+        &org,
+        &format!("Eval run {}", run.suite_name),
+        "evals",
+        &req,
+    )
+    .await?;
+    Ok(page(
+        &req,
+        &EvalRunPage {
+            l,
+            run: eval_row(&run),
+            filter: name.to_owned(),
+            cases,
+            next,
+        },
+    ))
+}
+
+pub async fn runs(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<EvalsQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let project = query.project.as_deref().filter(|p| !p.is_empty());
+    let db = &viewer.state.db;
+    let runs = crate::runs::repo::runs_of_org(db, &org.org_id, project, RUNS_SHOWN).await?;
+    let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
+    let mut checkpoints: std::collections::HashMap<String, Vec<(i64, String)>> = Default::default();
+    for c in crate::runs::repo::checkpoints_of_runs(db, &org.org_id, &ids).await? {
+        checkpoints
+            .entry(c.run_id)
+            .or_default()
+            .push((c.step, c.subfolder));
+    }
+    let rows = runs
+        .into_iter()
+        .map(|r| RunRow {
+            checkpoints: checkpoints.remove(&r.id).unwrap_or_default(),
+            name: r.name.unwrap_or_default(),
+            project: r.project_id,
+            model: r.model.unwrap_or_default(),
+            status: r.status,
+            metrics: r
+                .summary
+                .or(r.metrics)
+                .map(|m| format::clip(&format::pretty_json(&m), 600))
+                .unwrap_or_default(),
+            tracker: r
+                .tracker_url
+                .filter(|u| u.starts_with("https://") || u.starts_with("http://")),
+            updated: format::time(r.updated_at),
+            id: r.id,
+        })
+        .collect();
+    let l = org_layout(&viewer, &org, "Runs", "runs", &req).await?;
+    Ok(page(&req, &RunsPage { l, runs: rows }))
+}

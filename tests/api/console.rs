@@ -1,0 +1,899 @@
+//! The console (`/console`): sign-in, the cookie, CSRF, who sees what, and each page and
+//! form, through HTTP as a browser sends it (forms, cookies, no redirects followed).
+
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+use crate::proxy::{chat, proxy_app, raw_traces, sdk_request};
+use crate::queue::{claim, tracer};
+
+/// A browser's session with the console: its cookie and the CSRF token of its pages.
+pub struct Console {
+    base: String,
+    client: reqwest::Client,
+    cookie: String,
+    pub csrf: String,
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The `name=value` of the console cookie a response sets, and the whole header.
+fn console_cookie(response: &Response) -> Option<(String, String)> {
+    response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|v| v.starts_with("keel_console="))
+        .map(|header| (header.split(';').next().unwrap().to_owned(), header))
+}
+
+fn csrf_of(html: &str) -> String {
+    let marker = "name=\"csrf\" value=\"";
+    let start = html
+        .find(marker)
+        .map(|i| i + marker.len())
+        .expect("a form with a CSRF token");
+    html[start..start + 32].to_owned()
+}
+
+impl Console {
+    /// Signs in with `credential`; panics unless the console accepts it.
+    pub async fn sign_in(app: &TestApp, credential: &str) -> Self {
+        let client = no_redirects();
+        let response = client
+            .post(app.url("/console/login"))
+            .form(&[("credential", credential)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        let (cookie, _) = console_cookie(&response).expect("a console cookie");
+        let mut console = Self {
+            base: app.address.clone(),
+            client,
+            cookie,
+            csrf: String::new(),
+        };
+        let home = console.get("/console").await;
+        let to = home.headers()[LOCATION].to_str().unwrap().to_owned();
+        let page = console.get(&to).await;
+        assert_eq!(page.status(), StatusCode::OK, "{to}");
+        console.csrf = csrf_of(&page.text().await.unwrap());
+        console
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client
+            .get(format!("{}{path}", self.base))
+            .header(COOKIE, &self.cookie)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn page(&self, path: &str) -> String {
+        let response = self.get(path).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        response.text().await.unwrap()
+    }
+
+    /// Posts a form with this session's CSRF token.
+    pub async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Response {
+        let mut form: Vec<(&str, &str)> = vec![("csrf", &self.csrf)];
+        form.extend_from_slice(fields);
+        self.post_raw(path, &form).await
+    }
+
+    pub async fn post_raw(&self, path: &str, form: &[(&str, &str)]) -> Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, &self.cookie)
+            .form(form)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Posts a form, follows its redirect and answers the page with its message.
+    pub async fn submit(&self, path: &str, fields: &[(&str, &str)]) -> String {
+        let response = self.post(path, fields).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{path}");
+        let to = response.headers()[LOCATION].to_str().unwrap().to_owned();
+        let flash = response
+            .headers()
+            .get_all(SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+            .find(|c| c.starts_with("keel_flash="))
+            .unwrap_or_default();
+        let page = self
+            .client
+            .get(format!("{}{to}", self.base))
+            .header(COOKIE, format!("{}; {flash}", self.cookie))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), StatusCode::OK, "{to}");
+        page.text().await.unwrap()
+    }
+}
+
+/// The page's "next page" link, if any.
+fn next_link(html: &str) -> Option<String> {
+    let end = html.find("\" rel=\"next\"")?;
+    let start = html[..end].rfind("href=\"")? + "href=\"".len();
+    Some(html[start..end].replace("&#38;", "&").replace("&amp;", "&"))
+}
+
+fn org_path(org: &TestOrg, rest: &str) -> String {
+    format!("/console/o/{}{rest}", org.org_id)
+}
+
+const ORG_PAGES: &[&str] = &["", "/ledger", "/jobs", "/traces", "/evals", "/runs", "/keys"];
+
+#[actix_web::test]
+async fn the_sign_in_form_refuses_wrong_credentials_and_every_response_carries_the_security_headers() {
+    let app = spawn_app().await;
+    let client = no_redirects();
+    let form = client.get(app.url("/console/login")).send().await.unwrap();
+    assert_eq!(form.status(), StatusCode::OK);
+    for (name, value) in [
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "same-origin"),
+    ] {
+        assert_eq!(form.headers()[name], value);
+    }
+    let csp = form.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.starts_with("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"));
+    let html = form.text().await.unwrap();
+    assert!(html.contains("<label for=\"credential\""));
+    assert!(!html.contains("<script>"), "no inline script");
+
+    for wrong in [
+        "keel_sk_notakeyatall00000000000000000000000000",
+        "nope",
+        "",
+        "a.b.c",
+    ] {
+        let response = client
+            .post(app.url("/console/login"))
+            .form(&[("credential", wrong)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{wrong}");
+        assert!(console_cookie(&response).is_none());
+        assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+        let html = response.text().await.unwrap();
+        assert!(html.contains("Those credentials were not accepted."));
+    }
+    // Not signed in: every page sends to the form.
+    let page = client
+        .get(app.url("/console/operator/queue"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.headers()[LOCATION], "/console/login");
+    // Assets are cached and validated.
+    let css = client
+        .get(app.url("/console/static/console.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(css.status(), StatusCode::OK);
+    assert!(css.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("max-age"));
+    let etag = css.headers()["etag"].clone();
+    let again = client
+        .get(app.url("/console/static/console.css"))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+}
+
+#[actix_web::test]
+async fn the_cookie_is_http_only_strict_scoped_signed_and_never_holds_the_credential() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let response = no_redirects()
+        .post(app.url("/console/login"))
+        .form(&[("credential", org.api_key.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()[LOCATION], org_path(&org, "").as_str());
+    let (pair, header) = console_cookie(&response).unwrap();
+    assert!(header.contains("HttpOnly"));
+    assert!(header.contains("SameSite=Strict"));
+    assert!(header.contains("Path=/console"));
+    assert!(!header.contains("Secure"), "plain http: not Secure under auto");
+    let secret_part = org.api_key.trim_start_matches("keel_sk_");
+    assert!(!pair.contains(secret_part));
+    // The payload names the key by id only.
+    let payload = pair.split('.').nth(1).unwrap();
+    assert!(!payload.is_empty());
+
+    // A tampered cookie is no session.
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let forged = Console {
+        cookie: format!("{}x", console.cookie),
+        base: console.base.clone(),
+        client: no_redirects(),
+        csrf: console.csrf.clone(),
+    };
+    assert_eq!(
+        forged.get(&org_path(&org, "")).await.status(),
+        StatusCode::SEE_OTHER
+    );
+
+    // Always-secure cookies when configured.
+    let secure_app = spawn_app_with(|s| s.console.secure_cookies = keel::config::SecureCookies::Always).await;
+    let secure_org = secure_app.create_org("Acme").await;
+    let response = no_redirects()
+        .post(secure_app.url("/console/login"))
+        .form(&[("credential", secure_org.api_key.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(console_cookie(&response).unwrap().1.contains("Secure"));
+}
+
+#[actix_web::test]
+async fn each_organization_page_answers_its_members_and_the_operator_and_hides_other_organizations() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let other = app.create_org("Other").await;
+    let key = Console::sign_in(&app, &acme.api_key).await;
+    let owner = Console::sign_in(&app, &acme.owner_token).await;
+    let member = Console::sign_in(&app, &acme.member_token).await;
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    for page in ORG_PAGES {
+        for (who, console) in [
+            ("key", &key),
+            ("owner", &owner),
+            ("member", &member),
+            ("operator", &operator),
+        ] {
+            let html = console.page(&org_path(&acme, page)).await;
+            assert!(html.contains("Acme"), "{who} {page}");
+            let forms = html.contains("action=\"/console/o/");
+            if *page == "" {
+                assert_eq!(forms, who != "operator", "{who} sees forms on the overview");
+            }
+        }
+        for console in [&key, &owner, &member] {
+            let response = console.get(&org_path(&other, page)).await;
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{page}");
+        }
+    }
+    // Keys and members: only an owner's session gets the actions.
+    let owner_keys = owner.page(&org_path(&acme, "/keys")).await;
+    assert!(owner_keys.contains("Create API key") && owner_keys.contains("Revoke"));
+    assert!(owner_keys.contains(&acme.member_id) && owner_keys.contains("owner@example.com"));
+    for console in [&key, &member, &operator] {
+        let html = console.page(&org_path(&acme, "/keys")).await;
+        assert!(html.contains("ci") && !html.contains("Create API key") && !html.contains(">Revoke<"));
+    }
+    // A member (or key) creating a key: 403, nothing created.
+    let refused = member.post(&org_path(&acme, "/keys"), &[("name", "x")]).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    // The operator reads, never acts.
+    let refused = operator
+        .post(&org_path(&acme, "/promo"), &[("code", "WELCOME10")])
+        .await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert_eq!(app.balance_microcents(&acme).await, 0);
+    // The operator's own pages are the operator's only.
+    for path in ["/console/operator/queue", "/console/operator/writer"] {
+        assert_eq!(key.get(path).await.status(), StatusCode::NOT_FOUND);
+        assert_eq!(operator.get(path).await.status(), StatusCode::OK);
+    }
+    let orgs = operator.page("/console/orgs").await;
+    assert!(orgs.contains("Acme") && orgs.contains("Other") && orgs.contains(&acme.slug));
+}
+
+#[actix_web::test]
+async fn a_form_without_the_sessions_csrf_token_is_refused_and_changes_nothing() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let path = org_path(&org, "/promo");
+    for form in [
+        vec![("code", "WELCOME10")],
+        vec![
+            ("csrf", "0123456789abcdef0123456789abcdef"),
+            ("code", "WELCOME10"),
+        ],
+        vec![("csrf", ""), ("code", "WELCOME10")],
+    ] {
+        let response = console.post_raw(&path, &form).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    }
+    // Another session's token is not this one's.
+    let other = Console::sign_in(&app, &org.api_key).await;
+    assert_ne!(other.csrf, console.csrf);
+    let response = console
+        .post_raw(&path, &[("csrf", other.csrf.as_str()), ("code", "WELCOME10")])
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let logout = console.post_raw("/console/logout", &[]).await;
+    assert_eq!(logout.status(), StatusCode::FORBIDDEN);
+    assert_eq!(app.balance_microcents(&org).await, 0);
+    assert_eq!(app.assert_ledger_invariant(&org.org_id).await.1, 0);
+}
+
+#[actix_web::test]
+async fn billing_forms_save_a_card_top_up_once_per_form_redeem_promo_and_starter_credit() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let overview = org_path(&org, "");
+    let html = console
+        .submit(&org_path(&org, "/promo"), &[("code", "welcome10")])
+        .await;
+    assert!(html.contains("Promo code redeemed: $10.00 credited."), "{html}");
+    assert!(html.contains("$10.00") && html.contains("title=\"1000000000 microcents\""));
+    let html = console
+        .submit(&org_path(&org, "/promo"), &[("code", "WELCOME10")])
+        .await;
+    assert!(html.contains("flash error"));
+    let html = console
+        .submit(&org_path(&org, "/topup"), &[("amountCents", "2500")])
+        .await;
+    assert!(html.contains("save a payment method before topping up"), "{html}");
+    let html = console
+        .submit(&org_path(&org, "/card"), &[("paymentMethodId", "pm_card_visa")])
+        .await;
+    assert!(html.contains("ending in 4242"));
+    let html = console
+        .submit(&org_path(&org, "/topup"), &[("amountCents", "5")])
+        .await;
+    assert!(
+        html.contains("amountCents: Input should be greater than or equal to 100"),
+        "{html}"
+    );
+    // The same form twice (a double click): one charge.
+    for _ in 0..2 {
+        let html = console
+            .submit(
+                &org_path(&org, "/topup"),
+                &[("amountCents", "2500"), ("idempotencyKey", "form-1")],
+            )
+            .await;
+        assert!(html.contains("Top-up succeeded"), "{html}");
+    }
+    assert_eq!(app.balance_microcents(&org).await, 3_500_000_000);
+    let html = console.submit(&org_path(&org, "/starter-credit"), &[]).await;
+    assert!(html.contains("Starter credit granted"));
+    let html = console
+        .submit(
+            &org_path(&org, "/auto-topup"),
+            &[
+                ("enabled", "true"),
+                ("thresholdCents", "500"),
+                ("amountCents", "2000"),
+            ],
+        )
+        .await;
+    assert!(html.contains("Auto top-up is on."), "{html}");
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["autoTopup"]["enabled"], true);
+    assert_eq!(billing["balanceCents"], 4000);
+    // The overview: balance, card, the spend chart with its credit markers, the ledger.
+    let html = console.page(&overview).await;
+    assert!(html.contains("$40.00"));
+    assert!(html.contains("<svg class=\"chart\""));
+    assert!(html.contains("credits:"));
+    let ledger = console.page(&org_path(&org, "/ledger?kind=topup")).await;
+    assert_eq!(ledger.matches("<td>topup</td>").count(), 1);
+    assert!(!ledger.contains("<td>promo</td>"));
+    let html = console.submit(&org_path(&org, "/card/remove"), &[]).await;
+    assert!(html.contains("auto top-up is now off"));
+    app.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
+async fn the_ledger_pages_by_fifty_without_gaps_or_repeats() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    for _ in 0..3 {
+        app.fund(&org, 100).await;
+    }
+    // 120 small debits.
+    for i in 0..120 {
+        let response = app
+            .post(
+                "/api/billing/debit",
+                &org.api_key,
+                &json!({"orgId": org.org_id, "runId": format!("run-{i}")}),
+            )
+            .await;
+        assert!(response.status().is_success() || response.status() == StatusCode::PAYMENT_REQUIRED);
+    }
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let (_, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    let mut seen = 0;
+    let mut path = org_path(&org, "/ledger");
+    loop {
+        let html = console.page(&path).await;
+        let rows = html.matches("<tr><td>").count();
+        assert!(rows <= 50);
+        seen += rows;
+        match next_link(&html) {
+            Some(next) => path = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen, entries);
+}
+
+#[actix_web::test]
+async fn a_revoked_key_or_a_removed_membership_signs_out_at_the_next_click() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let member = Console::sign_in(&app, &org.member_token).await;
+    let revoked = app
+        .delete(
+            &format!("/api/internal/api-keys/{}", org.api_key_id),
+            INTERNAL_KEY,
+        )
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    let response = console.get(&org_path(&org, "")).await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()[LOCATION], "/console/login");
+    let cleared = response.headers()[SET_COOKIE].to_str().unwrap();
+    assert!(
+        cleared.starts_with("keel_console=;") && cleared.contains("Max-Age=0"),
+        "{cleared}"
+    );
+
+    assert_eq!(
+        member.get(&org_path(&org, "/jobs")).await.status(),
+        StatusCode::OK
+    );
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    entities::membership::Entity::delete_many()
+        .filter(entities::membership::Column::UserId.eq(org.member_id.as_str()))
+        .exec(&db)
+        .await
+        .unwrap();
+    db.close().await.ok();
+    assert_eq!(
+        member.get(&org_path(&org, "/jobs")).await.status(),
+        StatusCode::SEE_OTHER
+    );
+
+    // Sign out ends the session for good.
+    let owner = Console::sign_in(&app, &org.owner_token).await;
+    let out = owner.post("/console/logout", &[]).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert!(out.headers()[SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+}
+
+#[actix_web::test]
+async fn a_user_with_several_organizations_picks_one() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let other = app.create_org("Other").await;
+    let put = app
+        .put(
+            &format!("/api/internal/orgs/{}/members/{}", other.org_id, acme.owner_id),
+            INTERNAL_KEY,
+            &json!({"role": "member"}),
+        )
+        .await;
+    assert_eq!(put.status(), StatusCode::OK);
+    let client = no_redirects();
+    let response = client
+        .post(app.url("/console/login"))
+        .form(&[("credential", acme.owner_token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()[LOCATION], "/console/orgs");
+    let mut console = Console {
+        base: app.address.clone(),
+        client,
+        cookie: console_cookie(&response).unwrap().0,
+        csrf: String::new(),
+    };
+    let picker = console.page("/console/orgs").await;
+    assert!(picker.contains("Acme") && picker.contains("Other"));
+    console.csrf = csrf_of(&picker);
+    // Not yet in an organization: its pages are not found.
+    assert_eq!(
+        console.get(&org_path(&other, "")).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let picked = console
+        .post("/console/orgs/pick", &[("org", other.org_id.as_str())])
+        .await;
+    assert_eq!(picked.status(), StatusCode::SEE_OTHER);
+    console.cookie = console_cookie(&picked).unwrap().0;
+    let html = console.page(&org_path(&other, "/keys")).await;
+    assert!(html.contains("Other") && html.contains("member"));
+    assert_eq!(
+        console.get(&org_path(&acme, "")).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    // An organization the user is not in cannot be picked.
+    let third = app.create_org("Third").await;
+    let refused = console
+        .post("/console/orgs/pick", &[("org", third.org_id.as_str())])
+        .await;
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn owners_create_a_key_shown_once_and_revoke_it() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let owner = Console::sign_in(&app, &org.owner_token).await;
+    let response = owner
+        .post(&org_path(&org, "/keys"), &[("name", "<b>deploy</b>")])
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let html = response.text().await.unwrap();
+    let marker = "<code id=\"new-key\" class=\"secret\">";
+    let start = html.find(marker).unwrap() + marker.len();
+    let key = &html[start..start + html[start..].find('<').unwrap()];
+    assert!(key.starts_with("keel_sk_"));
+    assert!(html.contains("&#60;b&#62;deploy&#60;/b&#62;") && !html.contains("<b>deploy"));
+    // The key works, and the list never shows it again.
+    assert_eq!(app.get("/api/projects", key).await.status(), StatusCode::OK);
+    assert!(!owner.page(&org_path(&org, "/keys")).await.contains(key));
+    let keys = json_of(app.get("/api/api-keys", key).await, StatusCode::OK).await;
+    let id = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "<b>deploy</b>")
+        .unwrap()["apiKeyId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let html = owner
+        .submit(&org_path(&org, &format!("/keys/{id}/revoke")), &[])
+        .await;
+    assert!(html.contains("API key revoked."));
+    assert_eq!(
+        app.get("/api/projects", key).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let unknown = owner
+        .submit(&org_path(&org, "/keys/no-such-key/revoke"), &[])
+        .await;
+    assert!(unknown.contains("API key not found"), "{unknown}");
+}
+
+#[actix_web::test]
+async fn jobs_list_filter_refresh_and_stop_by_the_apis_rules() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    let first = tracer(&app, &org, &project).await;
+    let second = tracer(&app, &org, &project).await;
+    let claimed = claim(&app, "worker-7", "tracer", 1).await;
+    assert_eq!(claimed.len(), 1);
+    let running = claimed[0]["job_id"].as_str().unwrap().to_owned();
+    let queued = if running == first { second } else { first };
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let list = console.page(&org_path(&org, "/jobs")).await;
+    assert!(list.contains(&queued) && list.contains(&running));
+    assert!(list.contains("data-refresh="));
+    let only_running = console.page(&org_path(&org, "/jobs?status=running")).await;
+    assert!(only_running.contains(&running) && !only_running.contains(&queued));
+    let none = console.page(&org_path(&org, "/jobs?action=draft")).await;
+    assert!(none.contains("No jobs."));
+    // The part that refreshes itself.
+    let partial = console
+        .client
+        .get(format!("{}{}", console.base, org_path(&org, "/jobs")))
+        .header(COOKIE, &console.cookie)
+        .header("x-console-partial", "1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(partial.contains(&running) && !partial.contains("<html"));
+
+    let page = console.page(&org_path(&org, &format!("/jobs/{running}"))).await;
+    assert!(page.contains("claimed by worker-7") && page.contains("Stop job"));
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/jobs/{running}/stop")),
+            &[("reason", "enough")],
+        )
+        .await;
+    assert!(html.contains("Stop requested"), "{html}");
+    let job = json_of(
+        app.get(&format!("/api/training/jobs/{running}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(job["status"], "stopping");
+    let html = console
+        .submit(&org_path(&org, &format!("/jobs/{queued}/stop")), &[])
+        .await;
+    assert!(html.contains("Job stopped."));
+    assert!(!html.contains("Stop job"), "an ended job has no Stop button");
+    // As the API: stopping again is harmless.
+    let html = console
+        .submit(&org_path(&org, &format!("/jobs/{queued}/stop")), &[])
+        .await;
+    assert!(html.contains("Job stopped."), "{html}");
+    // Another organization's job is not found.
+    let other = app.create_org("Other").await;
+    let stranger = Console::sign_in(&app, &other.api_key).await;
+    assert_eq!(
+        stranger
+            .get(&org_path(&other, &format!("/jobs/{running}")))
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let refused = stranger
+        .post(&org_path(&other, &format!("/jobs/{running}/stop")), &[])
+        .await;
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+}
+
+pub const HOSTILE: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+
+/// A proxied app with an organization, a project and three traces (the last one hostile).
+pub async fn traced_app() -> (TestApp, crate::fakes::FakeProvider, TestOrg, String, Vec<Value>) {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    for (i, content) in ["Capital of France?", "Weather in Paris?", HOSTILE]
+        .iter()
+        .enumerate()
+    {
+        let model = if i == 1 { "gpt-tool" } else { "gpt-plain" };
+        let response = sdk_request(&app, &org, Some(&project), &chat(model, content))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        raw_traces(&app, &org, &project, i + 1).await;
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let traces = raw_traces(&app, &org, &project, 3).await;
+    (app, provider, org, project, traces)
+}
+
+#[actix_web::test]
+async fn traces_are_listed_shown_escaped_and_the_selected_ones_download_as_the_api_exports_them() {
+    let (app, _provider, org, project, traces) = traced_app().await;
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let projects = console.page(&org_path(&org, "/traces")).await;
+    assert!(projects.contains("Support") && projects.contains(">3<"));
+    let list = console
+        .page(&org_path(&org, &format!("/projects/{project}/traces")))
+        .await;
+    for t in &traces {
+        assert!(list.contains(t["id"].as_str().unwrap()));
+    }
+    let tool_only = console
+        .page(&org_path(
+            &org,
+            &format!("/projects/{project}/traces?model=gpt-tool"),
+        ))
+        .await;
+    assert_eq!(tool_only.matches("name=\"traceIds\"").count(), 1);
+    let errors = console
+        .page(&org_path(
+            &org,
+            &format!("/projects/{project}/traces?status=error"),
+        ))
+        .await;
+    assert!(errors.contains("No traces match."));
+
+    // The hostile trace: text on the page, never markup.
+    let hostile = traces
+        .iter()
+        .find(|t| t["request"].to_string().contains("alert(1)"))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let html = console.page(&org_path(&org, &format!("/traces/{hostile}"))).await;
+    assert!(!html.contains("<script>alert(1)") && !html.contains("<img src=x"));
+    assert!(html.contains("&#60;script&#62;alert(1)&#60;/script&#62;&#60;img src=x onerror=alert(2)&#62;"));
+    assert!(html.contains("class=\"message role-user\""));
+
+    // Two selected traces, in each format: the API's rows for the same selection.
+    let ids: Vec<&str> = traces.iter().take(2).map(|t| t["id"].as_str().unwrap()).collect();
+    for format in ["records", "prompts", "raw"] {
+        let response = console
+            .post(
+                &org_path(&org, &format!("/projects/{project}/export")),
+                &[("traceIds", ids[0]), ("traceIds", ids[1]), ("format", format)],
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains(".jsonl"));
+        let body = response.text().await.unwrap();
+        let lines: Vec<Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let api = json_of(
+            app.post(
+                "/api/traces/export",
+                &org.api_key,
+                &json!({"traceIds": ids, "format": format}),
+            )
+            .await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(json!(lines), api["records"], "{format}");
+    }
+    // The newest N: the API's GET export.
+    let response = console
+        .post(
+            &org_path(&org, &format!("/projects/{project}/export")),
+            &[("newest", "1"), ("limit", "2"), ("format", "raw")],
+        )
+        .await;
+    let lines: Vec<Value> = response
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let api = json_of(
+        app.get(
+            &format!("/api/traces/export?project_id={project}&limit=2&format=raw"),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(json!(lines), api["records"]);
+    // Nothing selected: said on the page.
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/projects/{project}/export")),
+            &[("format", "raw")],
+        )
+        .await;
+    assert!(
+        html.contains("flash error") && html.contains("traceIds"),
+        "{html}"
+    );
+    // Another organization sees none of it.
+    let other = app.create_org("Other").await;
+    let stranger = Console::sign_in(&app, &other.api_key).await;
+    assert_eq!(
+        stranger
+            .get(&org_path(&other, &format!("/traces/{hostile}")))
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        stranger
+            .get(&org_path(&other, &format!("/projects/{project}/traces")))
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[actix_web::test]
+async fn evals_and_runs_pages_show_what_was_uploaded() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let cases = json!([
+        {"case_id": "a", "input": "<i>2+2</i>", "expected": "4", "actual": "4", "score": 1.0, "success": true},
+        {"case_id": "b", "input": "3+3", "expected": "6", "actual": "7", "score": 0.0, "success": false},
+        {"case_id": "c", "error": "timeout"}
+    ]);
+    let body = json_of(
+        app.post(
+            "/api/evals/runs",
+            &org.api_key,
+            &crate::traces::eval_body(&project, cases),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let run_id = body["eval_run_id"].as_str().unwrap();
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let evals = console.page(&org_path(&org, "/evals")).await;
+    assert!(evals.contains("smoke") && evals.contains("<svg class=\"chart\""));
+    let run = console.page(&org_path(&org, &format!("/evals/{run_id}"))).await;
+    assert!(run.contains("&#60;i&#62;2+2") && run.contains("timeout"));
+    let failed = console
+        .page(&org_path(&org, &format!("/evals/{run_id}?filter=failed")))
+        .await;
+    assert!(failed.contains("3+3") && !failed.contains("2+2"));
+    let errored = console
+        .page(&org_path(&org, &format!("/evals/{run_id}?filter=errored")))
+        .await;
+    assert!(errored.contains("timeout") && !errored.contains("3+3"));
+
+    let created = json_of(
+        app.post(
+            "/api/runs",
+            &org.api_key,
+            &json!({"projectId": project, "name": "sft-1", "model": "llama"}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let run_id = created["runId"].as_str().unwrap();
+    let checkpoint = app
+        .post(
+            "/api/runs/internal/checkpoints",
+            INTERNAL_KEY,
+            &json!({"orgId": org.org_id, "projectId": project, "runId": run_id, "checkpoints": [{"step": 100, "subfolder": "step-100"}]}),
+        )
+        .await;
+    assert!(
+        checkpoint.status().is_success(),
+        "{}",
+        checkpoint.text().await.unwrap()
+    );
+    let runs = console.page(&org_path(&org, "/runs")).await;
+    assert!(runs.contains("sft-1") && runs.contains(run_id) && runs.contains("step-100"));
+}
+
+#[actix_web::test]
+async fn operator_pages_show_the_queue_and_the_writer_and_requeue_stale_jobs() {
+    let app = spawn_app_with(|s| s.queue.stale_after_secs = 1).await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    let job = tracer(&app, &org, &project).await;
+    tracer(&app, &org, &project).await;
+    assert_eq!(claim(&app, "worker-9", "tracer", 1).await.len(), 1);
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let orgs = operator.page("/console/orgs").await;
+    assert!(orgs.contains("$10.00") || orgs.contains("Acme"));
+    let queue = operator.page("/console/operator/queue").await;
+    assert!(queue.contains("worker-9"));
+    assert!(queue.contains("<th scope=\"row\">tracer</th>"));
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let queue = operator.page("/console/operator/queue").await;
+    assert!(queue.contains("(stale)"), "{queue}");
+    let html = operator.submit("/console/operator/requeue-stale", &[]).await;
+    assert!(html.contains("Stale sweep: 1 requeued"), "{html}");
+    let writer = operator.page("/console/operator/writer").await;
+    assert!(writer.contains("Queue depth now") && writer.contains("Dropped"));
+    // The operator's job page of an organization: read-only.
+    let page = operator.page(&org_path(&org, &format!("/jobs/{job}"))).await;
+    assert!(!page.contains("Stop job"));
+}
