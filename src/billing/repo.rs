@@ -155,9 +155,14 @@ pub struct PaymentRow<'a> {
 }
 
 /// Records a payment, or updates a recorded one's status (its amount and key stay).
+///
+/// Retries racing with the same client key record the same payment intent at once: the
+/// insert can then trip the `(org_id, idempotency_key)` index before the arbiter on the
+/// intent id (PostgreSQL checks the indexes in its own order), so a unique violation is that
+/// same payment, whose status is updated instead.
 pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> Result<(), DbErr> {
     let now = Utc::now();
-    payment::Entity::insert(payment::ActiveModel {
+    let inserted = payment::Entity::insert(payment::ActiveModel {
         payment_intent_id: Set(row.payment_intent_id.to_owned()),
         org_id: Set(row.org_id.to_owned()),
         amount_cents: Set(row.amount.get()),
@@ -173,8 +178,19 @@ pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> R
             .to_owned(),
     )
     .exec_without_returning(db)
-    .await?;
-    Ok(())
+    .await;
+    match inserted {
+        Err(err) if crate::orgs::repo::is_unique_violation(&err) => {
+            payment::Entity::update_many()
+                .col_expr(payment::Column::Status, Expr::value(row.status))
+                .col_expr(payment::Column::UpdatedAt, Expr::value(now))
+                .filter(payment::Column::PaymentIntentId.eq(row.payment_intent_id))
+                .exec(db)
+                .await?;
+            Ok(())
+        }
+        other => other.map(drop),
+    }
 }
 
 /// The organization's top-up made with this client `Idempotency-Key`, if any.
