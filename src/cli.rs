@@ -99,6 +99,24 @@ pub enum BenchTarget {
         #[arg(long)]
         flush_ms: Option<u64>,
     },
+    /// Every console page's server time with a big organization, against `/healthz` and
+    /// the JSON API's billing overview in the same run.
+    Console {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 10_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 100_000)]
+        ledger: usize,
+        #[arg(long, default_value_t = 50_000)]
+        traces: usize,
+        /// Requests per page (one at a time).
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
         #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
@@ -239,6 +257,24 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     concurrency,
                     spread_orgs: orgs,
                     skip_baseline,
+                    skip_sqlite,
+                })
+                .await
+            }
+            BenchTarget::Console {
+                postgres_url,
+                jobs,
+                ledger,
+                traces,
+                requests,
+                skip_sqlite,
+            } => {
+                crate::bench::console::run(crate::bench::console::ConsoleBench {
+                    postgres_url,
+                    jobs,
+                    ledger,
+                    traces,
+                    requests,
                     skip_sqlite,
                 })
                 .await

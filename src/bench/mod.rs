@@ -2,6 +2,7 @@
 //! compared with a naive baseline measured in the same run. Numbers go to stdout as a
 //! markdown table (see docs/BENCHMARKS.md).
 
+pub mod console;
 pub mod ledger;
 pub mod proxy;
 pub mod queue;

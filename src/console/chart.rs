@@ -106,8 +106,11 @@ pub fn stacked_bars(
     svg
 }
 
+/// One run of a rate chart: its label, pass rate and mean score (both 0..1).
+pub type RatePoint = (String, f64, Option<f64>);
+
 /// Two lines on a 0..1 scale over the same points (pass rate and mean score), one point per run.
-pub fn rate_lines(points: &[(String, f64, Option<f64>)], title: &str) -> String {
+pub fn rate_lines(points: &[RatePoint], title: &str) -> String {
     let plot_h = HEIGHT - BOTTOM - TOP;
     let n = points.len().max(2) - 1;
     let step = (WIDTH - LEFT - 12.0) / n as f64;

@@ -611,7 +611,7 @@ pub async fn evals(
     let project = query.project.as_deref().filter(|p| !p.is_empty());
     let runs = crate::evals::repo::runs_of_org(&viewer.state.db, &org.org_id, project, RUNS_SHOWN).await?;
     // Per suite, oldest first: pass rate (passed of graded, else of total) and mean score.
-    let mut suites: std::collections::BTreeMap<&str, Vec<(String, f64, Option<f64>)>> = Default::default();
+    let mut suites: std::collections::BTreeMap<&str, Vec<chart::RatePoint>> = Default::default();
     for r in runs.iter().rev() {
         let base = if r.graded_cases > 0 {
             r.graded_cases

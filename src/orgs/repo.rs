@@ -299,29 +299,6 @@ pub async fn delete_adapter(db: &impl ConnectionTrait, adapter_id: &str) -> Resu
     Ok(result.rows_affected > 0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_transliterated_and_nothing_left_falls_back_to_a_suffix() {
-        assert_eq!(slugify("Acme Robotics!").as_deref(), Some("acme-robotics"));
-        assert_eq!(slugify("中文").as_deref(), Some("zhong-wen"));
-        assert_eq!(slugify("Café Zoë").as_deref(), Some("cafe-zoe"));
-        for nothing in ["%", "   ", "--", ""] {
-            assert_eq!(slugify(nothing), None, "{nothing:?}");
-        }
-        let fallback = derived_slug("%", "project");
-        assert!(
-            fallback.starts_with("project-") && fallback.len() == 14,
-            "{fallback}"
-        );
-        assert_ne!(derived_slug("%", "project"), fallback);
-        let long = slugify(&"ab ".repeat(60)).unwrap();
-        assert!(long.len() <= 80 && !long.ends_with('-'), "{long}");
-    }
-}
-
 pub async fn find_org(db: &impl ConnectionTrait, org_id: &str) -> Result<Option<organization::Model>, DbErr> {
     organization::Entity::find_by_id(org_id.to_owned()).one(db).await
 }
@@ -359,4 +336,27 @@ pub async fn members_of(
             (m, email)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_transliterated_and_nothing_left_falls_back_to_a_suffix() {
+        assert_eq!(slugify("Acme Robotics!").as_deref(), Some("acme-robotics"));
+        assert_eq!(slugify("中文").as_deref(), Some("zhong-wen"));
+        assert_eq!(slugify("Café Zoë").as_deref(), Some("cafe-zoe"));
+        for nothing in ["%", "   ", "--", ""] {
+            assert_eq!(slugify(nothing), None, "{nothing:?}");
+        }
+        let fallback = derived_slug("%", "project");
+        assert!(
+            fallback.starts_with("project-") && fallback.len() == 14,
+            "{fallback}"
+        );
+        assert_ne!(derived_slug("%", "project"), fallback);
+        let long = slugify(&"ab ".repeat(60)).unwrap();
+        assert!(long.len() <= 80 && !long.ends_with('-'), "{long}");
+    }
 }

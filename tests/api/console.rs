@@ -275,7 +275,7 @@ async fn each_organization_page_answers_its_members_and_the_operator_and_hides_o
             let html = console.page(&org_path(&acme, page)).await;
             assert!(html.contains("Acme"), "{who} {page}");
             let forms = html.contains("action=\"/console/o/");
-            if *page == "" {
+            if page.is_empty() {
                 assert_eq!(forms, who != "operator", "{who} sees forms on the overview");
             }
         }

@@ -6,6 +6,7 @@ mod helpers;
 
 mod auth;
 mod billing;
+mod browser;
 mod cli;
 mod console;
 mod flash;

@@ -1,0 +1,358 @@
+//! The console in a real browser: Chromium through chromedriver (fantoccini). Without
+//! Chromium these tests say so and pass, unless `KEEL_BROWSER_TESTS=required` (as `.ci/run`
+//! sets it), which makes a missing browser a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::console::{traced_app, HOSTILE};
+use crate::helpers::*;
+use crate::queue::{claim, tracer};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const WIDTHS: [(u32, &str); 2] = [(1280, "desktop"), (390, "phone")];
+
+/// A headless Chromium driven through its own chromedriver; both end with it.
+struct Browser {
+    client: Client,
+    driver: Child,
+    downloads: tempfile::TempDir,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Browser {
+    /// `None` (and a line saying why) when there is no browser and none is required.
+    async fn start() -> Option<Self> {
+        if !(Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists()) {
+            let required = std::env::var("KEEL_BROWSER_TESTS").is_ok_and(|v| v == "required");
+            assert!(
+                !required,
+                "KEEL_BROWSER_TESTS=required but {CHROMIUM} or {CHROMEDRIVER} is missing"
+            );
+            eprintln!("browser test skipped: install chromium and chromium-driver to run it");
+            return None;
+        }
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let downloads = tempfile::tempdir().unwrap();
+        let profile = tempfile::tempdir().unwrap();
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": CHROMIUM,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-quic", "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+                    format!("--user-data-dir={}", profile.path().display())],
+                "prefs": {
+                    "download.default_directory": downloads.path().display().to_string(),
+                    "download.prompt_for_download": false,
+                },
+            }),
+        );
+        let mut last = None;
+        for _ in 0..50 {
+            match ClientBuilder::native()
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+            {
+                Ok(client) => {
+                    return Some(Self {
+                        client,
+                        driver,
+                        downloads,
+                        _profile: profile,
+                    })
+                }
+                Err(err) => last = Some(err),
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("chromedriver did not answer: {last:?}");
+    }
+
+    async fn open(&self, app: &TestApp, path: &str) {
+        self.client.goto(&app.url(path)).await.unwrap();
+    }
+
+    async fn text(&self, css: &str) -> String {
+        self.client
+            .wait()
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Clicks what submits a form and waits for the next page to have loaded.
+    async fn submit(&self, css: &str) {
+        self.client
+            .execute("window.__keelOld = true;", vec![])
+            .await
+            .unwrap();
+        self.click(css).await;
+        for _ in 0..100 {
+            let loaded = self
+                .client
+                .execute(
+                    "return window.__keelOld !== true && document.readyState === 'complete';",
+                    vec![],
+                )
+                .await;
+            if loaded.is_ok_and(|v| v == Value::Bool(true)) {
+                return;
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no page after submitting {css}");
+    }
+
+    async fn fill(&self, css: &str, value: &str) {
+        let field = self.client.find(Locator::Css(css)).await.unwrap();
+        field.clear().await.unwrap();
+        field.send_keys(value).await.unwrap();
+    }
+
+    /// Saves the page at both widths under `target/console-shots/` and checks that nothing
+    /// overflows the phone's width (tables scroll inside their box).
+    async fn shoot(&self, name: &str) {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-shots");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (width, label) in WIDTHS {
+            self.client.set_window_size(width, 900).await.unwrap();
+            let overflow = self
+                .client
+                .execute(
+                    "return document.documentElement.scrollWidth - document.documentElement.clientWidth;",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert!(
+                overflow.as_i64().unwrap_or(0) <= 0,
+                "{name} overflows at {width} px by {overflow}"
+            );
+            let png = self.client.screenshot().await.unwrap();
+            std::fs::write(dir.join(format!("{name}-{label}.png")), png).unwrap();
+        }
+        self.client.set_window_size(1280, 900).await.unwrap();
+    }
+
+    /// No alert is open (a script that ran would have opened one).
+    async fn assert_no_alert(&self) {
+        assert!(self.client.get_alert_text().await.is_err(), "a script ran");
+    }
+
+    async fn downloaded(&self) -> String {
+        for _ in 0..100 {
+            let files: Vec<_> = std::fs::read_dir(self.downloads.path())
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+                .collect();
+            if let Some(file) = files.first() {
+                return std::fs::read_to_string(file).unwrap();
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no download arrived");
+    }
+}
+
+#[actix_web::test]
+async fn an_owner_signs_in_redeems_a_promo_stops_a_job_exports_two_traces_and_signs_out() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (app, _provider, org, project, traces) = traced_app().await;
+    app.fund(&org, 1000).await;
+    let job_project = app.create_project(&org, "Vision").await;
+    tracer(&app, &org, &job_project).await;
+    let claimed = claim(&app, "worker-1", "tracer", 1).await;
+    let job = claimed[0]["job_id"].as_str().unwrap().to_owned();
+    let org_home = format!("/console/o/{}", org.org_id);
+
+    // Sign in with the API key.
+    browser.open(&app, "/console").await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with("/console/login"));
+    browser.shoot("login").await;
+    browser.fill("#credential", "wrong").await;
+    browser.submit("button[type=submit]").await;
+    assert!(browser.text(".flash.error").await.contains("not accepted"));
+    browser.fill("#credential", &org.api_key).await;
+    browser.submit("button[type=submit]").await;
+    // $10.00 funded, less the run fee charged at the claim.
+    assert_eq!(browser.text("#balance").await, "$9.00");
+
+    // Redeem a promo code: the balance changes.
+    browser.fill("#code", "WELCOME10").await;
+    browser.submit("form[action$='/promo'] button").await;
+    assert!(browser.text(".flash").await.contains("$10.00 credited"));
+    assert_eq!(browser.text("#balance").await, "$19.00");
+    assert_eq!(app.billing(&org).await["balanceCents"], 1900);
+    browser.shoot("overview").await;
+
+    for (name, path) in [
+        ("ledger", "/ledger"),
+        ("jobs", "/jobs"),
+        ("traces", "/traces"),
+        ("evals", "/evals"),
+        ("runs", "/runs"),
+        ("keys", "/keys"),
+    ] {
+        browser.open(&app, &format!("{org_home}{path}")).await;
+        browser.text("h1").await;
+        browser.shoot(name).await;
+    }
+
+    // Stop the running job.
+    browser.open(&app, &format!("{org_home}/jobs/{job}")).await;
+    assert_eq!(browser.text("#job-status").await, "running");
+    browser.shoot("job").await;
+    browser.submit("#stop").await;
+    assert!(browser.text(".flash").await.contains("Stop requested"));
+    assert_eq!(browser.text("#job-status").await, "stopping");
+    let api = json_of(
+        app.get(&format!("/api/training/jobs/{job}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(api["status"], "stopping");
+
+    // Open a trace: the hostile one shows as text and runs nothing.
+    let hostile = traces
+        .iter()
+        .find(|t| t["request"].to_string().contains("alert(1)"))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    browser.open(&app, &format!("{org_home}/traces/{hostile}")).await;
+    browser.assert_no_alert().await;
+    assert!(browser
+        .text("#conversation .role-user .text")
+        .await
+        .contains(HOSTILE));
+    let images = browser.client.find_all(Locator::Css("#main img")).await.unwrap();
+    assert!(images.is_empty(), "the recorded <img> is not an element");
+    browser.shoot("trace").await;
+
+    // Select two traces and download them; the file is the API's export of those two.
+    browser
+        .open(&app, &format!("{org_home}/projects/{project}/traces"))
+        .await;
+    browser.shoot("project-traces").await;
+    let ids: Vec<&str> = traces.iter().take(2).map(|t| t["id"].as_str().unwrap()).collect();
+    for id in &ids {
+        browser.click(&format!("#sel-{id}")).await;
+    }
+    browser.click("#export-selected").await;
+    let file = browser.downloaded().await;
+    let lines: Vec<Value> = file.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let api = json_of(
+        app.post(
+            "/api/traces/export",
+            &org.api_key,
+            &json!({"traceIds": ids, "format": "records"}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(json!(lines), api["records"]);
+
+    // Sign out.
+    browser.open(&app, &org_home).await;
+    browser.submit(".logout button").await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with("/console/login"));
+    browser.open(&app, &org_home).await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with("/console/login"));
+    browser.client.clone().close().await.unwrap();
+}
+
+#[actix_web::test]
+async fn the_operator_pages_render_at_both_widths() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    for _ in 0..3 {
+        tracer(&app, &org, &project).await;
+    }
+    claim(&app, "worker-1", "tracer", 2).await;
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", INTERNAL_KEY).await;
+    browser.submit("button[type=submit]").await;
+    assert!(browser.text("h1").await.contains("Organizations"));
+    browser.shoot("operator-orgs").await;
+    browser.open(&app, "/console/operator/queue").await;
+    assert!(browser.text("#queue-counts").await.contains("tracer"));
+    browser.shoot("operator-queue").await;
+    browser.submit("#requeue-stale").await;
+    assert!(browser.text(".flash").await.contains("Stale sweep"));
+    browser.open(&app, "/console/operator/writer").await;
+    browser.shoot("operator-writer").await;
+    browser.client.clone().close().await.unwrap();
+}
