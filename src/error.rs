@@ -11,7 +11,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ValidationIssue {
     /// Where the problem is: `["body", "field", 0, ...]`, `["query", "limit"]`, `["path", "id"]`.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<LocItem>)]
     pub loc: Vec<Value>,
     pub msg: String,
     #[serde(rename = "type")]
@@ -35,6 +35,16 @@ impl ValidationIssue {
         self.ctx = Some(ctx);
         self
     }
+}
+
+/// One step of a 422 `loc`: a field or parameter name, or a list index (the schema only:
+/// `loc` is built as JSON values).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum LocItem {
+    Name(String),
+    Index(u64),
 }
 
 /// Body of every non-422 error.

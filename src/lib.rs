@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod database;
+pub mod docs;
 pub mod domain;
 pub mod error;
 pub mod evals;

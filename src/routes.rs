@@ -20,10 +20,12 @@ macro_rules! route_table {
             $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+
         }
     )+) => {
-        /// Mounts every route, then the console (`/console`, its own table in `console`).
+        /// Mounts every route, then the console (`/console`, its own table in `console`) and
+        /// the browsable documentation (`/docs`).
         pub fn configure(cfg: &mut web::ServiceConfig) {
             $( route_table!(@group cfg, $kind $prefix { $( $path => $( $method $($handler)::+ ),+ ; )+ }); )+
             crate::console::configure(cfg);
+            crate::docs::configure(cfg);
         }
 
         /// Every (method, path) of the table.
@@ -37,10 +39,10 @@ macro_rules! route_table {
         pub struct Doc;
     };
     (@group $cfg:ident, root $_prefix:literal { $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+ }) => {
-        $( $cfg.service(resource($path) $( .route(web::$method().to($($handler)::+)) )+ ); )+
+        $( $cfg.service(resource($path, &[$(stringify!($method)),+]) $( .route(web::$method().to($($handler)::+)) )+ ); )+
     };
     (@group $cfg:ident, scope $prefix:literal { $( $path:literal => $( $method:ident $($handler:ident)::+ ),+ ; )+ }) => {
-        $cfg.service(web::scope($prefix) $( .service(resource($path) $( .route(web::$method().to($($handler)::+)) )+ ) )+ );
+        $cfg.service(web::scope($prefix) $( .service(resource($path, &[$(stringify!($method)),+]) $( .route(web::$method().to($($handler)::+)) )+ ) )+ );
     };
 }
 

@@ -11,7 +11,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, database, http, openapi, routes};
+use crate::{auth, database, http, routes};
 
 pub struct Application {
     port: u16,
@@ -56,7 +56,7 @@ impl Application {
             .mask_unmatched_patterns("UNKNOWN")
             .build()
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
-        let doc = web::Data::new(openapi::document());
+        let doc = web::Data::new(crate::system::OpenApiJson::build(&state.settings));
         let data = web::Data::new(state.clone());
         let registry = web::Data::new(registry);
         let server = HttpServer::new(move || {

@@ -15,6 +15,9 @@ pub struct Health {
     pub database: bool,
 }
 
+/// Health
+///
+/// 200 when the service and its database answer; 503 when the database does not.
 #[utoipa::path(get, path = "/healthz", tag = "system",
     responses((status = 200, body = Health), (status = 503, description = "Database unreachable", body = Health)))]
 pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
@@ -30,13 +33,36 @@ pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
+/// This document
+///
+/// The OpenAPI 3.1 document of every route.
 #[utoipa::path(get, path = "/openapi.json", tag = "system",
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json")))]
-pub async fn openapi_json(doc: web::Data<utoipa::openapi::OpenApi>) -> HttpResponse {
-    HttpResponse::Ok().json(doc.get_ref())
+pub async fn openapi_json(doc: web::Data<OpenApiJson>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(doc.0.clone())
 }
 
-#[utoipa::path(get, path = "/metrics", tag = "system", security(("bearer" = [])),
+/// The served OpenAPI document, serialized once at startup.
+pub struct OpenApiJson(pub actix_web::web::Bytes);
+
+impl OpenApiJson {
+    /// The document, with what depends on this instance's settings: the product events the
+    /// flash route accepts.
+    pub fn build(settings: &crate::config::Settings) -> Self {
+        let mut doc = crate::openapi::document_json();
+        if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
+            event["enum"] = serde_json::json!(settings.flash.event_allowlist);
+        }
+        Self(serde_json::to_vec(&doc).unwrap_or_default().into())
+    }
+}
+
+/// Prometheus metrics
+///
+/// Internal key: HTTP, trace-writer and process metrics in Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "system", security(("internalKey" = [])),
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn metrics(_: Internal, registry: web::Data<Registry>) -> ApiResult<HttpResponse> {

@@ -11,6 +11,7 @@ mod m20261122_000003_claim_index;
 mod m20261122_000004_partial_job_indexes;
 mod m20261124_000001_payment_idempotency;
 mod m20261124_000002_console_indexes;
+mod m20261124_000003_user_id_length;
 
 pub struct Migrator;
 
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000004_partial_job_indexes::Migration),
             Box::new(m20261124_000001_payment_idempotency::Migration),
             Box::new(m20261124_000002_console_indexes::Migration),
+            Box::new(m20261124_000003_user_id_length::Migration),
         ]
     }
 }

@@ -245,10 +245,18 @@ impl FromRequest for Caller {
                     ))
                 }
             };
+            let query_org = query_org_id(&req);
+            if query_org.as_ref().is_some_and(|org| org.contains('\0')) {
+                return Err(ApiError::validation(
+                    vec![json!("query"), json!("orgId")],
+                    "string_pattern_mismatch",
+                    "String should not contain the NUL character (\\u0000)",
+                ));
+            }
             Ok(Self {
                 principal,
                 state,
-                query_org: query_org_id(&req),
+                query_org,
                 header_org: req
                     .headers()
                     .get("x-org-id")

@@ -28,11 +28,15 @@ pub struct VerifyResponse {
     pub orgs: BTreeMap<String, Role>,
 }
 
+/// Check a credential
+///
+/// Answers which kind of credential the bearer token is (`internal`, `api_key` or `session`)
+/// and the organizations and roles it reaches. Without a valid credential it is 401.
 #[utoipa::path(
     get,
     path = "/api/auth/verify",
     tag = "auth",
-    security(("bearer" = [])),
+    security(("internalKey" = []), ("apiKey" = []), ("session" = [])),
     responses(
         (status = 200, description = "The credential is valid", body = VerifyResponse),
         (status = 401, description = "Missing, unknown, revoked or expired credential", body = ErrorBody),

@@ -23,7 +23,7 @@ const MAX_CHARGE_CENTS: i64 = 1_000_000_000;
 #[into_params(parameter_in = Query)]
 pub struct OrgQuery {
     /// The organization (UUID).
-    #[param(value_type = String)]
+    #[param(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
 }
 
@@ -172,7 +172,7 @@ pub struct ServingUsageBody {
     #[schema(min_length = 1, max_length = 200)]
     pub request_id: String,
     /// Must match the adapter's owner when `adapterId` is given.
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     /// Authoritative for the billed organization.
     #[schema(min_length = 1, max_length = 512)]
@@ -180,9 +180,9 @@ pub struct ServingUsageBody {
     /// A priced base model (when no adapter is involved).
     #[schema(min_length = 1, max_length = 512)]
     pub model: Option<String>,
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 2147483647)]
     pub prompt_tokens: i64,
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 2147483647)]
     pub completion_tokens: i64,
 }
 

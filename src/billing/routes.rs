@@ -11,7 +11,11 @@ use crate::state::AppState;
 
 // Handlers: each extracts, calls one service or repo function, answers.
 
-#[utoipa::path(get, path = "/api/billing", tag = "billing", security(("bearer" = [])),
+/// Read an organization's billing
+///
+/// Balance (cents and exact microcents), saved card, auto top-up settings, starter-credit state
+/// and recent ledger entries of the organization named by `orgId` (or the API key's own).
+#[utoipa::path(get, path = "/api/billing", tag = "billing", security(("apiKey" = []), ("session" = [])),
     params(OrgQuery),
     responses((status = 200, body = BillingView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
@@ -20,7 +24,12 @@ pub async fn get_billing(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<Http
     Ok(HttpResponse::Ok().json(BillingView::new(account, recent)))
 }
 
-#[utoipa::path(post, path = "/api/billing/setup-intent", tag = "billing", security(("bearer" = [])),
+/// Start saving a card
+///
+/// Creates the payment processor's customer for the organization if needed and a setup intent
+/// whose client secret a card form confirms. With the simulated processor the card numbers of
+/// the README stand for the cards.
+#[utoipa::path(post, path = "/api/billing/setup-intent", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = OrgBody,
     responses((status = 200, body = SetupIntentView), (status = 403, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub async fn setup_intent(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpResponse> {
@@ -31,7 +40,11 @@ pub async fn setup_intent(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpR
     }))
 }
 
-#[utoipa::path(post, path = "/api/billing/payment-method", tag = "billing", security(("bearer" = [])),
+/// Save a card
+///
+/// Attaches a confirmed payment method (with the simulated processor: one of its test cards,
+/// such as `pm_card_visa`) as the organization's card for top-ups and auto top-up.
+#[utoipa::path(post, path = "/api/billing/payment-method", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = PaymentMethodBody,
     responses((status = 200, body = CardView), (status = 404, description = "Unknown payment method", body = ErrorBody)))]
 pub async fn save_payment_method(member: Member<ValidJson<PaymentMethodBody>>) -> ApiResult<HttpResponse> {
@@ -40,7 +53,10 @@ pub async fn save_payment_method(member: Member<ValidJson<PaymentMethodBody>>) -
     Ok(HttpResponse::Ok().json(CardView::from(card)))
 }
 
-#[utoipa::path(delete, path = "/api/billing/payment-method", tag = "billing", security(("bearer" = [])),
+/// Remove the saved card
+///
+/// Detaches the organization's saved card; auto top-up stops until a new card is saved.
+#[utoipa::path(delete, path = "/api/billing/payment-method", tag = "billing", security(("apiKey" = []), ("session" = [])),
     params(OrgQuery),
     responses((status = 200, body = PaymentMethodDeleted), (status = 404, description = "No saved payment method", body = ErrorBody)))]
 pub async fn delete_payment_method(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
@@ -51,7 +67,12 @@ pub async fn delete_payment_method(member: Member<ValidQuery<OrgQuery>>) -> ApiR
     }))
 }
 
-#[utoipa::path(delete, path = "/api/billing/customer", tag = "billing", security(("bearer" = [])),
+/// Delete the payment customer
+///
+/// Owner-gated: deletes the organization's payment-processor customer and its saved cards, as
+/// the organization-delete flow does first. Best-effort: a processor failure is reported, never
+/// blocking.
+#[utoipa::path(delete, path = "/api/billing/customer", tag = "billing", security(("session" = [])),
     params(OrgQuery),
     responses((status = 200, description = "Best effort: failures are reported, never raised", body = CustomerDeleted),
         (status = 403, description = "Not an owner's session", body = ErrorBody)))]
@@ -64,9 +85,14 @@ pub async fn delete_customer(owner: Owner<ValidQuery<OrgQuery>>) -> ApiResult<Ht
     }))
 }
 
-#[utoipa::path(post, path = "/api/billing/topup", tag = "billing", security(("bearer" = [])),
+/// Top up the balance
+///
+/// Charges the saved card `amountCents` and credits the balance once the charge succeeds. An
+/// `Idempotency-Key` header makes a retry the same payment: it is charged and credited once. A
+/// declined card is 402.
+#[utoipa::path(post, path = "/api/billing/topup", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = TopupBody,
-    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200,
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200, pattern = "^[!-~]+$",
         description = "Makes a retried top-up charge once: a retry answers the first attempt's result")),
     responses((status = 200, body = TopupView), (status = 402, description = "Card declined", body = ErrorBody),
         (status = 409, description = "No saved payment method, or the Idempotency-Key was used for another amount", body = ErrorBody),
@@ -85,7 +111,11 @@ pub async fn topup(
     }))
 }
 
-#[utoipa::path(put, path = "/api/billing/auto-topup", tag = "billing", security(("bearer" = [])),
+/// Set auto top-up
+///
+/// Turns automatic top-up on or off: when a charge takes the balance under `thresholdCents`,
+/// the saved card is charged `amountCents`.
+#[utoipa::path(put, path = "/api/billing/auto-topup", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = AutoTopupBody,
     responses((status = 200, body = AutoTopupView), (status = 409, description = "No saved payment method", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
@@ -106,7 +136,11 @@ pub async fn put_auto_topup(member: Member<ValidJson<AutoTopupBody>>) -> ApiResu
     }))
 }
 
-#[utoipa::path(post, path = "/api/billing/starter-credit", tag = "billing", security(("bearer" = [])),
+/// Claim the starter credit
+///
+/// Credits the organization's one-time starter credit; a second claim answers the first grant
+/// and credits nothing.
+#[utoipa::path(post, path = "/api/billing/starter-credit", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = OrgBody,
     responses((status = 200, body = CreditView), (status = 409, description = "Already granted", body = ErrorBody)))]
 pub async fn starter_credit(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpResponse> {
@@ -118,7 +152,11 @@ pub async fn starter_credit(member: Member<ValidJson<OrgBody>>) -> ApiResult<Htt
     }))
 }
 
-#[utoipa::path(post, path = "/api/billing/promo-code", tag = "billing", security(("bearer" = [])),
+/// Redeem a promo code
+///
+/// Any member may redeem: credits the code's fixed amount with no card, once per organization
+/// and code. An unknown code is 404.
+#[utoipa::path(post, path = "/api/billing/promo-code", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = PromoCodeBody,
     responses((status = 200, body = CreditView), (status = 404, description = "Unknown code", body = ErrorBody),
         (status = 409, description = "Already redeemed by this organization", body = ErrorBody)))]
@@ -131,6 +169,10 @@ pub async fn promo_code(member: Member<ValidJson<PromoCodeBody>>) -> ApiResult<H
     }))
 }
 
+/// Receive a payment processor event
+///
+/// Stripe's signed webhook (`Stripe-Signature`): confirms payments and saved cards. Each event
+/// is applied once; an unsigned or badly signed call is 400.
 #[utoipa::path(post, path = "/api/billing/webhook", tag = "billing",
     params(("Stripe-Signature" = String, Header, description = "t=<unix>,v1=<hex HMAC-SHA256 of \"t.body\">")),
     request_body(content = Object, description = "A payment-processor event"),
@@ -151,7 +193,11 @@ pub async fn stripe_webhook(
     }))
 }
 
-#[utoipa::path(post, path = "/api/billing/debit", tag = "billing", security(("bearer" = [])),
+/// Charge the run fee
+///
+/// Debits the flat custom-model run fee from the prepaid balance before the run is created,
+/// idempotently by `runId`. Insufficient balance is 402.
+#[utoipa::path(post, path = "/api/billing/debit", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = DebitBody,
     responses((status = 200, body = ChargeView), (status = 402, description = "Balance too low", body = ErrorBody)))]
 pub async fn debit(member: Member<ValidJson<DebitBody>>) -> ApiResult<HttpResponse> {
@@ -160,7 +206,13 @@ pub async fn debit(member: Member<ValidJson<DebitBody>>) -> ApiResult<HttpRespon
     Ok(HttpResponse::Ok().json(ChargeView::from(&outcome)))
 }
 
-#[utoipa::path(post, path = "/api/billing/serving-usage", tag = "billing", security(("bearer" = [])),
+/// Meter a serving request
+///
+/// Internal key (the serving layer): bills a generation's tokens at the model's price plus 20%
+/// and records the usage. `adapterId` names the billed organization (a supplied `orgId` must
+/// match it); `orgId` alone is honored without an adapter. A replay of `requestId` answers the
+/// first charge.
+#[utoipa::path(post, path = "/api/billing/serving-usage", tag = "billing", security(("internalKey" = [])),
     request_body = ServingUsageBody,
     responses((status = 200, body = ServingChargeView),
         (status = 404, description = "Unknown adapter or organization, or unpriced model", body = ErrorBody),
@@ -184,7 +236,11 @@ pub async fn serving_usage(
     Ok(HttpResponse::Ok().json(ServingChargeView::new(recorded, &outcome)))
 }
 
-#[utoipa::path(post, path = "/api/billing/training-usage", tag = "billing", security(("bearer" = [])),
+/// Charge a training run's estimate
+///
+/// With the submitting user's API key: debits the run's pre-flight cost estimate, idempotently
+/// by `runId`. Insufficient balance is 402, which blocks the run.
+#[utoipa::path(post, path = "/api/billing/training-usage", tag = "billing", security(("apiKey" = []), ("session" = [])),
     request_body = TrainingUsageBody,
     responses((status = 200, body = RunChargeView), (status = 402, description = "Balance too low", body = ErrorBody),
         (status = 403, description = "Not a user API key", body = ErrorBody)))]
@@ -199,7 +255,11 @@ pub async fn training_usage(
     Ok(HttpResponse::Ok().json(RunChargeView::new(body.run_id, &outcome)))
 }
 
-#[utoipa::path(post, path = "/api/billing/training-usage/precheck", tag = "billing", security(("bearer" = [])),
+/// Check a run is affordable
+///
+/// Internal key: verify-only. 402 when the organization can cover the estimate neither from its
+/// balance nor by auto top-up; moves no money.
+#[utoipa::path(post, path = "/api/billing/training-usage/precheck", tag = "billing", security(("internalKey" = [])),
     request_body = TrainingPrecheckBody,
     responses((status = 200, body = PrecheckView),
         (status = 402, description = "Neither the balance nor a card with auto top-up covers the estimate", body = ErrorBody),
@@ -213,7 +273,11 @@ pub async fn training_precheck(
     Ok(HttpResponse::Ok().json(PrecheckView { ok: true }))
 }
 
-#[utoipa::path(post, path = "/api/billing/training-usage/internal", tag = "billing", security(("bearer" = [])),
+/// Charge a completed managed run
+///
+/// Internal key: charges a finished managed training run's cost to the named organization,
+/// idempotently by `runId`.
+#[utoipa::path(post, path = "/api/billing/training-usage/internal", tag = "billing", security(("internalKey" = [])),
     request_body = InternalTrainingUsageBody,
     responses((status = 200, body = RunChargeView), (status = 404, body = ErrorBody)))]
 pub async fn training_usage_internal(
@@ -226,7 +290,11 @@ pub async fn training_usage_internal(
     Ok(HttpResponse::Ok().json(RunChargeView::new(body.run_id, &outcome)))
 }
 
-#[utoipa::path(post, path = "/api/billing/training-cost", tag = "billing", security(("bearer" = [])),
+/// Record a run's realized cost
+///
+/// Internal key: upserts the provider cost of a run by `runId`; no organization is needed.
+/// Re-pulled runs update the same row.
+#[utoipa::path(post, path = "/api/billing/training-cost", tag = "billing", security(("internalKey" = [])),
     request_body = TrainingCostBody,
     responses((status = 200, body = TrainingCostView), (status = 403, description = "Not the internal key", body = ErrorBody)))]
 pub async fn training_cost(

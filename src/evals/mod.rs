@@ -46,9 +46,18 @@ impl Validate for EvalCasePayload {
     }
 }
 
+/// An uploaded eval run's status (the schema of `status`; the field stays a string).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum EvalStatus {
+    Completed,
+    Failed,
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EvalRunUploadRequest {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub project_id: ProjectId,
     #[schema(min_length = 1, max_length = 200)]
     pub suite_name: String,
@@ -57,6 +66,7 @@ pub struct EvalRunUploadRequest {
     #[schema(max_length = 200)]
     pub model: Option<String>,
     /// `completed` (default) or `failed`.
+    #[schema(value_type = Option<EvalStatus>)]
     pub status: Option<String>,
     pub error: Option<String>,
     #[schema(format = DateTime)]
@@ -139,7 +149,11 @@ pub fn derive(cases: &[EvalCasePayload]) -> Derived {
     }
 }
 
-#[utoipa::path(post, path = "/api/evals/runs", tag = "evals", security(("bearer" = [])),
+/// Upload an eval run
+///
+/// Stores an eval run with its cases for a project of the caller's organization and derives
+/// total, passed, graded and errored counts and the mean score.
+#[utoipa::path(post, path = "/api/evals/runs", tag = "evals", security(("apiKey" = []), ("session" = [])),
     request_body = EvalRunUploadRequest,
     responses(
         (status = 200, body = EvalRunUploadResponse),

@@ -23,7 +23,6 @@ use utoipa::ToSchema;
 
 use super::repo;
 use crate::config::HubSettings;
-use crate::error::{ApiError, ApiResult};
 use crate::http::PeerError;
 use crate::state::AppState;
 
@@ -48,13 +47,11 @@ pub fn backoff_delay(settings: &HubSettings, failures: u32) -> Duration {
     Duration::from_secs(secs.min(settings.backoff_max_secs))
 }
 
-pub async fn run_pass(state: &AppState, limit: u64, org: Option<&str>) -> ApiResult<PassReport> {
+/// One pass over at most `limit` waiting environments (of `org` only, if named). With no hub
+/// configured, nothing is called: the environments the pass would have tried are `skipped`,
+/// and the pass logs one warning.
+pub async fn run_pass(state: &AppState, limit: u64, org: Option<&str>) -> Result<PassReport, DbErr> {
     let settings = &state.settings.hub;
-    if settings.url.is_empty() {
-        return Err(ApiError::Unavailable(
-            "no hub is configured (KEEL_HUB_URL)".into(),
-        ));
-    }
     let db = &state.db;
     let now = Utc::now();
     let waiting = repo::orgs_backing_off(db, org, now).await?;
@@ -63,6 +60,14 @@ pub async fn run_pass(state: &AppState, limit: u64, org: Option<&str>) -> ApiRes
         ..PassReport::default()
     };
     let candidates = repo::provisioning_candidates(db, org, &waiting, now, limit).await?;
+    if settings.url.is_empty() {
+        tracing::warn!(
+            environments = candidates.len(),
+            "no hub is configured (KEEL_HUB_URL): the pass skipped every environment it would have tried"
+        );
+        report.skipped += candidates.len() as u64;
+        return Ok(report);
+    }
     let mut by_org: BTreeMap<String, Vec<flash_environment::Model>> = BTreeMap::new();
     for env in candidates {
         by_org.entry(env.org_id.clone()).or_default().push(env);

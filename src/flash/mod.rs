@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 use crate::auth::Internal;
 use crate::domain::{OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{parse_json_body, RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::validate::{Checks, Validate};
 use crate::queue::routes::check_env_slug;
 use crate::state::AppState;
@@ -49,7 +49,7 @@ async fn active_project(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashProjectValidateBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
@@ -70,7 +70,11 @@ pub struct ProjectValid {
     pub slug: String,
 }
 
-#[utoipa::path(post, path = "/api/flash/projects/validate/internal", tag = "flash", security(("bearer" = [])),
+/// Check a project is active
+///
+/// Internal key: answers the project's id and slug when it is active in the organization; 404
+/// otherwise.
+#[utoipa::path(post, path = "/api/flash/projects/validate/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashProjectValidateBody,
     responses(
         (status = 200, body = ProjectValid),
@@ -112,13 +116,18 @@ impl Validate for ProvisionQuery {
     }
 }
 
+/// Run a hub provisioning pass
+///
+/// Internal key: one bounded pass (`limit`, default 25) over environments waiting for their hub
+/// repository, optionally for one organization (`orgId`) so its backoff alone advances. With no
+/// hub configured nothing is called: the environments the pass would have tried are counted as
+/// `skipped`.
 #[utoipa::path(post, path = "/api/flash/environments/hub/provision/internal", tag = "flash",
-    security(("bearer" = [])),
+    security(("internalKey" = [])),
     params(ProvisionQuery),
     responses(
         (status = 200, body = hub::PassReport),
         (status = 422, body = ValidationErrorBody),
-        (status = 503, description = "No hub configured (KEEL_HUB_URL)", body = ErrorBody),
     ))]
 pub async fn provision_hub(
     _: Internal,
@@ -133,7 +142,7 @@ pub async fn provision_hub(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashEnvironmentPublishBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
@@ -231,7 +240,11 @@ pub struct EnvironmentPublished {
     pub environment: EnvironmentView,
 }
 
-#[utoipa::path(post, path = "/api/flash/environments/internal", tag = "flash", security(("bearer" = [])),
+/// Publish an environment
+///
+/// Internal key: creates or updates the mirror of an environment by its slug
+/// `<org>/<project>/<name>`; a new one waits for hub provisioning.
+#[utoipa::path(post, path = "/api/flash/environments/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashEnvironmentPublishBody,
     responses(
         (status = 200, body = EnvironmentPublished),
@@ -258,11 +271,15 @@ pub async fn publish_environment(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashEnvironmentRefBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
-    #[schema(min_length = 3, max_length = 512)]
+    #[schema(
+        min_length = 3,
+        max_length = 512,
+        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$"
+    )]
     pub slug: String,
 }
 
@@ -280,7 +297,11 @@ pub struct EnvironmentDeleted {
     pub slug: String,
 }
 
-#[utoipa::path(delete, path = "/api/flash/environments/internal", tag = "flash", security(("bearer" = [])),
+/// Delete an environment's mirror
+///
+/// Internal key: drops the mirror row after the control plane removed the environment from hub
+/// storage; never calls the control plane back.
+#[utoipa::path(delete, path = "/api/flash/environments/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashEnvironmentRefBody,
     responses((status = 200, body = EnvironmentDeleted), (status = 422, body = ValidationErrorBody)))]
 pub async fn delete_environment(
@@ -301,8 +322,12 @@ pub struct Valid {
     pub valid: bool,
 }
 
+/// Check an environment belongs to a project
+///
+/// Internal key: `{valid: true}` when the slug is that project's environment; 404 otherwise.
+/// Changes nothing.
 #[utoipa::path(post, path = "/api/flash/environments/validate/internal", tag = "flash",
-    security(("bearer" = [])),
+    security(("internalKey" = [])),
     request_body = FlashEnvironmentRefBody,
     responses(
         (status = 200, body = Valid),
@@ -327,11 +352,15 @@ pub async fn validate_environment(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashEnvironmentUseBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
-    #[schema(min_length = 3, max_length = 512)]
+    #[schema(
+        min_length = 3,
+        max_length = 512,
+        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$"
+    )]
     pub slug: String,
     #[schema(min_length = 1, max_length = 128)]
     pub run_id: Option<String>,
@@ -350,7 +379,10 @@ pub struct Recorded {
     pub recorded: bool,
 }
 
-#[utoipa::path(post, path = "/api/flash/environments/use/internal", tag = "flash", security(("bearer" = [])),
+/// Record an environment's use
+///
+/// Internal key: records that a run referenced the environment slug.
+#[utoipa::path(post, path = "/api/flash/environments/use/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashEnvironmentUseBody,
     responses(
         (status = 200, body = Recorded),
@@ -370,14 +402,10 @@ pub async fn use_environment(
 
 /// Reads a body twice: typed (types and bounds, 422 on failure) and as the object it is,
 /// so an upsert can tell an absent field (keep) from a `null` one (clear).
-fn typed_and_raw<T: DeserializeOwned + Validate>(bytes: &[u8]) -> ApiResult<(T, Map<String, Value>)> {
-    let typed: T = parse_json_body(bytes)?;
-    let mut checks = Checks::new("body");
-    typed.validate(&mut checks);
-    let issues = checks.into_issues();
-    if !issues.is_empty() {
-        return Err(ApiError::Validation(issues));
-    }
+fn typed_and_raw<T: DeserializeOwned + Validate + ToSchema>(
+    bytes: &[u8],
+) -> ApiResult<(T, Map<String, Value>)> {
+    let typed: T = parse_checked_body(bytes)?;
     let raw: Map<String, Value> = parse_json_body(bytes)?;
     Ok((typed, raw))
 }
@@ -408,7 +436,7 @@ const RUN_FIELDS: &[&str] = &[
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashRunUpsertBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
@@ -467,7 +495,11 @@ pub struct MirrorUpserted {
     pub result: String,
 }
 
-#[utoipa::path(post, path = "/api/flash/runs/internal", tag = "flash", security(("bearer" = [])),
+/// Mirror a managed run
+///
+/// Internal key: stores the latest status and fields of a managed (flash) run; an update older
+/// than the stored one is ignored (`stale`). A run of another project is 409.
+#[utoipa::path(post, path = "/api/flash/runs/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashRunUpsertBody,
     responses(
         (status = 200, body = MirrorUpserted),
@@ -504,7 +536,7 @@ const CHECKPOINT_FIELDS: &[&str] = &[
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashCheckpointUpsertBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
@@ -533,7 +565,10 @@ impl Validate for FlashCheckpointUpsertBody {
     }
 }
 
-#[utoipa::path(post, path = "/api/flash/runs/checkpoints/internal", tag = "flash", security(("bearer" = [])),
+/// Mirror a run's checkpoint
+///
+/// Internal key: stores a checkpoint or artifact snapshot of a managed run.
+#[utoipa::path(post, path = "/api/flash/runs/checkpoints/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashCheckpointUpsertBody,
     responses(
         (status = 200, body = MirrorUpserted),
@@ -570,7 +605,7 @@ fn pick(mut raw: Map<String, Value>, fields: &[&str]) -> Map<String, Value> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlashProductEventBody {
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
     /// On the allowlist (`flash.event_allowlist`).
     #[schema(min_length = 1, max_length = 64)]
@@ -594,7 +629,11 @@ pub struct Accepted {
     pub accepted: bool,
 }
 
-#[utoipa::path(post, path = "/api/flash/events/internal", tag = "flash", security(("bearer" = [])),
+/// Record a product event
+///
+/// Internal key: stores a product-analytics event whose name is on the allowlist; any other
+/// name is 422.
+#[utoipa::path(post, path = "/api/flash/events/internal", tag = "flash", security(("internalKey" = [])),
     request_body = FlashProductEventBody,
     responses(
         (status = 200, body = Accepted),

@@ -19,7 +19,7 @@ const FALLBACK_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// every field of `T` is optional, else it is a 422 `missing` at `["body"]`.
 pub struct ValidJson<T>(pub T);
 
-impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidJson<T> {
+impl<T: DeserializeOwned + Validate + utoipa::ToSchema + 'static> FromRequest for ValidJson<T> {
     type Error = ApiError;
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
@@ -35,16 +35,142 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidJson<T> {
                 // the body has no such field.
                 crate::auth::check_supplied_orgs(supplied_orgs(&bytes), &key_org)?;
             }
-            let value: T = parse_json_body(&bytes)?;
-            let mut checks = Checks::new("body");
-            value.validate(&mut checks);
-            let issues = checks.into_issues();
-            if issues.is_empty() {
-                Ok(Self(value))
-            } else {
-                Err(ApiError::Validation(issues))
-            }
+            parse_checked_body(&bytes).map(Self)
         })
+    }
+}
+
+/// A JSON body deserialized (serde's failures as 422s), bounds-checked, and refused where a
+/// string its schema describes holds a character no database stores.
+pub fn parse_checked_body<T: DeserializeOwned + Validate + utoipa::ToSchema>(
+    bytes: &[u8],
+) -> Result<T, ApiError> {
+    let value: T = parse_json_body(bytes)?;
+    let mut checks = Checks::new("body");
+    value.validate(&mut checks);
+    let mut issues = checks.into_issues();
+    issues.extend(unstorable_strings(bytes, &T::name()));
+    if issues.is_empty() {
+        Ok(value)
+    } else {
+        Err(ApiError::Validation(issues))
+    }
+}
+
+/// The JSON escape of NUL, the one character PostgreSQL's text refuses (JSON text cannot
+/// hold it raw, and serde refuses lone surrogates).
+const NUL_ESCAPE: &[u8] = b"\\u0000";
+
+/// A 422 issue for each string (value or map key) holding NUL that the OpenAPI schema
+/// `schema` describes as a string: typed fields. Members the schema leaves free-form (JSON
+/// objects stored as JSON text) and members it does not name are not looked at, as the
+/// document says (`crate::openapi::STORABLE`).
+pub fn unstorable_strings(bytes: &[u8], schema: &str) -> Vec<ValidationIssue> {
+    if !bytes.windows(NUL_ESCAPE.len()).any(|w| w == NUL_ESCAPE) {
+        return Vec::new();
+    }
+    let (Ok(value), Some(schema)) = (
+        serde_json::from_slice::<Value>(bytes),
+        crate::openapi::component_schema(schema),
+    ) else {
+        return Vec::new();
+    };
+    let mut issues = Vec::new();
+    find_nul(&value, schema, &mut vec![json!("body")], &mut issues, 0);
+    issues.dedup_by(|a, b| a.loc == b.loc);
+    issues
+}
+
+fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
+    ValidationIssue::new(
+        loc,
+        "string_pattern_mismatch",
+        "String should not contain the NUL character (\\u0000)",
+    )
+}
+
+fn find_nul(
+    value: &Value,
+    schema: &Value,
+    path: &mut Vec<Value>,
+    issues: &mut Vec<ValidationIssue>,
+    depth: usize,
+) {
+    if depth > 64 {
+        return;
+    }
+    if let Some(name) = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+    {
+        if let Some(target) = crate::openapi::component_schema(name) {
+            find_nul(value, target, path, issues, depth + 1);
+        }
+        return;
+    }
+    for part in schema
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        find_nul(value, part, path, issues, depth + 1);
+    }
+    for key in ["oneOf", "anyOf"] {
+        let Some(alternatives) = schema.get(key).and_then(Value::as_array) else {
+            continue;
+        };
+        let chosen = schema
+            .pointer("/discriminator/propertyName")
+            .and_then(Value::as_str)
+            .and_then(|tag| value.get(tag))
+            .and_then(Value::as_str)
+            .and_then(|tag| schema.pointer(&format!("/discriminator/mapping/{tag}")))
+            .and_then(Value::as_str);
+        for alternative in alternatives {
+            let reference = alternative.get("$ref").and_then(Value::as_str);
+            if chosen.is_none() || reference == chosen {
+                find_nul(value, alternative, path, issues, depth + 1);
+            }
+        }
+    }
+    let types_string = match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    match value {
+        Value::String(s) if types_string && s.contains('\0') => issues.push(nul_issue(path.clone())),
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    path.push(json!(i));
+                    find_nul(item, item_schema, path, issues, depth + 1);
+                    path.pop();
+                }
+            }
+        }
+        Value::Object(map) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema
+                .get("additionalProperties")
+                .filter(|a| a.as_object().is_some_and(|o| !o.is_empty()));
+            for (key, item) in map {
+                path.push(json!(key));
+                if let Some(member) = properties.and_then(|p| p.get(key)) {
+                    find_nul(item, member, path, issues, depth + 1);
+                } else if let Some(member) = additional {
+                    if key.contains('\0') {
+                        issues.push(nul_issue(path.clone()));
+                    } else {
+                        find_nul(item, member, path, issues, depth + 1);
+                    }
+                }
+                path.pop();
+            }
+        }
+        _ => {}
     }
 }
 
@@ -150,6 +276,13 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidQuery<T> {
 }
 
 pub fn parse_query<T: DeserializeOwned + Validate>(query: &str) -> Result<T, ApiError> {
+    let nul: Vec<ValidationIssue> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, value)| key.contains('\0') || value.contains('\0'))
+        .map(|(key, _)| nul_issue(vec![json!("query"), json!(key)]))
+        .collect();
+    if !nul.is_empty() {
+        return Err(ApiError::Validation(nul));
+    }
     let de = serde_html_form::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
     let value: T = serde_path_to_error::deserialize(de).map_err(|err| {
         let path = path_segments(err.path());
@@ -189,7 +322,10 @@ pub fn path_org(name: &str, raw: &str) -> Result<OrgId, ApiError> {
 pub fn path_str(name: &str, raw: &str, min: usize, max: usize) -> Result<String, ApiError> {
     let mut checks = Checks::new("path");
     checks.str_len(name, raw, min, max);
-    let issues = checks.into_issues();
+    let mut issues = checks.into_issues();
+    if raw.contains('\0') {
+        issues.push(nul_issue(vec![json!("path"), json!(name)]));
+    }
     if issues.is_empty() {
         Ok(raw.to_owned())
     } else {
@@ -233,7 +369,8 @@ pub async fn read_body(
 
 /// Deserializes a JSON body, mapping serde's failures to FastAPI-style issues.
 pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    // No body, or a JSON `null` (a client's "no body"), is the empty object.
+    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
         return serde_json::from_str::<T>("{}")
             .map_err(|_| ApiError::validation(vec![json!("body")], "missing", "Field required"));
     }
@@ -249,20 +386,75 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError>
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let inner = err.inner();
-        if matches!(
-            inner.classify(),
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof
-        ) {
-            return json_invalid(bytes, inner);
+    let value = match serde_path_to_error::deserialize(&mut de) {
+        Ok(value) => value,
+        Err(err) => {
+            let inner = err.inner();
+            if matches!(
+                inner.classify(),
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof
+            ) {
+                return Err(json_invalid(bytes, inner));
+            }
+            if inner.to_string().starts_with("invalid type: floating point") {
+                return parse_with_integral_floats(bytes);
+            }
+            let path = path_segments(err.path());
+            return Err(ApiError::Validation(vec![issue_from_serde_message(
+                "body",
+                path,
+                &inner.to_string(),
+            )]));
         }
-        let path = path_segments(err.path());
-        ApiError::Validation(vec![issue_from_serde_message("body", path, &inner.to_string())])
-    })?;
+    };
     // Trailing garbage after the JSON value is a decode error too.
     de.end().map_err(|err| json_invalid(bytes, &err))?;
     Ok(value)
+}
+
+/// As JSON Schema (and FastAPI) count them, `2.0` is an integer: where a field wants an
+/// integer and got a number with no fraction, that number is read as the integer. Only such
+/// fields change; free-form JSON keeps its numbers as sent.
+fn parse_with_integral_floats<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut value: Value = serde_json::from_slice(bytes).map_err(|err| json_invalid(bytes, &err))?;
+    loop {
+        let err = match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(parsed) => return Ok(parsed),
+            Err(err) => err,
+        };
+        let message = err.inner().to_string();
+        let path = path_segments(err.path());
+        let fixed = message.starts_with("invalid type: floating point")
+            && slot(&mut value, &path).is_some_and(|number| {
+                match number.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15) {
+                    Some(f) => {
+                        *number = json!(f as i64);
+                        true
+                    }
+                    None => false,
+                }
+            });
+        if !fixed {
+            return Err(ApiError::Validation(vec![issue_from_serde_message(
+                "body", path, &message,
+            )]));
+        }
+    }
+}
+
+/// The value at `path` (object keys and list indexes), if it is a number.
+fn slot<'a>(value: &'a mut Value, path: &[Value]) -> Option<&'a mut Value> {
+    let mut current = value;
+    for segment in path {
+        current = match (current, segment) {
+            (Value::Object(map), Value::String(key)) => map.get_mut(key)?,
+            (Value::Array(items), Value::Number(index)) => {
+                items.get_mut(usize::try_from(index.as_u64()?).ok()?)?
+            }
+            _ => return None,
+        };
+    }
+    current.is_f64().then_some(current)
 }
 
 fn json_invalid(bytes: &[u8], err: &serde_json::Error) -> ApiError {

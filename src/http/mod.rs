@@ -3,19 +3,29 @@
 pub mod extract;
 pub mod validate;
 
+use actix_web::http::header;
 use actix_web::{web, HttpResponse, Resource};
 
 use crate::error::ErrorBody;
 
-/// A resource whose unsupported methods answer 405 with a JSON `detail`.
-pub fn resource(path: &str) -> Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
-}
-
-async fn method_not_allowed() -> HttpResponse {
-    HttpResponse::MethodNotAllowed().json(ErrorBody {
-        detail: "Method Not Allowed".into(),
-    })
+/// A resource whose other methods answer 405 with a JSON `detail` and an `Allow` header
+/// naming `methods` (lowercase, as the route table writes them).
+pub fn resource(path: &str, methods: &[&str]) -> Resource {
+    let allow = methods
+        .iter()
+        .map(|m| m.to_ascii_uppercase())
+        .collect::<Vec<_>>()
+        .join(", ");
+    web::resource(path).default_service(web::to(move || {
+        let allow = allow.clone();
+        async move {
+            HttpResponse::MethodNotAllowed()
+                .insert_header((header::ALLOW, allow))
+                .json(ErrorBody {
+                    detail: "Method Not Allowed".into(),
+                })
+        }
+    }))
 }
 
 /// Every path no route matches.

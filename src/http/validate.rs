@@ -8,6 +8,9 @@ use crate::error::ValidationIssue;
 
 /// A request body or query that knows its own bounds.
 pub trait Validate {
+    /// Fields holding free-form JSON, stored as JSON text and returned as sent: a string in
+    /// them may hold any character, NUL included. Each is a path of field names, `*`
+    /// standing for any list index or object key (`cases.*.metadata`).
     fn validate(&self, checks: &mut Checks);
 }
 

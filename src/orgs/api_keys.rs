@@ -29,7 +29,11 @@ pub struct ApiKeyList {
     pub keys: Vec<ApiKeyView>,
 }
 
-#[utoipa::path(get, path = "/api/api-keys", tag = "api-keys", security(("bearer" = [])),
+/// List API keys
+///
+/// The organization's API keys (never their secrets): id, name, prefix, creation and revocation
+/// times.
+#[utoipa::path(get, path = "/api/api-keys", tag = "api-keys", security(("apiKey" = []), ("session" = [])),
     params(("orgId" = Option<String>, Query)),
     responses((status = 200, body = ApiKeyList), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
@@ -50,9 +54,13 @@ pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResul
 
 crate::org_scoped!(unnamed: ApiKeyBody);
 
-#[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", security(("bearer" = [])),
+/// Create an API key
+///
+/// Owner's session: creates an API key for the organization. The key is shown once, in this
+/// answer; keel keeps only its hash.
+#[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", security(("session" = [])),
     params(("orgId" = Option<String>, Query)),
-    request_body(content = ApiKeyBody, description = "Optional; an empty body is allowed"),
+    request_body(content = Option<ApiKeyBody>, description = "Optional; an empty body is allowed"),
     responses((status = 201, body = CreatedKeyResponse), (status = 403, description = "Not an owner's session", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn create_key(owner: Owner<ValidJson<ApiKeyBody>>) -> ApiResult<HttpResponse> {
@@ -64,7 +72,11 @@ pub async fn create_key(owner: Owner<ValidJson<ApiKeyBody>>) -> ApiResult<HttpRe
     }))
 }
 
-#[utoipa::path(delete, path = "/api/api-keys/{api_key_id}", tag = "api-keys", security(("bearer" = [])),
+/// Revoke an API key
+///
+/// Owner's session: revokes one of the organization's keys; it stops working at once. Another
+/// organization's key is 404.
+#[utoipa::path(delete, path = "/api/api-keys/{api_key_id}", tag = "api-keys", security(("session" = [])),
     params(("api_key_id" = String, Path), ("orgId" = Option<String>, Query)),
     responses((status = 200, body = Revoked), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke_key(

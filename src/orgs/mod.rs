@@ -25,14 +25,19 @@ pub static SLUG_RE: LazyLock<regex::Regex> =
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateOrgBody {
-    #[schema(min_length = 1, max_length = 200)]
+    /// Not only whitespace.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
+    )]
     pub name: String,
     /// Derived from the name when absent.
     #[schema(min_length = 1, max_length = 100, pattern = r"^[a-z0-9][a-z0-9._-]*$")]
     pub slug: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub owner_user_id: String,
-    #[schema(max_length = 320)]
+    #[schema(min_length = 1, max_length = 320)]
     pub owner_email: Option<String>,
 }
 
@@ -55,7 +60,11 @@ pub struct CreatedOrgResponse {
     pub slug: String,
 }
 
-#[utoipa::path(post, path = "/api/internal/orgs", tag = "operator", security(("bearer" = [])),
+/// Create an organization
+///
+/// Internal key (operators): creates an organization with its owner. The slug is derived from
+/// the name unless given.
+#[utoipa::path(post, path = "/api/internal/orgs", tag = "operator", security(("internalKey" = [])),
     request_body = CreateOrgBody,
     responses(
         (status = 201, body = CreatedOrgResponse),
@@ -87,7 +96,10 @@ pub struct Deleted {
     pub deleted: bool,
 }
 
-#[utoipa::path(delete, path = "/api/internal/orgs/{org_id}", tag = "operator", security(("bearer" = [])),
+/// Delete an organization
+///
+/// Internal key: deletes the organization and everything of it.
+#[utoipa::path(delete, path = "/api/internal/orgs/{org_id}", tag = "operator", security(("internalKey" = [])),
     params(("org_id" = String, Path, format = Uuid)),
     responses((status = 200, body = Deleted), (status = 404, body = ErrorBody)))]
 pub async fn delete_org(
@@ -108,7 +120,7 @@ pub async fn delete_org(
 #[serde(deny_unknown_fields)]
 pub struct MemberBody {
     pub role: Role,
-    #[schema(max_length = 320)]
+    #[schema(min_length = 1, max_length = 320)]
     pub email: Option<String>,
 }
 
@@ -123,8 +135,11 @@ pub struct OkResponse {
     pub ok: bool,
 }
 
+/// Set a member's role
+///
+/// Internal key: adds the user to the organization or changes their role (`owner` or `member`).
 #[utoipa::path(put, path = "/api/internal/orgs/{org_id}/members/{user_id}", tag = "operator",
-    security(("bearer" = [])),
+    security(("internalKey" = [])),
     params(("org_id" = String, Path, format = Uuid), ("user_id" = String, Path, min_length = 1, max_length = 200)),
     request_body = MemberBody,
     responses((status = 200, body = OkResponse), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
@@ -166,9 +181,12 @@ pub struct CreatedKeyResponse {
     pub key: String,
 }
 
-#[utoipa::path(post, path = "/api/internal/orgs/{org_id}/api-keys", tag = "operator", security(("bearer" = [])),
+/// Create an API key for an organization
+///
+/// Internal key: creates an API key for the organization; the key is shown once.
+#[utoipa::path(post, path = "/api/internal/orgs/{org_id}/api-keys", tag = "operator", security(("internalKey" = [])),
     params(("org_id" = String, Path, format = Uuid)),
-    request_body(content = ApiKeyBody, description = "Optional; an empty body is allowed"),
+    request_body(content = Option<ApiKeyBody>, description = "Optional; an empty body is allowed"),
     responses((status = 201, body = CreatedKeyResponse), (status = 404, body = ErrorBody)))]
 pub async fn create_api_key(
     _: Internal,
@@ -192,7 +210,10 @@ pub struct Revoked {
     pub revoked: bool,
 }
 
-#[utoipa::path(delete, path = "/api/internal/api-keys/{api_key_id}", tag = "operator", security(("bearer" = [])),
+/// Revoke any API key
+///
+/// Internal key: revokes an API key of any organization.
+#[utoipa::path(delete, path = "/api/internal/api-keys/{api_key_id}", tag = "operator", security(("internalKey" = [])),
     params(("api_key_id" = String, Path)),
     responses((status = 200, body = Revoked), (status = 404, body = ErrorBody)))]
 pub async fn revoke_api_key(
@@ -234,7 +255,11 @@ pub struct AdapterView {
     pub live: bool,
 }
 
-#[utoipa::path(put, path = "/api/internal/adapters/{adapter_id}", tag = "operator", security(("bearer" = [])),
+/// Register an adapter
+///
+/// Internal key: records which organization owns a served adapter, its base model and whether
+/// it is live.
+#[utoipa::path(put, path = "/api/internal/adapters/{adapter_id}", tag = "operator", security(("internalKey" = [])),
     params(("adapter_id" = String, Path, min_length = 1, max_length = 512)),
     request_body = AdapterBody,
     responses((status = 200, body = AdapterView), (status = 404, description = "Unknown organization", body = ErrorBody),
@@ -261,7 +286,10 @@ pub async fn put_adapter(
     }))
 }
 
-#[utoipa::path(delete, path = "/api/internal/adapters/{adapter_id}", tag = "operator", security(("bearer" = [])),
+/// Remove an adapter
+///
+/// Internal key: forgets a served adapter; serving authorization for it ends.
+#[utoipa::path(delete, path = "/api/internal/adapters/{adapter_id}", tag = "operator", security(("internalKey" = [])),
     params(("adapter_id" = String, Path)),
     responses((status = 200, body = Deleted), (status = 404, body = ErrorBody)))]
 pub async fn delete_adapter(

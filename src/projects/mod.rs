@@ -20,9 +20,14 @@ use crate::orgs::SLUG_RE;
 #[serde(rename_all = "camelCase")]
 pub struct ProjectCreateBody {
     /// The organization; with an API key it may be omitted (the key's own).
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
-    #[schema(min_length = 1, max_length = 200)]
+    /// Not only whitespace.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
+    )]
     pub name: String,
     /// Unique within the organization; derived from the name when absent.
     #[schema(min_length = 1, max_length = 100, pattern = r"^[a-z0-9][a-z0-9._-]*$")]
@@ -82,7 +87,11 @@ impl From<project::Model> for ProjectView {
 
 crate::org_scoped!(ProjectCreateBody);
 
-#[utoipa::path(post, path = "/api/projects", tag = "projects", security(("bearer" = [])),
+/// Create a project
+///
+/// Creates a project in the caller's organization; its slug is derived from the name unless
+/// given, and is unique within the organization (409 otherwise).
+#[utoipa::path(post, path = "/api/projects", tag = "projects", security(("apiKey" = []), ("session" = [])),
     request_body = ProjectCreateBody,
     responses(
         (status = 201, body = ProjectCreated),
@@ -109,7 +118,11 @@ pub async fn create_project(member: Member<ValidJson<ProjectCreateBody>>) -> Api
     }))
 }
 
-#[utoipa::path(get, path = "/api/projects", tag = "projects", security(("bearer" = [])),
+/// List projects
+///
+/// Projects of every organization the caller reaches, or of the one named by `orgId` or
+/// `X-Org-Id`.
+#[utoipa::path(get, path = "/api/projects", tag = "projects", security(("apiKey" = []), ("session" = [])),
     params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
     responses((status = 200, body = Vec<ProjectView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
@@ -122,7 +135,10 @@ pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(projects.into_iter().map(ProjectView::from).collect::<Vec<_>>()))
 }
 
-#[utoipa::path(get, path = "/api/projects/{project_id}", tag = "projects", security(("bearer" = [])),
+/// Read a project
+///
+/// One project of the caller's organizations; another organization's project is 404.
+#[utoipa::path(get, path = "/api/projects/{project_id}", tag = "projects", security(("apiKey" = []), ("session" = [])),
     params(("project_id" = String, Path, format = Uuid)),
     responses((status = 200, body = ProjectView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {

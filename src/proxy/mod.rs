@@ -272,11 +272,28 @@ impl Recording {
     }
 }
 
-#[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy", security(("bearer" = [])),
+/// The providers the proxy relays to (the schema of `X-Service-Provider`; any letter case).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ProviderHeader {
+    Openai,
+    Anthropic,
+    Openrouter,
+    Google,
+}
+
+/// Proxy a chat completion
+///
+/// OpenAI-compatible: relays the request to the provider named by `X-Service-Provider` with the
+/// caller's own provider key, and answers the provider's status, headers and body unchanged
+/// (streams unbuffered). The exchange is recorded, redacted, into the project of `X-Service-Project-Id`
+/// unless `X-Service-Record: false`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "proxy", security(("apiKey" = [])),
     params(
-        ("X-Service-Provider" = String, Header, description = "openai, anthropic, openrouter or google"),
-        ("X-Service-Provider-Key" = String, Header, description = "Your provider key, sent upstream as its bearer token; never stored"),
-        ("X-Service-Project-Id" = Option<String>, Header, description = "Project to record into; required unless X-Service-Record is false"),
+        ("X-Service-Provider" = inline(ProviderHeader), Header, description = "openai, anthropic, openrouter or google"),
+        ("X-Service-Provider-Key" = String, Header, min_length = 1, description = "Your provider key, sent upstream as its bearer token; never stored"),
+        ("X-Service-Project-Id" = String, Header, format = Uuid, description = "Project to record into (a project of the key's organization); may be left out only with `X-Service-Record: false`"),
         ("X-Service-Record" = Option<String>, Header, description = "false: proxy without recording"),
     ),
     request_body(content = Object, description = "An OpenAI-compatible chat completion request"),

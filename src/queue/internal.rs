@@ -23,6 +23,7 @@ pub struct InternalClaimJobsRequest {
     #[schema(min_length = 1, max_length = 200)]
     pub worker_id: String,
     /// `draft`, `tracer`, `optimize` or `training`.
+    #[schema(value_type = crate::domain::JobAction)]
     pub action: String,
     #[schema(minimum = 1, maximum = 100)]
     pub limit: i64,
@@ -56,7 +57,13 @@ pub struct ClaimedJobs {
     pub jobs: Vec<ClaimedJob>,
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/claim", tag = "training-internal", security(("bearer" = [])),
+/// Claim jobs
+///
+/// Internal key (a worker): claims up to `limit` queued jobs of one `action` for `worker_id`,
+/// oldest first, each for one worker only, with the payload and the organization's secrets. A
+/// job's run fee is charged at its claim; a job whose organization cannot pay is blocked
+/// instead.
+#[utoipa::path(post, path = "/api/training/internal/jobs/claim", tag = "training-internal", security(("internalKey" = [])),
     request_body = InternalClaimJobsRequest,
     responses((status = 200, body = ClaimedJobs), (status = 422, body = ValidationErrorBody)))]
 pub async fn claim_jobs(
@@ -100,7 +107,10 @@ pub struct WorkerJobView {
     pub secrets: BTreeMap<String, String>,
 }
 
-#[utoipa::path(get, path = "/api/training/internal/jobs/{job_id}", tag = "training-internal", security(("bearer" = [])),
+/// Read a job (worker)
+///
+/// Internal key: the job with its payload, as a worker sees it.
+#[utoipa::path(get, path = "/api/training/internal/jobs/{job_id}", tag = "training-internal", security(("internalKey" = [])),
     params(("job_id" = String, Path)),
     responses((status = 200, body = WorkerJobView), (status = 404, body = ErrorBody)))]
 pub async fn get_job_for_worker(
@@ -248,7 +258,10 @@ async fn report(state: &AppState, report: Report) -> ApiResult<HttpResponse> {
     }
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/succeeded", tag = "training-internal", security(("bearer" = [])),
+/// Report a job succeeded
+///
+/// Internal key: the claiming worker ends the job as succeeded, with an optional result.
+#[utoipa::path(post, path = "/api/training/internal/jobs/succeeded", tag = "training-internal", security(("internalKey" = [])),
     request_body = SucceededRequest,
     responses((status = 200, body = OkBody), (status = 404, body = ErrorBody),
         (status = 409, description = "The worker does not hold the job", body = ErrorBody)))]
@@ -271,7 +284,10 @@ pub async fn report_succeeded(
     .await
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/blocked", tag = "training-internal", security(("bearer" = [])),
+/// Report a job blocked
+///
+/// Internal key: the claiming worker ends the job as blocked, with the reason.
+#[utoipa::path(post, path = "/api/training/internal/jobs/blocked", tag = "training-internal", security(("internalKey" = [])),
     request_body = BlockedRequest,
     responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn report_blocked(
@@ -293,7 +309,10 @@ pub async fn report_blocked(
     .await
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/user-stopped", tag = "training-internal", security(("bearer" = [])),
+/// Report a job stopped by its user
+///
+/// Internal key: the claiming worker confirms a stop the user asked for.
+#[utoipa::path(post, path = "/api/training/internal/jobs/user-stopped", tag = "training-internal", security(("internalKey" = [])),
     request_body = UserStoppedRequest,
     responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn report_user_stopped(
@@ -315,7 +334,10 @@ pub async fn report_user_stopped(
     .await
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/failed", tag = "training-internal", security(("bearer" = [])),
+/// Report a job failed
+///
+/// Internal key: the claiming worker ends the job as failed, with the error.
+#[utoipa::path(post, path = "/api/training/internal/jobs/failed", tag = "training-internal", security(("internalKey" = [])),
     request_body = FailedRequest,
     responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn report_failed(
@@ -351,7 +373,11 @@ fn held_error(held: Held) -> ApiError {
     }
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/heartbeat", tag = "training-internal", security(("bearer" = [])),
+/// Heartbeat a job
+///
+/// Internal key: the claiming worker says it is still working on the job; a job without
+/// heartbeats is requeued as stale. `stop_requested` tells the worker its user asked to stop.
+#[utoipa::path(post, path = "/api/training/internal/jobs/heartbeat", tag = "training-internal", security(("internalKey" = [])),
     request_body = JobIdRequest,
     responses((status = 200, body = HeartbeatAnswer), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn heartbeat(
@@ -377,7 +403,10 @@ pub async fn heartbeat(
     }
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/live-status", tag = "training-internal", security(("bearer" = [])),
+/// Report a job's live status
+///
+/// Internal key: the claiming worker publishes free-form progress that the job's readers see.
+#[utoipa::path(post, path = "/api/training/internal/jobs/live-status", tag = "training-internal", security(("internalKey" = [])),
     request_body = LiveStatusRequest,
     responses((status = 200, body = OkBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn live_status(
@@ -399,7 +428,10 @@ pub async fn live_status(
     }
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("bearer" = [])),
+/// Requeue stale jobs
+///
+/// Internal key: puts back in the queue every claimed job whose heartbeat is too old.
+#[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("internalKey" = [])),
     responses((status = 200, body = SweepCounts)))]
 pub async fn requeue_stale(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::requeue_stale(&state).await?))
@@ -410,7 +442,10 @@ pub struct Requeued {
     pub requeued: u64,
 }
 
-#[utoipa::path(post, path = "/api/training/internal/jobs/requeue-interrupted", tag = "training-internal", security(("bearer" = [])),
+/// Requeue a worker's jobs
+///
+/// Internal key: a restarting worker hands back the jobs it had claimed.
+#[utoipa::path(post, path = "/api/training/internal/jobs/requeue-interrupted", tag = "training-internal", security(("internalKey" = [])),
     request_body = WorkerIdRequest,
     responses((status = 200, body = Requeued)))]
 pub async fn requeue_interrupted(

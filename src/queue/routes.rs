@@ -14,7 +14,7 @@ use super::{service, JobView};
 use crate::auth::{Caller, Member};
 use crate::domain::{JobAction, JobId, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{parse_json_body, RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::validate::{Checks, Validate};
 
 /// Environment slugs: `<org-slug>/<project-slug>/<name>`, 3..512 characters.
@@ -40,12 +40,16 @@ fn check_common(c: &mut Checks, project_id: &str, org_id: Option<&str>, task: Op
 pub struct TracerJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
-    #[schema(min_length = 3, max_length = 512)]
+    #[schema(
+        min_length = 3,
+        max_length = 512,
+        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$"
+    )]
     pub environment_slug: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: Option<String>,
@@ -56,7 +60,7 @@ pub struct TracerJob {
 pub struct DraftJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
@@ -70,7 +74,7 @@ pub struct DraftJob {
 pub struct OptimizeJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
@@ -86,14 +90,18 @@ pub struct OptimizeJob {
 pub struct TrainingJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: String,
-    #[schema(min_length = 3, max_length = 512)]
+    #[schema(
+        min_length = 3,
+        max_length = 512,
+        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$"
+    )]
     pub environment_slug: String,
     #[schema(min_length = 1, max_length = 100)]
     pub algorithm: Option<String>,
@@ -222,18 +230,14 @@ fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
             ))
         }
     }
-    let body: JobCreateBody = parse_json_body(bytes)?;
-    let mut c = Checks::new("body");
-    body.validate(&mut c);
-    let issues = c.into_issues();
-    if issues.is_empty() {
-        Ok(body)
-    } else {
-        Err(ApiError::Validation(issues))
-    }
+    parse_checked_body(bytes)
 }
 
-#[utoipa::path(post, path = "/api/training/jobs", tag = "training", security(("bearer" = [])),
+/// Enqueue a job
+///
+/// Queues a job for a project of the caller's organization. The body is one of four shapes
+/// chosen by `action`: `tracer`, `draft`, `optimize` or `training`.
+#[utoipa::path(post, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     request_body = JobCreateBody,
     responses((status = 202, body = JobView), (status = 404, description = "Project not in the organization", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
@@ -287,7 +291,11 @@ pub struct JobList {
     pub count: usize,
 }
 
-#[utoipa::path(get, path = "/api/training/jobs", tag = "training", security(("bearer" = [])),
+/// List jobs
+///
+/// The caller's jobs, newest first, optionally narrowed to an organization, project or training
+/// task.
+#[utoipa::path(get, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     params(ListQuery),
     responses((status = 200, body = JobList), (status = 422, body = ValidationErrorBody)))]
 pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResult<HttpResponse> {
@@ -352,7 +360,10 @@ async fn visible_job(
         .ok_or_else(|| ApiError::not_found("job"))
 }
 
-#[utoipa::path(get, path = "/api/training/jobs/{job_id}", tag = "training", security(("bearer" = [])),
+/// Read a job
+///
+/// One job of the caller's organizations; another organization's job is 404.
+#[utoipa::path(get, path = "/api/training/jobs/{job_id}", tag = "training", security(("apiKey" = []), ("session" = [])),
     params(("job_id" = String, Path), GetQuery),
     responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
 pub async fn get_job(
@@ -381,7 +392,7 @@ pub async fn get_job(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StopBody {
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     #[schema(max_length = 2000)]
     pub reason: Option<String>,
@@ -394,7 +405,11 @@ impl Validate for StopBody {
     }
 }
 
-#[utoipa::path(post, path = "/api/training/jobs/{job_id}/stop", tag = "training", security(("bearer" = [])),
+/// Stop a job
+///
+/// Asks for a job to stop: a queued job stops at once, a running one is told at its worker's
+/// next heartbeat.
+#[utoipa::path(post, path = "/api/training/jobs/{job_id}/stop", tag = "training", security(("apiKey" = []), ("session" = [])),
     params(("job_id" = String, Path)),
     request_body(content = StopBody, description = "Optional"),
     responses((status = 200, body = JobView), (status = 404, body = ErrorBody),
@@ -410,33 +425,62 @@ pub async fn stop_job(
     Ok(HttpResponse::Ok().json(JobView::from(&stopped)))
 }
 
+/// A secret's name: letters, digits and `_`, not starting with a digit, 1..128 characters.
+const SECRET_NAME: &str = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$";
+const MAX_SECRETS: usize = 100;
+const MAX_SECRET_CHARS: usize = 20_000;
+
 static SECRET_NAME_RE: LazyLock<regex::Regex> =
-    LazyLock::new(|| regex::Regex::new(r"^[A-Za-z_][A-Za-z0-9_]*$").unwrap_or_else(|_| unreachable!()));
+    LazyLock::new(|| regex::Regex::new(SECRET_NAME).unwrap_or_else(|_| unreachable!()));
+
+/// The `secrets` map as validation reads it: at most [`MAX_SECRETS`] names matching
+/// [`SECRET_NAME`], values of at most [`MAX_SECRET_CHARS`] characters.
+fn secrets_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .max_properties(Some(MAX_SECRETS))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(SECRET_NAME)),
+        ))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(MAX_SECRET_CHARS)),
+        ))
+        .description(Some(
+            "NAME → value; an empty value deletes the secret. At most 100 at once.",
+        ))
+        .build()
+}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretsBody {
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     pub org_id: Option<OrgId>,
     /// NAME → value; an empty value deletes the secret. At most 100 at once.
+    #[schema(schema_with = secrets_schema)]
     pub secrets: BTreeMap<String, String>,
 }
 
 impl Validate for SecretsBody {
     fn validate(&self, c: &mut Checks) {
         c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
-        if self.secrets.len() > 100 {
+        if self.secrets.len() > MAX_SECRETS {
             c.fail("secrets", "too_long", "At most 100 secrets at once");
         }
         for (name, value) in &self.secrets {
-            if name.is_empty() || name.len() > 128 || !SECRET_NAME_RE.is_match(name) {
+            if !SECRET_NAME_RE.is_match(name) {
                 c.fail(
                     "secrets",
                     "value_error",
                     format!("invalid secret name {name:?}: letters, digits and _ (1..128), not starting with a digit"),
                 );
             }
-            if value.chars().count() > 20_000 {
+            if value.chars().count() > MAX_SECRET_CHARS {
                 c.fail(
                     "secrets",
                     "string_too_long",
@@ -455,7 +499,12 @@ pub struct SecretNames {
 
 crate::org_scoped!(SecretsBody);
 
-#[utoipa::path(post, path = "/api/training/secrets", tag = "training", security(("bearer" = [])),
+/// Set training secrets
+///
+/// Stores the organization's secrets for training workers, encrypted: each named secret is set,
+/// or deleted when its value is empty, at most 100 at once. All change or none do. Values are
+/// never answered back.
+#[utoipa::path(post, path = "/api/training/secrets", tag = "training", security(("apiKey" = []), ("session" = [])),
     request_body = SecretsBody,
     responses((status = 200, body = SecretNames), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
 pub async fn set_secrets(member: Member<ValidJson<SecretsBody>>) -> ApiResult<HttpResponse> {

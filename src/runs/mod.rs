@@ -34,7 +34,11 @@ pub struct RunCreateRequest {
     pub name: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: Option<String>,
-    #[schema(min_length = 3, max_length = 512)]
+    #[schema(
+        min_length = 3,
+        max_length = 512,
+        pattern = r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$"
+    )]
     pub environment_slug: Option<String>,
     /// Free-form run configuration.
     #[schema(value_type = Option<Object>)]
@@ -60,7 +64,10 @@ pub struct RunCreateResponse {
     pub status: String,
 }
 
-#[utoipa::path(post, path = "/api/runs", tag = "runs", security(("bearer" = [])),
+/// Create a run
+///
+/// Creates a training run in a project of the caller's organization.
+#[utoipa::path(post, path = "/api/runs", tag = "runs", security(("apiKey" = []), ("session" = [])),
     request_body = RunCreateRequest,
     responses(
         (status = 200, body = RunCreateResponse),
@@ -173,8 +180,11 @@ async fn own_run(caller: &Caller, raw_id: &str) -> ApiResult<run::Model> {
         .ok_or_else(|| ApiError::not_found("run"))
 }
 
-#[utoipa::path(patch, path = "/api/runs/{run_id}", tag = "runs", security(("bearer" = [])),
-    params(("run_id" = String, Path)),
+/// Update a run
+///
+/// Changes a run's status, summary, metrics or error; `null` clears a field.
+#[utoipa::path(patch, path = "/api/runs/{run_id}", tag = "runs", security(("apiKey" = []), ("session" = [])),
+    params(("run_id" = String, Path, min_length = 1, max_length = 128)),
     request_body = RunUpdateRequest,
     responses(
         (status = 200, description = "RunUpdateResponse: the run after the update", body = RunView),
@@ -203,7 +213,11 @@ pub struct TrackerLink {
     #[schema(min_length = 1, max_length = 200)]
     pub tracker_run_id: String,
     /// A link to the run in the tracker's UI (http or https).
-    #[schema(max_length = 2048)]
+    #[schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^https?://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][!-~]*)?$"
+    )]
     pub url: Option<String>,
 }
 
@@ -218,6 +232,13 @@ impl TrackerLink {
     }
 }
 
+/// A tracker link: http(s), a host, an optional port, then printable ASCII (the same pattern
+/// as the schema's).
+static TRACKER_URL_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"^https?://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][!-~]*)?$")
+        .unwrap_or_else(|_| unreachable!())
+});
+
 impl Validate for TrackerLink {
     fn validate(&self, c: &mut Checks) {
         c.str_len("entity", &self.entity, 1, 200);
@@ -225,7 +246,7 @@ impl Validate for TrackerLink {
         c.str_len("trackerRunId", &self.tracker_run_id, 1, 200);
         if let Some(url) = &self.url {
             c.str_len("url", url, 1, 2048);
-            if url::Url::parse(url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+            if !TRACKER_URL_RE.is_match(url) {
                 c.fail("url", "url_parsing", "Input should be a valid http or https URL");
             }
         }
@@ -242,8 +263,11 @@ pub struct TrackerLinked {
     pub url: Option<String>,
 }
 
-#[utoipa::path(post, path = "/api/runs/{run_id}/tracker", tag = "runs", security(("bearer" = [])),
-    params(("run_id" = String, Path)),
+/// Link a run to a tracker
+///
+/// Records the experiment tracker (entity, project, run id) of a run.
+#[utoipa::path(post, path = "/api/runs/{run_id}/tracker", tag = "runs", security(("apiKey" = []), ("session" = [])),
+    params(("run_id" = String, Path, min_length = 1, max_length = 128)),
     request_body = TrackerLink,
     responses(
         (status = 200, body = TrackerLinked),
@@ -329,7 +353,10 @@ async fn project_of_org(
     Ok((project.org_id, project.id))
 }
 
-#[utoipa::path(post, path = "/api/runs/internal/checkpoints", tag = "runs", security(("bearer" = [])),
+/// Record a run's checkpoints
+///
+/// Internal key: upserts checkpoints of a run by step.
+#[utoipa::path(post, path = "/api/runs/internal/checkpoints", tag = "runs", security(("internalKey" = [])),
     request_body = RunCheckpointsBody,
     responses(
         (status = 200, body = CheckpointsUpserted),
@@ -381,7 +408,10 @@ pub struct RunCheckpoints {
     pub checkpoints: Vec<CheckpointItem>,
 }
 
-#[utoipa::path(get, path = "/api/runs/internal/checkpoints", tag = "runs", security(("bearer" = [])),
+/// Read a run's checkpoints
+///
+/// Internal key: the checkpoints of a run, by step.
+#[utoipa::path(get, path = "/api/runs/internal/checkpoints", tag = "runs", security(("internalKey" = [])),
     params(CheckpointsQuery),
     responses(
         (status = 200, body = RunCheckpoints),

@@ -37,8 +37,23 @@ pub struct TrackerQuery {
     #[param(min_length = 1, max_length = 200)]
     pub project: String,
     /// Repeatable, 1..500 values: a tracker run id or a keel run id linked to one.
-    #[param(min_items = 1, max_items = 500)]
+    #[param(schema_with = run_ids_schema)]
     pub run_id: Vec<String>,
+}
+
+/// 1..500 run ids of 1..200 characters each.
+fn run_ids_schema() -> utoipa::openapi::Array {
+    use utoipa::openapi::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(200)),
+        )
+        .min_items(Some(1))
+        .max_items(Some(500))
+        .build()
 }
 
 impl Validate for TrackerQuery {
@@ -82,7 +97,11 @@ pub struct TrackerRuns {
     pub runs: Vec<TrackerRunEntry>,
 }
 
-#[utoipa::path(get, path = "/api/tracker", tag = "runs", security(("bearer" = [])),
+/// Read runs from the tracker
+///
+/// The tracker's view of the named runs of an entity and project the caller's runs are linked
+/// to.
+#[utoipa::path(get, path = "/api/tracker", tag = "runs", security(("apiKey" = []), ("session" = [])),
     params(TrackerQuery),
     responses(
         (status = 200, body = TrackerRuns),

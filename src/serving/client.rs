@@ -55,13 +55,16 @@ impl<'a> ServingLayer<'a> {
     }
 
     /// A non-streamed chat completion.
-    pub async fn complete(&self, org_id: &str, request: &Value) -> Result<Value, SampleFailure> {
+    pub async fn complete(&self, org_id: Option<&str>, request: &Value) -> Result<Value, SampleFailure> {
         let call = |e| SampleFailure::Call(PeerError::call(SERVING_LAYER, e));
-        let response = self
+        let mut call_builder = self
             .http
             .post(format!("{}/chat/completions", self.base))
-            .bearer_auth(self.key)
-            .header("x-org-id", org_id)
+            .bearer_auth(self.key);
+        if let Some(org_id) = org_id {
+            call_builder = call_builder.header("x-org-id", org_id);
+        }
+        let response = call_builder
             .timeout(self.timeout)
             .json(request)
             .send()

@@ -8,12 +8,17 @@ use super::dto::{
     ServingTeardownBody, TeardownReport,
 };
 use super::service;
-use crate::auth::{Internal, Member, Owner};
+use crate::auth::{Internal, Owner};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::state::AppState;
 
-#[utoipa::path(post, path = "/api/serving/authorize", tag = "serving", security(("bearer" = [])),
+/// Authorize a serving call
+///
+/// Internal key (the serving layer): resolves a user API key's organization and requires it to
+/// own the requested adapter (403 otherwise). A priced base model is authorized for any valid
+/// key and billed to its organization.
+#[utoipa::path(post, path = "/api/serving/authorize", tag = "serving", security(("internalKey" = [])),
     request_body = ServingAuthorizeBody,
     responses(
         (status = 200, body = ServingAuthorized),
@@ -36,7 +41,11 @@ pub async fn authorize(
     }))
 }
 
-#[utoipa::path(post, path = "/api/serving/teardown", tag = "serving", security(("bearer" = [])),
+/// Tear down an organization's adapters
+///
+/// Owner's session: undeploys every live adapter of the organization, best-effort per adapter,
+/// and answers per-adapter counts.
+#[utoipa::path(post, path = "/api/serving/teardown", tag = "serving", security(("session" = [])),
     request_body = ServingTeardownBody,
     responses(
         (status = 200, body = TeardownReport),
@@ -48,19 +57,30 @@ pub async fn teardown(owner: Owner<ValidJson<ServingTeardownBody>>) -> ApiResult
     Ok(HttpResponse::Ok().json(report))
 }
 
-#[utoipa::path(post, path = "/api/sample", tag = "serving", security(("bearer" = [])),
+/// Sample a served model
+///
+/// Machine-to-machine (the operator internal key, as the sample proxy calls it): sends the
+/// conversation to the serving layer's chat completions for `model`, an adapter of any
+/// organization or a priced base model, and answers the reply's text. A user credential is
+/// 403. A failure of the serving layer (unreachable, timed out, an error status, or none
+/// configured) is a 500 naming the failure in `error`.
+#[utoipa::path(post, path = "/api/sample", tag = "serving", security(("internalKey" = [])),
     request_body = SampleRequest,
     responses(
         (status = 200, body = SampleResponse),
-        (status = 403, description = "The caller's organization does not own the adapter", body = ErrorBody),
-        (status = 404, description = "Unknown adapter", body = ErrorBody),
+        (status = 403, description = "A user credential: this route takes the internal key", body = ErrorBody),
+        (status = 404, description = "No adapter and no priced base model of that name", body = ErrorBody),
         (status = 422, body = ValidationErrorBody),
-        (status = 500, description = "The serving layer failed or timed out", body = SampleErrorResponse),
+        (status = 500, description = "The serving layer failed, timed out or is not configured", body = SampleErrorResponse),
     ))]
-pub async fn sample(member: Member<ValidJson<SampleRequest>>) -> ApiResult<HttpResponse> {
-    let (access, body, state) = (member.access, member.input.0, &member.state);
-    service::resolve_model(state, &access.org_id, &body.model).await?;
-    match service::sample(state, &access.org_id, body).await {
+pub async fn sample(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<SampleRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let owner = service::sample_target(&state, &body.model).await?;
+    match service::sample(&state, owner.as_deref(), body).await {
         Ok(sampled) => Ok(HttpResponse::Ok().json(sampled)),
         Err(failure) => {
             tracing::warn!(

@@ -83,10 +83,20 @@ pub async fn teardown(state: &AppState, org_id: &str) -> ApiResult<TeardownRepor
     Ok(report)
 }
 
-/// Samples `model` through the serving layer for the organization (already authorized).
+/// Whom sampling `model` is for: the owning organization of an adapter, none for a priced
+/// base model; 404 for anything else.
+pub async fn sample_target(state: &AppState, model: &str) -> ApiResult<Option<String>> {
+    match state.adapters.get(&state.db, model).await? {
+        Some(adapter) => Ok(Some(adapter.org_id)),
+        None if state.settings.pricing.models.contains_key(model) => Ok(None),
+        None => Err(ApiError::not_found("adapter")),
+    }
+}
+
+/// Samples `model` through the serving layer, for the adapter's organization if any.
 pub async fn sample(
     state: &AppState,
-    org_id: &str,
+    org_id: Option<&str>,
     body: SampleRequest,
 ) -> Result<SampleResponse, SampleFailure> {
     let Some(serving) = ServingLayer::of(state) else {

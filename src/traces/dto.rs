@@ -28,12 +28,13 @@ pub struct TraceProjectsResponse {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
-    #[param(value_type = String)]
+    #[param(value_type = String, min_length = 1, max_length = 100)]
     pub project_id: ProjectId,
     /// 1..1000, default 1000: the newest traces.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// `records` (default), `prompts` or `raw`.
+    #[param(value_type = Option<super::export::Format>)]
     pub format: Option<String>,
 }
 
@@ -68,9 +69,10 @@ pub struct TracesExportResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TraceSelectionBody {
     /// The selected traces, exported in this order.
-    #[schema(value_type = Vec<String>, min_items = 1, max_items = 1000)]
+    #[schema(value_type = Vec<uuid::Uuid>, min_items = 1, max_items = 1000)]
     pub trace_ids: Vec<TraceId>,
     /// `records` (default), `prompts` or `raw`.
+    #[schema(value_type = Option<super::export::Format>)]
     pub format: Option<String>,
 }
 

@@ -11,7 +11,11 @@ use crate::auth::Caller;
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
 
-#[utoipa::path(get, path = "/api/traces/projects", tag = "traces", security(("bearer" = [])),
+/// List projects with traces
+///
+/// Projects of the caller's organizations with their trace counts and the time of their newest
+/// trace.
+#[utoipa::path(get, path = "/api/traces/projects", tag = "traces", security(("apiKey" = []), ("session" = [])),
     params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
     responses((status = 200, body = TraceProjectsResponse), (status = 401, body = ErrorBody)))]
 pub async fn trace_projects(caller: Caller) -> ApiResult<HttpResponse> {
@@ -37,7 +41,11 @@ fn format_of(name: Option<&str>) -> Format {
     name.and_then(Format::parse).unwrap_or(Format::Records)
 }
 
-#[utoipa::path(get, path = "/api/traces/export", tag = "traces", security(("bearer" = [])),
+/// Export a project's traces
+///
+/// The newest `limit` traces of a project as `records` (`{input, output}`), `prompts`
+/// (`{input}`) or `raw` rows; traces with no extractable pair are skipped and counted.
+#[utoipa::path(get, path = "/api/traces/export", tag = "traces", security(("apiKey" = []), ("session" = [])),
     params(ExportQuery),
     responses(
         (status = 200, body = TracesExportResponse),
@@ -61,7 +69,10 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     }))
 }
 
-#[utoipa::path(post, path = "/api/traces/export", tag = "traces", security(("bearer" = [])),
+/// Export selected traces
+///
+/// Exactly the selected traces of one project, in the same three formats as the project export.
+#[utoipa::path(post, path = "/api/traces/export", tag = "traces", security(("apiKey" = []), ("session" = [])),
     request_body = TraceSelectionBody,
     responses((status = 200, body = TracesExportResponse), (status = 422, body = ValidationErrorBody)))]
 pub async fn export_selection(

@@ -218,17 +218,30 @@ async fn an_owner_signs_in_redeems_a_promo_stops_a_job_exports_two_traces_and_si
             {"case_id": "a", "input": "2+2", "expected": "4", "actual": "4", "score": 1.0, "success": true},
             {"case_id": "b", "input": "3+3", "expected": "6", "actual": if passed { "6" } else { "7" }, "score": if passed { 1.0 } else { 0.0 }, "success": passed}
         ]);
-        let upload = app.post("/api/evals/runs", &org.api_key, &crate::traces::eval_body(&project, cases)).await;
+        let upload = app
+            .post(
+                "/api/evals/runs",
+                &org.api_key,
+                &crate::traces::eval_body(&project, cases),
+            )
+            .await;
         assert_eq!(upload.status(), StatusCode::OK);
     }
     let run = json_of(
-        app.post("/api/runs", &org.api_key, &json!({"projectId": project, "name": "sft-1", "model": "llama"})).await,
+        app.post(
+            "/api/runs",
+            &org.api_key,
+            &json!({"projectId": project, "name": "sft-1", "model": "llama"}),
+        )
+        .await,
         StatusCode::OK,
     )
     .await;
     let checkpoints = json!({"orgId": org.org_id, "projectId": project, "runId": run["runId"],
         "checkpoints": [{"step": 100, "subfolder": "step-100"}, {"step": 200, "subfolder": "step-200"}]});
-    let stored = app.post("/api/runs/internal/checkpoints", INTERNAL_KEY, &checkpoints).await;
+    let stored = app
+        .post("/api/runs/internal/checkpoints", INTERNAL_KEY, &checkpoints)
+        .await;
     assert!(stored.status().is_success());
 
     // Sign in with the API key.

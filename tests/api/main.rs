@@ -9,6 +9,7 @@ mod billing;
 mod browser;
 mod cli;
 mod console;
+mod contract;
 mod flash;
 mod logs;
 mod operator;

@@ -217,11 +217,12 @@ async fn teardown_without_a_serving_layer_is_503_unless_nothing_is_live() {
 }
 
 #[actix_web::test]
-async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
+async fn sample_is_for_the_internal_key_and_reaches_any_served_model() {
     let (serving, url) = serving_fake();
     let app = spawn_app_with(|s| s.serving.url = format!("{url}/v1/")).await;
     let (acme, globex) = (app.create_org("Acme").await, app.create_org("Globex").await);
     put_adapter(&app, &acme, "acme/support-bot", true).await;
+    put_adapter(&app, &globex, "globex/helper", true).await;
     let request = json!({
         "model": "acme/support-bot",
         "messages": [{"role": "user", "content": "Capital of France?"}],
@@ -230,7 +231,7 @@ async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
     });
 
     let answer = json_of(
-        app.post("/api/sample", &acme.api_key, &request).await,
+        app.post("/api/sample", INTERNAL_KEY, &request).await,
         StatusCode::OK,
     )
     .await;
@@ -243,33 +244,53 @@ async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
         ("POST", "/v1/chat/completions")
     );
     assert_eq!(call.authorization.as_deref(), Some("Bearer test-internal-key"));
+    // The serving layer is told whose adapter it is.
     assert_eq!(call.headers.get("x-org-id"), Some(&acme.org_id));
     assert_eq!(call.body["model"], "acme/support-bot");
     assert_eq!(call.body["max_tokens"], 16);
     assert_eq!(call.body["messages"][0]["content"], "Capital of France?");
-    assert!(!call.body.to_string().contains(&acme.api_key));
 
-    // A session works too; another organization's adapter does not, nor an unknown one.
-    let by_session = app.post("/api/sample", &acme.member_token, &request).await;
-    assert_eq!(by_session.status(), StatusCode::OK);
-    assert_error(
-        app.post("/api/sample", &globex.api_key, &request).await,
-        StatusCode::FORBIDDEN,
-    )
-    .await;
-    let mut unknown = request.clone();
-    unknown["model"] = json!("acme/nope");
-    assert_error(
-        app.post("/api/sample", &acme.api_key, &unknown).await,
-        StatusCode::NOT_FOUND,
-    )
-    .await;
+    // Any organization's adapter, and a priced base model (for no organization).
+    let mut other = request.clone();
+    other["model"] = json!("globex/helper");
+    assert_eq!(
+        app.post("/api/sample", INTERNAL_KEY, &other).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        serving.calls().pop().unwrap().headers.get("x-org-id"),
+        Some(&globex.org_id)
+    );
     let mut base = request.clone();
     base["model"] = json!(BASE_MODEL);
     assert_eq!(
-        app.post("/api/sample", &globex.api_key, &base).await.status(),
+        app.post("/api/sample", INTERNAL_KEY, &base).await.status(),
         StatusCode::OK
     );
+    assert_eq!(serving.calls().pop().unwrap().headers.get("x-org-id"), None);
+    let mut unknown = request.clone();
+    unknown["model"] = json!("acme/nope");
+    assert_error(
+        app.post("/api/sample", INTERNAL_KEY, &unknown).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+
+    // A user credential is 403, even for the user's own adapter, and nothing is called.
+    let before = serving.calls().len();
+    for token in [&acme.api_key, &acme.member_token, &acme.owner_token] {
+        assert_error(
+            app.post("/api/sample", token, &request).await,
+            StatusCode::FORBIDDEN,
+        )
+        .await;
+    }
+    assert_eq!(serving.calls().len(), before);
+    assert_error(
+        app.post("/api/sample", "not-a-key", &request).await,
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
 
     for (body, field) in [
         (json!({"model": BASE_MODEL, "messages": []}), "messages"),
@@ -283,15 +304,15 @@ async fn sample_calls_the_serving_layer_for_models_the_caller_may_use() {
         ),
         (json!({"messages": [{"role": "user", "content": "x"}]}), "model"),
     ] {
-        let issues = validation_issues(app.post("/api/sample", &acme.api_key, &body).await).await;
+        let issues = validation_issues(app.post("/api/sample", INTERNAL_KEY, &body).await).await;
         assert_eq!(issues[0]["loc"], json!(["body", field]), "{body}");
     }
 }
 
-async fn sample_error(app: &TestApp, org: &TestOrg, model: &str) -> Value {
+async fn sample_error(app: &TestApp, model: &str) -> Value {
     let request = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     json_of(
-        app.post("/api/sample", &org.api_key, &request).await,
+        app.post("/api/sample", INTERNAL_KEY, &request).await,
         StatusCode::INTERNAL_SERVER_ERROR,
     )
     .await
@@ -309,23 +330,21 @@ async fn sample_failures_are_500_sample_errors_and_never_hang() {
     put_adapter(&app, &acme, "acme/slow-bot", true).await;
     put_adapter(&app, &acme, "acme/broken-bot", true).await;
 
-    let slow = sample_error(&app, &acme, "acme/slow-bot").await;
+    let slow = sample_error(&app, "acme/slow-bot").await;
     assert_eq!(slow["error"], "serving_timeout");
     assert!(slow["detail"].as_str().unwrap().contains("in time"));
-    let broken = sample_error(&app, &acme, "acme/broken-bot").await;
+    let broken = sample_error(&app, "acme/broken-bot").await;
     assert_eq!(broken["error"], "serving_error");
     assert!(broken["detail"].as_str().unwrap().contains("503"), "{broken}");
 
     let unreachable = spawn_app_with(|s| s.serving.url = closed_port_url()).await;
-    let globex = unreachable.create_org("Globex").await;
     assert_eq!(
-        sample_error(&unreachable, &globex, BASE_MODEL).await["error"],
+        sample_error(&unreachable, BASE_MODEL).await["error"],
         "serving_unreachable"
     );
 
     let unconfigured = spawn_app().await;
-    let initech = unconfigured.create_org("Initech").await;
-    let body = sample_error(&unconfigured, &initech, BASE_MODEL).await;
+    let body = sample_error(&unconfigured, BASE_MODEL).await;
     assert_eq!(body["error"], "serving_not_configured");
     assert!(body["detail"].is_string());
 }

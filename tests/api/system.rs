@@ -168,5 +168,5 @@ async fn openapi_documents_every_route_with_its_bounds() {
     );
     assert_eq!(schemas["ProjectCreateBody"]["properties"]["name"]["minLength"], 1);
     assert_eq!(schemas["CreateOrgBody"]["additionalProperties"], false);
-    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    assert!(doc["components"]["securitySchemes"]["internalKey"].is_object());
 }

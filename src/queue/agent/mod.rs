@@ -36,7 +36,10 @@ pub struct AgentLogCreated {
 
 crate::org_scoped!(unnamed: AgentLogCreateRequest);
 
-#[utoipa::path(post, path = "/api/agent-logs", tag = "agent", security(("bearer" = [])),
+/// Write an agent log line
+///
+/// Stores a log line of a training agent for the caller's organization.
+#[utoipa::path(post, path = "/api/agent-logs", tag = "agent", security(("apiKey" = []), ("session" = [])),
     request_body = AgentLogCreateRequest,
     responses((status = 200, body = AgentLogCreated), (status = 401, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn create_agent_log(member: Member<ValidJson<AgentLogCreateRequest>>) -> ApiResult<HttpResponse> {
@@ -66,7 +69,10 @@ impl Validate for InternalAgentLogCreateRequest {
     }
 }
 
-#[utoipa::path(post, path = "/api/training/internal/agent-logs", tag = "training-internal", security(("bearer" = [])),
+/// Write an agent log line (worker)
+///
+/// Internal key: stores a log line for the named organization.
+#[utoipa::path(post, path = "/api/training/internal/agent-logs", tag = "training-internal", security(("internalKey" = [])),
     request_body = InternalAgentLogCreateRequest,
     responses((status = 200, body = AgentLogCreated), (status = 404, description = "Unknown organization", body = ErrorBody)))]
 pub async fn create_agent_log_internal(
@@ -127,7 +133,10 @@ pub struct AgentLogList {
     pub count: usize,
 }
 
-#[utoipa::path(get, path = "/api/training/internal/agent-logs", tag = "training-internal", security(("bearer" = [])),
+/// Read an organization's agent logs
+///
+/// Internal key: the newest agent log lines of an organization (`limit`, default 200).
+#[utoipa::path(get, path = "/api/training/internal/agent-logs", tag = "training-internal", security(("internalKey" = [])),
     params(AgentLogQuery),
     responses((status = 200, body = AgentLogList), (status = 422, body = ValidationErrorBody)))]
 pub async fn list_agent_logs_internal(
@@ -155,6 +164,16 @@ pub async fn list_agent_logs_internal(
     }))
 }
 
+/// When an agent account's window resets: a number (epoch seconds) or a text (the schema of
+/// `primary_resets_at`, kept as sent).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ResetsAt {
+    Number(f64),
+    Text(String),
+}
+
 /// An agent account's usage report; members beyond these are kept as sent.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct AgentUsageReport {
@@ -169,7 +188,7 @@ pub struct AgentUsageReport {
     pub primary_used_percent: Option<f64>,
     pub primary_window_minutes: Option<i64>,
     /// Integer, number or string.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<ResetsAt>)]
     pub primary_resets_at: Option<Value>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
@@ -199,7 +218,11 @@ pub struct Upserted {
     pub upserted: i64,
 }
 
-#[utoipa::path(post, path = "/api/training/internal/agent-usage", tag = "training-internal", security(("bearer" = [])),
+/// Report agent account usage
+///
+/// Internal key: upserts the usage reports of agent accounts; members beyond the named fields
+/// are kept as sent.
+#[utoipa::path(post, path = "/api/training/internal/agent-usage", tag = "training-internal", security(("internalKey" = [])),
     request_body = AgentUsageReport,
     responses((status = 200, body = Upserted), (status = 422, body = ValidationErrorBody)))]
 pub async fn report_agent_usage(
@@ -268,8 +291,11 @@ pub struct Synced {
     pub synced: usize,
 }
 
+/// Sync optimizer timelines
+///
+/// Internal key: upserts optimizer timelines by id.
 #[utoipa::path(post, path = "/api/training/internal/optimizer-timelines/sync", tag = "training-internal",
-    security(("bearer" = [])),
+    security(("internalKey" = [])),
     request_body = TimelineSyncRequest,
     responses((status = 200, body = Synced), (status = 404, description = "Unknown organization", body = ErrorBody)))]
 pub async fn sync_optimizer_timelines(

@@ -1,0 +1,75 @@
+"""A first-time user of a Python client generated from keel's /openapi.json (by
+openapi-python-client): create a project, read the billing view, claim the starter credit,
+enqueue a training job, and claim it as a worker. Only the generated client is used."""
+
+import os
+import sys
+
+from keel_client import AuthenticatedClient
+from keel_client.api.billing import get_billing, starter_credit
+from keel_client.api.projects import create_project
+from keel_client.api.training import create_job, get_job
+from keel_client.api.training_internal import claim_jobs
+from keel_client.models import (
+    BillingView,
+    ClaimedJobs,
+    CreditView,
+    InternalClaimJobsRequest,
+    JobAction,
+    JobView,
+    OrgBody,
+    ProjectCreateBody,
+    ProjectCreated,
+    TrainingJob,
+    TrainingJobAction,
+)
+
+
+def expect(value, kind, what):
+    if not isinstance(value, kind):
+        sys.exit(f"{what}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+url, org_id = os.environ["KEEL_URL"], os.environ["KEEL_ORG_ID"]
+user = AuthenticatedClient(base_url=url, token=os.environ["KEEL_API_KEY"], raise_on_unexpected_status=True)
+worker = AuthenticatedClient(base_url=url, token=os.environ["KEEL_INTERNAL_KEY"], raise_on_unexpected_status=True)
+
+project = expect(
+    create_project.sync(client=user, body=ProjectCreateBody(name="Client walkthrough")),
+    ProjectCreated,
+    "create project",
+)
+billing = expect(get_billing.sync(client=user, org_id=org_id), BillingView, "billing")
+print(f"project {project.slug}; balance {billing.balance_cents} cents")
+if not billing.starter_credit_granted:
+    expect(starter_credit.sync(client=user, body=OrgBody(org_id=org_id)), CreditView, "starter credit")
+
+queued = expect(
+    create_job.sync(
+        client=user,
+        body=TrainingJob(
+            action=TrainingJobAction.TRAINING,
+            project_id=project.id,
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            environment_slug="contract/client-walkthrough/env",
+        ),
+    ),
+    JobView,
+    "enqueue",
+)
+claimed = expect(
+    claim_jobs.sync(
+        client=worker,
+        body=InternalClaimJobsRequest(worker_id="walkthrough-worker", action=JobAction.TRAINING, limit=10),
+    ),
+    ClaimedJobs,
+    "claim",
+)
+if queued.job_id not in [job.job_id for job in claimed.jobs]:
+    sys.exit(f"the job {queued.job_id} was not claimed: {claimed!r}")
+after = expect(get_job.sync(client=user, job_id=queued.job_id), JobView, "read job")
+if after.status != "running":
+    sys.exit(f"a claimed job is running, this one is {after.status}")
+print(f"job {queued.job_id} enqueued and claimed ({after.status})")
+expect(get_billing.sync(client=user, org_id=org_id), BillingView, "billing after")

@@ -1,0 +1,381 @@
+//! What the document says beyond what the handlers' derives can: edits on the document's
+//! JSON, each derived from the document itself so it follows the code.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+/// The pattern of a string keel stores: anything but NUL (which PostgreSQL's text refuses;
+/// the service answers 422 naming the field).
+pub const STORABLE: &str = "^[^\\u0000]*$";
+
+/// The start of an RFC 3339 date-time (`2026-11-24T10:00:00Z`).
+pub const DATE_TIME: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T";
+
+/// Serde's internally tagged enums come out of utoipa as `oneOf` of `allOf [variant, {tag}]`,
+/// which no body can satisfy when the variant forbids unknown fields. Each variant gets the
+/// tag as a property of its own, and the union a discriminator on it.
+pub fn tagged_unions(doc: &mut Value) {
+    let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let mut unions = Vec::new();
+    for (name, schema) in schemas.iter() {
+        let Some(items) = schema.get("oneOf").and_then(Value::as_array) else {
+            continue;
+        };
+        let variants: Option<Vec<(String, String, String)>> = items.iter().map(tagged_variant).collect();
+        if let Some(variants) = variants.filter(|v| !v.is_empty()) {
+            let tag = variants[0].0.clone();
+            if variants.iter().all(|(t, _, _)| *t == tag) {
+                unions.push((name.clone(), tag, variants));
+            }
+        }
+    }
+    for (name, tag, variants) in unions {
+        let mut mapping = Map::new();
+        let mut refs = Vec::new();
+        for (_, value, reference) in &variants {
+            let variant = reference.trim_start_matches("#/components/schemas/");
+            if let Some(Value::Object(target)) = schemas.get_mut(variant) {
+                let properties = target.entry("properties").or_insert_with(|| json!({}));
+                if let Value::Object(properties) = properties {
+                    properties.insert(tag.clone(), json!({"type": "string", "enum": [value]}));
+                }
+                let required = target.entry("required").or_insert_with(|| json!([]));
+                if let Value::Array(required) = required {
+                    if !required.contains(&json!(tag)) {
+                        required.insert(0, json!(tag));
+                    }
+                }
+            }
+            mapping.insert(value.clone(), json!(reference));
+            refs.push(json!({"$ref": reference}));
+        }
+        if let Some(Value::Object(union)) = schemas.get_mut(&name) {
+            union.insert("oneOf".into(), Value::Array(refs));
+            union.insert(
+                "discriminator".into(),
+                json!({"propertyName": tag, "mapping": mapping}),
+            );
+        }
+    }
+}
+
+/// `(tag, value, $ref)` of `{"allOf": [{"$ref": ...}, {"properties": {tag: {"enum": [value]}}}]}`.
+fn tagged_variant(item: &Value) -> Option<(String, String, String)> {
+    let parts = item.get("allOf")?.as_array()?;
+    let [reference, tag] = parts.as_slice() else {
+        return None;
+    };
+    let reference = reference.get("$ref")?.as_str()?.to_owned();
+    let properties = tag.get("properties")?.as_object()?;
+    let (name, property) = properties.iter().next().filter(|_| properties.len() == 1)?;
+    let [value] = property.get("enum")?.as_array()?.as_slice() else {
+        return None;
+    };
+    Some((name.clone(), value.as_str()?.to_owned(), reference))
+}
+
+/// Every plain string a client sends (request bodies and parameters, no pattern, format or
+/// enum of its own) says it may not hold NUL. Object members declared free-form carry no
+/// string schema, so free-form content stays unconstrained.
+pub fn storable_strings(doc: &mut Value) {
+    let mut reachable = BTreeSet::new();
+    let mut pending: Vec<String> = Vec::new();
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for item in paths.values_mut() {
+            let Some(item) = item.as_object_mut() else {
+                continue;
+            };
+            for operation in item.values_mut() {
+                if let Some(body) = operation.pointer_mut("/requestBody/content/application~1json/schema") {
+                    collect_refs(body, &mut pending);
+                    constrain_strings(body);
+                }
+                if let Some(Value::Array(parameters)) = operation.get_mut("parameters") {
+                    for parameter in parameters.iter_mut() {
+                        // A list that must hold an item cannot be left out (`schema_with`
+                        // loses the field's own `required`).
+                        if parameter.pointer("/schema/minItems").and_then(Value::as_u64) >= Some(1) {
+                            parameter["required"] = json!(true);
+                        }
+                    }
+                    for parameter in parameters {
+                        if parameter.get("in").and_then(Value::as_str) == Some("header") {
+                            continue;
+                        }
+                        if let Some(schema) = parameter.get_mut("schema") {
+                            collect_refs(schema, &mut pending);
+                            constrain_strings(schema);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    while let Some(name) = pending.pop() {
+        if !reachable.insert(name.clone()) {
+            continue;
+        }
+        if let Some(schema) = schemas.get_mut(&name) {
+            collect_refs(schema, &mut pending);
+            constrain_strings(schema);
+        }
+    }
+}
+
+fn collect_refs(schema: &Value, into: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get("$ref") {
+                if let Some(name) = reference.strip_prefix("#/components/schemas/") {
+                    into.push(name.to_owned());
+                }
+            }
+            map.values().for_each(|v| collect_refs(v, into));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_refs(v, into)),
+        _ => {}
+    }
+}
+
+fn is_string_type(schema: &Map<String, Value>) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        _ => false,
+    }
+}
+
+fn constrain_strings(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            // A date-time the service parses starts with its date; the format alone is an
+            // annotation in JSON Schema 2020-12, which a generator may ignore.
+            if is_string_type(map)
+                && map.get("format").and_then(Value::as_str) == Some("date-time")
+                && !map.contains_key("pattern")
+            {
+                map.insert("pattern".into(), json!(DATE_TIME));
+            }
+            let plain = is_string_type(map)
+                && !["pattern", "format", "enum", "const"]
+                    .iter()
+                    .any(|k| map.contains_key(*k));
+            if plain {
+                map.insert("pattern".into(), json!(STORABLE));
+            }
+            for (key, value) in map.iter_mut() {
+                // Examples and defaults are data, not schemas.
+                if key != "example" && key != "examples" && key != "default" {
+                    constrain_strings(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(constrain_strings),
+        _ => {}
+    }
+}
+
+/// Bodies whose validation needs one of several sets of members (the spec's alternatives):
+/// each alternative names members that must then be present and not null.
+/// Members with their JSON type.
+type Members = &'static [(&'static str, &'static str)];
+
+const ALTERNATIVES: &[(&str, &[Members])] = &[
+    // Serving usage names its organization by the adapter, or by orgId with a base model.
+    (
+        "ServingUsageBody",
+        &[
+            &[("adapterId", "string")],
+            &[("model", "string"), ("orgId", "string")],
+        ],
+    ),
+];
+
+/// Bodies where a flag being true requires more members: (schema, flag, members and types).
+const WHEN_TRUE: &[(&str, &str, Members)] = &[
+    // Auto top-up on needs its threshold and amount.
+    (
+        "AutoTopupBody",
+        "enabled",
+        &[("thresholdCents", "integer"), ("amountCents", "integer")],
+    ),
+];
+
+/// Writes [`ALTERNATIVES`] as `anyOf` on their schemas.
+pub fn alternatives(doc: &mut Value) {
+    for (schema, alternatives) in ALTERNATIVES {
+        let pointer = format!("/components/schemas/{schema}");
+        let Some(Value::Object(target)) = doc.pointer_mut(&pointer) else {
+            continue;
+        };
+        let any_of: Vec<Value> = alternatives
+            .iter()
+            .map(|members| {
+                let properties: Map<String, Value> = members
+                    .iter()
+                    .map(|(name, kind)| ((*name).to_owned(), json!({"type": kind})))
+                    .collect();
+                let required: Vec<&str> = members.iter().map(|(name, _)| *name).collect();
+                json!({"properties": properties, "required": required})
+            })
+            .collect();
+        target.insert("anyOf".into(), Value::Array(any_of));
+    }
+    for (schema, flag, members) in WHEN_TRUE {
+        let pointer = format!("/components/schemas/{schema}");
+        let Some(Value::Object(target)) = doc.pointer_mut(&pointer) else {
+            continue;
+        };
+        let properties: Map<String, Value> = members
+            .iter()
+            .map(|(name, kind)| ((*name).to_owned(), json!({"type": kind})))
+            .collect();
+        let required: Vec<&str> = members.iter().map(|(name, _)| *name).collect();
+        target.insert(
+            "if".into(),
+            json!({"properties": {*flag: {"const": true}}, "required": [flag]}),
+        );
+        target.insert(
+            "then".into(),
+            json!({"properties": properties, "required": required}),
+        );
+    }
+}
+
+/// Links from the operations that create something to those that read or change it, so a
+/// client (and schemathesis' stateful phase) can follow them.
+pub fn links(doc: &mut Value) {
+    let links: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
+        // (path, method, status, link name, target operationId, parameter, expression)
+        (
+            "/api/projects",
+            "post",
+            "201",
+            "GetProject",
+            "get_project",
+            "project_id",
+            "$response.body#/id",
+        ),
+        (
+            "/api/training/jobs",
+            "post",
+            "202",
+            "GetJob",
+            "get_job",
+            "job_id",
+            "$response.body#/jobId",
+        ),
+        (
+            "/api/training/jobs",
+            "post",
+            "202",
+            "StopJob",
+            "stop_job",
+            "job_id",
+            "$response.body#/jobId",
+        ),
+        (
+            "/api/runs",
+            "post",
+            "200",
+            "UpdateRun",
+            "update_run",
+            "run_id",
+            "$response.body#/runId",
+        ),
+        (
+            "/api/runs",
+            "post",
+            "200",
+            "LinkTracker",
+            "link_tracker",
+            "run_id",
+            "$response.body#/runId",
+        ),
+        (
+            "/api/api-keys",
+            "post",
+            "201",
+            "RevokeKey",
+            "revoke_key",
+            "api_key_id",
+            "$response.body#/apiKeyId",
+        ),
+        (
+            "/api/internal/orgs",
+            "post",
+            "201",
+            "PutMember",
+            "put_member",
+            "org_id",
+            "$response.body#/orgId",
+        ),
+        (
+            "/api/internal/orgs",
+            "post",
+            "201",
+            "CreateApiKey",
+            "create_api_key",
+            "org_id",
+            "$response.body#/orgId",
+        ),
+        (
+            "/api/internal/orgs",
+            "post",
+            "201",
+            "DeleteOrg",
+            "delete_org",
+            "org_id",
+            "$response.body#/orgId",
+        ),
+        (
+            "/api/internal/orgs/{org_id}/api-keys",
+            "post",
+            "201",
+            "RevokeApiKey",
+            "revoke_api_key",
+            "api_key_id",
+            "$response.body#/apiKeyId",
+        ),
+    ];
+    for (path, method, status, name, target, parameter, expression) in links {
+        let pointer = format!(
+            "/paths/{}/{method}/responses/{status}",
+            path.replace('~', "~0").replace('/', "~1")
+        );
+        if let Some(Value::Object(response)) = doc.pointer_mut(&pointer) {
+            let links = response.entry("links").or_insert_with(|| json!({}));
+            if let Value::Object(links) = links {
+                links.insert(
+                    (*name).to_owned(),
+                    json!({"operationId": target, "parameters": {*parameter: expression}}),
+                );
+            }
+        }
+    }
+}
+
+/// Sets each `(method, path, example)` as its request body's example.
+pub fn request_examples(doc: &mut Value, examples: Vec<(&str, &str, Value)>) {
+    for (method, path, example) in examples {
+        let pointer = format!(
+            "/paths/{}/{method}/requestBody/content/application~1json",
+            path.replace('~', "~0").replace('/', "~1")
+        );
+        if let Some(Value::Object(content)) = doc.pointer_mut(&pointer) {
+            content.insert("example".into(), example);
+        }
+    }
+}
