@@ -51,7 +51,7 @@ impl OpenApiJson {
     /// The document, with what depends on this instance's settings: the product events the
     /// flash route accepts.
     pub fn build(settings: &crate::config::Settings) -> Self {
-        let mut doc = crate::openapi::document_json();
+        let mut doc = crate::openapi::document_value().clone();
         if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
             event["enum"] = serde_json::json!(settings.flash.event_allowlist);
         }

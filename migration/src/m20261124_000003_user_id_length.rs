@@ -11,30 +11,25 @@ pub struct Migration;
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DatabaseBackend::Postgres {
-            return Ok(());
-        }
-        manager
-            .alter_table(
-                Table::alter()
-                    .table("users")
-                    .modify_column(ColumnDef::new("id").string_len(200).not_null())
-                    .to_owned(),
-            )
-            .await
+        set_user_id_length(manager, 200).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DatabaseBackend::Postgres {
-            return Ok(());
-        }
-        manager
-            .alter_table(
-                Table::alter()
-                    .table("users")
-                    .modify_column(ColumnDef::new("id").string_len(64).not_null())
-                    .to_owned(),
-            )
-            .await
+        set_user_id_length(manager, 64).await
     }
+}
+
+/// `users.id` as a `varchar(len)`, on PostgreSQL only.
+async fn set_user_id_length(manager: &SchemaManager<'_>, len: u32) -> Result<(), DbErr> {
+    if manager.get_database_backend() != DatabaseBackend::Postgres {
+        return Ok(());
+    }
+    manager
+        .alter_table(
+            Table::alter()
+                .table("users")
+                .modify_column(ColumnDef::new("id").string_len(len).not_null())
+                .to_owned(),
+        )
+        .await
 }

@@ -247,11 +247,10 @@ impl FromRequest for Caller {
             };
             let query_org = query_org_id(&req);
             if query_org.as_ref().is_some_and(|org| org.contains('\0')) {
-                return Err(ApiError::validation(
-                    vec![json!("query"), json!("orgId")],
-                    "string_pattern_mismatch",
-                    "String should not contain the NUL character (\\u0000)",
-                ));
+                return Err(ApiError::Validation(vec![crate::http::extract::nul_issue(vec![
+                    json!("query"),
+                    json!("orgId"),
+                ])]));
             }
             Ok(Self {
                 principal,

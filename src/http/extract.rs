@@ -81,7 +81,8 @@ pub fn unstorable_strings(bytes: &[u8], schema: &str) -> Vec<ValidationIssue> {
     issues
 }
 
-fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
+/// The 422 issue of a string holding NUL at `loc`.
+pub fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
     ValidationIssue::new(
         loc,
         "string_pattern_mismatch",
@@ -135,11 +136,7 @@ fn find_nul(
             }
         }
     }
-    let types_string = match schema.get("type") {
-        Some(Value::String(t)) => t == "string",
-        Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
-        _ => false,
-    };
+    let types_string = schema.as_object().is_some_and(crate::openapi::is_string_type);
     match value {
         Value::String(s) if types_string && s.contains('\0') => issues.push(nul_issue(path.clone())),
         Value::Array(items) => {

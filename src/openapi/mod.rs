@@ -17,7 +17,7 @@ use crate::error::{ErrorBody, ValidationErrorBody};
 mod examples;
 mod refine;
 
-pub use refine::STORABLE;
+pub use refine::{is_string_type, STORABLE};
 
 /// The three kinds of credential (CONTRACT §2), all sent as `Authorization: Bearer`.
 pub const INTERNAL_KEY: &str = "internalKey";
@@ -156,10 +156,15 @@ fn add_shared_answers(operation: &mut Operation) {
     }
 }
 
-/// The served document's component schema `name` (for checks that follow the document).
-pub fn component_schema(name: &str) -> Option<&'static serde_json::Value> {
+/// [`document_json`], built once per process.
+pub fn document_value() -> &'static serde_json::Value {
     static DOCUMENT: std::sync::LazyLock<serde_json::Value> = std::sync::LazyLock::new(document_json);
-    DOCUMENT.pointer("/components/schemas")?.get(name)
+    &DOCUMENT
+}
+
+/// The document's component schema `name` (for checks that follow the document).
+pub fn component_schema(name: &str) -> Option<&'static serde_json::Value> {
+    document_value().pointer("/components/schemas")?.get(name)
 }
 
 /// The document as served: [`document`] with the tagged bodies' discriminators, the strings

@@ -149,7 +149,8 @@ fn collect_refs(schema: &Value, into: &mut Vec<String>) {
     }
 }
 
-fn is_string_type(schema: &Map<String, Value>) -> bool {
+/// Whether a schema's `type` is, or includes, `string`.
+pub fn is_string_type(schema: &Map<String, Value>) -> bool {
     match schema.get("type") {
         Some(Value::String(t)) => t == "string",
         Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
@@ -351,10 +352,7 @@ pub fn links(doc: &mut Value) {
         ),
     ];
     for (path, method, status, name, target, parameter, expression) in links {
-        let pointer = format!(
-            "/paths/{}/{method}/responses/{status}",
-            path.replace('~', "~0").replace('/', "~1")
-        );
+        let pointer = format!("{}/responses/{status}", operation_pointer(method, path));
         if let Some(Value::Object(response)) = doc.pointer_mut(&pointer) {
             let links = response.entry("links").or_insert_with(|| json!({}));
             if let Value::Object(links) = links {
@@ -367,12 +365,17 @@ pub fn links(doc: &mut Value) {
     }
 }
 
+/// The JSON pointer of the operation `method path` in the document.
+fn operation_pointer(method: &str, path: &str) -> String {
+    format!("/paths/{}/{method}", path.replace('~', "~0").replace('/', "~1"))
+}
+
 /// Sets each `(method, path, example)` as its request body's example.
 pub fn request_examples(doc: &mut Value, examples: Vec<(&str, &str, Value)>) {
     for (method, path, example) in examples {
         let pointer = format!(
-            "/paths/{}/{method}/requestBody/content/application~1json",
-            path.replace('~', "~0").replace('/', "~1")
+            "{}/requestBody/content/application~1json",
+            operation_pointer(method, path)
         );
         if let Some(Value::Object(content)) = doc.pointer_mut(&pointer) {
             content.insert("example".into(), example);

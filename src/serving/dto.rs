@@ -61,7 +61,7 @@ pub struct TeardownReport {
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct SampleRequest {
-    /// An adapter the caller's organization owns, or a priced base model.
+    /// A served adapter (of any organization) or a priced base model.
     #[schema(min_length = 1, max_length = 512)]
     pub model: String,
     /// Chat messages, as the OpenAI API takes them.

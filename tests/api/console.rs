@@ -17,13 +17,6 @@ pub struct Console {
     pub csrf: String,
 }
 
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 /// The `name=value` of the console cookie a response sets, and the whole header.
 fn console_cookie(response: &Response) -> Option<(String, String)> {
     response

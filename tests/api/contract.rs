@@ -222,11 +222,7 @@ async fn unsupported_methods_name_the_allowed_ones_and_unknown_api_paths_are_det
 #[actix_web::test]
 async fn docs_are_swagger_ui_served_by_keel_itself() {
     let app = spawn_app().await;
-    let no_redirects = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let bare = no_redirects.get(app.url("/docs")).send().await.unwrap();
+    let bare = no_redirects().get(app.url("/docs")).send().await.unwrap();
     assert_eq!(bare.status(), StatusCode::PERMANENT_REDIRECT);
     assert_eq!(bare.headers()["location"], "/docs/");
 
