@@ -10,6 +10,24 @@ use crate::config::Settings;
 use crate::startup::Application;
 use crate::{database, orgs, telemetry};
 
+/// `keel serve --help`: the settings an operator sets first, with their variables.
+const SERVE_SETTINGS: &str = "\
+Settings (environment variables; every other setting is KEEL__SECTION__KEY, see config/default.toml):
+  KEEL_LISTEN                 address to serve: HOST:PORT, localhost:PORT or PORT [127.0.0.1:8080]
+  KEEL_DATABASE_URL           sqlite://PATH?mode=rwc or postgres://USER@HOST:PORT/DB [sqlite://keel.db?mode=rwc]
+  KEEL_INTERNAL_KEYS          operator/worker keys, comma-separated (empty: those routes answer 401)
+  KEEL_SESSION_SECRET         HS256 secret of session tokens and console cookies (empty: sessions refused)
+  KEEL_PAYMENTS               simulated | stripe [simulated]
+  KEEL_STRIPE_SECRET_KEY      Stripe secret key (required with KEEL_PAYMENTS=stripe)
+  KEEL_STRIPE_WEBHOOK_SECRET  Stripe webhook signing secret
+  KEEL_SERVING_URL            serving layer base URL (POST /api/sample)
+  KEEL_PROVIDER_OPENAI_URL    provider bases of the recording proxy (also _ANTHROPIC_, _OPENROUTER_, _GOOGLE_)
+  KEEL_PROFILE                config/<profile>.toml merged over the defaults (production: JSON logs)
+  KEEL_CONFIG_DIR             directory of default.toml and the profile files [./config]
+  RUST_LOG                    log filter [info]
+Several instances share one PostgreSQL: give each the same KEEL_DATABASE_URL, KEEL_INTERNAL_KEYS
+and KEEL_SESSION_SECRET (README, Operations).";
+
 #[derive(Debug, Parser)]
 #[command(name = "keel", version, about = "keel: model-training platform backend")]
 pub struct Cli {
@@ -20,6 +38,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP service (the default): applies migrations, then serves.
+    #[command(after_help = SERVE_SETTINGS)]
     Serve,
     /// Apply or inspect database migrations.
     Migrate {
@@ -175,6 +194,9 @@ pub enum AdminAction {
         /// The owner's email.
         #[arg(long)]
         email: Option<String>,
+        /// Make another organization even if one already has this name.
+        #[arg(long)]
+        another: bool,
     },
 }
 
@@ -206,14 +228,24 @@ pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
 async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()> {
     match command {
         Command::Serve => {
+            for warning in settings.startup_warnings() {
+                tracing::warn!("{warning}");
+            }
+            let database = database::describe_url(&settings.database.url);
+            let payments = format!("{:?}", settings.payments.mode).to_lowercase();
+            tracing::info!(%database, "connecting to the database and applying migrations");
+            let host = settings.listen_addr()?.ip();
             let app = Application::build(settings).await?;
-            tracing::info!(port = app.port(), "keel is serving");
+            tracing::info!(
+                "keel is serving on http://{host}:{} (database: {database}; payments: {payments})",
+                app.port()
+            );
             app.run_until_signalled().await
         }
         Command::Migrate { action } => {
             let db = database::connect(&settings.database).await?;
             match action {
-                MigrateAction::Up => database::migrate_up(&db).await?,
+                MigrateAction::Up => database::migrate(&settings.database, &db).await?,
                 MigrateAction::Down => Migrator::down(&db, Some(1)).await?,
                 MigrateAction::Status => {
                     let mut out = std::io::stdout().lock();
@@ -326,10 +358,26 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             }
         }
         Command::Admin {
-            action: AdminAction::Bootstrap { org, owner, email },
+            action:
+                AdminAction::Bootstrap {
+                    org,
+                    owner,
+                    email,
+                    another,
+                },
         } => {
             let db = database::connect(&settings.database).await?;
-            database::migrate_up(&db).await?;
+            database::migrate(&settings.database, &db).await?;
+            if !another {
+                if let Some(existing) = orgs::repo::find_org_by_name(&db, &org).await? {
+                    anyhow::bail!(
+                        "an organization named {org:?} already exists (id {}, slug {}); \
+                         pass --another to make a second one",
+                        existing.id,
+                        existing.slug
+                    );
+                }
+            }
             let created = orgs::repo::create_org(&db, &org, None, &owner, email.as_deref())
                 .await
                 .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;

@@ -74,6 +74,7 @@ impl std::fmt::Debug for SecretsSettings {
 pub struct ServerSettings {
     pub listen: String,
     pub max_body_bytes: usize,
+    pub shutdown_grace_secs: u64,
     pub shutdown_timeout_secs: u64,
     pub workers: usize,
 }
@@ -84,6 +85,10 @@ pub struct DatabaseSettings {
     pub max_connections: u32,
     pub sqlite_busy_timeout_ms: u64,
     pub acquire_timeout_secs: u64,
+    pub connect_timeout_secs: u64,
+    pub lock_timeout_ms: u64,
+    pub statement_timeout_ms: u64,
+    pub idle_in_transaction_timeout_ms: u64,
 }
 
 #[derive(Clone, Deserialize)]
@@ -163,6 +168,8 @@ pub struct PaymentSettings {
     pub stripe_api_url: String,
     pub stripe_secret_key: String,
     pub stripe_webhook_secret: String,
+    pub reconcile_interval_secs: u64,
+    pub reconcile_min_age_secs: u64,
 }
 
 impl std::fmt::Debug for PaymentSettings {
@@ -228,6 +235,7 @@ pub struct BillingSettings {
     pub promo_codes: BTreeMap<String, Cents>,
     pub max_batch: usize,
     pub actor_idle_secs: u64,
+    pub stall_after_secs: u64,
     pub adapter_cache_ttl_ms: u64,
 }
 
@@ -244,6 +252,7 @@ pub struct QueueSettings {
     pub stale_after_secs: u64,
     pub max_attempts: u32,
     pub sweep_interval_secs: u64,
+    pub max_claim_wait_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -296,6 +305,18 @@ fn comma_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> 
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect())
+}
+
+/// Whether `key` (dotted, lower case) is a setting of the shipped defaults or an entry of
+/// one of their open tables (promo codes, model prices).
+fn is_known_setting(key: &str) -> bool {
+    let defaults = Figment::from(Toml::string(DEFAULTS));
+    if defaults.find_value(key).is_ok() {
+        return true;
+    }
+    ["billing.promo_codes.", "pricing.models."]
+        .iter()
+        .any(|open| key.strip_prefix(open).is_some_and(|rest| !rest.is_empty()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -462,15 +483,80 @@ impl Settings {
         Ok(())
     }
 
+    /// `server.listen` as an address: `HOST:PORT` (a name such as `localhost` is resolved),
+    /// or a bare `PORT` on 127.0.0.1.
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.server
-            .listen
-            .parse()
-            .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
-                key: "server.listen",
-                value: self.server.listen.clone(),
-                reason: e.to_string(),
-            })
+        use std::net::ToSocketAddrs;
+        let listen = self.server.listen.trim();
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: "server.listen",
+            value: self.server.listen.clone(),
+            reason,
+        };
+        if let Ok(port) = listen.parse::<u16>() {
+            return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+        }
+        if let Ok(addr) = listen.parse() {
+            return Ok(addr);
+        }
+        let mut addrs = listen
+            .to_socket_addrs()
+            .map_err(|e| invalid(format!("expected HOST:PORT or PORT ({e})")))?
+            .collect::<Vec<_>>();
+        // `localhost` may resolve to ::1 first; IPv4 is what clients of 127.0.0.1 expect.
+        addrs.sort_by_key(|a| !a.is_ipv4());
+        addrs
+            .into_iter()
+            .next()
+            .ok_or_else(|| invalid("the name resolves to no address".into()))
+    }
+
+    /// What an operator should know before the first request: missing credentials (the
+    /// routes that need them will refuse), `KEEL__` variables that name no setting, a
+    /// `KEEL_PROFILE` without its file, a `KEEL_CONFIG_DIR` that does not exist.
+    pub fn startup_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.auth.internal_keys.is_empty() {
+            warnings.push(
+                "no internal key is set (KEEL_INTERNAL_KEYS): operator and worker routes will answer 401"
+                    .into(),
+            );
+        }
+        if self.auth.session_secret.is_empty() {
+            warnings.push(
+                "no session secret is set (KEEL_SESSION_SECRET): session tokens will be refused and console sign-ins end at restart"
+                    .into(),
+            );
+        }
+        let dir = std::env::var_os("KEEL_CONFIG_DIR").map(PathBuf::from);
+        if let Some(dir) = &dir {
+            if !dir.is_dir() {
+                warnings.push(format!(
+                    "KEEL_CONFIG_DIR={} does not exist: only the built-in defaults and the environment apply",
+                    dir.display()
+                ));
+            }
+        }
+        if let Ok(profile) = std::env::var("KEEL_PROFILE") {
+            let file = dir
+                .unwrap_or_else(|| PathBuf::from("config"))
+                .join(format!("{profile}.toml"));
+            if !profile.is_empty() && !file.is_file() {
+                warnings.push(format!(
+                    "KEEL_PROFILE={profile} names no file ({} does not exist)",
+                    file.display()
+                ));
+            }
+        }
+        for (var, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
+            if let Some(path) = var.strip_prefix("KEEL__") {
+                let key = path.to_lowercase().replace("__", ".");
+                if !is_known_setting(&key) {
+                    warnings.push(format!("{var} names no known setting ({key}); it is ignored"));
+                }
+            }
+        }
+        warnings
     }
 
     pub fn is_sqlite(&self) -> bool {
@@ -494,6 +580,37 @@ mod tests {
             .pricing
             .models
             .contains_key("meta-llama/Llama-3.1-8B-Instruct"));
+    }
+
+    #[test]
+    fn listen_accepts_a_bare_port_and_localhost() {
+        let listen = |value: &str| {
+            let figment = Figment::from(Toml::string(DEFAULTS))
+                .merge(figment::providers::Serialized::default("server.listen", value));
+            Settings::from_figment(figment).map(|s| s.listen_addr().map(|a| a.to_string()))
+        };
+        assert_eq!(
+            listen("9000").expect("loads").expect("an address"),
+            "127.0.0.1:9000"
+        );
+        assert_eq!(
+            listen("localhost:9001").expect("loads").expect("an address"),
+            "127.0.0.1:9001"
+        );
+        assert_eq!(
+            listen("0.0.0.0:80").expect("loads").expect("an address"),
+            "0.0.0.0:80"
+        );
+        assert!(listen("no port here").is_err());
+    }
+
+    #[test]
+    fn settings_are_known_by_their_dotted_keys() {
+        assert!(is_known_setting("server.listen"));
+        assert!(is_known_setting("queue.max_claim_wait_secs"));
+        assert!(is_known_setting("billing.promo_codes.SPRING"));
+        assert!(!is_known_setting("server.lisen"));
+        assert!(!is_known_setting("nothing"));
     }
 
     #[test]

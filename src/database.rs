@@ -4,11 +4,21 @@ use std::time::Duration;
 
 use migration::{Migrator, MigratorTrait};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
-use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 
 use crate::config::DatabaseSettings;
 
+/// The advisory lock instances take while they migrate (any fixed number; "keel").
+const MIGRATION_LOCK: i64 = 0x6b65_656c;
+
 pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<DatabaseConnection> {
+    let options = pool_options(settings, true);
+    open(settings, options).await
+}
+
+/// The pool's options; `timeouts`: PostgreSQL's lock, statement and idle-in-transaction
+/// bounds on every connection (migrations run without them: an index build may be long).
+fn pool_options(settings: &DatabaseSettings, timeouts: bool) -> ConnectOptions {
     let sqlite = settings.url.starts_with("sqlite:");
     let mut options = ConnectOptions::new(settings.url.clone());
     let max = match settings.max_connections {
@@ -21,7 +31,7 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<DatabaseConn
         .max_connections(max)
         .min_connections(if sqlite { max } else { 1 })
         .acquire_timeout(Duration::from_secs(settings.acquire_timeout_secs))
-        .connect_timeout(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(settings.connect_timeout_secs.max(1)))
         // A connection in steady use goes out unpinged (a ping is one more round trip on
         // every checkout); one idle long enough to have been dropped is pinged first.
         .test_before_acquire_if_idle_for(Duration::from_secs(10))
@@ -36,14 +46,119 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<DatabaseConn
                 .foreign_keys(true)
                 .create_if_missing(true)
         });
+    } else if timeouts {
+        let bounds = [
+            ("lock_timeout", settings.lock_timeout_ms),
+            ("statement_timeout", settings.statement_timeout_ms),
+            (
+                "idle_in_transaction_session_timeout",
+                settings.idle_in_transaction_timeout_ms,
+            ),
+        ]
+        .map(|(name, ms)| (name, format!("{ms}ms")));
+        options.map_sqlx_postgres_opts(move |o| o.options(bounds.clone()).application_name("keel"));
+    } else {
+        options.map_sqlx_postgres_opts(|o| o.application_name("keel-migrate"));
+    }
+    options
+}
+
+async fn open(settings: &DatabaseSettings, options: ConnectOptions) -> anyhow::Result<DatabaseConnection> {
+    let shown = describe_url(&settings.url);
+    if !settings.url.starts_with("sqlite:") {
+        reachable(
+            &settings.url,
+            Duration::from_secs(settings.connect_timeout_secs.max(1)),
+        )
+        .await?;
     }
     Database::connect(options)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot connect to the database: {e}"))
+        .map_err(|e| anyhow::anyhow!("cannot connect to the database {shown}: {e}"))
+}
+
+/// Fails within `within` when nothing answers at the URL's host and port, naming them
+/// (the pool itself would retry silently until its acquire timeout).
+async fn reachable(url: &str, within: Duration) -> anyhow::Result<()> {
+    let parsed = url::Url::parse(url).map_err(|e| anyhow::anyhow!("database.url is not a URL: {e}"))?;
+    let host = parsed.host_str().unwrap_or("localhost").to_owned();
+    let port = parsed.port().unwrap_or(5432);
+    if host.starts_with('/') || host.is_empty() {
+        return Ok(());
+    }
+    match tokio::time::timeout(within, tokio::net::TcpStream::connect((host.as_str(), port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(anyhow::anyhow!("cannot reach PostgreSQL at {host}:{port}: {err}")),
+        Err(_) => Err(anyhow::anyhow!(
+            "cannot reach PostgreSQL at {host}:{port}: no answer within {} s",
+            within.as_secs()
+        )),
+    }
+}
+
+/// The database URL as it may be shown: no user name or password, no query.
+pub fn describe_url(url: &str) -> String {
+    if let Some(path) = url.strip_prefix("sqlite:") {
+        let path = path.trim_start_matches("//");
+        return format!("sqlite {}", path.split('?').next().unwrap_or(path));
+    }
+    match url::Url::parse(url) {
+        Ok(parsed) => format!(
+            "postgres {}:{}{}",
+            parsed.host_str().unwrap_or("localhost"),
+            parsed.port().unwrap_or(5432),
+            parsed.path()
+        ),
+        Err(_) => "(unparsable database URL)".into(),
+    }
+}
+
+/// Applies pending migrations. On PostgreSQL under an advisory lock on a connection of its
+/// own, so instances started together take turns: the first migrates, the others wait, then
+/// find the schema current. SQLite has one instance and needs no lock.
+pub async fn migrate(settings: &DatabaseSettings, db: &DatabaseConnection) -> anyhow::Result<()> {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return migrate_up(db).await;
+    }
+    let mut options = pool_options(settings, false);
+    options.max_connections(4).min_connections(1);
+    let own = open(settings, options).await?;
+    let pool = own.get_postgres_connection_pool();
+    let mut lock = pool
+        .acquire()
+        .await
+        .map_err(|e| anyhow::anyhow!("migrations: no connection for the lock: {e}"))?;
+    sea_orm::sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *lock)
+        .await
+        .map_err(|e| anyhow::anyhow!("migrations: cannot take the migration lock: {e}"))?;
+    let migrated = migrate_up(&own).await;
+    let _ = sea_orm::sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *lock)
+        .await;
+    drop(lock);
+    let _ = own.close().await;
+    migrated
 }
 
 pub async fn migrate_up(db: &DatabaseConnection) -> anyhow::Result<()> {
     Migrator::up(db, None)
         .await
         .map_err(|e| anyhow::anyhow!("migrations failed: {e}"))
+}
+
+/// Runs one statement on PostgreSQL (no-op elsewhere); for `NOTIFY` and the like.
+pub async fn execute_pg(
+    db: &DatabaseConnection,
+    sql: &str,
+    values: Vec<sea_orm::Value>,
+) -> Result<(), sea_orm::DbErr> {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    db.execute_raw(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+        .await
+        .map(drop)
 }

@@ -24,9 +24,14 @@ impl Application {
     /// (port 0 picks a free port).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let db = database::connect(&settings.database).await?;
-        database::migrate_up(&db).await?;
-        let listener = TcpListener::bind(settings.listen_addr()?)
-            .map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", settings.server.listen))?;
+        database::migrate(&settings.database, &db).await?;
+        let addr = settings.listen_addr()?;
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot bind {addr} (server.listen {}): {e}",
+                settings.server.listen
+            )
+        })?;
         Self::with_listener(settings, db, listener)
     }
 

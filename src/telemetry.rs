@@ -165,14 +165,24 @@ pub fn loggable_target(path: &str, query: &str) -> String {
     target
 }
 
-/// Each request's root span: method, route, path (query names only), client, request id,
-/// and the status once answered. Made only when it would be recorded (on the proxy's path
-/// at `warn`, building it would be wasted work).
+/// When a request started (for its one `info` line).
+#[derive(Clone, Copy)]
+struct Started(std::time::Instant);
+
+/// Each request's root span, at `debug`: method, route, path (query names only), client,
+/// request id, and the status once answered. Made only when it would be recorded (on the
+/// proxy's path, building it would be wasted work). At `info` a request is one short line
+/// instead, written when it is answered.
 pub struct RootSpan;
 
 impl RootSpanBuilder for RootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        if !tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
+        if tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
+            request
+                .extensions_mut()
+                .insert(Started(std::time::Instant::now()));
+        }
+        if !tracing::enabled!(target: "keel::request", tracing::Level::DEBUG) {
             return Span::none();
         }
         let request_id = request
@@ -181,7 +191,7 @@ impl RootSpanBuilder for RootSpan {
             .map(ToString::to_string)
             .unwrap_or_default();
         let connection = request.connection_info();
-        tracing::info_span!(
+        tracing::debug_span!(
             target: "keel::request",
             "HTTP request",
             http.method = %request.method(),
@@ -202,6 +212,22 @@ impl RootSpanBuilder for RootSpan {
     }
 
     fn on_request_end<B: MessageBody>(span: Span, outcome: &Result<ServiceResponse<B>, actix_web::Error>) {
+        if let Ok(response) = outcome {
+            let request = response.request();
+            let extensions = request.extensions();
+            if let Some(Started(at)) = extensions.get::<Started>().copied() {
+                let request_id = extensions.get::<RequestId>().map(ToString::to_string);
+                tracing::info!(
+                    target: "keel::request",
+                    "{} {} {} {:.1}ms {}",
+                    request.method(),
+                    request.match_pattern().as_deref().unwrap_or("(no route)"),
+                    response.status().as_u16(),
+                    at.elapsed().as_secs_f64() * 1000.0,
+                    request_id.as_deref().unwrap_or("-"),
+                );
+            }
+        }
         DefaultRootSpanBuilder::on_request_end(span, outcome);
     }
 }

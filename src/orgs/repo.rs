@@ -304,6 +304,18 @@ pub async fn find_org(db: &impl ConnectionTrait, org_id: &str) -> Result<Option<
 }
 
 /// Every organization, by name.
+/// The oldest organization with exactly this name, if any.
+pub async fn find_org_by_name(
+    db: &impl ConnectionTrait,
+    name: &str,
+) -> Result<Option<organization::Model>, DbErr> {
+    organization::Entity::find()
+        .filter(organization::Column::Name.eq(name))
+        .order_by_asc(organization::Column::CreatedAt)
+        .one(db)
+        .await
+}
+
 pub async fn all_orgs(db: &impl ConnectionTrait) -> Result<Vec<organization::Model>, DbErr> {
     organization::Entity::find()
         .order_by_asc(organization::Column::Name)

@@ -97,3 +97,125 @@ fn migrate_status_lists_the_migrations() {
         "{stdout}"
     );
 }
+
+fn keel(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command.args(args).env(
+        "KEEL_CONFIG_DIR",
+        env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+    );
+    for (name, value) in envs {
+        command.env(name, value);
+    }
+    command.output().expect("keel runs")
+}
+
+#[test]
+fn bootstrap_of_a_name_already_taken_says_so_unless_asked_for_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("k.db").display());
+    let bootstrap = |extra: &[&str]| {
+        let mut args = vec!["admin", "bootstrap", "--org", "Acme", "--owner", "ada"];
+        args.extend_from_slice(extra);
+        keel(&args, &[("KEEL_DATABASE_URL", &url)])
+    };
+    assert!(bootstrap(&[]).status.success());
+    let again = bootstrap(&[]);
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains("already exists") && stderr.contains("--another"),
+        "{stderr}"
+    );
+    assert!(again.stdout.is_empty(), "no credentials printed");
+    let another = bootstrap(&["--another"]);
+    assert!(
+        another.status.success(),
+        "{}",
+        String::from_utf8_lossy(&another.stderr)
+    );
+}
+
+#[test]
+fn an_unreachable_postgres_fails_start_up_at_once_naming_host_and_port() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    let output = keel(
+        &["migrate", "status"],
+        &[(
+            "KEEL_DATABASE_URL",
+            &format!("postgres://postgres:hunter2@127.0.0.1:{port}/keel"),
+        )],
+    );
+    assert!(!output.status.success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "no password: {stderr}");
+}
+
+#[actix_web::test]
+async fn a_missing_postgres_database_is_named() {
+    let Ok(admin) = std::env::var("KEEL_TEST_DATABASE_URL") else {
+        return;
+    };
+    if !admin.starts_with("postgres") {
+        return;
+    }
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    let output = keel(
+        &["migrate", "status"],
+        &[("KEEL_DATABASE_URL", &format!("{base}/keel_no_such_database"))],
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("keel_no_such_database"), "{stderr}");
+}
+
+#[test]
+fn serve_help_lists_the_settings_and_their_variables() {
+    let output = keel(&["serve", "--help"], &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for var in [
+        "KEEL_LISTEN",
+        "KEEL_DATABASE_URL",
+        "KEEL_INTERNAL_KEYS",
+        "KEEL_SESSION_SECRET",
+        "KEEL_PAYMENTS",
+    ] {
+        assert!(stdout.contains(var), "{var}: {stdout}");
+    }
+}
+
+#[test]
+fn start_up_warns_of_missing_keys_and_misspelled_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("k.db").display());
+    // A listen address that is taken makes `serve` stop right after its warnings.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let output = keel(
+        &["serve"],
+        &[
+            ("KEEL_DATABASE_URL", &url),
+            ("KEEL_LISTEN", &format!("localhost:{port}")),
+            ("KEEL__SERVER__LISEN", "1"),
+            ("KEEL_PROFILE", "no-such-profile"),
+        ],
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "KEEL_INTERNAL_KEYS",
+        "KEEL_SESSION_SECRET",
+        "KEEL__SERVER__LISEN names no known setting",
+        "KEEL_PROFILE=no-such-profile names no file",
+        &format!("127.0.0.1:{port}"),
+    ] {
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+}

@@ -20,7 +20,7 @@ struct Served {
     _db: TestDb,
 }
 
-async fn serve(buffered_lines: usize) -> Served {
+async fn serve(buffered_lines: usize, log_filter: &str) -> Served {
     let db = TestDb::new().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -34,7 +34,7 @@ async fn serve(buffered_lines: usize) -> Served {
         .env("KEEL_SESSION_SECRET", SESSION_SECRET)
         .env("KEEL__TELEMETRY__BUFFERED_LINES", buffered_lines.to_string())
         .env("KEEL__SERVER__WORKERS", "2")
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", log_filter)
         .env(
             "KEEL_CONFIG_DIR",
             env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
@@ -142,7 +142,7 @@ fn capture(stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
 #[actix_web::test]
 async fn a_closed_log_pipe_neither_fails_requests_nor_holds_the_shutdown() {
     // As `keel serve 2>&1 | head`: the reader is gone, every write is refused.
-    let mut served = serve(4096).await;
+    let mut served = serve(4096, "info").await;
     drop(served.child.stdout.take());
     drop(served.child.stderr.take());
     served.healthz_many(300, 8).await;
@@ -158,7 +158,7 @@ async fn a_closed_log_pipe_neither_fails_requests_nor_holds_the_shutdown() {
 async fn a_stuck_log_reader_neither_blocks_requests_nor_holds_the_shutdown() {
     // The reader is alive but never reads: the pipe (64 KiB) and the writer's buffer (64
     // lines) fill up, and later lines are dropped instead of waited for.
-    let mut served = serve(64).await;
+    let mut served = serve(64, "info").await;
     let _stuck = served.child.stderr.take();
     served.healthz_many(2_000, 8).await;
     assert!(served.dropped_lines().await > 0.0);
@@ -167,7 +167,8 @@ async fn a_stuck_log_reader_neither_blocks_requests_nor_holds_the_shutdown() {
 
 #[actix_web::test]
 async fn log_lines_carry_no_colour_no_query_values_and_no_per_request_warning() {
-    let mut served = serve(4096).await;
+    // At debug, a request's span carries its path and the query's names.
+    let mut served = serve(4096, "info,keel::request=debug").await;
     let output = capture(served.child.stderr.take().unwrap());
     let secret = "keel_sk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
     let listed = served
@@ -218,6 +219,39 @@ async fn log_lines_carry_no_colour_no_query_values_and_no_per_request_warning() 
         "the adapter calls are logged: {text}"
     );
     assert!(!text.contains("WARN"), "no warning on any of these calls: {text}");
+}
+
+#[actix_web::test]
+async fn at_info_a_request_is_one_short_line() {
+    let mut served = serve(4096, "info").await;
+    let output = capture(served.child.stderr.take().unwrap());
+    let listed = served
+        .client
+        .get(served.url("/api/projects?key=keel_sk_secret&limit=5"))
+        .bearer_auth(INTERNAL_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), StatusCode::FORBIDDEN);
+    let request_id = listed.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(served.terminate().await, "a clean exit");
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(&request_id)).collect();
+    assert_eq!(lines.len(), 1, "one line for the request: {text}");
+    let line = lines[0];
+    assert!(
+        line.contains("GET /api/projects 403 "),
+        "method, route, status: {line}"
+    );
+    assert!(line.contains("ms "), "its time: {line}");
+    assert!(
+        !line.contains("keel_sk_secret") && !line.contains("user_agent"),
+        "{line}"
+    );
+    // Start-up said where it serves, on which database (no credentials) and how it charges.
+    assert!(text.contains("keel is serving on http://127.0.0.1:"), "{text}");
+    assert!(text.contains("payments: simulated"), "{text}");
 }
 
 fn metric_value(metrics: &str, name: &str) -> f64 {
