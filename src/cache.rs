@@ -1,5 +1,6 @@
 //! A small time-to-live cache for look-ups on hot paths (adapter owners, API keys,
-//! projects): entries expire after the TTL; writers through this instance forget at once.
+//! projects): entries expire after the TTL; every instance forgets at once
+//! when told (`cluster`).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -42,6 +43,13 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     pub fn forget_where(&self, matches: impl Fn(&V) -> bool) {
         if let Ok(mut entries) = self.entries.write() {
             entries.retain(|_, (_, value)| !matches(value));
+        }
+    }
+
+    /// Forgets every entry.
+    pub fn clear(&self) {
+        if let Ok(mut entries) = self.entries.write() {
+            entries.clear();
         }
     }
 

@@ -1,6 +1,7 @@
 //! Building and running the HTTP application.
 
 use std::net::TcpListener;
+use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle, Service};
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -17,6 +18,8 @@ pub struct Application {
     port: u16,
     server: Server,
     state: AppState,
+    /// How long the process keeps answering (with `Connection: close`) after a signal.
+    grace: Duration,
 }
 
 impl Application {
@@ -46,10 +49,21 @@ impl Application {
             n => n,
         };
         let shutdown_timeout = settings.server.shutdown_timeout_secs;
+        let grace = Duration::from_secs(settings.server.shutdown_grace_secs);
         let state = AppState::new(db, settings)?;
+        state.cluster.start_listener(&state.settings.database.url);
+        tokio::spawn(crate::billing::service::run_reconciler(state.clone()));
         let registry = prometheus::Registry::new();
         state
             .traces
+            .metrics
+            .register(&registry)
+            .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
+        state
+            .cluster
+            .register(&registry)
+            .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
+        state
             .metrics
             .register(&registry)
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
@@ -64,7 +78,9 @@ impl Application {
         let doc = web::Data::new(crate::system::OpenApiJson::build(&state.settings));
         let data = web::Data::new(state.clone());
         let registry = web::Data::new(registry);
+        let stopping = state.cluster.stopping().clone();
         let server = HttpServer::new(move || {
+            let stopping = stopping.clone();
             App::new()
                 .app_data(data.clone())
                 .app_data(web::Data::new(data.upstreams.for_worker()))
@@ -74,11 +90,21 @@ impl Application {
                 .default_service(web::to(http::not_found))
                 .wrap(actix_web::middleware::from_fn(auth::authenticate))
                 .wrap(prometheus.clone())
-                .wrap_fn(|req, srv| {
+                .wrap_fn(move |req, srv| {
                     let request_id = req.extensions().get::<RequestId>().copied();
+                    let draining = stopping.clone();
                     let response = srv.call(req);
                     async move {
                         let mut response = response.await?;
+                        if draining.is_cancelled() {
+                            // Shutting down: the client opens its next connection elsewhere
+                            // (or here, while the grace period lasts) instead of sending on
+                            // one that is about to close.
+                            response
+                                .response_mut()
+                                .head_mut()
+                                .set_connection_type(actix_web::http::ConnectionType::Close);
+                        }
                         // A proxied provider's own request id is relayed unchanged.
                         let relayed = response.headers().contains_key("x-request-id");
                         if let Some(id) = request_id
@@ -99,7 +125,12 @@ impl Application {
         .disable_signals()
         .listen(listener)?
         .run();
-        Ok(Self { port, server, state })
+        Ok(Self {
+            port,
+            server,
+            state,
+            grace,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -122,13 +153,28 @@ impl Application {
         Ok(())
     }
 
-    /// Serves until SIGINT or SIGTERM: stops accepting, lets in-flight requests finish
-    /// (up to `server.shutdown_timeout_secs`), then drains background work.
+    /// Serves until SIGINT or SIGTERM, then shuts down without leaving a request it
+    /// accepted unanswered: reports not ready (`/healthz` 503) and ends waiting claims at
+    /// once, keeps answering for `server.shutdown_grace_secs` with `Connection: close`,
+    /// then stops accepting, lets in-flight requests finish (up to
+    /// `server.shutdown_timeout_secs`) and drains background work.
     pub async fn run_until_signalled(self) -> anyhow::Result<()> {
         let handle = self.handle();
+        let stopping = self.state.cluster.stopping().clone();
+        let grace = self.grace;
         tokio::spawn(async move {
             wait_for_signal().await;
-            tracing::info!("shutdown requested; finishing in-flight requests");
+            tracing::info!(
+                grace_secs = grace.as_secs(),
+                "shutdown requested; not ready, answering with Connection: close"
+            );
+            stopping.cancel();
+            // A second signal (Ctrl-C again) skips the rest of the grace period.
+            tokio::select! {
+                _ = tokio::time::sleep(grace) => {}
+                _ = wait_for_signal() => {}
+            }
+            tracing::info!("no longer accepting; finishing in-flight requests");
             handle.stop(true).await;
         });
         self.run_until_stopped().await

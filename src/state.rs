@@ -33,6 +33,10 @@ pub struct AppState {
     pub upstreams: crate::proxy::UpstreamConfig,
     pub proxy_cache: crate::proxy::cache::ProxyCache,
     pub traces: crate::traces::writer::TraceWriter,
+    /// The operator's figures on `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// Cache invalidations and job wake-ups shared with the other instances.
+    pub cluster: crate::cluster::Cluster,
     /// Signs the console's session cookies (one key per process when no secret is set).
     pub console_keys: crate::console::session::CookieKeys,
 }
@@ -41,14 +45,20 @@ impl AppState {
     /// Must run inside an actix system: it starts the ledger's arbiter.
     pub fn new(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {
         let payments = Arc::new(Payments::from_settings(&settings.payments)?);
+        let metrics = crate::metrics::Metrics::new();
         let ledger = Ledger::new(
             db.clone(),
             payments.clone(),
+            metrics.clone(),
             LedgerConfig {
                 max_batch: settings.billing.max_batch,
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
             },
         );
+        let proxy_cache =
+            crate::proxy::cache::ProxyCache::new(Duration::from_millis(settings.proxy.auth_cache_ttl_ms));
+        let adapters = AdapterDirectory::new(Duration::from_millis(settings.billing.adapter_cache_ttl_ms));
+        let cluster = crate::cluster::Cluster::new(db.clone(), proxy_cache.clone(), adapters.clone());
         let queue_config = QueueConfig {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),
             max_attempts: settings.queue.max_attempts,
@@ -57,8 +67,9 @@ impl AppState {
             max_batch: settings.billing.max_batch,
         };
         let queue = {
-            let (db, ledger) = (db.clone(), ledger.clone());
-            actix::Actor::start(QueueActor::new(db, ledger, queue_config))
+            let (db, ledger, cluster, metrics) =
+                (db.clone(), ledger.clone(), cluster.clone(), metrics.clone());
+            actix::Actor::start(QueueActor::new(db, ledger, cluster, metrics, queue_config))
         };
         let secret_box =
             SecretBox::from_settings(&settings.secrets.encryption_key, &settings.auth.session_secret)?;
@@ -66,12 +77,12 @@ impl AppState {
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
-        let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces);
+        let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone());
         Ok(Self {
             upstreams: crate::proxy::UpstreamConfig::new(&settings)?,
-            proxy_cache: crate::proxy::cache::ProxyCache::new(Duration::from_millis(
-                settings.proxy.auth_cache_ttl_ms,
-            )),
+            proxy_cache,
+            cluster,
+            metrics,
             traces,
             http,
             queue,
@@ -82,7 +93,7 @@ impl AppState {
                 &settings.auth.session_secret,
                 settings.console.session_ttl_secs,
             ),
-            adapters: AdapterDirectory::new(Duration::from_millis(settings.billing.adapter_cache_ttl_ms)),
+            adapters,
             settings: Arc::new(settings),
             payments,
             ledger,

@@ -13,20 +13,37 @@ use crate::state::AppState;
 pub struct Health {
     pub ok: bool,
     pub database: bool,
+    /// Present, `false`, only when ledger operations have waited `billing.stall_after_secs`
+    /// without the ledger committing any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<bool>,
+    /// Present, `true`, only once the process is shutting down (it still answers, with
+    /// `Connection: close`, for `server.shutdown_grace_secs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draining: Option<bool>,
 }
 
 /// Health
 ///
-/// 200 when the service and its database answer; 503 when the database does not.
+/// 200 when the service, its database and its ledger answer; 503 when the database does
+/// not, the ledger has committed nothing for a while although work waits, or the process is
+/// shutting down (take it out of rotation).
 #[utoipa::path(get, path = "/healthz", tag = "system",
-    responses((status = 200, body = Health), (status = 503, description = "Database unreachable", body = Health)))]
+    responses((status = 200, body = Health),
+        (status = 503, description = "Database unreachable, ledger stalled, or shutting down", body = Health)))]
 pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
     let database = state.db.ping().await.is_ok();
+    let stall_after = std::time::Duration::from_secs(state.settings.billing.stall_after_secs);
+    let ledger = state.ledger.stalled_for() < stall_after;
+    let draining = state.cluster.stopping().is_cancelled();
+    let ok = database && ledger && !draining;
     let body = Health {
-        ok: database,
+        ok,
         database,
+        ledger: (!ledger).then_some(false),
+        draining: draining.then_some(true),
     };
-    if database {
+    if ok {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
@@ -61,12 +78,18 @@ impl OpenApiJson {
 
 /// Prometheus metrics
 ///
-/// Internal key: HTTP, trace-writer and process metrics in Prometheus text format.
+/// Internal key: HTTP, queue, money, proxy, cluster and trace-writer metrics in Prometheus
+/// text format (README, Operations, lists them).
 #[utoipa::path(get, path = "/metrics", tag = "system", security(("internalKey" = [])),
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn metrics(_: Internal, registry: web::Data<Registry>) -> ApiResult<HttpResponse> {
+pub async fn metrics(
+    _: Internal,
+    state: web::Data<AppState>,
+    registry: web::Data<Registry>,
+) -> ApiResult<HttpResponse> {
     crate::telemetry::refresh_metrics();
+    state.metrics.refresh(&state).await;
     let mut buffer = Vec::new();
     TextEncoder::new()
         .encode(&registry.gather(), &mut buffer)

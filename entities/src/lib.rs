@@ -18,6 +18,7 @@ pub mod optimizer_timeline;
 pub mod org_secret;
 pub mod organization;
 pub mod payment;
+pub mod pending_payment;
 pub mod product_event;
 pub mod project;
 pub mod promo_grant;

@@ -12,6 +12,7 @@ mod m20261122_000004_partial_job_indexes;
 mod m20261124_000001_payment_idempotency;
 mod m20261124_000002_console_indexes;
 mod m20261124_000003_user_id_length;
+mod m20261125_000001_pending_payments;
 
 pub struct Migrator;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000001_payment_idempotency::Migration),
             Box::new(m20261124_000002_console_indexes::Migration),
             Box::new(m20261124_000003_user_id_length::Migration),
+            Box::new(m20261125_000001_pending_payments::Migration),
         ]
     }
 }

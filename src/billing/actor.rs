@@ -6,7 +6,8 @@
 //! actor's `flushing` flag keeps one transaction at a time, and the open mailbox is what
 //! lets the next batch gather. The actor never stops while it holds work.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::auto_topup;
 use super::ledger::{
-    apply_batch, apply_group, AccountAfter, AccountCache, BatchResult, LedgerError, LedgerOp, Outcome,
+    apply_batch, apply_group, is_lock_timeout, AccountAfter, AccountCache, BatchResult, LedgerError,
+    LedgerOp, Outcome,
 };
 use super::payments::Payments;
 
@@ -33,10 +35,19 @@ pub struct LedgerConfig {
 struct Shared {
     db: DatabaseConnection,
     payments: Arc<Payments>,
+    metrics: crate::metrics::Metrics,
     config: LedgerConfig,
     committer: mpsc::Sender<Pending>,
     /// The accounts as the committer last left them (PostgreSQL's guarded writes).
     cache: Arc<AccountCache>,
+    /// Organizations whose balance row another session held past the lock timeout: their
+    /// batches commit alone, outside the shared committer, until one succeeds.
+    held: Arc<Mutex<HashSet<String>>>,
+    /// Operations submitted and not yet answered, and when the ledger last answered one
+    /// (`/healthz` and `keel_ledger_stalled_seconds`).
+    in_flight: AtomicUsize,
+    last_progress_ms: AtomicU64,
+    epoch: Instant,
 }
 
 /// One organization's batch waiting for the committer.
@@ -46,31 +57,65 @@ struct Pending {
     reply: oneshot::Sender<BatchResult>,
 }
 
+/// How long the committer waits on one commit before it lets that commit finish on its
+/// own and goes on with the next batches (a commit waiting on a held row lock must not hold
+/// up other organizations).
+const DETACH_AFTER: Duration = Duration::from_millis(200);
+
 impl Shared {
     /// Commits through the shared committer, which puts the batches of every organization
     /// waiting at that moment into one transaction.
     async fn commit(&self, org_id: String, ops: Vec<LedgerOp>) -> BatchResult {
         if self.config.max_batch <= 1 {
             // No batching at all (the benchmarks' baseline): each organization commits alone.
-            return commit_batch(&self.db, None, &org_id, ops).await;
+            return commit_batch(&self.db, None, &self.held, &org_id, ops).await;
+        }
+        if lock(&self.held).contains(&org_id) {
+            return commit_batch(&self.db, Some(&self.cache), &self.held, &org_id, ops).await;
         }
         let (reply, answer) = oneshot::channel();
         let pending = Pending { org_id, ops, reply };
         if let Err(mpsc::error::SendError(pending)) = self.committer.send(pending).await {
-            return commit_batch(&self.db, Some(&self.cache), &pending.org_id, pending.ops).await;
+            return commit_batch(
+                &self.db,
+                Some(&self.cache),
+                &self.held,
+                &pending.org_id,
+                pending.ops,
+            )
+            .await;
         }
         answer.await.unwrap_or_else(|_| BatchResult {
             outcomes: Vec::new(),
             account: None,
         })
     }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// How long operations have waited without the ledger answering any; zero when none wait.
+    fn stalled_for(&self) -> Duration {
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            return Duration::ZERO;
+        }
+        let last = self.last_progress_ms.load(Ordering::Relaxed);
+        Duration::from_millis(self.now_ms().saturating_sub(last))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Gathers the batches that arrive while a transaction commits (across organizations,
-/// up to `max_ops` operations) and commits them together.
+/// up to `max_ops` operations) and commits them together. A commit still running after
+/// [`DETACH_AFTER`] finishes on its own task while the committer goes on.
 async fn run_committer(
     db: DatabaseConnection,
     cache: Arc<AccountCache>,
+    held: Arc<Mutex<HashSet<String>>>,
     mut queue: mpsc::Receiver<Pending>,
     max_ops: usize,
 ) {
@@ -87,32 +132,55 @@ async fn run_committer(
             }
         }
         group.sort_by(|a, b| a.org_id.cmp(&b.org_id));
-        if group.len() == 1 {
-            if let Some(only) = group.pop() {
-                let result = commit_batch(&db, Some(&cache), &only.org_id, only.ops).await;
-                let _ = only.reply.send(result);
-            }
-            continue;
+        let commit = actix::spawn(commit_group(db.clone(), cache.clone(), held.clone(), group));
+        let _ = tokio::time::timeout(DETACH_AFTER, commit).await;
+    }
+}
+
+/// Commits one gathered group and answers each batch. An organization whose row another
+/// transaction held (contended), or every organization of a group that failed as a whole,
+/// commits alone, concurrently, so each waits only on its own row.
+async fn commit_group(
+    db: DatabaseConnection,
+    cache: Arc<AccountCache>,
+    held: Arc<Mutex<HashSet<String>>>,
+    mut group: Vec<Pending>,
+) {
+    if group.len() == 1 {
+        if let Some(only) = group.pop() {
+            let result = commit_batch(&db, Some(&cache), &held, &only.org_id, only.ops).await;
+            let _ = only.reply.send(result);
         }
-        let batches: Vec<(&str, &[LedgerOp])> = group
-            .iter()
-            .map(|p| (p.org_id.as_str(), p.ops.as_slice()))
-            .collect();
-        match apply_group(&db, Some(&cache), &batches).await {
-            Ok(results) => {
-                for (pending, result) in group.into_iter().zip(results) {
+        return;
+    }
+    let batches: Vec<(&str, &[LedgerOp])> = group
+        .iter()
+        .map(|p| (p.org_id.as_str(), p.ops.as_slice()))
+        .collect();
+    let mut alone = Vec::new();
+    match apply_group(&db, Some(&cache), &batches).await {
+        Ok(results) => {
+            for (pending, result) in group.into_iter().zip(results) {
+                if matches!(result.outcomes.first(), Some(Err(LedgerError::Contended))) {
+                    alone.push(pending);
+                } else {
                     let _ = pending.reply.send(result);
                 }
             }
-            Err(err) => {
-                tracing::warn!(error = %err, orgs = group.len(), "grouped ledger commit failed; committing each organization alone");
-                for pending in group {
-                    let result = commit_batch(&db, Some(&cache), &pending.org_id, pending.ops).await;
-                    let _ = pending.reply.send(result);
-                }
-            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, orgs = group.len(), "grouped ledger commit failed; committing each organization alone");
+            alone = group;
         }
     }
+    let commits = alone.into_iter().map(|pending| {
+        let (db, cache, held) = (&db, &cache, &held);
+        async move {
+            let result = commit_batch(db, Some(cache), held, &pending.org_id, pending.ops).await;
+            let _ = pending.reply.send(result);
+        }
+    });
+    futures_util::future::join_all(commits).await;
 }
 
 pub struct LedgerActor {
@@ -214,7 +282,14 @@ impl LedgerActor {
         let shared = self.shared.clone();
         let org_id = self.org_id.clone();
         let run = actix::spawn(async move {
-            auto_topup::charge(&shared.db, &shared.payments, &org_id, settings.amount).await
+            auto_topup::charge(
+                &shared.db,
+                &shared.payments,
+                &shared.metrics,
+                &org_id,
+                settings.amount,
+            )
+            .await
         });
         ctx.spawn(run.into_actor(self).map(|credit, act, ctx| {
             act.topup_in_flight = false;
@@ -235,10 +310,13 @@ impl LedgerActor {
 }
 
 /// Commits a batch; if the batch as a whole fails (say a unique key raced with another
-/// instance), each operation is retried alone so one bad operation fails only itself.
+/// instance), each operation is retried alone so one bad operation fails only itself. A
+/// row held past the lock timeout fails the batch at once (`Locked`, a 503 to retry with
+/// the same key) and sends the organization's next batches around the shared committer.
 async fn commit_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
+    held: &Mutex<HashSet<String>>,
     org_id: &str,
     ops: Vec<LedgerOp>,
 ) -> BatchResult {
@@ -251,7 +329,19 @@ async fn commit_batch(
                 elapsed_us = started.elapsed().as_micros() as u64,
                 "ledger batch committed"
             );
+            if lock(held).remove(org_id) {
+                tracing::info!(org_id, "organization's balance row free again");
+            }
             result
+        }
+        Err(err) if is_lock_timeout(&err) => {
+            if lock(held).insert(org_id.to_owned()) {
+                tracing::warn!(org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
+            }
+            BatchResult {
+                outcomes: ops.iter().map(|_| Err(LedgerError::Locked)).collect(),
+                account: None,
+            }
         }
         Err(err) => {
             tracing::warn!(org_id, error = %err, size = ops.len(), "ledger batch failed; retrying one by one");
@@ -263,6 +353,7 @@ async fn commit_batch(
                         outcomes.extend(result.outcomes);
                         account = result.account.or(account);
                     }
+                    Err(err) if is_lock_timeout(&err) => outcomes.push(Err(LedgerError::Locked)),
                     Err(err) => {
                         tracing::error!(org_id, error = %err, "ledger operation failed");
                         outcomes.push(Err(LedgerError::Unavailable(err.to_string())));
@@ -310,13 +401,20 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    pub fn new(db: DatabaseConnection, payments: Arc<Payments>, config: LedgerConfig) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        payments: Arc<Payments>,
+        metrics: crate::metrics::Metrics,
+        config: LedgerConfig,
+    ) -> Self {
         let arbiter = actix::Arbiter::new();
         let (committer, queue) = mpsc::channel(4096);
         let cache = Arc::new(AccountCache::default());
+        let held = Arc::new(Mutex::new(HashSet::new()));
         arbiter.spawn(run_committer(
             db.clone(),
             cache.clone(),
+            held.clone(),
             queue,
             config.max_batch.max(1),
         ));
@@ -326,9 +424,14 @@ impl Ledger {
             shared: Arc::new(Shared {
                 db,
                 payments,
+                metrics,
                 config,
                 committer,
                 cache,
+                held,
+                in_flight: AtomicUsize::new(0),
+                last_progress_ms: AtomicU64::new(0),
+                epoch: Instant::now(),
             }),
             actors: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -363,6 +466,22 @@ impl Ledger {
     /// Applies one operation to the organization's balance and answers its outcome once
     /// it is committed.
     pub async fn submit(&self, org_id: &str, op: LedgerOp) -> Result<Outcome, LedgerError> {
+        let shared = &self.shared;
+        if shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Work starts waiting now, not when the ledger last answered.
+            shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
+        }
+        let kind = op.kind;
+        let outcome = self.send(org_id, op).await;
+        shared.metrics.ledger_op(kind, &outcome);
+        if !matches!(outcome, Err(LedgerError::Unavailable(_) | LedgerError::Locked)) {
+            shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
+        }
+        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        outcome
+    }
+
+    async fn send(&self, org_id: &str, op: LedgerOp) -> Result<Outcome, LedgerError> {
         // An actor that stopped for idleness between look-up and send never saw the
         // message, so sending again to a fresh one is safe.
         for _ in 0..3 {
@@ -373,6 +492,12 @@ impl Ledger {
             }
         }
         Err(LedgerError::Unavailable("ledger actor unavailable".into()))
+    }
+
+    /// How long operations have waited without the ledger committing any (zero when none
+    /// wait): `/healthz` reports a stalled ledger, `/metrics` shows it.
+    pub fn stalled_for(&self) -> Duration {
+        self.shared.stalled_for()
     }
 
     /// Waits until every actor holds no work, then stops the ledger arbiter.

@@ -6,10 +6,11 @@
 use chrono::{Duration, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
-use super::ledger::{EntryKind, LedgerOp, SideEffect};
-use super::payments::{declined_intent_id, ChargeRequest, PaymentError, Payments};
+use super::charges::{self, ChargeError, Charged};
+use super::ledger::{EntryKind, LedgerOp};
+use super::payments::Payments;
 use super::repo;
-use crate::domain::{Cents, IdempotencyKey, Microcents};
+use crate::domain::{Cents, Microcents};
 
 /// A claim older than this is taken to be abandoned (the instance died mid-charge).
 const CLAIM_EXPIRY_MINUTES: i64 = 10;
@@ -18,10 +19,11 @@ const CLAIM_EXPIRY_MINUTES: i64 = 10;
 pub async fn charge(
     db: &DatabaseConnection,
     payments: &Payments,
+    metrics: &crate::metrics::Metrics,
     org_id: &str,
     amount: Cents,
 ) -> Option<LedgerOp> {
-    match try_charge(db, payments, org_id, amount).await {
+    match try_charge(db, payments, metrics, org_id, amount).await {
         Ok(credit) => credit,
         Err(err) => {
             tracing::error!(org_id, error = %err, "auto top-up failed");
@@ -34,6 +36,7 @@ pub async fn charge(
 async fn try_charge(
     db: &DatabaseConnection,
     payments: &Payments,
+    metrics: &crate::metrics::Metrics,
     org_id: &str,
     amount: Cents,
 ) -> Result<Option<LedgerOp>, DbErr> {
@@ -58,61 +61,43 @@ async fn try_charge(
         repo::release_auto_topup_claim(db, org_id).await?;
         return Ok(None);
     }
-    let idempotency_key = format!("keel-auto-topup-{org_id}-{}", now.timestamp_millis());
-    let charged = payments
-        .charge(ChargeRequest {
-            org_id,
-            customer_id,
-            payment_method_id,
-            amount,
-            kind: "auto_topup",
-            idempotency_key: &idempotency_key,
-        })
-        .await;
+    let processor_key = format!("keel-auto-topup-{org_id}-{}", now.timestamp_millis());
+    // Recorded before the card is charged: a crash after the charge is settled on restart.
+    let pending = charges::pending(
+        org_id,
+        EntryKind::AutoTopup,
+        amount,
+        customer_id,
+        payment_method_id,
+        processor_key,
+        None,
+    );
+    let charged = charges::charge(db, payments, &pending).await;
+    let outcome = match &charged {
+        Ok(Charged::Succeeded { .. }) => "charged",
+        Ok(Charged::Waiting(_)) => "waiting",
+        Ok(Charged::Declined { .. }) => "declined",
+        Err(_) => "failed",
+    };
+    metrics.auto_topups.with_label_values(&[outcome]).inc();
     match charged {
-        Ok(intent) if intent.status == "succeeded" => {
-            repo::record_payment(db, auto_topup_row(&intent.id, org_id, amount, "succeeded")).await?;
+        Ok(Charged::Succeeded { intent, credit }) => {
             tracing::info!(org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
-            Ok(Some(
-                LedgerOp::credit(
-                    EntryKind::AutoTopup,
-                    amount.micros(),
-                    Some(IdempotencyKey::payment(&intent.id)),
-                    format!("auto top-up {}", intent.id),
-                )
-                .with_side(SideEffect::AutoTopupCredited),
-            ))
+            Ok(Some(credit))
         }
-        Ok(intent) => {
-            // Not settled synchronously: the webhook credits it when it succeeds.
-            repo::record_payment(db, auto_topup_row(&intent.id, org_id, amount, &intent.status)).await?;
-            Ok(None)
-        }
-        Err(PaymentError::Declined {
-            message,
-            payment_intent_id,
-        }) => {
-            let id = declined_intent_id(payment_intent_id);
-            repo::record_payment(db, auto_topup_row(&id, org_id, amount, "declined")).await?;
+        // Not settled synchronously: the webhook credits it when it succeeds.
+        Ok(Charged::Waiting(_)) => Ok(None),
+        Ok(Charged::Declined { message, .. }) => {
             repo::count_auto_topup_decline(db, org_id).await?;
             tracing::warn!(org_id, %message, "auto top-up declined");
             Ok(None)
         }
-        Err(err) => {
-            tracing::error!(org_id, error = %err, "auto top-up charge failed");
-            repo::release_auto_topup_claim(db, org_id).await?;
+        Err(ChargeError::Database(err)) => Err(err),
+        Err(ChargeError::Processor(err)) => {
+            // The charge stays pending; the reconciler asks the processor again later. The
+            // claim stays too (it expires), so no second charge starts meanwhile.
+            tracing::error!(org_id, error = %err, "auto top-up charge failed; left pending for the reconciler");
             Ok(None)
         }
-    }
-}
-
-fn auto_topup_row<'a>(id: &'a str, org_id: &'a str, amount: Cents, status: &'a str) -> repo::PaymentRow<'a> {
-    repo::PaymentRow {
-        payment_intent_id: id,
-        org_id,
-        amount,
-        status,
-        kind: "auto_topup",
-        idempotency_key: None,
     }
 }

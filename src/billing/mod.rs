@@ -2,6 +2,7 @@
 
 pub mod actor;
 pub mod auto_topup;
+pub mod charges;
 pub mod dto;
 pub mod ledger;
 pub mod payments;
@@ -19,6 +20,10 @@ impl From<LedgerError> for ApiError {
             LedgerError::InsufficientFunds { .. } => ApiError::PaymentRequired(err.to_string()),
             LedgerError::UnknownOrg => ApiError::not_found("organization"),
             LedgerError::Duplicate => ApiError::Conflict("already applied to this organization".into()),
+            LedgerError::Locked | LedgerError::Contended => ApiError::Unavailable(
+                "this organization's balance is held by another session right now; retry with the same Idempotency-Key"
+                    .into(),
+            ),
             LedgerError::Unavailable(reason) => {
                 tracing::error!(%reason, "ledger unavailable");
                 ApiError::Unavailable("the ledger is unavailable; retry with the same idempotency key".into())

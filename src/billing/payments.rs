@@ -43,8 +43,17 @@ pub fn declined_intent_id(processor_id: Option<String>) -> String {
 }
 
 pub enum Payments {
-    Simulated,
+    Simulated(Simulated),
     Stripe(StripeClient),
+}
+
+/// The offline processor. Like Stripe, it remembers its charges by idempotency key: the
+/// same key answers the first charge's result, whatever is asked the second time. (Its
+/// answers also follow from the key and the card alone, so a restarted process gives the
+/// same answer for the same key and card.)
+#[derive(Default)]
+pub struct Simulated {
+    charges: std::sync::Mutex<std::collections::HashMap<String, Result<PaymentIntent, String>>>,
 }
 
 /// What a charge is for; names the payment in the processor and keys its idempotency.
@@ -61,7 +70,7 @@ pub struct ChargeRequest<'a> {
 impl Payments {
     pub fn from_settings(settings: &PaymentSettings) -> anyhow::Result<Self> {
         Ok(match settings.mode {
-            PaymentsMode::Simulated => Self::Simulated,
+            PaymentsMode::Simulated => Self::Simulated(Simulated::default()),
             PaymentsMode::Stripe => Self::Stripe(StripeClient::new(
                 &settings.stripe_api_url,
                 &settings.stripe_secret_key,
@@ -71,7 +80,7 @@ impl Payments {
 
     pub async fn create_customer(&self, org_id: &str) -> Result<String, PaymentError> {
         match self {
-            Self::Simulated => Ok(format!("cus_sim_{}", org_id.replace('-', ""))),
+            Self::Simulated(_) => Ok(format!("cus_sim_{}", org_id.replace('-', ""))),
             Self::Stripe(stripe) => {
                 let customer = stripe
                     .post(
@@ -87,7 +96,7 @@ impl Payments {
 
     pub async fn create_setup_intent(&self, customer_id: &str) -> Result<String, PaymentError> {
         match self {
-            Self::Simulated => {
+            Self::Simulated(_) => {
                 let id = uuid::Uuid::new_v4().simple().to_string();
                 Ok(format!("seti_sim_{id}_secret_{}", &id[..12]))
             }
@@ -115,7 +124,7 @@ impl Payments {
         payment_method_id: &str,
     ) -> Result<Card, PaymentError> {
         match self {
-            Self::Simulated => match payment_method_id {
+            Self::Simulated(_) => match payment_method_id {
                 "pm_card_visa" => Ok(simulated_card("4242")),
                 "pm_card_chargeDeclined" => Ok(simulated_card("0002")),
                 _ => Err(PaymentError::NotFound),
@@ -151,7 +160,7 @@ impl Payments {
 
     pub async fn detach_payment_method(&self, payment_method_id: &str) -> Result<(), PaymentError> {
         match self {
-            Self::Simulated => Ok(()),
+            Self::Simulated(_) => Ok(()),
             Self::Stripe(stripe) => {
                 match stripe
                     .post(
@@ -172,7 +181,7 @@ impl Payments {
     /// Deletes the customer; the processor removes its saved payment methods with it.
     pub async fn delete_customer(&self, customer_id: &str) -> Result<(), PaymentError> {
         match self {
-            Self::Simulated => Ok(()),
+            Self::Simulated(_) => Ok(()),
             Self::Stripe(stripe) => match stripe.delete(&format!("/v1/customers/{customer_id}")).await {
                 Ok(_) | Err(PaymentError::NotFound) => Ok(()),
                 Err(err) => Err(err),
@@ -183,19 +192,27 @@ impl Payments {
     /// Charges a saved card off-session.
     pub async fn charge(&self, request: ChargeRequest<'_>) -> Result<PaymentIntent, PaymentError> {
         match self {
-            Self::Simulated => {
-                // As Stripe does for a repeated idempotency key: the same payment intent.
+            Self::Simulated(simulated) => {
+                let mut charges = simulated
+                    .charges
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                // As Stripe does for a repeated idempotency key: the first charge's answer.
                 let id = simulated_intent_id(request.idempotency_key);
-                if request.payment_method_id == "pm_card_chargeDeclined" {
-                    return Err(PaymentError::Declined {
-                        message: "Your card was declined.".into(),
-                        payment_intent_id: Some(id),
-                    });
-                }
-                Ok(PaymentIntent {
-                    id,
-                    status: "succeeded".into(),
-                    client_secret: None,
+                let answer = charges
+                    .entry(request.idempotency_key.to_owned())
+                    .or_insert_with(|| match request.payment_method_id {
+                        "pm_card_chargeDeclined" => Err("Your card was declined.".into()),
+                        _ => Ok(PaymentIntent {
+                            id: id.clone(),
+                            status: "succeeded".into(),
+                            client_secret: None,
+                        }),
+                    })
+                    .clone();
+                answer.map_err(|message| PaymentError::Declined {
+                    message,
+                    payment_intent_id: Some(id),
                 })
             }
             Self::Stripe(stripe) => {

@@ -1,11 +1,13 @@
 //! Billing rows outside the balance: accounts' settings, payments, costs, webhook events.
 
 use chrono::{DateTime, Utc};
-use entities::{billing_account, ledger_entry, payment, serving_usage, training_run_cost, webhook_event};
+use entities::{
+    billing_account, ledger_entry, payment, pending_payment, serving_usage, training_run_cost, webhook_event,
+};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter,
-    QueryOrder, QuerySelect, Statement,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait,
+    ExprTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
@@ -191,6 +193,49 @@ pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> R
         }
         other => other.map(drop),
     }
+}
+
+/// Records a charge before the processor is called (a repeat of its key changes nothing).
+pub async fn insert_pending(db: &impl ConnectionTrait, pending: pending_payment::Model) -> Result<(), DbErr> {
+    let active: pending_payment::ActiveModel = pending.into();
+    pending_payment::Entity::insert(active.reset_all())
+        .on_conflict_do_nothing_on([pending_payment::Column::ProcessorKey])
+        .exec_without_returning(db)
+        .await
+        .map(drop)
+}
+
+/// Records what became of a pending charge and forgets it as pending (the caller's
+/// transaction makes it one step).
+pub async fn settle_pending(
+    db: &impl ConnectionTrait,
+    processor_key: &str,
+    row: PaymentRow<'_>,
+) -> Result<(), DbErr> {
+    record_payment(db, row).await?;
+    pending_payment::Entity::delete_by_id(processor_key.to_owned())
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+/// Charges recorded as pending before `older_than`, oldest first.
+pub async fn pending_before(
+    db: &impl ConnectionTrait,
+    older_than: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<pending_payment::Model>, DbErr> {
+    pending_payment::Entity::find()
+        .filter(pending_payment::Column::CreatedAt.lte(older_than))
+        .order_by_asc(pending_payment::Column::CreatedAt)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// How many charges wait to be settled (`keel_payments_pending`).
+pub async fn pending_count(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
+    pending_payment::Entity::find().count(db).await
 }
 
 /// The organization's top-up made with this client `Idempotency-Key`, if any.

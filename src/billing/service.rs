@@ -6,11 +6,12 @@ use chrono::Utc;
 use entities::{billing_account, ledger_entry, payment};
 use serde_json::Value;
 
+use super::charges;
 use super::ledger::{
     EntryKind, LedgerError, LedgerOp, Outcome, ServingUsageRow, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
-use super::payments::{declined_intent_id, Card, ChargeRequest, PaymentError};
-use super::repo::{self, PaymentRow};
+use super::payments::Card;
+use super::repo;
 use super::webhook;
 use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, RunId};
 use crate::error::{ApiError, ApiResult};
@@ -192,45 +193,40 @@ pub async fn topup(
         Some(key) => format!("keel-topup-{org_id}-{key}"),
         None => format!("keel-topup-{}", uuid::Uuid::new_v4()),
     };
-    let charged = state
-        .payments
-        .charge(ChargeRequest {
-            org_id,
-            customer_id: &customer_id,
-            payment_method_id: &payment_method_id,
-            amount,
-            kind: "topup",
-            idempotency_key: &processor_key,
-        })
-        .await;
-    let row = |payment_intent_id, status| PaymentRow {
-        payment_intent_id,
+    // Recorded before the card is charged: a crash after the charge is settled on restart.
+    let pending = charges::pending(
         org_id,
+        EntryKind::Topup,
         amount,
-        status,
-        kind: "topup",
-        idempotency_key: client_key,
-    };
-    let intent = match charged {
-        Ok(intent) => intent,
-        Err(PaymentError::Declined {
-            message,
-            payment_intent_id,
-        }) => {
-            let id = declined_intent_id(payment_intent_id);
-            repo::record_payment(&state.db, row(&id, "declined")).await?;
-            return Err(ApiError::PaymentRequired(message));
+        &customer_id,
+        &payment_method_id,
+        processor_key,
+        client_key,
+    );
+    let charged = charges::charge(&state.db, &state.payments, &pending)
+        .await
+        .map_err(|err| match err {
+            charges::ChargeError::Database(err) => ApiError::from(err),
+            charges::ChargeError::Processor(err) => ApiError::from(err),
+        })?;
+    match charged {
+        charges::Charged::Succeeded { intent, credit } => {
+            let outcome = charges::credit(&state.db, &state.ledger, &pending, &intent.id, credit).await?;
+            Ok(Topup {
+                status: intent.status,
+                payment_intent_id: intent.id,
+                balance: outcome.balance,
+                client_secret: intent.client_secret,
+            })
         }
-        Err(err) => return Err(err.into()),
-    };
-    repo::record_payment(&state.db, row(&intent.id, &intent.status)).await?;
-    let balance = settle_topup(state, org_id, &intent.id, amount, &intent.status).await?;
-    Ok(Topup {
-        status: intent.status,
-        payment_intent_id: intent.id,
-        balance,
-        client_secret: intent.client_secret,
-    })
+        charges::Charged::Waiting(intent) => Ok(Topup {
+            status: intent.status,
+            payment_intent_id: intent.id,
+            balance: Microcents(account_of(state, org_id).await?.balance_microcents),
+            client_secret: intent.client_secret,
+        }),
+        charges::Charged::Declined { message, .. } => Err(ApiError::PaymentRequired(message)),
+    }
 }
 
 /// The first attempt's result for a retried `Idempotency-Key`.
@@ -567,4 +563,26 @@ pub async fn charge_training_run(
     )
     .overdrawing();
     Ok(state.ledger.submit(org_id, op).await?)
+}
+
+/// Settles charges left pending (an instance died between the processor and the credit):
+/// at start and every `payments.reconcile_interval_secs`, until the process stops.
+pub async fn run_reconciler(state: AppState) {
+    let settings = &state.settings.payments;
+    let every = std::time::Duration::from_secs(settings.reconcile_interval_secs.max(1));
+    let min_age = std::time::Duration::from_secs(settings.reconcile_min_age_secs);
+    let stopping = state.cluster.stopping().clone();
+    loop {
+        match charges::reconcile(&state.db, &state.payments, &state.ledger, min_age, &state.metrics).await {
+            Ok(done) if done != charges::Reconciled::default() => {
+                tracing::info!(?done, "pending payments reconciled");
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "reconciling pending payments failed; next pass later"),
+        }
+        tokio::select! {
+            _ = stopping.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
 }

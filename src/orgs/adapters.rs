@@ -1,6 +1,6 @@
 //! Adapter ownership look-ups for the hot paths (metering, serving authorization).
-//! Found adapters are cached for a short time; writes through this instance invalidate
-//! at once, and another instance's re-attribution shows within the TTL.
+//! Found adapters are cached for a short time; a change on any instance invalidates
+//! them everywhere at once (`cluster`).
 
 use std::time::Duration;
 
@@ -52,6 +52,10 @@ impl AdapterDirectory {
 
     pub fn invalidate(&self, adapter_id: &str) {
         self.cache.forget(&adapter_id.to_owned());
+    }
+
+    pub fn clear(&self) {
+        self.cache.clear();
     }
 
     /// Forgets every adapter of an organization (it was deleted).

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::{Internal, Role};
+use crate::cluster::Event;
 use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_org, path_str, ValidJson};
@@ -111,8 +112,7 @@ pub async fn delete_org(
     if !repo::delete_org(&state.db, &org_id).await? {
         return Err(ApiError::not_found("organization"));
     }
-    state.adapters.invalidate_org(&org_id);
-    state.proxy_cache.forget_org(&org_id);
+    state.cluster.publish(Event::OrgChanged(org_id.to_string())).await;
     Ok(HttpResponse::Ok().json(Deleted { deleted: true }))
 }
 
@@ -157,6 +157,7 @@ pub async fn put_member(
     }
     repo::upsert_user(&state.db, &user_id, body.0.email.as_deref()).await?;
     repo::set_role(&state.db, &org_id, &user_id, body.0.role).await?;
+    state.cluster.publish(Event::OrgChanged(org_id.to_string())).await;
     Ok(HttpResponse::Ok().json(OkResponse { ok: true }))
 }
 
@@ -224,7 +225,7 @@ pub async fn revoke_api_key(
     if !repo::revoke_api_key(&state.db, &path).await? {
         return Err(ApiError::not_found("API key"));
     }
-    state.proxy_cache.forget_key(&path);
+    state.cluster.publish(Event::KeyRevoked(path.to_string())).await;
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }
 
@@ -277,7 +278,10 @@ pub async fn put_adapter(
         return Err(ApiError::not_found("organization"));
     }
     let adapter = repo::upsert_adapter(&state.db, &adapter_id, &org_id, &body.base_model, body.live).await?;
-    state.adapters.invalidate(&adapter_id);
+    state
+        .cluster
+        .publish(Event::AdapterChanged(adapter_id.clone()))
+        .await;
     Ok(HttpResponse::Ok().json(AdapterView {
         adapter_id: adapter.id,
         org_id: adapter.org_id,
@@ -300,6 +304,9 @@ pub async fn delete_adapter(
     if !repo::delete_adapter(&state.db, &path).await? {
         return Err(ApiError::not_found("adapter"));
     }
-    state.adapters.invalidate(&path);
+    state
+        .cluster
+        .publish(Event::AdapterChanged(path.to_string()))
+        .await;
     Ok(HttpResponse::Ok().json(Deleted { deleted: true }))
 }

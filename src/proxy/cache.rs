@@ -1,6 +1,6 @@
 //! What the proxy looks up on every call, remembered for a short time: which organization an
-//! API key (by its hash) and a project belong to. Revoking a key through this instance forgets
-//! it at once; other instances see it within the TTL.
+//! API key (by its hash) and a project belong to. Revoking a key forgets it at once on every
+//! instance (`cluster`); the TTL bounds what a lost notification could leave.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,11 @@ impl ProxyCache {
 
     pub fn forget_key(&self, key_id: &str) {
         self.keys.forget_where(|owner| owner.key_id == key_id);
+    }
+
+    pub fn clear(&self) {
+        self.keys.clear();
+        self.projects.clear();
     }
 
     pub fn forget_org(&self, org_id: &str) {

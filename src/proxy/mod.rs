@@ -389,12 +389,14 @@ pub async fn chat_completions(
             }
         }
     }
+    let sent_at = Instant::now();
     let Answer {
         head,
         body: upstream_body,
     } = match upstreams.send(upstream).await {
         Ok(answer) => answer,
         Err(err) => {
+            state.metrics.upstream_error(provider_index, None);
             let (status, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
@@ -404,6 +406,9 @@ pub async fn chat_completions(
     };
     let first_byte = started.elapsed();
     let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    state
+        .metrics
+        .upstream_error(provider_index, Some(status.as_u16()));
     let mut reply = HttpResponse::build(status);
     for (name, value) in &head.headers {
         if HOP_HEADERS.contains(&name.as_str()) {
@@ -423,6 +428,10 @@ pub async fn chat_completions(
         .is_some_and(|v| v.starts_with("text/event-stream"));
 
     if stream && status.is_success() && is_event_stream {
+        // A stream's provider part is its time to headers; keel's is what came before.
+        state
+            .metrics
+            .proxied(provider_index, sent_at.elapsed(), started.elapsed());
         let relay = Relay {
             upstream: upstream_body,
             parser: SseParser::default(),
@@ -435,7 +444,11 @@ pub async fn chat_completions(
         return Ok(reply.streaming(relay));
     }
 
-    match upstream_body.collect().await {
+    let collected = upstream_body.collect().await;
+    state
+        .metrics
+        .proxied(provider_index, sent_at.elapsed(), started.elapsed());
+    match collected {
         Ok(bytes) => {
             if let Some(recording) = recording {
                 let error = (!status.is_success()).then(|| format!("upstream answered {status}"));
@@ -450,6 +463,7 @@ pub async fn chat_completions(
             Ok(reply.body(bytes))
         }
         Err(err) => {
+            state.metrics.upstream_error(provider_index, None);
             let (status, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(

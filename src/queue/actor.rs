@@ -16,8 +16,10 @@ use tokio::sync::oneshot;
 use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
+use crate::cluster::{Cluster, Event};
 use crate::domain::{Cents, IdempotencyKey, JobAction, Microcents};
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 
 #[derive(Clone)]
 pub struct QueueConfig {
@@ -31,6 +33,9 @@ pub struct QueueConfig {
 pub struct QueueActor {
     db: DatabaseConnection,
     ledger: Ledger,
+    /// Wakes waiting claims (here and on other instances) when jobs are queued or requeued.
+    cluster: Cluster,
+    metrics: Metrics,
     config: QueueConfig,
     pending: Vec<(Report, Reply<ReportOutcome>)>,
     flushing: bool,
@@ -41,10 +46,18 @@ pub struct QueueActor {
 }
 
 impl QueueActor {
-    pub fn new(db: DatabaseConnection, ledger: Ledger, config: QueueConfig) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        ledger: Ledger,
+        cluster: Cluster,
+        metrics: Metrics,
+        config: QueueConfig,
+    ) -> Self {
         Self {
             db,
             ledger,
+            cluster,
+            metrics,
             config,
             pending: Vec::new(),
             flushing: false,
@@ -73,9 +86,16 @@ impl QueueActor {
         self.flushing = true;
         let (reports, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let db = self.db.clone();
+        let metrics = self.metrics.clone();
         // Its own task: a database call must never be frozen mid-way (holding a pooled
         // connection) while the actor waits on a claim.
-        let apply = actix::spawn(async move { repo::apply_reports(&db, &reports).await });
+        let apply = actix::spawn(async move {
+            let applied = repo::apply_reports(&db, &reports).await;
+            for outcome in applied.iter().flatten() {
+                metrics.reports.with_label_values(&[outcome.as_str()]).inc();
+            }
+            applied
+        });
         ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
             let outcomes = outcomes
                 .map_err(QueueError::from)
@@ -97,8 +117,20 @@ impl QueueActor {
         let (jobs, replies): (Vec<_>, Vec<_>) = self.enqueues.drain(..take).unzip();
         self.enqueuing = true;
         let db = self.db.clone();
+        let cluster = self.cluster.clone();
         // Its own task, like every database call of this actor.
-        let insert = actix::spawn(async move { repo::insert_jobs(&db, jobs).await });
+        let insert = actix::spawn(async move {
+            let inserted = repo::insert_jobs(&db, jobs).await;
+            let actions: HashSet<&str> = inserted
+                .iter()
+                .filter_map(|job| job.as_ref().ok())
+                .map(|job| job.action.as_str())
+                .collect();
+            for action in actions {
+                cluster.publish(Event::JobsQueued(action.to_owned())).await;
+            }
+            inserted
+        });
         ctx.spawn(insert.into_actor(self).map(move |results, act, ctx| {
             answer_all(replies, results.map_err(QueueError::from), "queueing jobs");
             act.enqueuing = false;
@@ -170,9 +202,11 @@ impl Actor for QueueActor {
             ctx.run_interval(self.config.sweep_interval, |act, _| {
                 let db = act.db.clone();
                 let config = act.config.clone();
+                let cluster = act.cluster.clone();
+                let metrics = act.metrics.clone();
                 // Its own task, like every database call of this actor.
                 actix::spawn(async move {
-                    match sweep(&db, &config).await {
+                    match sweep(&db, &config, &cluster, &metrics).await {
                         Ok(counts) if counts != SweepCounts::default() => {
                             tracing::info!(?counts, "stale job sweep");
                         }
@@ -185,9 +219,26 @@ impl Actor for QueueActor {
     }
 }
 
-async fn sweep(db: &DatabaseConnection, config: &QueueConfig) -> Result<SweepCounts, DbErr> {
+/// Requeues stale jobs; waiting claims of every action look again when any went back.
+async fn sweep(
+    db: &DatabaseConnection,
+    config: &QueueConfig,
+    cluster: &Cluster,
+    metrics: &Metrics,
+) -> Result<SweepCounts, DbErr> {
     let stale_after = chrono::Duration::from_std(config.stale_after).unwrap_or(chrono::Duration::MAX);
-    repo::requeue_stale(db, stale_after, config.max_attempts as i32).await
+    let counts = repo::requeue_stale(db, stale_after, config.max_attempts as i32).await?;
+    metrics
+        .requeued
+        .with_label_values(&["stale"])
+        .inc_by(counts.requeued);
+    metrics.attempts_exhausted.inc_by(counts.failed);
+    if counts.requeued > 0 {
+        cluster
+            .publish(Event::JobsQueued(crate::cluster::ANY_ACTION.into()))
+            .await;
+    }
+    Ok(counts)
 }
 
 /// Claim up to `limit` jobs of `action` for `worker_id`; each is billed the run fee once.
@@ -206,9 +257,21 @@ impl Handler<Claim> for QueueActor {
         let db = self.db.clone();
         let ledger = self.ledger.clone();
         let turn = self.claim_turn.clone();
+        let cluster = self.cluster.clone();
+        let metrics = self.metrics.clone();
         let fee = self.config.run_fee.micros();
         // Its own task: the actor keeps taking reports while a claim and its billing run.
-        let claim = actix::spawn(async move { claim_and_bill(&db, &ledger, &turn, fee, msg).await });
+        let claim = actix::spawn(async move {
+            let claimed = claim_and_bill(&db, &ledger, &cluster, &turn, fee, msg).await;
+            if let Ok((handed, unsettled)) = &claimed {
+                metrics.jobs_claimed.inc_by(handed.len() as u64);
+                metrics
+                    .requeued
+                    .with_label_values(&["unsettled"])
+                    .inc_by(*unsettled);
+            }
+            claimed.map(|(handed, _)| handed)
+        });
         Box::pin(async move { Ok(claim.await??) })
     }
 }
@@ -216,10 +279,11 @@ impl Handler<Claim> for QueueActor {
 async fn claim_and_bill(
     db: &DatabaseConnection,
     ledger: &Ledger,
+    cluster: &Cluster,
     turn: &tokio::sync::Mutex<()>,
     fee: Microcents,
     msg: Claim,
-) -> Result<Vec<training_job::Model>, sea_orm::DbErr> {
+) -> Result<(Vec<training_job::Model>, u64), sea_orm::DbErr> {
     let claimed = {
         // Claims of one instance that ran together would rank the same jobs and mostly skip
         // each other's locks; taking turns hands every claim a full batch.
@@ -257,7 +321,12 @@ async fn claim_and_bill(
     )
     .await?;
     repo::release_claims(db, &unsettled, &msg.worker_id).await?;
-    Ok(handed)
+    if !unsettled.is_empty() {
+        cluster
+            .publish(Event::JobsQueued(msg.action.as_str().to_owned()))
+            .await;
+    }
+    Ok((handed, unsettled.len() as u64))
 }
 
 /// A new job; queued together with the others arriving meanwhile.
@@ -322,7 +391,9 @@ impl Handler<RequeueStale> for QueueActor {
     fn handle(&mut self, _: RequeueStale, _: &mut Self::Context) -> Self::Result {
         let db = self.db.clone();
         let config = self.config.clone();
-        Box::pin(async move { Ok(sweep(&db, &config).await?) })
+        let cluster = self.cluster.clone();
+        let metrics = self.metrics.clone();
+        Box::pin(async move { Ok(sweep(&db, &config, &cluster, &metrics).await?) })
     }
 }
 

@@ -1,13 +1,14 @@
 //! Worker routes (internal key): claim, read, report, heartbeat, live status, requeue.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::actor::{ask, Claim, Heartbeat, Submit};
+use super::actor::{ask, Heartbeat, Submit};
 use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
 use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
@@ -52,6 +53,24 @@ pub struct ClaimedJob {
     pub attempt: i32,
 }
 
+/// The `wait` preference of a `Prefer` header (RFC 7240: comma-separated preferences, each
+/// perhaps with `;` parameters), in seconds; anything unreadable is ignored, as the RFC asks.
+fn preferred_wait(request: &HttpRequest) -> Option<u64> {
+    request
+        .headers()
+        .get_all("prefer")
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .find_map(|preference| {
+            let preference = preference.split(';').next()?.trim();
+            let (name, value) = preference.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("wait")
+                .then(|| value.trim().trim_matches('"').parse().ok())
+                .flatten()
+        })
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClaimedJobs {
     pub jobs: Vec<ClaimedJob>,
@@ -62,27 +81,25 @@ pub struct ClaimedJobs {
 /// Internal key (a worker): claims up to `limit` queued jobs of one `action` for `worker_id`,
 /// oldest first, each for one worker only, with the payload and the organization's secrets. A
 /// job's run fee is charged at its claim; a job whose organization cannot pay is blocked
-/// instead.
+/// instead. With `Prefer: wait=N` (RFC 7240), a claim that finds no job waits up to N seconds
+/// (at most `queue.max_claim_wait_secs`) for one to be queued, then answers as usual.
 #[utoipa::path(post, path = "/api/training/internal/jobs/claim", tag = "training-internal", security(("internalKey" = [])),
+    params(("Prefer" = Option<String>, Header, description = "`wait=N`: wait up to N seconds for a job when none is queued")),
     request_body = InternalClaimJobsRequest,
     responses((status = 200, body = ClaimedJobs), (status = 422, body = ValidationErrorBody)))]
 pub async fn claim_jobs(
     _: Internal,
     state: web::Data<AppState>,
+    request: HttpRequest,
     body: ValidJson<InternalClaimJobsRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let action = JobAction::parse(&body.action)
         .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("a validated action did not parse")))?;
-    let jobs = ask(
-        &state.queue,
-        Claim {
-            worker_id: body.worker_id,
-            action,
-            limit: body.limit as u32,
-        },
-    )
-    .await?;
+    let wait = preferred_wait(&request)
+        .map(|secs| Duration::from_secs(secs.min(state.settings.queue.max_claim_wait_secs)))
+        .filter(|wait| !wait.is_zero());
+    let jobs = super::service::claim(&state, body.worker_id, action, body.limit as u32, wait).await?;
     let jobs = jobs
         .into_iter()
         .map(|job| ClaimedJob {
@@ -453,6 +470,6 @@ pub async fn requeue_interrupted(
     state: web::Data<AppState>,
     body: ValidJson<WorkerIdRequest>,
 ) -> ApiResult<HttpResponse> {
-    let requeued = repo::requeue_interrupted(&state.db, &body.0.worker_id).await?;
+    let requeued = super::service::requeue_interrupted(&state, &body.0.worker_id).await?;
     Ok(HttpResponse::Ok().json(Requeued { requeued }))
 }

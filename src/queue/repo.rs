@@ -289,6 +289,18 @@ pub enum ReportOutcome {
     NotFound,
 }
 
+impl ReportOutcome {
+    /// As `keel_queue_reports_total` labels it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::Repeated => "repeated",
+            Self::NotHeld => "not_held",
+            Self::NotFound => "not_found",
+        }
+    }
+}
+
 /// Applies many reports in one statement; every job id appears at most once.
 pub async fn apply_reports(
     db: &impl ConnectionTrait,

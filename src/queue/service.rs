@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use entities::training_job;
 
-use super::actor::{ask, RequeueStale};
+use super::actor::{ask, Claim, RequeueStale};
 use super::repo::{self, SecretChange, StopOutcome, SweepCounts};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -73,6 +73,62 @@ pub async fn stop_job(
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
 pub async fn requeue_stale(state: &AppState) -> ApiResult<SweepCounts> {
     Ok(ask(&state.queue, RequeueStale).await?)
+}
+
+/// A restarted worker's running and stopping jobs go back to the queue; waiting claims
+/// look again.
+pub async fn requeue_interrupted(state: &AppState, worker_id: &str) -> ApiResult<u64> {
+    let requeued = repo::requeue_interrupted(&state.db, worker_id).await?;
+    state
+        .metrics
+        .requeued
+        .with_label_values(&["interrupted"])
+        .inc_by(requeued);
+    if requeued > 0 {
+        state
+            .cluster
+            .publish(crate::cluster::Event::JobsQueued(
+                crate::cluster::ANY_ACTION.into(),
+            ))
+            .await;
+    }
+    Ok(requeued)
+}
+
+/// Claims up to `limit` jobs of `action` for `worker_id` (each billed its run fee once).
+/// With `wait`, a claim that finds none waits until jobs of that action are queued or
+/// requeued on any instance, the wait ends, or the process begins to shut down; it then
+/// answers what it finds (nothing on timeout).
+pub async fn claim(
+    state: &AppState,
+    worker_id: String,
+    action: crate::domain::JobAction,
+    limit: u32,
+    wait: Option<std::time::Duration>,
+) -> ApiResult<Vec<training_job::Model>> {
+    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+    let signal = state.cluster.jobs_signal(action.as_str());
+    let stopping = state.cluster.stopping().clone();
+    loop {
+        // Registered before looking, so a job queued meanwhile still wakes this claim.
+        let woken = signal.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let claim = Claim {
+            worker_id: worker_id.clone(),
+            action,
+            limit,
+        };
+        let jobs = ask(&state.queue, claim).await?;
+        let Some(deadline) = deadline.filter(|_| jobs.is_empty()) else {
+            return Ok(jobs);
+        };
+        tokio::select! {
+            _ = &mut woken => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(jobs),
+            _ = stopping.cancelled() => return Ok(jobs),
+        }
+    }
 }
 
 /// The queue as an operator sees it.

@@ -69,7 +69,10 @@ pub async fn teardown(state: &AppState, org_id: &str) -> ApiResult<TeardownRepor
         match outcome {
             Ok(count) => {
                 orgs_repo::mark_undeployed(&state.db, org_id, &id).await?;
-                state.adapters.invalidate(&id);
+                state
+                    .cluster
+                    .publish(crate::cluster::Event::AdapterChanged(id.clone()))
+                    .await;
                 report.undeployed += 1;
                 report.adapters.insert(id, count);
             }

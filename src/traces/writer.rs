@@ -127,7 +127,7 @@ pub struct TraceWriter {
 
 impl TraceWriter {
     /// Starts the writer task (inside the actix system).
-    pub fn start(db: DatabaseConnection, settings: &TraceSettings) -> Self {
+    pub fn start(db: DatabaseConnection, settings: &TraceSettings, figures: crate::metrics::Metrics) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
@@ -139,7 +139,7 @@ impl TraceWriter {
             flush_every: Duration::from_millis(settings.flush_ms),
             batch_interval: Duration::from_millis(settings.batch_interval_ms),
         };
-        actix_web::rt::spawn(run(db, shared.clone(), pace, metrics.clone()));
+        actix_web::rt::spawn(run(db, shared.clone(), pace, metrics.clone(), figures));
         Self {
             handle: Arc::new(Handle(shared)),
             metrics,
@@ -242,7 +242,13 @@ struct Pace {
     batch_interval: Duration,
 }
 
-async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: TraceMetrics) {
+async fn run(
+    db: DatabaseConnection,
+    shared: Arc<Shared>,
+    pace: Pace,
+    metrics: TraceMetrics,
+    figures: crate::metrics::Metrics,
+) {
     let _gone = WriterGone {
         shared: shared.clone(),
         metrics: metrics.clone(),
@@ -296,7 +302,13 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
         match turn {
             Some(turn) => {
                 let batch: Vec<trace::Model> = turn.traces.into_iter().map(|pending| pending()).collect();
+                count_tokens(&figures, &batch);
+                let oldest = batch.iter().map(|t| t.created_at).min();
                 flush(&db, batch, &metrics).await;
+                if let Some(oldest) = oldest {
+                    let lag = (chrono::Utc::now() - oldest).num_milliseconds().max(0) as f64 / 1000.0;
+                    figures.trace_lag.set(lag);
+                }
                 for (_, ack) in turn.drains {
                     let _ = ack.send(());
                 }
@@ -310,6 +322,21 @@ async fn run(db: DatabaseConnection, shared: Arc<Shared>, pace: Pace, metrics: T
                 }
                 None => shared.wake.notified().await,
             },
+        }
+    }
+}
+
+/// `keel_proxy_tokens_total`, counted here on the writer's task (off the proxy's path).
+fn count_tokens(figures: &crate::metrics::Metrics, batch: &[trace::Model]) {
+    for trace in batch {
+        let model = trace.model.as_deref().unwrap_or("");
+        for (kind, tokens) in [
+            ("prompt", trace.prompt_tokens),
+            ("completion", trace.completion_tokens),
+        ] {
+            if let Some(tokens) = tokens.filter(|t| *t > 0) {
+                figures.count_tokens(&trace.provider, model, kind, tokens as u64);
+            }
         }
     }
 }

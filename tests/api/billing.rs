@@ -971,8 +971,14 @@ async fn a_top_up_decided_on_a_stale_balance_charges_nothing() {
     let payments =
         keel::billing::payments::Payments::from_settings(&test_settings(&app.db_url).payments).unwrap();
     // The balance (5,000 cents) is above the threshold: the claim is free, but nothing is charged.
-    let credit =
-        keel::billing::auto_topup::charge(&db, &payments, &org.org_id, keel::domain::Cents(2000)).await;
+    let credit = keel::billing::auto_topup::charge(
+        &db,
+        &payments,
+        &keel::metrics::Metrics::new(),
+        &org.org_id,
+        keel::domain::Cents(2000),
+    )
+    .await;
     assert!(credit.is_none());
     use sea_orm::EntityTrait;
     let account = entities::billing_account::Entity::find_by_id(org.org_id.clone())

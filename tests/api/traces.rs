@@ -458,6 +458,7 @@ async fn own_writer(
             batch_interval_ms,
             queue_capacity: capacity,
         },
+        keel::metrics::Metrics::new(),
     );
     let org_id = org.org_id;
     let trace = move |id| pending_trace(id, &org_id, &project);

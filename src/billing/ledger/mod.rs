@@ -18,7 +18,7 @@ use sea_orm::{DatabaseConnection, DbBackend, DbErr, TransactionTrait};
 pub use cache::AccountCache;
 pub use ops::{
     AccountAfter, AutoTopup, BatchResult, EntryKind, LedgerError, LedgerOp, OnDuplicate, Outcome,
-    ServingUsageRow, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+    ServingUsageRow, SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
 use planner::{plan, KeyCheck, Writes};
 pub use sql::{ensure_account, lock_account};
@@ -57,7 +57,7 @@ pub async fn apply_group(
     }
     if db.get_database_backend() == DbBackend::Postgres {
         if let (Some(cache), [(org_id, ops)]) = (cache, batches) {
-            if let Some(result) = apply_cached(db, cache, org_id, ops).await {
+            if let Some(result) = apply_cached(db, cache, org_id, ops).await? {
                 return Ok(vec![result]);
             }
         }
@@ -80,7 +80,7 @@ async fn apply_group_with(
 ) -> Result<Option<Vec<BatchResult>>, DbErr> {
     let txn = db.begin().await?;
     let org_ids: Vec<String> = batches.iter().map(|(org, _)| (*org).to_owned()).collect();
-    let accounts = sql::lock_accounts(&txn, &org_ids).await?;
+    let sql::Locked { accounts, contended } = sql::lock_accounts(&txn, &org_ids).await?;
 
     let mut applied = match check {
         KeyCheck::Optimistic => HashMap::new(),
@@ -123,6 +123,13 @@ async fn apply_group_with(
     let mut writes = Writes::new(check);
     let mut results = Vec::with_capacity(batches.len());
     for (org_id, ops) in batches {
+        if contended.contains(*org_id) {
+            results.push(BatchResult {
+                outcomes: ops.iter().map(|_| Err(LedgerError::Contended)).collect(),
+                account: None,
+            });
+            continue;
+        }
         let Some(account) = accounts.get(*org_id) else {
             results.push(BatchResult {
                 outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
@@ -171,8 +178,10 @@ async fn apply_cached(
     cache: &AccountCache,
     org_id: &str,
     ops: &[LedgerOp],
-) -> Option<BatchResult> {
-    let (account, version) = cache.get(org_id)?;
+) -> Result<Option<BatchResult>, DbErr> {
+    let Some((account, version)) = cache.get(org_id) else {
+        return Ok(None);
+    };
     let now = Utc::now();
     let mut writes = Writes::new(KeyCheck::Optimistic);
     let result = plan(
@@ -185,12 +194,28 @@ async fn apply_cached(
     );
     // Only a batch whose account row it updates is checked by the guard; promo grants
     // and settled top-ups write more than this statement does.
-    let after = writes.balances.first()?.clone();
-    if writes.keys_unchecked || !writes.promo_rows.is_empty() || !writes.settled_auto_topups.is_empty() {
-        return None;
+    let Some(after) = writes.balances.first().cloned() else {
+        return Ok(None);
+    };
+    if writes.keys_unchecked
+        || !writes.promo_rows.is_empty()
+        || !writes.settled_auto_topups.is_empty()
+        || !writes.settled_payments.is_empty()
+    {
+        return Ok(None);
     }
     let written = sql::guarded_write(db, &writes, &after, now, version).await;
     cache.forget(org_id);
-    cache.put(after.account_after(&account, now), written?);
-    Some(result)
+    let Some(version) = written? else {
+        return Ok(None);
+    };
+    cache.put(after.account_after(&account, now), version);
+    Ok(Some(result))
+}
+
+/// Whether PostgreSQL gave up waiting (`lock_timeout`, `statement_timeout`): the row is
+/// held by another session, and trying again at once would wait again.
+pub fn is_lock_timeout(err: &DbErr) -> bool {
+    let text = err.to_string();
+    text.contains("due to lock timeout") || text.contains("due to statement timeout")
 }

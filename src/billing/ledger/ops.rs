@@ -1,5 +1,7 @@
 //! What callers hand the ledger and what it answers.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::domain::{Cents, IdempotencyKey, Microcents};
@@ -90,6 +92,22 @@ pub struct LedgerOp {
     /// estimates may not (they answer 402 instead).
     pub may_overdraw: bool,
     pub side: SideEffect,
+    /// The payment this credit settles: written in the credit's transaction.
+    pub payment: Option<Arc<SettledPayment>>,
+}
+
+/// A succeeded charge settled by its credit: its payment row is recorded as succeeded and its
+/// pending row removed in the same transaction as the ledger entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledPayment {
+    pub processor_key: String,
+    pub payment_intent_id: String,
+    pub org_id: String,
+    pub amount: Cents,
+    /// `topup` or `auto_topup`.
+    pub kind: String,
+    /// The client's `Idempotency-Key` of a top-up.
+    pub client_key: Option<String>,
 }
 
 impl LedgerOp {
@@ -107,6 +125,7 @@ impl LedgerOp {
             on_duplicate: OnDuplicate::Replay,
             may_overdraw: false,
             side: SideEffect::None,
+            payment: None,
         }
     }
 
@@ -126,6 +145,11 @@ impl LedgerOp {
 
     pub fn once_only(mut self) -> Self {
         self.on_duplicate = OnDuplicate::Conflict;
+        self
+    }
+
+    pub fn settling(mut self, payment: SettledPayment) -> Self {
+        self.payment = Some(Arc::new(payment));
         self
     }
 
@@ -163,6 +187,13 @@ pub enum LedgerError {
     Duplicate,
     #[error("ledger unavailable: {0}")]
     Unavailable(String),
+    /// Another session held the organization's balance row past `database.lock_timeout_ms`.
+    #[error("the organization's balance is held by another session")]
+    Locked,
+    /// Inside the ledger only: the row was held by another transaction when a shared batch
+    /// locked its accounts, so this organization's operations go on alone (nothing written).
+    #[error("the organization's balance was held; committing alone")]
+    Contended,
 }
 
 /// What the account looked like once the batch committed (auto top-up reads it).

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::ops::{
     AccountAfter, AutoTopup, BatchResult, LedgerError, LedgerOp, OnDuplicate, Outcome, ServingUsageRow,
-    SideEffect, MAX_AUTO_TOPUP_DECLINES,
+    SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
 use crate::domain::{Cents, Microcents};
 
@@ -81,6 +81,7 @@ pub(super) struct Writes {
     pub promo_rows: Vec<PromoRow>,
     pub balances: Vec<BalanceRow>,
     pub settled_auto_topups: Vec<String>,
+    pub settled_payments: Vec<SettledPayment>,
     /// An optimistic plan refused a keyed operation: its outcome needs the key looked up.
     pub keys_unchecked: bool,
 }
@@ -95,6 +96,7 @@ impl Writes {
             promo_rows: Vec::new(),
             balances: Vec::new(),
             settled_auto_topups: Vec::new(),
+            settled_payments: Vec::new(),
             keys_unchecked: false,
         }
     }
@@ -175,6 +177,9 @@ pub(super) fn plan(
         });
         if let Some(key) = key {
             applied.insert(key, op.amount);
+        }
+        if let Some(payment) = &op.payment {
+            writes.settled_payments.push((**payment).clone());
         }
         let mut serving = None;
         match &op.side {

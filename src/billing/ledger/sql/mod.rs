@@ -103,16 +103,21 @@ fn json_text<T: serde::Serialize>(rows: &T) -> Result<String, DbErr> {
     serde_json::to_string(rows).map_err(|e| DbErr::Custom(format!("ledger rows: {e}")))
 }
 
+/// Locked accounts, and the organizations whose account row another transaction held.
+pub(super) struct Locked {
+    pub accounts: HashMap<String, billing_account::Model>,
+    pub contended: std::collections::HashSet<String>,
+}
+
 /// Locks the accounts of `org_ids` (creating missing ones of existing organizations);
-/// unknown organizations are absent from the answer.
-pub(super) async fn lock_accounts(
-    txn: &impl ConnectionTrait,
-    org_ids: &[String],
-) -> Result<HashMap<String, billing_account::Model>, DbErr> {
+/// unknown organizations are absent from the answer. Of several organizations (PostgreSQL),
+/// one whose row another transaction holds is not waited for but answered as contended.
+pub(super) async fn lock_accounts(txn: &impl ConnectionTrait, org_ids: &[String]) -> Result<Locked, DbErr> {
     let backend = txn.get_database_backend();
     let ids = json!(org_ids);
+    let skip_locked = org_ids.len() > 1;
     let statement = match backend {
-        DbBackend::Postgres => postgres::lock_accounts(ids),
+        DbBackend::Postgres => postgres::lock_accounts(ids, skip_locked),
         _ => sqlite::lock_accounts(txn, ids).await?,
     };
     let mut accounts: HashMap<String, billing_account::Model> = billing_account::Entity::find()
@@ -122,14 +127,24 @@ pub(super) async fn lock_accounts(
         .into_iter()
         .map(|a| (a.org_id.clone(), a))
         .collect();
-    for org_id in org_ids {
-        if !accounts.contains_key(org_id) {
+    let missing: Vec<&String> = org_ids.iter().filter(|id| !accounts.contains_key(*id)).collect();
+    let mut contended = std::collections::HashSet::new();
+    if backend == DbBackend::Postgres && skip_locked && !missing.is_empty() {
+        for row in txn
+            .query_all_raw(postgres::existing_accounts(json!(missing)))
+            .await?
+        {
+            contended.insert(row.try_get_by_index::<String>(0)?);
+        }
+    }
+    for org_id in missing {
+        if !contended.contains(org_id) {
             if let Some(account) = lock_account(txn, org_id).await? {
                 accounts.insert(org_id.clone(), account);
             }
         }
     }
-    Ok(accounts)
+    Ok(Locked { accounts, contended })
 }
 
 /// The (organization, idempotency key) pairs among `keys` already applied, with amounts.
@@ -223,6 +238,21 @@ pub(super) async fn flush(
         promo_grant::Entity::insert_many(rows)
             .exec_without_returning(txn)
             .await?;
+    }
+    for payment in &writes.settled_payments {
+        crate::billing::repo::settle_pending(
+            txn,
+            &payment.processor_key,
+            crate::billing::repo::PaymentRow {
+                payment_intent_id: &payment.payment_intent_id,
+                org_id: &payment.org_id,
+                amount: payment.amount,
+                status: "succeeded",
+                kind: &payment.kind,
+                idempotency_key: payment.client_key.as_deref(),
+            },
+        )
+        .await?;
     }
     if !writes.settled_auto_topups.is_empty() {
         billing_account::Entity::update_many()

@@ -11,11 +11,27 @@ use super::{
 };
 use crate::billing::ledger::planner::{BalanceRow, KeyCheck, Writes};
 
-pub(super) fn lock_accounts(ids: serde_json::Value) -> Statement {
+/// With `skip_locked` (a shared batch), rows another transaction holds are left out instead
+/// of waited for: that organization goes on alone and the others are not held up.
+pub(super) fn lock_accounts(ids: serde_json::Value, skip_locked: bool) -> Statement {
+    let sql = match skip_locked {
+        true => {
+            "SELECT * FROM billing_accounts WHERE org_id IN (SELECT jsonb_array_elements_text($1)) \
+             ORDER BY org_id FOR UPDATE SKIP LOCKED"
+        }
+        false => {
+            "SELECT * FROM billing_accounts WHERE org_id IN (SELECT jsonb_array_elements_text($1)) \
+             ORDER BY org_id FOR UPDATE"
+        }
+    };
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, [Value::from(ids)])
+}
+
+/// Which of `ids` have an account row (read without locking).
+pub(super) fn existing_accounts(ids: serde_json::Value) -> Statement {
     Statement::from_sql_and_values(
         DbBackend::Postgres,
-        "SELECT * FROM billing_accounts WHERE org_id IN (SELECT jsonb_array_elements_text($1)) \
-         ORDER BY org_id FOR UPDATE",
+        "SELECT org_id FROM billing_accounts WHERE org_id IN (SELECT jsonb_array_elements_text($1))",
         [Value::from(ids)],
     )
 }
@@ -141,10 +157,10 @@ pub(in crate::billing::ledger) async fn guarded_write(
     after: &BalanceRow,
     now: DateTime<Utc>,
     version: String,
-) -> Option<String> {
+) -> Result<Option<String>, DbErr> {
     let params = [
-        Value::from(json_param(&writes.entries).ok()?),
-        Value::from(json_param(&writes.usage_rows).ok()?),
+        Value::from(json_param(&writes.entries)?),
+        Value::from(json_param(&writes.usage_rows)?),
         Value::from(after.org_id.as_str()),
         Value::from(now),
         Value::from(after.balance.get()),
@@ -159,10 +175,12 @@ pub(in crate::billing::ledger) async fn guarded_write(
         ))
         .await;
     match answer {
-        Ok(row) => row.and_then(|row| row.try_get_by_index::<String>(0).ok()),
+        Ok(row) => Ok(row.and_then(|row| row.try_get_by_index::<String>(0).ok())),
+        // Waiting longer on the locked path would only double the wait.
+        Err(err) if crate::billing::ledger::is_lock_timeout(&err) => Err(err),
         Err(err) => {
             tracing::debug!(org_id = %after.org_id, error = %err, "guarded ledger write refused; taking the locked path");
-            None
+            Ok(None)
         }
     }
 }

@@ -1,0 +1,267 @@
+//! What the instances sharing one PostgreSQL tell each other, on one `LISTEN/NOTIFY`
+//! channel: which cached entries to drop (a revoked key, an organization's deletion or
+//! membership change, an adapter's owner or liveness, a deleted project) and which job
+//! actions have new work for waiting claims. On SQLite (one instance) the same events are
+//! delivered in process.
+//!
+//! Publishing applies the event here at once, then notifies the others. If the listener's
+//! connection drops, every cache is cleared (events may have been missed meanwhile), waiting
+//! claims look again, and the listener reconnects.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus::{IntCounter, IntCounterVec, Opts};
+use sea_orm::DatabaseConnection;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::orgs::adapters::AdapterDirectory;
+use crate::proxy::cache::ProxyCache;
+
+/// `JobsQueued` of this "action" wakes the claims of every action (a sweep requeued jobs).
+pub const ANY_ACTION: &str = "*";
+
+/// The one channel every instance listens on.
+pub const CHANNEL: &str = "keel_events";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An API key was revoked.
+    KeyRevoked(String),
+    /// An organization was deleted or its memberships changed.
+    OrgChanged(String),
+    /// An adapter was registered, re-attributed, changed liveness or was removed.
+    AdapterChanged(String),
+    /// A project was deleted.
+    ProjectDeleted(String),
+    /// Jobs of this action were queued or requeued.
+    JobsQueued(String),
+}
+
+impl Event {
+    fn encode(&self) -> String {
+        let (kind, id) = self.parts();
+        format!("{kind}:{id}")
+    }
+
+    fn parts(&self) -> (&'static str, &str) {
+        match self {
+            Self::KeyRevoked(id) => ("key", id),
+            Self::OrgChanged(id) => ("org", id),
+            Self::AdapterChanged(id) => ("adapter", id),
+            Self::ProjectDeleted(id) => ("project", id),
+            Self::JobsQueued(action) => ("jobs", action),
+        }
+    }
+
+    fn decode(payload: &str) -> Option<Self> {
+        let (kind, id) = payload.split_once(':')?;
+        let id = id.to_owned();
+        Some(match kind {
+            "key" => Self::KeyRevoked(id),
+            "org" => Self::OrgChanged(id),
+            "adapter" => Self::AdapterChanged(id),
+            "project" => Self::ProjectDeleted(id),
+            "jobs" => Self::JobsQueued(id),
+            _ => return None,
+        })
+    }
+}
+
+/// The process's side of the channel.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: DatabaseConnection,
+    postgres: bool,
+    proxy_cache: ProxyCache,
+    adapters: AdapterDirectory,
+    /// Claims waiting for jobs, by action.
+    waiting: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Cancelled when the process begins to shut down.
+    stopping: CancellationToken,
+    received: IntCounterVec,
+    listener_restarts: IntCounter,
+}
+
+impl Cluster {
+    pub fn new(db: DatabaseConnection, proxy_cache: ProxyCache, adapters: AdapterDirectory) -> Self {
+        let postgres = db.get_database_backend() == sea_orm::DbBackend::Postgres;
+        let received = IntCounterVec::new(
+            Opts::new(
+                "keel_cache_invalidations_received_total",
+                "Events received from other instances (and this one) on the cluster channel, by kind",
+            ),
+            &["kind"],
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        let listener_restarts = IntCounter::new(
+            "keel_cluster_listener_reconnects_total",
+            "Times the LISTEN connection was lost and every cache was cleared",
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                postgres,
+                proxy_cache,
+                adapters,
+                waiting: Mutex::new(HashMap::new()),
+                stopping: CancellationToken::new(),
+                received,
+                listener_restarts,
+            }),
+        }
+    }
+
+    pub fn register(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.inner.received.clone()))?;
+        registry.register(Box::new(self.inner.listener_restarts.clone()))
+    }
+
+    /// Applies the event on this instance at once and tells the others. A failed notify
+    /// is logged: the other instances then see the change when their entries expire.
+    pub async fn publish(&self, event: Event) {
+        self.apply(&event);
+        if !self.inner.postgres {
+            return;
+        }
+        let notified = crate::database::execute_pg(
+            &self.inner.db,
+            "SELECT pg_notify($1, $2)",
+            vec![CHANNEL.into(), event.encode().into()],
+        )
+        .await;
+        if let Err(err) = notified {
+            tracing::warn!(error = %err, event = %event.encode(), "could not notify the other instances");
+        }
+    }
+
+    fn apply(&self, event: &Event) {
+        let inner = &self.inner;
+        match event {
+            Event::KeyRevoked(id) => inner.proxy_cache.forget_key(id),
+            Event::OrgChanged(id) => {
+                inner.proxy_cache.forget_org(id);
+                inner.adapters.invalidate_org(id);
+            }
+            Event::AdapterChanged(id) => inner.adapters.invalidate(id),
+            Event::ProjectDeleted(id) => inner.proxy_cache.projects.forget(id),
+            Event::JobsQueued(action) => self.wake(action),
+        }
+    }
+
+    /// Drops every cached entry and wakes every waiting claim (events may have been missed).
+    fn forget_everything(&self) {
+        self.inner.proxy_cache.clear();
+        self.inner.adapters.clear();
+        let waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        for notify in waiting.values() {
+            notify.notify_waiters();
+        }
+    }
+
+    fn wake(&self, action: &str) {
+        let waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if action == ANY_ACTION {
+            waiting.values().for_each(|notify| notify.notify_waiters());
+        } else if let Some(notify) = waiting.get(action) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// What a claim of `action` waits on for new jobs.
+    pub fn jobs_signal(&self, action: &str) -> Arc<Notify> {
+        let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.entry(action.to_owned()).or_default().clone()
+    }
+
+    /// Cancelled once the process begins to shut down (waiting claims answer at once).
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.inner.stopping
+    }
+
+    /// Starts the listener on PostgreSQL (nothing to listen to on SQLite).
+    pub fn start_listener(&self, url: &str) {
+        if !self.inner.postgres {
+            return;
+        }
+        let cluster = self.clone();
+        let url = url.to_owned();
+        tokio::spawn(async move { cluster.listen(url).await });
+    }
+
+    async fn listen(self, url: String) {
+        use sea_orm::sqlx::postgres::PgListener;
+        let stopping = self.inner.stopping.clone();
+        let mut first = true;
+        while !stopping.is_cancelled() {
+            let connected = async {
+                let mut listener = PgListener::connect(&url).await?;
+                listener.listen(CHANNEL).await?;
+                Ok::<_, sea_orm::sqlx::Error>(listener)
+            };
+            let mut listener = match connected.await {
+                Ok(listener) => listener,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cluster listener cannot connect; retrying in 1 s");
+                    tokio::select! {
+                        _ = stopping.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            if !first {
+                // Whatever was published while no one listened is unknown: start afresh.
+                self.forget_everything();
+                tracing::info!("cluster listener reconnected; caches cleared");
+            }
+            first = false;
+            loop {
+                let next = tokio::select! {
+                    _ = stopping.cancelled() => return,
+                    next = listener.try_recv() => next,
+                };
+                match next {
+                    Ok(Some(notification)) => {
+                        if let Some(event) = Event::decode(notification.payload()) {
+                            self.inner.received.with_label_values(&[event.parts().0]).inc();
+                            self.apply(&event);
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        self.inner.listener_restarts.inc();
+                        self.forget_everything();
+                        tracing::warn!("cluster listener connection lost; caches cleared, reconnecting");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Event;
+
+    #[test]
+    fn events_survive_the_channel() {
+        for event in [
+            Event::KeyRevoked("k1".into()),
+            Event::OrgChanged("o:1".into()),
+            Event::AdapterChanged("acme/bot".into()),
+            Event::ProjectDeleted("p".into()),
+            Event::JobsQueued("train".into()),
+        ] {
+            assert_eq!(Event::decode(&event.encode()), Some(event));
+        }
+        assert_eq!(Event::decode("nonsense"), None);
+        assert_eq!(Event::decode("what:x"), None);
+    }
+}
