@@ -194,6 +194,24 @@ impl Metrics {
             .unwrap_or_else(|_| unreachable!("a valid metric")),
             families: (ledger_ops.clone(), upstream.clone(), errors.clone()),
         }
+        .with_zero_series()
+    }
+
+    /// Every labelled series an alert may name exists from the start, at zero.
+    fn with_zero_series(self) -> Self {
+        for outcome in ["applied", "repeated", "not_held", "not_found"] {
+            self.reports.with_label_values(&[outcome]);
+        }
+        for reason in ["stale", "interrupted", "unsettled"] {
+            self.requeued.with_label_values(&[reason]);
+        }
+        for outcome in ["charged", "declined", "waiting", "failed"] {
+            self.auto_topups.with_label_values(&[outcome]);
+        }
+        for outcome in ["credited", "declined", "waiting", "failed"] {
+            self.payments_reconciled.with_label_values(&[outcome]);
+        }
+        self
     }
 
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {

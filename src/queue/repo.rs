@@ -646,10 +646,7 @@ pub async fn counts_by_action_status(db: &impl ConnectionTrait) -> Result<Vec<(S
         .select_only()
         .column(training_job::Column::Action)
         .column(training_job::Column::Status)
-        .column_as(
-            Expr::cust_with_expr("CAST(COUNT($1) AS BIGINT)", Expr::col(training_job::Column::Id)),
-            "jobs",
-        )
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
         .group_by(training_job::Column::Action)
         .group_by(training_job::Column::Status)
         .into_tuple()
@@ -696,10 +693,7 @@ pub async fn open_counts_by_org(db: &impl ConnectionTrait) -> Result<Vec<(String
         .select_only()
         .column(training_job::Column::OrgId)
         .column(training_job::Column::Status)
-        .column_as(
-            Expr::cust_with_expr("CAST(COUNT($1) AS BIGINT)", Expr::col(training_job::Column::Id)),
-            "jobs",
-        )
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
         .filter(training_job::Column::Status.is_in([QUEUED, RUNNING, STOPPING]))
         .group_by(training_job::Column::OrgId)
         .group_by(training_job::Column::Status)

@@ -8,6 +8,7 @@ mod auth;
 mod billing;
 mod browser;
 mod cli;
+mod cluster;
 mod console;
 mod contract;
 mod flash;

@@ -1,0 +1,309 @@
+//! Several instances on one database, in process: invalidations and job wake-ups reach the
+//! other instance, long-poll claims, a held balance row, stalled-ledger health, the metrics
+//! an operator alerts on. (The process-level chaos tests are in `chaos.rs`.)
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::fakes::FakeProvider;
+use crate::helpers::*;
+use crate::proxy::{chat, proxy_app, sdk_request};
+
+fn postgres() -> bool {
+    std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
+}
+
+async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, action: &str) -> Value {
+    json_of(
+        app.post(
+            "/api/training/jobs",
+            &org.api_key,
+            &json!({"projectId": project, "action": action}),
+        )
+        .await,
+        StatusCode::ACCEPTED,
+    )
+    .await
+}
+
+fn claim(app: &TestApp, worker: &str, action: &str, wait: Option<&str>) -> reqwest::RequestBuilder {
+    let mut request = app
+        .request(
+            Method::POST,
+            "/api/training/internal/jobs/claim",
+            Some(INTERNAL_KEY),
+        )
+        .json(&json!({"worker_id": worker, "action": action, "limit": 1}));
+    if let Some(wait) = wait {
+        request = request.header("Prefer", wait);
+    }
+    request
+}
+
+#[actix_web::test]
+async fn a_waiting_claim_gets_the_job_enqueued_meanwhile_and_an_idle_one_answers_empty() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Support").await;
+
+    // Nothing queued, wait=1: answers empty once the wait is over.
+    let idle = claim(&app, "w-idle", "tracer", Some("wait=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(idle, StatusCode::OK).await, json!({"jobs": []}));
+
+    // A claim waiting up to 20 s receives the job enqueued while it waits, long before that.
+    let started = Instant::now();
+    let waiting = actix_web::rt::spawn(claim(&app, "w-1", "tracer", Some("respond-async, wait=20")).send());
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    // A job of another action does not end the wait.
+    enqueue(&app, &org, &project, "draft").await;
+    let job = enqueue(&app, &org, &project, "tracer").await;
+    let claimed = json_of(waiting.await.unwrap().unwrap(), StatusCode::OK).await;
+    assert_eq!(claimed["jobs"][0]["job_id"], job["jobId"], "{claimed}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    // Without the header a claim answers at once, as the spec has it.
+    let at_once = claim(&app, "w-2", "tracer", None).send().await.unwrap();
+    assert_eq!(json_of(at_once, StatusCode::OK).await, json!({"jobs": []}));
+}
+
+#[actix_web::test]
+async fn a_waiting_claim_on_one_instance_gets_a_job_enqueued_on_the_other() {
+    if !postgres() {
+        return; // One instance on SQLite.
+    }
+    let first = spawn_app().await;
+    let second = spawn_on(TestDb::reuse(&first.db_url), test_settings(&first.db_url)).await;
+    let org = first.create_org("Acme").await;
+    first.fund(&org, 1000).await;
+    let project = first.create_project(&org, "Support").await;
+    let waiting = actix_web::rt::spawn(claim(&second, "w-1", "tracer", Some("wait=20")).send());
+    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+    let job = enqueue(&first, &org, &project, "tracer").await;
+    let claimed = json_of(waiting.await.unwrap().unwrap(), StatusCode::OK).await;
+    assert_eq!(claimed["jobs"][0]["job_id"], job["jobId"], "{claimed}");
+}
+
+#[actix_web::test]
+async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second() {
+    if !postgres() {
+        return;
+    }
+    let (_provider, url) = FakeProvider::start();
+    let configure = |s: &mut keel::config::Settings| {
+        s.providers.openai_url = format!("{url}/openai/v1");
+        // A verified key would be remembered for a minute: only the notification can end it.
+        s.proxy.auth_cache_ttl_ms = 60_000;
+    };
+    let first = spawn_app_with(configure).await;
+    let mut settings = test_settings(&first.db_url);
+    configure(&mut settings);
+    let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
+    let org = first.create_org("Acme").await;
+    let project = first.create_project(&org, "Support").await;
+    let call = || sdk_request(&second, &org, Some(&project), &chat("gpt-4o-mini", "hi")).send();
+    assert_eq!(
+        call().await.unwrap().status(),
+        StatusCode::OK,
+        "the key works and is cached"
+    );
+
+    let revoked = first
+        .delete(
+            &format!("/api/internal/api-keys/{}", org.api_key_id),
+            INTERNAL_KEY,
+        )
+        .await;
+    assert_eq!(revoked.status(), StatusCode::OK);
+    let at = Instant::now();
+    let mut refused_after = None;
+    while at.elapsed() < Duration::from_secs(3) {
+        if call().await.unwrap().status() == StatusCode::UNAUTHORIZED {
+            refused_after = Some(at.elapsed());
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused_after = refused_after.expect("the other instance refuses the revoked key");
+    assert!(
+        refused_after < Duration::from_secs(1),
+        "refused after {refused_after:?}"
+    );
+    let text = second.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(metric(&text, "keel_cache_invalidations_received_total{kind=\"key\"}") >= 1.0);
+}
+
+#[actix_web::test]
+async fn a_held_balance_row_answers_503_within_the_bound_and_holds_up_no_other_organization() {
+    if !postgres() {
+        return; // SQLite has no row locks (one writer connection serializes everything).
+    }
+    let app = spawn_app_with(|s| s.database.lock_timeout_ms = 500).await;
+    let held = app.create_org("Held").await;
+    let free = app.create_org("Free").await;
+    for org in [&held, &free] {
+        app.fund(org, 10_000).await;
+    }
+    // Another session holds the held organization's balance row.
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let txn = db.begin().await.unwrap();
+    txn.execute_unprepared(&format!(
+        "SELECT * FROM billing_accounts WHERE org_id = '{}' FOR UPDATE",
+        held.org_id
+    ))
+    .await
+    .unwrap();
+
+    let debit = |org: &TestOrg, run: String| {
+        let sent = app.post_later(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": run}),
+        );
+        async move {
+            let response = sent.await;
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let started = Instant::now();
+    let mut calls = vec![debit(&held, "h-1".into())];
+    calls.extend((0..40).map(|i| debit(&free, format!("f-{i}"))));
+    let answers = join_all(calls).await;
+    let held_answer = &answers[0];
+    assert_eq!(
+        held_answer.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        held_answer.1
+    );
+    assert!(
+        held_answer.1["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("same Idempotency-Key"),
+        "{:?}",
+        held_answer.1
+    );
+    assert!(
+        answers[1..].iter().all(|(status, _)| *status == StatusCode::OK),
+        "{answers:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // Released: the same request goes through, once.
+    txn.rollback().await.unwrap();
+    let again = debit(&held, "h-1".into()).await;
+    assert_eq!(again.0, StatusCode::OK, "{:?}", again.1);
+    let replay = debit(&held, "h-1".into()).await;
+    assert_eq!(replay.0, StatusCode::OK);
+    let (_, entries) = app.assert_ledger_invariant(&held.org_id).await;
+    assert_eq!(entries, 2, "the top-up and one fee");
+    db.close().await.ok();
+}
+
+fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name_and_labels} missing:\n{text}"))
+}
+
+#[actix_web::test]
+async fn metrics_show_the_queue_the_money_and_the_proxy() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Support").await;
+    enqueue(&app, &org, &project, "tracer").await;
+    enqueue(&app, &org, &project, "tracer").await;
+    let claimed = json_of(
+        claim(&app, "w-1", "tracer", None).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let job_id = claimed["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    let reported = app
+        .post(
+            "/api/training/internal/jobs/succeeded",
+            INTERNAL_KEY,
+            &json!({"job_id": job_id, "worker_id": "w-1", "result": {}}),
+        )
+        .await;
+    assert!(
+        reported.status().is_success(),
+        "{}",
+        reported.text().await.unwrap()
+    );
+    let answered = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+
+    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert_eq!(
+        metric(&text, "keel_queue_jobs{action=\"tracer\",status=\"queued\"}"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "keel_queue_jobs{action=\"tracer\",status=\"succeeded\"}"),
+        1.0
+    );
+    assert!(metric(&text, "keel_queue_oldest_queued_seconds{action=\"tracer\"}") >= 0.0);
+    assert_eq!(metric(&text, "keel_queue_claimed_jobs_total"), 1.0);
+    assert_eq!(
+        metric(&text, "keel_queue_reports_total{outcome=\"applied\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "keel_ledger_operations_total{kind=\"topup\",outcome=\"applied\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "keel_ledger_operations_total{kind=\"run_fee\",outcome=\"applied\"}"
+        ),
+        1.0
+    );
+    assert_eq!(metric(&text, "keel_payments_pending"), 0.0);
+    assert_eq!(metric(&text, "keel_ledger_stalled_seconds"), 0.0);
+    assert_eq!(
+        metric(&text, "keel_proxy_upstream_seconds_count{provider=\"openai\"}"),
+        1.0
+    );
+    assert_eq!(metric(&text, "keel_proxy_added_seconds_count"), 1.0);
+    for name in [
+        "keel_auto_topups_total",
+        "keel_proxy_upstream_errors_total",
+        "keel_trace_writer_lag_seconds",
+        "keel_trace_writer_queue",
+        "keel_queue_requeued_total",
+        "keel_queue_attempts_exhausted_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name}")), "{name}:\n{text}");
+    }
+    // Tokens are counted once the trace writer has the call.
+    assert!(
+        eventually(|| async {
+            let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+            text.contains(
+                "keel_proxy_tokens_total{kind=\"prompt\",model=\"gpt-4o-mini\",provider=\"openai\"}",
+            )
+        })
+        .await,
+        "{}",
+        app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap()
+    );
+}
