@@ -72,6 +72,9 @@ impl std::fmt::Debug for SecretsSettings {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ServerSettings {
+    /// `HOST:PORT`, `localhost:PORT` or a bare `PORT` (which the environment hands over as a
+    /// number).
+    #[serde(deserialize_with = "string_or_number")]
     pub listen: String,
     pub max_body_bytes: usize,
     pub shutdown_grace_secs: u64,
@@ -286,6 +289,20 @@ pub struct TraceSettings {
 #[derive(Debug, Clone, Deserialize)]
 pub struct FlashSettings {
     pub event_allowlist: Vec<String>,
+}
+
+/// A string, or a number taken as its digits (`KEEL_LISTEN=8080`).
+fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum StringOrNumber {
+        String(String),
+        Number(u64),
+    }
+    Ok(match StringOrNumber::deserialize(d)? {
+        StringOrNumber::String(s) => s,
+        StringOrNumber::Number(n) => n.to_string(),
+    })
 }
 
 /// Accepts `["a", "b"]` or `"a,b"` (as environment variables carry it).
@@ -602,6 +619,14 @@ mod tests {
             "0.0.0.0:80"
         );
         assert!(listen("no port here").is_err());
+        // As the environment hands a bare port over: a number.
+        let figment = Figment::from(Toml::string(DEFAULTS))
+            .merge(figment::providers::Serialized::default("server.listen", 9002));
+        let settings = Settings::from_figment(figment).expect("a number loads");
+        assert_eq!(
+            settings.listen_addr().expect("an address").to_string(),
+            "127.0.0.1:9002"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod helpers;
 mod auth;
 mod billing;
 mod browser;
+mod chaos;
 mod cli;
 mod cluster;
 mod console;

@@ -1,0 +1,663 @@
+//! Process-level chaos on PostgreSQL: `keel serve` processes (the built binary) on one
+//! database, started together, killed with SIGKILL, frozen with SIGSTOP, crashed between a
+//! card charge and its credit, and stopped with SIGTERM under kept-alive clients. Money and
+//! jobs must come out exact. Skipped on SQLite (one instance), except the shutdown test.
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+fn postgres() -> bool {
+    std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One `keel serve` process.
+struct Instance {
+    child: Child,
+    base: String,
+    db_url: String,
+    port: u16,
+    envs: Vec<(String, String)>,
+}
+
+impl Instance {
+    /// Starts the process (not waiting for it to serve).
+    fn start(db_url: &str, envs: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let envs: Vec<(String, String)> = envs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        let child = spawn(db_url, port, &envs);
+        Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            db_url: db_url.to_owned(),
+            port,
+            envs,
+        }
+    }
+
+    async fn started(db_url: &str, envs: &[(&str, &str)]) -> Self {
+        let instance = Self::start(db_url, envs);
+        instance.ready().await;
+        instance
+    }
+
+    async fn ready(&self) {
+        let client = reqwest::Client::new();
+        for _ in 0..600 {
+            if let Ok(r) = client.get(self.url("/healthz")).send().await {
+                if r.status() == StatusCode::OK {
+                    return;
+                }
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("keel on port {} did not become ready", self.port);
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+    }
+
+    fn kill9(&mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+
+    /// The same process again (same port and settings), after a crash; `envs` replace.
+    async fn restart(&mut self, envs: &[(&str, &str)]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for (k, v) in envs {
+            self.envs.retain(|(name, _)| name != k);
+            self.envs.push(((*k).into(), (*v).into()));
+        }
+        self.child = spawn(&self.db_url, self.port, &self.envs);
+        self.ready().await;
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.signal_quietly();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Instance {
+    fn signal_quietly(&self) -> std::io::Result<std::process::ExitStatus> {
+        Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status()
+    }
+}
+
+fn spawn(db_url: &str, port: u16, envs: &[(String, String)]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command
+        .arg("serve")
+        .env("KEEL_DATABASE_URL", db_url)
+        .env("KEEL_LISTEN", port.to_string())
+        .env("KEEL_INTERNAL_KEYS", INTERNAL_KEY)
+        .env("KEEL_SESSION_SECRET", SESSION_SECRET)
+        .env("KEEL__SERVER__WORKERS", "2")
+        .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "1")
+        .env("RUST_LOG", "warn")
+        .env(
+            "KEEL_CONFIG_DIR",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.spawn().expect("keel starts")
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .expect("a client")
+}
+
+/// An organization with a saved card and funds, made through `instance`.
+async fn funded_org(instance: &Instance, name: &str, cents: i64) -> (String, String) {
+    let http = client();
+    let org: Value = http
+        .post(instance.url("/api/internal/orgs"))
+        .bearer_auth(INTERNAL_KEY)
+        .json(&json!({"name": name, "ownerUserId": format!("owner-{name}")}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let org_id = org["orgId"].as_str().unwrap().to_owned();
+    let key: Value = http
+        .post(instance.url(&format!("/api/internal/orgs/{org_id}/api-keys")))
+        .bearer_auth(INTERNAL_KEY)
+        .json(&json!({"name": "chaos"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = key["key"].as_str().unwrap().to_owned();
+    let saved = http
+        .post(instance.url("/api/billing/payment-method"))
+        .bearer_auth(&key)
+        .json(&json!({"orgId": org_id, "paymentMethodId": "pm_card_visa"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), StatusCode::OK);
+    let mut left = cents;
+    while left > 0 {
+        let amount = left.min(1_000_000);
+        let topped = http
+            .post(instance.url("/api/billing/topup"))
+            .bearer_auth(&key)
+            .json(&json!({"orgId": org_id, "amountCents": amount}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(topped.status(), StatusCode::OK);
+        left -= amount;
+    }
+    (org_id, key)
+}
+
+/// The account's balance alone (read while the ledger may be writing).
+async fn balance_of(db_url: &str, org_id: &str) -> i64 {
+    use sea_orm::EntityTrait;
+    let db = sea_orm::Database::connect(db_url).await.unwrap();
+    let account = entities::billing_account::Entity::find_by_id(org_id.to_owned())
+        .one(&db)
+        .await
+        .unwrap();
+    db.close().await.ok();
+    account.map_or(0, |a| a.balance_microcents)
+}
+
+/// Ledger entries of an organization by idempotency key (every key must appear once).
+async fn entries_by_key(db_url: &str, org_id: &str) -> HashMap<String, usize> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let db = sea_orm::Database::connect(db_url).await.unwrap();
+    let entries = entities::ledger_entry::Entity::find()
+        .filter(entities::ledger_entry::Column::OrgId.eq(org_id))
+        .all(&db)
+        .await
+        .unwrap();
+    db.close().await.ok();
+    let mut keys = HashMap::new();
+    for entry in entries {
+        if let Some(key) = entry.idempotency_key {
+            *keys.entry(key).or_insert(0) += 1;
+        }
+    }
+    keys
+}
+
+/// Debits the run fee of `run` (idempotent per run), through `base`, until an instance
+/// answers; answers the status and which instance answered.
+async fn debit_until_answered(
+    http: &reqwest::Client,
+    bases: &[String],
+    key: &str,
+    org_id: &str,
+    run: &str,
+) -> StatusCode {
+    for attempt in 0..200 {
+        let base = &bases[attempt % bases.len()];
+        let sent = http
+            .post(format!("{base}/api/billing/debit"))
+            .bearer_auth(key)
+            .json(&json!({"orgId": org_id, "runId": run}))
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status() == StatusCode::OK || r.status() == StatusCode::PAYMENT_REQUIRED => {
+                return r.status();
+            }
+            _ => actix_web::rt::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    panic!("run {run} was never answered");
+}
+
+#[actix_web::test]
+async fn instances_started_together_on_a_fresh_database_all_serve() {
+    if !postgres() {
+        return;
+    }
+    let db = TestDb::new().await;
+    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(&db.url, &[])).collect();
+    for instance in &instances {
+        instance.ready().await;
+    }
+    // They serve one schema: an organization made on one is seen by the others.
+    let (org_id, key) = funded_org(&instances[0], "together", 100).await;
+    for instance in &instances[1..] {
+        let billing = client()
+            .get(instance.url(&format!("/api/billing?orgId={org_id}")))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(billing.status(), StatusCode::OK);
+    }
+}
+
+#[actix_web::test]
+async fn kill_9_under_concurrent_charges_with_replays_loses_and_duplicates_nothing() {
+    if !postgres() {
+        return;
+    }
+    let db = TestDb::new().await;
+    let mut first = Instance::started(&db.url, &[]).await;
+    let second = Instance::started(&db.url, &[]).await;
+    let (org_id, key) = funded_org(&first, "charged", 1_000_000).await;
+    let bases = vec![first.base.clone(), second.base.clone()];
+    let acknowledged = Arc::new(Mutex::new(HashSet::new()));
+    let http = client();
+
+    // 16 clients, each charging new runs and replaying its previous one, on both instances.
+    let clients = (0..16).map(|c| {
+        let (http, bases, key, org_id, acknowledged) = (
+            http.clone(),
+            bases.clone(),
+            key.clone(),
+            org_id.clone(),
+            acknowledged.clone(),
+        );
+        async move {
+            for i in 0..60 {
+                let run = format!("c{c}-r{i}");
+                let status = debit_until_answered(&http, &bases, &key, &org_id, &run).await;
+                assert_eq!(status, StatusCode::OK);
+                acknowledged.lock().unwrap().insert(run);
+                if i > 0 {
+                    let replay = format!("c{c}-r{}", i - 1);
+                    debit_until_answered(&http, &bases, &key, &org_id, &replay).await;
+                }
+            }
+        }
+    });
+    let killer = async {
+        actix_web::rt::time::sleep(Duration::from_millis(700)).await;
+        first.kill9();
+    };
+    tokio::join!(join_all(clients), killer);
+
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert_eq!(acknowledged.len(), 16 * 60);
+    let keys = entries_by_key(&db.url, &org_id).await;
+    for run in &acknowledged {
+        assert_eq!(
+            keys.get(&format!("run-fee:{run}")),
+            Some(&1),
+            "run {run} charged exactly once"
+        );
+    }
+    assert!(keys.values().all(|n| *n == 1), "no key twice");
+    let (balance, entries) = ledger_invariant(&db.url, &org_id).await;
+    assert_eq!(entries, 1 + 16 * 60, "the top-up and one fee per run");
+    assert_eq!(balance, (1_000_000 - 100 * 16 * 60) * 1_000_000);
+}
+
+#[actix_web::test]
+async fn kill_9_under_claims_and_reports_leaves_no_job_twice_held_and_every_job_ended() {
+    if !postgres() {
+        return;
+    }
+    let db = TestDb::new().await;
+    // Jobs whose claim answer died with the killed instance are requeued after 2 s.
+    let envs = [
+        ("KEEL__QUEUE__STALE_AFTER_SECS", "2"),
+        ("KEEL__QUEUE__SWEEP_INTERVAL_SECS", "1"),
+    ];
+    let mut first = Instance::started(&db.url, &envs).await;
+    let second = Instance::started(&db.url, &envs).await;
+    let (org_id, key) = funded_org(&first, "worked", 100_000).await;
+    let http = client();
+    let project: Value = http
+        .post(first.url("/api/projects"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "chaos"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let project = project["id"].as_str().unwrap().to_owned();
+    const JOBS: usize = 120;
+    for _ in 0..JOBS {
+        let queued = http
+            .post(first.url("/api/training/jobs"))
+            .bearer_auth(&key)
+            .json(&json!({"projectId": project, "action": "tracer"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(queued.status(), StatusCode::ACCEPTED);
+    }
+    let bases = vec![first.base.clone(), second.base.clone()];
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let started = Instant::now();
+    let workers = (0..8).map(|w| {
+        let (http, bases, received) = (http.clone(), bases.clone(), received.clone());
+        async move {
+            let worker = format!("w{w}");
+            let mut turn = w;
+            while received.lock().unwrap().iter().collect::<HashSet<_>>().len() < JOBS
+                && started.elapsed() < Duration::from_secs(40)
+            {
+                turn += 1;
+                let base = &bases[turn % bases.len()];
+                let claimed = http
+                    .post(format!("{base}/api/training/internal/jobs/claim"))
+                    .bearer_auth(INTERNAL_KEY)
+                    .header("Prefer", "wait=1")
+                    .json(&json!({"worker_id": worker, "action": "tracer", "limit": 3}))
+                    .send()
+                    .await;
+                let Ok(claimed) = claimed else { continue };
+                let Ok(body) = claimed.json::<Value>().await else {
+                    continue;
+                };
+                for job in body["jobs"].as_array().cloned().unwrap_or_default() {
+                    let job_id = job["job_id"].as_str().unwrap().to_owned();
+                    received.lock().unwrap().push(job_id.clone());
+                    // Reported until some instance answers.
+                    for attempt in 0..100 {
+                        let base = &bases[(turn + attempt) % bases.len()];
+                        let done = http
+                            .post(format!("{base}/api/training/internal/jobs/succeeded"))
+                            .bearer_auth(INTERNAL_KEY)
+                            .json(&json!({"job_id": job_id, "worker_id": worker}))
+                            .send()
+                            .await;
+                        if done.is_ok_and(|r| r.status() == StatusCode::OK) {
+                            break;
+                        }
+                        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+        }
+    });
+    let killer = async {
+        actix_web::rt::time::sleep(Duration::from_millis(400)).await;
+        first.kill9();
+    };
+    tokio::join!(join_all(workers), killer);
+
+    let received = received.lock().unwrap().clone();
+    let distinct: HashSet<&String> = received.iter().collect();
+    assert_eq!(distinct.len(), received.len(), "no job was handed to two workers");
+    assert_eq!(distinct.len(), JOBS, "every job was handed out");
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let conn = sea_orm::Database::connect(db.url.as_str()).await.unwrap();
+    let jobs = entities::training_job::Entity::find()
+        .filter(entities::training_job::Column::OrgId.eq(org_id.as_str()))
+        .all(&conn)
+        .await
+        .unwrap();
+    assert!(jobs.iter().all(|j| j.status == "succeeded"), "every job ended");
+    let fees = entities::ledger_entry::Entity::find()
+        .filter(entities::ledger_entry::Column::OrgId.eq(org_id.as_str()))
+        .filter(entities::ledger_entry::Column::Kind.eq("run_fee"))
+        .all(&conn)
+        .await
+        .unwrap();
+    conn.close().await.ok();
+    assert_eq!(fees.len(), JOBS, "each job's fee once");
+    ledger_invariant(&db.url, &org_id).await;
+}
+
+#[actix_web::test]
+async fn a_crash_between_the_card_charge_and_the_credit_is_credited_once_after_restart() {
+    if !postgres() {
+        return;
+    }
+    let db = TestDb::new().await;
+    let mut instance = Instance::started(&db.url, &[("KEEL__PAYMENTS__RECONCILE_MIN_AGE_SECS", "0")]).await;
+    let (org_id, key) = funded_org(&instance, "crashed", 100).await;
+    let before = ledger_invariant(&db.url, &org_id).await.0;
+    // The next charge succeeds at the processor, then the process dies before the credit.
+    instance.restart(&[("KEEL_FAULT_POINT", "after_charge")]).await;
+    let crashed = client()
+        .post(instance.url("/api/billing/topup"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "crash-1")
+        .json(&json!({"orgId": org_id, "amountCents": 2500}))
+        .send()
+        .await;
+    assert!(crashed.is_err(), "the process died before answering");
+    assert_eq!(
+        ledger_invariant(&db.url, &org_id).await.0,
+        before,
+        "charged, not credited yet"
+    );
+
+    // Restarted (no fault): the reconciler asks the processor and credits the charge once.
+    instance.restart(&[("KEEL_FAULT_POINT", "")]).await;
+    let credited = before + 2500 * 1_000_000;
+    assert!(
+        eventually(|| async { balance_of(&db.url, &org_id).await == credited }).await,
+        "the charge was credited after the restart"
+    );
+    // The client's retry answers the same payment, and charges nothing more.
+    let retried = client()
+        .post(instance.url("/api/billing/topup"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "crash-1")
+        .json(&json!({"orgId": org_id, "amountCents": 2500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retried.status(), StatusCode::OK);
+    let (balance, entries) = ledger_invariant(&db.url, &org_id).await;
+    assert_eq!(balance, credited);
+    assert_eq!(entries, 2, "the first top-up and the crashed one, once");
+    let metrics = client()
+        .get(instance.url("/metrics"))
+        .bearer_auth(INTERNAL_KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("keel_payments_pending 0"), "{metrics}");
+    assert!(
+        metrics.contains("keel_payments_reconciled_total{outcome=\"credited\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[actix_web::test]
+async fn an_instance_frozen_mid_load_does_not_stop_the_other_from_charging_every_organization() {
+    if !postgres() {
+        return;
+    }
+    let db = TestDb::new().await;
+    let envs = [
+        ("KEEL__DATABASE__LOCK_TIMEOUT_MS", "500"),
+        ("KEEL__DATABASE__IDLE_IN_TRANSACTION_TIMEOUT_MS", "2000"),
+    ];
+    let frozen = Instance::started(&db.url, &envs).await;
+    let live = Instance::started(&db.url, &envs).await;
+    let mut orgs = Vec::new();
+    for i in 0..4 {
+        orgs.push(funded_org(&live, &format!("org{i}"), 1_000_000).await);
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let bases = vec![frozen.base.clone(), live.base.clone()];
+    let started = Instant::now();
+    // (org index, when the live instance acknowledged a charge)
+    let live_acks: Arc<Mutex<Vec<(usize, Duration)>>> = Arc::default();
+    let clients = (0..8).map(|c| {
+        let (http, bases, orgs, live_acks, live_base) = (
+            http.clone(),
+            bases.clone(),
+            orgs.clone(),
+            live_acks.clone(),
+            live.base.clone(),
+        );
+        async move {
+            let mut i = 0;
+            while started.elapsed() < Duration::from_secs(13) {
+                i += 1;
+                let org = (c + i) % orgs.len();
+                let (org_id, key) = &orgs[org];
+                let run = format!("c{c}-{i}");
+                // Each charge goes to either instance first, then to the other until answered.
+                for attempt in 0..100 {
+                    let base = &bases[(i + attempt) % 2];
+                    let sent = http
+                        .post(format!("{base}/api/billing/debit"))
+                        .bearer_auth(key)
+                        .json(&json!({"orgId": org_id, "runId": run}))
+                        .send()
+                        .await;
+                    if sent.is_ok_and(|r| r.status() == StatusCode::OK) {
+                        if *base == live_base {
+                            live_acks.lock().unwrap().push((org, started.elapsed()));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let freezer = async {
+        actix_web::rt::time::sleep(Duration::from_secs(2)).await;
+        frozen.signal("-STOP");
+        actix_web::rt::time::sleep(Duration::from_secs(10)).await;
+        frozen.signal("-CONT");
+    };
+    tokio::join!(join_all(clients), freezer);
+
+    // While the other instance was frozen (2 s..12 s), and once whatever it held was released
+    // (the idle-in-transaction bound), the live instance charged every organization.
+    let acks = live_acks.lock().unwrap().clone();
+    for org in 0..orgs.len() {
+        let during = acks
+            .iter()
+            .filter(|(o, at)| *o == org && *at > Duration::from_secs(5) && *at < Duration::from_secs(12))
+            .count();
+        assert!(
+            during > 0,
+            "organization {org} was charged while the other instance was frozen"
+        );
+    }
+    for (org_id, _) in &orgs {
+        let keys = entries_by_key(&db.url, org_id).await;
+        assert!(keys.values().all(|n| *n == 1), "no key twice");
+        ledger_invariant(&db.url, org_id).await;
+    }
+}
+
+#[actix_web::test]
+async fn sigterm_answers_every_request_sent_before_it_on_kept_alive_connections() {
+    let db = TestDb::new().await;
+    let instance = Instance::started(&db.url, &[("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "2")]).await;
+    // Kept-alive connections: one client (its pool) per sender.
+    let signalled: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<(Instant, Result<(StatusCode, bool), String>)>>> = Arc::default();
+    let senders = (0..16).map(|_| {
+        let (url, signalled, outcomes) = (instance.url("/healthz"), signalled.clone(), outcomes.clone());
+        async move {
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap();
+            loop {
+                let sent_at = Instant::now();
+                let answer = http.get(&url).send().await;
+                let outcome = match answer {
+                    Ok(r) => {
+                        let close = r
+                            .headers()
+                            .get("connection")
+                            .is_some_and(|v| v.to_str().unwrap_or("").eq_ignore_ascii_case("close"));
+                        Ok((r.status(), close))
+                    }
+                    Err(err) => Err(format!("{err:?}")),
+                };
+                let refused = outcome.as_ref().is_err_and(|e| e.contains("ConnectionRefused"));
+                outcomes.lock().unwrap().push((sent_at, outcome));
+                let after = signalled
+                    .lock()
+                    .unwrap()
+                    .is_some_and(|at| at.elapsed() > Duration::from_secs(4));
+                if refused || after {
+                    return;
+                }
+            }
+        }
+    });
+    let terminator = async {
+        actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+        *signalled.lock().unwrap() = Some(Instant::now());
+        instance.signal("-TERM");
+    };
+    tokio::join!(join_all(senders), terminator);
+
+    let at = signalled.lock().unwrap().expect("signalled");
+    let outcomes = outcomes.lock().unwrap();
+    let before: Vec<_> = outcomes.iter().filter(|(sent, _)| *sent < at).collect();
+    assert!(before.len() > 50, "load before the signal");
+    for (_, outcome) in &before {
+        assert!(
+            outcome.is_ok(),
+            "a request sent before SIGTERM was cut off: {outcome:?}"
+        );
+    }
+    // After the signal: not ready (503), connections closed after each answer.
+    let draining: Vec<_> = outcomes
+        .iter()
+        .filter_map(|(sent, o)| (*sent > at + Duration::from_millis(200)).then_some(o))
+        .filter_map(|o| o.as_ref().ok())
+        .collect();
+    assert!(!draining.is_empty(), "answers during the grace period");
+    assert!(
+        draining
+            .iter()
+            .all(|(status, close)| *status == StatusCode::SERVICE_UNAVAILABLE && *close),
+        "{draining:?}"
+    );
+}
