@@ -23,6 +23,9 @@ use crate::proxy::cache::ProxyCache;
 /// `JobsQueued` of this "action" wakes the claims of every action (a sweep requeued jobs).
 pub const ANY_ACTION: &str = "*";
 
+/// The listener connection's `application_name` (`pg_stat_activity` shows it).
+pub const LISTENER_NAME: &str = "keel-listener";
+
 /// The one channel every instance listens on.
 pub const CHANNEL: &str = "keel_events";
 
@@ -197,12 +200,21 @@ impl Cluster {
     }
 
     async fn listen(self, url: String) {
-        use sea_orm::sqlx::postgres::PgListener;
+        use std::str::FromStr;
+
+        use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
         let stopping = self.inner.stopping.clone();
         let mut first = true;
         while !stopping.is_cancelled() {
             let connected = async {
-                let mut listener = PgListener::connect(&url).await?;
+                // A pool of its own, named so an operator can tell the connection apart.
+                let options = PgConnectOptions::from_str(&url)?.application_name(LISTENER_NAME);
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options)
+                    .await?;
+                let mut listener = PgListener::connect_with(&pool).await?;
                 listener.listen(CHANNEL).await?;
                 Ok::<_, sea_orm::sqlx::Error>(listener)
             };

@@ -505,6 +505,59 @@ async fn a_crash_between_the_card_charge_and_the_credit_is_credited_once_after_r
 }
 
 #[actix_web::test]
+async fn an_auto_top_up_crashed_after_its_charge_is_credited_once_after_restart() {
+    if !postgres() {
+        return;
+    }
+    let db = TestDb::new().await;
+    let mut instance = Instance::started(&db.url, &[("KEEL__PAYMENTS__RECONCILE_MIN_AGE_SECS", "0")]).await;
+    // 150 cents, auto top-up of 1,000 below 100: the first run fee (100) sets it off.
+    let (org_id, key) = funded_org(&instance, "auto", 150).await;
+    let set = client()
+        .put(instance.url("/api/billing/auto-topup"))
+        .bearer_auth(&key)
+        .json(&json!({"orgId": org_id, "enabled": true, "thresholdCents": 100, "amountCents": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), StatusCode::OK);
+    instance.restart(&[("KEEL_FAULT_POINT", "after_charge")]).await;
+    let fee = client()
+        .post(instance.url("/api/billing/debit"))
+        .bearer_auth(&key)
+        .json(&json!({"orgId": org_id, "runId": "r1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fee.status(), StatusCode::OK);
+    // The auto top-up charged the card, and the process died before crediting it.
+    let mut exited = false;
+    for _ in 0..200 {
+        if instance.child.try_wait().is_ok_and(|status| status.is_some()) {
+            exited = true;
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(exited, "the fault point ended the process");
+    assert_eq!(balance_of(&db.url, &org_id).await, 50 * 1_000_000);
+
+    instance.restart(&[("KEEL_FAULT_POINT", "")]).await;
+    let credited = (50 + 1000) * 1_000_000;
+    assert!(
+        eventually(|| async { balance_of(&db.url, &org_id).await == credited }).await,
+        "the auto top-up was credited after the restart"
+    );
+    // Settled once: later passes find nothing pending, and the claim is released.
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    let (balance, entries) = ledger_invariant(&db.url, &org_id).await;
+    assert_eq!(balance, credited);
+    assert_eq!(entries, 3, "the top-up, the fee and the auto top-up");
+    let keys = entries_by_key(&db.url, &org_id).await;
+    assert!(keys.values().all(|n| *n == 1));
+}
+
+#[actix_web::test]
 async fn an_instance_frozen_mid_load_does_not_stop_the_other_from_charging_every_organization() {
     if !postgres() {
         return;

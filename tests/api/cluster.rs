@@ -307,3 +307,99 @@ async fn metrics_show_the_queue_the_money_and_the_proxy() {
         app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap()
     );
 }
+
+#[actix_web::test]
+async fn a_lost_listener_connection_clears_the_caches_and_reconnects() {
+    if !postgres() {
+        return;
+    }
+    let (_provider, url) = FakeProvider::start();
+    let configure = |s: &mut keel::config::Settings| {
+        s.providers.openai_url = format!("{url}/openai/v1");
+        s.proxy.auth_cache_ttl_ms = 60_000;
+    };
+    let first = spawn_app_with(configure).await;
+    let mut settings = test_settings(&first.db_url);
+    configure(&mut settings);
+    let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
+    let org = first.create_org("Acme").await;
+    let project = first.create_project(&org, "Support").await;
+    let call = || sdk_request(&second, &org, Some(&project), &chat("gpt-4o-mini", "hi")).send();
+    assert_eq!(call().await.unwrap().status(), StatusCode::OK);
+
+    // Every listener connection is cut (as a network blip or a failover would).
+    let db = sea_orm::Database::connect(first.db_url.as_str()).await.unwrap();
+    use sea_orm::ConnectionTrait;
+    db.execute_unprepared(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{}'",
+        keel::cluster::LISTENER_NAME
+    ))
+    .await
+    .unwrap();
+    db.close().await.ok();
+    let reconnected = || async {
+        let text = second.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+        metric(&text, "keel_cluster_listener_reconnects_total") >= 1.0
+    };
+    assert!(eventually(reconnected).await, "the loss was noticed");
+
+    // Listening again: a revocation still reaches the other instance at once.
+    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(call().await.unwrap().status(), StatusCode::OK, "cached again");
+    first
+        .delete(
+            &format!("/api/internal/api-keys/{}", org.api_key_id),
+            INTERNAL_KEY,
+        )
+        .await;
+    let refused = || async { call().await.unwrap().status() == StatusCode::UNAUTHORIZED };
+    let at = Instant::now();
+    assert!(eventually(refused).await);
+    assert!(at.elapsed() < Duration::from_secs(1), "{:?}", at.elapsed());
+}
+
+#[actix_web::test]
+async fn a_ledger_that_commits_nothing_while_work_waits_fails_healthz() {
+    if !postgres() {
+        return;
+    }
+    let app = spawn_app_with(|s| {
+        s.database.lock_timeout_ms = 30_000;
+        s.billing.stall_after_secs = 1;
+    })
+    .await;
+    let org = app.create_org("Held").await;
+    app.fund(&org, 1000).await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let txn = db.begin().await.unwrap();
+    txn.execute_unprepared(&format!(
+        "SELECT * FROM billing_accounts WHERE org_id = '{}' FOR UPDATE",
+        org.org_id
+    ))
+    .await
+    .unwrap();
+    let waiting = app.post_later(
+        "/api/billing/debit",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "runId": "r1"}),
+    );
+    let waiting = actix_web::rt::spawn(waiting);
+    let stalled = || async {
+        let health = app.request(Method::GET, "/healthz", None).send().await.unwrap();
+        health.status() == StatusCode::SERVICE_UNAVAILABLE
+            && health.json::<Value>().await.unwrap()
+                == json!({"ok": false, "database": true, "ledger": false})
+    };
+    assert!(eventually(stalled).await, "healthz reports the stalled ledger");
+    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(metric(&text, "keel_ledger_stalled_seconds") >= 1.0);
+    txn.rollback().await.unwrap();
+    assert_eq!(waiting.await.unwrap().status(), StatusCode::OK);
+    let health = app.request(Method::GET, "/healthz", None).send().await.unwrap();
+    assert_eq!(
+        json_of(health, StatusCode::OK).await,
+        json!({"ok": true, "database": true})
+    );
+    db.close().await.ok();
+}
