@@ -505,6 +505,75 @@ async fn a_crash_between_the_card_charge_and_the_credit_is_credited_once_after_r
 }
 
 #[actix_web::test]
+async fn a_key_revoked_on_one_process_is_refused_by_the_other_within_a_second() {
+    if !postgres() {
+        return;
+    }
+    let (_provider, provider_url) = crate::fakes::FakeProvider::start();
+    let db = TestDb::new().await;
+    let openai = format!("{provider_url}/openai/v1");
+    let envs = [
+        ("KEEL_PROVIDER_OPENAI_URL", openai.as_str()),
+        // A verified key would be remembered for a minute: only the notification can end it.
+        ("KEEL__PROXY__AUTH_CACHE_TTL_MS", "60000"),
+    ];
+    let first = Instance::started(&db.url, &envs).await;
+    let second = Instance::started(&db.url, &envs).await;
+    let (_org_id, key) = funded_org(&first, "revoked", 100).await;
+    let http = client();
+    let project: Value = http
+        .post(first.url("/api/projects"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "bot"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let project = project["id"].as_str().unwrap().to_owned();
+    let call = || {
+        http.post(second.url("/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("X-Service-Project-Id", &project)
+            .header("X-Service-Provider", "openai")
+            .header("X-Service-Provider-Key", "sk-provider")
+            .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    assert_eq!(
+        call().await.unwrap().status(),
+        StatusCode::OK,
+        "the key works and is cached"
+    );
+    let keys: Value = http
+        .get(first.url("/api/api-keys"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key_id = keys["keys"][0]["apiKeyId"].clone();
+    let revoked = http
+        .delete(first.url(&format!("/api/internal/api-keys/{}", key_id.as_str().unwrap())))
+        .bearer_auth(INTERNAL_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::OK);
+    let at = Instant::now();
+    let refused = || async { call().await.unwrap().status() == StatusCode::UNAUTHORIZED };
+    assert!(eventually(refused).await);
+    assert!(
+        at.elapsed() < Duration::from_secs(1),
+        "refused after {:?}",
+        at.elapsed()
+    );
+}
+
+#[actix_web::test]
 async fn an_auto_top_up_crashed_after_its_charge_is_credited_once_after_restart() {
     if !postgres() {
         return;
@@ -683,14 +752,32 @@ async fn sigterm_answers_every_request_sent_before_it_on_kept_alive_connections(
             }
         }
     });
+    // A worker's claim waiting for a job when the signal comes.
+    let waiting_claim = async {
+        let sent = reqwest::Client::new()
+            .post(instance.url("/api/training/internal/jobs/claim"))
+            .bearer_auth(INTERNAL_KEY)
+            .header("Prefer", "wait=30")
+            .json(&json!({"worker_id": "w1", "action": "tracer", "limit": 1}))
+            .send()
+            .await;
+        (Instant::now(), sent)
+    };
     let terminator = async {
         actix_web::rt::time::sleep(Duration::from_millis(500)).await;
         *signalled.lock().unwrap() = Some(Instant::now());
         instance.signal("-TERM");
     };
-    tokio::join!(join_all(senders), terminator);
+    let (_, (claim_answered_at, claim), _) = tokio::join!(join_all(senders), waiting_claim, terminator);
+    let claim = claim.expect("the waiting claim is answered");
+    assert_eq!(claim.status(), StatusCode::OK);
+    assert_eq!(claim.json::<Value>().await.unwrap(), json!({"jobs": []}));
 
     let at = signalled.lock().unwrap().expect("signalled");
+    assert!(
+        claim_answered_at.duration_since(at) < Duration::from_secs(2),
+        "the waiting claim ended at the signal, not after its 30 s"
+    );
     let outcomes = outcomes.lock().unwrap();
     let before: Vec<_> = outcomes.iter().filter(|(sent, _)| *sent < at).collect();
     assert!(before.len() > 50, "load before the signal");
