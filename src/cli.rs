@@ -158,18 +158,36 @@ pub enum BenchTarget {
 
 #[derive(Debug, Subcommand)]
 pub enum TracesAction {
-    /// Write a project's newest traces as JSONL (one record a line), with progress on stderr.
+    /// Write a project's traces as JSONL (one record a line), with progress on stderr: the
+    /// newest --limit, or with --all every one, page by page.
     Export {
         /// The project's id.
         #[arg(long)]
         project: String,
-        /// records ({input, output}), prompts ({input}) or raw (stored traces).
-        #[arg(long, default_value = "records", value_parser = ["records", "prompts", "raw"])]
+        /// records ({input, output}), prompts ({input}), raw (stored traces) or openai-chat
+        /// (OpenAI's fine-tuning format: {"messages": [...]} with the reply last).
+        #[arg(long, default_value = "records", value_parser = ["records", "prompts", "raw", "openai-chat"])]
         format: String,
-        /// Newest traces to export, 1..1000.
+        /// Newest traces to export (with --all: traces per page), 1..1000.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
         limit: u16,
-        /// Output file; standard output when absent.
+        /// Every trace of the project, newest to oldest, page by page.
+        #[arg(long)]
+        all: bool,
+        /// Go on with the interrupted export into --out (from FILE.cursor beside it).
+        #[arg(long, requires_all = ["all", "out"])]
+        resume: bool,
+        /// Only traces recorded at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only traces recorded before this time (RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
+        /// Only traces of this model.
+        #[arg(long)]
+        model: Option<String>,
+        /// Output file, written as FILE.part and renamed at the end (an existing FILE stays
+        /// as it was if the export fails); standard output when absent.
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         /// keel's base URL.
@@ -336,6 +354,11 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     project,
                     format,
                     limit,
+                    all,
+                    resume,
+                    since,
+                    until,
+                    model,
                     out,
                     base_url,
                     api_key,
@@ -345,16 +368,18 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                 project,
                 format,
                 limit,
+                all,
+                since,
+                until,
+                model,
                 base_url,
                 api_key,
             };
             match out {
-                Some(path) => {
-                    let file = std::fs::File::create(&path)
-                        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
-                    crate::traces::cli::export(&export, std::io::BufWriter::new(file)).await
-                }
-                None => crate::traces::cli::export(&export, std::io::stdout().lock()).await,
+                Some(path) => crate::traces::cli::export_to_file(&export, &path, resume)
+                    .await
+                    .map(drop),
+                None => crate::traces::cli::export_to_stdout(&export).await.map(drop),
             }
         }
         Command::Admin {

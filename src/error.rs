@@ -147,3 +147,40 @@ impl ResponseError for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    /// The answer under `/v1`: the contract's `detail` beside OpenAI's `error` object, which
+    /// the OpenAI SDKs read and show (`{"message", "type", "param", "code"}`).
+    pub fn openai_response(&self) -> HttpResponse {
+        use actix_web::ResponseError;
+        let status = self.status_code();
+        let message = match self {
+            Self::Unexpected(err) => {
+                tracing::error!(error = ?err, "request failed");
+                "internal server error".to_owned()
+            }
+            Self::Validation(issues) => issues
+                .first()
+                .map_or_else(|| "the request is not valid".to_owned(), |i| i.msg.clone()),
+            other => other.to_string(),
+        };
+        let (kind, code) = match status.as_u16() {
+            400 if message.starts_with("missing required header") => {
+                ("invalid_request_error", "missing_header")
+            }
+            400 | 422 => ("invalid_request_error", "invalid_request"),
+            401 => ("authentication_error", "invalid_api_key"),
+            403 => ("permission_error", "forbidden"),
+            404 => ("invalid_request_error", "not_found"),
+            413 => ("invalid_request_error", "payload_too_large"),
+            502 => ("api_error", "upstream_unreachable"),
+            504 => ("api_error", "upstream_timeout"),
+            503 => ("api_error", "unavailable"),
+            _ => ("api_error", "internal_error"),
+        };
+        HttpResponse::build(status).json(serde_json::json!({
+            "detail": message,
+            "error": {"message": message, "type": kind, "param": null, "code": code},
+        }))
+    }
+}

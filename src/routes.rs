@@ -24,6 +24,9 @@ macro_rules! route_table {
         /// the browsable documentation (`/docs`).
         pub fn configure(cfg: &mut web::ServiceConfig) {
             $( route_table!(@group cfg, $kind $prefix { $( $path => $( $method $($handler)::+ ),+ ; )+ }); )+
+            // Every other call under /v1, any method, relayed to the provider (after the
+            // table, so /v1/chat/completions stays the recording proxy's).
+            cfg.service(web::resource("/v1/{tail:.*}").to(crate::proxy::relay::relay));
             crate::console::configure(cfg);
             crate::docs::configure(cfg);
         }

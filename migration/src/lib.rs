@@ -13,6 +13,7 @@ mod m20261124_000001_payment_idempotency;
 mod m20261124_000002_console_indexes;
 mod m20261124_000003_user_id_length;
 mod m20261125_000001_pending_payments;
+mod m20261125_000002_trace_export_index;
 
 pub struct Migrator;
 
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000002_console_indexes::Migration),
             Box::new(m20261124_000003_user_id_length::Migration),
             Box::new(m20261125_000001_pending_payments::Migration),
+            Box::new(m20261125_000002_trace_export_index::Migration),
         ]
     }
 }

@@ -327,6 +327,7 @@ pub async fn traces(
         model: model.clone(),
         ok: status.as_deref().map(|s| s == "ok"),
         before: parse_cursor(query.before.as_deref()),
+        ..TraceFilter::default()
     };
     let db = &viewer.state.db;
     let mut rows = crate::traces::repo::page_of_project(db, &project.id, &filter, PAGE + 1).await?;
@@ -399,18 +400,34 @@ pub async fn export(
             match crate::http::extract::parse_query::<crate::traces::dto::ExportQuery>(&query) {
                 Ok(q) => {
                     let limit = q.limit.unwrap_or(crate::traces::MAX_EXPORT as i64) as u64;
-                    crate::traces::service::export_project(&viewer.state, orgs, &project.id, format, limit)
-                        .await
-                        .map(|e| e.records)
+                    let filter = crate::traces::repo::TraceFilter::default();
+                    crate::traces::service::export_project(
+                        &viewer.state,
+                        orgs,
+                        &project.id,
+                        format,
+                        limit,
+                        filter,
+                        None,
+                    )
+                    .await
+                    .map(|page| page.export.records)
                 }
                 Err(err) => Err(err),
             }
         }
         None => match form.plain_body::<crate::traces::dto::TraceSelectionBody>() {
             Ok(selection) => {
-                crate::traces::service::export_selection(&viewer.state, orgs, &selection.trace_ids, format)
-                    .await
-                    .map(|s| s.export.records)
+                let filter = crate::traces::repo::TraceFilter::default();
+                crate::traces::service::export_selection(
+                    &viewer.state,
+                    orgs,
+                    &selection.trace_ids,
+                    format,
+                    &filter,
+                )
+                .await
+                .map(|s| s.export.records)
             }
             Err(err) => Err(err),
         },

@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod redact;
+pub mod relay;
 pub mod sse;
 pub mod upstream;
 
@@ -310,6 +311,18 @@ pub async fn chat_completions(
     state: web::Data<AppState>,
     upstreams: web::Data<Upstreams>,
     body: RawBody,
+) -> HttpResponse {
+    // Errors keel answers itself carry OpenAI's shape beside `detail` (the SDKs show it).
+    proxy_chat(req, state, upstreams, body)
+        .await
+        .unwrap_or_else(|err| err.openai_response())
+}
+
+async fn proxy_chat(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    upstreams: web::Data<Upstreams>,
+    body: RawBody,
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
     let (keel_key, owner) = authenticate(&state, &req).await?;
@@ -401,7 +414,8 @@ pub async fn chat_completions(
             if let Some(recording) = recording {
                 recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
             }
-            return Err(ApiError::Status(status, detail));
+            let base = upstreams.base(provider_index);
+            return Err(ApiError::Status(status, format!("{detail} (tried {base})")));
         }
     };
     let first_byte = started.elapsed();

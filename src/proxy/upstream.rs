@@ -36,6 +36,8 @@ pub struct UpstreamConfig {
     tls: tokio_native_tls::TlsConnector,
     /// `<base>/chat/completions` of each of [`PROVIDERS`], in that order.
     endpoints: Arc<[http::Uri]>,
+    /// Each provider's base, without a trailing `/` (the relay appends the path).
+    bases: Arc<[String]>,
     connect_timeout: Duration,
     read_timeout: Duration,
 }
@@ -44,15 +46,20 @@ impl UpstreamConfig {
     /// The base URLs are http(s) (`Settings::validate`); each must also make an absolute URI.
     pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
         let p = &settings.providers;
+        let base_of = |provider: &str| match provider {
+            "anthropic" => &p.anthropic_url,
+            "openrouter" => &p.openrouter_url,
+            "google" => &p.google_url,
+            _ => &p.openai_url,
+        };
+        let bases = PROVIDERS
+            .iter()
+            .map(|provider| base_of(provider).trim_end_matches('/').to_owned())
+            .collect();
         let endpoints = PROVIDERS
             .iter()
             .map(|provider| {
-                let base = match *provider {
-                    "anthropic" => &p.anthropic_url,
-                    "openrouter" => &p.openrouter_url,
-                    "google" => &p.google_url,
-                    _ => &p.openai_url,
-                };
+                let base = base_of(provider);
                 let endpoint = format!("{}/chat/completions", base.trim_end_matches('/'));
                 endpoint
                     .parse::<http::Uri>()
@@ -66,6 +73,7 @@ impl UpstreamConfig {
         Ok(Self {
             tls: tokio_native_tls::TlsConnector::from(tls),
             endpoints,
+            bases,
             connect_timeout: Duration::from_millis(settings.proxy.connect_timeout_ms),
             read_timeout: Duration::from_secs(settings.proxy.read_timeout_secs),
         })
@@ -90,6 +98,7 @@ impl UpstreamConfig {
         Upstreams {
             client,
             endpoints: self.endpoints.clone(),
+            bases: self.bases.clone(),
             read_timeout: self.read_timeout,
         }
     }
@@ -99,12 +108,34 @@ impl UpstreamConfig {
 pub struct Upstreams {
     client: Client<Connector, Full<Bytes>>,
     endpoints: Arc<[http::Uri]>,
+    bases: Arc<[String]>,
     read_timeout: Duration,
 }
 
 impl Upstreams {
     pub fn endpoint(&self, provider: usize) -> &http::Uri {
         &self.endpoints[provider]
+    }
+
+    /// The provider's base URL (no credential in it: shown in errors).
+    pub fn base(&self, provider: usize) -> &str {
+        &self.bases[provider]
+    }
+
+    /// `<base><path>?<query>` for the relay; 400 when that is no URI.
+    pub fn relay_uri(
+        &self,
+        provider: usize,
+        path: &str,
+        query: &str,
+    ) -> Result<http::Uri, crate::error::ApiError> {
+        let mut uri = format!("{}{path}", self.bases[provider]);
+        if !query.is_empty() {
+            uri.push('?');
+            uri.push_str(query);
+        }
+        uri.parse()
+            .map_err(|_| crate::error::ApiError::BadRequest(format!("cannot relay to {uri}")))
     }
 
     /// Sends `request` and waits for the answer's head, at most the read timeout.

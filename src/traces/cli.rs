@@ -1,61 +1,380 @@
-//! `keel traces export`: a project's traces as JSONL, read through the HTTP API.
+//! `keel traces export`: a project's traces as JSONL, read through the HTTP API one page at
+//! a time and written as they come (constant memory, whatever the project's size).
+//!
+//! With `--out FILE` the lines go to `FILE.part` and, after each page, where the walk stands
+//! goes to `FILE.cursor`; at the end `FILE.part` becomes `FILE`. A failed export leaves an
+//! existing `FILE` untouched, and `--resume` goes on from the last page written.
 
-use std::io::Write;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 pub struct ExportArgs {
     pub project: String,
+    /// `records`, `prompts`, `raw` (the API's) or `openai-chat` (made here from `raw`).
     pub format: String,
+    /// Traces per page (and, without `all`, the newest this many).
     pub limit: u16,
+    /// Every page, following `nextCursor`.
+    pub all: bool,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub model: Option<String>,
     pub base_url: String,
     pub api_key: String,
 }
 
-/// Fetches the export and writes one record a line to `out`; a summary goes to stderr.
-pub async fn export(args: &ExportArgs, mut out: impl Write) -> anyhow::Result<()> {
+/// Where an interrupted export stands (`FILE.cursor`).
+#[derive(Debug, Serialize, Deserialize)]
+struct Checkpoint {
+    project: String,
+    format: String,
+    /// The next page's cursor.
+    cursor: String,
+    /// Bytes of `FILE.part` written up to this page (anything after is cut on resume).
+    bytes: u64,
+    written: u64,
+    skipped: u64,
+}
+
+/// What an export wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub written: u64,
+    pub skipped: u64,
+}
+
+fn side_file(out: &Path, suffix: &str) -> PathBuf {
+    let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(suffix);
+    out.with_file_name(name)
+}
+
+/// Exports to `out` through `FILE.part`, renamed at the end; `resume` goes on from
+/// `FILE.cursor`.
+pub async fn export_to_file(args: &ExportArgs, out: &Path, resume: bool) -> anyhow::Result<Written> {
+    let part = side_file(out, ".part");
+    let checkpoint_path = side_file(out, ".cursor");
+    let (file, start) = if resume {
+        let text = std::fs::read_to_string(&checkpoint_path).map_err(|e| {
+            anyhow::anyhow!(
+                "nothing to resume: {} cannot be read ({e}); run without --resume",
+                checkpoint_path.display()
+            )
+        })?;
+        let checkpoint: Checkpoint = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not an export checkpoint: {e}", checkpoint_path.display()))?;
+        if checkpoint.project != args.project || checkpoint.format != args.format {
+            anyhow::bail!(
+                "{} is an export of project {} as {}; resume it with the same --project and --format",
+                checkpoint_path.display(),
+                checkpoint.project,
+                checkpoint.format
+            );
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .open(&part)
+            .map_err(|e| anyhow::anyhow!("nothing to resume: {} ({e})", part.display()))?;
+        // Lines written after the last checkpoint are written again.
+        file.set_len(checkpoint.bytes)?;
+        file.seek(std::io::SeekFrom::End(0))?;
+        (file, Some(checkpoint))
+    } else {
+        let file =
+            File::create(&part).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", part.display()))?;
+        (file, None)
+    };
+    let mut sink = FileSink {
+        file: BufWriter::new(file),
+        checkpoint_path: &checkpoint_path,
+        args,
+    };
+    let written = walk(args, &mut sink, start).await?;
+    sink.file.flush()?;
+    sink.file.get_ref().sync_all()?;
+    drop(sink);
+    std::fs::rename(&part, out)
+        .map_err(|e| anyhow::anyhow!("cannot move {} to {}: {e}", part.display(), out.display()))?;
+    let _ = std::fs::remove_file(&checkpoint_path);
+    Ok(written)
+}
+
+/// Exports to standard output (no checkpoints: there is nothing to resume into).
+pub async fn export_to_stdout(args: &ExportArgs) -> anyhow::Result<Written> {
+    let mut sink = StreamSink(std::io::stdout().lock());
+    walk(args, &mut sink, None).await
+}
+
+/// Where pages go.
+trait Sink {
+    fn line(&mut self, record: &Value) -> anyhow::Result<()>;
+    /// A page is written: remember where the walk stands.
+    fn page_done(&mut self, cursor: &str, done: Written) -> anyhow::Result<()>;
+}
+
+struct StreamSink<W: Write>(W);
+
+impl<W: Write> Sink for StreamSink<W> {
+    fn line(&mut self, record: &Value) -> anyhow::Result<()> {
+        serde_json::to_writer(&mut self.0, record)?;
+        self.0.write_all(b"\n")?;
+        Ok(())
+    }
+
+    fn page_done(&mut self, _: &str, _: Written) -> anyhow::Result<()> {
+        self.0.flush()?;
+        Ok(())
+    }
+}
+
+struct FileSink<'a> {
+    file: BufWriter<File>,
+    checkpoint_path: &'a Path,
+    args: &'a ExportArgs,
+}
+
+impl Sink for FileSink<'_> {
+    fn line(&mut self, record: &Value) -> anyhow::Result<()> {
+        serde_json::to_writer(&mut self.file, record)?;
+        self.file.write_all(b"\n")?;
+        Ok(())
+    }
+
+    fn page_done(&mut self, cursor: &str, done: Written) -> anyhow::Result<()> {
+        self.file.flush()?;
+        let bytes = self.file.get_ref().metadata()?.len();
+        let checkpoint = Checkpoint {
+            project: self.args.project.clone(),
+            format: self.args.format.clone(),
+            cursor: cursor.to_owned(),
+            bytes,
+            written: done.written,
+            skipped: done.skipped,
+        };
+        // Replaced whole (write, then rename): never half a checkpoint.
+        let tmp = side_file(self.checkpoint_path, ".tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&checkpoint)?)?;
+        std::fs::rename(&tmp, self.checkpoint_path)?;
+        Ok(())
+    }
+}
+
+/// Walks the pages (one, or every one with `all`) from `start`, writing each record.
+async fn walk(args: &ExportArgs, sink: &mut dyn Sink, start: Option<Checkpoint>) -> anyhow::Result<Written> {
     let url = format!("{}/api/traces/export", args.base_url.trim_end_matches('/'));
-    let response = reqwest::Client::new()
-        .get(&url)
-        .bearer_auth(&args.api_key)
-        .query(&[
-            ("project_id", args.project.as_str()),
-            ("format", args.format.as_str()),
-            ("limit", &args.limit.to_string()),
-        ])
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach {url}: {e}"))?;
-    let status = response.status();
-    let body: Value = response
-        .json()
-        .await
-        .map_err(|e| anyhow::anyhow!("{url} answered {status} without JSON: {e}"))?;
-    if !status.is_success() {
-        anyhow::bail!("{url} answered {status}: {}", body["detail"]);
-    }
-    let records = body["records"].as_array().cloned().unwrap_or_default();
-    let progress = ProgressBar::with_draw_target(Some(records.len() as u64), ProgressDrawTarget::stderr());
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    let openai_chat = args.format == "openai-chat";
+    let api_format = if openai_chat { "raw" } else { args.format.as_str() };
+    let mut done = start.as_ref().map_or(Written::default(), |c| Written {
+        written: c.written,
+        skipped: c.skipped,
+    });
+    let mut cursor = start.map(|c| c.cursor);
+    let progress = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     progress.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} records")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{spinner} {pos} traces written, {msg} [{elapsed}, {per_sec}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
-    for record in &records {
-        serde_json::to_writer(&mut out, record)?;
-        out.write_all(b"\n")?;
-        progress.inc(1);
+    progress.set_position(done.written);
+    progress.set_message(format!("{} skipped", done.skipped));
+    loop {
+        let mut query: Vec<(&str, String)> = vec![
+            ("project_id", args.project.clone()),
+            ("format", api_format.to_owned()),
+            ("limit", args.limit.to_string()),
+        ];
+        for (name, value) in [
+            ("since", &args.since),
+            ("until", &args.until),
+            ("model", &args.model),
+        ] {
+            if let Some(value) = value {
+                query.push((name, value.clone()));
+            }
+        }
+        if let Some(cursor) = &cursor {
+            query.push(("cursor", cursor.clone()));
+        }
+        let page = fetch(&http, &url, &args.api_key, &query).await?;
+        let records = page["records"].as_array().map(Vec::as_slice).unwrap_or_default();
+        done.skipped += page["skipped"].as_u64().unwrap_or(0);
+        for record in records {
+            let line = match openai_chat {
+                true => openai_chat_line(record),
+                false => Some(record.clone()),
+            };
+            match line {
+                Some(line) => {
+                    sink.line(&line)?;
+                    done.written += 1;
+                }
+                None => done.skipped += 1,
+            }
+        }
+        progress.set_position(done.written);
+        progress.set_message(format!("{} skipped", done.skipped));
+        let next = page["nextCursor"].as_str().map(str::to_owned);
+        match (args.all, next) {
+            (true, Some(next)) => {
+                sink.page_done(&next, done)?;
+                cursor = Some(next);
+            }
+            _ => {
+                sink.page_done("", done)?;
+                break;
+            }
+        }
     }
-    out.flush()?;
     progress.finish_and_clear();
     let mut stderr = std::io::stderr().lock();
     writeln!(
         stderr,
         "exported {} {} record(s) of project {} ({} skipped)",
-        records.len(),
-        args.format,
-        args.project,
-        body["skipped"]
+        done.written, args.format, args.project, done.skipped
     )?;
-    Ok(())
+    Ok(done)
+}
+
+async fn fetch(
+    http: &reqwest::Client,
+    url: &str,
+    api_key: &str,
+    query: &[(&str, String)],
+) -> anyhow::Result<Value> {
+    let response = http
+        .get(url)
+        .bearer_auth(api_key)
+        .query(query)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach {url}: {}", e.without_url()))?;
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| anyhow::anyhow!("{url} answered {status} without JSON: {}", e.without_url()))?;
+    if !status.is_success() {
+        anyhow::bail!("{url} answered {status}: {}", body["detail"]);
+    }
+    Ok(body)
+}
+
+/// A `raw` export row as one line of OpenAI's chat fine-tuning format: the request's
+/// messages followed by the assistant's reply (tool calls kept). `None` when the trace has
+/// no pair (no messages, an error answer, a reply with neither text nor tool calls).
+pub fn openai_chat_line(raw: &Value) -> Option<Value> {
+    let status = raw["statusCode"].as_i64()?;
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    let messages = raw
+        .pointer("/request/messages")?
+        .as_array()
+        .filter(|m| !m.is_empty())?;
+    let reply = raw.pointer("/response/choices/0/message")?;
+    let text = match reply.get("content") {
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Array(parts)) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str).is_none_or(|t| t == "text"))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            (!texts.is_empty()).then(|| texts.concat())
+        }
+        _ => None,
+    };
+    let tool_calls = reply
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty());
+    if text.is_none() && tool_calls.is_none() {
+        return None;
+    }
+    let mut assistant = json!({"role": "assistant", "content": text});
+    if let Some(calls) = tool_calls {
+        assistant["tool_calls"] = Value::Array(calls.clone());
+    }
+    let mut conversation = messages.clone();
+    conversation.push(assistant);
+    Some(json!({ "messages": conversation }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(request: Value, response: Value, status: i64) -> Value {
+        json!({"statusCode": status, "request": request, "response": response})
+    }
+
+    #[test]
+    fn a_lone_turn_becomes_the_question_and_the_answer() {
+        let line = openai_chat_line(&raw(
+            json!({"messages": [{"role": "user", "content": "Capital of France?"}]}),
+            json!({"choices": [{"message": {"role": "assistant", "content": "Paris."}}]}),
+            200,
+        ))
+        .expect("a pair");
+        assert_eq!(
+            line,
+            json!({"messages": [
+                {"role": "user", "content": "Capital of France?"},
+                {"role": "assistant", "content": "Paris."}
+            ]})
+        );
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_system_prompt_and_turns() {
+        let line = openai_chat_line(&raw(
+            json!({"messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"},
+                {"role": "user", "content": "Capital of France?"}
+            ]}),
+            json!({"choices": [{"message": {"role": "assistant", "content": [{"type": "text", "text": "Paris"}, {"type": "text", "text": "."}]}}]}),
+            200,
+        ))
+        .expect("a pair");
+        let messages = line["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 5);
+        assert_eq!(messages[0], json!({"role": "system", "content": "Be brief."}));
+        assert_eq!(messages[4], json!({"role": "assistant", "content": "Paris."}));
+    }
+
+    #[test]
+    fn a_tool_call_is_kept_and_errors_are_skipped() {
+        let calls = json!([{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]);
+        let line = openai_chat_line(&raw(
+            json!({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": []}),
+            json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": calls}}]}),
+            200,
+        ))
+        .expect("a pair");
+        assert_eq!(line["messages"][1]["tool_calls"], calls);
+        assert_eq!(line["messages"][1]["content"], Value::Null);
+        assert_eq!(
+            openai_chat_line(&raw(
+                json!({"messages": [{"role": "user", "content": "x"}]}),
+                json!({"error": {}}),
+                401
+            )),
+            None
+        );
+        assert_eq!(
+            openai_chat_line(&raw(json!({"messages": []}), json!({}), 200)),
+            None
+        );
+    }
 }

@@ -36,6 +36,70 @@ pub struct ExportQuery {
     /// `records` (default), `prompts` or `raw`.
     #[param(value_type = Option<super::export::Format>)]
     pub format: Option<String>,
+    /// The previous page's `nextCursor`: the walk goes on from there (newest to oldest,
+    /// without gaps or repeats while new traces arrive).
+    #[param(max_length = 400)]
+    pub cursor: Option<String>,
+    #[serde(flatten)]
+    #[param(inline)]
+    pub filters: ExportFilters,
+}
+
+/// Which traces an export takes (each optional).
+#[derive(Debug, Default, Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExportFilters {
+    /// Only traces recorded at or after this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub since: Option<String>,
+    /// Only traces recorded before this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub until: Option<String>,
+    /// Only traces of this model.
+    #[param(min_length = 1, max_length = 200)]
+    #[schema(min_length = 1, max_length = 200)]
+    pub model: Option<String>,
+    /// `ok` (a 2xx answer) or `error` (any other).
+    #[param(value_type = Option<String>, pattern = "^(ok|error)$")]
+    #[schema(value_type = Option<String>, pattern = "^(ok|error)$")]
+    pub status: Option<String>,
+}
+
+fn rfc3339(value: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(value)
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
+}
+
+impl ExportFilters {
+    fn check(&self, c: &mut Checks) {
+        for (field, value) in [("since", &self.since), ("until", &self.until)] {
+            if value.as_deref().is_some_and(|v| rfc3339(v).is_none()) {
+                c.fail(
+                    field,
+                    "datetime_from_date_parsing",
+                    "Input should be a valid RFC 3339 datetime",
+                );
+            }
+        }
+        c.opt_str_len("model", self.model.as_deref(), 1, 200);
+        if let Some(status) = &self.status {
+            c.one_of("status", status, &["ok", "error"]);
+        }
+    }
+
+    /// The repository's filter (the values were checked).
+    pub fn to_filter(&self) -> super::repo::TraceFilter {
+        super::repo::TraceFilter {
+            model: self.model.clone(),
+            ok: self.status.as_deref().map(|s| s == "ok"),
+            before: None,
+            since: self.since.as_deref().and_then(rfc3339),
+            until: self.until.as_deref().and_then(rfc3339),
+        }
+    }
 }
 
 impl Validate for ExportQuery {
@@ -45,6 +109,18 @@ impl Validate for ExportQuery {
         if let Some(format) = &self.format {
             c.one_of("format", format, Format::NAMES);
         }
+        if self
+            .cursor
+            .as_deref()
+            .is_some_and(|cursor| super::service::Cursor::decode(cursor).is_none())
+        {
+            c.fail(
+                "cursor",
+                "value_error",
+                "Value error, not a cursor an export answered",
+            );
+        }
+        self.filters.check(c);
     }
 }
 
@@ -61,6 +137,8 @@ pub struct TracesExportResponse {
     /// Selected trace ids that are not the caller's (selection only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_found: Option<usize>,
+    /// The next page's `cursor`; null at the end (and for a selection).
+    pub next_cursor: Option<String>,
     #[schema(value_type = Vec<Object>)]
     pub records: Vec<Value>,
 }
@@ -74,6 +152,9 @@ pub struct TraceSelectionBody {
     /// `records` (default), `prompts` or `raw`.
     #[schema(value_type = Option<super::export::Format>)]
     pub format: Option<String>,
+    /// Of the selected traces, only those these filters keep.
+    #[serde(flatten)]
+    pub filters: ExportFilters,
 }
 
 impl Validate for TraceSelectionBody {
@@ -88,5 +169,6 @@ impl Validate for TraceSelectionBody {
         if let Some(format) = &self.format {
             c.one_of("format", format, Format::NAMES);
         }
+        self.filters.check(c);
     }
 }

@@ -64,21 +64,6 @@ pub async fn projects_with_traces(
     Ok(projects)
 }
 
-/// The project's newest traces, newest first.
-pub async fn newest_of_project(
-    db: &impl ConnectionTrait,
-    project_id: &str,
-    limit: u64,
-) -> Result<Vec<trace::Model>, DbErr> {
-    trace::Entity::find()
-        .filter(trace::Column::ProjectId.eq(project_id))
-        .order_by_desc(trace::Column::CreatedAt)
-        .order_by_desc(trace::Column::Id)
-        .limit(limit)
-        .all(db)
-        .await
-}
-
 /// A trace as a list shows it: no request or response body.
 #[derive(Debug, Clone, sea_orm::FromQueryResult)]
 pub struct TraceRow {
@@ -104,6 +89,58 @@ pub struct TraceFilter {
     pub ok: Option<bool>,
     /// Keyset paging: only traces older than this `(created_at, id)`.
     pub before: Option<(DateTime<Utc>, String)>,
+    /// Only traces recorded at or after this time...
+    pub since: Option<DateTime<Utc>>,
+    /// ...and before this one.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// The project's traces that `filter` keeps (newest first is the caller's order).
+fn filtered(project_id: &str, filter: &TraceFilter) -> sea_orm::Select<trace::Entity> {
+    use sea_orm::sea_query::Condition;
+    let mut query = trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id));
+    if let Some(model) = &filter.model {
+        query = query.filter(trace::Column::Model.eq(model.as_str()));
+    }
+    match filter.ok {
+        Some(true) => query = query.filter(trace::Column::StatusCode.between(200, 299)),
+        Some(false) => {
+            query = query.filter(
+                Condition::any()
+                    .add(trace::Column::StatusCode.lt(200))
+                    .add(trace::Column::StatusCode.gt(299)),
+            )
+        }
+        None => {}
+    }
+    if let Some(since) = filter.since {
+        query = query.filter(trace::Column::CreatedAt.gte(since));
+    }
+    if let Some(until) = filter.until {
+        query = query.filter(trace::Column::CreatedAt.lt(until));
+    }
+    if let Some((at, id)) = &filter.before {
+        query = query.filter(
+            Condition::any().add(trace::Column::CreatedAt.lt(*at)).add(
+                Condition::all()
+                    .add(trace::Column::CreatedAt.eq(*at))
+                    .add(trace::Column::Id.lt(id.as_str())),
+            ),
+        );
+    }
+    query
+        .order_by_desc(trace::Column::CreatedAt)
+        .order_by_desc(trace::Column::Id)
+}
+
+/// A page of the project's whole traces, newest first (the export walk).
+pub async fn export_page(
+    db: &impl ConnectionTrait,
+    project_id: &str,
+    filter: &TraceFilter,
+    limit: u64,
+) -> Result<Vec<trace::Model>, DbErr> {
+    filtered(project_id, filter).limit(limit).all(db).await
 }
 
 /// A page of the project's traces, newest first.
@@ -113,8 +150,7 @@ pub async fn page_of_project(
     filter: &TraceFilter,
     limit: u64,
 ) -> Result<Vec<TraceRow>, DbErr> {
-    use sea_orm::sea_query::Condition;
-    let mut query = trace::Entity::find()
+    filtered(project_id, filter)
         .select_only()
         .columns([
             trace::Column::Id,
@@ -130,33 +166,6 @@ pub async fn page_of_project(
             trace::Column::TotalTokens,
             trace::Column::CreatedAt,
         ])
-        .filter(trace::Column::ProjectId.eq(project_id));
-    if let Some(model) = &filter.model {
-        query = query.filter(trace::Column::Model.eq(model.as_str()));
-    }
-    match filter.ok {
-        Some(true) => query = query.filter(trace::Column::StatusCode.between(200, 299)),
-        Some(false) => {
-            query = query.filter(
-                Condition::any()
-                    .add(trace::Column::StatusCode.lt(200))
-                    .add(trace::Column::StatusCode.gt(299)),
-            )
-        }
-        None => {}
-    }
-    if let Some((at, id)) = &filter.before {
-        query = query.filter(
-            Condition::any().add(trace::Column::CreatedAt.lt(*at)).add(
-                Condition::all()
-                    .add(trace::Column::CreatedAt.eq(*at))
-                    .add(trace::Column::Id.lt(id.as_str())),
-            ),
-        );
-    }
-    query
-        .order_by_desc(trace::Column::CreatedAt)
-        .order_by_desc(trace::Column::Id)
         .limit(limit)
         .into_model::<TraceRow>()
         .all(db)

@@ -44,7 +44,9 @@ fn format_of(name: Option<&str>) -> Format {
 /// Export a project's traces
 ///
 /// The newest `limit` traces of a project as `records` (`{input, output}`), `prompts`
-/// (`{input}`) or `raw` rows; traces with no extractable pair are skipped and counted.
+/// (`{input}`) or `raw` rows; traces with no extractable pair are skipped and counted. Follow
+/// `nextCursor` (as `cursor`) to walk every trace, newest to oldest, one page at a time;
+/// `since`, `until`, `model` and `status` narrow the walk.
 #[utoipa::path(get, path = "/api/traces/export", tag = "traces", security(("apiKey" = []), ("session" = [])),
     params(ExportQuery),
     responses(
@@ -58,14 +60,18 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     let orgs = caller.organizations().await?;
     let project_id = query.project_id;
     let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
-    let export = service::export_project(caller.state(), &orgs, &project_id, format, limit).await?;
+    let cursor = query.cursor.as_deref().and_then(service::Cursor::decode);
+    let filter = query.filters.to_filter();
+    let page =
+        service::export_project(caller.state(), &orgs, &project_id, format, limit, filter, cursor).await?;
     Ok(HttpResponse::Ok().json(TracesExportResponse {
         project_id: Some(project_id.into_string()),
         format: format.as_str().to_owned(),
-        count: export.records.len(),
-        skipped: export.skipped,
+        count: page.export.records.len(),
+        skipped: page.export.skipped,
         not_found: None,
-        records: export.records,
+        next_cursor: page.next_cursor.map(|c| c.encode()),
+        records: page.export.records,
     }))
 }
 
@@ -82,13 +88,16 @@ pub async fn export_selection(
     let body = body.0;
     let format = format_of(body.format.as_deref());
     let orgs = caller.organizations().await?;
-    let selection = service::export_selection(caller.state(), &orgs, &body.trace_ids, format).await?;
+    let filter = body.filters.to_filter();
+    let selection =
+        service::export_selection(caller.state(), &orgs, &body.trace_ids, format, &filter).await?;
     Ok(HttpResponse::Ok().json(TracesExportResponse {
         project_id: selection.project_id,
         format: format.as_str().to_owned(),
         count: selection.export.records.len(),
         skipped: selection.export.skipped,
         not_found: Some(selection.not_found),
+        next_cursor: None,
         records: selection.export.records,
     }))
 }

@@ -204,7 +204,6 @@ async fn unsupported_methods_name_the_allowed_ones_and_unknown_api_paths_are_det
         "/api/nope",
         "/api/billing/nope",
         "/api/training/internal/nope/deeper",
-        "/v1/nope-yet",
     ] {
         let response = app
             .request(Method::GET, path, Some(INTERNAL_KEY))
@@ -217,6 +216,17 @@ async fn unsupported_methods_name_the_allowed_ones_and_unknown_api_paths_are_det
             json!({"detail": "Not Found"})
         );
     }
+    // Any other path under /v1 is the provider's (relayed); without a keel API key it is 401
+    // in OpenAI's shape.
+    let relayed = app
+        .request(Method::GET, "/v1/nope-yet", Some(INTERNAL_KEY))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(relayed.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = relayed.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "authentication_error");
+    assert_eq!(body["detail"], body["error"]["message"]);
 }
 
 #[actix_web::test]

@@ -133,6 +133,10 @@ pub struct Call {
     pub authorization: Option<String>,
     pub headers: HashMap<String, String>,
     pub body: Value,
+    /// The query string as received.
+    pub query: String,
+    /// The body's bytes as received.
+    pub raw: Vec<u8>,
 }
 
 /// What a [`FakeJson`] answers.
@@ -182,6 +186,8 @@ async fn json_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<FakeJs
         authorization: headers.get("authorization").cloned(),
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        query: req.query_string().to_owned(),
+        raw: body.to_vec(),
     };
     fake.calls.lock().unwrap().push(call.clone());
     match (fake.responder)(&call) {
@@ -273,8 +279,30 @@ async fn provider_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<Fa
         authorization: headers.get("authorization").cloned(),
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        query: req.query_string().to_owned(),
+        raw: body.to_vec(),
     };
     fake.calls.lock().unwrap().push(call.clone());
+    // The other OpenAI endpoints the relay reaches.
+    if req.path().ends_with("/models") && req.method() == actix_web::http::Method::GET {
+        return HttpResponse::Ok().insert_header(("x-request-id", "req_models")).json(json!({
+            "object": "list",
+            "data": [{"id": "gpt-4o-mini", "object": "model", "created": 1721172741, "owned_by": "system"}],
+        }));
+    }
+    if req.path().ends_with("/embeddings") {
+        return HttpResponse::Ok().json(json!({
+            "object": "list",
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.0023, -0.0093, 0.0158]}],
+            "model": call.body["model"],
+            "usage": {"prompt_tokens": 8, "total_tokens": 8},
+        }));
+    }
+    if req.path().ends_with("/files") {
+        return HttpResponse::Ok().json(json!({
+            "id": "file-abc123", "object": "file", "bytes": call.raw.len(), "filename": "train.jsonl", "purpose": "fine-tune",
+        }));
+    }
     let json_reply = |status: u16, name: &str| {
         HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
             .content_type("application/json")

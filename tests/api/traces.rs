@@ -12,7 +12,7 @@ use crate::proxy::{chat, proxy_app, raw_traces, sdk_request};
 
 /// Records five traces: a lone user turn, a conversation with a system prompt, a tool call,
 /// a multimodal reply and an upstream error (no pair).
-async fn record_five(app: &TestApp, org: &TestOrg, project: &str) {
+pub async fn record_five(app: &TestApp, org: &TestOrg, project: &str) {
     let conversation = json!({"model": "gpt-plain", "messages": [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},

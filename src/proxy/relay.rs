@@ -1,0 +1,150 @@
+//! Every other call under `/v1` (embeddings, models, responses, completions, moderations,
+//! images, audio, files, batches, whatever a provider offers), relayed to the chosen
+//! provider: the same method, path and query after the provider's base, the caller's
+//! provider key as the bearer token, a JSON body redacted of both keys (multipart and binary
+//! bodies as they came), and the provider's answer unchanged, streamed as it arrives. These
+//! calls are not recorded and need no project.
+
+use std::time::Instant;
+
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::web::Bytes;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::Value;
+
+use super::redact::Redactor;
+use super::upstream::Answer;
+use super::{
+    authenticate, header, missing, upstream_failure, Upstreams, FORWARDED_REQUEST_HEADERS, HOP_HEADERS,
+};
+use super::{PROVIDERS, PROVIDER_HEADER, PROVIDER_KEY_HEADER};
+use crate::error::{ApiError, ApiResult};
+use crate::http::extract::RawBody;
+use crate::state::AppState;
+
+/// The relay; errors keel answers itself carry OpenAI's error shape.
+pub async fn relay(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    upstreams: web::Data<Upstreams>,
+    body: RawBody,
+) -> HttpResponse {
+    relay_call(&req, &state, &upstreams, body.0)
+        .await
+        .unwrap_or_else(|err| err.openai_response())
+}
+
+async fn relay_call(
+    req: &HttpRequest,
+    state: &AppState,
+    upstreams: &Upstreams,
+    body: Bytes,
+) -> ApiResult<HttpResponse> {
+    let started = Instant::now();
+    let (keel_key, _owner) = authenticate(state, req).await?;
+    let provider_name = header(req, &PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
+    let provider_index = PROVIDERS
+        .iter()
+        .position(|p| p.eq_ignore_ascii_case(provider_name))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "header X-Service-Provider must be one of {}",
+                PROVIDERS.join(", ")
+            ))
+        })?;
+    let provider_key = header(req, &PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
+
+    let tail = req.path().strip_prefix("/v1").unwrap_or(req.path());
+    let uri = upstreams.relay_uri(provider_index, tail, req.query_string())?;
+    let content_type = req.headers().get(actix_web::http::header::CONTENT_TYPE);
+    let is_json = content_type
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+    let body = if is_json && !body.is_empty() {
+        redacted(&body, &[keel_key, provider_key])
+    } else {
+        body
+    };
+
+    let method = http::Method::from_bytes(req.method().as_str().as_bytes())
+        .map_err(|_| ApiError::BadRequest("unsupported method".into()))?;
+    let mut upstream = http::Request::new(http_body_util::Full::new(body));
+    *upstream.method_mut() = method;
+    *upstream.uri_mut() = uri;
+    let headers = upstream.headers_mut();
+    let mut authorization = http::HeaderValue::try_from(format!("Bearer {provider_key}")).map_err(|_| {
+        ApiError::BadRequest("header X-Service-Provider-Key is not a valid header value".into())
+    })?;
+    authorization.set_sensitive(true);
+    headers.insert(http::header::AUTHORIZATION, authorization);
+    if let Some(value) = content_type.and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()) {
+        headers.insert(http::header::CONTENT_TYPE, value);
+    }
+    for (name, upstream_name) in &FORWARDED_REQUEST_HEADERS {
+        if let Some(value) = req.headers().get(name) {
+            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                headers.insert(upstream_name.clone(), value);
+            }
+        }
+    }
+
+    let sent_at = Instant::now();
+    let base = upstreams.base(provider_index);
+    let Answer { head, body } = match upstreams.send(upstream).await {
+        Ok(answer) => answer,
+        Err(err) => {
+            state.metrics.upstream_error(provider_index, None);
+            let (status, detail) = upstream_failure(err, PROVIDERS[provider_index]);
+            return Err(ApiError::Status(status, format!("{detail} (tried {base})")));
+        }
+    };
+    state
+        .metrics
+        .upstream_error(provider_index, Some(head.status.as_u16()));
+    state
+        .metrics
+        .proxied(provider_index, sent_at.elapsed(), started.elapsed());
+    let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut reply = HttpResponse::build(status);
+    for (name, value) in &head.headers {
+        if HOP_HEADERS.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            reply.append_header((name, value));
+        }
+    }
+    // Streamed as it arrives (a hang-up drops it, and with it the provider's call).
+    Ok(reply.streaming(body))
+}
+
+/// A JSON body with both keys replaced wherever they appear; one that holds neither, or is not
+/// JSON at all, travels as it came.
+fn redacted(body: &Bytes, secrets: &[&str]) -> Bytes {
+    let redactor = Redactor::new(secrets);
+    let as_text = || {
+        std::str::from_utf8(body)
+            .ok()
+            .and_then(|text| redactor.redact_text(text))
+            .map(Bytes::from)
+    };
+    match redactor.scan(body) {
+        Some(scan) if !scan.needs_redaction => body.clone(),
+        Some(_) => match serde_json::from_slice::<Value>(body) {
+            Ok(mut value) => {
+                redactor.redact(&mut value);
+                serde_json::to_vec(&value)
+                    .map(Bytes::from)
+                    .unwrap_or_else(|_| body.clone())
+            }
+            Err(_) => as_text().unwrap_or_else(|| body.clone()),
+        },
+        // Labelled JSON but not JSON: the keys are still taken out of its text.
+        None => as_text().unwrap_or_else(|| body.clone()),
+    }
+}
