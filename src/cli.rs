@@ -136,6 +136,17 @@ pub enum BenchTarget {
         #[arg(long)]
         skip_sqlite: bool,
     },
+    /// A whole project's traces exported by `keel traces export --all` from `keel serve`:
+    /// time and peak RSS of both, against reading the rows straight from the database.
+    Export {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 100_000)]
+        traces: usize,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
         #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
@@ -307,6 +318,18 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     concurrency,
                     spread_orgs: orgs,
                     skip_baseline,
+                    skip_sqlite,
+                })
+                .await
+            }
+            BenchTarget::Export {
+                postgres_url,
+                traces,
+                skip_sqlite,
+            } => {
+                crate::bench::export::run(crate::bench::export::ExportBench {
+                    postgres_url,
+                    traces,
                     skip_sqlite,
                 })
                 .await

@@ -3,6 +3,7 @@
 //! markdown table (see docs/BENCHMARKS.md).
 
 pub mod console;
+pub mod export;
 pub mod ledger;
 pub mod proxy;
 pub mod queue;

@@ -1,0 +1,250 @@
+//! `keel bench export`: a whole project's traces (100,000 by default) exported by
+//! `keel traces export --all` from a `keel serve` process, both the built binary: the time,
+//! the rate, and the peak RSS of the server and of the CLI, against the simplest baseline
+//! measured in the same run (reading the same rows straight from the database, in pages of
+//! the same size, in this process).
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use entities::trace;
+use serde_json::json;
+
+use super::{BenchDb, BENCH_INTERNAL_KEY};
+
+pub struct ExportBench {
+    pub postgres_url: Option<String>,
+    pub traces: usize,
+    pub skip_sqlite: bool,
+}
+
+const CHUNK: usize = 500;
+const PAGE: u64 = 1000;
+
+pub async fn run(bench: ExportBench) -> anyhow::Result<()> {
+    let mut databases: Vec<(&'static str, Option<&str>)> = Vec::new();
+    if !(bench.skip_sqlite && bench.postgres_url.is_some()) {
+        databases.push(("SQLite", None));
+    }
+    if let Some(url) = &bench.postgres_url {
+        databases.push(("PostgreSQL", Some(url.as_str())));
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{} traces in one project (request ~250 B, response ~450 B), exported as records in pages of {PAGE}.\n",
+        bench.traces
+    )?;
+    writeln!(
+        out,
+        "| database | what | time s | traces/s | keel peak RSS MiB | CLI peak RSS MiB |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
+    for (database, admin_url) in databases {
+        let result = run_one(&bench, admin_url).await?;
+        writeln!(
+            out,
+            "| {database} | baseline: the rows read from the database in pages | {:.2} | {:.0} | | |",
+            result.baseline.as_secs_f64(),
+            bench.traces as f64 / result.baseline.as_secs_f64()
+        )?;
+        writeln!(
+            out,
+            "| {database} | `keel traces export --all` through `keel serve` | {:.2} | {:.0} | {:.1} (idle {:.1}) | {:.1} |",
+            result.export.as_secs_f64(),
+            result.lines as f64 / result.export.as_secs_f64(),
+            mib(result.server_peak),
+            mib(result.server_idle),
+            mib(result.cli_peak)
+        )?;
+        if result.lines != bench.traces {
+            anyhow::bail!("exported {} lines of {} traces", result.lines, bench.traces);
+        }
+    }
+    Ok(())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+struct Measured {
+    baseline: Duration,
+    export: Duration,
+    lines: usize,
+    server_idle: u64,
+    server_peak: u64,
+    cli_peak: u64,
+}
+
+/// `VmHWM` (peak resident set) or `VmRSS` of a process, in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result<Measured> {
+    let db = BenchDb::create(admin_url).await?;
+    let settings = super::bench_settings(&db.url)?;
+    let conn = crate::database::connect(&settings.database).await?;
+    crate::database::migrate(&settings.database, &conn).await?;
+    let org = crate::orgs::repo::create_org(&conn, "bench", None, "bench-owner", None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = crate::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
+    let project = crate::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
+    let now = Utc::now();
+    for chunk in (0..bench.traces).collect::<Vec<_>>().chunks(CHUNK) {
+        let rows: Vec<trace::Model> = chunk
+            .iter()
+            .map(|&i| trace::Model {
+                id: uuid::Uuid::now_v7().to_string(),
+                org_id: org.org_id.clone(),
+                project_id: project.id.clone(),
+                provider: "openai".into(),
+                model: Some("gpt-4o-mini".into()),
+                request: json!({"model": "gpt-4o-mini", "messages": [
+                    {"role": "system", "content": "You are a support assistant for Acme. Answer briefly and politely."},
+                    {"role": "user", "content": format!("Customer question number {i}: where is my order and when does it arrive?")}
+                ]})
+                .to_string(),
+                response: Some(
+                    json!({"id": format!("chatcmpl-{i}"), "object": "chat.completion", "model": "gpt-4o-mini",
+                        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                            "content": "Your order left our warehouse yesterday and should arrive within two to three business days. You will get a tracking link by email."}}],
+                        "usage": {"prompt_tokens": 41, "completion_tokens": 29, "total_tokens": 70}})
+                    .to_string(),
+                ),
+                status_code: 200,
+                stream: false,
+                complete: true,
+                latency_ms: 420,
+                ttfb_ms: Some(180),
+                prompt_tokens: Some(41),
+                completion_tokens: Some(29),
+                total_tokens: Some(70),
+                error: None,
+                created_at: now - chrono::Duration::milliseconds((bench.traces - i) as i64),
+            })
+            .collect();
+        crate::traces::repo::insert_traces(&conn, &rows).await?;
+    }
+
+    // Baseline: the same rows straight from the database, page by page, in this process.
+    let started = Instant::now();
+    let mut filter = crate::traces::repo::TraceFilter::default();
+    let mut read = 0;
+    loop {
+        let page = crate::traces::repo::export_page(&conn, &project.id, &filter, PAGE).await?;
+        read += page.len();
+        match page.last() {
+            Some(last) if page.len() as u64 == PAGE => {
+                filter.before = Some((last.created_at, last.id.clone()))
+            }
+            _ => break,
+        }
+    }
+    let baseline = started.elapsed();
+    anyhow::ensure!(read == bench.traces, "the baseline read {read} traces");
+    conn.close().await?;
+
+    let exe = std::env::current_exe()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let server = Killed(
+        Command::new(&exe)
+            .arg("serve")
+            .env("KEEL_DATABASE_URL", &db.url)
+            .env("KEEL_LISTEN", format!("127.0.0.1:{port}"))
+            .env("KEEL_INTERNAL_KEYS", BENCH_INTERNAL_KEY)
+            .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "0")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..600 {
+        if http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(ready, "keel serve did not become ready");
+    let server_pid = server.0.id();
+    let server_idle = status_kib(server_pid, "VmRSS:").unwrap_or(0);
+
+    let dir = std::env::temp_dir().join(format!("keel-export-bench-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let out = dir.join("train.jsonl");
+    let started = Instant::now();
+    let mut cli = Command::new(&exe)
+        .args([
+            "traces",
+            "export",
+            "--all",
+            "--project",
+            &project.id,
+            "--format",
+            "records",
+            "--out",
+        ])
+        .arg(&out)
+        .env("KEEL_URL", &base)
+        .env("KEEL_API_KEY", &key.secret)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let cli_pid = cli.id();
+    let (mut cli_peak, mut server_peak) = (0, 0);
+    let status = loop {
+        if let Some(kib) = status_kib(cli_pid, "VmHWM:") {
+            cli_peak = cli_peak.max(kib);
+        }
+        if let Some(kib) = status_kib(server_pid, "VmHWM:") {
+            server_peak = server_peak.max(kib);
+        }
+        if let Some(status) = cli.try_wait()? {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let export = started.elapsed();
+    anyhow::ensure!(status.success(), "the export failed: {status}");
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(std::fs::File::open(&out)?)).count();
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(server);
+    db.drop_now().await;
+    Ok(Measured {
+        baseline,
+        export,
+        lines,
+        server_idle,
+        server_peak,
+        cli_peak,
+    })
+}
