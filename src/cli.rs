@@ -45,11 +45,6 @@ pub enum Command {
         #[command(subcommand)]
         action: MigrateAction,
     },
-    /// Benchmarks over real HTTP against a fresh database (results as a markdown table).
-    Bench {
-        #[command(subcommand)]
-        target: BenchTarget,
-    },
     /// Traces of the recording proxy, through the HTTP API.
     Traces {
         #[command(subcommand)]
@@ -70,101 +65,6 @@ pub enum MigrateAction {
     Down,
     /// List migrations and whether each is applied.
     Status,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BenchTarget {
-    /// Serving-usage charges/s and latency: one hot organization and many, group commit
-    /// against one transaction per charge.
-    Ledger {
-        /// Also run on PostgreSQL (an admin URL; a scratch database is created and dropped).
-        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
-        postgres_url: Option<String>,
-        #[arg(long, default_value_t = 20_000)]
-        requests: usize,
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-        /// Organizations in the spread scenario.
-        #[arg(long, default_value_t = 1_000)]
-        orgs: usize,
-        /// Skip the baseline runs.
-        #[arg(long)]
-        skip_baseline: bool,
-        /// With --postgres-url: measure PostgreSQL only.
-        #[arg(long)]
-        skip_sqlite: bool,
-    },
-    /// The recording proxy's added latency at fixed rates and its saturation throughput,
-    /// against the same load sent directly to the fake provider.
-    Proxy {
-        /// Request rates (per second) of the fixed-rate runs.
-        #[arg(long, value_delimiter = ',', default_value = "200,1000,3000")]
-        rates: Vec<u32>,
-        /// Seconds each fixed-rate run lasts.
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-        /// Requests in flight in the saturation run.
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-        /// Requests of the saturation run.
-        #[arg(long, default_value_t = 20_000)]
-        requests: usize,
-        /// The trace writer's batch size (`traces.flush_rows`) for this run; the configured
-        /// default when absent.
-        #[arg(long)]
-        flush_rows: Option<usize>,
-        /// The trace writer's longest wait before writing a batch (`traces.flush_ms`) for
-        /// this run; the configured default when absent.
-        #[arg(long)]
-        flush_ms: Option<u64>,
-    },
-    /// Every console page's server time with a big organization, against `/healthz` and
-    /// the JSON API's billing overview in the same run.
-    Console {
-        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
-        postgres_url: Option<String>,
-        #[arg(long, default_value_t = 10_000)]
-        jobs: usize,
-        #[arg(long, default_value_t = 100_000)]
-        ledger: usize,
-        #[arg(long, default_value_t = 50_000)]
-        traces: usize,
-        /// Requests per page (one at a time).
-        #[arg(long, default_value_t = 100)]
-        requests: usize,
-        /// With --postgres-url: measure PostgreSQL only.
-        #[arg(long)]
-        skip_sqlite: bool,
-    },
-    /// A whole project's traces exported by `keel traces export --all` from `keel serve`:
-    /// time and peak RSS of both, against reading the rows straight from the database.
-    Export {
-        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
-        postgres_url: Option<String>,
-        #[arg(long, default_value_t = 100_000)]
-        traces: usize,
-        /// With --postgres-url: measure PostgreSQL only.
-        #[arg(long)]
-        skip_sqlite: bool,
-    },
-    /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
-    Queue {
-        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
-        postgres_url: Option<String>,
-        #[arg(long, default_value_t = 20_000)]
-        jobs: usize,
-        #[arg(long, default_value_t = 8)]
-        workers: usize,
-        /// Requests in flight while enqueueing.
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-        /// Skip the baseline runs.
-        #[arg(long)]
-        skip_baseline: bool,
-        /// Measure PostgreSQL only (with --postgres-url).
-        #[arg(long)]
-        skip_sqlite: bool,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -244,7 +144,7 @@ struct Bootstrapped {
 pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(Command::Serve);
     let mut telemetry_settings = settings.telemetry.clone();
-    if matches!(command, Command::Bench { .. } | Command::Traces { .. }) {
+    if matches!(command, Command::Traces { .. }) {
         // Per-request log lines would measure the terminal, not keel.
         telemetry_settings.level = "warn".into();
     }
@@ -285,92 +185,6 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             }
             Ok(())
         }
-        Command::Bench { target } => match target {
-            BenchTarget::Proxy {
-                rates,
-                seconds,
-                concurrency,
-                requests,
-                flush_rows,
-                flush_ms,
-            } => {
-                crate::bench::proxy::run(crate::bench::proxy::ProxyBench {
-                    rates,
-                    seconds,
-                    concurrency,
-                    saturation_requests: requests,
-                    flush_rows,
-                    flush_ms,
-                })
-                .await
-            }
-            BenchTarget::Ledger {
-                postgres_url,
-                requests,
-                concurrency,
-                orgs,
-                skip_baseline,
-                skip_sqlite,
-            } => {
-                crate::bench::ledger::run(crate::bench::ledger::LedgerBench {
-                    postgres_url,
-                    requests,
-                    concurrency,
-                    spread_orgs: orgs,
-                    skip_baseline,
-                    skip_sqlite,
-                })
-                .await
-            }
-            BenchTarget::Export {
-                postgres_url,
-                traces,
-                skip_sqlite,
-            } => {
-                crate::bench::export::run(crate::bench::export::ExportBench {
-                    postgres_url,
-                    traces,
-                    skip_sqlite,
-                })
-                .await
-            }
-            BenchTarget::Console {
-                postgres_url,
-                jobs,
-                ledger,
-                traces,
-                requests,
-                skip_sqlite,
-            } => {
-                crate::bench::console::run(crate::bench::console::ConsoleBench {
-                    postgres_url,
-                    jobs,
-                    ledger,
-                    traces,
-                    requests,
-                    skip_sqlite,
-                })
-                .await
-            }
-            BenchTarget::Queue {
-                postgres_url,
-                jobs,
-                workers,
-                concurrency,
-                skip_baseline,
-                skip_sqlite,
-            } => {
-                crate::bench::queue::run(crate::bench::queue::QueueBench {
-                    postgres_url,
-                    jobs,
-                    workers,
-                    concurrency,
-                    skip_baseline,
-                    skip_sqlite,
-                })
-                .await
-            }
-        },
         Command::Traces {
             action:
                 TracesAction::Export {

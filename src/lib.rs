@@ -1,7 +1,6 @@
 //! keel: the backend of an organization-scoped model-training platform.
 
 pub mod auth;
-pub mod bench;
 pub mod billing;
 pub mod cache;
 pub mod cli;

@@ -38,7 +38,7 @@ pub struct ExportQuery {
     pub format: Option<String>,
     /// The previous page's `nextCursor`: the walk goes on from there (newest to oldest,
     /// without gaps or repeats while new traces arrive).
-    #[param(max_length = 400)]
+    #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
     pub cursor: Option<String>,
     #[serde(flatten)]
     #[param(inline)]

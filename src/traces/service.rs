@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use entities::trace;
 use serde_json::Value;
 
@@ -26,8 +26,10 @@ fn convert_all(traces: &[trace::Model], format: Format) -> Export {
     }
 }
 
-/// Where an export walk stands: the last trace it gave, `(created_at, id)`. Opaque to
-/// clients (hex), exact to the nanosecond, so the next page starts right after it.
+/// Where an export walk stands: the last trace it gave, `(created_at, id)`, exact to the
+/// nanosecond so the next page starts right after it. Opaque to clients; written
+/// `<seconds>-<nanoseconds>-<id without dashes>`, so that every string of that pattern (the
+/// schema's) is a position to walk from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     pub at: DateTime<Utc>,
@@ -42,19 +44,26 @@ impl Cursor {
         }
     }
 
+    /// The schema's pattern of a cursor.
+    pub const PATTERN: &'static str = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$";
+
     pub fn encode(&self) -> String {
-        hex::encode(format!(
-            "{}|{}",
-            self.at.to_rfc3339_opts(SecondsFormat::Nanos, true),
-            self.id
-        ))
+        let id = uuid::Uuid::parse_str(&self.id).map_or_else(|_| self.id.clone(), |id| id.simple().to_string());
+        format!("{}-{:09}-{id}", self.at.timestamp(), self.at.timestamp_subsec_nanos())
     }
 
     pub fn decode(raw: &str) -> Option<Self> {
-        let text = String::from_utf8(hex::decode(raw).ok()?).ok()?;
-        let (at, id) = text.split_once('|')?;
+        let mut parts = raw.splitn(3, '-');
+        let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
+        let digits = |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(secs, 12) || nanos.len() != 9 || !digits(nanos, 9) || id.len() != 32 {
+            return None;
+        }
+        if !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let at = DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)?;
         let id = uuid::Uuid::parse_str(id).ok()?.hyphenated().to_string();
-        let at = DateTime::parse_from_rfc3339(at).ok()?.with_timezone(&Utc);
         Some(Self { at, id })
     }
 }
@@ -141,4 +150,25 @@ pub async fn export_selection(
         project_id,
         export: convert_all(&traces, format),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn a_cursor_round_trips_to_the_nanosecond_and_nonsense_is_refused() {
+        let at = chrono::DateTime::from_timestamp(1_795_000_000, 123_456_789).expect("a time");
+        let cursor = Cursor {
+            at,
+            id: "0192f0c4-7e1a-7c3b-8d2e-1f2a3b4c5d6e".into(),
+        };
+        let encoded = cursor.encode();
+        assert_eq!(encoded, "1795000000-123456789-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e");
+        assert!(regex::Regex::new(Cursor::PATTERN).expect("a regex").is_match(&encoded));
+        assert_eq!(Cursor::decode(&encoded), Some(cursor));
+        for bad in ["", "x", "1-2-3", "1795000000-12345678-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e", "1-123456789-0192F0C47E1A7C3B8D2E1F2A3B4C5D6E"] {
+            assert_eq!(Cursor::decode(bad), None, "{bad}");
+        }
+    }
 }

@@ -712,13 +712,17 @@ async fn an_instance_frozen_mid_load_does_not_stop_the_other_from_charging_every
     }
 }
 
+/// When a request was sent, and its status and whether the connection closes after it (or
+/// the transport error).
+type Sent = (Instant, Result<(StatusCode, bool), String>);
+
 #[actix_web::test]
 async fn sigterm_answers_every_request_sent_before_it_on_kept_alive_connections() {
     let db = TestDb::new().await;
     let instance = Instance::started(&db.url, &[("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "2")]).await;
     // Kept-alive connections: one client (its pool) per sender.
     let signalled: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let outcomes: Arc<Mutex<Vec<(Instant, Result<(StatusCode, bool), String>)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let senders = (0..16).map(|_| {
         let (url, signalled, outcomes) = (instance.url("/healthz"), signalled.clone(), outcomes.clone());
         async move {

@@ -1,4 +1,4 @@
-//! `keel bench export`: a whole project's traces (100,000 by default) exported by
+//! `keel-bench export`: a whole project's traces (100,000 by default) exported by
 //! `keel traces export --all` from a `keel serve` process, both the built binary: the time,
 //! the rate, and the peak RSS of the server and of the CLI, against the simplest baseline
 //! measured in the same run (reading the same rows straight from the database, in pages of
@@ -12,7 +12,7 @@ use chrono::Utc;
 use entities::trace;
 use serde_json::json;
 
-use super::{BenchDb, BENCH_INTERNAL_KEY};
+use crate::common::{BenchDb, BENCH_INTERNAL_KEY};
 
 pub struct ExportBench {
     pub postgres_url: Option<String>,
@@ -99,14 +99,14 @@ impl Drop for Killed {
 
 async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result<Measured> {
     let db = BenchDb::create(admin_url).await?;
-    let settings = super::bench_settings(&db.url)?;
-    let conn = crate::database::connect(&settings.database).await?;
-    crate::database::migrate(&settings.database, &conn).await?;
-    let org = crate::orgs::repo::create_org(&conn, "bench", None, "bench-owner", None)
+    let settings = crate::common::bench_settings(&db.url)?;
+    let conn = keel::database::connect(&settings.database).await?;
+    keel::database::migrate(&settings.database, &conn).await?;
+    let org = keel::orgs::repo::create_org(&conn, "bench", None, "bench-owner", None)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = crate::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
-    let project = crate::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
+    let key = keel::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
+    let project = keel::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
     let now = Utc::now();
     for chunk in (0..bench.traces).collect::<Vec<_>>().chunks(CHUNK) {
         let rows: Vec<trace::Model> = chunk
@@ -141,15 +141,15 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
                 created_at: now - chrono::Duration::milliseconds((bench.traces - i) as i64),
             })
             .collect();
-        crate::traces::repo::insert_traces(&conn, &rows).await?;
+        keel::traces::repo::insert_traces(&conn, &rows).await?;
     }
 
     // Baseline: the same rows straight from the database, page by page, in this process.
     let started = Instant::now();
-    let mut filter = crate::traces::repo::TraceFilter::default();
+    let mut filter = keel::traces::repo::TraceFilter::default();
     let mut read = 0;
     loop {
-        let page = crate::traces::repo::export_page(&conn, &project.id, &filter, PAGE).await?;
+        let page = keel::traces::repo::export_page(&conn, &project.id, &filter, PAGE).await?;
         read += page.len();
         match page.last() {
             Some(last) if page.len() as u64 == PAGE => {
@@ -162,7 +162,9 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
     anyhow::ensure!(read == bench.traces, "the baseline read {read} traces");
     conn.close().await?;
 
-    let exe = std::env::current_exe()?;
+    // The `keel` binary built beside this one (`cargo build --release` builds both).
+    let exe = std::env::current_exe()?.with_file_name("keel");
+    anyhow::ensure!(exe.exists(), "{} is missing: cargo build --release builds it", exe.display());
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let server = Killed(
         Command::new(&exe)

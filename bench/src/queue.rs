@@ -13,12 +13,12 @@ use futures_util::future::join_all;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::{json, Value};
 
-use super::{
+use crate::common::{
     bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, Connection, LoadRequest,
     BENCH_INTERNAL_KEY,
 };
-use crate::billing::ledger::{EntryKind, LedgerOp};
-use crate::startup::Application;
+use keel::billing::ledger::{EntryKind, LedgerOp};
+use keel::startup::Application;
 
 pub struct QueueBench {
     pub postgres_url: Option<String>,
@@ -122,15 +122,15 @@ async fn run_one(
     let handle = app.handle();
     let server = actix_web::rt::spawn(app.run_until_stopped());
 
-    let org = crate::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
+    let org = keel::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = crate::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
-    let project = crate::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
+    let key = keel::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
+    let project = keel::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
     let funding = LedgerOp::credit(
         EntryKind::Topup,
-        crate::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
-        Some(crate::domain::IdempotencyKey::payment("bench-funding")),
+        keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
+        Some(keel::domain::IdempotencyKey::payment("bench-funding")),
         "bench funding",
     );
     state

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 
-use super::{bench_settings, millis, run_load, BenchDb, LoadRequest, LoadResult};
-use crate::startup::Application;
+use crate::common::{bench_settings, millis, run_load, BenchDb, LoadRequest, LoadResult};
+use keel::startup::Application;
 
 const COMPLETION: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Paris is the capital of France."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":8,"total_tokens":32}}"#;
 const REQUEST: &str = r#"{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is the capital of France?"}]}"#;
@@ -206,11 +206,11 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     let handle = app.handle();
     let server = actix_web::rt::spawn(app.run_until_stopped());
 
-    let org = crate::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
+    let org = keel::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = crate::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
-    let project = crate::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
+    let key = keel::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
+    let project = keel::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)

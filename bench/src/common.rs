@@ -1,12 +1,5 @@
-//! `keel bench ...`: in-process load tests over real HTTP against a fresh database, each
-//! compared with a naive baseline measured in the same run. Numbers go to stdout as a
-//! markdown table (see docs/BENCHMARKS.md).
-
-pub mod console;
-pub mod export;
-pub mod ledger;
-pub mod proxy;
-pub mod queue;
+//! What the benchmarks share: throw-away databases, settings, and a lean HTTP/1.1 load
+//! generator.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +13,7 @@ use hyper_util::rt::TokioIo;
 
 use sea_orm::{ConnectionTrait, Database};
 
-use crate::config::Settings;
+use keel::config::Settings;
 
 pub const BENCH_INTERNAL_KEY: &str = "bench-internal-key";
 

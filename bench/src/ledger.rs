@@ -9,11 +9,11 @@ use entities::serving_usage;
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::json;
 
-use super::{
+use crate::common::{
     bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, LoadRequest, BENCH_INTERNAL_KEY,
 };
-use crate::orgs::repo::{create_org, upsert_adapter};
-use crate::startup::Application;
+use keel::orgs::repo::{create_org, upsert_adapter};
+use keel::startup::Application;
 
 pub struct LedgerBench {
     pub postgres_url: Option<String>,

@@ -10,8 +10,8 @@ use chrono::Utc;
 use entities::{eval_run, ledger_entry, serving_usage, trace, training_job};
 use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait, Statement};
 
-use super::{bench_settings, millis, BenchDb, BENCH_INTERNAL_KEY};
-use crate::startup::Application;
+use crate::common::{bench_settings, millis, BenchDb, BENCH_INTERNAL_KEY};
+use keel::startup::Application;
 
 pub struct ConsoleBench {
     pub postgres_url: Option<String>,
@@ -68,13 +68,13 @@ async fn run_one(
     let server = actix_web::rt::spawn(app.run_until_stopped());
     let conn = &state.db;
 
-    let org = crate::orgs::repo::create_org(conn, "bench", None, "bench-owner", None)
+    let org = keel::orgs::repo::create_org(conn, "bench", None, "bench-owner", None)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let org_id = org.org_id.clone();
-    let key = crate::orgs::repo::create_api_key(conn, &org_id, Some("bench")).await?;
-    let project = crate::projects::repo::insert(conn, &org_id, "bench", "bench", None).await?;
-    crate::billing::repo::account(conn, &org_id).await?;
+    let key = keel::orgs::repo::create_api_key(conn, &org_id, Some("bench")).await?;
+    let project = keel::projects::repo::insert(conn, &org_id, "bench", "bench", None).await?;
+    keel::billing::repo::account(conn, &org_id).await?;
     let started = Instant::now();
     let now = Utc::now();
     let spread =

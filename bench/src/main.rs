@@ -1,0 +1,231 @@
+//! `keel-bench`: the benchmarks, over real HTTP against a fresh database (a temporary SQLite
+//! file, or a scratch PostgreSQL database), each against its simplest baseline measured in
+//! the same run. Tables go to stdout as markdown (docs/BENCHMARKS.md); progress to stderr.
+#![allow(clippy::print_stdout)]
+
+mod common;
+mod console;
+mod export;
+mod ledger;
+mod proxy;
+mod queue;
+
+use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(name = "keel-bench", version, about = "keel's benchmarks (markdown tables on stdout)")]
+struct Cli {
+    #[command(subcommand)]
+    target: BenchTarget,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchTarget {
+    /// Serving-usage charges/s and latency: one hot organization and many, group commit
+    /// against one transaction per charge.
+    Ledger {
+        /// Also run on PostgreSQL (an admin URL; a scratch database is created and dropped).
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Organizations in the spread scenario.
+        #[arg(long, default_value_t = 1_000)]
+        orgs: usize,
+        /// Skip the baseline runs.
+        #[arg(long)]
+        skip_baseline: bool,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
+    /// The recording proxy's added latency at fixed rates and its saturation throughput,
+    /// against the same load sent directly to the fake provider.
+    Proxy {
+        /// Request rates (per second) of the fixed-rate runs.
+        #[arg(long, value_delimiter = ',', default_value = "200,1000,3000")]
+        rates: Vec<u32>,
+        /// Seconds each fixed-rate run lasts.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Requests in flight in the saturation run.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Requests of the saturation run.
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        /// The trace writer's batch size (`traces.flush_rows`) for this run; the configured
+        /// default when absent.
+        #[arg(long)]
+        flush_rows: Option<usize>,
+        /// The trace writer's longest wait before writing a batch (`traces.flush_ms`) for
+        /// this run; the configured default when absent.
+        #[arg(long)]
+        flush_ms: Option<u64>,
+    },
+    /// Every console page's server time with a big organization, against `/healthz` and
+    /// the JSON API's billing overview in the same run.
+    Console {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 10_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 100_000)]
+        ledger: usize,
+        #[arg(long, default_value_t = 50_000)]
+        traces: usize,
+        /// Requests per page (one at a time).
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
+    /// A whole project's traces exported by `keel traces export --all` from `keel serve`:
+    /// time and peak RSS of both, against reading the rows straight from the database.
+    Export {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 100_000)]
+        traces: usize,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
+    /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
+    Queue {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        #[arg(long, default_value_t = 20_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 8)]
+        workers: usize,
+        /// Requests in flight while enqueueing.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Skip the baseline runs.
+        #[arg(long)]
+        skip_baseline: bool,
+        /// Measure PostgreSQL only (with --postgres-url).
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
+}
+
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // Per-request log lines would measure the terminal, not keel.
+    let mut telemetry = match keel::config::Settings::defaults() {
+        Ok(settings) => settings.telemetry,
+        Err(err) => {
+            eprintln!("keel-bench: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    telemetry.level = "warn".into();
+    let logs = keel::telemetry::init(&telemetry);
+    let result = actix_web::rt::System::new().block_on(run(cli));
+    logs.flush();
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("keel-bench: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+match cli.target {
+        BenchTarget::Proxy {
+            rates,
+            seconds,
+            concurrency,
+            requests,
+            flush_rows,
+            flush_ms,
+        } => {
+            crate::proxy::run(crate::proxy::ProxyBench {
+                rates,
+                seconds,
+                concurrency,
+                saturation_requests: requests,
+                flush_rows,
+                flush_ms,
+            })
+            .await
+        }
+        BenchTarget::Ledger {
+            postgres_url,
+            requests,
+            concurrency,
+            orgs,
+            skip_baseline,
+            skip_sqlite,
+        } => {
+            crate::ledger::run(crate::ledger::LedgerBench {
+                postgres_url,
+                requests,
+                concurrency,
+                spread_orgs: orgs,
+                skip_baseline,
+                skip_sqlite,
+            })
+            .await
+        }
+        BenchTarget::Export {
+            postgres_url,
+            traces,
+            skip_sqlite,
+        } => {
+            crate::export::run(crate::export::ExportBench {
+                postgres_url,
+                traces,
+                skip_sqlite,
+            })
+            .await
+        }
+        BenchTarget::Console {
+            postgres_url,
+            jobs,
+            ledger,
+            traces,
+            requests,
+            skip_sqlite,
+        } => {
+            crate::console::run(crate::console::ConsoleBench {
+                postgres_url,
+                jobs,
+                ledger,
+                traces,
+                requests,
+                skip_sqlite,
+            })
+            .await
+        }
+        BenchTarget::Queue {
+            postgres_url,
+            jobs,
+            workers,
+            concurrency,
+            skip_baseline,
+            skip_sqlite,
+        } => {
+            crate::queue::run(crate::queue::QueueBench {
+                postgres_url,
+                jobs,
+                workers,
+                concurrency,
+                skip_baseline,
+                skip_sqlite,
+            })
+            .await
+        }
+    }
+}
