@@ -164,7 +164,11 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
 
     // The `keel` binary built beside this one (`cargo build --release` builds both).
     let exe = std::env::current_exe()?.with_file_name("keel");
-    anyhow::ensure!(exe.exists(), "{} is missing: cargo build --release builds it", exe.display());
+    anyhow::ensure!(
+        exe.exists(),
+        "{} is missing: cargo build --release builds it",
+        exe.display()
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let server = Killed(
         Command::new(&exe)

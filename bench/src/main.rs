@@ -16,7 +16,11 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
-#[command(name = "keel-bench", version, about = "keel's benchmarks (markdown tables on stdout)")]
+#[command(
+    name = "keel-bench",
+    version,
+    about = "keel's benchmarks (markdown tables on stdout)"
+)]
 struct Cli {
     #[command(subcommand)]
     target: BenchTarget,
@@ -117,7 +121,6 @@ enum BenchTarget {
     },
 }
 
-
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Per-request log lines would measure the terminal, not keel.
@@ -142,7 +145,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-match cli.target {
+    match cli.target {
         BenchTarget::Proxy {
             rates,
             seconds,

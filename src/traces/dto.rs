@@ -40,30 +40,46 @@ pub struct ExportQuery {
     /// without gaps or repeats while new traces arrive).
     #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
     pub cursor: Option<String>,
-    #[serde(flatten)]
-    #[param(inline)]
-    pub filters: ExportFilters,
-}
-
-/// Which traces an export takes (each optional).
-#[derive(Debug, Default, Deserialize, ToSchema, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ExportFilters {
     /// Only traces recorded at or after this time (RFC 3339).
-    #[param(value_type = Option<String>, format = DateTime)]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[param(format = DateTime)]
     pub since: Option<String>,
     /// Only traces recorded before this time (RFC 3339).
-    #[param(value_type = Option<String>, format = DateTime)]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[param(format = DateTime)]
     pub until: Option<String>,
     /// Only traces of this model.
     #[param(min_length = 1, max_length = 200)]
+    pub model: Option<String>,
+    /// `ok` (a 2xx answer) or `error` (any other).
+    #[param(pattern = "^(ok|error)$")]
+    pub status: Option<String>,
+}
+
+impl ExportQuery {
+    /// The query's filters, as the selection form has them.
+    pub fn filters(&self) -> ExportFilters {
+        ExportFilters {
+            since: self.since.clone(),
+            until: self.until.clone(),
+            model: self.model.clone(),
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// Which traces an export takes (each optional).
+#[derive(Debug, Default, Clone, Deserialize, ToSchema)]
+pub struct ExportFilters {
+    /// Only traces recorded at or after this time (RFC 3339).
+    #[schema(format = DateTime)]
+    pub since: Option<String>,
+    /// Only traces recorded before this time (RFC 3339).
+    #[schema(format = DateTime)]
+    pub until: Option<String>,
+    /// Only traces of this model.
     #[schema(min_length = 1, max_length = 200)]
     pub model: Option<String>,
     /// `ok` (a 2xx answer) or `error` (any other).
-    #[param(value_type = Option<String>, pattern = "^(ok|error)$")]
-    #[schema(value_type = Option<String>, pattern = "^(ok|error)$")]
+    #[schema(pattern = "^(ok|error)$")]
     pub status: Option<String>,
 }
 
@@ -120,7 +136,7 @@ impl Validate for ExportQuery {
                 "Value error, not a cursor an export answered",
             );
         }
-        self.filters.check(c);
+        self.filters().check(c);
     }
 }
 

@@ -58,10 +58,10 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     let query = query.0;
     let format = format_of(query.format.as_deref());
     let orgs = caller.organizations().await?;
+    let filter = query.filters().to_filter();
     let project_id = query.project_id;
     let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
     let cursor = query.cursor.as_deref().and_then(service::Cursor::decode);
-    let filter = query.filters.to_filter();
     let page =
         service::export_project(caller.state(), &orgs, &project_id, format, limit, filter, cursor).await?;
     Ok(HttpResponse::Ok().json(TracesExportResponse {

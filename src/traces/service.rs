@@ -48,14 +48,20 @@ impl Cursor {
     pub const PATTERN: &'static str = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$";
 
     pub fn encode(&self) -> String {
-        let id = uuid::Uuid::parse_str(&self.id).map_or_else(|_| self.id.clone(), |id| id.simple().to_string());
-        format!("{}-{:09}-{id}", self.at.timestamp(), self.at.timestamp_subsec_nanos())
+        let id =
+            uuid::Uuid::parse_str(&self.id).map_or_else(|_| self.id.clone(), |id| id.simple().to_string());
+        format!(
+            "{}-{:09}-{id}",
+            self.at.timestamp(),
+            self.at.timestamp_subsec_nanos()
+        )
     }
 
     pub fn decode(raw: &str) -> Option<Self> {
         let mut parts = raw.splitn(3, '-');
         let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
-        let digits = |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(secs, 12) || nanos.len() != 9 || !digits(nanos, 9) || id.len() != 32 {
             return None;
         }
@@ -165,9 +171,17 @@ mod tests {
         };
         let encoded = cursor.encode();
         assert_eq!(encoded, "1795000000-123456789-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e");
-        assert!(regex::Regex::new(Cursor::PATTERN).expect("a regex").is_match(&encoded));
+        assert!(regex::Regex::new(Cursor::PATTERN)
+            .expect("a regex")
+            .is_match(&encoded));
         assert_eq!(Cursor::decode(&encoded), Some(cursor));
-        for bad in ["", "x", "1-2-3", "1795000000-12345678-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e", "1-123456789-0192F0C47E1A7C3B8D2E1F2A3B4C5D6E"] {
+        for bad in [
+            "",
+            "x",
+            "1-2-3",
+            "1795000000-12345678-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e",
+            "1-123456789-0192F0C47E1A7C3B8D2E1F2A3B4C5D6E",
+        ] {
             assert_eq!(Cursor::decode(bad), None, "{bad}");
         }
     }
