@@ -9,6 +9,7 @@ mod export;
 mod ledger;
 mod proxy;
 mod queue;
+mod streams;
 
 use clap::{Parser, Subcommand};
 
@@ -71,6 +72,10 @@ enum BenchTarget {
         /// this run; the configured default when absent.
         #[arg(long)]
         flush_ms: Option<u64>,
+        /// Instead of the request runs: this many streamed completions open at once (a
+        /// comma-separated list runs each), through a `keel serve` process against the fake.
+        #[arg(long, value_delimiter = ',')]
+        streams: Vec<usize>,
     },
     /// Every console page's server time with a big organization, against `/healthz` and
     /// the JSON API's billing overview in the same run.
@@ -146,6 +151,7 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.target {
+        BenchTarget::Proxy { streams, .. } if !streams.is_empty() => crate::streams::run(&streams).await,
         BenchTarget::Proxy {
             rates,
             seconds,
@@ -153,6 +159,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             requests,
             flush_rows,
             flush_ms,
+            ..
         } => {
             crate::proxy::run(crate::proxy::ProxyBench {
                 rates,

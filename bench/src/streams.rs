@@ -1,0 +1,350 @@
+//! `keel-bench proxy --streams N`: N streamed chat completions open at once against a fake
+//! provider that sends 50 chunks 20 ms apart, first straight to the fake (the baseline), then
+//! through a `keel serve` process (the built binary, recording on). Each chunk carries the
+//! time the fake sent it (one clock: the fake and the client are this process), so a chunk's
+//! delay is when the client read it minus when it left the fake. Reported: added time to
+//! first byte and added delay per chunk (keel's percentile minus the baseline's), keel's RSS
+//! per open stream (its peak minus its idle RSS, over N), keel's CPU per chunk, and whether
+//! every stream's trace was written assembled.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use futures_util::StreamExt;
+
+use crate::common::{millis, BenchDb, BENCH_INTERNAL_KEY};
+
+/// Chunks per stream and the fake's pause between two.
+const CHUNKS: usize = 50;
+const EVERY: Duration = Duration::from_millis(20);
+
+/// Starts the fake streaming provider on a thread of its own; one timer for all streams,
+/// which each take the next 50 ticks. Answers its base URL.
+fn start_fake(epoch: Instant) -> anyhow::Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        let system = actix_web::rt::System::new();
+        system.block_on(async move {
+            let (ticks, _) = tokio::sync::broadcast::channel::<u64>(256);
+            let sender = ticks.clone();
+            actix_web::rt::spawn(async move {
+                let mut interval = tokio::time::interval(EVERY);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                loop {
+                    interval.tick().await;
+                    let _ = sender.send(epoch.elapsed().as_micros() as u64);
+                }
+            });
+            let ticks = web::Data::new(ticks);
+            let server = HttpServer::new(move || {
+                App::new().app_data(ticks.clone()).route(
+                    "/v1/chat/completions",
+                    web::post().to(
+                        |_body: web::Bytes, ticks: web::Data<tokio::sync::broadcast::Sender<u64>>| async move {
+                            let receiver = ticks.subscribe();
+                            let stream = futures_util::stream::unfold((receiver, 0usize), |(mut rx, n)| async move {
+                                if n > CHUNKS {
+                                    return None;
+                                }
+                                let sent = loop {
+                                    match rx.recv().await {
+                                        Ok(at) => break at,
+                                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                                        Err(_) => return None,
+                                    }
+                                };
+                                let frame = if n == CHUNKS {
+                                    format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"t\":{sent},\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":9,\"completion_tokens\":50,\"total_tokens\":59}}}}\n\ndata: [DONE]\n\n")
+                                } else {
+                                    format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"t\":{sent},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{n} \"}}}}]}}\n\n")
+                                };
+                                Some((Ok::<_, actix_web::Error>(web::Bytes::from(frame)), (rx, n + 1)))
+                            });
+                            HttpResponse::Ok().content_type("text/event-stream").streaming(stream)
+                        },
+                    ),
+                )
+            })
+            .workers(1)
+            .backlog(8192)
+            .max_connections(100_000)
+            .disable_signals()
+            .listen(listener);
+            if let Ok(server) = server {
+                let _ = server.run().await;
+            }
+        });
+    });
+    Ok(format!("http://127.0.0.1:{port}/v1"))
+}
+
+/// What one run of N streams saw.
+struct Seen {
+    ttfb: Vec<Duration>,
+    chunk_delay: Vec<Duration>,
+    failed: usize,
+    chunks: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Opens `n` streams at once to `url` on a runtime of its own (two threads) and reads them
+/// to the end.
+fn open_streams(n: usize, url: String, headers: Vec<(&'static str, String)>, epoch: Instant) -> Seen {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(_) => {
+            return Seen {
+                ttfb: Vec::new(),
+                chunk_delay: Vec::new(),
+                failed: n,
+                chunks: 0,
+            }
+        }
+    };
+    runtime.block_on(async move {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .tcp_nodelay(true)
+            .timeout(Duration::from_secs(120))
+            .build()
+            .unwrap_or_default();
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"Tell me a story."}]}"#;
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let mut request = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body);
+                for (name, value) in &headers {
+                    request = request.header(*name, value);
+                }
+                tokio::spawn(async move {
+                    let sent = Instant::now();
+                    let response = request.send().await.ok().filter(|r| r.status().is_success())?;
+                    let ttfb = sent.elapsed();
+                    let mut delays = Vec::with_capacity(CHUNKS + 1);
+                    let mut body = response.bytes_stream();
+                    let mut pending = Vec::new();
+                    while let Some(Ok(bytes)) = body.next().await {
+                        let now = epoch.elapsed().as_micros() as u64;
+                        pending.extend_from_slice(&bytes);
+                        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                            let frame: Vec<u8> = pending.drain(..end + 2).collect();
+                            let text = String::from_utf8_lossy(&frame);
+                            if let Some(at) = text
+                                .split("\"t\":")
+                                .nth(1)
+                                .and_then(|rest| rest.split(',').next())
+                                .and_then(|t| t.parse::<u64>().ok())
+                            {
+                                delays.push(Duration::from_micros(now.saturating_sub(at)));
+                            }
+                        }
+                    }
+                    Some((ttfb, delays))
+                })
+            })
+            .collect();
+        let mut seen = Seen {
+            ttfb: Vec::with_capacity(n),
+            chunk_delay: Vec::with_capacity(n * (CHUNKS + 1)),
+            failed: 0,
+            chunks: 0,
+        };
+        for task in tasks {
+            match task.await {
+                Ok(Some((ttfb, delays))) if delays.len() == CHUNKS + 1 => {
+                    seen.ttfb.push(ttfb);
+                    seen.chunks += delays.len();
+                    seen.chunk_delay.extend(delays);
+                }
+                _ => seen.failed += 1,
+            }
+        }
+        seen.ttfb.sort_unstable();
+        seen.chunk_delay.sort_unstable();
+        seen
+    })
+}
+
+fn kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process (clock ticks of 10 ms).
+fn cpu(pid: u32) -> Duration {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1.to_owned();
+            let mut fields = rest.split_whitespace().skip(11);
+            let utime: u64 = fields.next()?.parse().ok()?;
+            let stime: u64 = fields.next()?.parse().ok()?;
+            Some(Duration::from_millis((utime + stime) * 10))
+        })
+        .unwrap_or_default()
+}
+
+pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
+    let epoch = Instant::now();
+    let provider = start_fake(epoch)?;
+    let db = BenchDb::create(None).await?;
+    let exe = std::env::current_exe()?.with_file_name("keel");
+    anyhow::ensure!(
+        exe.exists(),
+        "{} is missing: cargo build --release builds it",
+        exe.display()
+    );
+    let settings = crate::common::bench_settings(&db.url)?;
+    let conn = keel::database::connect(&settings.database).await?;
+    keel::database::migrate(&settings.database, &conn).await?;
+    let org = keel::orgs::repo::create_org(&conn, "bench", None, "bench-owner", None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = keel::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
+    let project = keel::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
+
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut server = Command::new(&exe)
+        .arg("serve")
+        .env("KEEL_DATABASE_URL", &db.url)
+        .env("KEEL_LISTEN", port.to_string())
+        .env("KEEL_INTERNAL_KEYS", BENCH_INTERNAL_KEY)
+        .env("KEEL_PROVIDER_OPENAI_URL", &provider)
+        .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "0")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let pid = server.id();
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..600 {
+        if http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(ready, "keel serve did not become ready");
+
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "Streams of {} chunks {} ms apart, all opened at once; added = through keel minus straight to the fake, same N.\n",
+        CHUNKS + 1,
+        EVERY.as_millis()
+    )?;
+    writeln!(out, "| streams | TTFB p50 ms direct / keel | added TTFB p50 ms | added TTFB p99 ms | chunk delay p99 ms direct / keel | added per-chunk p99 ms | keel RSS KiB per stream | keel CPU µs per chunk | failed direct / keel | traces assembled |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut recorded = 0u64;
+    for &n in counts {
+        let direct_url = format!("{provider}/chat/completions");
+        let direct =
+            tokio::task::spawn_blocking(move || open_streams(n, direct_url, Vec::new(), epoch)).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let idle = kib(pid, "VmRSS:");
+        let cpu_before = cpu(pid);
+        let peak = Arc::new(Mutex::new(idle));
+        let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let sampler = {
+            let (peak, sampling) = (peak.clone(), sampling.clone());
+            std::thread::spawn(move || {
+                while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                    let now = kib(pid, "VmRSS:");
+                    if let Ok(mut peak) = peak.lock() {
+                        *peak = (*peak).max(now);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let keel_url = format!("{base}/v1/chat/completions");
+        let headers = vec![
+            ("authorization", format!("Bearer {}", key.secret)),
+            ("x-service-provider", "openai".to_owned()),
+            ("x-service-provider-key", "sk-bench-provider-key".to_owned()),
+            ("x-service-project-id", project.id.clone()),
+        ];
+        let through = tokio::task::spawn_blocking(move || open_streams(n, keel_url, headers, epoch)).await?;
+        sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+        let _ = sampler.join();
+        let used = cpu(pid).saturating_sub(cpu_before);
+        let peak = peak.lock().map(|p| *p).unwrap_or(idle);
+        recorded += (n - through.failed) as u64;
+        // Every recorded stream's trace, written and assembled.
+        let mut assembled = 0;
+        for _ in 0..100 {
+            assembled = assembled_traces(&conn, &project.id).await?;
+            if assembled >= recorded {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let ms = |d: Duration| millis(d);
+        let added = |keel: Duration, direct: Duration| {
+            format!("{:.3}", (keel.as_secs_f64() - direct.as_secs_f64()) * 1000.0)
+        };
+        writeln!(
+            out,
+            "| {n} | {} / {} | {} | {} | {} / {} | {} | {:.1} | {:.2} | {} / {} | {assembled} of {recorded} |",
+            ms(percentile(&direct.ttfb, 0.5)),
+            ms(percentile(&through.ttfb, 0.5)),
+            added(percentile(&through.ttfb, 0.5), percentile(&direct.ttfb, 0.5)),
+            added(percentile(&through.ttfb, 0.99), percentile(&direct.ttfb, 0.99)),
+            ms(percentile(&direct.chunk_delay, 0.99)),
+            ms(percentile(&through.chunk_delay, 0.99)),
+            added(percentile(&through.chunk_delay, 0.99), percentile(&direct.chunk_delay, 0.99)),
+            peak.saturating_sub(idle) as f64 / n.max(1) as f64,
+            used.as_secs_f64() * 1e6 / through.chunks.max(1) as f64,
+            direct.failed,
+            through.failed,
+        )?;
+        out.flush()?;
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    conn.close().await?;
+    db.drop_now().await;
+    Ok(())
+}
+
+/// Traces of the project written complete with an assembled response.
+async fn assembled_traces(conn: &sea_orm::DatabaseConnection, project_id: &str) -> anyhow::Result<u64> {
+    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+    Ok(entities::trace::Entity::find()
+        .filter(entities::trace::Column::ProjectId.eq(project_id))
+        .filter(entities::trace::Column::Complete.eq(true))
+        .filter(entities::trace::Column::Response.is_not_null())
+        .count(conn)
+        .await?)
+}
