@@ -105,6 +105,26 @@ impl Shared {
     }
 }
 
+/// One operation waiting for the ledger, from submission until its caller has the answer
+/// or has gone.
+struct Waiting<'a>(&'a Shared);
+
+impl<'a> Waiting<'a> {
+    fn start(shared: &'a Shared) -> Self {
+        if shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Work starts waiting now, not when the ledger last answered.
+            shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
+        }
+        Self(shared)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -467,17 +487,15 @@ impl Ledger {
     /// it is committed.
     pub async fn submit(&self, org_id: &str, op: LedgerOp) -> Result<Outcome, LedgerError> {
         let shared = &self.shared;
-        if shared.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
-            // Work starts waiting now, not when the ledger last answered.
-            shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
-        }
+        // Counted out when dropped: a caller that goes away (a client hang-up drops the
+        // handler) is no longer waiting.
+        let _waiting = Waiting::start(shared);
         let kind = op.kind;
         let outcome = self.send(org_id, op).await;
         shared.metrics.ledger_op(kind, &outcome);
         if !matches!(outcome, Err(LedgerError::Unavailable(_) | LedgerError::Locked)) {
             shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
         }
-        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
         outcome
     }
 
