@@ -1,12 +1,13 @@
 """A first-time user of a Python client generated from keel's /openapi.json (by
 openapi-python-client): create a project, read the billing view, claim the starter credit,
-enqueue a training job, and claim it as a worker. Only the generated client is used."""
+save a card and top up, enqueue a training job, and claim it as a worker. Only the generated
+client is used."""
 
 import os
 import sys
 
 from keel_client import AuthenticatedClient
-from keel_client.api.billing import get_billing, starter_credit
+from keel_client.api.billing import get_billing, save_payment_method, starter_credit, topup
 from keel_client.api.projects import create_project
 from keel_client.api.training import create_job, get_job
 from keel_client.api.training_internal import claim_jobs
@@ -17,7 +18,11 @@ from keel_client.models import (
     InternalClaimJobsRequest,
     JobAction,
     JobView,
+    CardView,
     OrgBody,
+    PaymentMethodBody,
+    TopupBody,
+    TopupView,
     ProjectCreateBody,
     ProjectCreated,
     TrainingJob,
@@ -44,6 +49,11 @@ billing = expect(get_billing.sync(client=user, org_id=org_id), BillingView, "bil
 print(f"project {project.slug}; balance {billing.balance_cents} cents")
 if not billing.starter_credit_granted:
     expect(starter_credit.sync(client=user, body=OrgBody(org_id=org_id)), CreditView, "starter credit")
+# Whatever the fuzzing before spent, the job's run fee is covered.
+card = PaymentMethodBody(org_id=org_id, payment_method_id="pm_card_visa")
+expect(save_payment_method.sync(client=user, body=card), CardView, "save a card")
+topped = expect(topup.sync(client=user, body=TopupBody(org_id=org_id, amount_cents=500)), TopupView, "top up")
+print(f"topped up: balance {topped.balance_cents} cents")
 
 queued = expect(
     create_job.sync(

@@ -266,7 +266,7 @@ pub struct TrainingCostBody {
     pub run_id: RunId,
     #[schema(value_type = i64, minimum = 0, maximum = 1000000000)]
     pub cost_cents: Cents,
-    #[schema(max_length = 100)]
+    #[schema(min_length = 1, max_length = 100)]
     pub provider: Option<String>,
 }
 
