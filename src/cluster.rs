@@ -1,6 +1,6 @@
 //! What the instances sharing one PostgreSQL tell each other, on one `LISTEN/NOTIFY`
 //! channel: which cached entries to drop (a revoked key, an organization's deletion or
-//! membership change, an adapter's owner or liveness, a deleted project) and which job
+//! membership change, an adapter's owner or liveness) and which job
 //! actions have new work for waiting claims. On SQLite (one instance) the same events are
 //! delivered in process.
 //!
@@ -37,8 +37,6 @@ pub enum Event {
     OrgChanged(String),
     /// An adapter was registered, re-attributed, changed liveness or was removed.
     AdapterChanged(String),
-    /// A project was deleted.
-    ProjectDeleted(String),
     /// Jobs of this action were queued or requeued.
     JobsQueued(String),
 }
@@ -54,7 +52,6 @@ impl Event {
             Self::KeyRevoked(id) => ("key", id),
             Self::OrgChanged(id) => ("org", id),
             Self::AdapterChanged(id) => ("adapter", id),
-            Self::ProjectDeleted(id) => ("project", id),
             Self::JobsQueued(action) => ("jobs", action),
         }
     }
@@ -66,7 +63,6 @@ impl Event {
             "key" => Self::KeyRevoked(id),
             "org" => Self::OrgChanged(id),
             "adapter" => Self::AdapterChanged(id),
-            "project" => Self::ProjectDeleted(id),
             "jobs" => Self::JobsQueued(id),
             _ => return None,
         })
@@ -154,7 +150,6 @@ impl Cluster {
                 inner.adapters.invalidate_org(id);
             }
             Event::AdapterChanged(id) => inner.adapters.invalidate(id),
-            Event::ProjectDeleted(id) => inner.proxy_cache.projects.forget(id),
             Event::JobsQueued(action) => self.wake(action),
         }
     }
@@ -268,7 +263,6 @@ mod tests {
             Event::KeyRevoked("k1".into()),
             Event::OrgChanged("o:1".into()),
             Event::AdapterChanged("acme/bot".into()),
-            Event::ProjectDeleted("p".into()),
             Event::JobsQueued("train".into()),
         ] {
             assert_eq!(Event::decode(&event.encode()), Some(event));

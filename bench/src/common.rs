@@ -317,3 +317,95 @@ pub fn default_workers() -> usize {
 pub fn millis(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
+
+/// A `keel serve` process of the binary built beside this one (`cargo build --release`
+/// builds both) on `db_url`, with `envs` added; killed when dropped.
+pub struct KeelProcess {
+    child: std::process::Child,
+    pub base: String,
+}
+
+impl KeelProcess {
+    pub async fn serve(db_url: &str, envs: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let exe = keel_exe()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut command = std::process::Command::new(&exe);
+        command
+            .arg("serve")
+            .env("KEEL_DATABASE_URL", db_url)
+            .env("KEEL_LISTEN", port.to_string())
+            .env("KEEL_INTERNAL_KEYS", BENCH_INTERNAL_KEY)
+            .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "0")
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        let process = Self {
+            child: command.spawn()?,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let http = reqwest::Client::new();
+        for _ in 0..600 {
+            let health = http.get(format!("{}/healthz", process.base)).send().await;
+            if health.is_ok_and(|r| r.status().is_success()) {
+                return Ok(process);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::bail!("keel serve did not become ready")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for KeelProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `keel` binary beside this one.
+pub fn keel_exe() -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?.with_file_name("keel");
+    anyhow::ensure!(
+        exe.exists(),
+        "{} is missing: cargo build --release builds it",
+        exe.display()
+    );
+    Ok(exe)
+}
+
+/// A size field of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`) in KiB; `pid` may be `self`.
+pub fn proc_kib(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The command name and the CPU time (utime + stime) of a `/proc/.../stat` line. Clock ticks
+/// are 10 ms (Linux's `USER_HZ`). Fields after the command name, which may hold spaces,
+/// start at field 3 (state); utime and stime are fields 14 and 15.
+pub fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((comm, Duration::from_millis((utime + stime) * 10)))
+}
+
+/// CPU time a process has used so far (every thread); `pid` may be `self`.
+pub fn proc_cpu(pid: &str) -> Duration {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat_cpu(&stat).map(|(_, cpu)| cpu))
+        .unwrap_or_default()
+}

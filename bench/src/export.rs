@@ -5,14 +5,14 @@
 //! the same size, in this process).
 
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use entities::trace;
 use serde_json::json;
 
-use crate::common::{BenchDb, BENCH_INTERNAL_KEY};
+use crate::common::{keel_exe, proc_kib, BenchDb, KeelProcess};
 
 pub struct ExportBench {
     pub postgres_url: Option<String>,
@@ -77,24 +77,6 @@ struct Measured {
     server_idle: u64,
     server_peak: u64,
     cli_peak: u64,
-}
-
-/// `VmHWM` (peak resident set) or `VmRSS` of a process, in KiB.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result<Measured> {
@@ -162,51 +144,16 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
     anyhow::ensure!(read == bench.traces, "the baseline read {read} traces");
     conn.close().await?;
 
-    // The `keel` binary built beside this one (`cargo build --release` builds both).
-    let exe = std::env::current_exe()?.with_file_name("keel");
-    anyhow::ensure!(
-        exe.exists(),
-        "{} is missing: cargo build --release builds it",
-        exe.display()
-    );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let server = Killed(
-        Command::new(&exe)
-            .arg("serve")
-            .env("KEEL_DATABASE_URL", &db.url)
-            .env("KEEL_LISTEN", format!("127.0.0.1:{port}"))
-            .env("KEEL_INTERNAL_KEYS", BENCH_INTERNAL_KEY)
-            .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "0")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let mut ready = false;
-    for _ in 0..600 {
-        if http
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::ensure!(ready, "keel serve did not become ready");
-    let server_pid = server.0.id();
-    let server_idle = status_kib(server_pid, "VmRSS:").unwrap_or(0);
+    let server = KeelProcess::serve(&db.url, &[]).await?;
+    let base = server.base.clone();
+    let server_pid = server.pid();
+    let server_idle = proc_kib(&server_pid.to_string(), "VmRSS:").unwrap_or(0);
 
     let dir = std::env::temp_dir().join(format!("keel-export-bench-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;
     let out = dir.join("train.jsonl");
     let started = Instant::now();
-    let mut cli = Command::new(&exe)
+    let mut cli = Command::new(keel_exe()?)
         .args([
             "traces",
             "export",
@@ -228,10 +175,10 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
     let cli_pid = cli.id();
     let (mut cli_peak, mut server_peak) = (0, 0);
     let status = loop {
-        if let Some(kib) = status_kib(cli_pid, "VmHWM:") {
+        if let Some(kib) = proc_kib(&cli_pid.to_string(), "VmHWM:") {
             cli_peak = cli_peak.max(kib);
         }
-        if let Some(kib) = status_kib(server_pid, "VmHWM:") {
+        if let Some(kib) = proc_kib(&server_pid.to_string(), "VmHWM:") {
             server_peak = server_peak.max(kib);
         }
         if let Some(status) = cli.try_wait()? {

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 
-use crate::common::{bench_settings, millis, run_load, BenchDb, LoadRequest, LoadResult};
+use crate::common::{
+    bench_settings, millis, proc_cpu, proc_kib, run_load, stat_cpu, BenchDb, LoadRequest, LoadResult,
+};
 use keel::startup::Application;
 
 const COMPLETION: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Paris is the capital of France."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":8,"total_tokens":32}}"#;
@@ -59,39 +61,6 @@ fn start_fake_provider() -> anyhow::Result<(String, SocketAddr)> {
         });
     });
     Ok((format!("http://127.0.0.1:{port}/v1"), addr))
-}
-
-fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// The command name and the CPU time (utime + stime) of a `/proc/.../stat` line. Clock ticks
-/// are 10 ms (Linux's `USER_HZ`). Fields after the command name, which may hold spaces,
-/// start at field 3 (state); utime and stime are fields 14 and 15.
-fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1;
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some((comm, Duration::from_millis((utime + stime) * 10)))
-}
-
-/// CPU time the whole process has used so far (every thread, exited ones included).
-fn process_cpu() -> Duration {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|stat| stat_cpu(&stat).map(|(_, cpu)| cpu))
-        .unwrap_or_default()
 }
 
 /// CPU time used so far by the threads that write traces: the main thread (the actix system
@@ -244,7 +213,7 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
         }
     };
     let (proxied, unrecorded) = (through_keel(true), through_keel(false));
-    let rss_before = rss_kib("VmRSS:");
+    let rss_before = proc_kib("self", "VmRSS:").unwrap_or(0);
     // Warm both paths (connections, caches, prepared statements).
     run_at_rate(200, 1, direct.clone()).await;
     run_at_rate(200, 1, proxied.clone()).await;
@@ -298,10 +267,10 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     // CPU per request of each phase: the load generator and the fake provider take part in
     // all three, so the proxied phases minus the direct one is keel's own CPU per call. The
     // recording phase includes writing every trace it recorded (the drain).
-    let cpu = process_cpu();
+    let cpu = proc_cpu("self");
     let d = run_load(provider_addr, c, n, move |_| direct.clone()).await;
-    let cpu_direct = process_cpu().saturating_sub(cpu);
-    let cpu = process_cpu();
+    let cpu_direct = proc_cpu("self").saturating_sub(cpu);
+    let cpu = proc_cpu("self");
     let (writer_cpu, written, batches) = (
         trace_writer_cpu(),
         state.traces.metrics.written.get(),
@@ -309,16 +278,16 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     );
     let p = run_load(keel_addr, c, n, move |_| proxied.clone()).await;
     state.traces.drain().await;
-    let cpu_recorded = process_cpu().saturating_sub(cpu);
+    let cpu_recorded = proc_cpu("self").saturating_sub(cpu);
     let writer_cpu = trace_writer_cpu().saturating_sub(writer_cpu);
     let (written, batches) = (
         state.traces.metrics.written.get() - written,
         state.traces.metrics.batches.get() - batches,
     );
-    let cpu = process_cpu();
+    let cpu = proc_cpu("self");
     let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
-    let cpu_unrecorded = process_cpu().saturating_sub(cpu);
-    let rss_peak = rss_kib("VmHWM:");
+    let cpu_unrecorded = proc_cpu("self").saturating_sub(cpu);
+    let rss_peak = proc_kib("self", "VmHWM:").unwrap_or(0);
     writeln!(out)?;
     writeln!(
         out,

@@ -9,14 +9,13 @@
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use futures_util::StreamExt;
 
-use crate::common::{millis, BenchDb, BENCH_INTERNAL_KEY};
+use crate::common::{millis, proc_cpu, proc_kib, BenchDb, KeelProcess};
 
 /// Chunks per stream and the fake's pause between two.
 const CHUNKS: usize = 50;
@@ -182,41 +181,10 @@ fn open_streams(n: usize, url: String, headers: Vec<(&'static str, String)>, epo
     })
 }
 
-fn kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// utime + stime of a process (clock ticks of 10 ms).
-fn cpu(pid: u32) -> Duration {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let rest = stat.rsplit_once(')')?.1.to_owned();
-            let mut fields = rest.split_whitespace().skip(11);
-            let utime: u64 = fields.next()?.parse().ok()?;
-            let stime: u64 = fields.next()?.parse().ok()?;
-            Some(Duration::from_millis((utime + stime) * 10))
-        })
-        .unwrap_or_default()
-}
-
 pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
     let epoch = Instant::now();
     let provider = start_fake(epoch)?;
     let db = BenchDb::create(None).await?;
-    let exe = std::env::current_exe()?.with_file_name("keel");
-    anyhow::ensure!(
-        exe.exists(),
-        "{} is missing: cargo build --release builds it",
-        exe.display()
-    );
     let settings = crate::common::bench_settings(&db.url)?;
     let conn = keel::database::connect(&settings.database).await?;
     keel::database::migrate(&settings.database, &conn).await?;
@@ -226,36 +194,8 @@ pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
     let key = keel::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
     let project = keel::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
 
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut server = Command::new(&exe)
-        .arg("serve")
-        .env("KEEL_DATABASE_URL", &db.url)
-        .env("KEEL_LISTEN", port.to_string())
-        .env("KEEL_INTERNAL_KEYS", BENCH_INTERNAL_KEY)
-        .env("KEEL_PROVIDER_OPENAI_URL", &provider)
-        .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "0")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let pid = server.id();
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let mut ready = false;
-    for _ in 0..600 {
-        if http
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::ensure!(ready, "keel serve did not become ready");
+    let server = KeelProcess::serve(&db.url, &[("KEEL_PROVIDER_OPENAI_URL", &provider)]).await?;
+    let (base, pid) = (server.base.clone(), server.pid().to_string());
 
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -272,15 +212,15 @@ pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
         let direct =
             tokio::task::spawn_blocking(move || open_streams(n, direct_url, Vec::new(), epoch)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let idle = kib(pid, "VmRSS:");
-        let cpu_before = cpu(pid);
+        let idle = proc_kib(&pid, "VmRSS:").unwrap_or(0);
+        let cpu_before = proc_cpu(&pid);
         let peak = Arc::new(Mutex::new(idle));
         let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let sampler = {
-            let (peak, sampling) = (peak.clone(), sampling.clone());
+            let (peak, sampling, pid) = (peak.clone(), sampling.clone(), pid.clone());
             std::thread::spawn(move || {
                 while sampling.load(std::sync::atomic::Ordering::Relaxed) {
-                    let now = kib(pid, "VmRSS:");
+                    let now = proc_kib(&pid, "VmRSS:").unwrap_or(0);
                     if let Ok(mut peak) = peak.lock() {
                         *peak = (*peak).max(now);
                     }
@@ -298,7 +238,7 @@ pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
         let through = tokio::task::spawn_blocking(move || open_streams(n, keel_url, headers, epoch)).await?;
         sampling.store(false, std::sync::atomic::Ordering::Relaxed);
         let _ = sampler.join();
-        let used = cpu(pid).saturating_sub(cpu_before);
+        let used = proc_cpu(&pid).saturating_sub(cpu_before);
         let peak = peak.lock().map(|p| *p).unwrap_or(idle);
         recorded += (n - through.failed) as u64;
         // Every recorded stream's trace, written and assembled.
@@ -331,8 +271,7 @@ pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
         )?;
         out.flush()?;
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     conn.close().await?;
     db.drop_now().await;
     Ok(())

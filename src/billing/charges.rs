@@ -86,8 +86,12 @@ pub async fn credit(
 ) -> Result<Outcome, LedgerError> {
     let outcome = ledger.submit(&pending.org_id, credit).await?;
     if outcome.replayed {
-        if let Err(err) =
-            repo::settle_pending(db, &pending.processor_key, succeeded_row(pending, intent_id)).await
+        if let Err(err) = repo::settle_pending(
+            db,
+            &pending.processor_key,
+            payment_row(pending, intent_id, "succeeded"),
+        )
+        .await
         {
             tracing::warn!(error = %err, processor_key = %pending.processor_key, "replayed payment not marked settled; the reconciler will");
         }
@@ -118,15 +122,12 @@ async fn settle_answer(
     use sea_orm::TransactionTrait;
     let record = |intent_id: String, status: String| async move {
         let txn = db.begin().await?;
-        let row = repo::PaymentRow {
-            payment_intent_id: &intent_id,
-            org_id: &pending.org_id,
-            amount: Cents(pending.amount_cents),
-            status: &status,
-            kind: &pending.kind,
-            idempotency_key: pending.client_key.as_deref(),
-        };
-        repo::settle_pending(&txn, &pending.processor_key, row).await?;
+        repo::settle_pending(
+            &txn,
+            &pending.processor_key,
+            payment_row(pending, &intent_id, &status),
+        )
+        .await?;
         txn.commit().await?;
         Ok::<_, DbErr>(intent_id)
     };
@@ -157,12 +158,17 @@ fn is_auto(pending: &pending_payment::Model) -> bool {
     pending.kind == EntryKind::AutoTopup.as_str()
 }
 
-fn succeeded_row<'a>(pending: &'a pending_payment::Model, intent_id: &'a str) -> repo::PaymentRow<'a> {
+/// The payment row a pending charge becomes.
+fn payment_row<'a>(
+    pending: &'a pending_payment::Model,
+    intent_id: &'a str,
+    status: &'a str,
+) -> repo::PaymentRow<'a> {
     repo::PaymentRow {
         payment_intent_id: intent_id,
         org_id: &pending.org_id,
         amount: Cents(pending.amount_cents),
-        status: "succeeded",
+        status,
         kind: &pending.kind,
         idempotency_key: pending.client_key.as_deref(),
     }

@@ -537,6 +537,7 @@ pub async fn trace(
         &viewer.state.db,
         &[id.to_string()],
         std::slice::from_ref(&org.org_id),
+        &TraceFilter::default(),
     )
     .await?
     .into_iter()

@@ -88,6 +88,60 @@ fn missing(name: &str) -> ApiError {
     ApiError::BadRequest(format!("missing required header {name}"))
 }
 
+/// The provider named by `X-Service-Provider` (its index in [`PROVIDERS`]) and the caller's
+/// key for it (`X-Service-Provider-Key`); 400 naming the header that is missing or wrong.
+fn provider_of(req: &HttpRequest) -> ApiResult<(usize, &str)> {
+    let name = header(req, &PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
+    let index = PROVIDERS
+        .iter()
+        .position(|p| p.eq_ignore_ascii_case(name))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "header X-Service-Provider must be one of {}",
+                PROVIDERS.join(", ")
+            ))
+        })?;
+    let key = header(req, &PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
+    Ok((index, key))
+}
+
+/// What travels upstream besides the body: the provider key as the bearer token and the
+/// caller's headers of [`FORWARDED_REQUEST_HEADERS`]; nothing of keel's.
+fn upstream_headers(req: &HttpRequest, provider_key: &str, headers: &mut http::HeaderMap) -> ApiResult<()> {
+    let mut authorization = http::HeaderValue::try_from(format!("Bearer {provider_key}")).map_err(|_| {
+        ApiError::BadRequest("header X-Service-Provider-Key is not a valid header value".into())
+    })?;
+    authorization.set_sensitive(true);
+    headers.insert(http::header::AUTHORIZATION, authorization);
+    for (name, upstream_name) in &FORWARDED_REQUEST_HEADERS {
+        if let Some(value) = req.headers().get(name) {
+            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                headers.insert(upstream_name.clone(), value);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The caller's answer as the provider's head has it: its status and headers (not the
+/// hop-by-hop ones).
+fn relayed_head(head: &http::response::Parts) -> (StatusCode, actix_web::HttpResponseBuilder) {
+    let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut reply = HttpResponse::build(status);
+    for (name, value) in &head.headers {
+        if HOP_HEADERS.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            reply.append_header((name, value));
+        }
+    }
+    (status, reply)
+}
+
 /// The keel API key of the call and its organization.
 async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(&'r str, Arc<KeyOwner>)> {
     let unauthorized = || {
@@ -326,18 +380,8 @@ async fn proxy_chat(
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
     let (keel_key, owner) = authenticate(&state, &req).await?;
-    let provider_name = header(&req, &PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
-    let provider_index = PROVIDERS
-        .iter()
-        .position(|p| p.eq_ignore_ascii_case(provider_name))
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "header X-Service-Provider must be one of {}",
-                PROVIDERS.join(", ")
-            ))
-        })?;
+    let (provider_index, provider_key) = provider_of(&req)?;
     let provider = PROVIDERS[provider_index];
-    let provider_key = header(&req, &PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
     let record = !header(&req, &RECORD_HEADER).is_some_and(|v| v.eq_ignore_ascii_case("false"));
     let project_id = if record {
         let raw = header(&req, &PROJECT_HEADER).ok_or_else(|| missing("X-Service-Project-Id"))?;
@@ -386,22 +430,11 @@ async fn proxy_chat(
     *upstream.method_mut() = http::Method::POST;
     *upstream.uri_mut() = upstreams.endpoint(provider_index).clone();
     let headers = upstream.headers_mut();
-    let mut authorization = http::HeaderValue::try_from(format!("Bearer {provider_key}")).map_err(|_| {
-        ApiError::BadRequest("header X-Service-Provider-Key is not a valid header value".into())
-    })?;
-    authorization.set_sensitive(true);
-    headers.insert(http::header::AUTHORIZATION, authorization);
+    upstream_headers(&req, provider_key, headers)?;
     headers.insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
-    for (name, upstream_name) in &FORWARDED_REQUEST_HEADERS {
-        if let Some(value) = req.headers().get(name) {
-            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
-                headers.insert(upstream_name.clone(), value);
-            }
-        }
-    }
     let sent_at = Instant::now();
     let Answer {
         head,
@@ -410,31 +443,18 @@ async fn proxy_chat(
         Ok(answer) => answer,
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, provider);
+            let (status, detail) = upstream_failure(err, provider, upstreams.base(provider_index));
             if let Some(recording) = recording {
                 recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
             }
-            let base = upstreams.base(provider_index);
-            return Err(ApiError::Status(status, format!("{detail} (tried {base})")));
+            return Err(ApiError::Status(status, detail));
         }
     };
     let first_byte = started.elapsed();
-    let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let (status, mut reply) = relayed_head(&head);
     state
         .metrics
         .upstream_error(provider_index, Some(status.as_u16()));
-    let mut reply = HttpResponse::build(status);
-    for (name, value) in &head.headers {
-        if HOP_HEADERS.contains(&name.as_str()) {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_str().as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
-            reply.append_header((name, value));
-        }
-    }
     let is_event_stream = head
         .headers
         .get(http::header::CONTENT_TYPE)
@@ -478,7 +498,7 @@ async fn proxy_chat(
         }
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, provider);
+            let (status, detail) = upstream_failure(err, provider, upstreams.base(provider_index));
             if let Some(recording) = recording {
                 recording.record(
                     status.as_u16(),
@@ -494,12 +514,13 @@ async fn proxy_chat(
 }
 
 /// 504 when the provider stayed silent too long, else 502; the detail names no credential.
-fn upstream_failure(err: CallFailure, provider: &str) -> (StatusCode, String) {
+fn upstream_failure(err: CallFailure, provider: &str, base: &str) -> (StatusCode, String) {
     let status = match err {
         CallFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
         CallFailure::Unreachable | CallFailure::Failed => StatusCode::BAD_GATEWAY,
     };
-    (status, err.describe(&format!("upstream {provider}")))
+    let detail = err.describe(&format!("upstream {provider}"));
+    (status, format!("{detail} (tried {base})"))
 }
 
 /// A provider's SSE stream passed to the client chunk by chunk, as it arrives (the client's

@@ -7,8 +7,6 @@
 
 use std::time::Instant;
 
-use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::Value;
@@ -16,9 +14,8 @@ use serde_json::Value;
 use super::redact::Redactor;
 use super::upstream::Answer;
 use super::{
-    authenticate, header, missing, upstream_failure, Upstreams, FORWARDED_REQUEST_HEADERS, HOP_HEADERS,
+    authenticate, provider_of, relayed_head, upstream_failure, upstream_headers, Upstreams, PROVIDERS,
 };
-use super::{PROVIDERS, PROVIDER_HEADER, PROVIDER_KEY_HEADER};
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::RawBody;
 use crate::state::AppState;
@@ -43,17 +40,7 @@ async fn relay_call(
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
     let (keel_key, _owner) = authenticate(state, req).await?;
-    let provider_name = header(req, &PROVIDER_HEADER).ok_or_else(|| missing("X-Service-Provider"))?;
-    let provider_index = PROVIDERS
-        .iter()
-        .position(|p| p.eq_ignore_ascii_case(provider_name))
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "header X-Service-Provider must be one of {}",
-                PROVIDERS.join(", ")
-            ))
-        })?;
-    let provider_key = header(req, &PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
+    let (provider_index, provider_key) = provider_of(req)?;
 
     let tail = req.path().strip_prefix("/v1").unwrap_or(req.path());
     let uri = upstreams.relay_uri(provider_index, tail, req.query_string())?;
@@ -74,30 +61,20 @@ async fn relay_call(
     *upstream.method_mut() = method;
     *upstream.uri_mut() = uri;
     let headers = upstream.headers_mut();
-    let mut authorization = http::HeaderValue::try_from(format!("Bearer {provider_key}")).map_err(|_| {
-        ApiError::BadRequest("header X-Service-Provider-Key is not a valid header value".into())
-    })?;
-    authorization.set_sensitive(true);
-    headers.insert(http::header::AUTHORIZATION, authorization);
+    upstream_headers(req, provider_key, headers)?;
+    // The caller's own content type (a multipart body's boundary with it).
     if let Some(value) = content_type.and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()) {
         headers.insert(http::header::CONTENT_TYPE, value);
     }
-    for (name, upstream_name) in &FORWARDED_REQUEST_HEADERS {
-        if let Some(value) = req.headers().get(name) {
-            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
-                headers.insert(upstream_name.clone(), value);
-            }
-        }
-    }
 
     let sent_at = Instant::now();
-    let base = upstreams.base(provider_index);
     let Answer { head, body } = match upstreams.send(upstream).await {
         Ok(answer) => answer,
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, PROVIDERS[provider_index]);
-            return Err(ApiError::Status(status, format!("{detail} (tried {base})")));
+            let base = upstreams.base(provider_index);
+            let (status, detail) = upstream_failure(err, PROVIDERS[provider_index], base);
+            return Err(ApiError::Status(status, detail));
         }
     };
     state
@@ -106,19 +83,7 @@ async fn relay_call(
     state
         .metrics
         .proxied(provider_index, sent_at.elapsed(), started.elapsed());
-    let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut reply = HttpResponse::build(status);
-    for (name, value) in &head.headers {
-        if HOP_HEADERS.contains(&name.as_str()) {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_str().as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
-            reply.append_header((name, value));
-        }
-    }
+    let (_, mut reply) = relayed_head(&head);
     // Streamed as it arrives (a hang-up drops it, and with it the provider's call).
     Ok(reply.streaming(body))
 }

@@ -97,8 +97,20 @@ pub struct TraceFilter {
 
 /// The project's traces that `filter` keeps (newest first is the caller's order).
 fn filtered(project_id: &str, filter: &TraceFilter) -> sea_orm::Select<trace::Entity> {
+    kept_by(
+        trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id)),
+        filter,
+    )
+    .order_by_desc(trace::Column::CreatedAt)
+    .order_by_desc(trace::Column::Id)
+}
+
+/// `query` narrowed to the traces `filter` keeps.
+fn kept_by(
+    mut query: sea_orm::Select<trace::Entity>,
+    filter: &TraceFilter,
+) -> sea_orm::Select<trace::Entity> {
     use sea_orm::sea_query::Condition;
-    let mut query = trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id));
     if let Some(model) = &filter.model {
         query = query.filter(trace::Column::Model.eq(model.as_str()));
     }
@@ -129,8 +141,6 @@ fn filtered(project_id: &str, filter: &TraceFilter) -> sea_orm::Select<trace::En
         );
     }
     query
-        .order_by_desc(trace::Column::CreatedAt)
-        .order_by_desc(trace::Column::Id)
 }
 
 /// A page of the project's whole traces, newest first (the export walk).
@@ -192,12 +202,12 @@ pub async fn find_in_orgs(
     db: &impl ConnectionTrait,
     ids: &[String],
     orgs: &[OrgId],
+    filter: &TraceFilter,
 ) -> Result<Vec<trace::Model>, DbErr> {
-    trace::Entity::find()
+    let query = trace::Entity::find()
         .filter(trace::Column::Id.is_in(ids.iter().cloned()))
-        .filter(trace::Column::OrgId.is_in(orgs.iter().map(OrgId::to_string)))
-        .all(db)
-        .await
+        .filter(trace::Column::OrgId.is_in(orgs.iter().map(OrgId::to_string)));
+    kept_by(query, filter).all(db).await
 }
 
 /// Inserts traces (at most a batch), all or nothing, in one commit.

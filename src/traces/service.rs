@@ -114,16 +114,6 @@ pub struct Selection {
     pub not_found: usize,
 }
 
-/// Whether `filter` keeps the trace (a selection's filters, applied to what was found).
-fn keeps(filter: &repo::TraceFilter, t: &trace::Model) -> bool {
-    filter.model.as_ref().is_none_or(|m| t.model.as_ref() == Some(m))
-        && filter
-            .ok
-            .is_none_or(|ok| (200..300).contains(&t.status_code) == ok)
-        && filter.since.is_none_or(|since| t.created_at >= since)
-        && filter.until.is_none_or(|until| t.created_at < until)
-}
-
 pub async fn export_selection(
     state: &AppState,
     orgs: &[OrgId],
@@ -137,16 +127,12 @@ pub async fn export_selection(
         .filter(|id| seen.insert(*id))
         .map(|id| id.as_str().to_owned())
         .collect();
-    let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(&state.db, &wanted, orgs)
+    let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(&state.db, &wanted, orgs, filter)
         .await?
         .into_iter()
         .map(|t| (t.id.clone(), t))
         .collect();
-    let traces: Vec<trace::Model> = wanted
-        .iter()
-        .filter_map(|id| found.remove(id))
-        .filter(|t| keeps(filter, t))
-        .collect();
+    let traces: Vec<trace::Model> = wanted.iter().filter_map(|id| found.remove(id)).collect();
     let project_id = traces
         .first()
         .map(|t| t.project_id.clone())

@@ -90,16 +90,13 @@ async fn a_waiting_claim_on_one_instance_gets_a_job_enqueued_on_the_other() {
     assert_eq!(claimed["jobs"][0]["job_id"], job["jobId"], "{claimed}");
 }
 
-#[actix_web::test]
-async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second() {
-    if !postgres() {
-        return;
-    }
-    let (_provider, url) = FakeProvider::start();
+/// Two instances on one PostgreSQL database with one fake provider, an organization and a
+/// project. Verified keys stay cached far longer than the test: only a notification ends them.
+async fn two_proxy_instances() -> (FakeProvider, TestApp, TestApp, TestOrg, String) {
+    let (provider, url) = FakeProvider::start();
     let configure = |s: &mut keel::config::Settings| {
         s.providers.openai_url = format!("{url}/openai/v1");
-        // A verified key would be remembered for a minute: only the notification can end it.
-        s.proxy.auth_cache_ttl_ms = 60_000;
+        s.proxy.auth_cache_ttl_ms = 600_000;
     };
     let first = spawn_app_with(configure).await;
     let mut settings = test_settings(&first.db_url);
@@ -107,6 +104,15 @@ async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second()
     let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
     let org = first.create_org("Acme").await;
     let project = first.create_project(&org, "Support").await;
+    (provider, first, second, org, project)
+}
+
+#[actix_web::test]
+async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second() {
+    if !postgres() {
+        return;
+    }
+    let (_provider, first, second, org, project) = two_proxy_instances().await;
     let call = || sdk_request(&second, &org, Some(&project), &chat("gpt-4o-mini", "hi")).send();
     assert_eq!(
         call().await.unwrap().status(),
@@ -313,17 +319,7 @@ async fn a_lost_listener_connection_clears_the_caches_and_reconnects() {
     if !postgres() {
         return;
     }
-    let (_provider, url) = FakeProvider::start();
-    let configure = |s: &mut keel::config::Settings| {
-        s.providers.openai_url = format!("{url}/openai/v1");
-        s.proxy.auth_cache_ttl_ms = 60_000;
-    };
-    let first = spawn_app_with(configure).await;
-    let mut settings = test_settings(&first.db_url);
-    configure(&mut settings);
-    let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
-    let org = first.create_org("Acme").await;
-    let project = first.create_project(&org, "Support").await;
+    let (_provider, first, second, org, project) = two_proxy_instances().await;
     let call = || sdk_request(&second, &org, Some(&project), &chat("gpt-4o-mini", "hi")).send();
     assert_eq!(call().await.unwrap().status(), StatusCode::OK);
 
