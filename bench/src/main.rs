@@ -72,10 +72,24 @@ enum BenchTarget {
         /// this run; the configured default when absent.
         #[arg(long)]
         flush_ms: Option<u64>,
+        /// The trace writer's shortest time between two batches under load
+        /// (`traces.batch_interval_ms`) for this run; the configured default when absent.
+        #[arg(long)]
+        batch_interval_ms: Option<u64>,
         /// Instead of the request runs: this many streamed completions open at once (a
         /// comma-separated list runs each), through a `keel serve` process against the fake.
         #[arg(long, value_delimiter = ',')]
         streams: Vec<usize>,
+        /// With --streams: one 20 ms tick for all streams (every stream's chunk at the same
+        /// instant), instead of each stream on its own clock with spread phases.
+        #[arg(long)]
+        aligned: bool,
+        /// Also run on PostgreSQL (an admin URL; a scratch database is created and dropped).
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
     },
     /// Every console page's server time with a big organization, against `/healthz` and
     /// the JSON API's billing overview in the same run.
@@ -151,7 +165,13 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.target {
-        BenchTarget::Proxy { streams, .. } if !streams.is_empty() => crate::streams::run(&streams).await,
+        BenchTarget::Proxy { streams, aligned, .. } if !streams.is_empty() => {
+            let phases = match aligned {
+                true => crate::streams::Phases::Aligned,
+                false => crate::streams::Phases::Spread,
+            };
+            crate::streams::run(&streams, phases).await
+        }
         BenchTarget::Proxy {
             rates,
             seconds,
@@ -159,6 +179,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             requests,
             flush_rows,
             flush_ms,
+            batch_interval_ms,
+            postgres_url,
+            skip_sqlite,
             ..
         } => {
             crate::proxy::run(crate::proxy::ProxyBench {
@@ -168,6 +191,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 saturation_requests: requests,
                 flush_rows,
                 flush_ms,
+                batch_interval_ms,
+                postgres_url,
+                skip_sqlite,
             })
             .await
         }

@@ -29,6 +29,11 @@ pub struct ProxyBench {
     pub flush_rows: Option<usize>,
     /// Overrides `traces.flush_ms`.
     pub flush_ms: Option<u64>,
+    /// Overrides `traces.batch_interval_ms`.
+    pub batch_interval_ms: Option<u64>,
+    /// Also on PostgreSQL (an admin URL; a scratch database is created and dropped).
+    pub postgres_url: Option<String>,
+    pub skip_sqlite: bool,
 }
 
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
@@ -53,6 +58,8 @@ fn start_fake_provider() -> anyhow::Result<(String, SocketAddr)> {
                 )
             })
             .workers(1)
+            // As a provider's edge does: each write goes out at once.
+            .tcp_nodelay(true)
             .disable_signals()
             .listen(listener);
             if let Ok(server) = server {
@@ -81,8 +88,20 @@ fn trace_writer_cpu() -> Duration {
         .sum()
 }
 
-/// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own.
-async fn run_at_rate<F>(rate: u32, seconds: u64, make: F) -> LoadResult
+/// A measured run at `rate`, after a second at the same rate, unmeasured: the client's and
+/// keel's connection pools grow to what the rate keeps open before anything is timed
+/// (otherwise the first run at a rate pays for opening them and the next ones do not).
+async fn measured<F>(rate: u32, seconds: u64, label: &'static str, make: F) -> LoadResult
+where
+    F: Fn() -> reqwest::RequestBuilder + Clone + Send + Sync + 'static,
+{
+    run_at_rate(rate, 1, None, make.clone()).await;
+    run_at_rate(rate, seconds, Some(label), make).await
+}
+
+/// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own;
+/// with a label, reports the run's slow bursts on stderr.
+async fn run_at_rate<F>(rate: u32, seconds: u64, label: Option<&'static str>, make: F) -> LoadResult
 where
     F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
 {
@@ -92,7 +111,7 @@ where
             .worker_threads(1)
             .enable_all()
             .build()
-            .map(|rt| rt.block_on(drive_at_rate(rate, seconds, make)));
+            .map(|rt| rt.block_on(drive_at_rate(rate, seconds, label, make)));
         let _ = tx.send(result);
     });
     match rx.await {
@@ -106,7 +125,7 @@ where
     }
 }
 
-async fn drive_at_rate<F>(rate: u32, seconds: u64, make: F) -> LoadResult
+async fn drive_at_rate<F>(rate: u32, seconds: u64, label: Option<&'static str>, make: F) -> LoadResult
 where
     F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
 {
@@ -114,6 +133,7 @@ where
     let total = u64::from(rate) * seconds;
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
     let started = Instant::now();
+    let wall_start = chrono::Utc::now();
     let mut tasks = Vec::with_capacity(total as usize);
     for i in 0..total {
         let due = started + interval.mul_f64(i as f64);
@@ -124,27 +144,77 @@ where
             match request.send().await {
                 Ok(response) if response.status().is_success() => {
                     let _ = response.bytes().await;
-                    Some(sent.elapsed())
+                    Some((sent - started, sent.elapsed()))
                 }
                 _ => None,
             }
         }));
     }
-    let mut latencies = Vec::with_capacity(tasks.len());
+    let mut timed = Vec::with_capacity(tasks.len());
     let mut failed = 0;
     for task in tasks {
         match task.await {
-            Ok(Some(latency)) => latencies.push(latency),
+            Ok(Some(sent_and_latency)) => timed.push(sent_and_latency),
             _ => failed += 1,
         }
     }
     let elapsed = started.elapsed();
+    if let Some(label) = label {
+        report_slow_bursts(label, wall_start, &timed);
+    }
+    let mut latencies: Vec<Duration> = timed.into_iter().map(|(_, latency)| latency).collect();
     latencies.sort_unstable();
     LoadResult {
         ok: latencies.len(),
         failed,
         elapsed,
         latencies,
+    }
+}
+
+/// Where a fixed-rate run's tail comes from (on stderr): the requests slower than
+/// [`SLOW`], grouped into bursts (sent less than [`SLOW`] apart), the worst bursts with the
+/// wall-clock time they started, to be laid beside what else ran then (the trace writer's
+/// commits, `strace -tt`, `perf sched`). A tail made of a few bursts is a stall of something
+/// all the requests waited for; one spread over the run is a cost every request pays.
+const SLOW: Duration = Duration::from_millis(2);
+
+fn report_slow_bursts(
+    label: &str,
+    wall_start: chrono::DateTime<chrono::Utc>,
+    timed: &[(Duration, Duration)],
+) {
+    let mut slow: Vec<(Duration, Duration)> = timed.iter().copied().filter(|(_, l)| *l > SLOW).collect();
+    slow.sort_unstable();
+    // (first sent, last sent, requests, slowest)
+    let mut bursts: Vec<(Duration, Duration, usize, Duration)> = Vec::new();
+    for (sent, latency) in slow.iter().copied() {
+        match bursts.last_mut() {
+            Some(burst) if sent.saturating_sub(burst.1) < SLOW => {
+                burst.1 = sent;
+                burst.2 += 1;
+                burst.3 = burst.3.max(latency);
+            }
+            _ => bursts.push((sent, sent, 1, latency)),
+        }
+    }
+    eprintln!(
+        "  {label}: {} of {} requests slower than {} ms, in {} bursts",
+        slow.len(),
+        timed.len(),
+        SLOW.as_millis(),
+        bursts.len()
+    );
+    bursts.sort_by(|a, b| b.2.cmp(&a.2));
+    for (first, last, count, slowest) in bursts.iter().take(5) {
+        let at = wall_start + chrono::Duration::from_std(*first).unwrap_or_default();
+        eprintln!(
+            "    at {} (+{:.1} s): {count} requests sent over {:.1} ms, slowest {} ms",
+            at.format("%H:%M:%S%.3f"),
+            first.as_secs_f64(),
+            (*last - *first).as_secs_f64() * 1000.0,
+            millis(*slowest),
+        );
     }
 }
 
@@ -155,18 +225,44 @@ fn added(proxied: Duration, direct: Duration) -> String {
 
 pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     let (provider, provider_addr) = start_fake_provider()?;
-    let db = BenchDb::create(None).await?;
+    let mut databases: Vec<(&'static str, Option<&str>)> = Vec::new();
+    if !(bench.skip_sqlite && bench.postgres_url.is_some()) {
+        databases.push(("SQLite", None));
+    }
+    if let Some(url) = &bench.postgres_url {
+        databases.push(("PostgreSQL", Some(url.as_str())));
+    }
+    for (database, admin_url) in databases {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "\n### {database}\n")?;
+        drop(out);
+        eprintln!("{database}:");
+        run_one(&bench, admin_url, &provider, provider_addr).await?;
+    }
+    Ok(())
+}
+
+async fn run_one(
+    bench: &ProxyBench,
+    admin_url: Option<&str>,
+    provider: &str,
+    provider_addr: SocketAddr,
+) -> anyhow::Result<()> {
+    let db = BenchDb::create(admin_url).await?;
     let mut settings = bench_settings(&db.url)?;
-    settings.providers.openai_url = provider.clone();
+    settings.providers.openai_url = provider.to_owned();
     if let Some(rows) = bench.flush_rows {
         settings.traces.flush_rows = rows;
     }
     if let Some(ms) = bench.flush_ms {
         settings.traces.flush_ms = ms;
     }
+    if let Some(ms) = bench.batch_interval_ms {
+        settings.traces.batch_interval_ms = ms;
+    }
     eprintln!(
-        "traces.flush_rows = {}, traces.flush_ms = {}",
-        settings.traces.flush_rows, settings.traces.flush_ms
+        "traces.flush_rows = {}, traces.flush_ms = {}, traces.batch_interval_ms = {}",
+        settings.traces.flush_rows, settings.traces.flush_ms, settings.traces.batch_interval_ms
     );
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
@@ -215,16 +311,19 @@ pub async fn run(bench: ProxyBench) -> anyhow::Result<()> {
     let (proxied, unrecorded) = (through_keel(true), through_keel(false));
     let rss_before = proc_kib("self", "VmRSS:").unwrap_or(0);
     // Warm both paths (connections, caches, prepared statements).
-    run_at_rate(200, 1, direct.clone()).await;
-    run_at_rate(200, 1, proxied.clone()).await;
+    run_at_rate(200, 1, None, direct.clone()).await;
+    run_at_rate(200, 1, None, proxied.clone()).await;
+    // Each measured run follows a second at its own rate, unmeasured: the client's and keel's
+    // connection pools grow to what the rate keeps open before anything is timed (otherwise
+    // the first run at a rate pays for opening them, the next ones do not).
 
     let mut out = std::io::stdout().lock();
     writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed | recording off: added p50 ms | added p99 ms |")?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
     for &rate in &bench.rates {
-        let d = run_at_rate(rate, bench.seconds, direct.clone()).await;
-        let p = run_at_rate(rate, bench.seconds, proxied.clone()).await;
-        let u = run_at_rate(rate, bench.seconds, unrecorded.clone()).await;
+        let d = measured(rate, bench.seconds, "direct", direct.clone()).await;
+        let p = measured(rate, bench.seconds, "recording on", proxied.clone()).await;
+        let u = measured(rate, bench.seconds, "recording off", unrecorded.clone()).await;
         eprintln!(
             "{rate}/s: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed), recording off p50 {} p99 {}",
             millis(d.percentile(0.5)),

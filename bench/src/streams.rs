@@ -1,5 +1,6 @@
 //! `keel-bench proxy --streams N`: N streamed chat completions open at once against a fake
-//! provider that sends 50 chunks 20 ms apart, first straight to the fake (the baseline), then
+//! provider that sends 50 chunks 20 ms apart (each stream on its own clock, their phases
+//! spread; `--aligned`: one tick for all, the worst case), first straight to the fake (the baseline), then
 //! through a `keel serve` process (the built binary, recording on). Each chunk carries the
 //! time the fake sent it (one clock: the fake and the client are this process), so a chunk's
 //! delay is when the client read it minus when it left the fake. Reported: added time to
@@ -21,55 +22,119 @@ use crate::common::{millis, proc_cpu, proc_kib, BenchDb, KeelProcess};
 const CHUNKS: usize = 50;
 const EVERY: Duration = Duration::from_millis(20);
 
-/// Starts the fake streaming provider on a thread of its own; one timer for all streams,
-/// which each take the next 50 ticks. Answers its base URL.
-fn start_fake(epoch: Instant) -> anyhow::Result<String> {
+/// When the fake sends a stream's chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phases {
+    /// Each stream on its own 20 ms clock, the streams' phases spread evenly over the 20 ms
+    /// (as independent calls to a provider are).
+    Spread,
+    /// One 20 ms tick for all streams: every open stream gets a chunk at the same instant
+    /// (the worst case: N chunks to relay at once, every 20 ms).
+    Aligned,
+}
+
+/// One chunk of a stream: `n` of [`CHUNKS`] (the last one ends the stream), stamped with
+/// when the fake sent it (µs since `epoch`).
+fn frame(n: usize, sent: u64) -> web::Bytes {
+    let text = if n == CHUNKS {
+        format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"t\":{sent},\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":9,\"completion_tokens\":50,\"total_tokens\":59}}}}\n\ndata: [DONE]\n\n")
+    } else {
+        format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"t\":{sent},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{n} \"}}}}]}}\n\n")
+    };
+    web::Bytes::from(text)
+}
+
+/// The fake's state shared by its handlers.
+struct Fake {
+    epoch: Instant,
+    phases: Phases,
+    /// The shared tick ([`Phases::Aligned`]).
+    ticks: tokio::sync::broadcast::Sender<u64>,
+    /// Streams started so far: the next one's phase ([`Phases::Spread`]).
+    started: std::sync::atomic::AtomicU64,
+}
+
+impl Fake {
+    /// The stream of one call: [`CHUNKS`] + 1 frames, [`EVERY`] apart.
+    fn stream(&self) -> futures_util::stream::BoxStream<'static, Result<web::Bytes, actix_web::Error>> {
+        let epoch = self.epoch;
+        match self.phases {
+            Phases::Aligned => {
+                let receiver = self.ticks.subscribe();
+                futures_util::stream::unfold((receiver, 0usize), move |(mut rx, n)| async move {
+                    if n > CHUNKS {
+                        return None;
+                    }
+                    let sent = loop {
+                        match rx.recv().await {
+                            Ok(at) => break at,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(_) => return None,
+                        }
+                    };
+                    Some((Ok(frame(n, sent)), (rx, n + 1)))
+                })
+                .boxed()
+            }
+            Phases::Spread => {
+                // Golden-ratio steps over the 20 ms: any number of streams started in a row
+                // lands evenly spread.
+                let k = self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let phase = EVERY.mul_f64((k as f64 * 0.618_033_988_75).fract());
+                let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + phase, EVERY);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                futures_util::stream::unfold((interval, 0usize), move |(mut interval, n)| async move {
+                    if n > CHUNKS {
+                        return None;
+                    }
+                    interval.tick().await;
+                    let sent = epoch.elapsed().as_micros() as u64;
+                    Some((Ok(frame(n, sent)), (interval, n + 1)))
+                })
+                .boxed()
+            }
+        }
+    }
+}
+
+/// Starts the fake streaming provider on a thread of its own. Answers its base URL.
+fn start_fake(epoch: Instant, phases: Phases) -> anyhow::Result<String> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     std::thread::spawn(move || {
         let system = actix_web::rt::System::new();
         system.block_on(async move {
             let (ticks, _) = tokio::sync::broadcast::channel::<u64>(256);
-            let sender = ticks.clone();
-            actix_web::rt::spawn(async move {
-                let mut interval = tokio::time::interval(EVERY);
-                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                loop {
-                    interval.tick().await;
-                    let _ = sender.send(epoch.elapsed().as_micros() as u64);
-                }
+            if phases == Phases::Aligned {
+                let sender = ticks.clone();
+                actix_web::rt::spawn(async move {
+                    let mut interval = tokio::time::interval(EVERY);
+                    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                    loop {
+                        interval.tick().await;
+                        let _ = sender.send(epoch.elapsed().as_micros() as u64);
+                    }
+                });
+            }
+            let fake = web::Data::new(Fake {
+                epoch,
+                phases,
+                ticks,
+                started: std::sync::atomic::AtomicU64::new(0),
             });
-            let ticks = web::Data::new(ticks);
             let server = HttpServer::new(move || {
-                App::new().app_data(ticks.clone()).route(
+                App::new().app_data(fake.clone()).route(
                     "/v1/chat/completions",
-                    web::post().to(
-                        |_body: web::Bytes, ticks: web::Data<tokio::sync::broadcast::Sender<u64>>| async move {
-                            let receiver = ticks.subscribe();
-                            let stream = futures_util::stream::unfold((receiver, 0usize), |(mut rx, n)| async move {
-                                if n > CHUNKS {
-                                    return None;
-                                }
-                                let sent = loop {
-                                    match rx.recv().await {
-                                        Ok(at) => break at,
-                                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                                        Err(_) => return None,
-                                    }
-                                };
-                                let frame = if n == CHUNKS {
-                                    format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"t\":{sent},\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":9,\"completion_tokens\":50,\"total_tokens\":59}}}}\n\ndata: [DONE]\n\n")
-                                } else {
-                                    format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"t\":{sent},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{n} \"}}}}]}}\n\n")
-                                };
-                                Some((Ok::<_, actix_web::Error>(web::Bytes::from(frame)), (rx, n + 1)))
-                            });
-                            HttpResponse::Ok().content_type("text/event-stream").streaming(stream)
-                        },
-                    ),
+                    web::post().to(|_body: web::Bytes, fake: web::Data<Fake>| async move {
+                        HttpResponse::Ok()
+                            .content_type("text/event-stream")
+                            .streaming(fake.stream())
+                    }),
                 )
             })
             .workers(1)
+            // As a provider's edge does: each write goes out at once.
+            .tcp_nodelay(true)
             .backlog(8192)
             .max_connections(100_000)
             .disable_signals()
@@ -181,9 +246,9 @@ fn open_streams(n: usize, url: String, headers: Vec<(&'static str, String)>, epo
     })
 }
 
-pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
+pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
     let epoch = Instant::now();
-    let provider = start_fake(epoch)?;
+    let provider = start_fake(epoch, phases)?;
     let db = BenchDb::create(None).await?;
     let settings = crate::common::bench_settings(&db.url)?;
     let conn = keel::database::connect(&settings.database).await?;
@@ -200,9 +265,13 @@ pub async fn run(counts: &[usize]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "Streams of {} chunks {} ms apart, all opened at once; added = through keel minus straight to the fake, same N.\n",
+        "Streams of {} chunks {} ms apart ({}), all opened at once; added = through keel minus straight to the fake, same N.\n",
         CHUNKS + 1,
-        EVERY.as_millis()
+        EVERY.as_millis(),
+        match phases {
+            Phases::Spread => "each stream on its own clock, phases spread over the interval",
+            Phases::Aligned => "one tick for all streams",
+        }
     )?;
     writeln!(out, "| streams | TTFB p50 ms direct / keel | added TTFB p50 ms | added TTFB p99 ms | chunk delay p99 ms direct / keel | added per-chunk p99 ms | keel RSS KiB per stream | keel CPU µs per chunk | failed direct / keel | traces assembled |")?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
