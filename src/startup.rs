@@ -121,6 +121,9 @@ impl Application {
                 .wrap(TracingLogger::<crate::telemetry::RootSpan>::new())
         })
         .workers(workers)
+        // Every write goes out at once: with Nagle's algorithm a streamed chunk written while
+        // the previous one is unacknowledged waits for the client's (delayed) ACK.
+        .tcp_nodelay(true)
         .shutdown_timeout(shutdown_timeout)
         .disable_signals()
         .listen(listener)?

@@ -614,3 +614,57 @@ async fn a_client_that_hangs_up_cancels_the_upstream_and_keeps_a_partial_trace()
         .starts_with("tick0 tick1 tick2"));
     assert!(traces[0]["error"].as_str().unwrap().contains("disconnected"));
 }
+
+/// Streamed chunks leave keel as they come: the connections it accepts have Nagle's algorithm
+/// off. With it on, a chunk written while the previous one is still unacknowledged waits for
+/// the client's delayed ACK (up to 40 ms on Linux): one stream's chunks bunch up.
+#[actix_web::test]
+async fn keel_writes_on_its_connections_with_nagle_off() {
+    use std::io::{Read, Write};
+    use std::os::fd::BorrowedFd;
+
+    let app = spawn_app().await;
+    let port: u16 = app.address.rsplit(':').next().unwrap().parse().unwrap();
+    let nodelay = tokio::task::spawn_blocking(move || {
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        // Answered: keel has accepted the connection and set it up.
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: keel\r\n\r\n")
+            .unwrap();
+        let mut head = [0u8; 12];
+        client.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        // keel's end of this connection (this process serves it): its socket's inode from
+        // /proc/net/tcp (local port keel's, remote port the client's), then its descriptor.
+        let client_port = client.local_addr().unwrap().port();
+        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let inode = tcp
+            .lines()
+            .skip(1)
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let port_of = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+                (port_of(fields[1]) == Some(port) && port_of(fields[2]) == Some(client_port))
+                    .then(|| fields[9].to_owned())
+            })
+            .expect("keel's side of the connection is in /proc/net/tcp");
+        let fd: i32 = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .find(|entry| {
+                std::fs::read_link(entry.path())
+                    .is_ok_and(|target| target.to_string_lossy() == format!("socket:[{inode}]"))
+            })
+            .and_then(|entry| entry.file_name().to_str()?.parse().ok())
+            .expect("keel's socket among this process's descriptors");
+        // SAFETY: the descriptor stays open while it is borrowed: keel keeps the connection
+        // (kept alive, the client still holds its end) for the length of this call.
+        let socket = unsafe { BorrowedFd::borrow_raw(fd) };
+        let nodelay = socket2::SockRef::from(&socket).tcp_nodelay().unwrap();
+        drop(client);
+        nodelay
+    })
+    .await
+    .unwrap();
+    assert!(nodelay, "keel's accepted connection has TCP_NODELAY set");
+}
