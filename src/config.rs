@@ -80,6 +80,9 @@ pub struct ServerSettings {
     pub shutdown_grace_secs: u64,
     pub shutdown_timeout_secs: u64,
     pub workers: usize,
+    /// Connections the kernel may hold for keel before it accepts them (capped by
+    /// `net.core.somaxconn`).
+    pub backlog: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -4,7 +4,7 @@ use keel::config::Settings;
 
 /// mimalloc instead of the system allocator: every request allocates (headers, JSON,
 /// routing), and glibc's malloc took about a third of the HTTP workers' time under load
-/// (docs/BENCHMARKS.md).
+/// (docs/DECISIONS.md, "Allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

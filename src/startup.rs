@@ -29,7 +29,7 @@ impl Application {
         let db = database::connect(&settings.database).await?;
         database::migrate(&settings.database, &db).await?;
         let addr = settings.listen_addr()?;
-        let listener = TcpListener::bind(addr).map_err(|e| {
+        let listener = listen(addr, settings.server.backlog).map_err(|e| {
             anyhow::anyhow!(
                 "cannot bind {addr} (server.listen {}): {e}",
                 settings.server.listen
@@ -204,4 +204,17 @@ async fn wait_for_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// keel's listener with the configured accept queue. std's `TcpListener::bind` always asks
+/// for 128: a thousand streams opened at once overflowed it, and the kernel dropped the
+/// handshakes beyond it, which the clients retried a second later.
+fn listen(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // As std does: a restarted keel binds its port while the old connections linger.
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
 }

@@ -170,3 +170,32 @@ async fn openapi_documents_every_route_with_its_bounds() {
     assert_eq!(schemas["CreateOrgBody"]["additionalProperties"], false);
     assert!(doc["components"]["securitySchemes"]["internalKey"].is_object());
 }
+
+/// The kernel may hold `server.backlog` connections for keel before it accepts them (std's
+/// `TcpListener::bind` asks for 128: a burst of clients beyond that lost their handshakes and
+/// retried a second later). A listening socket's queue bound is the Send-Q column of `ss`.
+#[actix_web::test]
+async fn the_listener_queues_as_many_connections_as_configured() {
+    fn accept_queue_bound(port: &str) -> u32 {
+        let out = std::process::Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) runs");
+        let listing = String::from_utf8(out.stdout).unwrap();
+        let line = listing.lines().next().expect("keel's listening socket");
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    }
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    let configured = spawn_app_with(|settings| settings.server.backlog = 1000).await;
+    let port = configured.address.rsplit(':').next().unwrap();
+    assert_eq!(accept_queue_bound(port), 1000.min(somaxconn));
+
+    let default = spawn_app().await;
+    let port = default.address.rsplit(':').next().unwrap();
+    assert_eq!(accept_queue_bound(port), 4096.min(somaxconn));
+}
