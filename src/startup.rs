@@ -206,10 +206,10 @@ async fn wait_for_signal() {
     }
 }
 
-/// keel's listener with the configured accept queue. std's `TcpListener::bind` always asks
-/// for 128: a thousand streams opened at once overflowed it, and the kernel dropped the
-/// handshakes beyond it, which the clients retried a second later.
-fn listen(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+/// A listener with an accept queue of `backlog` (keel's: `server.backlog`). std's
+/// `TcpListener::bind` always asks for 128: a thousand streams opened at once overflowed it,
+/// and the kernel dropped the handshakes beyond it, which the clients retried a second later.
+pub fn listen(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // As std does: a restarted keel binds its port while the old connections linger.

@@ -15,6 +15,10 @@ use sea_orm::{ConnectionTrait, Database};
 
 use keel::config::Settings;
 
+/// The accept queue of the fakes and the do-nothing servers, as keel's default: the streams
+/// bench opens thousands of connections at once.
+pub const BACKLOG: u32 = 4096;
+
 pub const BENCH_INTERNAL_KEY: &str = "bench-internal-key";
 
 /// A throw-away database: a SQLite file in a temporary directory, or a fresh PostgreSQL
@@ -284,7 +288,7 @@ pub async fn http_ceiling(
     body: serde_json::Value,
 ) -> anyhow::Result<LoadResult> {
     use actix_web::{web, App, HttpResponse, HttpServer};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let listener = keel::startup::listen(([127, 0, 0, 1], 0).into(), BACKLOG)?;
     let port = listener.local_addr()?.port();
     let server = HttpServer::new(|| {
         App::new().route(

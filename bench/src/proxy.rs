@@ -6,7 +6,7 @@
 //! load generator share this process).
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ pub struct ProxyBench {
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
 /// a runtime); answers its base URL and address.
 fn start_fake_provider() -> anyhow::Result<(String, SocketAddr)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let listener = keel::startup::listen(([127, 0, 0, 1], 0).into(), crate::common::BACKLOG)?;
     let addr = listener.local_addr()?;
     let port = addr.port();
     std::thread::spawn(move || {

@@ -9,7 +9,6 @@
 //! every stream's trace was written assembled.
 
 use std::io::Write;
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -99,7 +98,7 @@ impl Fake {
 
 /// Starts the fake streaming provider on a thread of its own. Answers its base URL.
 fn start_fake(epoch: Instant, phases: Phases) -> anyhow::Result<String> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let listener = keel::startup::listen(([127, 0, 0, 1], 0).into(), crate::common::BACKLOG)?;
     let port = listener.local_addr()?.port();
     std::thread::spawn(move || {
         let system = actix_web::rt::System::new();
@@ -135,7 +134,6 @@ fn start_fake(epoch: Instant, phases: Phases) -> anyhow::Result<String> {
             .workers(1)
             // As a provider's edge does: each write goes out at once.
             .tcp_nodelay(true)
-            .backlog(8192)
             .max_connections(100_000)
             .disable_signals()
             .listen(listener);
