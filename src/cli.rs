@@ -162,6 +162,10 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             }
             let database = database::describe_url(&settings.database.url);
             let payments = format!("{:?}", settings.payments.mode).to_lowercase();
+            match crate::startup::raise_open_files_limit() {
+                Ok(limit) => tracing::info!(limit, "open files"),
+                Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
+            }
             tracing::info!(%database, "connecting to the database and applying migrations");
             let host = settings.listen_addr()?.ip();
             let app = Application::build(settings).await?;

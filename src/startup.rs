@@ -206,6 +206,14 @@ async fn wait_for_signal() {
     }
 }
 
+/// Raises this process's soft limit of open files to its hard limit; answers the new limit.
+/// Every connection is a descriptor, a proxied stream two (the client's and the provider's),
+/// and the soft limit is often 1,024 (systemd's default) while the hard one is far higher:
+/// left alone, keel would refuse connections past about 500 open streams.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    rlimit::increase_nofile_limit(u64::MAX)
+}
+
 /// A listener with an accept queue of `backlog` (keel's: `server.backlog`). std's
 /// `TcpListener::bind` always asks for 128: a thousand streams opened at once overflowed it,
 /// and the kernel dropped the handshakes beyond it, which the clients retried a second later.

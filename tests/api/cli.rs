@@ -219,3 +219,60 @@ fn start_up_warns_of_missing_keys_and_misspelled_settings() {
         assert!(stderr.contains(expected), "{expected}: {stderr}");
     }
 }
+
+/// `keel serve` raises its open-files soft limit to the hard one: a proxied stream holds two
+/// descriptors, and a soft limit of 1,024 (systemd's default) would refuse connections past
+/// about 500 open streams.
+#[test]
+fn serve_raises_its_open_files_soft_limit_to_the_hard_one() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("k.db").display());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // prlimit sets the limits, then becomes keel (same process).
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=256:4096", env!("CARGO_BIN_EXE_keel"), "serve"])
+        .env("KEEL_DATABASE_URL", &url)
+        .env("KEEL_LISTEN", port.to_string())
+        .env("KEEL_INTERNAL_KEYS", INTERNAL_KEY)
+        .env("RUST_LOG", "warn")
+        .env(
+            "KEEL_CONFIG_DIR",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("prlimit (util-linux) runs keel");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let healthy = loop {
+        let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut stream| {
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n")?;
+            let mut head = String::new();
+            stream.read_to_string(&mut head)?;
+            Ok(head)
+        });
+        match answer {
+            Ok(head) if head.starts_with("HTTP/1.1 200") => break true,
+            _ if std::time::Instant::now() > deadline => break false,
+            _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(healthy, "keel serves");
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect();
+    assert_eq!(open_files, ["4096", "4096"], "soft and hard limits: {limits}");
+}
