@@ -417,7 +417,7 @@ async fn run_one(
     writeln!(out)?;
     writeln!(
         out,
-        "Recording at saturation: {written} traces in {batches} batches ({:.1} rows each); the trace writer and SQLite's thread used {:.1} µs of CPU per trace.",
+        "Recording at saturation: {written} traces in {batches} batches ({:.1} rows each); the trace writer's thread (and SQLite's, on SQLite; PostgreSQL's backends are not counted) used {:.1} µs of CPU per trace.",
         written as f64 / batches.max(1) as f64,
         writer_cpu.as_secs_f64() * 1e6 / written.max(1) as f64,
     )?;
