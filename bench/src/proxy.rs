@@ -205,7 +205,7 @@ fn report_slow_bursts(
         SLOW.as_millis(),
         bursts.len()
     );
-    bursts.sort_by(|a, b| b.2.cmp(&a.2));
+    bursts.sort_by_key(|burst| std::cmp::Reverse(burst.2));
     for (first, last, count, slowest) in bursts.iter().take(5) {
         let at = wall_start + chrono::Duration::from_std(*first).unwrap_or_default();
         eprintln!(
