@@ -11,7 +11,7 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
 
-use sea_orm::{ConnectionTrait, Database};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 
 use keel::config::Settings;
 
@@ -82,6 +82,38 @@ pub fn bench_settings(db_url: &str) -> anyhow::Result<Settings> {
     settings.server.listen = "127.0.0.1:0".into();
     settings.auth.internal_keys = vec![BENCH_INTERNAL_KEY.into()];
     Ok(settings)
+}
+
+/// The organization a benchmark works in: its id, an API key's secret and a project's id.
+pub struct Tenant {
+    pub org_id: String,
+    pub key: String,
+    pub project_id: String,
+}
+
+impl Tenant {
+    /// Creates the organization "bench" with an API key and a project.
+    pub async fn create(conn: &DatabaseConnection) -> anyhow::Result<Self> {
+        let org = keel::orgs::repo::create_org(conn, "bench", None, "bench-owner", None)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let key = keel::orgs::repo::create_api_key(conn, &org.org_id, Some("bench")).await?;
+        let project = keel::projects::repo::insert(conn, &org.org_id, "bench", "bench", None).await?;
+        Ok(Self {
+            org_id: org.org_id,
+            key: key.secret,
+            project_id: project.id,
+        })
+    }
+}
+
+/// A connection to `db` with keel's migrations applied, for benchmarks that run keel as its
+/// own process.
+pub async fn migrated(db: &BenchDb) -> anyhow::Result<DatabaseConnection> {
+    let settings = bench_settings(&db.url)?;
+    let conn = keel::database::connect(&settings.database).await?;
+    keel::database::migrate(&settings.database, &conn).await?;
+    Ok(conn)
 }
 
 pub struct LoadResult {

@@ -10,7 +10,7 @@ use chrono::Utc;
 use entities::{eval_run, ledger_entry, serving_usage, trace, training_job};
 use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait, Statement};
 
-use crate::common::{bench_settings, millis, BenchDb, BENCH_INTERNAL_KEY};
+use crate::common::{bench_settings, millis, BenchDb, Tenant, BENCH_INTERNAL_KEY};
 use keel::startup::Application;
 
 pub struct ConsoleBench {
@@ -68,12 +68,8 @@ async fn run_one(
     let server = actix_web::rt::spawn(app.run_until_stopped());
     let conn = &state.db;
 
-    let org = keel::orgs::repo::create_org(conn, "bench", None, "bench-owner", None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let org_id = org.org_id.clone();
-    let key = keel::orgs::repo::create_api_key(conn, &org_id, Some("bench")).await?;
-    let project = keel::projects::repo::insert(conn, &org_id, "bench", "bench", None).await?;
+    let tenant = Tenant::create(conn).await?;
+    let org_id = tenant.org_id.clone();
     keel::billing::repo::account(conn, &org_id).await?;
     let started = Instant::now();
     let now = Utc::now();
@@ -145,7 +141,7 @@ async fn run_one(
                 training_job::ActiveModel {
                     id: Set(id),
                     org_id: Set(org_id.clone()),
-                    project_id: Set(project.id.clone()),
+                    project_id: Set(tenant.project_id.clone()),
                     training_task_id: Set(Some(format!("task-{}", i % 100))),
                     action: Set(actions[i % actions.len()].into()),
                     status: Set(status.into()),
@@ -179,7 +175,7 @@ async fn run_one(
                 trace::ActiveModel {
                     id: Set(id),
                     org_id: Set(org_id.clone()),
-                    project_id: Set(project.id.clone()),
+                    project_id: Set(tenant.project_id.clone()),
                     provider: Set("openai".into()),
                     model: Set(Some(["gpt-4o-mini", "gpt-4o", "llama"][i % 3].into())),
                     request: Set(request.into()),
@@ -221,7 +217,7 @@ async fn run_one(
         .map(|i| eval_run::ActiveModel {
             id: Set(uuid::Uuid::new_v4().to_string()),
             org_id: Set(org_id.clone()),
-            project_id: Set(project.id.clone()),
+            project_id: Set(tenant.project_id.clone()),
             suite_name: Set(["smoke", "regression"][i % 2].into()),
             environment_reference: Set("acme/support/grader".into()),
             model: Set(Some("llama".into())),
@@ -265,10 +261,10 @@ async fn run_one(
                 .ok_or_else(|| anyhow::anyhow!("the console refused the bench's credential"))
         }
     };
-    let member = login(key.secret.clone()).await?;
+    let member = login(tenant.key.clone()).await?;
     let operator = login(BENCH_INTERNAL_KEY.to_owned()).await?;
     let o = format!("/console/o/{org_id}");
-    let p = &project.id;
+    let p = &tenant.project_id;
     let middle = bench.ledger as i64 / 2;
     let pages: Vec<(String, String, Option<&str>)> = vec![
         ("baseline: GET /healthz".into(), "/healthz".into(), None),
@@ -339,7 +335,7 @@ async fn run_one(
         for i in 0..bench.requests + 5 {
             let mut request = client.get(&url);
             request = match who {
-                Some("api") => request.bearer_auth(&key.secret),
+                Some("api") => request.bearer_auth(&tenant.key),
                 Some("member") => request.header(reqwest::header::COOKIE, &member),
                 Some(_) => request.header(reqwest::header::COOKIE, &operator),
                 None => request,

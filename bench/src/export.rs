@@ -81,22 +81,16 @@ struct Measured {
 
 async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result<Measured> {
     let db = BenchDb::create(admin_url).await?;
-    let settings = crate::common::bench_settings(&db.url)?;
-    let conn = keel::database::connect(&settings.database).await?;
-    keel::database::migrate(&settings.database, &conn).await?;
-    let org = keel::orgs::repo::create_org(&conn, "bench", None, "bench-owner", None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = keel::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
-    let project = keel::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
+    let conn = crate::common::migrated(&db).await?;
+    let tenant = crate::common::Tenant::create(&conn).await?;
     let now = Utc::now();
     for chunk in (0..bench.traces).collect::<Vec<_>>().chunks(CHUNK) {
         let rows: Vec<trace::Model> = chunk
             .iter()
             .map(|&i| trace::Model {
                 id: uuid::Uuid::now_v7().to_string(),
-                org_id: org.org_id.clone(),
-                project_id: project.id.clone(),
+                org_id: tenant.org_id.clone(),
+                project_id: tenant.project_id.clone(),
                 provider: "openai".into(),
                 model: Some("gpt-4o-mini".into()),
                 request: json!({"model": "gpt-4o-mini", "messages": [
@@ -131,7 +125,7 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
     let mut filter = keel::traces::repo::TraceFilter::default();
     let mut read = 0;
     loop {
-        let page = keel::traces::repo::export_page(&conn, &project.id, &filter, PAGE).await?;
+        let page = keel::traces::repo::export_page(&conn, &tenant.project_id, &filter, PAGE).await?;
         read += page.len();
         match page.last() {
             Some(last) if page.len() as u64 == PAGE => {
@@ -159,14 +153,14 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
             "export",
             "--all",
             "--project",
-            &project.id,
+            &tenant.project_id,
             "--format",
             "records",
             "--out",
         ])
         .arg(&out)
         .env("KEEL_URL", &base)
-        .env("KEEL_API_KEY", &key.secret)
+        .env("KEEL_API_KEY", &tenant.key)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -271,11 +271,7 @@ async fn run_one(
     let handle = app.handle();
     let server = actix_web::rt::spawn(app.run_until_stopped());
 
-    let org = keel::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = keel::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
-    let project = keel::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
+    let tenant = crate::common::Tenant::create(&state.db).await?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
@@ -292,7 +288,7 @@ async fn run_one(
     };
     let through_keel = |record: bool| {
         let (client, url) = (client.clone(), format!("{base}/v1/chat/completions"));
-        let (api_key, project_id) = (key.secret.clone(), project.id.clone());
+        let (api_key, project_id) = (tenant.key.clone(), tenant.project_id.clone());
         move || {
             let request = client
                 .post(&url)
@@ -357,12 +353,12 @@ async fn run_one(
     let proxy_headers = [
         ("x-service-provider", "openai"),
         ("x-service-provider-key", "sk-bench-provider-key"),
-        ("x-service-project-id", project.id.as_str()),
+        ("x-service-project-id", tenant.project_id.as_str()),
     ];
-    let proxied = LoadRequest::json(path, &key.secret, &proxy_headers)?.with_body(REQUEST);
+    let proxied = LoadRequest::json(path, &tenant.key, &proxy_headers)?.with_body(REQUEST);
     let mut unrecorded_headers = proxy_headers.to_vec();
     unrecorded_headers.push(("x-service-record", "false"));
-    let unrecorded = LoadRequest::json(path, &key.secret, &unrecorded_headers)?.with_body(REQUEST);
+    let unrecorded = LoadRequest::json(path, &tenant.key, &unrecorded_headers)?.with_body(REQUEST);
     // CPU per request of each phase: the load generator and the fake provider take part in
     // all three, so the proxied phases minus the direct one is keel's own CPU per call. The
     // recording phase includes writing every trace it recorded (the drain).

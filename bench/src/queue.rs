@@ -122,11 +122,7 @@ async fn run_one(
     let handle = app.handle();
     let server = actix_web::rt::spawn(app.run_until_stopped());
 
-    let org = keel::orgs::repo::create_org(&state.db, "bench", None, "bench-owner", None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = keel::orgs::repo::create_api_key(&state.db, &org.org_id, Some("bench")).await?;
-    let project = keel::projects::repo::insert(&state.db, &org.org_id, "bench", "bench", None).await?;
+    let tenant = crate::common::Tenant::create(&state.db).await?;
     let funding = LedgerOp::credit(
         EntryKind::Topup,
         keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
@@ -135,12 +131,12 @@ async fn run_one(
     );
     state
         .ledger
-        .submit(&org.org_id, funding)
+        .submit(&tenant.org_id, funding)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
-    let enqueue = LoadRequest::json("/api/training/jobs", &key.secret, &[])?
-        .with_body(json!({"action": "tracer", "projectId": project.id}).to_string());
+    let enqueue = LoadRequest::json("/api/training/jobs", &tenant.key, &[])?
+        .with_body(json!({"action": "tracer", "projectId": tenant.project_id}).to_string());
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let enqueued = run_load(addr, bench.concurrency, bench.jobs, move |_| enqueue.clone()).await;
     if enqueued.ok != bench.jobs {

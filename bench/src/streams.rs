@@ -259,14 +259,8 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
     let epoch = Instant::now();
     let provider = start_fake(epoch, phases)?;
     let db = BenchDb::create(None).await?;
-    let settings = crate::common::bench_settings(&db.url)?;
-    let conn = keel::database::connect(&settings.database).await?;
-    keel::database::migrate(&settings.database, &conn).await?;
-    let org = keel::orgs::repo::create_org(&conn, "bench", None, "bench-owner", None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let key = keel::orgs::repo::create_api_key(&conn, &org.org_id, Some("bench")).await?;
-    let project = keel::projects::repo::insert(&conn, &org.org_id, "bench", "bench", None).await?;
+    let conn = crate::common::migrated(&db).await?;
+    let tenant = crate::common::Tenant::create(&conn).await?;
 
     let server = KeelProcess::serve(&db.url, &[("KEEL_PROVIDER_OPENAI_URL", &provider)]).await?;
     let (base, pid) = (server.base.clone(), server.pid().to_string());
@@ -308,10 +302,10 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
         };
         let keel_url = format!("{base}/v1/chat/completions");
         let headers = vec![
-            ("authorization", format!("Bearer {}", key.secret)),
+            ("authorization", format!("Bearer {}", tenant.key)),
             ("x-service-provider", "openai".to_owned()),
             ("x-service-provider-key", "sk-bench-provider-key".to_owned()),
-            ("x-service-project-id", project.id.clone()),
+            ("x-service-project-id", tenant.project_id.clone()),
         ];
         let through = tokio::task::spawn_blocking(move || open_streams(n, keel_url, headers, epoch)).await?;
         sampling.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -322,7 +316,7 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
         // Every recorded stream's trace, written and assembled.
         let mut assembled = 0;
         for _ in 0..100 {
-            assembled = assembled_traces(&conn, &project.id).await?;
+            assembled = assembled_traces(&conn, &tenant.project_id).await?;
             if assembled >= recorded {
                 break;
             }
