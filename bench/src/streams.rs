@@ -249,11 +249,11 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
     // the client's and the fake's of every stream through keel: two descriptors per stream.
     let open_files = keel::startup::raise_open_files_limit()?;
     let most = counts.iter().copied().max().unwrap_or(0) as u64;
-    if 2 * most + 256 > open_files {
+    let needed = 2 * most + 256;
+    if needed > open_files {
         eprintln!(
-            "warning: {most} streams need about {} open files in this process and in keel; the limit is {open_files} \
-             (raise the hard limit, e.g. `prlimit --nofile=65536:65536 keel-bench ...`): streams beyond it fail",
-            2 * most + 256
+            "warning: {most} streams need about {needed} open files in this process and in keel; the limit is {open_files} \
+             (raise the hard limit, e.g. `prlimit --nofile=65536:65536 keel-bench ...`): streams beyond it fail"
         );
     }
     let epoch = Instant::now();
