@@ -138,21 +138,37 @@ impl Upstreams {
             .map_err(|_| crate::error::ApiError::BadRequest(format!("cannot relay to {uri}")))
     }
 
-    /// Sends `request` and waits for the answer's head, at most the read timeout.
+    /// Sends `request` and waits for the answer's head, at most the read timeout. A failure
+    /// is logged with its cause (the caller's 502 or 504 names only its kind).
     pub async fn send(&self, request: http::Request<Full<Bytes>>) -> Result<Answer, CallFailure> {
-        match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
+        let host = request.uri().host().unwrap_or_default().to_owned();
+        let port = request.uri().port_u16();
+        let failure = match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
             Ok(Ok(response)) => {
                 let (head, incoming) = response.into_parts();
-                Ok(Answer {
+                return Ok(Answer {
                     head,
                     body: Body::new(incoming, self.read_timeout),
-                })
+                });
             }
-            Ok(Err(err)) if timed_out(&err) => Err(CallFailure::Timeout),
-            Ok(Err(err)) if err.is_connect() => Err(CallFailure::Unreachable),
-            Ok(Err(_)) => Err(CallFailure::Failed),
-            Err(_) => Err(CallFailure::Timeout),
-        }
+            Ok(Err(err)) => {
+                let failure = if timed_out(&err) {
+                    CallFailure::Timeout
+                } else if err.is_connect() {
+                    CallFailure::Unreachable
+                } else {
+                    CallFailure::Failed
+                };
+                (failure, causes(&err))
+            }
+            Err(_) => (
+                CallFailure::Timeout,
+                "no answer within the read timeout".to_owned(),
+            ),
+        };
+        // The host and port only: a base URL's user information is never logged.
+        tracing::warn!(host, port, failure = ?failure.0, cause = %failure.1, "calling the provider failed");
+        Err(failure.0)
     }
 }
 
@@ -160,6 +176,19 @@ impl Upstreams {
 pub struct Answer {
     pub head: http::response::Parts,
     pub body: Body,
+}
+
+/// An error and its sources, outermost first ("client error (SendRequest): connection
+/// closed before message completed").
+fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        source = err.source();
+    }
+    text
 }
 
 /// Whether a timeout (the connect timeout's, or the system's) lies anywhere in the chain.
@@ -244,6 +273,7 @@ impl Stream for Body {
                         true => CallFailure::Timeout,
                         false => CallFailure::Failed,
                     };
+                    tracing::warn!(failure = ?failure, cause = %causes(&err), "reading the provider's answer failed");
                     return Poll::Ready(Some(Err(failure)));
                 }
                 Poll::Ready(None) => {

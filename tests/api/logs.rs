@@ -21,6 +21,10 @@ struct Served {
 }
 
 async fn serve(buffered_lines: usize, log_filter: &str) -> Served {
+    serve_with(buffered_lines, log_filter, &[]).await
+}
+
+async fn serve_with(buffered_lines: usize, log_filter: &str, envs: &[(&str, &str)]) -> Served {
     let db = TestDb::new().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -35,6 +39,7 @@ async fn serve(buffered_lines: usize, log_filter: &str) -> Served {
         .env("KEEL__TELEMETRY__BUFFERED_LINES", buffered_lines.to_string())
         .env("KEEL__SERVER__WORKERS", "2")
         .env("RUST_LOG", log_filter)
+        .envs(envs.iter().copied())
         .env(
             "KEEL_CONFIG_DIR",
             env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
@@ -252,6 +257,71 @@ async fn at_info_a_request_is_one_short_line() {
     // Start-up said where it serves, on which database (no credentials) and how it charges.
     assert!(text.contains("keel is serving on http://127.0.0.1:"), "{text}");
     assert!(text.contains("payments: simulated"), "{text}");
+}
+
+#[actix_web::test]
+async fn a_failed_provider_call_is_logged_with_its_cause_and_without_credentials() {
+    // The base URL carries user information: it must not reach the log.
+    let closed = crate::fakes::closed_port_url();
+    let openai = closed.replacen("http://", "http://ops:hunter2@", 1) + "/v1";
+    let mut served = serve_with(4096, "info", &[("KEEL_PROVIDER_OPENAI_URL", &openai)]).await;
+    let output = capture(served.child.stderr.take().unwrap());
+    let org: serde_json::Value = served
+        .client
+        .post(served.url("/api/internal/orgs"))
+        .bearer_auth(INTERNAL_KEY)
+        .json(&json!({"name": "Acme", "ownerUserId": "ada"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key: serde_json::Value = served
+        .client
+        .post(served.url(&format!(
+            "/api/internal/orgs/{}/api-keys",
+            org["orgId"].as_str().unwrap()
+        )))
+        .bearer_auth(INTERNAL_KEY)
+        .json(&json!({"name": "ci"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let call = served
+        .client
+        .post(served.url("/v1/chat/completions"))
+        .bearer_auth(key["key"].as_str().unwrap())
+        .header("X-Service-Provider", "openai")
+        .header("X-Service-Provider-Key", "sk-provider-secret")
+        .header("X-Service-Record", "false")
+        .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(call.status(), StatusCode::BAD_GATEWAY);
+    assert!(served.terminate().await, "a clean exit");
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let port = closed.rsplit(':').next().unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("calling the provider failed"))
+        .unwrap_or_else(|| panic!("the failure is logged: {text}"));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("Unreachable"), "its kind: {line}");
+    assert!(line.contains("127.0.0.1") && line.contains(port), "where: {line}");
+    assert!(
+        line.to_lowercase().contains("connection refused"),
+        "its cause: {line}"
+    );
+    assert!(
+        !text.contains("hunter2") && !text.contains("sk-provider-secret"),
+        "no credential: {text}"
+    );
 }
 
 fn metric_value(metrics: &str, name: &str) -> f64 {
