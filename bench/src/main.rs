@@ -58,6 +58,10 @@ enum BenchTarget {
         /// Seconds each fixed-rate run lasts.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// The fixed-rate runs' connections at most: a request that finds them all busy
+        /// waits for one (its wait counted in its latency), as with an SDK's bounded pool.
+        #[arg(long, default_value_t = 256)]
+        connections: usize,
         /// Requests in flight in the saturation run.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
@@ -76,6 +80,10 @@ enum BenchTarget {
         /// (`traces.batch_interval_ms`) for this run; the configured default when absent.
         #[arg(long)]
         batch_interval_ms: Option<u64>,
+        /// keel's HTTP workers (`server.workers`) for this run; the configured default (one
+        /// per core) when absent.
+        #[arg(long)]
+        workers: Option<usize>,
         /// Instead of the request runs: this many streamed completions open at once (a
         /// comma-separated list runs each), through a `keel serve` process against the fake.
         #[arg(long, value_delimiter = ',')]
@@ -175,11 +183,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         BenchTarget::Proxy {
             rates,
             seconds,
+            connections,
             concurrency,
             requests,
             flush_rows,
             flush_ms,
             batch_interval_ms,
+            workers,
             postgres_url,
             skip_sqlite,
             ..
@@ -187,11 +197,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::proxy::run(crate::proxy::ProxyBench {
                 rates,
                 seconds,
+                connections,
                 concurrency,
                 saturation_requests: requests,
                 flush_rows,
                 flush_ms,
                 batch_interval_ms,
+                workers,
                 postgres_url,
                 skip_sqlite,
             })

@@ -23,6 +23,8 @@ const REQUEST: &str = r#"{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"ro
 pub struct ProxyBench {
     pub rates: Vec<u32>,
     pub seconds: u64,
+    /// The fixed-rate runs' connections at most (requests in flight).
+    pub connections: usize,
     pub concurrency: usize,
     pub saturation_requests: usize,
     /// Overrides `traces.flush_rows`.
@@ -31,6 +33,8 @@ pub struct ProxyBench {
     pub flush_ms: Option<u64>,
     /// Overrides `traces.batch_interval_ms`.
     pub batch_interval_ms: Option<u64>,
+    /// Overrides `server.workers`.
+    pub workers: Option<usize>,
     /// Also on PostgreSQL (an admin URL; a scratch database is created and dropped).
     pub postgres_url: Option<String>,
     pub skip_sqlite: bool,
@@ -91,17 +95,28 @@ fn trace_writer_cpu() -> Duration {
 /// A measured run at `rate`, after a second at the same rate, unmeasured: the client's and
 /// keel's connection pools grow to what the rate keeps open before anything is timed
 /// (otherwise the first run at a rate pays for opening them and the next ones do not).
-async fn measured<F>(rate: u32, seconds: u64, label: &'static str, make: F) -> LoadResult
+async fn measured<F>(load: OpenLoop, label: &'static str, make: F) -> LoadResult
 where
     F: Fn() -> reqwest::RequestBuilder + Clone + Send + Sync + 'static,
 {
-    run_at_rate(rate, 1, None, make.clone()).await;
-    run_at_rate(rate, seconds, Some(label), make).await
+    let warm_up = OpenLoop { seconds: 1, ..load };
+    run_at_rate(warm_up, None, make.clone()).await;
+    run_at_rate(load, Some(label), make).await
 }
 
-/// Sends `rate` requests per second for `seconds`, on schedule, from a runtime of its own;
-/// with a label, reports the run's slow bursts on stderr.
-async fn run_at_rate<F>(rate: u32, seconds: u64, label: Option<&'static str>, make: F) -> LoadResult
+/// An open-loop run: `rate` requests a second for `seconds`, each leaving on schedule on
+/// one of at most `connections` connections. A request that finds them all busy waits for
+/// one (as an SDK's bounded pool makes it), and that wait counts in its latency.
+#[derive(Clone, Copy)]
+pub struct OpenLoop {
+    pub rate: u32,
+    pub seconds: u64,
+    pub connections: usize,
+}
+
+/// Sends an open-loop run from a runtime of its own; with a label, reports the run's slow
+/// bursts on stderr.
+async fn run_at_rate<F>(load: OpenLoop, label: Option<&'static str>, make: F) -> LoadResult
 where
     F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
 {
@@ -111,7 +126,7 @@ where
             .worker_threads(1)
             .enable_all()
             .build()
-            .map(|rt| rt.block_on(drive_at_rate(rate, seconds, label, make)));
+            .map(|rt| rt.block_on(drive_at_rate(load, label, make)));
         let _ = tx.send(result);
     });
     match rx.await {
@@ -125,13 +140,14 @@ where
     }
 }
 
-async fn drive_at_rate<F>(rate: u32, seconds: u64, label: Option<&'static str>, make: F) -> LoadResult
+async fn drive_at_rate<F>(load: OpenLoop, label: Option<&'static str>, make: F) -> LoadResult
 where
     F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
 {
     let make = Arc::new(make);
-    let total = u64::from(rate) * seconds;
-    let interval = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let connections = Arc::new(tokio::sync::Semaphore::new(load.connections.max(1)));
+    let total = u64::from(load.rate) * load.seconds;
+    let interval = Duration::from_secs_f64(1.0 / f64::from(load.rate.max(1)));
     let started = Instant::now();
     let wall_start = chrono::Utc::now();
     let mut tasks = Vec::with_capacity(total as usize);
@@ -139,27 +155,41 @@ where
         let due = started + interval.mul_f64(i as f64);
         tokio::time::sleep_until(due.into()).await;
         let request = make();
+        let connections = connections.clone();
         tasks.push(tokio::spawn(async move {
+            // Timed from here, not from `due`: the runtime's timer wakes the loop up to a
+            // millisecond after it, the same for every request and either way.
             let sent = Instant::now();
+            // At most `connections` requests in flight, so at most that many connections.
+            let _connection = connections
+                .acquire_owned()
+                .await
+                .map_err(|_| "closed".to_owned())?;
             match request.send().await {
                 Ok(response) if response.status().is_success() => {
                     let _ = response.bytes().await;
-                    Some((sent - started, sent.elapsed()))
+                    Ok((sent - started, sent.elapsed()))
                 }
-                _ => None,
+                Ok(response) => Err(format!("status {}", response.status().as_u16())),
+                Err(err) => Err(failure_kind(&err)),
             }
         }));
     }
     let mut timed = Vec::with_capacity(tasks.len());
-    let mut failed = 0;
+    let mut failures: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for task in tasks {
         match task.await {
-            Ok(Some(sent_and_latency)) => timed.push(sent_and_latency),
-            _ => failed += 1,
+            Ok(Ok(sent_and_latency)) => timed.push(sent_and_latency),
+            Ok(Err(kind)) => *failures.entry(kind).or_default() += 1,
+            Err(_) => *failures.entry("panicked".into()).or_default() += 1,
         }
     }
+    let failed = failures.values().sum();
     let elapsed = started.elapsed();
     if let Some(label) = label {
+        if !failures.is_empty() {
+            eprintln!("  {label}: {failed} failed: {failures:?}");
+        }
         report_slow_bursts(label, wall_start, &timed);
     }
     let mut latencies: Vec<Duration> = timed.into_iter().map(|(_, latency)| latency).collect();
@@ -170,6 +200,18 @@ where
         elapsed,
         latencies,
     }
+}
+
+/// What kind of failure a request met, to be counted (its innermost cause).
+fn failure_kind(err: &reqwest::Error) -> String {
+    let mut source: &dyn std::error::Error = err;
+    while let Some(inner) = source.source() {
+        source = inner;
+    }
+    format!(
+        "{}: {source}",
+        if err.is_connect() { "connect" } else { "request" }
+    )
 }
 
 /// Where a fixed-rate run's tail comes from (on stderr): the requests slower than
@@ -260,9 +302,15 @@ async fn run_one(
     if let Some(ms) = bench.batch_interval_ms {
         settings.traces.batch_interval_ms = ms;
     }
+    if let Some(workers) = bench.workers {
+        settings.server.workers = workers;
+    }
     eprintln!(
-        "traces.flush_rows = {}, traces.flush_ms = {}, traces.batch_interval_ms = {}",
-        settings.traces.flush_rows, settings.traces.flush_ms, settings.traces.batch_interval_ms
+        "server.workers = {}, traces.flush_rows = {}, traces.flush_ms = {}, traces.batch_interval_ms = {}",
+        settings.server.workers,
+        settings.traces.flush_rows,
+        settings.traces.flush_ms,
+        settings.traces.batch_interval_ms
     );
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
@@ -307,8 +355,13 @@ async fn run_one(
     let (proxied, unrecorded) = (through_keel(true), through_keel(false));
     let rss_before = proc_kib("self", "VmRSS:").unwrap_or(0);
     // Warm both paths (connections, caches, prepared statements).
-    run_at_rate(200, 1, None, direct.clone()).await;
-    run_at_rate(200, 1, None, proxied.clone()).await;
+    let warm = OpenLoop {
+        rate: 200,
+        seconds: 1,
+        connections: bench.connections,
+    };
+    run_at_rate(warm, None, direct.clone()).await;
+    run_at_rate(warm, None, proxied.clone()).await;
     // Each measured run follows a second at its own rate, unmeasured: the client's and keel's
     // connection pools grow to what the rate keeps open before anything is timed (otherwise
     // the first run at a rate pays for opening them, the next ones do not).
@@ -317,9 +370,14 @@ async fn run_one(
     writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed | recording off: added p50 ms | added p99 ms |")?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
     for &rate in &bench.rates {
-        let d = measured(rate, bench.seconds, "direct", direct.clone()).await;
-        let p = measured(rate, bench.seconds, "recording on", proxied.clone()).await;
-        let u = measured(rate, bench.seconds, "recording off", unrecorded.clone()).await;
+        let load = OpenLoop {
+            rate,
+            seconds: bench.seconds,
+            connections: bench.connections,
+        };
+        let d = measured(load, "direct", direct.clone()).await;
+        let p = measured(load, "recording on", proxied.clone()).await;
+        let u = measured(load, "recording off", unrecorded.clone()).await;
         eprintln!(
             "{rate}/s: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed), recording off p50 {} p99 {}",
             millis(d.percentile(0.5)),
