@@ -271,6 +271,10 @@ pub struct ProxySettings {
     pub read_timeout_secs: u64,
     /// How long a verified API key or a project's organization is remembered, in milliseconds.
     pub auth_cache_ttl_ms: u64,
+    /// How long a connection to a provider may sit idle and still be reused, in milliseconds:
+    /// shorter than the providers' own keep-alive timeout, so that keel never sends a call
+    /// on a connection the provider is closing (the call would fail with 502).
+    pub pool_idle_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -479,6 +483,7 @@ impl Settings {
         for (key, value) in [
             ("proxy.connect_timeout_ms", self.proxy.connect_timeout_ms),
             ("proxy.read_timeout_secs", self.proxy.read_timeout_secs),
+            ("proxy.pool_idle_timeout_ms", self.proxy.pool_idle_timeout_ms),
             ("traces.flush_ms", self.traces.flush_ms),
             ("traces.flush_rows", self.traces.flush_rows as u64),
             ("traces.queue_capacity", self.traces.queue_capacity as u64),

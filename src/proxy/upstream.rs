@@ -40,6 +40,7 @@ pub struct UpstreamConfig {
     bases: Arc<[String]>,
     connect_timeout: Duration,
     read_timeout: Duration,
+    pool_idle_timeout: Duration,
 }
 
 impl UpstreamConfig {
@@ -76,6 +77,7 @@ impl UpstreamConfig {
             bases,
             connect_timeout: Duration::from_millis(settings.proxy.connect_timeout_ms),
             read_timeout: Duration::from_secs(settings.proxy.read_timeout_secs),
+            pool_idle_timeout: Duration::from_millis(settings.proxy.pool_idle_timeout_ms),
         })
     }
 
@@ -93,6 +95,8 @@ impl UpstreamConfig {
         http.set_connect_timeout(Some(self.connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(256)
+            // A connection idle this long is not reused: the provider may be closing it.
+            .pool_idle_timeout(self.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .build(HttpsConnector::from((http, self.tls.clone())));
         Upstreams {

@@ -668,3 +668,79 @@ async fn keel_writes_on_its_connections_with_nagle_off() {
     .unwrap();
     assert!(nodelay, "keel's accepted connection has TCP_NODELAY set");
 }
+
+/// A provider whose keep-alive ends just as a connection's second request arrives: it
+/// answers the first request on each connection, then closes the connection unanswered when
+/// the next request comes (a server whose idle timer fires as the request does). Answers its
+/// base URL and how many connections it accepted.
+fn provider_closing_idle_connections() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                // The request's head, then as many body bytes as it announces.
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&request).to_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; length];
+                let _ = stream.read_exact(&mut body);
+                let answer = r#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}]}"#;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+                // The next request on this connection is met by the close.
+                let _ = stream.read(&mut byte);
+            });
+        }
+    });
+    (base, accepted)
+}
+
+#[actix_web::test]
+async fn a_provider_connection_idle_past_the_pool_timeout_is_not_reused() {
+    // Reused after the provider's keep-alive ran out, a connection is closed under the call
+    // (502 to the caller, for a call the provider never saw); keel opens a new one instead.
+    let (base, accepted) = provider_closing_idle_connections();
+    let app = spawn_app_with(|s| {
+        s.providers.openai_url = base.clone();
+        s.proxy.pool_idle_timeout_ms = 200;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    // One client connection to keel, so both calls are served by the same HTTP worker (and
+    // its pool of provider connections).
+    let first = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    first.bytes().await.unwrap();
+    actix_web::rt::time::sleep(Duration::from_millis(600)).await;
+    let second = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", "again"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::OK, "not sent on the idle connection");
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a connection of its own"
+    );
+}
