@@ -114,30 +114,40 @@ pub struct OpenLoop {
     pub connections: usize,
 }
 
-/// Sends an open-loop run from a runtime of its own; with a label, reports the run's slow
-/// bursts on stderr.
+/// The load generator's runtime: one thread, kept for the whole benchmark. A connection
+/// lives on the runtime that opened it, so a runtime per run would close the generator's
+/// connections at the end of each warm-up, and each measured run would begin by opening
+/// them all again.
+fn load_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("keel-bench-load")
+                .enable_all()
+                .build()
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Sends an open-loop run from the load generator's runtime; with a label, reports the
+/// run's slow bursts on stderr.
 async fn run_at_rate<F>(load: OpenLoop, label: Option<&'static str>, make: F) -> LoadResult
 where
     F: Fn() -> reqwest::RequestBuilder + Send + Sync + 'static,
 {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let result = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map(|rt| rt.block_on(drive_at_rate(load, label, make)));
-        let _ = tx.send(result);
-    });
-    match rx.await {
-        Ok(Ok(result)) => result,
-        _ => LoadResult {
-            ok: 0,
-            failed: 1,
-            elapsed: Duration::ZERO,
-            latencies: Vec::new(),
-        },
-    }
+    let done = match load_runtime() {
+        Some(runtime) => runtime.spawn(drive_at_rate(load, label, make)).await.ok(),
+        None => None,
+    };
+    done.unwrap_or(LoadResult {
+        ok: 0,
+        failed: 1,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    })
 }
 
 async fn drive_at_rate<F>(load: OpenLoop, label: Option<&'static str>, make: F) -> LoadResult
