@@ -145,8 +145,8 @@ impl Upstreams {
     /// Sends `request` and waits for the answer's head, at most the read timeout. A failure
     /// is logged with its cause (the caller's 502 or 504 names only its kind).
     pub async fn send(&self, request: http::Request<Full<Bytes>>) -> Result<Answer, CallFailure> {
-        let host = request.uri().host().unwrap_or_default().to_owned();
-        let port = request.uri().port_u16();
+        // Kept for the log of a failure (a clone shares the URI's bytes).
+        let uri = request.uri().clone();
         let failure = match tokio::time::timeout(self.read_timeout, self.client.request(request)).await {
             Ok(Ok(response)) => {
                 let (head, incoming) = response.into_parts();
@@ -171,6 +171,7 @@ impl Upstreams {
             ),
         };
         // The host and port only: a base URL's user information is never logged.
+        let (host, port) = (uri.host().unwrap_or_default(), uri.port_u16());
         tracing::warn!(host, port, failure = ?failure.0, cause = %failure.1, "calling the provider failed");
         Err(failure.0)
     }
