@@ -72,6 +72,19 @@ impl PeerError {
     }
 }
 
+/// An error and its sources, outermost first ("client error (SendRequest): connection
+/// closed before message completed").
+pub fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        source = err.source();
+    }
+    text
+}
+
 /// How an outbound call failed, as far as an answer says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallFailure {

@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
 use super::PROVIDERS;
-use crate::http::CallFailure;
+use crate::http::{causes, CallFailure};
 
 type Connector = HttpsConnector<HttpConnector>;
 
@@ -38,6 +38,8 @@ pub struct UpstreamConfig {
     endpoints: Arc<[http::Uri]>,
     /// Each provider's base, without a trailing `/` (the relay appends the path).
     bases: Arc<[String]>,
+    /// Each base as errors show it: without user information.
+    shown: Arc<[String]>,
     connect_timeout: Duration,
     read_timeout: Duration,
     pool_idle_timeout: Duration,
@@ -53,10 +55,11 @@ impl UpstreamConfig {
             "google" => &p.google_url,
             _ => &p.openai_url,
         };
-        let bases = PROVIDERS
+        let bases: Arc<[String]> = PROVIDERS
             .iter()
             .map(|provider| base_of(provider).trim_end_matches('/').to_owned())
             .collect();
+        let shown = bases.iter().map(|base| without_user_information(base)).collect();
         let endpoints = PROVIDERS
             .iter()
             .map(|provider| {
@@ -75,6 +78,7 @@ impl UpstreamConfig {
             tls: tokio_native_tls::TlsConnector::from(tls),
             endpoints,
             bases,
+            shown,
             connect_timeout: Duration::from_millis(settings.proxy.connect_timeout_ms),
             read_timeout: Duration::from_secs(settings.proxy.read_timeout_secs),
             pool_idle_timeout: Duration::from_millis(settings.proxy.pool_idle_timeout_ms),
@@ -103,6 +107,7 @@ impl UpstreamConfig {
             client,
             endpoints: self.endpoints.clone(),
             bases: self.bases.clone(),
+            shown: self.shown.clone(),
             read_timeout: self.read_timeout,
         }
     }
@@ -113,6 +118,7 @@ pub struct Upstreams {
     client: Client<Connector, Full<Bytes>>,
     endpoints: Arc<[http::Uri]>,
     bases: Arc<[String]>,
+    shown: Arc<[String]>,
     read_timeout: Duration,
 }
 
@@ -121,9 +127,10 @@ impl Upstreams {
         &self.endpoints[provider]
     }
 
-    /// The provider's base URL (no credential in it: shown in errors).
+    /// The provider's base URL as errors show it (to the caller, and in the trace): without
+    /// any user information it was configured with.
     pub fn base(&self, provider: usize) -> &str {
-        &self.bases[provider]
+        &self.shown[provider]
     }
 
     /// `<base><path>?<query>` for the relay; 400 when that is no URI.
@@ -183,17 +190,16 @@ pub struct Answer {
     pub body: Body,
 }
 
-/// An error and its sources, outermost first ("client error (SendRequest): connection
-/// closed before message completed").
-fn causes(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        text.push_str(": ");
-        text.push_str(&err.to_string());
-        source = err.source();
+/// `base` without a user name or password (`https://ops:pw@host/v1` → `https://host/v1`).
+fn without_user_information(base: &str) -> String {
+    match url::Url::parse(base) {
+        Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.as_str().trim_end_matches('/').to_owned()
+        }
+        _ => base.to_owned(),
     }
-    text
 }
 
 /// Whether a timeout (the connect timeout's, or the system's) lies anywhere in the chain.

@@ -263,38 +263,15 @@ async fn at_info_a_request_is_one_short_line() {
 async fn a_failed_provider_call_is_logged_with_its_cause_and_without_credentials() {
     // The base URL carries user information: it must not reach the log.
     let closed = crate::fakes::closed_port_url();
+    let port = closed.rsplit(':').next().unwrap().to_owned();
     let openai = closed.replacen("http://", "http://ops:hunter2@", 1) + "/v1";
     let mut served = serve_with(4096, "info", &[("KEEL_PROVIDER_OPENAI_URL", &openai)]).await;
     let output = capture(served.child.stderr.take().unwrap());
-    let org: serde_json::Value = served
-        .client
-        .post(served.url("/api/internal/orgs"))
-        .bearer_auth(INTERNAL_KEY)
-        .json(&json!({"name": "Acme", "ownerUserId": "ada"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let key: serde_json::Value = served
-        .client
-        .post(served.url(&format!(
-            "/api/internal/orgs/{}/api-keys",
-            org["orgId"].as_str().unwrap()
-        )))
-        .bearer_auth(INTERNAL_KEY)
-        .json(&json!({"name": "ci"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_org_id, key) = org_with_key(&served.client, &served.base, "acme").await;
     let call = served
         .client
         .post(served.url("/v1/chat/completions"))
-        .bearer_auth(key["key"].as_str().unwrap())
+        .bearer_auth(&key)
         .header("X-Service-Provider", "openai")
         .header("X-Service-Provider-Key", "sk-provider-secret")
         .header("X-Service-Record", "false")
@@ -303,17 +280,25 @@ async fn a_failed_provider_call_is_logged_with_its_cause_and_without_credentials
         .await
         .unwrap();
     assert_eq!(call.status(), StatusCode::BAD_GATEWAY);
+    let answered = call.text().await.unwrap();
+    assert!(
+        answered.contains(&format!("127.0.0.1:{port}/v1")),
+        "the detail names the provider's base: {answered}"
+    );
+    assert!(!answered.contains("hunter2"), "not its password: {answered}");
     assert!(served.terminate().await, "a clean exit");
     actix_web::rt::time::sleep(Duration::from_millis(100)).await;
     let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
-    let port = closed.rsplit(':').next().unwrap();
     let line = text
         .lines()
         .find(|l| l.contains("calling the provider failed"))
         .unwrap_or_else(|| panic!("the failure is logged: {text}"));
     assert!(line.contains("WARN"), "{line}");
     assert!(line.contains("Unreachable"), "its kind: {line}");
-    assert!(line.contains("127.0.0.1") && line.contains(port), "where: {line}");
+    assert!(
+        line.contains("127.0.0.1") && line.contains(&port),
+        "where: {line}"
+    );
     assert!(
         line.to_lowercase().contains("connection refused"),
         "its cause: {line}"
