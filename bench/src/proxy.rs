@@ -181,7 +181,7 @@ where
                     Ok((sent - started, sent.elapsed()))
                 }
                 Ok(response) => Err(format!("status {}", response.status().as_u16())),
-                Err(err) => Err(failure_kind(&err)),
+                Err(err) => Err(keel::http::causes(&err)),
             }
         }));
     }
@@ -210,18 +210,6 @@ where
         elapsed,
         latencies,
     }
-}
-
-/// What kind of failure a request met, to be counted (its innermost cause).
-fn failure_kind(err: &reqwest::Error) -> String {
-    let mut source: &dyn std::error::Error = err;
-    while let Some(inner) = source.source() {
-        source = inner;
-    }
-    format!(
-        "{}: {source}",
-        if err.is_connect() { "connect" } else { "request" }
-    )
 }
 
 /// Where a fixed-rate run's tail comes from (on stderr): the requests slower than

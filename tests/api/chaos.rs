@@ -148,28 +148,7 @@ fn client() -> reqwest::Client {
 /// An organization with a saved card and funds, made through `instance`.
 async fn funded_org(instance: &Instance, name: &str, cents: i64) -> (String, String) {
     let http = client();
-    let org: Value = http
-        .post(instance.url("/api/internal/orgs"))
-        .bearer_auth(INTERNAL_KEY)
-        .json(&json!({"name": name, "ownerUserId": format!("owner-{name}")}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let org_id = org["orgId"].as_str().unwrap().to_owned();
-    let key: Value = http
-        .post(instance.url(&format!("/api/internal/orgs/{org_id}/api-keys")))
-        .bearer_auth(INTERNAL_KEY)
-        .json(&json!({"name": "chaos"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let key = key["key"].as_str().unwrap().to_owned();
+    let (org_id, key) = org_with_key(&http, &instance.base, name).await;
     let saved = http
         .post(instance.url("/api/billing/payment-method"))
         .bearer_auth(&key)
