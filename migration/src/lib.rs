@@ -14,6 +14,7 @@ mod m20261124_000002_console_indexes;
 mod m20261124_000003_user_id_length;
 mod m20261125_000001_pending_payments;
 mod m20261125_000002_trace_export_index;
+mod m20261125_000003_trace_project_org_fk;
 
 pub struct Migrator;
 
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000003_user_id_length::Migration),
             Box::new(m20261125_000001_pending_payments::Migration),
             Box::new(m20261125_000002_trace_export_index::Migration),
+            Box::new(m20261125_000003_trace_project_org_fk::Migration),
         ]
     }
 }

@@ -435,6 +435,36 @@ async fn a_refused_batch_is_split_until_only_the_refused_rows_are_left() {
     assert_eq!(count_traces(&app.db_url).await, 90);
 }
 
+#[actix_web::test]
+async fn deleting_an_organization_deletes_its_written_traces_and_no_one_elses() {
+    let (app, writer, trace) = own_writer(1_000, 1_000, 0).await;
+    let doomed = app.create_org("Doomed").await;
+    let first = app.create_project(&doomed, "First").await;
+    let second = app.create_project(&doomed, "Second").await;
+    for i in 0..3 {
+        writer.record_pending(trace(format!("kept-{i}")));
+        for project in [&first, &second] {
+            writer.record_pending(pending_trace(
+                format!("doomed-{project}-{i}"),
+                &doomed.org_id,
+                project,
+            ));
+        }
+    }
+    writer.drain().await;
+    assert_eq!(writer.metrics.written.get(), 9);
+    assert_eq!(count_traces(&app.db_url).await, 9);
+    let deleted = app
+        .delete(&format!("/api/internal/orgs/{}", doomed.org_id), INTERNAL_KEY)
+        .await;
+    assert_eq!(deleted.status(), StatusCode::OK);
+    assert_eq!(
+        count_traces(&app.db_url).await,
+        3,
+        "the other organization's traces stay"
+    );
+}
+
 /// An app, a trace writer the test starts itself on the app's database, and a maker of
 /// finished traces for it (in one project of one organization).
 async fn own_writer(
