@@ -438,6 +438,32 @@ pub fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
     Some((comm, Duration::from_millis((utime + stime) * 10)))
 }
 
+/// CPU time PostgreSQL's server processes on this machine have used so far: every process
+/// named `postgres`, its own time and that of its children it has reaped (`cutime`, `cstime`:
+/// the postmaster collects the time of the backends that have exited). A difference of two
+/// readings is the server's CPU between them, backends that came and went included.
+pub fn postgres_cpu() -> Duration {
+    let ticks: u64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(')')?;
+            if head.split_once('(')?.1 != "postgres" {
+                return None;
+            }
+            // Fields 14 to 17: utime, stime, cutime, cstime.
+            rest.split_whitespace()
+                .skip(11)
+                .take(4)
+                .map(|field| field.parse::<u64>().ok())
+                .sum::<Option<u64>>()
+        })
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
 /// CPU time a process has used so far (every thread); `pid` may be `self`.
 pub fn proc_cpu(pid: &str) -> Duration {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -65,9 +65,15 @@ enum BenchTarget {
         /// Requests in flight in the saturation run.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
-        /// Requests of the saturation run.
-        #[arg(long, default_value_t = 20_000)]
+        /// Requests of each saturation run.
+        #[arg(long, default_value_t = 100_000)]
         requests: usize,
+        /// Rounds: each fixed-rate and saturation measurement this many times, each round
+        /// running direct, recording on and recording off in turn (a slow spell of the
+        /// machine then falls on all three alike); the tables give every round, the fixed
+        /// rates' percentiles pooled and the saturation's medians.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
+        rounds: u64,
         /// The trace writer's batch size (`traces.flush_rows`) for this run; the configured
         /// default when absent.
         #[arg(long)]
@@ -186,6 +192,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             connections,
             concurrency,
             requests,
+            rounds,
             flush_rows,
             flush_ms,
             batch_interval_ms,
@@ -200,6 +207,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 connections,
                 concurrency,
                 saturation_requests: requests,
+                rounds: rounds as usize,
                 flush_rows,
                 flush_ms,
                 batch_interval_ms,

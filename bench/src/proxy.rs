@@ -27,6 +27,9 @@ pub struct ProxyBench {
     pub connections: usize,
     pub concurrency: usize,
     pub saturation_requests: usize,
+    /// Every measurement this many times, each round interleaving direct, recording on and
+    /// recording off.
+    pub rounds: usize,
     /// Overrides `traces.flush_rows`.
     pub flush_rows: Option<usize>,
     /// Overrides `traces.flush_ms`.
@@ -258,6 +261,102 @@ fn report_slow_bursts(
     }
 }
 
+/// A fixed-rate table row: direct, through keel with recording on, and with it off.
+fn rate_row(name: &str, d: &LoadResult, p: &LoadResult, u: &LoadResult) -> String {
+    format!(
+        "| {name} | {} | {} | {} | {} | {} | {} | {}/{} | {} | {} |",
+        millis(d.percentile(0.5)),
+        millis(d.percentile(0.99)),
+        millis(p.percentile(0.5)),
+        millis(p.percentile(0.99)),
+        added(p.percentile(0.5), d.percentile(0.5)),
+        added(p.percentile(0.99), d.percentile(0.99)),
+        p.ok,
+        p.failed,
+        added(u.percentile(0.5), d.percentile(0.5)),
+        added(u.percentile(0.99), d.percentile(0.99)),
+    )
+}
+
+/// The runs as one: their requests together, their percentiles over all of them.
+fn pooled(runs: Vec<LoadResult>) -> LoadResult {
+    let mut all = LoadResult {
+        ok: 0,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    };
+    for run in runs {
+        all.ok += run.ok;
+        all.failed += run.failed;
+        all.elapsed += run.elapsed;
+        all.latencies.extend(run.latencies);
+    }
+    all.latencies.sort_unstable();
+    all
+}
+
+/// One saturation round's figures (or their medians).
+struct Saturation {
+    direct: f64,
+    /// Until every trace of the phase is written.
+    on: f64,
+    off: f64,
+    /// `on / direct`, of the same round (the median row: the rounds' median ratio).
+    ratio: f64,
+    /// keel's own CPU per request: the phase's process CPU minus the direct phase's.
+    keel_on: f64,
+    keel_off: f64,
+    /// CPU per trace written.
+    writer: f64,
+    postgres: f64,
+    failed: usize,
+}
+
+impl Saturation {
+    fn row(&self, name: &str, on_postgres: bool) -> String {
+        let postgres = match on_postgres {
+            true => format!("{:.1}", self.postgres),
+            false => "-".to_owned(),
+        };
+        format!(
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.1} / {:.1} | {:.1} | {postgres} | {} |",
+            self.direct,
+            self.on,
+            self.off,
+            100.0 * self.ratio,
+            self.keel_on,
+            self.keel_off,
+            self.writer,
+            self.failed,
+        )
+    }
+
+    /// Each figure's median over the rounds; failures summed.
+    fn median(rounds: &[Self]) -> Self {
+        let median = |figure: fn(&Self) -> f64| {
+            let mut values: Vec<f64> = rounds.iter().map(figure).collect();
+            values.sort_by(f64::total_cmp);
+            match values.len() {
+                0 => 0.0,
+                len if len % 2 == 1 => values[len / 2],
+                len => (values[len / 2 - 1] + values[len / 2]) / 2.0,
+            }
+        };
+        Self {
+            direct: median(|r| r.direct),
+            on: median(|r| r.on),
+            off: median(|r| r.off),
+            ratio: median(|r| r.ratio),
+            keel_on: median(|r| r.keel_on),
+            keel_off: median(|r| r.keel_off),
+            writer: median(|r| r.writer),
+            postgres: median(|r| r.postgres),
+            failed: rounds.iter().map(|r| r.failed).sum(),
+        }
+    }
+}
+
 fn added(proxied: Duration, direct: Duration) -> String {
     let delta = proxied.as_secs_f64() - direct.as_secs_f64();
     format!("{:.3}", delta * 1000.0)
@@ -373,36 +472,35 @@ async fn run_one(
             seconds: bench.seconds,
             connections: bench.connections,
         };
-        let d = measured(load, "direct", direct.clone()).await;
-        let p = measured(load, "recording on", proxied.clone()).await;
-        let u = measured(load, "recording off", unrecorded.clone()).await;
-        eprintln!(
-            "{rate}/s: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed), recording off p50 {} p99 {}",
-            millis(d.percentile(0.5)),
-            millis(d.percentile(0.99)),
-            millis(p.percentile(0.5)),
-            millis(p.percentile(0.99)),
-            p.failed,
-            millis(u.percentile(0.5)),
-            millis(u.percentile(0.99)),
-        );
-        writeln!(
-            out,
-            "| {rate}/s for {}s | {} | {} | {} | {} | {} | {} | {}/{} | {} | {} |",
-            bench.seconds,
-            millis(d.percentile(0.5)),
-            millis(d.percentile(0.99)),
-            millis(p.percentile(0.5)),
-            millis(p.percentile(0.99)),
-            added(p.percentile(0.5), d.percentile(0.5)),
-            added(p.percentile(0.99), d.percentile(0.99)),
-            p.ok,
-            p.failed,
-            added(u.percentile(0.5), d.percentile(0.5)),
-            added(u.percentile(0.99), d.percentile(0.99)),
-        )?;
+        let mut rounds: [Vec<LoadResult>; 3] = Default::default();
+        for round in 1..=bench.rounds {
+            let d = measured(load, "direct", direct.clone()).await;
+            let p = measured(load, "recording on", proxied.clone()).await;
+            let u = measured(load, "recording off", unrecorded.clone()).await;
+            eprintln!(
+                "{rate}/s, round {round}: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed), recording off p50 {} p99 {}",
+                millis(d.percentile(0.5)),
+                millis(d.percentile(0.99)),
+                millis(p.percentile(0.5)),
+                millis(p.percentile(0.99)),
+                p.failed,
+                millis(u.percentile(0.5)),
+                millis(u.percentile(0.99)),
+            );
+            let name = format!("{rate}/s for {}s, round {round}", bench.seconds);
+            writeln!(out, "{}", rate_row(&name, &d, &p, &u))?;
+            for (all, run) in rounds.iter_mut().zip([d, p, u]) {
+                all.push(run);
+            }
+        }
+        if bench.rounds > 1 {
+            let [d, p, u] = rounds.map(pooled);
+            let name = format!("**{rate}/s, the {} rounds pooled**", bench.rounds);
+            writeln!(out, "{}", rate_row(&name, &d, &p, &u))?;
+        }
     }
-    // Saturation: the same requests from the lean load generator.
+    // Saturation: the same requests from the lean load generator, direct, recording on and
+    // recording off in turn, each round.
     let (n, c) = (bench.saturation_requests, bench.concurrency);
     let path = "/v1/chat/completions";
     let direct = LoadRequest::json(path, "sk-bench-provider-key", &[])?.with_body(REQUEST);
@@ -415,63 +513,81 @@ async fn run_one(
     let mut unrecorded_headers = proxy_headers.to_vec();
     unrecorded_headers.push(("x-service-record", "false"));
     let unrecorded = LoadRequest::json(path, &tenant.key, &unrecorded_headers)?.with_body(REQUEST);
-    // CPU per request of each phase: the load generator and the fake provider take part in
-    // all three, so the proxied phases minus the direct one is keel's own CPU per call. The
-    // recording phase includes writing every trace it recorded (the drain).
-    let cpu = proc_cpu("self");
-    let d = run_load(provider_addr, c, n, move |_| direct.clone()).await;
-    let cpu_direct = proc_cpu("self").saturating_sub(cpu);
-    let cpu = proc_cpu("self");
-    let (writer_cpu, written, batches) = (
-        trace_writer_cpu(),
+    let on_postgres = admin_url.is_some();
+    writeln!(out)?;
+    writeln!(
+        out,
+        "| saturation, {c} in flight, {n} requests each | direct requests/s | recording on requests/s (until every trace is written) | recording off requests/s | on / direct | keel's CPU µs/request, on / off | trace writer µs/trace | PostgreSQL µs/trace | failed |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
+    let mut rounds = Vec::with_capacity(bench.rounds);
+    let (written_before, batches_before) = (
         state.traces.metrics.written.get(),
         state.traces.metrics.batches.get(),
     );
-    let p = run_load(keel_addr, c, n, move |_| proxied.clone()).await;
-    state.traces.drain().await;
-    let cpu_recorded = proc_cpu("self").saturating_sub(cpu);
-    let writer_cpu = trace_writer_cpu().saturating_sub(writer_cpu);
-    let (written, batches) = (
-        state.traces.metrics.written.get() - written,
-        state.traces.metrics.batches.get() - batches,
-    );
-    let cpu = proc_cpu("self");
-    let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
-    let cpu_unrecorded = proc_cpu("self").saturating_sub(cpu);
-    let rss_peak = proc_kib("self", "VmHWM:").unwrap_or(0);
-    writeln!(out)?;
-    writeln!(
-        out,
-        "| saturation ({c} in flight, {n} requests) | requests/s | p50 ms | p99 ms | failed | process CPU µs/request | keel's CPU µs/request |"
-    )?;
-    writeln!(out, "|---|---|---|---|---|---|---|")?;
-    let per_request = |cpu: Duration| cpu.as_secs_f64() * 1e6 / n.max(1) as f64;
-    let baseline = per_request(cpu_direct);
-    for (name, r, cpu, through_keel) in [
-        ("direct to the fake provider (baseline)", &d, cpu_direct, false),
-        ("through keel, recording on", &p, cpu_recorded, true),
-        ("through keel, recording off", &u, cpu_unrecorded, true),
-    ] {
-        let own = match through_keel {
-            true => format!("{:.1}", per_request(cpu) - baseline),
-            false => "-".to_owned(),
+    for round in 1..=bench.rounds {
+        let (direct, proxied, unrecorded) = (direct.clone(), proxied.clone(), unrecorded.clone());
+        // CPU per request of each phase: the load generator and the fake provider take part
+        // in all three, so a proxied phase minus the direct one is keel's own CPU per call.
+        let cpu = proc_cpu("self");
+        let d = run_load(provider_addr, c, n, move |_| direct.clone()).await;
+        let cpu_direct = proc_cpu("self").saturating_sub(cpu);
+        let (cpu, writer_cpu, postgres_cpu, written) = (
+            proc_cpu("self"),
+            trace_writer_cpu(),
+            crate::common::postgres_cpu(),
+            state.traces.metrics.written.get(),
+        );
+        // The recording phase lasts until every trace it recorded is written (the drain).
+        let started = Instant::now();
+        let p = run_load(keel_addr, c, n, move |_| proxied.clone()).await;
+        state.traces.drain().await;
+        let recording_elapsed = started.elapsed();
+        let cpu_recorded = proc_cpu("self").saturating_sub(cpu);
+        let writer_cpu = trace_writer_cpu().saturating_sub(writer_cpu);
+        let postgres_cpu = crate::common::postgres_cpu().saturating_sub(postgres_cpu);
+        let written = state.traces.metrics.written.get() - written;
+        let cpu = proc_cpu("self");
+        let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
+        let cpu_unrecorded = proc_cpu("self").saturating_sub(cpu);
+
+        let micros = |cpu: Duration, per: usize| cpu.as_secs_f64() * 1e6 / per.max(1) as f64;
+        let baseline = micros(cpu_direct, n);
+        let figures = Saturation {
+            direct: d.per_second(),
+            on: p.ok as f64 / recording_elapsed.as_secs_f64(),
+            off: u.per_second(),
+            ratio: p.ok as f64 / recording_elapsed.as_secs_f64() / d.per_second(),
+            keel_on: micros(cpu_recorded, n) - baseline,
+            keel_off: micros(cpu_unrecorded, n) - baseline,
+            writer: micros(writer_cpu, written as usize),
+            postgres: micros(postgres_cpu, written as usize),
+            failed: d.failed + p.failed + u.failed,
         };
+        eprintln!(
+            "saturation, round {round}: direct {:.0}/s, recording on {:.0}/s, off {:.0}/s",
+            figures.direct, figures.on, figures.off
+        );
+        writeln!(out, "{}", figures.row(&format!("round {round}"), on_postgres))?;
+        rounds.push(figures);
+    }
+    if bench.rounds > 1 {
         writeln!(
             out,
-            "| {name} | {:.0} | {} | {} | {} | {:.1} | {own} |",
-            r.per_second(),
-            millis(r.percentile(0.5)),
-            millis(r.percentile(0.99)),
-            r.failed,
-            per_request(cpu),
+            "{}",
+            Saturation::median(&rounds).row("**median**", on_postgres)
         )?;
     }
+    let rss_peak = proc_kib("self", "VmHWM:").unwrap_or(0);
+    let (written, batches) = (
+        state.traces.metrics.written.get() - written_before,
+        state.traces.metrics.batches.get() - batches_before,
+    );
     writeln!(out)?;
     writeln!(
         out,
-        "Recording at saturation: {written} traces in {batches} batches ({:.1} rows each); the trace writer's thread (and SQLite's, on SQLite; PostgreSQL's backends are not counted) used {:.1} µs of CPU per trace.",
+        "Recording at saturation: {written} traces in {batches} batches ({:.1} rows each). The trace writer's figure is its thread's CPU (and SQLite's threads', on SQLite); PostgreSQL's is every `postgres` process's on this machine.",
         written as f64 / batches.max(1) as f64,
-        writer_cpu.as_secs_f64() * 1e6 / written.max(1) as f64,
     )?;
     writeln!(
         out,
