@@ -90,6 +90,9 @@ pub struct DatabaseSettings {
     pub url: String,
     pub max_connections: u32,
     pub sqlite_busy_timeout_ms: u64,
+    /// SQLite only: the write-ahead log's length, in pages, past which a commit copies it
+    /// back into the database file (`PRAGMA wal_autocheckpoint`).
+    pub sqlite_wal_autocheckpoint_pages: u32,
     pub acquire_timeout_secs: u64,
     pub connect_timeout_secs: u64,
     pub lock_timeout_ms: u64,
@@ -484,6 +487,10 @@ impl Settings {
             ("proxy.connect_timeout_ms", self.proxy.connect_timeout_ms),
             ("proxy.read_timeout_secs", self.proxy.read_timeout_secs),
             ("proxy.pool_idle_timeout_ms", self.proxy.pool_idle_timeout_ms),
+            (
+                "database.sqlite_wal_autocheckpoint_pages",
+                u64::from(self.database.sqlite_wal_autocheckpoint_pages),
+            ),
             ("traces.flush_ms", self.traces.flush_ms),
             ("traces.flush_rows", self.traces.flush_rows as u64),
             ("traces.queue_capacity", self.traces.queue_capacity as u64),

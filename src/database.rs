@@ -38,8 +38,10 @@ fn pool_options(settings: &DatabaseSettings, timeouts: bool) -> ConnectOptions {
         .sqlx_logging(false);
     if sqlite {
         let busy = Duration::from_millis(settings.sqlite_busy_timeout_ms);
+        let checkpoint_pages = settings.sqlite_wal_autocheckpoint_pages.to_string();
         options.map_sqlx_sqlite_opts(move |o| {
             o.journal_mode(SqliteJournalMode::Wal)
+                .pragma("wal_autocheckpoint", checkpoint_pages.clone())
                 // FULL: an acknowledged write survives a power loss.
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(busy)

@@ -75,6 +75,25 @@ fn invalid_configuration_stops_with_one_clear_line() {
 }
 
 #[test]
+fn a_sqlite_checkpoint_of_zero_pages_is_refused_by_name() {
+    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["migrate", "status"])
+        .env("KEEL__DATABASE__SQLITE_WAL_AUTOCHECKPOINT_PAGES", "0")
+        .env(
+            "KEEL_CONFIG_DIR",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+        )
+        .output()
+        .expect("keel runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("database.sqlite_wal_autocheckpoint_pages") && stderr.contains("must be positive"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn migrate_status_lists_the_migrations() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("k.db").display());

@@ -199,3 +199,32 @@ async fn the_listener_queues_as_many_connections_as_configured() {
     let port = default.address.rsplit(':').next().unwrap();
     assert_eq!(accept_queue_bound(port), 4096.min(somaxconn));
 }
+
+#[actix_web::test]
+async fn sqlite_copies_its_write_ahead_log_back_once_it_passes_the_configured_pages() {
+    if std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres")) {
+        return; // A SQLite setting.
+    }
+    let app = spawn_app_with(|s| s.database.sqlite_wal_autocheckpoint_pages = 16).await;
+    // Each organization is a commit of a few pages: hundreds of pages of log in all, which
+    // SQLite's default (1,000 pages) would keep.
+    for i in 0..100 {
+        app.create_org(&format!("Org {i}")).await;
+    }
+    // A second connection asks for a checkpoint; its answer's `log` is the frames in the log
+    // now (since the app's connection last restarted it).
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let row = sea_orm::ConnectionTrait::query_one_raw(
+        &db,
+        sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, "PRAGMA wal_checkpoint(PASSIVE)"),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let log: i32 = row.try_get_by_index(1).unwrap();
+    db.close().await.ok();
+    assert!(
+        (0..=64).contains(&log),
+        "{log} frames in the log: checkpoints every 16 pages leave at most a commit more"
+    );
+}
