@@ -477,18 +477,14 @@ async fn run_one(
             let d = measured(load, "direct", direct.clone()).await;
             let p = measured(load, "recording on", proxied.clone()).await;
             let u = measured(load, "recording off", unrecorded.clone()).await;
-            eprintln!(
-                "{rate}/s, round {round}: direct p50 {} p99 {}, proxied p50 {} p99 {} ({} failed), recording off p50 {} p99 {}",
-                millis(d.percentile(0.5)),
-                millis(d.percentile(0.99)),
-                millis(p.percentile(0.5)),
-                millis(p.percentile(0.99)),
-                p.failed,
-                millis(u.percentile(0.5)),
-                millis(u.percentile(0.99)),
+            let row = rate_row(
+                &format!("{rate}/s for {}s, round {round}", bench.seconds),
+                &d,
+                &p,
+                &u,
             );
-            let name = format!("{rate}/s for {}s, round {round}", bench.seconds);
-            writeln!(out, "{}", rate_row(&name, &d, &p, &u))?;
+            eprintln!("{row}");
+            writeln!(out, "{row}")?;
             for (all, run) in rounds.iter_mut().zip([d, p, u]) {
                 all.push(run);
             }

@@ -76,15 +76,10 @@ fn invalid_configuration_stops_with_one_clear_line() {
 
 #[test]
 fn a_sqlite_checkpoint_of_zero_pages_is_refused_by_name() {
-    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["migrate", "status"])
-        .env("KEEL__DATABASE__SQLITE_WAL_AUTOCHECKPOINT_PAGES", "0")
-        .env(
-            "KEEL_CONFIG_DIR",
-            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
-        )
-        .output()
-        .expect("keel runs");
+    let output = keel(
+        &["migrate", "status"],
+        &[("KEEL__DATABASE__SQLITE_WAL_AUTOCHECKPOINT_PAGES", "0")],
+    );
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -398,35 +398,36 @@ pub async fn ledger_invariant(db_url: &str, org_id: &str) -> (i64, usize) {
     (balance, entries.len())
 }
 
-/// Polls `check` until it holds (background effects such as auto top-up), up to 10 s.
 /// An organization (owned by `owner-<name>`) and an API key's secret, made with the
 /// internal key over HTTP at `base`: for a `keel serve` process, where no [`TestApp`] is at
 /// hand. Answers the organization's id and the key.
 pub async fn org_with_key(http: &reqwest::Client, base: &str, name: &str) -> (String, String) {
-    let org: Value = http
-        .post(format!("{base}/api/internal/orgs"))
-        .bearer_auth(INTERNAL_KEY)
-        .json(&json!({"name": name, "ownerUserId": format!("owner-{name}")}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let internal = |path: String, body: Value| async move {
+        http.post(format!("{base}{path}"))
+            .bearer_auth(INTERNAL_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let org = internal(
+        "/api/internal/orgs".into(),
+        json!({"name": name, "ownerUserId": format!("owner-{name}")}),
+    )
+    .await;
     let org_id = org["orgId"].as_str().unwrap().to_owned();
-    let key: Value = http
-        .post(format!("{base}/api/internal/orgs/{org_id}/api-keys"))
-        .bearer_auth(INTERNAL_KEY)
-        .json(&json!({"name": "ci"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let key = internal(
+        format!("/api/internal/orgs/{org_id}/api-keys"),
+        json!({"name": "ci"}),
+    )
+    .await;
     (org_id, key["key"].as_str().unwrap().to_owned())
 }
 
+/// Polls `check` until it holds (background effects such as auto top-up), up to 10 s.
 pub async fn eventually<F, Fut>(mut check: F) -> bool
 where
     F: FnMut() -> Fut,
