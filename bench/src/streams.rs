@@ -4,9 +4,11 @@
 //! through a `keel serve` process (the built binary, recording on). Each chunk carries the
 //! time the fake sent it (one clock: the fake and the client are this process), so a chunk's
 //! delay is when the client read it minus when it left the fake. Reported: added time to
-//! first byte and added delay per chunk (keel's percentile minus the baseline's), keel's RSS
-//! per open stream (its peak minus its idle RSS, over N), keel's CPU per chunk, and whether
-//! every stream's trace was written assembled.
+//! first byte and added delay per chunk (keel's percentile minus the baseline's), over all
+//! chunks and over the chunks sent once all N streams were open (the opening of N streams in
+//! one instant delays the first chunks of the early ones: that is the time to first byte's
+//! cost, not a relayed chunk's), keel's RSS per open stream (its peak minus its idle RSS, over
+//! N), keel's CPU per chunk, and whether every stream's trace was written assembled.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -149,6 +151,8 @@ fn start_fake(epoch: Instant, phases: Phases) -> anyhow::Result<String> {
 struct Seen {
     ttfb: Vec<Duration>,
     chunk_delay: Vec<Duration>,
+    /// The delays of the chunks the fake sent once every stream had its answer's head.
+    open_delay: Vec<Duration>,
     failed: usize,
     chunks: usize,
 }
@@ -173,6 +177,7 @@ fn open_streams(n: usize, url: String, headers: Vec<(&'static str, String)>, epo
             return Seen {
                 ttfb: Vec::new(),
                 chunk_delay: Vec::new(),
+                open_delay: Vec::new(),
                 failed: n,
                 chunks: 0,
             }
@@ -199,6 +204,7 @@ fn open_streams(n: usize, url: String, headers: Vec<(&'static str, String)>, epo
                     let sent = Instant::now();
                     let response = request.send().await.ok().filter(|r| r.status().is_success())?;
                     let ttfb = sent.elapsed();
+                    let opened = epoch.elapsed().as_micros() as u64;
                     let mut delays = Vec::with_capacity(CHUNKS + 1);
                     let mut body = response.bytes_stream();
                     let mut pending = Vec::new();
@@ -214,32 +220,45 @@ fn open_streams(n: usize, url: String, headers: Vec<(&'static str, String)>, epo
                                 .and_then(|rest| rest.split(',').next())
                                 .and_then(|t| t.parse::<u64>().ok())
                             {
-                                delays.push(Duration::from_micros(now.saturating_sub(at)));
+                                delays.push((at, Duration::from_micros(now.saturating_sub(at))));
                             }
                         }
                     }
-                    Some((ttfb, delays))
+                    Some((ttfb, opened, delays))
                 })
             })
             .collect();
         let mut seen = Seen {
             ttfb: Vec::with_capacity(n),
             chunk_delay: Vec::with_capacity(n * (CHUNKS + 1)),
+            open_delay: Vec::new(),
             failed: 0,
             chunks: 0,
         };
+        let mut sent_delays = Vec::with_capacity(n * (CHUNKS + 1));
+        let mut all_open = 0;
         for task in tasks {
             match task.await {
-                Ok(Some((ttfb, delays))) if delays.len() == CHUNKS + 1 => {
+                Ok(Some((ttfb, opened, delays))) if delays.len() == CHUNKS + 1 => {
                     seen.ttfb.push(ttfb);
                     seen.chunks += delays.len();
-                    seen.chunk_delay.extend(delays);
+                    all_open = all_open.max(opened);
+                    sent_delays.extend(delays);
                 }
                 _ => seen.failed += 1,
             }
         }
+        seen.chunk_delay
+            .extend(sent_delays.iter().map(|(_, delay)| *delay));
+        seen.open_delay.extend(
+            sent_delays
+                .iter()
+                .filter(|(at, _)| *at >= all_open)
+                .map(|(_, delay)| *delay),
+        );
         seen.ttfb.sort_unstable();
         seen.chunk_delay.sort_unstable();
+        seen.open_delay.sort_unstable();
         seen
     })
 }
@@ -268,7 +287,8 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "Streams of {} chunks {} ms apart ({}), all opened at once; added = through keel minus straight to the fake, same N.\n",
+        "Streams of {} chunks {} ms apart ({}), all opened at once; added = through keel minus straight to the fake, same N; \
+         once open = the chunks the fake sent after the last of the N streams had its answer's head.\n",
         CHUNKS + 1,
         EVERY.as_millis(),
         match phases {
@@ -276,8 +296,8 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
             Phases::Aligned => "one tick for all streams",
         }
     )?;
-    writeln!(out, "| streams | TTFB p50 ms direct / keel | added TTFB p50 ms | added TTFB p99 ms | chunk delay p99 ms direct / keel | added per-chunk p99 ms | keel RSS KiB per stream | keel CPU µs per chunk | failed direct / keel | traces assembled |")?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "| streams | TTFB p50 ms direct / keel | added TTFB p50 ms | added TTFB p99 ms | chunk delay p99 ms direct / keel | added per-chunk p99 ms | once open: chunk delay p99 ms direct / keel | once open: added per-chunk p99 ms | keel RSS KiB per stream | keel CPU µs per chunk | failed direct / keel | traces assembled |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     let mut recorded = 0u64;
     for &n in counts {
         let direct_url = format!("{provider}/chat/completions");
@@ -328,7 +348,7 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
         };
         writeln!(
             out,
-            "| {n} | {} / {} | {} | {} | {} / {} | {} | {:.1} | {:.2} | {} / {} | {assembled} of {recorded} |",
+            "| {n} | {} / {} | {} | {} | {} / {} | {} | {} / {} | {} | {:.1} | {:.2} | {} / {} | {assembled} of {recorded} |",
             ms(percentile(&direct.ttfb, 0.5)),
             ms(percentile(&through.ttfb, 0.5)),
             added(percentile(&through.ttfb, 0.5), percentile(&direct.ttfb, 0.5)),
@@ -336,12 +356,21 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
             ms(percentile(&direct.chunk_delay, 0.99)),
             ms(percentile(&through.chunk_delay, 0.99)),
             added(percentile(&through.chunk_delay, 0.99), percentile(&direct.chunk_delay, 0.99)),
+            ms(percentile(&direct.open_delay, 0.99)),
+            ms(percentile(&through.open_delay, 0.99)),
+            added(percentile(&through.open_delay, 0.99), percentile(&direct.open_delay, 0.99)),
             peak.saturating_sub(idle) as f64 / n.max(1) as f64,
             used.as_secs_f64() * 1e6 / through.chunks.max(1) as f64,
             direct.failed,
             through.failed,
         )?;
         out.flush()?;
+        let share = |seen: &Seen| 100.0 * seen.open_delay.len() as f64 / seen.chunk_delay.len().max(1) as f64;
+        eprintln!(
+            "{n} streams: {:.0}% (direct) and {:.0}% (keel) of the chunks were sent once all were open",
+            share(&direct),
+            share(&through)
+        );
     }
     drop(server);
     conn.close().await?;
