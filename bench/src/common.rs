@@ -354,7 +354,7 @@ pub fn millis(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
-/// A `keel serve` process of the binary built beside this one (`cargo build --release`
+/// A `keel serve` process of the binary built beside this one (`cargo build --release --workspace`
 /// builds both) on `db_url`, with `envs` added; killed when dropped.
 pub struct KeelProcess {
     child: std::process::Child,
@@ -411,7 +411,7 @@ pub fn keel_exe() -> anyhow::Result<std::path::PathBuf> {
     let exe = std::env::current_exe()?.with_file_name("keel");
     anyhow::ensure!(
         exe.exists(),
-        "{} is missing: cargo build --release builds it",
+        "{} is missing: cargo build --release --workspace builds it",
         exe.display()
     );
     Ok(exe)
