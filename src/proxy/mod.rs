@@ -413,10 +413,13 @@ async fn proxy_chat(
             org_id: owner.org_id.clone(),
             project_id,
             provider,
-            model: request
-                .get("model")
-                .and_then(Value::as_str)
-                .map(|m| m.chars().take(200).collect()),
+            // A NUL (`\u0000` in the JSON) as U+FFFD: PostgreSQL's text cannot hold it.
+            model: request.get("model").and_then(Value::as_str).map(|m| {
+                m.chars()
+                    .take(200)
+                    .map(|c| if c == '\0' { '\u{fffd}' } else { c })
+                    .collect()
+            }),
             // The forwarded body: the caller's bytes, or their redacted re-serialization.
             request: upstream_body.clone(),
             stream,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use entities::trace;
 use prometheus::{IntCounter, Registry};
-use sea_orm::{DatabaseConnection, DbErr};
+use sea_orm::{DatabaseConnection, DbErr, RuntimeErr};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
@@ -95,7 +95,7 @@ impl TraceMetrics {
             ),
             refused: counter(
                 "keel_traces_refused_total",
-                "Traces the database refused, their organization or project deleted before they were written",
+                "Traces the database refused: their organization or project deleted before they were written, or a value it cannot hold",
             ),
             write_failures: counter(
                 "keel_traces_write_failures_total",
@@ -342,7 +342,8 @@ fn count_tokens(figures: &crate::metrics::Metrics, batch: &[trace::Model]) {
 }
 
 /// Writes one batch (at most [`MAX_BATCH_ROWS`]). A part the database refuses (a row whose
-/// organization or project was deleted since it was recorded) is split in halves until only
+/// organization or project was deleted since it was recorded, or holding a value it cannot
+/// store) is split in halves until only
 /// the rows it refuses are left: those are dropped and counted, every other row is written.
 /// Any other failure (the database unreachable) is retried whole, then counted as lost.
 async fn flush(db: &DatabaseConnection, batch: Vec<trace::Model>, metrics: &TraceMetrics) {
@@ -364,7 +365,7 @@ async fn flush(db: &DatabaseConnection, batch: Vec<trace::Model>, metrics: &Trac
             Err(WriteError::Refused(err)) => {
                 metrics.refused.inc();
                 tracing::warn!(error = %err, trace_id = %part[0].id, org_id = %part[0].org_id,
-                    "the database refused a trace (its organization or project is gone); it is dropped");
+                    "the database refused a trace (its organization or project is gone, or it holds a value the database cannot); it is dropped");
             }
             Err(WriteError::Failed(err)) => {
                 metrics.write_failures.inc_by(part.len() as u64);
@@ -375,10 +376,21 @@ async fn flush(db: &DatabaseConnection, batch: Vec<trace::Model>, metrics: &Trac
 }
 
 enum WriteError {
-    /// A constraint refused a row: the same rows would be refused again.
+    /// A constraint or a column refused a row: the same rows would be refused again.
     Refused(DbErr),
     /// Anything else, after [`WRITE_ATTEMPTS`].
     Failed(DbErr),
+}
+
+/// A value PostgreSQL cannot hold (SQLSTATE class 22, data exception: NUL in text, a number
+/// out of range): the same rows would be refused again, like a constraint's.
+fn refuses_value(err: &DbErr) -> bool {
+    let (DbErr::Exec(RuntimeErr::SqlxError(err)) | DbErr::Query(RuntimeErr::SqlxError(err))) = err else {
+        return false;
+    };
+    err.as_database_error()
+        .and_then(|err| err.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>())
+        .is_some_and(|err| err.code().starts_with("22"))
 }
 
 async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<(), WriteError> {
@@ -387,7 +399,9 @@ async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Res
         attempt += 1;
         match repo::insert_traces(db, traces).await {
             Ok(()) => return Ok(()),
-            Err(err) if err.sql_err().is_some() => return Err(WriteError::Refused(err)),
+            Err(err) if err.sql_err().is_some() || refuses_value(&err) => {
+                return Err(WriteError::Refused(err))
+            }
             Err(err) if attempt < WRITE_ATTEMPTS => {
                 tracing::warn!(error = %err, attempt, "writing traces failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;

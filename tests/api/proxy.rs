@@ -231,6 +231,26 @@ async fn a_json_call_is_forwarded_redacted_relayed_unchanged_and_recorded() {
 }
 
 #[actix_web::test]
+async fn a_model_name_holding_nul_is_recorded_and_so_are_the_calls_around_it() {
+    // `"model": "gpt\u0000evil"` decodes to a NUL, which PostgreSQL's text refuses: it must
+    // cost neither its own trace nor those written in the same batch.
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    for model in ["gpt-plain", "gpt\u{0}evil", "gpt-plain"] {
+        let response = sdk_request(&app, &org, Some(&project), &chat(model, "hi"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let traces = raw_traces(&app, &org, &project, 3).await;
+    let mut models: Vec<&str> = traces.iter().map(|t| t["model"].as_str().unwrap()).collect();
+    models.sort_unstable();
+    assert_eq!(models, ["gpt-plain", "gpt-plain", "gpt\u{fffd}evil"]);
+}
+
+#[actix_web::test]
 async fn responses_reach_the_caller_unchanged_but_are_stored_redacted() {
     let (app, _provider) = proxy_app().await;
     let org = app.create_org("Acme").await;

@@ -436,6 +436,29 @@ async fn a_refused_batch_is_split_until_only_the_refused_rows_are_left() {
 }
 
 #[actix_web::test]
+async fn a_value_the_database_cannot_hold_costs_only_its_own_trace() {
+    // A NUL in a trace's text (PostgreSQL's text refuses it; SQLite keeps it): refused like a
+    // constraint's row and split out of its batch, not retried and lost with the whole batch.
+    let (app, writer, trace) = own_writer(1_000, 1_000, 0).await;
+    for i in 0..10 {
+        let pending = trace(format!("kept-{i}"));
+        writer.record_pending(if i == 4 {
+            Box::new(move || entities::trace::Model {
+                request: "{\"content\":\"nul \u{0} inside\"}".into(),
+                ..pending()
+            })
+        } else {
+            pending
+        });
+    }
+    writer.drain().await;
+    assert_eq!(writer.metrics.write_failures.get(), 0);
+    assert_eq!(writer.metrics.written.get() + writer.metrics.refused.get(), 10);
+    assert!(writer.metrics.written.get() >= 9);
+    assert_eq!(count_traces(&app.db_url).await, writer.metrics.written.get());
+}
+
+#[actix_web::test]
 async fn deleting_an_organization_deletes_its_written_traces_and_no_one_elses() {
     let (app, writer, trace) = own_writer(1_000, 1_000, 0).await;
     let doomed = app.create_org("Doomed").await;
