@@ -488,6 +488,87 @@ async fn deleting_an_organization_deletes_its_written_traces_and_no_one_elses() 
     );
 }
 
+#[actix_web::test]
+async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
+    // What a recorded call may carry into any field: the characters a bulk format escapes or
+    // reads as its own (tab, newline, CR, backslash, `\N`, a `\.` line), quotes, other control
+    // characters, any script; empty text that is not NULL; every NULL; the integers' extremes.
+    let (app, writer, _) = own_writer(1_000, 1_000, 0).await;
+    let org = app.create_org("Hostile").await;
+    let project = app.create_project(&org, "Everything").await;
+    let hostile =
+        "tab\there\nnewline\r\nCRLF \\ \\\\ \\N \\t\n\\.\n'quote' \"dq\" \u{7}\u{1b}[31m héllo ✓ 😀 \u{202e}";
+    let created_at = |nanos| chrono::DateTime::from_timestamp(1_764_000_000, nanos).unwrap();
+    let full = entities::trace::Model {
+        id: "trace-hostile".into(),
+        org_id: org.org_id.clone(),
+        project_id: project.clone(),
+        provider: "openai".into(),
+        model: Some("\\N".into()),
+        request: format!("{{\"content\":{}}}", json!(hostile)),
+        response: Some(hostile.into()),
+        status_code: i32::MAX,
+        stream: true,
+        complete: false,
+        latency_ms: i64::MAX,
+        ttfb_ms: Some(i64::MIN),
+        prompt_tokens: Some(0),
+        completion_tokens: Some(-1),
+        total_tokens: Some(1),
+        error: Some(format!("{hostile}\n\\.")),
+        created_at: created_at(123_456_789),
+    };
+    let empty = entities::trace::Model {
+        id: "trace-empty".into(),
+        org_id: org.org_id.clone(),
+        project_id: project,
+        provider: String::new(),
+        model: Some(String::new()),
+        request: String::new(),
+        response: None,
+        status_code: 0,
+        stream: false,
+        complete: true,
+        latency_ms: 0,
+        ttfb_ms: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        total_tokens: None,
+        error: None,
+        created_at: created_at(0),
+    };
+    for trace in [&full, &empty] {
+        let trace = trace.clone();
+        writer.record_pending(Box::new(move || trace));
+    }
+    writer.drain().await;
+    assert_eq!(writer.metrics.written.get(), 2);
+    assert_eq!(writer.metrics.write_failures.get(), 0);
+
+    use sea_orm::EntityTrait;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    for expected in [full, empty] {
+        let stored = entities::trace::Entity::find_by_id(expected.id.clone())
+            .one(&db)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{} was not written", expected.id));
+        // Microseconds, the coarser of the two databases' precisions.
+        assert_eq!(
+            stored.created_at.timestamp_micros(),
+            expected.created_at.timestamp_micros()
+        );
+        assert_eq!(
+            entities::trace::Model {
+                created_at: expected.created_at,
+                ..stored
+            },
+            expected
+        );
+    }
+    db.close().await.ok();
+}
+
 /// An app, a trace writer the test starts itself on the app's database, and a maker of
 /// finished traces for it (in one project of one organization).
 async fn own_writer(
