@@ -417,8 +417,12 @@ async fn run_one(
     let server = actix_web::rt::spawn(app.run_until_stopped());
 
     let tenant = crate::common::Tenant::create(&state.db).await?;
+    // Idle connections are let go well before keel's keep-alive (5 s) would close them: a
+    // connection left idle through another phase was otherwise taken again just as keel
+    // closed it ("connection closed before message completed", 51 calls of one run).
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
+        .pool_idle_timeout(Duration::from_secs(2))
         .tcp_nodelay(true)
         .build()?;
     let direct = {
