@@ -1196,10 +1196,7 @@ async fn deleting_the_customer_is_owner_gated_and_best_effort() {
     assert_eq!(billing["paymentMethod"], Value::Null);
     assert_eq!(billing["customerId"], Value::Null);
     // The organization delete that follows still works.
-    let gone = app
-        .delete(&format!("/api/internal/orgs/{}", org.org_id), INTERNAL_KEY)
-        .await;
-    assert_eq!(gone.status(), StatusCode::OK);
+    app.delete_org(&org).await;
 }
 
 #[actix_web::test]

@@ -371,10 +371,7 @@ async fn run_and_checkpoint_upserts_keep_one_row_and_the_latest_status() {
     );
 
     // Deleting the organization removes its mirrors.
-    let deleted = app
-        .delete(&format!("/api/internal/orgs/{}", acme.org_id), INTERNAL_KEY)
-        .await;
-    assert_eq!(deleted.status(), StatusCode::OK);
+    app.delete_org(&acme).await;
     assert_eq!(entities::flash_run::Entity::find().count(&db).await.unwrap(), 0);
     assert_eq!(
         entities::flash_checkpoint::Entity::find()

@@ -239,6 +239,14 @@ impl TestApp {
             .expect("request")
     }
 
+    /// Deletes an organization through the operator route; it must answer 200.
+    pub async fn delete_org(&self, org: &TestOrg) {
+        let deleted = self
+            .delete(&format!("/api/internal/orgs/{}", org.org_id), INTERNAL_KEY)
+            .await;
+        assert_eq!(deleted.status(), StatusCode::OK, "deleting {}", org.org_id);
+    }
+
     /// Creates an organization through the operator routes, with an owner, a member and a key.
     pub async fn create_org(&self, name: &str) -> TestOrg {
         let suffix = uuid::Uuid::new_v4().simple().to_string();

@@ -387,10 +387,7 @@ async fn a_deleted_organizations_traces_are_dropped_and_counted_and_everyone_els
             .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
-    let deleted = app
-        .delete(&format!("/api/internal/orgs/{}", doomed.org_id), INTERNAL_KEY)
-        .await;
-    assert_eq!(deleted.status(), StatusCode::OK);
+    app.delete_org(&doomed).await;
     assert_eq!(
         count_traces(&app.db_url).await,
         0,
@@ -424,10 +421,7 @@ async fn a_refused_batch_is_split_until_only_the_refused_rows_are_left() {
             writer.record_pending(trace(format!("kept-{i}")));
         }
     }
-    let deleted = app
-        .delete(&format!("/api/internal/orgs/{}", doomed.org_id), INTERNAL_KEY)
-        .await;
-    assert_eq!(deleted.status(), StatusCode::OK);
+    app.delete_org(&doomed).await;
     writer.drain().await;
     assert_eq!(writer.metrics.written.get(), 90);
     assert_eq!(writer.metrics.refused.get(), 10);
@@ -477,10 +471,7 @@ async fn deleting_an_organization_deletes_its_written_traces_and_no_one_elses() 
     writer.drain().await;
     assert_eq!(writer.metrics.written.get(), 9);
     assert_eq!(count_traces(&app.db_url).await, 9);
-    let deleted = app
-        .delete(&format!("/api/internal/orgs/{}", doomed.org_id), INTERNAL_KEY)
-        .await;
-    assert_eq!(deleted.status(), StatusCode::OK);
+    app.delete_org(&doomed).await;
     assert_eq!(
         count_traces(&app.db_url).await,
         3,
