@@ -343,9 +343,9 @@ fn count_tokens(figures: &crate::metrics::Metrics, batch: &[trace::Model]) {
 
 /// Writes one batch (at most [`MAX_BATCH_ROWS`]). A part the database refuses (a row whose
 /// organization or project was deleted since it was recorded, or holding a value it cannot
-/// store) is split in halves until only
-/// the rows it refuses are left: those are dropped and counted, every other row is written.
-/// Any other failure (the database unreachable) is retried whole, then counted as lost.
+/// store) is split in halves until only the rows it refuses are left: those are dropped and
+/// counted, every other row is written. Any other failure (the database unreachable) is
+/// retried whole, then counted as lost.
 async fn flush(db: &DatabaseConnection, batch: Vec<trace::Model>, metrics: &TraceMetrics) {
     let mut parts = vec![batch];
     while let Some(mut part) = parts.pop() {
@@ -382,15 +382,16 @@ enum WriteError {
     Failed(DbErr),
 }
 
-/// A value PostgreSQL cannot hold (SQLSTATE class 22, data exception: NUL in text, a number
-/// out of range): the same rows would be refused again, like a constraint's.
+/// A row PostgreSQL refuses for what it holds (SQLSTATE class 22, data exception: NUL in
+/// text, a number out of range; or 23, any integrity constraint, beyond the unique and
+/// foreign keys sea-orm names): the same rows would be refused again.
 fn refuses_value(err: &DbErr) -> bool {
     let (DbErr::Exec(RuntimeErr::SqlxError(err)) | DbErr::Query(RuntimeErr::SqlxError(err))) = err else {
         return false;
     };
     err.as_database_error()
         .and_then(|err| err.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>())
-        .is_some_and(|err| err.code().starts_with("22"))
+        .is_some_and(|err| matches!(err.code().get(..2), Some("22" | "23")))
 }
 
 async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<(), WriteError> {
