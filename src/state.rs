@@ -103,6 +103,10 @@ impl AppState {
 
     /// Stops background work after it drains, then closes the database pool.
     pub async fn shutdown(&self) {
+        // However the server was stopped (a signal already did this; a handle does not), the
+        // background loops waiting on it end now: the payments reconciler and the
+        // PostgreSQL listener, whose session would otherwise outlive the app.
+        self.cluster.stopping().cancel();
         // In-flight requests are done (the server drained them), so no report is pending.
         let _ = self.queue.send(crate::queue::actor::Shutdown).await;
         self.ledger.drain().await;

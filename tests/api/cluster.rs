@@ -399,3 +399,48 @@ async fn a_ledger_that_commits_nothing_while_work_waits_fails_healthz() {
     );
     db.close().await.ok();
 }
+
+#[actix_web::test]
+async fn a_stopped_app_ends_its_background_work_and_leaves_no_connection_open() {
+    // Stopped by its handle (as an embedding program or a test does, not by a signal), the
+    // app's reconciler and its PostgreSQL listener end with it: neither keeps a session on
+    // the database nor wakes up later to a closed pool.
+    let db = TestDb::new().await;
+    let mut settings = test_settings(&db.url);
+    settings.payments.reconcile_interval_secs = 1;
+    let app = keel::startup::Application::build(settings).await.unwrap();
+    let (state, handle, port) = (app.state().clone(), app.handle(), app.port());
+    let running = actix_web::rt::spawn(app.run_until_stopped());
+    assert_eq!(
+        reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    handle.stop(true).await;
+    running.await.unwrap().unwrap();
+    assert!(state.cluster.stopping().is_cancelled());
+    if db.url.starts_with("postgres") {
+        use sea_orm::ConnectionTrait;
+        let observer = sea_orm::Database::connect(db.url.as_str()).await.unwrap();
+        let others = || async {
+            let row = observer
+                .query_one_raw(sea_orm::Statement::from_string(
+                    sea_orm::DbBackend::Postgres,
+                    "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                ))
+                .await
+                .unwrap()
+                .unwrap();
+            row.try_get::<i64>("", "n").unwrap()
+        };
+        assert!(
+            eventually(|| async { others().await == 0 }).await,
+            "{} sessions still open on the stopped app's database",
+            others().await
+        );
+        observer.close().await.unwrap();
+    }
+}
