@@ -406,9 +406,9 @@ async fn a_stopped_app_ends_its_background_work_and_leaves_no_connection_open() 
     // app's reconciler and its PostgreSQL listener end with it: neither keeps a session on
     // the database nor wakes up later to a closed pool.
     let db = TestDb::new().await;
-    let mut settings = test_settings(&db.url);
-    settings.payments.reconcile_interval_secs = 1;
-    let app = keel::startup::Application::build(settings).await.unwrap();
+    let app = keel::startup::Application::build(test_settings(&db.url))
+        .await
+        .unwrap();
     let (state, handle, port) = (app.state().clone(), app.handle(), app.port());
     let running = actix_web::rt::spawn(app.run_until_stopped());
     assert_eq!(
