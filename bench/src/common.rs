@@ -426,15 +426,23 @@ pub fn proc_kib(pid: &str, field: &str) -> Option<u64> {
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// The command name and the CPU time (utime + stime) of a `/proc/.../stat` line. Clock ticks
-/// are 10 ms (Linux's `USER_HZ`). Fields after the command name, which may hold spaces,
-/// start at field 3 (state); utime and stime are fields 14 and 15.
-pub fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
+/// The command name and the CPU clock ticks of a `/proc/.../stat` line: utime, stime, and the
+/// reaped children's cutime and cstime (fields 14 to 17; the fields after the command name,
+/// which may hold spaces, start at field 3). A tick is 10 ms (Linux's `USER_HZ`).
+fn stat_ticks(stat: &str) -> Option<(&str, [u64; 4])> {
     let (head, rest) = stat.rsplit_once(')')?;
     let comm = head.split_once('(')?.1;
     let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
+    let mut ticks = [0; 4];
+    for tick in &mut ticks {
+        *tick = fields.next()?.parse().ok()?;
+    }
+    Some((comm, ticks))
+}
+
+/// The command name and the CPU time (utime + stime) of a `/proc/.../stat` line.
+pub fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
+    let (comm, [utime, stime, ..]) = stat_ticks(stat)?;
     Some((comm, Duration::from_millis((utime + stime) * 10)))
 }
 
@@ -449,16 +457,8 @@ pub fn postgres_cpu() -> Duration {
         .flatten()
         .filter_map(|entry| {
             let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let (head, rest) = stat.rsplit_once(')')?;
-            if head.split_once('(')?.1 != "postgres" {
-                return None;
-            }
-            // Fields 14 to 17: utime, stime, cutime, cstime.
-            rest.split_whitespace()
-                .skip(11)
-                .take(4)
-                .map(|field| field.parse::<u64>().ok())
-                .sum::<Option<u64>>()
+            let (comm, ticks) = stat_ticks(&stat)?;
+            (comm == "postgres").then(|| ticks.iter().sum::<u64>())
         })
         .sum();
     Duration::from_millis(ticks * 10)

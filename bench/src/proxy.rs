@@ -553,11 +553,12 @@ async fn run_one(
 
         let micros = |cpu: Duration, per: usize| cpu.as_secs_f64() * 1e6 / per.max(1) as f64;
         let baseline = micros(cpu_direct, n);
+        let on = p.ok as f64 / recording_elapsed.as_secs_f64();
         let figures = Saturation {
             direct: d.per_second(),
-            on: p.ok as f64 / recording_elapsed.as_secs_f64(),
+            on,
             off: u.per_second(),
-            ratio: p.ok as f64 / recording_elapsed.as_secs_f64() / d.per_second(),
+            ratio: on / d.per_second(),
             keel_on: micros(cpu_recorded, n) - baseline,
             keel_off: micros(cpu_unrecorded, n) - baseline,
             writer: micros(writer_cpu, written as usize),

@@ -14,10 +14,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-fn postgres() -> bool {
-    std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

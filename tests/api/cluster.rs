@@ -12,10 +12,6 @@ use crate::fakes::FakeProvider;
 use crate::helpers::*;
 use crate::proxy::{chat, proxy_app, sdk_request};
 
-fn postgres() -> bool {
-    std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
-}
-
 async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, action: &str) -> Value {
     json_of(
         app.post(
@@ -421,7 +417,7 @@ async fn a_stopped_app_ends_its_background_work_and_leaves_no_connection_open() 
     handle.stop(true).await;
     running.await.unwrap().unwrap();
     assert!(state.cluster.stopping().is_cancelled());
-    if db.url.starts_with("postgres") {
+    if postgres() {
         use sea_orm::ConnectionTrait;
         let observer = sea_orm::Database::connect(db.url.as_str()).await.unwrap();
         let others = || async {

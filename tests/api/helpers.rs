@@ -22,6 +22,11 @@ pub struct TestDb {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// Whether the suite runs on PostgreSQL (`KEEL_TEST_DATABASE_URL` names a server).
+pub fn postgres() -> bool {
+    std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
+}
+
 impl TestDb {
     pub async fn new() -> Self {
         match std::env::var("KEEL_TEST_DATABASE_URL") {

@@ -202,7 +202,7 @@ async fn the_listener_queues_as_many_connections_as_configured() {
 
 #[actix_web::test]
 async fn sqlite_copies_its_write_ahead_log_back_once_it_passes_the_configured_pages() {
-    if std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres")) {
+    if postgres() {
         return; // A SQLite setting.
     }
     let app = spawn_app_with(|s| s.database.sqlite_wal_autocheckpoint_pages = 16).await;
