@@ -355,7 +355,7 @@ pub fn millis(d: Duration) -> String {
 }
 
 /// A `keel serve` process of the binary built beside this one (`cargo build --release --workspace`
-/// builds both) on `db_url`, with `envs` added; killed when dropped.
+/// builds both) on `db_url`, with `envs` added; stopped ([`stop`]) when dropped.
 pub struct KeelProcess {
     child: std::process::Child,
     pub base: String,
@@ -401,9 +401,28 @@ impl KeelProcess {
 
 impl Drop for KeelProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop(&mut self.child);
     }
+}
+
+/// Ends a process started by a benchmark: SIGTERM, as an operator stops keel (and on which a
+/// process run under `valgrind --trace-children=yes` writes its profile), then SIGKILL if it
+/// is still there after 10 s.
+pub fn stop(child: &mut std::process::Child) {
+    let terminated = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|status| status.success());
+    if terminated {
+        for _ in 0..200 {
+            if child.try_wait().is_ok_and(|status| status.is_some()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The `keel` binary beside this one.

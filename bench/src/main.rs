@@ -9,6 +9,7 @@ mod export;
 mod ledger;
 mod proxy;
 mod queue;
+mod relay;
 mod streams;
 
 use clap::{Parser, Subcommand};
@@ -152,6 +153,14 @@ enum BenchTarget {
         #[arg(long)]
         skip_sqlite: bool,
     },
+    /// The bare relay `proxy --streams` starts beside keel (the same HTTP stack, none of
+    /// keel's work): prints its port, relays until stopped.
+    #[command(hide = true)]
+    Relay {
+        /// The upstream's base URL (…/v1).
+        #[arg(long)]
+        upstream: String,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -283,5 +292,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             })
             .await
         }
+        BenchTarget::Relay { upstream } => crate::relay::serve(&upstream).await,
     }
 }

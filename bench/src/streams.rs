@@ -1,14 +1,16 @@
 //! `keel-bench proxy --streams N`: N streamed chat completions open at once against a fake
 //! provider that sends 50 chunks 20 ms apart (each stream on its own clock, their phases
 //! spread; `--aligned`: one tick for all, the worst case), first straight to the fake (the baseline), then
-//! through a `keel serve` process (the built binary, recording on). Each chunk carries the
+//! through the bare relay (`crate::relay`: keel's HTTP stack doing none of keel's work, a process
+//! of its own), then through a `keel serve` process (the built binary, recording on). Each chunk carries the
 //! time the fake sent it (one clock: the fake and the client are this process), so a chunk's
-//! delay is when the client read it minus when it left the fake. Reported: added time to
-//! first byte and added delay per chunk (keel's percentile minus the baseline's), over all
+//! delay is when the client read it minus when it left the fake. Reported for the bare relay
+//! and for keel: added time to
+//! first byte and added delay per chunk (its percentile minus the baseline's), over all
 //! chunks and over the chunks sent once all N streams were open (the opening of N streams in
 //! one instant delays the first chunks of the early ones: that is the time to first byte's
-//! cost, not a relayed chunk's), keel's RSS per open stream (its peak minus its idle RSS, over
-//! N), keel's CPU per chunk, and whether every stream's trace was written assembled.
+//! cost, not a relayed chunk's), the process's RSS per open stream (its peak minus its idle RSS, over
+//! N), its CPU per chunk, and whether every stream's trace was written assembled.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,7 @@ use actix_web::{web, App, HttpResponse, HttpServer};
 use futures_util::StreamExt;
 
 use crate::common::{millis, proc_cpu, proc_kib, BenchDb, KeelProcess};
+use crate::relay::RelayProcess;
 
 /// Chunks per stream and the fake's pause between two.
 const CHUNKS: usize = 50;
@@ -282,13 +285,13 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
     let tenant = crate::common::Tenant::create(&conn).await?;
 
     let server = KeelProcess::serve(&db.url, &[("KEEL_PROVIDER_OPENAI_URL", &provider)]).await?;
-    let (base, pid) = (server.base.clone(), server.pid().to_string());
+    let bare = RelayProcess::start(&provider).await?;
 
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "Streams of {} chunks {} ms apart ({}), all opened at once; added = through keel minus straight to the fake, same N; \
-         once open = the chunks the fake sent after the last of the N streams had its answer's head.\n",
+        "Streams of {} chunks {} ms apart ({}), all opened at once; added = through keel (or the bare relay: the same HTTP stack, none of keel's work) \
+         minus straight to the fake, same N; once open = the chunks the fake sent after the last of the N streams had its answer's head.\n",
         CHUNKS + 1,
         EVERY.as_millis(),
         match phases {
@@ -296,43 +299,36 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
             Phases::Aligned => "one tick for all streams",
         }
     )?;
-    writeln!(out, "| streams | TTFB p50 ms direct / keel | added TTFB p50 ms | added TTFB p99 ms | chunk delay p99 ms direct / keel | added per-chunk p99 ms | once open: chunk delay p99 ms direct / keel | once open: added per-chunk p99 ms | keel RSS KiB per stream | keel CPU µs per chunk | failed direct / keel | traces assembled |")?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "| streams | through | TTFB p50 ms direct / through | added TTFB p50 ms | added TTFB p99 ms | chunk delay p99 ms direct / through | added per-chunk p99 ms | once open: chunk delay p99 ms direct / through | once open: added per-chunk p99 ms | RSS KiB per stream | CPU µs per chunk | failed direct / through | traces assembled |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     let mut recorded = 0u64;
     for &n in counts {
         let direct_url = format!("{provider}/chat/completions");
         let direct =
             tokio::task::spawn_blocking(move || open_streams(n, direct_url, Vec::new(), epoch)).await?;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let idle = proc_kib(&pid, "VmRSS:").unwrap_or(0);
-        let cpu_before = proc_cpu(&pid);
-        let peak = Arc::new(Mutex::new(idle));
-        let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let sampler = {
-            let (peak, sampling, pid) = (peak.clone(), sampling.clone(), pid.clone());
-            std::thread::spawn(move || {
-                while sampling.load(std::sync::atomic::Ordering::Relaxed) {
-                    let now = proc_kib(&pid, "VmRSS:").unwrap_or(0);
-                    if let Ok(mut peak) = peak.lock() {
-                        *peak = (*peak).max(now);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        };
-        let keel_url = format!("{base}/v1/chat/completions");
+        let relayed = through(
+            n,
+            format!("{}/v1/chat/completions", bare.base),
+            Vec::new(),
+            bare.pid(),
+            epoch,
+        )
+        .await?;
         let headers = vec![
             ("authorization", format!("Bearer {}", tenant.key)),
             ("x-service-provider", "openai".to_owned()),
             ("x-service-provider-key", "sk-bench-provider-key".to_owned()),
             ("x-service-project-id", tenant.project_id.clone()),
         ];
-        let through = tokio::task::spawn_blocking(move || open_streams(n, keel_url, headers, epoch)).await?;
-        sampling.store(false, std::sync::atomic::Ordering::Relaxed);
-        let _ = sampler.join();
-        let used = proc_cpu(&pid).saturating_sub(cpu_before);
-        let peak = peak.lock().map(|p| *p).unwrap_or(idle);
-        recorded += (n - through.failed) as u64;
+        let keel = through(
+            n,
+            format!("{}/v1/chat/completions", server.base),
+            headers,
+            server.pid(),
+            epoch,
+        )
+        .await?;
+        recorded += (n - keel.seen.failed) as u64;
         // Every recorded stream's trace, written and assembled.
         let mut assembled = 0;
         for _ in 0..100 {
@@ -342,40 +338,100 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let ms = |d: Duration| millis(d);
-        let added = |keel: Duration, direct: Duration| {
-            format!("{:.3}", (keel.as_secs_f64() - direct.as_secs_f64()) * 1000.0)
-        };
-        writeln!(
-            out,
-            "| {n} | {} / {} | {} | {} | {} / {} | {} | {} / {} | {} | {:.1} | {:.2} | {} / {} | {assembled} of {recorded} |",
-            ms(percentile(&direct.ttfb, 0.5)),
-            ms(percentile(&through.ttfb, 0.5)),
-            added(percentile(&through.ttfb, 0.5), percentile(&direct.ttfb, 0.5)),
-            added(percentile(&through.ttfb, 0.99), percentile(&direct.ttfb, 0.99)),
-            ms(percentile(&direct.chunk_delay, 0.99)),
-            ms(percentile(&through.chunk_delay, 0.99)),
-            added(percentile(&through.chunk_delay, 0.99), percentile(&direct.chunk_delay, 0.99)),
-            ms(percentile(&direct.open_delay, 0.99)),
-            ms(percentile(&through.open_delay, 0.99)),
-            added(percentile(&through.open_delay, 0.99), percentile(&direct.open_delay, 0.99)),
-            peak.saturating_sub(idle) as f64 / n.max(1) as f64,
-            used.as_secs_f64() * 1e6 / through.chunks.max(1) as f64,
-            direct.failed,
-            through.failed,
-        )?;
+        for (name, run, traces) in [
+            ("bare relay", &relayed, "-".to_owned()),
+            ("keel", &keel, format!("{assembled} of {recorded}")),
+        ] {
+            writeln!(out, "| {n} | {name} | {} |", row(&direct, run, n, &traces))?;
+        }
         out.flush()?;
         let share = |seen: &Seen| 100.0 * seen.open_delay.len() as f64 / seen.chunk_delay.len().max(1) as f64;
         eprintln!(
-            "{n} streams: {:.0}% (direct) and {:.0}% (keel) of the chunks were sent once all were open",
+            "{n} streams: {:.0}% (direct), {:.0}% (bare relay) and {:.0}% (keel) of the chunks were sent once all were open",
             share(&direct),
-            share(&through)
+            share(&relayed.seen),
+            share(&keel.seen)
         );
     }
+    drop(bare);
     drop(server);
     conn.close().await?;
     db.drop_now().await;
     Ok(())
+}
+
+/// N streams through a relay process (keel or the bare relay): what the client saw, and
+/// what the process spent.
+struct Through {
+    seen: Seen,
+    /// Peak RSS during the streams minus the RSS before them.
+    rss_kib: u64,
+    cpu: Duration,
+}
+
+async fn through(
+    n: usize,
+    url: String,
+    headers: Vec<(&'static str, String)>,
+    pid: u32,
+    epoch: Instant,
+) -> anyhow::Result<Through> {
+    let pid = pid.to_string();
+    // The previous run's connections closed, its memory returned.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = proc_kib(&pid, "VmRSS:").unwrap_or(0);
+    let cpu_before = proc_cpu(&pid);
+    let peak = Arc::new(Mutex::new(idle));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling, pid) = (peak.clone(), sampling.clone(), pid.clone());
+        std::thread::spawn(move || {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = proc_kib(&pid, "VmRSS:").unwrap_or(0);
+                if let Ok(mut peak) = peak.lock() {
+                    *peak = (*peak).max(now);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let seen = tokio::task::spawn_blocking(move || open_streams(n, url, headers, epoch)).await?;
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = sampler.join();
+    let cpu = proc_cpu(&pid).saturating_sub(cpu_before);
+    let peak = peak.lock().map(|p| *p).unwrap_or(idle);
+    Ok(Through {
+        seen,
+        rss_kib: peak.saturating_sub(idle),
+        cpu,
+    })
+}
+
+/// A table row's cells after `streams | through |`: `run` against `direct`.
+fn row(direct: &Seen, run: &Through, n: usize, traces: &str) -> String {
+    let seen = &run.seen;
+    let ms = |d: Duration| millis(d);
+    let added = |through: Duration, direct: Duration| {
+        format!("{:.3}", (through.as_secs_f64() - direct.as_secs_f64()) * 1000.0)
+    };
+    let p = percentile;
+    format!(
+        "{} / {} | {} | {} | {} / {} | {} | {} / {} | {} | {:.1} | {:.2} | {} / {} | {traces}",
+        ms(p(&direct.ttfb, 0.5)),
+        ms(p(&seen.ttfb, 0.5)),
+        added(p(&seen.ttfb, 0.5), p(&direct.ttfb, 0.5)),
+        added(p(&seen.ttfb, 0.99), p(&direct.ttfb, 0.99)),
+        ms(p(&direct.chunk_delay, 0.99)),
+        ms(p(&seen.chunk_delay, 0.99)),
+        added(p(&seen.chunk_delay, 0.99), p(&direct.chunk_delay, 0.99)),
+        ms(p(&direct.open_delay, 0.99)),
+        ms(p(&seen.open_delay, 0.99)),
+        added(p(&seen.open_delay, 0.99), p(&direct.open_delay, 0.99)),
+        run.rss_kib as f64 / n.max(1) as f64,
+        run.cpu.as_secs_f64() * 1e6 / seen.chunks.max(1) as f64,
+        direct.failed,
+        seen.failed,
+    )
 }
 
 /// Traces of the project written complete with an assembled response.
