@@ -5,7 +5,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-
 use std::marker::PhantomData;
 
 use serde::de::value::MapAccessDeserializer;
