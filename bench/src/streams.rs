@@ -1,16 +1,16 @@
 //! `keel-bench proxy --streams N`: N streamed chat completions open at once against a fake
 //! provider that sends 50 chunks 20 ms apart (each stream on its own clock, their phases
-//! spread; `--aligned`: one tick for all, the worst case), first straight to the fake (the baseline), then
-//! through the bare relay (`crate::relay`: keel's HTTP stack doing none of keel's work, a process
-//! of its own), then through a `keel serve` process (the built binary, recording on). Each chunk carries the
-//! time the fake sent it (one clock: the fake and the client are this process), so a chunk's
-//! delay is when the client read it minus when it left the fake. Reported for the bare relay
-//! and for keel: added time to
-//! first byte and added delay per chunk (its percentile minus the baseline's), over all
-//! chunks and over the chunks sent once all N streams were open (the opening of N streams in
-//! one instant delays the first chunks of the early ones: that is the time to first byte's
-//! cost, not a relayed chunk's), the process's RSS per open stream (its peak minus its idle RSS, over
-//! N), its CPU per chunk, and whether every stream's trace was written assembled.
+//! spread; `--aligned`: one tick for all, the worst case), first straight to the fake (the
+//! baseline), then through the bare relay (`crate::relay`: keel's HTTP stack doing none of
+//! keel's work, a process of its own), then through a `keel serve` process (the built binary,
+//! recording on). Each chunk carries the time the fake sent it (one clock: the fake and the
+//! client are this process), so a chunk's delay is when the client read it minus when it left
+//! the fake. Reported for the bare relay and for keel: added time to first byte and added
+//! delay per chunk (its percentile minus the baseline's), over all chunks and over the chunks
+//! sent once all N streams were open (the opening of N streams in one instant delays the
+//! first chunks of the early ones: that is the time to first byte's cost, not a relayed
+//! chunk's), the process's RSS per open stream (its peak minus its idle RSS, over N), its CPU
+//! per chunk, and whether every stream's trace was written assembled.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
