@@ -354,15 +354,19 @@ pub fn millis(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
-/// A `keel serve` process of the binary built beside this one (`cargo build --release --workspace`
-/// builds both) on `db_url`, with `envs` added; stopped ([`stop`]) when dropped.
-pub struct KeelProcess {
+/// A process a benchmark started and talks HTTP to at `base` (`keel serve`, the streams'
+/// bare relay); stopped when dropped: SIGTERM, as an operator stops keel (and on which a
+/// process run under `valgrind --trace-children=yes` writes its profile), then SIGKILL if it
+/// is still there after 10 s.
+pub struct Process {
     child: std::process::Child,
     pub base: String,
 }
 
-impl KeelProcess {
-    pub async fn serve(db_url: &str, envs: &[(&str, &str)]) -> anyhow::Result<Self> {
+impl Process {
+    /// `keel serve` of the binary built beside this one (`cargo build --release --workspace`
+    /// builds both) on `db_url`, with `envs` added, once it answers `/healthz`.
+    pub async fn keel_serve(db_url: &str, envs: &[(&str, &str)]) -> anyhow::Result<Self> {
         let exe = keel_exe()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut command = std::process::Command::new(&exe);
@@ -379,10 +383,8 @@ impl KeelProcess {
         for (name, value) in envs {
             command.env(name, value);
         }
-        let process = Self {
-            child: command.spawn()?,
-            base: format!("http://127.0.0.1:{port}"),
-        };
+        let mut process = Self::new(command.spawn()?);
+        process.base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         for _ in 0..600 {
             let health = http.get(format!("{}/healthz", process.base)).send().await;
@@ -394,35 +396,37 @@ impl KeelProcess {
         anyhow::bail!("keel serve did not become ready")
     }
 
+    /// `child`, its base URL still to be learnt.
+    pub fn new(child: std::process::Child) -> Self {
+        Self {
+            child,
+            base: String::new(),
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 }
 
-impl Drop for KeelProcess {
+impl Drop for Process {
     fn drop(&mut self) {
-        stop(&mut self.child);
-    }
-}
-
-/// Ends a process started by a benchmark: SIGTERM, as an operator stops keel (and on which a
-/// process run under `valgrind --trace-children=yes` writes its profile), then SIGKILL if it
-/// is still there after 10 s.
-pub fn stop(child: &mut std::process::Child) {
-    let terminated = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .is_ok_and(|status| status.success());
-    if terminated {
-        for _ in 0..200 {
-            if child.try_wait().is_ok_and(|status| status.is_some()) {
-                return;
+        let child = &mut self.child;
+        let terminated = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .is_ok_and(|status| status.success());
+        if terminated {
+            for _ in 0..200 {
+                if child.try_wait().is_ok_and(|status| status.is_some()) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The `keel` binary beside this one.

@@ -12,7 +12,7 @@ use chrono::Utc;
 use entities::trace;
 use serde_json::json;
 
-use crate::common::{keel_exe, proc_kib, BenchDb, KeelProcess};
+use crate::common::{keel_exe, proc_kib, BenchDb, Process};
 
 pub struct ExportBench {
     pub postgres_url: Option<String>,
@@ -138,7 +138,7 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
     anyhow::ensure!(read == bench.traces, "the baseline read {read} traces");
     conn.close().await?;
 
-    let server = KeelProcess::serve(&db.url, &[]).await?;
+    let server = Process::keel_serve(&db.url, &[]).await?;
     let base = server.base.clone();
     let server_pid = server.pid();
     let server_idle = proc_kib(&server_pid.to_string(), "VmRSS:").unwrap_or(0);

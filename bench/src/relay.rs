@@ -8,7 +8,7 @@
 //! does, so its RSS and CPU are its own.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -17,6 +17,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+
+use crate::common::Process;
 
 /// One worker's way to the upstream.
 struct Upstream {
@@ -83,50 +85,29 @@ pub async fn serve(upstream: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A bare relay process (this binary's hidden `relay` command) to `upstream`; stopped when
-/// dropped.
-pub struct RelayProcess {
-    child: Child,
-    pub base: String,
-}
-
-impl RelayProcess {
-    pub async fn start(upstream: &str) -> anyhow::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["relay", "--upstream", upstream])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let stdout = child.stdout.take();
-        let mut process = Self {
-            child,
-            base: String::new(),
-        };
-        // Its first line is its port, once it listens.
-        let line = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            if let Some(stdout) = stdout {
-                let _ = BufReader::new(stdout).read_line(&mut line);
-            }
-            line
-        })
-        .await?;
-        let port: u16 = line
-            .trim()
-            .parse()
-            .map_err(|_| anyhow::anyhow!("the bare relay did not start (it said {line:?})"))?;
-        process.base = format!("http://127.0.0.1:{port}");
-        Ok(process)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        crate::common::stop(&mut self.child);
-    }
+/// Starts a bare relay process (this binary's hidden `relay` command) to `upstream`.
+pub async fn start(upstream: &str) -> anyhow::Result<Process> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["relay", "--upstream", upstream])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take();
+    let mut process = Process::new(child);
+    // Its first line is its port, once it listens.
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        if let Some(stdout) = stdout {
+            let _ = BufReader::new(stdout).read_line(&mut line);
+        }
+        line
+    })
+    .await?;
+    let port: u16 = line
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("the bare relay did not start (it said {line:?})"))?;
+    process.base = format!("http://127.0.0.1:{port}");
+    Ok(process)
 }

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use futures_util::StreamExt;
 
-use crate::common::{millis, proc_cpu, proc_kib, BenchDb, KeelProcess};
-use crate::relay::RelayProcess;
+use crate::common::{millis, proc_cpu, proc_kib, BenchDb, Process};
 
 /// Chunks per stream and the fake's pause between two.
 const CHUNKS: usize = 50;
@@ -284,8 +283,8 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
     let conn = crate::common::migrated(&db).await?;
     let tenant = crate::common::Tenant::create(&conn).await?;
 
-    let server = KeelProcess::serve(&db.url, &[("KEEL_PROVIDER_OPENAI_URL", &provider)]).await?;
-    let bare = RelayProcess::start(&provider).await?;
+    let server = Process::keel_serve(&db.url, &[("KEEL_PROVIDER_OPENAI_URL", &provider)]).await?;
+    let bare = crate::relay::start(&provider).await?;
 
     let mut out = std::io::stdout().lock();
     writeln!(
