@@ -93,6 +93,11 @@ impl ApiError {
     pub fn not_found(what: &str) -> Self {
         Self::NotFound(format!("{what} not found"))
     }
+
+    /// A database error shared by the callers of one look-up (`cache::LoadCache`).
+    pub fn database(err: std::sync::Arc<sea_orm::DbErr>) -> Self {
+        Self::Unexpected(anyhow::Error::new(err).context("database"))
+    }
 }
 
 impl From<sea_orm::DbErr> for ApiError {

@@ -28,6 +28,9 @@ pub const LEDGER_OUTCOMES: [&str; 7] = [
 /// Distinct model names `keel_proxy_tokens_total` keeps a series for.
 pub const MAX_TOKEN_MODELS: usize = 200;
 
+/// The look-up caches, as `keel_cache_loads_total` labels them.
+pub const CACHES: [&str; 3] = ["api_keys", "projects", "adapters"];
+
 /// Classes of a provider's failure: its 4xx and 5xx answers, and no answer at all.
 pub const UPSTREAM_ERROR_CLASSES: [&str; 3] = ["4xx", "5xx", "transport"];
 
@@ -57,6 +60,8 @@ pub struct Metrics {
     // The trace writer.
     pub trace_lag: Gauge,
     trace_queue: IntGauge,
+    // The hot paths' look-up caches (`cache::LoadCache`).
+    cache_loads: IntCounterVec,
     /// The vectors the resolved children above belong to (registered as they are).
     families: (IntCounterVec, HistogramVec, IntCounterVec),
 }
@@ -192,6 +197,11 @@ impl Metrics {
                 "Traces waiting for the trace writer (read at scrape)",
             )
             .unwrap_or_else(|_| unreachable!("a valid metric")),
+            cache_loads: counter_vec(
+                "keel_cache_loads_total",
+                "Look-ups a cache sent to the database (misses; callers that missed one entry at once share one), by cache",
+                &["cache"],
+            ),
             families: (ledger_ops.clone(), upstream.clone(), errors.clone()),
         }
         .with_zero_series()
@@ -211,7 +221,15 @@ impl Metrics {
         for outcome in ["credited", "declined", "waiting", "failed"] {
             self.payments_reconciled.with_label_values(&[outcome]);
         }
+        for cache in CACHES {
+            self.cache_loads.with_label_values(&[cache]);
+        }
         self
+    }
+
+    /// The load counter of one of [`CACHES`].
+    pub fn cache_loads(&self, cache: &str) -> IntCounter {
+        self.cache_loads.with_label_values(&[cache])
     }
 
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
@@ -229,6 +247,7 @@ impl Metrics {
             Box::new(self.tokens.clone()),
             Box::new(self.trace_lag.clone()),
             Box::new(self.trace_queue.clone()),
+            Box::new(self.cache_loads.clone()),
         ];
         for collector in collectors {
             registry.register(collector)?;

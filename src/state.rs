@@ -55,9 +55,14 @@ impl AppState {
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
             },
         );
-        let proxy_cache =
-            crate::proxy::cache::ProxyCache::new(Duration::from_millis(settings.proxy.auth_cache_ttl_ms));
-        let adapters = AdapterDirectory::new(Duration::from_millis(settings.billing.adapter_cache_ttl_ms));
+        let proxy_cache = crate::proxy::cache::ProxyCache::new(
+            Duration::from_millis(settings.proxy.auth_cache_ttl_ms),
+            &metrics,
+        );
+        let adapters = AdapterDirectory::new(
+            Duration::from_millis(settings.billing.adapter_cache_ttl_ms),
+            &metrics,
+        );
         let cluster = crate::cluster::Cluster::new(db.clone(), proxy_cache.clone(), adapters.clone());
         let queue_config = QueueConfig {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),

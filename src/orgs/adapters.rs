@@ -1,12 +1,15 @@
 //! Adapter ownership look-ups for the hot paths (metering, serving authorization).
 //! Found adapters are cached for a short time; a change on any instance invalidates
-//! them everywhere at once (`cluster`).
+//! them everywhere at once (`cluster`). Callers that miss the same adapter at once share one
+//! look-up (`LoadCache`).
 
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm::ConnectionTrait;
 
-use crate::cache::TtlCache;
+use crate::cache::LoadCache;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdapterInfo {
@@ -18,13 +21,13 @@ pub struct AdapterInfo {
 
 #[derive(Clone)]
 pub struct AdapterDirectory {
-    cache: TtlCache<String, AdapterInfo>,
+    cache: LoadCache<String, AdapterInfo>,
 }
 
 impl AdapterDirectory {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, metrics: &Metrics) -> Self {
         Self {
-            cache: TtlCache::new(ttl),
+            cache: LoadCache::new(ttl, metrics.cache_loads("adapters")),
         }
     }
 
@@ -32,26 +35,24 @@ impl AdapterDirectory {
         &self,
         db: &impl ConnectionTrait,
         adapter_id: &str,
-    ) -> Result<Option<AdapterInfo>, DbErr> {
-        if let Some(info) = self.cache.get(&adapter_id.to_owned()) {
-            return Ok(Some(info));
-        }
-        let found = super::repo::find_adapter(db, adapter_id)
-            .await?
-            .map(|a| AdapterInfo {
+    ) -> Result<Option<AdapterInfo>, ApiError> {
+        let load = || async {
+            let found = super::repo::find_adapter(db, adapter_id).await?;
+            Ok::<_, sea_orm::DbErr>(found.map(|a| AdapterInfo {
                 adapter_id: a.id,
                 org_id: a.org_id,
                 base_model: a.base_model,
                 live: a.live,
-            });
-        if let Some(info) = &found {
-            self.cache.insert(adapter_id.to_owned(), info.clone());
-        }
-        Ok(found)
+            }))
+        };
+        self.cache
+            .get_or_load(adapter_id.to_owned(), load)
+            .await
+            .map_err(ApiError::database)
     }
 
-    pub fn invalidate(&self, adapter_id: &str) {
-        self.cache.forget(&adapter_id.to_owned());
+    pub async fn invalidate(&self, adapter_id: &str) {
+        self.cache.forget(&adapter_id.to_owned()).await;
     }
 
     pub fn clear(&self) {
@@ -60,6 +61,7 @@ impl AdapterDirectory {
 
     /// Forgets every adapter of an organization (it was deleted).
     pub fn invalidate_org(&self, org_id: &str) {
-        self.cache.forget_where(|info| info.org_id == org_id);
+        let org_id = org_id.to_owned();
+        self.cache.forget_where(move |_, info| info.org_id == org_id);
     }
 }

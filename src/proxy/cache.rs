@@ -1,11 +1,13 @@
 //! What the proxy looks up on every call, remembered for a short time: which organization an
 //! API key (by its hash) and a project belong to. Revoking a key forgets it at once on every
-//! instance (`cluster`); the TTL bounds what a lost notification could leave.
+//! instance (`cluster`); the TTL bounds what a lost notification could leave. Calls that miss
+//! the same entry at once share one look-up (`LoadCache`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::TtlCache;
+use crate::cache::LoadCache;
+use crate::metrics::Metrics;
 
 /// A verified API key: its id and organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,21 +19,22 @@ pub struct KeyOwner {
 #[derive(Clone)]
 pub struct ProxyCache {
     /// SHA-256 of the key (the bytes, not their hex) → its owner.
-    pub keys: TtlCache<[u8; 32], Arc<KeyOwner>>,
+    pub keys: LoadCache<[u8; 32], Arc<KeyOwner>>,
     /// Project id → its organization.
-    pub projects: TtlCache<String, String>,
+    pub projects: LoadCache<String, String>,
 }
 
 impl ProxyCache {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, metrics: &Metrics) -> Self {
         Self {
-            keys: TtlCache::new(ttl),
-            projects: TtlCache::new(ttl),
+            keys: LoadCache::new(ttl, metrics.cache_loads("api_keys")),
+            projects: LoadCache::new(ttl, metrics.cache_loads("projects")),
         }
     }
 
     pub fn forget_key(&self, key_id: &str) {
-        self.keys.forget_where(|owner| owner.key_id == key_id);
+        let key_id = key_id.to_owned();
+        self.keys.forget_where(move |_, owner| owner.key_id == key_id);
     }
 
     pub fn clear(&self) {
@@ -40,7 +43,9 @@ impl ProxyCache {
     }
 
     pub fn forget_org(&self, org_id: &str) {
-        self.keys.forget_where(|owner| owner.org_id == org_id);
-        self.projects.forget_where(|org| org == org_id);
+        let org = org_id.to_owned();
+        self.keys.forget_where(move |_, owner| owner.org_id == org);
+        let org = org_id.to_owned();
+        self.projects.forget_where(move |_, owner| *owner == org);
     }
 }

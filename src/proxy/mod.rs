@@ -154,17 +154,22 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         .filter(|t| keys::looks_like_api_key(t))
         .ok_or_else(unauthorized)?;
     let digest = keys::api_key_digest(token);
-    if let Some(owner) = state.proxy_cache.keys.get(&digest) {
-        return Ok((token, owner));
-    }
-    let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest))
-        .await?
+    let load = || async {
+        let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest)).await?;
+        Ok::<_, sea_orm::DbErr>(key.map(|key| {
+            Arc::new(KeyOwner {
+                key_id: key.id,
+                org_id: key.org_id,
+            })
+        }))
+    };
+    let owner = state
+        .proxy_cache
+        .keys
+        .get_or_load(digest, load)
+        .await
+        .map_err(ApiError::database)?
         .ok_or_else(unauthorized)?;
-    let owner = Arc::new(KeyOwner {
-        key_id: key.id,
-        org_id: key.org_id,
-    });
-    state.proxy_cache.keys.insert(digest, owner.clone());
     Ok((token, owner))
 }
 
@@ -175,19 +180,17 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
         .map_err(|_| not_found())?
         .hyphenated()
         .to_string();
-    let owner = match state.proxy_cache.projects.get(&project_id) {
-        Some(owner) => owner,
-        None => {
-            let project = crate::projects::repo::find(&state.db, &project_id)
-                .await?
-                .ok_or_else(not_found)?;
-            state
-                .proxy_cache
-                .projects
-                .insert(project_id.clone(), project.org_id.clone());
-            project.org_id
-        }
+    let load = || async {
+        let project = crate::projects::repo::find(&state.db, &project_id).await?;
+        Ok::<_, sea_orm::DbErr>(project.map(|project| project.org_id))
     };
+    let owner = state
+        .proxy_cache
+        .projects
+        .get_or_load(project_id.clone(), load)
+        .await
+        .map_err(ApiError::database)?
+        .ok_or_else(not_found)?;
     if owner == org_id {
         Ok(project_id)
     } else {

@@ -211,12 +211,6 @@ async fn a_held_balance_row_answers_503_within_the_bound_and_holds_up_no_other_o
     db.close().await.ok();
 }
 
-fn metric(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name_and_labels} missing:\n{text}"))
-}
-
 #[actix_web::test]
 async fn metrics_show_the_queue_the_money_and_the_proxy() {
     let (app, _provider) = proxy_app().await;

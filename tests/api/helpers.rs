@@ -23,6 +23,13 @@ pub struct TestDb {
 }
 
 /// Whether the suite runs on PostgreSQL (`KEEL_TEST_DATABASE_URL` names a server).
+/// A sample's value in a `/metrics` text: `name_and_labels` as the line starts.
+pub fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name_and_labels} missing:\n{text}"))
+}
+
 pub fn postgres() -> bool {
     std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
 }

@@ -105,7 +105,7 @@ impl Served {
             .text()
             .await
             .unwrap();
-        metric_value(&metrics, "keel_log_lines_dropped_total")
+        metric(&metrics, "keel_log_lines_dropped_total")
     }
 
     /// SIGTERM, then the exit must follow within 20 s; answers whether it exited cleanly.
@@ -307,11 +307,4 @@ async fn a_failed_provider_call_is_logged_with_its_cause_and_without_credentials
         !text.contains("hunter2") && !text.contains("sk-provider-secret"),
         "no credential: {text}"
     );
-}
-
-fn metric_value(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing: {metrics}"))
 }

@@ -764,3 +764,65 @@ async fn a_provider_connection_idle_past_the_pool_timeout_is_not_reused() {
         "a connection of its own"
     );
 }
+
+#[actix_web::test]
+async fn calls_that_miss_the_cache_at_once_share_one_look_up() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let loads =
+        |text: &str, cache: &str| metric(text, &format!("keel_cache_loads_total{{cache=\"{cache}\"}}"));
+    let before = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+
+    // On PostgreSQL the key's table is locked, so every call's look-up is in flight at once
+    // (on SQLite the calls merely arrive together).
+    let lock = if postgres() {
+        use sea_orm::{ConnectionTrait, TransactionTrait};
+        let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+        let txn = db.begin().await.unwrap();
+        txn.execute_unprepared("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        Some((db, txn))
+    } else {
+        None
+    };
+    let calls: Vec<_> = (0..40)
+        .map(|i| {
+            let call = sdk_request(
+                &app,
+                &org,
+                Some(&project),
+                &chat("gpt-4o-mini", &format!("hi {i}")),
+            )
+            .send();
+            actix_web::rt::spawn(call)
+        })
+        .collect();
+    if let Some((db, txn)) = lock {
+        actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+        txn.commit().await.unwrap();
+        db.close().await.ok();
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+
+    let after = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    for cache in ["api_keys", "projects"] {
+        assert_eq!(
+            loads(&after, cache) - loads(&before, cache),
+            1.0,
+            "{cache}:\n{after}"
+        );
+    }
+    // Remembered: the next call looks nothing up.
+    let next = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", "again"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(next.status(), StatusCode::OK);
+    let last = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert_eq!(loads(&last, "api_keys"), loads(&after, "api_keys"));
+    assert_eq!(loads(&last, "adapters"), 0.0);
+}
