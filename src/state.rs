@@ -44,7 +44,11 @@ pub struct AppState {
 impl AppState {
     /// Must run inside an actix system: it starts the ledger's arbiter.
     pub fn new(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {
-        let payments = Arc::new(Payments::from_settings(&settings.payments)?);
+        // One TLS configuration for every outbound client: loading the system's root
+        // certificates is most of a client's start-up cost (docs/DECISIONS.md).
+        let tls =
+            native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for outbound calls: {e}"))?;
+        let payments = Arc::new(Payments::from_settings(&settings.payments, &tls)?);
         let metrics = crate::metrics::Metrics::new();
         let ledger = Ledger::new(
             db.clone(),
@@ -79,12 +83,13 @@ impl AppState {
         let secret_box =
             SecretBox::from_settings(&settings.secrets.encryption_key, &settings.auth.session_secret)?;
         let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls.clone())
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
         let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone());
         Ok(Self {
-            upstreams: crate::proxy::UpstreamConfig::new(&settings)?,
+            upstreams: crate::proxy::UpstreamConfig::new(&settings, tls)?,
             proxy_cache,
             cluster,
             metrics,

@@ -68,12 +68,14 @@ pub struct ChargeRequest<'a> {
 }
 
 impl Payments {
-    pub fn from_settings(settings: &PaymentSettings) -> anyhow::Result<Self> {
+    /// `tls`: keel's one TLS configuration (`AppState`).
+    pub fn from_settings(settings: &PaymentSettings, tls: &native_tls::TlsConnector) -> anyhow::Result<Self> {
         Ok(match settings.mode {
             PaymentsMode::Simulated => Self::Simulated(Simulated::default()),
             PaymentsMode::Stripe => Self::Stripe(StripeClient::new(
                 &settings.stripe_api_url,
                 &settings.stripe_secret_key,
+                tls,
             )?),
         })
     }
@@ -277,9 +279,10 @@ pub struct StripeClient {
 }
 
 impl StripeClient {
-    pub fn new(base: &str, secret_key: &str) -> anyhow::Result<Self> {
+    pub fn new(base: &str, secret_key: &str, tls: &native_tls::TlsConnector) -> anyhow::Result<Self> {
         Ok(Self {
             http: reqwest::Client::builder()
+                .use_preconfigured_tls(tls.clone())
                 .timeout(Duration::from_secs(30))
                 .connect_timeout(Duration::from_secs(5))
                 .build()?,

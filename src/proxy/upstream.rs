@@ -29,8 +29,8 @@ use crate::http::{causes, CallFailure};
 type Connector = HttpsConnector<HttpConnector>;
 
 /// What every HTTP worker's provider client is made from, built once at startup: each
-/// provider's chat-completions endpoint, the TLS configuration (the system's root
-/// certificates, slow to load) and the two timeouts.
+/// provider's chat-completions endpoint, the TLS configuration (keel's one, `AppState`) and
+/// the two timeouts.
 #[derive(Clone)]
 pub struct UpstreamConfig {
     tls: tokio_native_tls::TlsConnector,
@@ -47,7 +47,7 @@ pub struct UpstreamConfig {
 
 impl UpstreamConfig {
     /// The base URLs are http(s) (`Settings::validate`); each must also make an absolute URI.
-    pub fn new(settings: &crate::config::Settings) -> anyhow::Result<Self> {
+    pub fn new(settings: &crate::config::Settings, tls: native_tls::TlsConnector) -> anyhow::Result<Self> {
         let p = &settings.providers;
         let base_of = |provider: &str| match provider {
             "anthropic" => &p.anthropic_url,
@@ -72,8 +72,6 @@ impl UpstreamConfig {
                     .ok_or_else(|| anyhow::anyhow!("the {provider} base URL {base:?} is not an absolute URL"))
             })
             .collect::<anyhow::Result<_>>()?;
-        let tls =
-            native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for the providers: {e}"))?;
         Ok(Self {
             tls: tokio_native_tls::TlsConnector::from(tls),
             endpoints,

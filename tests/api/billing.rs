@@ -968,8 +968,11 @@ async fn a_top_up_decided_on_a_stale_balance_charges_nothing() {
     )
     .await;
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
-    let payments =
-        keel::billing::payments::Payments::from_settings(&test_settings(&app.db_url).payments).unwrap();
+    let payments = keel::billing::payments::Payments::from_settings(
+        &test_settings(&app.db_url).payments,
+        &native_tls::TlsConnector::new().unwrap(),
+    )
+    .unwrap();
     // The balance (5,000 cents) is above the threshold: the claim is free, but nothing is charged.
     let credit = keel::billing::auto_topup::charge(
         &db,
