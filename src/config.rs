@@ -83,6 +83,9 @@ pub struct ServerSettings {
     /// Connections the kernel may hold for keel before it accepts them (capped by
     /// `net.core.somaxconn`).
     pub backlog: u32,
+    /// Seconds an idle client connection stays open for its next request (0: closed after
+    /// each answer).
+    pub keep_alive_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -49,6 +49,10 @@ impl Application {
             n => n,
         };
         let shutdown_timeout = settings.server.shutdown_timeout_secs;
+        let keep_alive = match settings.server.keep_alive_secs {
+            0 => actix_web::http::KeepAlive::Disabled,
+            secs => actix_web::http::KeepAlive::Timeout(std::time::Duration::from_secs(secs)),
+        };
         let grace = Duration::from_secs(settings.server.shutdown_grace_secs);
         let state = AppState::new(db, settings)?;
         state.cluster.start_listener(&state.settings.database.url);
@@ -124,6 +128,7 @@ impl Application {
         // Every write goes out at once: with Nagle's algorithm a streamed chunk written while
         // the previous one is unacknowledged waits for the client's (delayed) ACK.
         .tcp_nodelay(true)
+        .keep_alive(keep_alive)
         .shutdown_timeout(shutdown_timeout)
         .disable_signals()
         .listen(listener)?

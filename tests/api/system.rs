@@ -228,3 +228,40 @@ async fn sqlite_copies_its_write_ahead_log_back_once_it_passes_the_configured_pa
         "{log} frames in the log: checkpoints every 16 pages leave at most a commit more"
     );
 }
+
+/// Whether a second request, sent after `idle` on the connection that carried a first one, is
+/// answered (else keel closed the connection meanwhile).
+async fn answered_after_idle(app: &TestApp, idle: std::time::Duration) -> bool {
+    use std::io::{Read, Write};
+    let address = app.address.trim_start_matches("http://").to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut client = std::net::TcpStream::connect(address).unwrap();
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let request = b"GET /healthz HTTP/1.1\r\nHost: keel\r\n\r\n";
+        let mut answer = [0u8; 1024];
+        client.write_all(request).unwrap();
+        let read = client.read(&mut answer).unwrap();
+        assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+        std::thread::sleep(idle);
+        // A closed connection fails the write, or reads its end (0 bytes) or a reset.
+        client.write_all(request).is_ok()
+            && client
+                .read(&mut answer)
+                .is_ok_and(|read| answer[..read].starts_with(b"HTTP/1.1 200"))
+    })
+    .await
+    .unwrap()
+}
+
+#[actix_web::test]
+async fn an_idle_client_connection_stays_open_for_the_configured_keep_alive() {
+    use std::time::Duration;
+    // Beyond actix-web's own 5 s (keel's default, 75 s, outlasts a balancer's idle timeout)...
+    let long = spawn_app_with(|s| s.server.keep_alive_secs = 30).await;
+    assert!(answered_after_idle(&long, Duration::from_secs(6)).await);
+    // ...and below it.
+    let short = spawn_app_with(|s| s.server.keep_alive_secs = 1).await;
+    assert!(!answered_after_idle(&short, Duration::from_millis(2500)).await);
+}
