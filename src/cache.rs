@@ -83,7 +83,7 @@ where
             })
             .await;
         if self.forgets.load(Ordering::Acquire) != forgets {
-            self.entries.invalidate(&key).await;
+            self.forget_where(move |stored, _| *stored == key);
         }
         match loaded {
             Ok(value) => Ok(Some(value)),
@@ -94,7 +94,9 @@ where
         }
     }
 
-    /// Forgets every entry whose key and value match.
+    /// Forgets every entry whose key and value match. Synchronous (moka checks the predicate
+    /// on every read until its housekeeping has removed what matches), so a caller dropped
+    /// mid-way (a hung-up client's handler) cannot leave a forget half done.
     pub fn forget_where(&self, matches: impl Fn(&K, &V) -> bool + Send + Sync + 'static) {
         self.forgets.fetch_add(1, Ordering::AcqRel);
         // Only fails when the cache was built without closures, which `new` never does.
@@ -108,9 +110,8 @@ where
     }
 
     /// Forgets one entry.
-    pub async fn forget(&self, key: &K) {
-        self.forgets.fetch_add(1, Ordering::AcqRel);
-        self.entries.invalidate(key).await;
+    pub fn forget(&self, key: K) {
+        self.forget_where(move |stored, _| *stored == key);
     }
 }
 
@@ -215,7 +216,7 @@ mod tests {
                 .await;
         }
         cache.forget_where(|_, org| org == "org1");
-        cache.forget(&"b".to_owned()).await;
+        cache.forget("b".to_owned());
         for key in ["a", "b", "c"] {
             let reloaded = cache
                 .get_or_load(key.to_owned(), || async { Ok::<_, ()>(Some("new".to_owned())) })

@@ -126,7 +126,7 @@ impl Cluster {
     /// Applies the event on this instance at once and tells the others. A failed notify
     /// is logged: the other instances then see the change when their entries expire.
     pub async fn publish(&self, event: Event) {
-        self.apply(&event).await;
+        self.apply(&event);
         if !self.inner.postgres {
             return;
         }
@@ -141,7 +141,7 @@ impl Cluster {
         }
     }
 
-    async fn apply(&self, event: &Event) {
+    fn apply(&self, event: &Event) {
         let inner = &self.inner;
         match event {
             Event::KeyRevoked(id) => inner.proxy_cache.forget_key(id),
@@ -149,7 +149,7 @@ impl Cluster {
                 inner.proxy_cache.forget_org(id);
                 inner.adapters.invalidate_org(id);
             }
-            Event::AdapterChanged(id) => inner.adapters.invalidate(id).await,
+            Event::AdapterChanged(id) => inner.adapters.invalidate(id),
             Event::JobsQueued(action) => self.wake(action),
         }
     }
@@ -238,7 +238,7 @@ impl Cluster {
                     Ok(Some(notification)) => {
                         if let Some(event) = Event::decode(notification.payload()) {
                             self.inner.received.with_label_values(&[event.parts().0]).inc();
-                            self.apply(&event).await;
+                            self.apply(&event);
                         }
                     }
                     Ok(None) | Err(_) => {

@@ -51,8 +51,8 @@ impl AdapterDirectory {
             .map_err(ApiError::database)
     }
 
-    pub async fn invalidate(&self, adapter_id: &str) {
-        self.cache.forget(&adapter_id.to_owned()).await;
+    pub fn invalidate(&self, adapter_id: &str) {
+        self.cache.forget(adapter_id.to_owned());
     }
 
     pub fn clear(&self) {
