@@ -22,7 +22,6 @@ pub struct TestDb {
     _dir: Option<tempfile::TempDir>,
 }
 
-/// Whether the suite runs on PostgreSQL (`KEEL_TEST_DATABASE_URL` names a server).
 /// A sample's value in a `/metrics` text: `name_and_labels` as the line starts.
 pub fn metric(text: &str, name_and_labels: &str) -> f64 {
     text.lines()
@@ -30,6 +29,7 @@ pub fn metric(text: &str, name_and_labels: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name_and_labels} missing:\n{text}"))
 }
 
+/// Whether the suite runs on PostgreSQL (`KEEL_TEST_DATABASE_URL` names a server).
 pub fn postgres() -> bool {
     std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
 }
