@@ -83,7 +83,11 @@ where
             })
             .await;
         if self.forgets.load(Ordering::Acquire) != forgets {
-            self.forget_where(move |stored, _| *stored == key);
+            // Dropped without counting as a forget itself: the loads running beside it keep
+            // theirs unless a forget of their own came.
+            let _ = self
+                .entries
+                .invalidate_entries_if(move |stored, _| *stored == key);
         }
         match loaded {
             Ok(value) => Ok(Some(value)),
