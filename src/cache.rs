@@ -49,7 +49,7 @@ where
     /// A load that began before a forget may have read what the forget was about (a key
     /// since revoked): its caller and the waiters get it, as calls concurrent with the
     /// revocation, but it is not kept.
-    pub async fn get_or_load<E, Fut>(&self, key: K, load: impl FnOnce() -> Fut) -> Result<Option<V>, Arc<E>>
+    pub async fn get_or_load<E, Fut>(&self, key: &K, load: impl FnOnce() -> Fut) -> Result<Option<V>, Arc<E>>
     where
         K: Clone,
         E: Send + Sync + 'static,
@@ -61,13 +61,13 @@ where
         Box::pin(self.look_up(key, load)).await
     }
 
-    async fn look_up<E, Fut>(&self, key: K, load: impl FnOnce() -> Fut) -> Result<Option<V>, Arc<E>>
+    async fn look_up<E, Fut>(&self, key: &K, load: impl FnOnce() -> Fut) -> Result<Option<V>, Arc<E>>
     where
         K: Clone,
         E: Send + Sync + 'static,
         Fut: Future<Output = Result<Option<V>, E>>,
     {
-        if let Some(value) = self.entries.get(&key).await {
+        if let Some(value) = self.entries.get(key).await {
             return Ok(Some(value));
         }
         let forgets = self.forgets.load(Ordering::Acquire);
@@ -85,6 +85,7 @@ where
         if self.forgets.load(Ordering::Acquire) != forgets {
             // Dropped without counting as a forget itself: the loads running beside it keep
             // theirs unless a forget of their own came.
+            let key = key.clone();
             let _ = self
                 .entries
                 .invalidate_entries_if(move |stored, _| *stored == key);
@@ -147,9 +148,8 @@ mod tests {
                 Ok::<_, ()>(Some("org".to_owned()))
             }
         };
-        let callers: Vec<_> = (0..50)
-            .map(|_| cache.get_or_load("k".to_owned(), load()))
-            .collect();
+        let key = "k".to_owned();
+        let callers: Vec<_> = (0..50).map(|_| cache.get_or_load(&key, load())).collect();
         let all = futures_util::future::join_all(callers);
         let opened = async {
             tokio::task::yield_now().await;
@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!(cache.loads.get(), 1);
         // Remembered: no load at all now.
-        let again = cache.get_or_load("k".to_owned(), load()).await;
+        let again = cache.get_or_load(&"k".to_owned(), load()).await;
         assert_eq!(again.ok(), Some(Some("org".to_owned())));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
@@ -171,15 +171,15 @@ mod tests {
     async fn nothing_found_and_errors_are_not_remembered() {
         let cache = cache();
         let none = cache
-            .get_or_load("k".to_owned(), || async { Ok::<_, ()>(None) })
+            .get_or_load(&"k".to_owned(), || async { Ok::<_, ()>(None) })
             .await;
         assert_eq!(none.ok(), Some(None));
         let failed = cache
-            .get_or_load("k".to_owned(), || async { Err::<Option<String>, _>("down") })
+            .get_or_load(&"k".to_owned(), || async { Err::<Option<String>, _>("down") })
             .await;
         assert_eq!(failed.err().as_deref(), Some(&"down"));
         let found = cache
-            .get_or_load("k".to_owned(), || async { Ok::<_, ()>(Some("v".to_owned())) })
+            .get_or_load(&"k".to_owned(), || async { Ok::<_, ()>(Some("v".to_owned())) })
             .await;
         assert_eq!(found.ok(), Some(Some("v".to_owned())));
         assert_eq!(cache.loads.get(), 3);
@@ -190,7 +190,8 @@ mod tests {
         let cache = cache();
         let (release, released) = tokio::sync::oneshot::channel::<()>();
         // The load reads "active" (the database before a revocation) and is held there...
-        let stale = cache.get_or_load("k".to_owned(), || async {
+        let key = "k".to_owned();
+        let stale = cache.get_or_load(&key, || async {
             let _ = released.await;
             Ok::<_, ()>(Some("active".to_owned()))
         });
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(answer.ok(), Some(Some("active".to_owned())));
         // The next caller loads afresh and sees the revocation.
         let next = cache
-            .get_or_load("k".to_owned(), || async { Ok::<_, ()>(None) })
+            .get_or_load(&"k".to_owned(), || async { Ok::<_, ()>(None) })
             .await;
         assert_eq!(next.ok(), Some(None));
     }
@@ -214,7 +215,7 @@ mod tests {
         let cache = cache();
         for (key, value) in [("a", "org1"), ("b", "org2"), ("c", "org1")] {
             let _ = cache
-                .get_or_load(key.to_owned(), move || async move {
+                .get_or_load(&key.to_owned(), move || async move {
                     Ok::<_, ()>(Some(value.to_owned()))
                 })
                 .await;
@@ -223,13 +224,13 @@ mod tests {
         cache.forget("b".to_owned());
         for key in ["a", "b", "c"] {
             let reloaded = cache
-                .get_or_load(key.to_owned(), || async { Ok::<_, ()>(Some("new".to_owned())) })
+                .get_or_load(&key.to_owned(), || async { Ok::<_, ()>(Some("new".to_owned())) })
                 .await;
             assert_eq!(reloaded.ok(), Some(Some("new".to_owned())), "{key}");
         }
         cache.clear();
         let after_clear = cache
-            .get_or_load("a".to_owned(), || async { Ok::<_, ()>(None) })
+            .get_or_load(&"a".to_owned(), || async { Ok::<_, ()>(None) })
             .await;
         assert_eq!(after_clear.ok(), Some(None));
     }

@@ -46,7 +46,7 @@ impl AdapterDirectory {
             }))
         };
         self.cache
-            .get_or_load(adapter_id.to_owned(), load)
+            .get_or_load(&adapter_id.to_owned(), load)
             .await
             .map_err(ApiError::database)
     }

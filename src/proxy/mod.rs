@@ -166,7 +166,7 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
     let owner = state
         .proxy_cache
         .keys
-        .get_or_load(digest, load)
+        .get_or_load(&digest, load)
         .await
         .map_err(ApiError::database)?
         .ok_or_else(unauthorized)?;
@@ -187,7 +187,7 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
     let owner = state
         .proxy_cache
         .projects
-        .get_or_load(project_id.clone(), load)
+        .get_or_load(&project_id, load)
         .await
         .map_err(ApiError::database)?
         .ok_or_else(not_found)?;
