@@ -86,6 +86,9 @@ pub struct ServerSettings {
     /// Seconds an idle client connection stays open for its next request (0: closed after
     /// each answer).
     pub keep_alive_secs: u64,
+    /// Seconds a request's whole body may take to arrive after its head (408 after; 0: no
+    /// bound).
+    pub body_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -297,6 +300,9 @@ pub struct TraceSettings {
     /// Traces waiting to be written at most; beyond it new traces are dropped and counted
     /// (`keel_traces_dropped_total`) rather than slow the proxy down.
     pub queue_capacity: usize,
+    /// A page of a trace export ends once its records reach this many bytes (its
+    /// `nextCursor` goes on from there); a selection past it is refused.
+    pub export_max_page_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

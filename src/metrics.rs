@@ -12,6 +12,7 @@ use prometheus::{
 use sea_orm::DatabaseConnection;
 
 use crate::billing::ledger::{EntryKind, LedgerError, Outcome};
+use crate::domain::{JobAction, JobStatus};
 use crate::proxy::PROVIDERS;
 
 /// A ledger operation's outcome, as the metric labels it.
@@ -45,6 +46,8 @@ pub struct Metrics {
     queue_oldest: GaugeVec,
     // The money.
     ledger_ops: Vec<IntCounter>,
+    /// A ledger operation's time from its submission to its commit (or refusal).
+    pub ledger_seconds: Histogram,
     pub auto_topups: IntCounterVec,
     pub payments_reconciled: IntCounterVec,
     payments_pending: IntGauge,
@@ -114,7 +117,16 @@ impl Metrics {
             .buckets(SECONDS.to_vec()),
         )
         .unwrap_or_else(|_| unreachable!("a valid metric"));
+        let ledger_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "keel_ledger_operation_seconds",
+                "Ledger operations' time from submission to the ledger until committed (or refused)",
+            )
+            .buckets(SECONDS.to_vec()),
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
         Self {
+            ledger_seconds,
             jobs_claimed: counter("keel_queue_claimed_jobs_total", "Jobs handed to workers by claims"),
             reports: counter_vec(
                 "keel_queue_reports_total",
@@ -224,7 +236,25 @@ impl Metrics {
         for cache in CACHES {
             self.cache_loads.with_label_values(&[cache]);
         }
+        self.zero_queue_jobs();
+        self.zero_queue_oldest();
         self
+    }
+
+    fn zero_queue_jobs(&self) {
+        for action in JobAction::ALL {
+            for status in JobStatus::ALL {
+                self.queue_jobs
+                    .with_label_values(&[action.as_str(), status.as_str()])
+                    .set(0);
+            }
+        }
+    }
+
+    fn zero_queue_oldest(&self) {
+        for action in JobAction::ALL {
+            self.queue_oldest.with_label_values(&[action.as_str()]).set(0.0);
+        }
     }
 
     /// The load counter of one of [`CACHES`].
@@ -248,6 +278,7 @@ impl Metrics {
             Box::new(self.trace_lag.clone()),
             Box::new(self.trace_queue.clone()),
             Box::new(self.cache_loads.clone()),
+            Box::new(self.ledger_seconds.clone()),
         ];
         for collector in collectors {
             registry.register(collector)?;
@@ -319,17 +350,25 @@ impl Metrics {
     pub async fn refresh(&self, state: &crate::state::AppState) {
         let db: &DatabaseConnection = &state.db;
         if let Ok(counts) = crate::queue::repo::counts_by_action_status(db).await {
-            self.queue_jobs.reset();
+            // Every (action, status) series stays, at 0 when no job has it: an alert on one
+            // never sees it vanish. Only known actions and statuses are labels.
+            self.zero_queue_jobs();
             for (action, status, count) in counts {
-                self.queue_jobs.with_label_values(&[&action, &status]).set(count);
+                if let (Some(action), Some(status)) = (JobAction::parse(&action), JobStatus::parse(&status)) {
+                    self.queue_jobs
+                        .with_label_values(&[action.as_str(), status.as_str()])
+                        .set(count);
+                }
             }
         }
         if let Ok(oldest) = crate::queue::repo::oldest_queued(db).await {
-            self.queue_oldest.reset();
+            self.zero_queue_oldest();
             let now = chrono::Utc::now();
             for (action, at) in oldest {
-                let age = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
-                self.queue_oldest.with_label_values(&[&action]).set(age);
+                if let Some(action) = JobAction::parse(&action) {
+                    let age = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
+                    self.queue_oldest.with_label_values(&[action.as_str()]).set(age);
+                }
             }
         }
         if let Ok(pending) = crate::billing::repo::pending_count(db).await {

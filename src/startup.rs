@@ -6,7 +6,6 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle, Service};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{web, App, HttpMessage, HttpServer};
-use actix_web_prom::PrometheusMetricsBuilder;
 use sea_orm::DatabaseConnection;
 use tracing_actix_web::{RequestId, TracingLogger};
 
@@ -74,10 +73,9 @@ impl Application {
         registry
             .register(Box::new(crate::telemetry::dropped_lines_counter().clone()))
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
-        let prometheus = PrometheusMetricsBuilder::new("keel")
-            .registry(registry.clone())
-            .mask_unmatched_patterns("UNKNOWN")
-            .build()
+        let http_metrics = web::Data::new(http::metrics::HttpMetrics::new());
+        http_metrics
+            .register(&registry)
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         let doc = web::Data::new(crate::system::OpenApiJson::build(&state.settings));
         let data = web::Data::new(state.clone());
@@ -90,10 +88,14 @@ impl Application {
                 .app_data(web::Data::new(data.upstreams.for_worker()))
                 .app_data(doc.clone())
                 .app_data(registry.clone())
+                .app_data(http_metrics.clone())
                 .configure(routes::configure)
                 .default_service(web::to(http::not_found))
                 .wrap(actix_web::middleware::from_fn(auth::authenticate))
-                .wrap(prometheus.clone())
+                .wrap(actix_web::middleware::from_fn(http::deadline::body_deadline))
+                .wrap(actix_web::middleware::from_fn(
+                    http::metrics::HttpMetrics::middleware,
+                ))
                 .wrap_fn(move |req, srv| {
                     let request_id = req.extensions().get::<RequestId>().copied();
                     let draining = stopping.clone();

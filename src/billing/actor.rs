@@ -491,7 +491,12 @@ impl Ledger {
         // handler) is no longer waiting.
         let _waiting = Waiting::start(shared);
         let kind = op.kind;
+        let submitted = Instant::now();
         let outcome = self.send(org_id, op).await;
+        shared
+            .metrics
+            .ledger_seconds
+            .observe(submitted.elapsed().as_secs_f64());
         shared.metrics.ledger_op(kind, &outcome);
         if !matches!(outcome, Err(LedgerError::Unavailable(_) | LedgerError::Locked)) {
             shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);

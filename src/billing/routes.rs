@@ -1,12 +1,12 @@
 //! The sixteen billing routes of the spec.
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 
 use super::dto::*;
 use super::{repo, service};
 use crate::auth::{ApiKeyCaller, Internal, Member, Owner};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{DeferredBody, IdempotencyKeyHeader, StripeSignature, ValidJson, ValidQuery};
 use crate::state::AppState;
 
 // Handlers: each extracts, calls one service or repo function, answers.
@@ -179,14 +179,12 @@ pub async fn promo_code(member: Member<ValidJson<PromoCodeBody>>) -> ApiResult<H
     responses((status = 200, body = WebhookAck), (status = 400, description = "Bad or missing signature", body = ErrorBody)))]
 pub async fn stripe_webhook(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    body: RawBody,
+    signature: StripeSignature,
+    body: DeferredBody,
 ) -> ApiResult<HttpResponse> {
-    let signature = req
-        .headers()
-        .get("stripe-signature")
-        .and_then(|v| v.to_str().ok());
-    let duplicate = service::handle_webhook(&state, signature, &body.0).await?;
+    // The signature header is there (checked before the body is read); now the body.
+    let body = body.read().await?;
+    let duplicate = service::handle_webhook(&state, Some(&signature.0), &body).await?;
     Ok(HttpResponse::Ok().json(WebhookAck {
         received: true,
         duplicate,

@@ -389,6 +389,8 @@ pub async fn export(
         .get("format")
         .and_then(Format::parse)
         .unwrap_or(Format::Records);
+    // The records as JSON lines, written as they are read.
+    let mut body: Vec<u8> = Vec::new();
     let outcome = match form.get("newest") {
         Some(_) => {
             let limit = form.get("limit").unwrap_or("100");
@@ -409,9 +411,11 @@ pub async fn export(
                         limit,
                         filter,
                         None,
+                        &mut body,
+                        b"\n",
                     )
                     .await
-                    .map(|page| page.export.records)
+                    .map(|page| page.count)
                 }
                 Err(err) => Err(err),
             }
@@ -425,21 +429,19 @@ pub async fn export(
                     &selection.trace_ids,
                     format,
                     &filter,
+                    &mut body,
+                    b"\n",
                 )
                 .await
-                .map(|s| s.export.records)
+                .map(|s| s.stats.count)
             }
             Err(err) => Err(err),
         },
     };
-    let records = match outcome {
-        Ok(records) => records,
+    match outcome {
+        Ok(count) if count > 0 => body.push(b'\n'),
+        Ok(_) => {}
         Err(err) => return after_form(&back, Err::<(), _>(err), |()| String::new()),
-    };
-    let mut body = String::new();
-    for record in &records {
-        body.push_str(&record.to_string());
-        body.push('\n');
     }
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "application/x-ndjson"))

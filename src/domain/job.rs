@@ -15,6 +15,16 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    pub const ALL: [Self; 7] = [
+        Self::Queued,
+        Self::Running,
+        Self::Stopping,
+        Self::Succeeded,
+        Self::Blocked,
+        Self::UserStopped,
+        Self::Failed,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",
@@ -28,17 +38,7 @@ impl JobStatus {
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Queued,
-            Self::Running,
-            Self::Stopping,
-            Self::Succeeded,
-            Self::Blocked,
-            Self::UserStopped,
-            Self::Failed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 

@@ -200,6 +200,25 @@ pub fn supplied_orgs(bytes: &[u8]) -> Vec<OrgId> {
         .unwrap_or_default()
 }
 
+/// The payment webhook's `Stripe-Signature` header, required: a call without one is 400
+/// before its body is read.
+pub struct StripeSignature(pub String);
+
+impl FromRequest for StripeSignature {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(
+            req.headers()
+                .get("stripe-signature")
+                .and_then(|v| v.to_str().ok())
+                .map(|v| Self(v.to_owned()))
+                .ok_or_else(|| ApiError::BadRequest("missing or malformed Stripe-Signature header".into())),
+        )
+    }
+}
+
 /// The optional `Idempotency-Key` header: 1 to 200 visible ASCII characters, else a 422
 /// naming the header (never silently replaced by a key of keel's own).
 pub struct IdempotencyKeyHeader(pub Option<String>);
@@ -257,6 +276,35 @@ impl FromRequest for RawBody {
         let declared = declared_length(req);
         let mut payload = payload.take();
         Box::pin(async move { Ok(Self(read_body(&mut payload, declared, limit).await?)) })
+    }
+}
+
+/// The body, not yet read: a handler that checks a credential of its own (the proxy, the
+/// relay, the payment webhook's signature) reads it only after that check, so a caller
+/// without one never makes keel wait for, or buffer, its body.
+pub struct DeferredBody {
+    payload: Payload,
+    declared: Option<usize>,
+    limit: usize,
+}
+
+impl FromRequest for DeferredBody {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        std::future::ready(Ok(Self {
+            payload: payload.take(),
+            declared: declared_length(req),
+            limit: body_limit(req),
+        }))
+    }
+}
+
+impl DeferredBody {
+    /// Reads the whole body (413 past `server.max_body_bytes`).
+    pub async fn read(mut self) -> Result<Bytes, ApiError> {
+        read_body(&mut self.payload, self.declared, self.limit).await
     }
 }
 

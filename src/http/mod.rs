@@ -1,6 +1,8 @@
 //! HTTP plumbing shared by every domain: extractors, bounds checks, JSON fallbacks.
 
+pub mod deadline;
 pub mod extract;
+pub mod metrics;
 pub mod validate;
 
 use actix_web::http::header;

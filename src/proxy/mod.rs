@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::auth::keys;
 use crate::error::{ApiError, ApiResult};
-use crate::http::extract::RawBody;
+use crate::http::extract::DeferredBody;
 use crate::http::CallFailure;
 use crate::state::AppState;
 use crate::traces::writer::TraceWriter;
@@ -367,7 +367,7 @@ pub async fn chat_completions(
     req: HttpRequest,
     state: web::Data<AppState>,
     upstreams: web::Data<Upstreams>,
-    body: RawBody,
+    body: DeferredBody,
 ) -> HttpResponse {
     // Errors keel answers itself carry OpenAI's shape beside `detail` (the SDKs show it).
     proxy_chat(req, state, upstreams, body)
@@ -379,7 +379,7 @@ async fn proxy_chat(
     req: HttpRequest,
     state: web::Data<AppState>,
     upstreams: web::Data<Upstreams>,
-    body: RawBody,
+    body: DeferredBody,
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
     let (keel_key, owner) = authenticate(&state, &req).await?;
@@ -392,22 +392,24 @@ async fn proxy_chat(
     } else {
         None
     };
+    // Read only now: a caller without a valid key or project waited for nothing.
+    let body = body.read().await?;
 
     let not_an_object = || ApiError::BadRequest("the request body must be a JSON object".into());
     let redactor = Redactor::new(&[keel_key, provider_key]);
     let scan = redactor
-        .scan(&body.0)
+        .scan(&body)
         .filter(|scan| scan.object)
         .ok_or_else(not_an_object)?;
     // A body with nothing to redact travels as it came; otherwise it is parsed, redacted
     // and re-serialized. Either way `request` holds its (redacted) model and stream fields.
     let (upstream_body, request) = if scan.needs_redaction {
-        let mut request: Value = serde_json::from_slice(&body.0).map_err(|_| not_an_object())?;
+        let mut request: Value = serde_json::from_slice(&body).map_err(|_| not_an_object())?;
         redactor.redact(&mut request);
         let bytes = serde_json::to_vec(&request).map_err(anyhow::Error::from)?;
         (Bytes::from(bytes), request)
     } else {
-        (body.0, scan.head)
+        (body, scan.head)
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
 

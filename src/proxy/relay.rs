@@ -17,7 +17,7 @@ use super::{
     authenticate, provider_of, relayed_head, upstream_failure, upstream_headers, Upstreams, PROVIDERS,
 };
 use crate::error::{ApiError, ApiResult};
-use crate::http::extract::RawBody;
+use crate::http::extract::DeferredBody;
 use crate::state::AppState;
 
 /// The relay; errors keel answers itself carry OpenAI's error shape.
@@ -25,9 +25,9 @@ pub async fn relay(
     req: HttpRequest,
     state: web::Data<AppState>,
     upstreams: web::Data<Upstreams>,
-    body: RawBody,
+    body: DeferredBody,
 ) -> HttpResponse {
-    relay_call(&req, &state, &upstreams, body.0)
+    relay_call(&req, &state, &upstreams, body)
         .await
         .unwrap_or_else(|err| err.openai_response())
 }
@@ -36,11 +36,13 @@ async fn relay_call(
     req: &HttpRequest,
     state: &AppState,
     upstreams: &Upstreams,
-    body: Bytes,
+    body: DeferredBody,
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
     let (keel_key, _owner) = authenticate(state, req).await?;
     let (provider_index, provider_key) = provider_of(req)?;
+    // Read only now: a caller without a valid key waited for nothing.
+    let body = body.read().await?;
 
     let tail = req.path().strip_prefix("/v1").unwrap_or(req.path());
     let uri = upstreams.relay_uri(provider_index, tail, req.query_string())?;

@@ -153,6 +153,39 @@ pub async fn export_page(
     filtered(project_id, filter).limit(limit).all(db).await
 }
 
+/// The next `limit` traces of the export walk, newest first, without their content: each
+/// one's position and the size of its stored request and response (characters, about their
+/// bytes), so a page can end at a size before any content is read.
+pub async fn export_sizes(
+    db: &impl ConnectionTrait,
+    project_id: &str,
+    filter: &TraceFilter,
+    limit: u64,
+) -> Result<Vec<(String, DateTime<Utc>, i64)>, DbErr> {
+    use sea_orm::sea_query::ExprTrait;
+    let size = Expr::expr(Func::char_length(Expr::col(trace::Column::Request))).add(Func::coalesce([
+        Expr::from(Func::char_length(Expr::col(trace::Column::Response))),
+        Expr::val(0),
+    ]));
+    filtered(project_id, filter)
+        .select_only()
+        .column(trace::Column::Id)
+        .column(trace::Column::CreatedAt)
+        .column_as(Expr::expr(size).cast_as("bigint"), "size")
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// Traces by id (any order).
+pub async fn by_ids(db: &impl ConnectionTrait, ids: &[String]) -> Result<Vec<trace::Model>, DbErr> {
+    trace::Entity::find()
+        .filter(trace::Column::Id.is_in(ids.iter().cloned()))
+        .all(db)
+        .await
+}
+
 /// A page of the project's traces, newest first.
 pub async fn page_of_project(
     db: &impl ConnectionTrait,

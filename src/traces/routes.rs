@@ -62,17 +62,20 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     let project_id = query.project_id;
     let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
     let cursor = query.cursor.as_deref().and_then(service::Cursor::decode);
-    let page =
-        service::export_project(caller.state(), &orgs, &project_id, format, limit, filter, cursor).await?;
-    Ok(HttpResponse::Ok().json(TracesExportResponse {
-        project_id: Some(project_id.into_string()),
-        format: format.as_str().to_owned(),
-        count: page.export.records.len(),
-        skipped: page.export.skipped,
-        not_found: None,
-        next_cursor: page.next_cursor.map(|c| c.encode()),
-        records: page.export.records,
-    }))
+    let mut out = envelope_head(Some(project_id.as_str()), format)?;
+    let page = service::export_project(
+        caller.state(),
+        &orgs,
+        &project_id,
+        format,
+        limit,
+        filter,
+        cursor,
+        &mut out,
+        b",",
+    )
+    .await?;
+    envelope_end(out, page, None)
 }
 
 /// Export selected traces
@@ -89,15 +92,58 @@ pub async fn export_selection(
     let format = format_of(body.format.as_deref());
     let orgs = caller.organizations().await?;
     let filter = body.filters.to_filter();
-    let selection =
-        service::export_selection(caller.state(), &orgs, &body.trace_ids, format, &filter).await?;
-    Ok(HttpResponse::Ok().json(TracesExportResponse {
-        project_id: selection.project_id,
-        format: format.as_str().to_owned(),
-        count: selection.export.records.len(),
-        skipped: selection.export.skipped,
-        not_found: Some(selection.not_found),
-        next_cursor: None,
-        records: selection.export.records,
-    }))
+    let mut records = Vec::new();
+    let selection = service::export_selection(
+        caller.state(),
+        &orgs,
+        &body.trace_ids,
+        format,
+        &filter,
+        &mut records,
+        b",",
+    )
+    .await?;
+    let mut out = envelope_head(selection.project_id.as_deref(), format)?;
+    out.extend_from_slice(&records);
+    drop(records);
+    envelope_end(out, selection.stats, Some(selection.not_found))
+}
+
+/// A [`TracesExportResponse`] written as its records are: everything before the records...
+fn envelope_head(project_id: Option<&str>, format: Format) -> ApiResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(64 * 1024);
+    out.extend_from_slice(b"{\"projectId\":");
+    serde_json::to_writer(&mut out, &project_id).map_err(anyhow::Error::from)?;
+    out.extend_from_slice(b",\"format\":\"");
+    out.extend_from_slice(format.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"records\":[");
+    Ok(out)
+}
+
+/// ...and after them.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EnvelopeTail {
+    count: usize,
+    skipped: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_found: Option<usize>,
+    next_cursor: Option<String>,
+}
+
+fn envelope_end(
+    mut out: Vec<u8>,
+    page: service::PageStats,
+    not_found: Option<usize>,
+) -> ApiResult<HttpResponse> {
+    let tail = serde_json::to_vec(&EnvelopeTail {
+        count: page.count,
+        skipped: page.skipped,
+        not_found,
+        next_cursor: page.next_cursor.map(|c| c.encode()),
+    })
+    .map_err(anyhow::Error::from)?;
+    out.extend_from_slice(b"],");
+    out.extend_from_slice(tail.get(1..).unwrap_or_default());
+    Ok(HttpResponse::Ok().content_type("application/json").body(out))
 }

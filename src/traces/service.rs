@@ -4,7 +4,6 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use entities::trace;
-use serde_json::Value;
 
 use super::export::{self, Format};
 use super::repo;
@@ -12,18 +11,38 @@ use crate::domain::{OrgId, TraceId};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
-/// Converted traces: the records and how many traces had no pair to convert.
-pub struct Export {
-    pub records: Vec<Value>,
+/// What a page of an export wrote: its records' count, the traces skipped (no pair to
+/// convert), and where the next page starts (`None` at the end).
+#[derive(Default)]
+pub struct PageStats {
+    pub count: usize,
     pub skipped: usize,
+    pub next_cursor: Option<Cursor>,
 }
 
-fn convert_all(traces: &[trace::Model], format: Format) -> Export {
-    let records: Vec<Value> = traces.iter().filter_map(|t| export::convert(t, format)).collect();
-    Export {
-        skipped: traces.len() - records.len(),
-        records,
+/// Content read from the database at once at most (a chunk of a page), in characters; a
+/// trace larger than this is read alone.
+const CHUNK_CHARS: i64 = 4 << 20;
+
+/// Writes one trace's record after `sep` (none before the first), or counts it skipped.
+fn write_record(
+    t: &trace::Model,
+    format: Format,
+    out: &mut Vec<u8>,
+    sep: &[u8],
+    stats: &mut PageStats,
+) -> ApiResult<()> {
+    match export::convert(t, format) {
+        Some(record) => {
+            if stats.count > 0 {
+                out.extend_from_slice(sep);
+            }
+            serde_json::to_writer(&mut *out, &record).map_err(anyhow::Error::from)?;
+            stats.count += 1;
+        }
+        None => stats.skipped += 1,
     }
+    Ok(())
 }
 
 /// Where an export walk stands: the last trace it gave, `(created_at, id)`, exact to the
@@ -74,14 +93,12 @@ impl Cursor {
     }
 }
 
-/// A page of an export and the cursor of the next one (`None` at the end).
-pub struct ExportPage {
-    pub export: Export,
-    pub next_cursor: Option<Cursor>,
-}
-
-/// The project's newest `limit` traces that `filter` keeps, after `cursor` when given; 404
-/// unless the project is one of `orgs`'.
+/// Writes the project's newest `limit` traces that `filter` keeps, after `cursor` when
+/// given, to `out` as records separated by `sep`; 404 unless the project is one of `orgs'`.
+/// A page also ends once `out` has grown by `traces.export_max_page_bytes` (its next cursor
+/// then starts right after the last trace written). Content is read a chunk of a few MiB at a
+/// time and each trace dropped once written, so a page holds about its own size in memory.
+#[allow(clippy::too_many_arguments)]
 pub async fn export_project(
     state: &AppState,
     orgs: &[OrgId],
@@ -90,57 +107,115 @@ pub async fn export_project(
     limit: u64,
     mut filter: repo::TraceFilter,
     cursor: Option<Cursor>,
-) -> ApiResult<ExportPage> {
+    out: &mut Vec<u8>,
+    sep: &[u8],
+) -> ApiResult<PageStats> {
     crate::projects::repo::find_in_orgs(&state.db, project_id, orgs)
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
     filter.before = cursor.map(|c| (c.at, c.id));
-    let mut traces = repo::export_page(&state.db, project_id, &filter, limit + 1).await?;
-    let more = traces.len() as u64 > limit;
-    traces.truncate(limit as usize);
-    let next_cursor = more.then(|| traces.last().map(Cursor::after)).flatten();
-    Ok(ExportPage {
-        export: convert_all(&traces, format),
-        next_cursor,
-    })
+    let max_bytes = state.settings.traces.export_max_page_bytes.max(1);
+    let mut sizes = repo::export_sizes(&state.db, project_id, &filter, limit + 1).await?;
+    let more = sizes.len() as u64 > limit;
+    sizes.truncate(limit as usize);
+    let start = out.len();
+    let mut stats = PageStats::default();
+    let mut last: Option<Cursor> = None;
+    let mut next = 0;
+    'page: while next < sizes.len() {
+        let mut end = next;
+        let mut chars = 0;
+        while end < sizes.len() && (end == next || chars + sizes[end].2 <= CHUNK_CHARS) {
+            chars += sizes[end].2;
+            end += 1;
+        }
+        let ids: Vec<String> = sizes[next..end].iter().map(|(id, _, _)| id.clone()).collect();
+        let mut found: HashMap<String, trace::Model> = repo::by_ids(&state.db, &ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
+        for (id, at, _) in &sizes[next..end] {
+            if out.len() - start >= max_bytes {
+                break 'page;
+            }
+            // A trace deleted since the page was sized is simply gone.
+            if let Some(t) = found.remove(id) {
+                write_record(&t, format, out, sep, &mut stats)?;
+            }
+            last = Some(Cursor {
+                at: *at,
+                id: id.clone(),
+            });
+            next += 1;
+        }
+    }
+    stats.next_cursor = if more || next < sizes.len() { last } else { None };
+    Ok(stats)
 }
 
-/// A selection of traces, exported in the order asked (repeats once).
+/// Selected traces read from the database at once.
+const SELECTION_CHUNK: usize = 8;
+
+/// What a selection's export wrote.
 pub struct Selection {
-    pub export: Export,
+    pub stats: PageStats,
     /// Their one project, if they all share one.
     pub project_id: Option<String>,
     /// Asked ids that are not the caller's organizations'.
     pub not_found: usize,
 }
 
+/// Writes the selected traces (in the order asked, repeats once) to `out` as records
+/// separated by `sep`. A selection whose records pass `traces.export_max_page_bytes` is 422:
+/// it has no cursor to go on with, so the caller selects fewer.
 pub async fn export_selection(
     state: &AppState,
     orgs: &[OrgId],
     trace_ids: &[TraceId],
     format: Format,
     filter: &repo::TraceFilter,
+    out: &mut Vec<u8>,
+    sep: &[u8],
 ) -> ApiResult<Selection> {
+    let max_bytes = state.settings.traces.export_max_page_bytes.max(1);
     let mut seen = HashSet::new();
     let wanted: Vec<String> = trace_ids
         .iter()
         .filter(|id| seen.insert(*id))
         .map(|id| id.as_str().to_owned())
         .collect();
-    let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(&state.db, &wanted, orgs, filter)
-        .await?
-        .into_iter()
-        .map(|t| (t.id.clone(), t))
-        .collect();
-    let traces: Vec<trace::Model> = wanted.iter().filter_map(|id| found.remove(id)).collect();
-    let project_id = traces
-        .first()
-        .map(|t| t.project_id.clone())
-        .filter(|p| traces.iter().all(|t| &t.project_id == p));
+    let start = out.len();
+    let mut stats = PageStats::default();
+    let mut project: Option<Option<String>> = None;
+    let mut exported = 0;
+    for ids in wanted.chunks(SELECTION_CHUNK) {
+        let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(&state.db, ids, orgs, filter)
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
+        for id in ids {
+            let Some(t) = found.remove(id) else { continue };
+            exported += 1;
+            project = Some(match project {
+                None => Some(t.project_id.clone()),
+                Some(p) => p.filter(|p| *p == t.project_id),
+            });
+            write_record(&t, format, out, sep, &mut stats)?;
+            if out.len() - start > max_bytes {
+                return Err(ApiError::validation(
+                    vec![serde_json::json!("body"), serde_json::json!("traceIds")],
+                    "too_large",
+                    format!("the selected traces' records pass {max_bytes} bytes (traces.export_max_page_bytes): select fewer"),
+                ));
+            }
+        }
+    }
     Ok(Selection {
-        not_found: wanted.len() - traces.len(),
-        project_id,
-        export: convert_all(&traces, format),
+        not_found: wanted.len() - exported,
+        project_id: project.flatten(),
+        stats,
     })
 }
 

@@ -450,3 +450,87 @@ async fn openai_chat_lines_keep_the_conversation_and_tool_calls() {
         .expect("the tool call");
     assert_eq!(tool["messages"][0]["content"], "Weather in Paris?");
 }
+
+#[actix_web::test]
+async fn a_page_ends_at_its_byte_bound_and_the_walk_still_gives_every_trace_once() {
+    // Records of about 1.2 KB each (raw): a bound of 5,000 bytes ends a page after 4 or 5.
+    let app = spawn_app_with(|s| s.traces.export_max_page_bytes = 5_000).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let newest = Utc::now() - Span::seconds(60);
+    let rows: Vec<_> = (0..23)
+        .map(|i| {
+            let mut t = trace(
+                uuid::Uuid::new_v4().to_string(),
+                &org,
+                &project,
+                "m",
+                200,
+                newest - Span::seconds(i),
+            );
+            t.request = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(1_000)}]})
+                .to_string();
+            t
+        })
+        .collect();
+    keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+    let seeded: HashSet<String> = rows.iter().map(|t| t.id.clone()).collect();
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut query = format!("project_id={project}&format=raw&limit=1000");
+        if let Some(cursor) = &cursor {
+            query.push_str(&format!("&cursor={cursor}"));
+        }
+        let response = app
+            .get(&format!("/api/traces/export?{query}"), &org.api_key)
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.bytes().await.unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        let records = body["records"].as_array().unwrap();
+        assert_eq!(body["count"], records.len());
+        assert!(!records.is_empty());
+        // A page passes its bound by at most its last record.
+        assert!(bytes.len() < 5_000 + 1_600, "{} bytes", bytes.len());
+        pages += 1;
+        seen.extend(records.iter().map(|r| r["id"].as_str().unwrap().to_owned()));
+        match body["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert!(
+        pages >= 5,
+        "{pages} pages for 23 records of 1.2 KB under 5,000 bytes"
+    );
+    let distinct: HashSet<String> = seen.iter().cloned().collect();
+    assert_eq!(distinct.len(), seen.len(), "no trace twice");
+    assert_eq!(distinct, seeded);
+
+    // A selection past the bound has no cursor to go on with: 422, select fewer.
+    let ids: Vec<&String> = seeded.iter().collect();
+    let refused = app
+        .post(
+            "/api/traces/export",
+            &org.api_key,
+            &json!({"traceIds": ids, "format": "raw"}),
+        )
+        .await;
+    let issues = validation_issues(refused).await;
+    assert_eq!(issues[0]["loc"], json!(["body", "traceIds"]), "{issues:?}");
+    let fewer = app
+        .post(
+            "/api/traces/export",
+            &org.api_key,
+            &json!({"traceIds": &ids[..3], "format": "raw"}),
+        )
+        .await;
+    let body = json_of(fewer, StatusCode::OK).await;
+    assert_eq!(body["count"], 3);
+    assert_eq!(body["notFound"], 0);
+    assert_eq!(body["projectId"], json!(project));
+}

@@ -39,6 +39,170 @@ async fn metrics_count_requests_by_route_and_status_for_the_internal_key() {
     );
 }
 
+/// Raw HTTP/1.1 requests on one connection (pipelined), the answers read to the end.
+async fn pipelined(app: &TestApp, requests: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = app.address.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(requests.as_bytes()).await.unwrap();
+    let mut answers = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answers),
+    )
+    .await;
+    String::from_utf8_lossy(&answers).into_owned()
+}
+
+#[actix_web::test]
+async fn invented_methods_and_paths_add_no_metric_series() {
+    let app = spawn_app().await;
+    // One of each kind first, so every series the flood below could touch exists.
+    let mut requests = String::from("M0000000 /x HTTP/1.1\r\nHost: a\r\n\r\n");
+    requests.push_str("GET /nowhere-0 HTTP/1.1\r\nHost: a\r\n\r\n");
+    pipelined(
+        &app,
+        &(requests + "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    // A first scrape makes /metrics' own series.
+    app.get("/metrics", INTERNAL_KEY).await;
+    let before = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let series = |text: &str| text.lines().filter(|l| l.starts_with("keel_http_")).count();
+
+    let mut flood = String::new();
+    for i in 1..300 {
+        flood.push_str(&format!("M{i:07} /x{i} HTTP/1.1\r\nHost: a\r\n\r\n"));
+        flood.push_str(&format!("GET /nowhere-{i}/x HTTP/1.1\r\nHost: a\r\n\r\n"));
+    }
+    flood.push_str("GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let answers = pipelined(&app, &flood).await;
+    assert_eq!(
+        answers.matches("HTTP/1.1 404").count() + answers.matches("HTTP/1.1 405").count(),
+        598,
+        "{}",
+        &answers[..answers.len().min(2000)]
+    );
+
+    let after = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert_eq!(series(&before), series(&after), "new series:\n{after}");
+    assert!(!after.contains("M0000"), "an invented method became a label");
+    assert!(!after.contains("nowhere"), "an unmatched path became a label");
+    assert!(
+        after.contains(r#"keel_http_requests_total{endpoint="other",method="other",status="404"} 300"#),
+        "{after}"
+    );
+}
+
+#[actix_web::test]
+async fn every_queue_series_exists_from_start_and_ledger_operations_are_timed() {
+    let app = spawn_app().await;
+    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    for action in ["tracer", "draft", "optimize", "training"] {
+        for status in [
+            "queued",
+            "running",
+            "stopping",
+            "succeeded",
+            "blocked",
+            "user_stopped",
+            "failed",
+        ] {
+            let series = format!(r#"keel_queue_jobs{{action="{action}",status="{status}"}}"#);
+            assert_eq!(metric(&text, &series), 0.0, "{series}");
+        }
+        assert_eq!(
+            metric(
+                &text,
+                &format!(r#"keel_queue_oldest_queued_seconds{{action="{action}"}}"#)
+            ),
+            0.0
+        );
+    }
+    assert_eq!(metric(&text, "keel_ledger_operation_seconds_count"), 0.0);
+
+    let org = app.create_org("Timed").await;
+    app.fund(&org, 500).await;
+    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(
+        metric(&text, "keel_ledger_operation_seconds_count") >= 1.0,
+        "{text}"
+    );
+    assert!(metric(&text, "keel_ledger_operation_seconds_sum") > 0.0, "{text}");
+    // Still every series after a scrape that found jobs in none of them.
+    assert_eq!(
+        metric(&text, r#"keel_queue_jobs{action="draft",status="failed"}"#),
+        0.0
+    );
+}
+
+/// Sends `head` and then `body` on a fresh connection, keeps it open, and answers the first
+/// response's status line and how long it took (None: no answer within `wait`).
+async fn first_answer(
+    app: &TestApp,
+    head: &str,
+    body: &[u8],
+    wait: std::time::Duration,
+) -> Option<(String, std::time::Duration)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = app.address.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(wait, stream.read(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&answer[..n]).into_owned();
+    Some((text.lines().next().unwrap_or("").to_owned(), started.elapsed()))
+}
+
+#[actix_web::test]
+async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
+    let app = spawn_app_with(|s| s.server.body_timeout_secs = 1).await;
+    let org = app.create_org("Slow").await;
+    let wait = std::time::Duration::from_secs(6);
+    let heads = [
+        format!("POST /api/projects HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n", org.api_key),
+        format!("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Service-Provider: openai\r\nX-Service-Provider-Key: sk-x\r\nX-Service-Record: false\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n", org.api_key),
+        format!("POST /v1/embeddings HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Service-Provider: openai\r\nX-Service-Provider-Key: sk-x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n", org.api_key),
+        "POST /api/billing/webhook HTTP/1.1\r\nHost: a\r\nStripe-Signature: t=1,v1=00\r\nContent-Length: 1000000\r\n\r\n".to_owned(),
+    ];
+    for head in heads {
+        let (status, took) = first_answer(&app, &head, b"{\"name\": ", wait)
+            .await
+            .unwrap_or_else(|| panic!("no answer to a trickled body: {head}"));
+        assert!(status.starts_with("HTTP/1.1 408"), "{status} for {head}");
+        assert!(took >= std::time::Duration::from_millis(900), "{took:?}");
+    }
+}
+
+#[actix_web::test]
+async fn routes_with_their_own_credential_refuse_before_reading_the_body() {
+    // A long body deadline: only a refusal from the headers answers within the wait.
+    let app = spawn_app().await;
+    let wait = std::time::Duration::from_secs(3);
+    let cases = [
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nX-Service-Provider: openai\r\nX-Service-Provider-Key: sk-x\r\nContent-Length: 1000000\r\n\r\n", "401"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer keel_sk_nothing\r\nContent-Length: 1000000\r\n\r\n", "401"),
+        ("POST /v1/embeddings HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n", "401"),
+        ("PUT /v1/files/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", "401"),
+        ("POST /api/billing/webhook HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n", "400"),
+        ("POST /api/projects HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n", "401"),
+    ];
+    for (head, expected) in cases {
+        let (status, _) = first_answer(&app, head, b"{", wait)
+            .await
+            .unwrap_or_else(|| panic!("waited for the body instead of refusing: {head}"));
+        assert!(
+            status.starts_with(&format!("HTTP/1.1 {expected}")),
+            "{status} for {head}"
+        );
+    }
+}
+
 /// Every route keel serves, as (method, OpenAPI path).
 const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),

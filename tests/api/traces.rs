@@ -585,6 +585,7 @@ async fn own_writer(
             flush_ms: 600_000,
             batch_interval_ms,
             queue_capacity: capacity,
+            export_max_page_bytes: 1 << 25,
         },
         keel::metrics::Metrics::new(),
     );
