@@ -99,5 +99,15 @@ async fn try_charge(
             tracing::error!(org_id, error = %err, "auto top-up charge failed; left pending for the reconciler");
             Ok(None)
         }
+        // Its key is its own (one per claim), so another amount under it is a charge of
+        // this claim's already under way: nothing more to do.
+        Err(ChargeError::Mismatch(first)) => {
+            tracing::warn!(
+                org_id,
+                first_cents = first,
+                "auto top-up key already charging another amount"
+            );
+            Ok(None)
+        }
     }
 }

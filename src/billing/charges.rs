@@ -39,6 +39,10 @@ pub enum ChargeError {
     /// The processor did not answer clearly; the charge stays pending for the reconciler.
     #[error(transparent)]
     Processor(PaymentError),
+    /// Another call with the same key asked for another amount first (its amount in cents):
+    /// one key is one payment, so this call charges nothing.
+    #[error("the key was first used for {0} cents")]
+    Mismatch(i64),
 }
 
 /// The pending row of a new charge.
@@ -70,6 +74,13 @@ pub async fn charge(
     pending: &pending_payment::Model,
 ) -> Result<Charged, ChargeError> {
     repo::insert_pending(db, pending.clone()).await?;
+    // Calls racing with one key insert one pending row between them; a call whose amount is
+    // not the first one's must not take the first one's payment for its own.
+    if let Some(first) = repo::amount_of_key(db, pending).await? {
+        if first != pending.amount_cents {
+            return Err(ChargeError::Mismatch(first));
+        }
+    }
     let answer = ask(payments, pending).await;
     fault_point("after_charge");
     settle_answer(db, pending, answer).await

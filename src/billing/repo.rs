@@ -205,6 +205,26 @@ pub async fn insert_pending(db: &impl ConnectionTrait, pending: pending_payment:
         .map(drop)
 }
 
+/// The amount the first call with `pending`'s keys asked for: its pending row (the processor
+/// key), or, once settled, its payment (the client's key).
+pub async fn amount_of_key(
+    db: &impl ConnectionTrait,
+    pending: &pending_payment::Model,
+) -> Result<Option<i64>, DbErr> {
+    if let Some(row) = pending_payment::Entity::find_by_id(pending.processor_key.clone())
+        .one(db)
+        .await?
+    {
+        return Ok(Some(row.amount_cents));
+    }
+    match &pending.client_key {
+        Some(key) => Ok(topup_by_key(db, &pending.org_id, key)
+            .await?
+            .map(|p| p.amount_cents)),
+        None => Ok(None),
+    }
+}
+
 /// Records what became of a pending charge and forgets it as pending (the caller's
 /// transaction makes it one step).
 pub async fn settle_pending(

@@ -208,6 +208,7 @@ pub async fn topup(
         .map_err(|err| match err {
             charges::ChargeError::Database(err) => ApiError::from(err),
             charges::ChargeError::Processor(err) => ApiError::from(err),
+            charges::ChargeError::Mismatch(first) => key_reused(first),
         })?;
     match charged {
         charges::Charged::Succeeded { intent, credit } => {
@@ -229,13 +230,17 @@ pub async fn topup(
     }
 }
 
+/// 409: the client's key already stands for a top-up of another amount.
+fn key_reused(first_cents: i64) -> ApiError {
+    ApiError::Conflict(format!(
+        "this Idempotency-Key was used for a top-up of {first_cents} cents; use a new key for another amount"
+    ))
+}
+
 /// The first attempt's result for a retried `Idempotency-Key`.
 async fn replay_topup(state: &AppState, earlier: payment::Model, amount: Cents) -> ApiResult<Topup> {
     if earlier.amount_cents != amount.get() {
-        return Err(ApiError::Conflict(format!(
-            "this Idempotency-Key was used for a top-up of {} cents; use a new key for another amount",
-            earlier.amount_cents
-        )));
+        return Err(key_reused(earlier.amount_cents));
     }
     if earlier.status == "declined" {
         return Err(ApiError::PaymentRequired(

@@ -1481,6 +1481,46 @@ async fn a_retried_top_up_with_the_same_idempotency_key_charges_and_credits_once
 }
 
 #[actix_web::test]
+async fn racing_top_ups_with_one_key_and_different_amounts_credit_the_first_and_refuse_the_others() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.post(
+        "/api/billing/payment-method",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
+    )
+    .await;
+    for round in 0..3 {
+        let key = format!("mixed-{round}");
+        let racing = join_all((0..10).map(|i| {
+            let cents = if i % 2 == 0 { 300 } else { 700_000 };
+            let request = keyed_topup(&app, &org, &key, cents).send();
+            async move { (cents, request.await.unwrap()) }
+        }))
+        .await;
+        let mut credited: Option<i64> = None;
+        for (cents, response) in racing {
+            match response.status() {
+                StatusCode::OK => {
+                    // Every 200 is the one payment of this key, for its caller's own amount.
+                    assert_eq!(
+                        *credited.get_or_insert(cents),
+                        cents,
+                        "a call answered with another amount's payment"
+                    );
+                }
+                StatusCode::CONFLICT => {}
+                other => panic!("{other}: {}", response.text().await.unwrap()),
+            }
+        }
+        assert!(credited.is_some(), "one amount went through");
+    }
+    // Each key credited once, its first amount.
+    let (_, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!(entries, 3);
+}
+
+#[actix_web::test]
 async fn a_declined_top_up_retried_with_its_key_is_declined_again_without_a_new_charge() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
