@@ -139,9 +139,7 @@ impl<'a> Redactor<'a> {
     /// A string holding a JSON object or array, redacted inside and re-encoded; `None` when it
     /// holds none or nothing in it changes.
     fn redact_embedded(&self, text: &str) -> Option<String> {
-        if !looks_like_container(text) {
-            return None;
-        }
+        let text = container_text(text)?;
         let mut inner: Value = serde_json::from_str(text).ok()?;
         let mut changed = false;
         self.walk(&mut inner, &mut changed);
@@ -150,9 +148,9 @@ impl<'a> Redactor<'a> {
 
     /// Whether [`Redactor::redact_embedded`] would change `text`, read without building it.
     fn embedded_needs_redaction(&self, text: &str) -> bool {
-        if !looks_like_container(text) {
+        let Some(text) = container_text(text) else {
             return false;
-        }
+        };
         let cx = ScanContext {
             redactor: self,
             dirty: Cell::new(false),
@@ -240,13 +238,18 @@ impl<'a> Redactor<'a> {
     }
 }
 
-/// Whether a string could hold a JSON object or array (checked before parsing it).
-fn looks_like_container(text: &str) -> bool {
-    let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+/// The JSON object or array a string could hold (checked before parsing it): the string
+/// without a leading byte-order mark and surrounding whitespace (Unicode's too, which JSON
+/// itself does not allow, so that "\u{feff}{...}" or "\u{a0}{...}" is read, not left as is).
+fn container_text(text: &str) -> Option<&str> {
+    let text = text
+        .trim_start_matches(|c: char| c == '\u{feff}' || c.is_whitespace())
+        .trim_end_matches(char::is_whitespace);
     matches!(
         (text.as_bytes().first(), text.as_bytes().last()),
         (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
     )
+    .then_some(text)
 }
 
 /// What [`Redactor::scan`] found.
@@ -631,6 +634,20 @@ mod tests {
         let content: Value = serde_json::from_str(stored[1]["content"].as_str().unwrap()).unwrap();
         assert_eq!(content, json!([{"token": REDACTED, "n": 1}]));
         assert_eq!(stored[2]["content"], "{not json, stays as it is}");
+        // A byte-order mark or whitespace before the JSON hides nothing.
+        for lead in ["\u{feff}", " \n\t", "\u{a0}", "\u{feff} "] {
+            let mut body = json!({"arguments": format!("{lead}{}\n", json!({"password": "hunter22"}))});
+            assert!(
+                redactor
+                    .scan(body.to_string().as_bytes())
+                    .unwrap()
+                    .needs_redaction,
+                "{lead:?}"
+            );
+            assert!(redactor.redact(&mut body), "{lead:?}");
+            let inner: Value = serde_json::from_str(body["arguments"].as_str().unwrap()).unwrap();
+            assert_eq!(inner, json!({"password": REDACTED}), "{lead:?}");
+        }
         assert_eq!(
             stored[3]["content"], "[1, 2, 3]",
             "clean JSON text is kept as written"

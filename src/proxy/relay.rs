@@ -44,8 +44,13 @@ async fn relay_call(
     // Read only now: a caller without a valid key waited for nothing.
     let body = body.read().await?;
 
+    // Neither key travels in the URL either: a path segment holding one has it replaced, a
+    // query parameter holding one is dropped.
+    let secrets = [keel_key, provider_key];
     let tail = req.path().strip_prefix("/v1").unwrap_or(req.path());
-    let uri = upstreams.relay_uri(provider_index, tail, req.query_string())?;
+    let tail = without_secrets_in_path(tail, &secrets);
+    let query = without_secrets_in_query(req.query_string(), &secrets);
+    let uri = upstreams.relay_uri(provider_index, &tail, &query)?;
     let content_type = req.headers().get(actix_web::http::header::CONTENT_TYPE);
     let is_json = content_type
         .and_then(|v| v.to_str().ok())
@@ -90,6 +95,52 @@ async fn relay_call(
     Ok(reply.streaming(body))
 }
 
+/// Whether `text`, or its percent-decoding, holds one of `secrets`.
+fn holds_secret(text: &str, secrets: &[&str]) -> bool {
+    let decoded = percent_encoding::percent_decode_str(text).decode_utf8_lossy();
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .any(|s| text.contains(s) || decoded.contains(s))
+}
+
+/// `path` with each segment that holds a secret (as is or percent-encoded) replaced by the
+/// segment decoded, the secret replaced by `[redacted]`, and encoded again.
+fn without_secrets_in_path<'p>(path: &'p str, secrets: &[&str]) -> std::borrow::Cow<'p, str> {
+    if !holds_secret(path, secrets) {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let segments: Vec<String> = path
+        .split('/')
+        .map(|segment| {
+            if !holds_secret(segment, secrets) {
+                return segment.to_owned();
+            }
+            let mut decoded = percent_encoding::percent_decode_str(segment)
+                .decode_utf8_lossy()
+                .into_owned();
+            for secret in secrets.iter().filter(|s| !s.is_empty()) {
+                decoded = decoded.replace(secret, super::redact::REDACTED);
+            }
+            percent_encoding::utf8_percent_encode(&decoded, percent_encoding::NON_ALPHANUMERIC).to_string()
+        })
+        .collect();
+    std::borrow::Cow::Owned(segments.join("/"))
+}
+
+/// `query` without the parameters whose name or value holds a secret (the others as they
+/// came, in order).
+fn without_secrets_in_query<'q>(query: &'q str, secrets: &[&str]) -> std::borrow::Cow<'q, str> {
+    if !holds_secret(&query.replace('+', " "), secrets) && !holds_secret(query, secrets) {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !holds_secret(pair, secrets) && !holds_secret(&pair.replace('+', " "), secrets))
+        .collect();
+    std::borrow::Cow::Owned(kept.join("&"))
+}
+
 /// A JSON body with both keys replaced wherever they appear; one that holds neither, or is not
 /// JSON at all, travels as it came.
 fn redacted(body: &Bytes, secrets: &[&str]) -> Bytes {
@@ -113,5 +164,39 @@ fn redacted(body: &Bytes, secrets: &[&str]) -> Bytes {
         },
         // Labelled JSON but not JSON: the keys are still taken out of its text.
         None => as_text().unwrap_or_else(|| body.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEEL: &str = "keel_sk_AbCdEfGhIjKlMnOp0123456789";
+    const PROVIDER: &str = "sk-proj-Zy+Xw/Vu";
+
+    #[test]
+    fn keys_leave_paths_and_queries() {
+        let secrets = [KEEL, PROVIDER];
+        assert_eq!(without_secrets_in_path("/models", &secrets), "/models");
+        assert_eq!(
+            without_secrets_in_path(&format!("/{KEEL}/x"), &secrets),
+            "/%5Bredacted%5D/x"
+        );
+        assert_eq!(
+            without_secrets_in_path("/files/sk%2Dproj%2DZy%2BXw%2FVu", &secrets),
+            "/files/%5Bredacted%5D"
+        );
+        assert_eq!(
+            without_secrets_in_query("limit=3&after=x", &secrets),
+            "limit=3&after=x"
+        );
+        assert_eq!(
+            without_secrets_in_query(&format!("key={KEEL}&limit=3"), &secrets),
+            "limit=3"
+        );
+        assert_eq!(
+            without_secrets_in_query("limit=3&api_key=sk-proj-Zy%2BXw%2FVu", &secrets),
+            "limit=3"
+        );
     }
 }

@@ -232,3 +232,30 @@ async fn a_client_that_hangs_up_cancels_the_relayed_call() {
     );
     actix_web::rt::time::sleep(Duration::from_millis(10)).await;
 }
+
+#[actix_web::test]
+async fn keys_in_a_relayed_url_never_reach_the_provider() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let key = org.api_key.clone();
+    for path in [
+        format!("/v1/models?key={key}"),
+        format!("/v1/models?limit=2&api_key={PROVIDER_KEY}&after=m"),
+        format!("/v1/{key}/x"),
+        format!("/v1/files/{}", key.replace('_', "%5F")),
+    ] {
+        // Whatever the provider makes of the path, the call reached it.
+        let _ = v1(&app, &org, Method::GET, &path).send().await.unwrap();
+    }
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    for call in &calls {
+        let url = format!("{}?{}", call.path, call.query);
+        assert!(!url.contains(&key) && !url.contains(PROVIDER_KEY), "{url}");
+        assert!(!url.contains(&key.replace('_', "%5F")), "{url}");
+    }
+    assert_eq!(calls[0].query, "");
+    assert_eq!(calls[1].query, "limit=2&after=m");
+    assert_eq!(calls[2].path, "/openai/v1/%5Bredacted%5D/x");
+    assert_eq!(calls[3].path, "/openai/v1/files/%5Bredacted%5D");
+}
