@@ -17,7 +17,7 @@ use crate::error::{ErrorBody, ValidationErrorBody};
 mod examples;
 mod refine;
 
-pub use refine::{is_string_type, STORABLE};
+pub use refine::{is_string_type, ORG_ID, STORABLE};
 
 /// The three kinds of credential (CONTRACT §2), all sent as `Authorization: Bearer`.
 pub const INTERNAL_KEY: &str = "internalKey";
@@ -173,6 +173,7 @@ pub fn document_json() -> serde_json::Value {
     let mut doc = serde_json::to_value(document()).unwrap_or_default();
     refine::tagged_unions(&mut doc);
     refine::alternatives(&mut doc);
+    refine::org_ids(&mut doc);
     refine::storable_strings(&mut doc);
     refine::links(&mut doc);
     refine::request_examples(&mut doc, examples::request_examples());

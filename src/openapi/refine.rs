@@ -9,6 +9,12 @@ use serde_json::{json, Map, Value};
 /// the service answers 422 naming the field).
 pub const STORABLE: &str = "^[^\\u0000]*$";
 
+/// The pattern of an organization id: no NUL, and at least one character that is not
+/// whitespace (the service trims an id, so an id of whitespace alone is none). The class
+/// names Unicode's White_Space characters one by one, as Rust's `trim` takes them, since
+/// `\s` differs between regex dialects.
+pub const ORG_ID: &str = "^[^\\u0000]*[^\\u0000\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$";
+
 /// The start of an RFC 3339 date-time (`2026-11-24T10:00:00Z`).
 pub const DATE_TIME: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T";
 
@@ -131,6 +137,41 @@ pub fn storable_strings(doc: &mut Value) {
             collect_refs(schema, &mut pending);
             constrain_strings(schema);
         }
+    }
+}
+
+/// Every `orgId` a client sends (a parameter, a body's property) takes [`ORG_ID`]'s pattern.
+pub fn org_ids(doc: &mut Value) {
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if map.get("name").and_then(Value::as_str) == Some("orgId") {
+                    if let Some(Value::Object(schema)) = map.get_mut("schema") {
+                        if is_string_type(schema) {
+                            schema.insert("pattern".into(), json!(ORG_ID));
+                        }
+                    }
+                }
+                if let Some(Value::Object(schema)) =
+                    map.get_mut("properties").and_then(|p| p.get_mut("orgId"))
+                {
+                    if is_string_type(schema) {
+                        schema.insert("pattern".into(), json!(ORG_ID));
+                    }
+                }
+                map.iter_mut()
+                    .filter(|(key, _)| !matches!(key.as_str(), "example" | "examples" | "default"))
+                    .for_each(|(_, v)| walk(v));
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    if let Some(paths) = doc.get_mut("paths") {
+        walk(paths);
+    }
+    if let Some(schemas) = doc.pointer_mut("/components/schemas") {
+        walk(schemas);
     }
 }
 

@@ -203,6 +203,63 @@ async fn routes_with_their_own_credential_refuse_before_reading_the_body() {
     }
 }
 
+#[actix_web::test]
+async fn an_org_id_the_schema_accepts_is_never_refused_as_blank_and_one_it_refuses_is_422() {
+    let app = spawn_app().await;
+    let doc: Value = app
+        .request(Method::GET, "/openapi.json", None)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // Every orgId of the document carries the one pattern.
+    let mut patterns = Vec::new();
+    fn walk(value: &Value, into: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if map.get("name") == Some(&json!("orgId")) {
+                    into.push(map["schema"]["pattern"].as_str().unwrap_or("none").to_owned());
+                }
+                if let Some(schema) = map.get("properties").and_then(|p| p.get("orgId")) {
+                    into.push(schema["pattern"].as_str().unwrap_or("none").to_owned());
+                }
+                map.values().for_each(|v| walk(v, into));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, into)),
+            _ => {}
+        }
+    }
+    walk(&doc, &mut patterns);
+    assert!(patterns.len() > 20, "{patterns:?}");
+    assert!(
+        patterns.iter().all(|p| p == keel::openapi::ORG_ID),
+        "{patterns:?}"
+    );
+    let pattern = regex::Regex::new(keel::openapi::ORG_ID).unwrap();
+
+    let org = app.create_org("Acme").await;
+    let encode = |c: char| form_urlencoded::byte_serialize(c.to_string().as_bytes()).collect::<String>();
+    for c in (0u32..0x3100).filter_map(char::from_u32).filter(|c| *c != '\0') {
+        let blank = c.is_whitespace();
+        assert_eq!(pattern.is_match(&format!("{c}{c}")), !blank, "{c:?}");
+        if blank || matches!(c, 'a' | '\u{1c}' | '\u{feff}' | '\u{200b}') {
+            let status = app
+                .get(&format!("/api/billing?orgId={}", encode(c)), &org.api_key)
+                .await
+                .status();
+            // Blank: refused as the schema refuses it; any other: another organization's.
+            let expected = if blank {
+                StatusCode::UNPROCESSABLE_ENTITY
+            } else {
+                StatusCode::FORBIDDEN
+            };
+            assert_eq!(status, expected, "{c:?}");
+        }
+    }
+}
+
 /// Every route keel serves, as (method, OpenAPI path).
 const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
