@@ -102,7 +102,28 @@ impl ApiError {
 
 impl From<sea_orm::DbErr> for ApiError {
     fn from(err: sea_orm::DbErr) -> Self {
+        if database_unreachable(&err) {
+            tracing::warn!(error = %err, "database unreachable");
+            return Self::Unavailable("the database is unreachable; retry".into());
+        }
         Self::Unexpected(anyhow::Error::new(err).context("database"))
+    }
+}
+
+/// Whether `err` says the database could not be reached (no pooled connection within
+/// `database.acquire_timeout_secs`, a connection lost): a 503 to retry, not a 500.
+pub fn database_unreachable(err: &sea_orm::DbErr) -> bool {
+    use sea_orm::{DbErr, RuntimeErr};
+    match err {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        DbErr::Exec(RuntimeErr::SqlxError(err)) | DbErr::Query(RuntimeErr::SqlxError(err)) => matches!(
+            err.as_ref(),
+            sea_orm::sqlx::Error::Io(_)
+                | sea_orm::sqlx::Error::PoolTimedOut
+                | sea_orm::sqlx::Error::PoolClosed
+                | sea_orm::sqlx::Error::WorkerCrashed
+        ),
+        _ => false,
     }
 }
 

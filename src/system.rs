@@ -23,6 +23,9 @@ pub struct Health {
     pub draining: Option<bool>,
 }
 
+/// How long `/healthz` waits for the database to answer.
+const HEALTH_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Health
 ///
 /// 200 when the service, its database and its ledger answer; 503 when the database does
@@ -32,7 +35,10 @@ pub struct Health {
     responses((status = 200, body = Health),
         (status = 503, description = "Database unreachable, ledger stalled, or shutting down", body = Health)))]
 pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
-    let database = state.db.ping().await.is_ok();
+    // Its own bound: an unreachable database is a prompt 503, never a probe that hangs.
+    let database = tokio::time::timeout(HEALTH_DB_TIMEOUT, state.db.ping())
+        .await
+        .is_ok_and(|pinged| pinged.is_ok());
     let stall_after = std::time::Duration::from_secs(state.settings.billing.stall_after_secs);
     let ledger = state.ledger.stalled_for() < stall_after;
     let draining = state.cluster.stopping().is_cancelled();

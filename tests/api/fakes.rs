@@ -389,3 +389,63 @@ async fn provider_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<Fa
         _ => json_reply(200, "completion_plain.json"),
     }
 }
+
+/// A TCP proxy in front of a server (PostgreSQL) that a test cuts and restores, as a restart
+/// would: cut, every open connection is closed and the port refuses connections.
+pub struct CuttableProxy {
+    target: std::net::SocketAddr,
+    accepting: Mutex<Option<actix_web::rt::task::JoinHandle<()>>>,
+    cuts: tokio::sync::watch::Sender<u64>,
+    pub port: u16,
+}
+
+impl CuttableProxy {
+    pub async fn start(target: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cuts, _) = tokio::sync::watch::channel(0u64);
+        let proxy = Self {
+            target,
+            accepting: Mutex::new(None),
+            cuts,
+            port,
+        };
+        proxy.accept_on(listener);
+        proxy
+    }
+
+    fn accept_on(&self, listener: tokio::net::TcpListener) {
+        let (target, cuts) = (self.target, self.cuts.clone());
+        let task = actix_web::rt::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut cut = cuts.subscribe();
+                actix_web::rt::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        *self.accepting.lock().unwrap() = Some(task);
+    }
+
+    /// Closes every connection and the listener (connections are refused).
+    pub fn cut(&self) {
+        if let Some(task) = self.accepting.lock().unwrap().take() {
+            task.abort();
+        }
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// Listens on the same port again.
+    pub async fn restore(&self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        self.accept_on(listener);
+    }
+}

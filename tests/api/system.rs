@@ -260,6 +260,78 @@ async fn an_org_id_the_schema_accepts_is_never_refused_as_blank_and_one_it_refus
     }
 }
 
+#[actix_web::test]
+async fn during_a_database_outage_requests_fail_fast_and_recover() {
+    if !postgres() {
+        eprintln!("skipped: PostgreSQL only (a TCP proxy in front of the server is cut)");
+        return;
+    }
+    let db = TestDb::new().await;
+    // The app reaches its database through the proxy only.
+    let proxy = crate::fakes::CuttableProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let url = db
+        .url
+        .replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    assert_ne!(url, db.url, "the test database is on 127.0.0.1:5432");
+    let mut settings = test_settings(&url);
+    assert_eq!(settings.database.acquire_timeout_secs, 2, "the default");
+    settings.database.max_connections = 4;
+    let app = spawn_on(db, settings).await;
+    let org = app.create_org("Outage").await;
+    assert_eq!(
+        app.get("/api/projects", &org.api_key).await.status(),
+        StatusCode::OK
+    );
+
+    proxy.cut();
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        let started = std::time::Instant::now();
+        let health = http
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .expect("healthz answers");
+        assert_eq!(health.status(), StatusCode::SERVICE_UNAVAILABLE, "round {round}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(1_800),
+            "healthz took {:?}",
+            started.elapsed()
+        );
+        let started = std::time::Instant::now();
+        let listed = http
+            .get(app.url("/api/projects"))
+            .bearer_auth(&org.api_key)
+            .send()
+            .await
+            .expect("a request answers during the outage");
+        assert_eq!(listed.status(), StatusCode::SERVICE_UNAVAILABLE, "round {round}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(4),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+
+    proxy.restore().await;
+    assert!(
+        eventually(|| async { app.get("/api/projects", &org.api_key).await.status() == StatusCode::OK })
+            .await,
+        "serves again once the database is back"
+    );
+    assert_eq!(
+        app.request(Method::GET, "/healthz", None)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+}
+
 /// Every route keel serves, as (method, OpenAPI path).
 const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
