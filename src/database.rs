@@ -16,6 +16,40 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<DatabaseConn
     open(settings, options).await
 }
 
+/// Said once the HTTP workers are stopping (`Application` does, at the signal): from then on every pooled
+/// PostgreSQL connection is pinged before it is handed out, and one that fails is replaced.
+///
+/// A connection belongs to the runtime that opened it, and the HTTP workers each run their
+/// own: once they stop, the connections they opened fail ("A Tokio 1.x context was found,
+/// but it is being shutdown"), and the trace writer's last batch, the ledger's and the
+/// queue's last writes would get them from the pool (issue 36: acknowledged traces lost at
+/// SIGTERM). In steady operation nothing is pinged.
+#[derive(Clone, Default)]
+pub struct WorkersStopped(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl WorkersStopped {
+    pub fn set(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// [`connect`] for the server: its pool checks connections once the workers have stopped.
+pub async fn connect_serving(
+    settings: &DatabaseSettings,
+) -> anyhow::Result<(DatabaseConnection, WorkersStopped)> {
+    let mut options = pool_options(settings, true);
+    let stopped = WorkersStopped::default();
+    let flag = stopped.0.clone();
+    options.map_sqlx_postgres_before_acquire(move |conn, _| {
+        let check = flag.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            use sea_orm::sqlx::Connection;
+            Ok(!check || conn.ping().await.is_ok())
+        })
+    });
+    Ok((open(settings, options).await?, stopped))
+}
+
 /// The pool's options; `timeouts`: PostgreSQL's lock, statement and idle-in-transaction
 /// bounds on every connection (migrations run without them: an index build may be long).
 fn pool_options(settings: &DatabaseSettings, timeouts: bool) -> ConnectOptions {

@@ -19,13 +19,15 @@ pub struct Application {
     state: AppState,
     /// How long the process keeps answering (with `Connection: close`) after a signal.
     grace: Duration,
+    /// Told once the HTTP workers are gone, before background work drains.
+    workers_stopped: database::WorkersStopped,
 }
 
 impl Application {
     /// Connects to the database, applies migrations and binds the listener
     /// (port 0 picks a free port).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let db = database::connect(&settings.database).await?;
+        let (db, workers_stopped) = database::connect_serving(&settings.database).await?;
         database::migrate(&settings.database, &db).await?;
         let addr = settings.listen_addr()?;
         let listener = listen(addr, settings.server.backlog).map_err(|e| {
@@ -34,7 +36,9 @@ impl Application {
                 settings.server.listen
             )
         })?;
-        Self::with_listener(settings, db, listener)
+        let mut app = Self::with_listener(settings, db, listener)?;
+        app.workers_stopped = workers_stopped;
+        Ok(app)
     }
 
     pub fn with_listener(
@@ -140,6 +144,7 @@ impl Application {
             server,
             state,
             grace,
+            workers_stopped: database::WorkersStopped::default(),
         })
     }
 
@@ -159,6 +164,7 @@ impl Application {
     /// handle), then stops background work after it drains.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.server.await?;
+        self.workers_stopped.set();
         self.state.shutdown().await;
         Ok(())
     }
@@ -172,8 +178,12 @@ impl Application {
         let handle = self.handle();
         let stopping = self.state.cluster.stopping().clone();
         let grace = self.grace;
+        let workers_stopping = self.workers_stopped.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
+            // From now on the HTTP workers may stop at any moment, and the connections they
+            // opened with them: every connection is checked before it is used.
+            workers_stopping.set();
             tracing::info!(
                 grace_secs = grace.as_secs(),
                 "shutdown requested; not ready, answering with Connection: close"

@@ -127,7 +127,11 @@ fn spawn(db_url: &str, port: u16, envs: &[(String, String)]) -> Child {
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(if std::env::var("KEEL_CHAOS_LOGS").is_ok() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        });
     for (k, v) in envs {
         command.env(k, v);
     }
@@ -778,5 +782,113 @@ async fn sigterm_answers_every_request_sent_before_it_on_kept_alive_connections(
             .iter()
             .all(|(status, close)| *status == StatusCode::SERVICE_UNAVAILABLE && *close),
         "{draining:?}"
+    );
+}
+
+/// Waits for the process to exit (at most `limit`); answers whether it did.
+fn exited_within(child: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[actix_web::test]
+async fn sigterm_writes_every_acknowledged_trace_before_the_process_exits() {
+    let db = TestDb::new().await;
+    let (_provider, url) = crate::fakes::FakeProvider::start();
+    let openai = format!("{url}/openai/v1");
+    // A long flush interval: every trace waits in the writer's queue until the shutdown.
+    let mut instance = Instance::started(
+        &db.url,
+        &[
+            ("KEEL__PROVIDERS__OPENAI_URL", openai.as_str()),
+            ("KEEL__TRACES__FLUSH_MS", "600000"),
+            ("KEEL__TRACES__FLUSH_ROWS", "500"),
+        ],
+    )
+    .await;
+    let http = client();
+    let mut keys = Vec::new();
+    for name in ["Acme", "Globex"] {
+        let (_, key) = org_with_key(&http, &instance.base, name).await;
+        let project: Value = http
+            .post(instance.url("/api/projects"))
+            .bearer_auth(&key)
+            .json(&json!({"name": "Support"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        keys.push((key, project["id"].as_str().unwrap().to_owned()));
+    }
+    // Database work on the HTTP workers first (a listing per call): the pool's connections
+    // are opened by, and belong to, the workers' runtimes, which stop before the writer's
+    // last batch.
+    for _ in 0..5 {
+        let listings = (0..32).map(|i| {
+            http.get(instance.url("/api/projects"))
+                .bearer_auth(&keys[i % 2].0)
+                .send()
+        });
+        for listed in join_all(listings).await {
+            assert_eq!(listed.unwrap().status(), StatusCode::OK);
+        }
+    }
+    // Sixteen clients call without pause from before the signal until keel stops answering:
+    // every call answered 200 was acknowledged, and its trace must be written.
+    let acknowledged = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let senders = (0..16).map(|i| {
+        let (key, project) = keys[i % 2].clone();
+        let (url, acknowledged) = (instance.url("/v1/chat/completions"), acknowledged.clone());
+        async move {
+            let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+            for n in 0.. {
+                let sent = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .header("X-Service-Provider", "openai")
+                    .header("X-Service-Provider-Key", "sk-test-provider-key")
+                    .header("X-Service-Project-Id", &project)
+                    .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": format!("q{i}-{n}")}]}))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status() == StatusCode::OK => {
+                        acknowledged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Ok(r) if r.status() == StatusCode::SERVICE_UNAVAILABLE => {}
+                    Ok(r) => panic!("{}", r.status()),
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+    let terminator = async {
+        actix_web::rt::time::sleep(Duration::from_millis(700)).await;
+        instance.signal("-TERM");
+    };
+    tokio::join!(join_all(senders), terminator);
+    let acknowledged = acknowledged.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        acknowledged > 100,
+        "load before and during the shutdown: {acknowledged}"
+    );
+    assert!(
+        exited_within(&mut instance.child, Duration::from_secs(30)),
+        "keel exits after SIGTERM"
+    );
+    let db_conn = sea_orm::Database::connect(db.url.as_str()).await.unwrap();
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    let written = entities::trace::Entity::find().count(&db_conn).await.unwrap();
+    assert_eq!(
+        written, acknowledged,
+        "every acknowledged trace is in the database"
     );
 }
