@@ -130,6 +130,7 @@ impl Application {
                 })
                 .wrap(TracingLogger::<crate::telemetry::RootSpan>::new())
         })
+        .on_connect(http::client::record_socket)
         .workers(workers)
         // Every write goes out at once: with Nagle's algorithm a streamed chunk written while
         // the previous one is unacknowledged waits for the client's (delayed) ACK.

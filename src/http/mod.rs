@@ -1,5 +1,6 @@
 //! HTTP plumbing shared by every domain: extractors, bounds checks, JSON fallbacks.
 
+pub mod client;
 pub mod deadline;
 pub mod extract;
 pub mod metrics;

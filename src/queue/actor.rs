@@ -248,7 +248,13 @@ pub struct Claim {
     pub worker_id: String,
     pub action: JobAction,
     pub limit: u32,
+    /// Whether the claiming worker still waits for the answer: a claim for one that left
+    /// takes nothing (its jobs go back in the claim's own transaction, or after billing).
+    pub wanted: StillWanted,
 }
+
+/// Asked before a claim hands jobs out: `false` once the claimant has gone.
+pub type StillWanted = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl Handler<Claim> for QueueActor {
     type Result = ResponseFuture<Result<Vec<training_job::Model>, QueueError>>;
@@ -288,7 +294,15 @@ async fn claim_and_bill(
         // Claims of one instance that ran together would rank the same jobs and mostly skip
         // each other's locks; taking turns hands every claim a full batch.
         let _turn = turn.lock().await;
-        repo::claim(db, &msg.worker_id, msg.action.as_str(), msg.limit).await?
+        let txn = sea_orm::TransactionTrait::begin(db).await?;
+        let claimed = repo::claim(&txn, &msg.worker_id, msg.action.as_str(), msg.limit).await?;
+        if !claimed.is_empty() && !(msg.wanted)() {
+            // The worker left while the claim ran: nothing was taken.
+            txn.rollback().await?;
+            return Ok((Vec::new(), 0));
+        }
+        txn.commit().await?;
+        claimed
     };
     let charges = claimed.iter().map(|job| {
         let op = LedgerOp::debit(
@@ -320,6 +334,12 @@ async fn claim_and_bill(
         "insufficient balance for the run fee: top up, then enqueue the job again",
     )
     .await?;
+    if !handed.is_empty() && !(msg.wanted)() {
+        // The worker left while its jobs were billed: they go back to the queue (their fee
+        // stays paid; the next claim's charge of it is a replay, not a second charge).
+        tracing::info!(worker_id = %msg.worker_id, jobs = handed.len(), "claimant gone; its jobs go back to the queue");
+        unsettled.extend(handed.drain(..).map(|job| job.id));
+    }
     repo::release_claims(db, &unsettled, &msg.worker_id).await?;
     if !unsettled.is_empty() {
         cluster

@@ -99,7 +99,9 @@ pub async fn claim_jobs(
     let wait = preferred_wait(&request)
         .map(|secs| Duration::from_secs(secs.min(state.settings.queue.max_claim_wait_secs)))
         .filter(|wait| !wait.is_zero());
-    let jobs = super::service::claim(&state, body.worker_id, action, body.limit as u32, wait).await?;
+    let client = crate::http::client::ClientPresence::of(&request);
+    let wanted: super::actor::StillWanted = std::sync::Arc::new(move || !client.gone());
+    let jobs = super::service::claim(&state, body.worker_id, action, body.limit as u32, wait, wanted).await?;
     let jobs = jobs
         .into_iter()
         .map(|job| ClaimedJob {

@@ -105,6 +105,7 @@ pub async fn claim(
     action: crate::domain::JobAction,
     limit: u32,
     wait: Option<std::time::Duration>,
+    wanted: super::actor::StillWanted,
 ) -> ApiResult<Vec<training_job::Model>> {
     let deadline = wait.map(|w| tokio::time::Instant::now() + w);
     let signal = state.cluster.jobs_signal(action.as_str());
@@ -114,19 +115,33 @@ pub async fn claim(
         let woken = signal.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
+        if !wanted() {
+            return Ok(Vec::new());
+        }
         let claim = Claim {
             worker_id: worker_id.clone(),
             action,
             limit,
+            wanted: wanted.clone(),
         };
         let jobs = ask(&state.queue, claim).await?;
         let Some(deadline) = deadline.filter(|_| jobs.is_empty()) else {
             return Ok(jobs);
         };
+        // A claimant that leaves while waiting is noticed within a second.
+        let left = async {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                if !wanted() {
+                    break;
+                }
+            }
+        };
         tokio::select! {
             _ = &mut woken => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(jobs),
             _ = stopping.cancelled() => return Ok(jobs),
+            _ = left => return Ok(jobs),
         }
     }
 }

@@ -1001,3 +1001,44 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
     assert_eq!(queued, inserted);
     db.close().await.unwrap();
 }
+
+/// A long-poll claim sent on a raw connection that the caller closes after `open_for`.
+async fn abandoned_claim(app: &TestApp, worker: &str, open_for: std::time::Duration) {
+    use tokio::io::AsyncWriteExt;
+    let body = json!({"worker_id": worker, "action": "tracer", "limit": 1}).to_string();
+    let request = format!(
+        "POST {CLAIM} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {INTERNAL_KEY}\r\nPrefer: wait=30\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(app.address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    actix_web::rt::time::sleep(open_for).await;
+    drop(stream);
+}
+
+#[actix_web::test]
+async fn a_claim_whose_worker_left_takes_no_job() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let balance = app.balance_microcents(&org).await;
+    // Two workers wait and leave; then a job is queued.
+    abandoned_claim(&app, "w-gone-1", std::time::Duration::from_millis(300)).await;
+    abandoned_claim(&app, "w-gone-2", std::time::Duration::from_millis(1_200)).await;
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(200)).await;
+    let job_id = tracer(&app, &org, &project).await;
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(500)).await;
+    let queued = job(&app, &org, &job_id).await;
+    assert_eq!(queued["status"], "queued", "a gone worker took it: {queued}");
+    assert_eq!(
+        app.balance_microcents(&org).await,
+        balance,
+        "no fee for a gone worker"
+    );
+    // A worker that is there gets it, on its first attempt.
+    let claimed = claim(&app, "w-live", "tracer", 1).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["job_id"], json!(job_id));
+    assert_eq!(claimed[0]["attempt"], 1);
+}
