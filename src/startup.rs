@@ -21,6 +21,9 @@ pub struct Application {
     grace: Duration,
     /// Told once the HTTP workers are gone, before background work drains.
     workers_stopped: database::WorkersStopped,
+    /// The listening socket (a second descriptor of it): at shutdown the connections still
+    /// waiting in its queue are answered from it before it closes.
+    listener: Option<TcpListener>,
 }
 
 impl Application {
@@ -47,6 +50,7 @@ impl Application {
         listener: TcpListener,
     ) -> anyhow::Result<Self> {
         let port = listener.local_addr()?.port();
+        let own_listener = listener.try_clone().ok();
         let workers = match settings.server.workers {
             0 => std::thread::available_parallelism().map_or(2, usize::from),
             n => n,
@@ -146,6 +150,7 @@ impl Application {
             state,
             grace,
             workers_stopped: database::WorkersStopped::default(),
+            listener: own_listener,
         })
     }
 
@@ -173,14 +178,16 @@ impl Application {
     /// Serves until SIGINT or SIGTERM, then shuts down without leaving a request it
     /// accepted unanswered: reports not ready (`/healthz` 503) and ends waiting claims at
     /// once, keeps answering for `server.shutdown_grace_secs` with `Connection: close`,
-    /// then stops accepting, lets in-flight requests finish (up to
-    /// `server.shutdown_timeout_secs`) and drains background work.
-    pub async fn run_until_signalled(self) -> anyhow::Result<()> {
+    /// then stops accepting, answers the connections still queued on the listener with 503,
+    /// lets in-flight requests finish (up to `server.shutdown_timeout_secs`) and drains
+    /// background work.
+    pub async fn run_until_signalled(mut self) -> anyhow::Result<()> {
         let handle = self.handle();
+        let listener = self.listener.take();
         let stopping = self.state.cluster.stopping().clone();
         let grace = self.grace;
         let workers_stopping = self.workers_stopped.clone();
-        tokio::spawn(async move {
+        let stopping_task = tokio::spawn(async move {
             wait_for_signal().await;
             // From now on the HTTP workers may stop at any moment, and the connections they
             // opened with them: every connection is checked before it is used.
@@ -196,10 +203,104 @@ impl Application {
                 _ = wait_for_signal() => {}
             }
             tracing::info!("no longer accepting; finishing in-flight requests");
-            handle.stop(true).await;
+            // Accepting stops first, while the workers still take the connections the
+            // acceptor handed them (a stopping worker drops those)...
+            handle.pause().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let stopped = tokio::spawn(async move { handle.stop(true).await });
+            // ...then the connections left in the listener's queue, whose requests may
+            // already be there, get a 503 instead of a reset when it closes.
+            if let Some(listener) = listener {
+                answer_queued(listener).await;
+            }
+            let _ = stopped.await;
         });
-        self.run_until_stopped().await
+        let signalled = self.state.cluster.stopping().clone();
+        self.server.await?;
+        // Stopped by the signal: its queued connections are answered before the process
+        // goes on to exit. Stopped otherwise: no signal will come.
+        if signalled.is_cancelled() {
+            let _ = stopping_task.await;
+        } else {
+            stopping_task.abort();
+        }
+        self.workers_stopped.set();
+        self.state.shutdown().await;
+        Ok(())
     }
+}
+
+/// Accepts every connection waiting in `listener`'s queue and answers each request with
+/// 503 and `Connection: close` (the client retries elsewhere), then closes the listener.
+async fn answer_queued(listener: TcpListener) {
+    let mut answering = tokio::task::JoinSet::new();
+    if listener.set_nonblocking(true).is_ok() {
+        // Rounds a few milliseconds apart until two in a row find the queue empty (clients
+        // told to go elsewhere stop arriving), a second at most; the listener closes right
+        // after the last round's empty look, so only a connection that completes its
+        // handshake within those microseconds is still reset by the kernel.
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        let mut quiet = 0;
+        loop {
+            let mut accepted = false;
+            while let Ok((stream, _)) = listener.accept() {
+                accepted = true;
+                let stream = stream
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::TcpStream::from_std(stream));
+                if let Ok(stream) = stream {
+                    answering.spawn(answer_unavailable(stream));
+                }
+            }
+            quiet = if accepted { 0 } else { quiet + 1 };
+            if quiet >= 2 || tokio::time::Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    drop(listener);
+    if !answering.is_empty() {
+        tracing::info!(
+            connections = answering.len(),
+            "answered queued connections with 503"
+        );
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(3), answering.join_all()).await;
+}
+
+/// Reads one request's head (a second at most), answers 503, and closes the connection
+/// once the client has sent what it had (closing over unread bytes would reset it).
+async fn answer_unavailable(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 4096];
+    let read_head = async {
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    };
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(1), read_head).await,
+        Ok(true)
+    ) {
+        return;
+    }
+    let body = r#"{"detail":"shutting down; retry"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(answer.as_bytes()).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let drain = async { while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 async fn wait_for_signal() {

@@ -120,7 +120,10 @@ fn spawn(db_url: &str, port: u16, envs: &[(String, String)]) -> Child {
         .env("KEEL_SESSION_SECRET", SESSION_SECRET)
         .env("KEEL__SERVER__WORKERS", "2")
         .env("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "1")
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("KEEL_CHAOS_LOG_LEVEL").unwrap_or_else(|_| "warn".into()),
+        )
         .env(
             "KEEL_CONFIG_DIR",
             env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
@@ -890,5 +893,47 @@ async fn sigterm_writes_every_acknowledged_trace_before_the_process_exits() {
     assert_eq!(
         written, acknowledged,
         "every acknowledged trace is in the database"
+    );
+}
+
+#[actix_web::test]
+async fn sigterm_answers_every_request_that_reached_keel_until_it_stops_listening() {
+    let db = TestDb::new().await;
+    let instance = Instance::started(&db.url, &[("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "1")]).await;
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let senders = (0..16).map(|_| {
+        let (url, errors, answered) = (instance.url("/healthz"), errors.clone(), answered.clone());
+        async move {
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap();
+            loop {
+                match http.get(&url).send().await {
+                    Ok(_) => {
+                        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    // Never reached keel: it no longer listens.
+                    Err(err) if err.is_connect() => return,
+                    Err(err) => {
+                        errors.lock().unwrap().push(format!("{err:?}"));
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let terminator = async {
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        instance.signal("-TERM");
+    };
+    tokio::join!(join_all(senders), terminator);
+    assert!(answered.load(std::sync::atomic::Ordering::SeqCst) > 100);
+    let errors = errors.lock().unwrap();
+    assert!(
+        errors.is_empty(),
+        "requests that reached keel were cut off: {errors:?}"
     );
 }
