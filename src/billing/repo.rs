@@ -448,8 +448,10 @@ pub async fn usage_by_model(
     org_id: &str,
     since: DateTime<Utc>,
 ) -> Result<Vec<(String, i64, i64, i64, i64)>, DbErr> {
-    let sum =
-        |column: serving_usage::Column| Expr::cust_with_expr("CAST(SUM($1) AS BIGINT)", Expr::col(column));
+    use sea_orm::sea_query::ExprTrait;
+    // sea-query's own functions, written right for each database (a custom `$1` expression
+    // is a bound parameter to SQLite, which read every column as the request count).
+    let sum = |column: serving_usage::Column| Expr::col(column).sum().cast_as("bigint");
     let mut rows: Vec<(String, i64, i64, i64, i64)> = serving_usage::Entity::find()
         .select_only()
         .column(serving_usage::Column::Model)
@@ -457,10 +459,9 @@ pub async fn usage_by_model(
         .column_as(sum(serving_usage::Column::CompletionTokens), "completion")
         .column_as(sum(serving_usage::Column::ChargedMicrocents), "charged")
         .column_as(
-            Expr::cust_with_expr(
-                "CAST(COUNT($1) AS BIGINT)",
-                Expr::col(serving_usage::Column::RequestId),
-            ),
+            Expr::col(serving_usage::Column::RequestId)
+                .count()
+                .cast_as("bigint"),
             "requests",
         )
         .filter(serving_usage::Column::OrgId.eq(org_id))

@@ -890,3 +890,47 @@ async fn operator_pages_show_the_queue_and_the_writer_and_requeue_stale_jobs() {
     let page = operator.page(&org_path(&org, &format!("/jobs/{job}"))).await;
     assert!(!page.contains("Stop job"));
 }
+
+#[actix_web::test]
+async fn the_overview_sums_serving_usage_by_model_exactly() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    // Three calls of 1,000,000 tokens in and 500,000 out: 20,000,000 µ¢ each at cost,
+    // 24,000,000 charged; and one small call of another base model.
+    let llama = "meta-llama/Llama-3.1-8B-Instruct";
+    for i in 0..3 {
+        let body = json!({"requestId": format!("gen-{i}"), "orgId": org.org_id, "model": llama,
+                          "promptTokens": 1_000_000, "completionTokens": 500_000});
+        json_of(
+            app.post("/api/billing/serving-usage", INTERNAL_KEY, &body).await,
+            StatusCode::OK,
+        )
+        .await;
+    }
+    let console = Console::sign_in(&app, &org.owner_token).await;
+    let html = console.page(&org_path(&org, "")).await;
+    let row = format!(
+        "<tr><td>{llama}</td><td class=\"num\">3</td><td class=\"num\">3000000</td><td class=\"num\">1500000</td><td class=\"num\">$0.72</td></tr>"
+    );
+    assert!(
+        html.contains(&row),
+        "{}",
+        &html[html.find("Serving usage by model").unwrap_or(0)..]
+    );
+    // The chart's period totals agree (72,000,000 µ¢ debited).
+    assert!(
+        html.contains("Last 30 days: $0.72 debited, $0.00 credited."),
+        "{html}"
+    );
+    // And the operator's list of organizations shows the balance.
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let home = operator.get("/console").await;
+    let orgs = operator.page(home.headers()[LOCATION].to_str().unwrap()).await;
+    let row = &orgs[orgs
+        .find(&format!("/console/o/{}", org.org_id))
+        .expect("the organization's row")..];
+    assert!(
+        row[..row.find("</tr>").unwrap()].contains("<td class=\"num\">-$0.72</td>"),
+        "{row}"
+    );
+}
