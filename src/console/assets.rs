@@ -22,6 +22,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../../assets/console/console.css"),
     },
     Asset {
+        name: "favicon.svg",
+        content_type: "image/svg+xml",
+        body: include_bytes!("../../assets/console/favicon.svg"),
+    },
+    Asset {
         name: "console.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../assets/console/console.js"),

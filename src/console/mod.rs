@@ -35,6 +35,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/console")
             .wrap(headers)
+            // A query the page cannot read is a console page saying so, not actix's text.
+            .app_data(web::QueryConfig::default().error_handler(|err, _| {
+                let name = match &err {
+                    actix_web::error::QueryPayloadError::Deserialize(e) => e
+                        .to_string()
+                        .split('`')
+                        .nth(1)
+                        .map_or_else(|| "value".to_owned(), |f| format!("\"{f}\"")),
+                    _ => "value".to_owned(),
+                };
+                unreadable(&name).into()
+            }))
             .route("", web::get().to(signin::home))
             .route("/", web::get().to(signin::home))
             .route("/login", web::get().to(signin::login_form))
@@ -134,6 +146,26 @@ impl ResponseError for ConsoleError {
         };
         html(status, &page)
     }
+}
+
+/// A 400 for a page address whose `name` holds a value the page does not offer.
+pub(crate) fn unknown_choice<'a>(
+    name: &str,
+    value: &str,
+    choices: impl Iterator<Item = &'a str>,
+) -> ConsoleError {
+    let shown: String = value.chars().take(40).collect();
+    ConsoleError::Api(ApiError::BadRequest(format!(
+        "This address asks for {name} \"{shown}\", which is not one of: {}.",
+        choices.collect::<Vec<_>>().join(", ")
+    )))
+}
+
+/// A 400 for a page address whose `name` cannot be read.
+pub(crate) fn unreadable(name: &str) -> ConsoleError {
+    ConsoleError::Api(ApiError::BadRequest(format!(
+        "This address has a {name} the page cannot read; follow the page's own links instead."
+    )))
 }
 
 /// What a user is told about a failed call (never internals).

@@ -246,6 +246,15 @@ pub async fn topup(
             .collect(),
     };
     let outcome = async {
+        // A hidden field, but what arrives is the client's: checked as the header is.
+        let key = key
+            .map(|k| {
+                crate::http::extract::IdempotencyKeyHeader::check(
+                    k.as_bytes(),
+                    vec![serde_json::json!("form"), serde_json::json!("idempotencyKey")],
+                )
+            })
+            .transpose()?;
         let body: TopupBody = fields.body(&org.org_id)?;
         service::topup(&viewer.state, &org.org_id, body.amount_cents, key.as_deref()).await
     }
@@ -311,11 +320,16 @@ pub async fn ledger(
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path).await?;
     let l = org_layout(&viewer, &org, "Ledger", "ledger", &req).await?;
-    let kind = query
-        .kind
-        .as_deref()
-        .and_then(|k| EntryKind::ALL.iter().find(|e| e.as_str() == k))
-        .map(|e| e.as_str());
+    let kind = match query.kind.as_deref().filter(|k| !k.is_empty()) {
+        None => None,
+        Some(k) => Some(
+            EntryKind::ALL
+                .iter()
+                .find(|e| e.as_str() == k)
+                .map(|e| e.as_str())
+                .ok_or_else(|| super::unknown_choice("kind", k, EntryKind::ALL.iter().map(|e| e.as_str())))?,
+        ),
+    };
     let mut entries =
         repo::ledger_page(&viewer.state.db, &org.org_id, kind, query.before, LEDGER_PAGE + 1).await?;
     let next = (entries.len() as u64 > LEDGER_PAGE).then(|| {

@@ -41,6 +41,16 @@ fn cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}_{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
 }
 
+/// A page's `before` cursor: none, or one [`parse_cursor`] reads (else a 400 page).
+fn page_cursor(raw: Option<&str>) -> Result<Option<(chrono::DateTime<chrono::Utc>, String)>, ConsoleError> {
+    match raw.filter(|r| !r.is_empty()) {
+        None => Ok(None),
+        Some(raw) => parse_cursor(Some(raw))
+            .map(Some)
+            .ok_or_else(|| super::unreadable("\"before\"")),
+    }
+}
+
 fn parse_cursor(raw: Option<&str>) -> Option<(chrono::DateTime<chrono::Utc>, String)> {
     let (at, id) = raw?.split_once('_')?;
     let at = chrono::DateTime::parse_from_rfc3339(at)
@@ -85,12 +95,26 @@ pub async fn jobs(
             .filter(|v| !v.is_empty())
             .map(str::to_owned)
     };
+    let status =
+        match nonempty(&query.status) {
+            None => None,
+            Some(s) => Some(JobStatus::parse(&s).ok_or_else(|| {
+                super::unknown_choice("status", &s, JobStatus::ALL.iter().map(|s| s.as_str()))
+            })?),
+        };
+    let action = match nonempty(&query.action) {
+        None => None,
+        Some(a) => Some(
+            JobAction::parse(&a)
+                .ok_or_else(|| super::unknown_choice("action", &a, JobAction::NAMES.into_iter()))?,
+        ),
+    };
     let filter = JobFilter {
         project_id: nonempty(&query.project),
         training_task_id: nonempty(&query.task),
-        status: query.status.as_deref().and_then(JobStatus::parse),
-        action: query.action.as_deref().and_then(JobAction::parse),
-        before: parse_cursor(query.before.as_deref()),
+        status,
+        action,
+        before: page_cursor(query.before.as_deref())?,
     };
     let (jobs, more) = crate::queue::service::jobs_page(&viewer.state, &org.org_id, &filter, PAGE).await?;
     let org_id = org.org_id.to_string();
@@ -322,11 +346,16 @@ pub async fn traces(
     let org = viewer.org(&path.org).await?;
     let project = project_of(&viewer, &org.org_id, &path.project).await?;
     let model = query.model.clone().filter(|m| !m.is_empty());
-    let status = query.status.clone().filter(|s| s == "ok" || s == "error");
+    let status = match query.status.clone().filter(|s| !s.is_empty()) {
+        Some(s) if s != "ok" && s != "error" => {
+            return Err(super::unknown_choice("status", &s, ["ok", "error"].into_iter()))
+        }
+        status => status,
+    };
     let filter = TraceFilter {
         model: model.clone(),
         ok: status.as_deref().map(|s| s == "ok"),
-        before: parse_cursor(query.before.as_deref()),
+        before: page_cursor(query.before.as_deref())?,
         ..TraceFilter::default()
     };
     let db = &viewer.state.db;

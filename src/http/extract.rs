@@ -225,19 +225,11 @@ pub struct IdempotencyKeyHeader(pub Option<String>);
 
 impl IdempotencyKeyHeader {
     pub const MAX_LEN: usize = 200;
-}
 
-impl FromRequest for IdempotencyKeyHeader {
-    type Error = ApiError;
-    type Future = std::future::Ready<Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let Some(value) = req.headers().get("idempotency-key") else {
-            return std::future::ready(Ok(Self(None)));
-        };
-        let loc = vec![json!("header"), json!("Idempotency-Key")];
-        let bytes = value.as_bytes();
-        let parsed = if bytes.is_empty() {
+    /// A client's idempotency key (the header's, or the console form's): 1 to
+    /// [`Self::MAX_LEN`] visible ASCII characters; else a 422 at `loc`.
+    pub fn check(bytes: &[u8], loc: Vec<Value>) -> Result<String, ApiError> {
+        if bytes.is_empty() {
             Err(ApiError::Validation(vec![ValidationIssue::new(
                 loc,
                 "string_too_short",
@@ -258,8 +250,21 @@ impl FromRequest for IdempotencyKeyHeader {
                 "String should be visible ASCII characters without spaces",
             ))
         } else {
-            Ok(Self(Some(String::from_utf8_lossy(bytes).into_owned())))
+            Ok(String::from_utf8_lossy(bytes).into_owned())
+        }
+    }
+}
+
+impl FromRequest for IdempotencyKeyHeader {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let Some(value) = req.headers().get("idempotency-key") else {
+            return std::future::ready(Ok(Self(None)));
         };
+        let loc = vec![json!("header"), json!("Idempotency-Key")];
+        let parsed = Self::check(value.as_bytes(), loc).map(|key| Self(Some(key)));
         std::future::ready(parsed)
     }
 }

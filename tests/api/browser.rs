@@ -387,3 +387,48 @@ async fn the_operator_pages_render_at_both_widths() {
     browser.shoot("operator-writer").await;
     browser.client.clone().close().await.unwrap();
 }
+
+#[actix_web::test]
+async fn long_values_wrap_inside_their_cells() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Vision").await;
+    // A 200-character run name without a space, and a model name as long.
+    let name = "n".repeat(200);
+    let created = app
+        .post(
+            "/api/runs",
+            &org.api_key,
+            &json!({"projectId": project, "name": name, "model": "m".repeat(120)}),
+        )
+        .await;
+    assert_eq!(created.status(), reqwest::StatusCode::OK);
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.owner_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(&app, &format!("/console/o/{}/runs", org.org_id))
+        .await;
+    assert!(browser.text("main").await.contains(&name[..50]));
+    for width in [1280, 1024] {
+        browser.client.set_window_size(width, 900).await.unwrap();
+        // No table is wider than the box it scrolls in: its cells wrapped.
+        let overflow = browser
+            .client
+            .execute(
+                "return Math.max(0, ...[...document.querySelectorAll('table')].map(t => t.scrollWidth - t.parentElement.clientWidth));",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            overflow.as_i64().unwrap_or(0) <= 0,
+            "a table overflows at {width} px by {overflow}"
+        );
+    }
+    browser.shoot("runs-long-names").await;
+    browser.client.clone().close().await.unwrap();
+}

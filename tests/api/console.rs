@@ -1,7 +1,7 @@
 //! The console (`/console`): sign-in, the cookie, CSRF, who sees what, and each page and
 //! form, through HTTP as a browser sends it (forms, cookies, no redirects followed).
 
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -933,4 +933,84 @@ async fn the_overview_sums_serving_usage_by_model_exactly() {
         row[..row.find("</tr>").unwrap()].contains("<td class=\"num\">-$0.72</td>"),
         "{row}"
     );
+}
+
+#[actix_web::test]
+async fn bad_addresses_and_tampered_forms_get_console_pages_never_a_500() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let console = Console::sign_in(&app, &org.owner_token).await;
+    for (path, says) in [
+        (org_path(&org, "/ledger?before=xx"), "cannot read"),
+        (
+            org_path(&org, "/ledger?kind=bogus"),
+            "bogus&#34;, which is not one of: topup",
+        ),
+        (
+            org_path(&org, "/jobs?status=bogus"),
+            "bogus&#34;, which is not one of: queued",
+        ),
+        (
+            org_path(&org, "/jobs?action=nope"),
+            "nope&#34;, which is not one of: tracer",
+        ),
+        (org_path(&org, "/jobs?before=not-a-cursor"), "cannot read"),
+        (
+            org_path(&org, &format!("/projects/{project}/traces?status=bogus")),
+            "which is not one of: ok, error",
+        ),
+        (
+            org_path(&org, &format!("/projects/{project}/traces?before=x_y")),
+            "cannot read",
+        ),
+    ] {
+        let response = console.get(&path).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        assert!(
+            response.headers()[CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{path}"
+        );
+        let html = response.text().await.unwrap();
+        assert!(
+            html.contains(says) && html.contains("console.css"),
+            "{path}: {html}"
+        );
+    }
+    // Known values still filter.
+    assert_eq!(
+        console
+            .get(&org_path(&org, "/jobs?status=queued&action=tracer"))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+
+    // The top-up form's hidden key, tampered: a message on the page, nothing charged.
+    console
+        .submit(&org_path(&org, "/card"), &[("paymentMethodId", "pm_card_visa")])
+        .await;
+    for key in ["k".repeat(300), "bad\0key".to_owned(), "has space".to_owned()] {
+        let html = console
+            .submit(
+                &org_path(&org, "/topup"),
+                &[("amountCents", "2500"), ("idempotencyKey", &key)],
+            )
+            .await;
+        assert!(
+            html.contains("flash error") && html.contains("idempotencyKey"),
+            "{html}"
+        );
+    }
+    assert_eq!(app.balance_microcents(&org).await, 0);
+
+    // Every page names its icon, and the icon is there.
+    let html = console.page(&org_path(&org, "")).await;
+    assert!(html.contains("<link rel=\"icon\" href=\"/console/static/favicon.svg\""));
+    let icon = console.get("/console/static/favicon.svg").await;
+    assert_eq!(icon.status(), StatusCode::OK);
+    assert_eq!(icon.headers()[CONTENT_TYPE], "image/svg+xml");
 }
