@@ -26,6 +26,9 @@ pub struct AppState {
     pub queue: actix::Addr<QueueActor>,
     /// `None` when no key is configured: secrets cannot be stored.
     pub secret_box: Option<SecretBox>,
+    /// Seals a new API key's secret for its one view in the console: the secrets' box, or
+    /// one of this process's own when there is none (a single instance without a secret).
+    pub console_box: SecretBox,
     /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
     pub http: reqwest::Client,
     /// The recording proxy's providers (each HTTP worker calls them through a client of its
@@ -96,6 +99,7 @@ impl AppState {
             traces,
             http,
             queue,
+            console_box: secret_box.clone().unwrap_or_else(SecretBox::ephemeral),
             secret_box,
             internal_keys: InternalKeys::new(&settings.auth.internal_keys),
             session_keys: SessionKeys::new(&settings.auth.session_secret),

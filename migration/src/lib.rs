@@ -15,6 +15,7 @@ mod m20261124_000003_user_id_length;
 mod m20261125_000001_pending_payments;
 mod m20261125_000002_trace_export_index;
 mod m20261125_000003_trace_project_org_fk;
+mod m20261126_000001_console_sessions;
 
 pub struct Migrator;
 
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000001_pending_payments::Migration),
             Box::new(m20261125_000002_trace_export_index::Migration),
             Box::new(m20261125_000003_trace_project_org_fk::Migration),
+            Box::new(m20261126_000001_console_sessions::Migration),
         ]
     }
 }

@@ -8,6 +8,7 @@ mod format;
 mod operator;
 mod org;
 mod pages;
+mod repo;
 pub mod session;
 mod signin;
 mod work;
@@ -90,14 +91,27 @@ async fn not_found() -> Result<HttpResponse, ConsoleError> {
 /// A console failure, answered as a page (or, signed out, a way back to the sign-in form).
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleError {
+    /// Not signed in (any more): to the sign-in form, then back to `next`; a cookie that
+    /// was sent and no longer holds is cleared (one that was not sent is left alone: a
+    /// cross-site navigation may simply not have carried it).
     #[error("signed out")]
-    SignedOut,
+    SignedOut { clear: bool, next: Option<String> },
     #[error("not found")]
     NotFound,
     #[error("{0}")]
     Forbidden(&'static str),
     #[error(transparent)]
     Api(#[from] ApiError),
+}
+
+impl ConsoleError {
+    /// The session no longer holds (its cookie is cleared).
+    pub fn signed_out() -> Self {
+        Self::SignedOut {
+            clear: true,
+            next: None,
+        }
+    }
 }
 
 impl From<sea_orm::DbErr> for ConsoleError {
@@ -109,7 +123,7 @@ impl From<sea_orm::DbErr> for ConsoleError {
 impl ResponseError for ConsoleError {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::SignedOut => StatusCode::SEE_OTHER,
+            Self::SignedOut { .. } => StatusCode::SEE_OTHER,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Api(err) => err.status_code(),
@@ -118,14 +132,25 @@ impl ResponseError for ConsoleError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if let Self::SignedOut = self {
-            let mut gone = Cookie::new(session::COOKIE, "");
-            gone.set_path("/console");
-            gone.make_removal();
-            return HttpResponse::SeeOther()
-                .insert_header((header::LOCATION, "/console/login"))
-                .cookie(gone)
-                .finish();
+        if let Self::SignedOut { clear, next } = self {
+            let to = match next {
+                Some(next) => format!(
+                    "/console/login?{}",
+                    form_urlencoded::Serializer::new(String::new())
+                        .append_pair("next", next)
+                        .finish()
+                ),
+                None => "/console/login".to_owned(),
+            };
+            let mut answer = HttpResponse::SeeOther();
+            answer.insert_header((header::LOCATION, to));
+            if *clear {
+                let mut gone = Cookie::new(session::COOKIE, "");
+                gone.set_path("/console");
+                gone.make_removal();
+                answer.cookie(gone);
+            }
+            return answer.finish();
         }
         let message = match self {
             Self::NotFound => "There is nothing here, or it belongs to another organization.".to_owned(),
@@ -137,7 +162,7 @@ impl ResponseError for ConsoleError {
                 }
                 describe(err)
             }
-            Self::SignedOut => String::new(),
+            Self::SignedOut { .. } => String::new(),
         };
         let page = pages::ErrorPage {
             l: pages::Layout::bare(status.canonical_reason().unwrap_or("Error")),

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::chart::{self, Series};
 use super::pages::{KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow};
 use super::session::{OrgView, Viewer};
-use super::{after_form, format, page, ConsoleError, Flash, FormFields};
+use super::{after_form, format, page, redirect, ConsoleError, Flash, FormFields};
 use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
 use crate::billing::ledger::EntryKind;
 use crate::billing::{repo, service};
@@ -354,20 +354,57 @@ pub async fn ledger(
     ))
 }
 
+#[derive(Deserialize)]
+pub struct KeysQuery {
+    /// The one-time view of a key just created (`console_reveals`).
+    reveal: Option<String>,
+}
+
+/// How long a new key's secret waits for its one view.
+const REVEAL_SECS: i64 = 600;
+
 pub async fn keys(
     req: HttpRequest,
     viewer: Viewer,
     path: web::Path<String>,
+    query: web::Query<KeysQuery>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path).await?;
-    keys_page(&req, &viewer, &org, None).await
+    let new_key = match query.reveal.as_deref().filter(|r| !r.is_empty()) {
+        None => None,
+        Some(reveal) => {
+            let since = Utc::now() - Duration::seconds(REVEAL_SECS);
+            let sealed =
+                super::repo::take_reveal(&viewer.state.db, reveal, &viewer.sid, &org.org_id, since).await?;
+            // Shown once: a reload (or anyone else) finds it gone.
+            Some(match sealed {
+                Some(sealed) => Reveal::Key(
+                    viewer
+                        .state
+                        .console_box
+                        .open(&org.org_id, &format!("console-reveal/{reveal}"), &sealed)
+                        .map_err(ApiError::Unexpected)?,
+                ),
+                None => Reveal::Gone,
+            })
+        }
+    };
+    keys_page(&req, &viewer, &org, new_key).await
+}
+
+/// What the keys page shows of a key just created.
+pub enum Reveal {
+    /// Its secret, this once.
+    Key(String),
+    /// Already shown, expired, or another session's.
+    Gone,
 }
 
 async fn keys_page(
     req: &HttpRequest,
     viewer: &Viewer,
     org: &OrgView,
-    new_key: Option<String>,
+    new_key: Option<Reveal>,
 ) -> Result<HttpResponse, ConsoleError> {
     let l = org_layout(viewer, org, "API keys and members", "keys", req).await?;
     let keys = crate::orgs::repo::api_keys_of(&viewer.state.db, &org.org_id)
@@ -397,7 +434,11 @@ async fn keys_page(
             l,
             keys,
             members,
-            new_key,
+            key_gone: matches!(new_key, Some(Reveal::Gone)),
+            new_key: match new_key {
+                Some(Reveal::Key(key)) => Some(key),
+                _ => None,
+            },
             is_owner: org.is_owner(),
         },
     ))
@@ -405,7 +446,6 @@ async fn keys_page(
 
 /// Creates a key (owners only) and shows it this once, on the page that answers the form.
 pub async fn create_key(
-    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<String>,
     body: web::Bytes,
@@ -425,7 +465,30 @@ pub async fn create_key(
     };
     let created =
         crate::orgs::repo::create_api_key(&viewer.state.db, &org.org_id, body.name.as_deref()).await?;
-    keys_page(&req, &viewer, &org, Some(created.secret)).await
+    // Answered with a redirect (a reload repeats the GET, never the creation); the secret
+    // waits, sealed, for that page's one view.
+    let mut id = [0u8; 16];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
+    let reveal = hex::encode(id);
+    let now = Utc::now();
+    let sealed = viewer
+        .state
+        .console_box
+        .seal(&org.org_id, &format!("console-reveal/{reveal}"), &created.secret)
+        .map_err(ApiError::Unexpected)?;
+    super::repo::insert_reveal(
+        &viewer.state.db,
+        entities::console_reveal::Model {
+            id: reveal.clone(),
+            session_id: viewer.sid.clone(),
+            org_id: org.org_id.to_string(),
+            sealed,
+            created_at: now,
+        },
+        now - Duration::seconds(REVEAL_SECS),
+    )
+    .await?;
+    Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())
 }
 
 #[derive(Deserialize)]

@@ -82,6 +82,8 @@ pub struct ErrorPage {
 pub struct LoginPage {
     pub l: Layout,
     pub error: Option<String>,
+    /// Where to go once signed in (empty: the session's home).
+    pub next: String,
 }
 
 pub struct OrgRow {
@@ -175,6 +177,8 @@ pub struct KeysPage {
     pub members: Vec<MemberRow>,
     /// A key just created, shown this once.
     pub new_key: Option<String>,
+    /// The page was asked to show a new key that was already shown (or has expired).
+    pub key_gone: bool,
     pub is_owner: bool,
 }
 

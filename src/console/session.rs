@@ -40,6 +40,8 @@ pub enum Standing {
 struct Claims {
     #[serde(flatten)]
     standing: Standing,
+    /// The session's row (`console_sessions`): the cookie holds only while it is there.
+    sid: String,
     /// The per-session token every state-changing form carries.
     csrf: String,
     aud: String,
@@ -95,6 +97,7 @@ impl CookieKeys {
     fn sign(
         &self,
         standing: Standing,
+        sid: String,
         expires: i64,
         csrf: Option<String>,
     ) -> Result<(String, String), ApiError> {
@@ -106,6 +109,7 @@ impl CookieKeys {
         });
         let claims = Claims {
             standing,
+            sid,
             csrf: csrf.clone(),
             aud: AUDIENCE.into(),
             iat: now,
@@ -166,16 +170,55 @@ pub fn credential_expiry(state: &AppState, credential: &str) -> i64 {
         .unwrap_or(far)
 }
 
+/// Starts a console session: its row, then its cookie (and CSRF token).
+pub async fn start_session(
+    state: &AppState,
+    req: &HttpRequest,
+    standing: Standing,
+    expires: i64,
+) -> Result<Cookie<'static>, ApiError> {
+    let now = chrono::Utc::now();
+    let ends = expires.min(now.timestamp() + state.console_keys.ttl_secs);
+    let mut sid = [0u8; 16];
+    rand::rng().fill_bytes(&mut sid);
+    let sid = hex::encode(sid);
+    let (kind, key_id, user_id) = match &standing {
+        Standing::Key { key_id, .. } => ("key", Some(key_id.clone()), None),
+        Standing::User { user_id, .. } => ("user", None, Some(user_id.clone())),
+        Standing::Operator { .. } => ("operator", None, None),
+    };
+    super::repo::insert_session(
+        &state.db,
+        entities::console_session::Model {
+            id: sid.clone(),
+            kind: kind.into(),
+            key_id,
+            user_id,
+            created_at: now,
+            expires_at: chrono::DateTime::from_timestamp(ends, 0).unwrap_or(now),
+        },
+    )
+    .await?;
+    Ok(session_cookie(state, req, standing, sid, expires, None)?.0)
+}
+
+/// Ends a console session on the server: its cookie is refused from now on, on every
+/// instance.
+pub async fn end_session(state: &AppState, sid: &str) -> Result<(), ApiError> {
+    Ok(super::repo::end_session(&state.db, sid).await?)
+}
+
 /// The cookie for a console session, and its CSRF token (a new one unless `csrf` keeps the
 /// session's own, when the same session moves to another organization).
 pub fn session_cookie(
     state: &AppState,
     req: &HttpRequest,
     standing: Standing,
+    sid: String,
     expires: i64,
     csrf: Option<String>,
 ) -> Result<(Cookie<'static>, String), ApiError> {
-    let (token, csrf) = state.console_keys.sign(standing, expires, csrf)?;
+    let (token, csrf) = state.console_keys.sign(standing, sid, expires, csrf)?;
     let mut cookie = base_cookie(state, req, token);
     cookie.set_max_age(actix_web::cookie::time::Duration::seconds(
         state.console_keys.ttl_secs,
@@ -199,7 +242,10 @@ fn base_cookie(state: &AppState, req: &HttpRequest, value: String) -> Cookie<'st
     Cookie::build(COOKIE, value)
         .path("/console")
         .http_only(true)
-        .same_site(SameSite::Strict)
+        // Lax: a link from another site (a chat, an e-mail, a ticket) opens the console
+        // signed in; every state-changing request is a POST, which the cookie does not
+        // accompany across sites, and which also needs the session's CSRF token.
+        .same_site(SameSite::Lax)
         .secure(secure)
         .finish()
 }
@@ -207,6 +253,8 @@ fn base_cookie(state: &AppState, req: &HttpRequest, value: String) -> Cookie<'st
 /// A signed-in console user whose standing was checked again for this request.
 pub struct Viewer {
     pub standing: Standing,
+    /// The session's row.
+    pub sid: String,
     pub csrf: String,
     /// When the session ends (Unix seconds).
     pub expires: i64,
@@ -227,12 +275,28 @@ impl FromRequest for Viewer {
                     "application state is missing"
                 )))
             })?;
-            let claims = req
-                .cookie(COOKIE)
-                .and_then(|c| state.console_keys.verify(c.value()))
-                .ok_or(ConsoleError::SignedOut)?;
-            let role = still_stands(&state, &claims.standing).await?;
+            // Where to come back to after signing in (a page, not a form's target).
+            let next = (req.method() == actix_web::http::Method::GET).then(|| match req.query_string() {
+                "" => req.path().to_owned(),
+                query => format!("{}?{query}", req.path()),
+            });
+            let Some(cookie) = req.cookie(COOKIE) else {
+                return Err(ConsoleError::SignedOut { clear: false, next });
+            };
+            let signed_out = || ConsoleError::SignedOut {
+                clear: true,
+                next: next.clone(),
+            };
+            let claims = state.console_keys.verify(cookie.value()).ok_or_else(signed_out)?;
+            if !super::repo::session_alive(&state.db, &claims.sid, chrono::Utc::now()).await? {
+                return Err(signed_out());
+            }
+            let role = match still_stands(&state, &claims.standing).await {
+                Err(ConsoleError::SignedOut { .. }) => return Err(signed_out()),
+                other => other?,
+            };
             Ok(Self {
+                sid: claims.sid,
                 standing: claims.standing,
                 csrf: claims.csrf,
                 expires: claims.exp,
@@ -241,6 +305,18 @@ impl FromRequest for Viewer {
             })
         })
     }
+}
+
+/// `next` if it is a console page of this site (a local path only), for the redirect after
+/// signing in.
+pub fn local_next(next: &str) -> Option<&str> {
+    let safe = (next == "/console" || next.starts_with("/console/"))
+        && !next.contains("//")
+        && !next.contains("/..")
+        && !next.contains('\\')
+        && next.len() <= 2000
+        && !next.chars().any(char::is_control);
+    safe.then_some(next)
 }
 
 /// Whether what the session stands for still holds: the key is not revoked, the user is
@@ -256,24 +332,24 @@ async fn still_stands(
                 .digests()
                 .iter()
                 .any(|d| state.console_keys.fingerprint(d) == *fingerprint);
-            known.then_some(None).ok_or(ConsoleError::SignedOut)
+            known.then_some(None).ok_or(ConsoleError::signed_out())
         }
         Standing::Key { key_id, org_id } => {
             let key = auth::repo::active_api_key_by_id(&state.db, key_id).await?;
             match key {
                 Some(key) if key.org_id == *org_id => Ok(Some(Role::Member)),
-                _ => Err(ConsoleError::SignedOut),
+                _ => Err(ConsoleError::signed_out()),
             }
         }
         Standing::User { user_id, org_id } => {
             if !auth::repo::user_exists(&state.db, user_id).await? {
-                return Err(ConsoleError::SignedOut);
+                return Err(ConsoleError::signed_out());
             }
             match org_id {
                 None => Ok(None),
                 Some(org) => match caller_of(state, standing).member(Some(&OrgId::parse(org))).await {
                     Ok(access) => Ok(Some(access.role)),
-                    Err(ApiError::Forbidden(_)) => Err(ConsoleError::SignedOut),
+                    Err(ApiError::Forbidden(_)) => Err(ConsoleError::signed_out()),
                     Err(other) => Err(other.into()),
                 },
             }

@@ -25,12 +25,23 @@ pub async fn home(req: HttpRequest) -> HttpResponse {
     redirect(&to).finish()
 }
 
-pub async fn login_form() -> HttpResponse {
+#[derive(Deserialize)]
+pub struct NextQuery {
+    next: Option<String>,
+}
+
+pub async fn login_form(query: web::Query<NextQuery>) -> HttpResponse {
     html(
         StatusCode::OK,
         &LoginPage {
             l: Layout::bare("Sign in"),
             error: None,
+            next: query
+                .next
+                .as_deref()
+                .and_then(session::local_next)
+                .unwrap_or_default()
+                .to_owned(),
         },
     )
 }
@@ -39,6 +50,9 @@ pub async fn login_form() -> HttpResponse {
 pub struct LoginForm {
     #[serde(default)]
     credential: String,
+    /// The page asked for before signing in (a local console path, else ignored).
+    #[serde(default)]
+    next: String,
 }
 
 /// Verifies the credential; a wrong one gets the form again (401) and nothing else.
@@ -48,25 +62,27 @@ pub async fn login(
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, ConsoleError> {
     let credential = form.credential.trim();
+    let next = session::local_next(&form.next).map(str::to_owned);
     let Some(standing) = session::sign_in(&state, credential).await? else {
         return Ok(html(
             StatusCode::UNAUTHORIZED,
             &LoginPage {
                 l: Layout::bare("Sign in"),
                 error: Some("Those credentials were not accepted.".into()),
+                next: next.unwrap_or_default(),
             },
         ));
     };
     let expires = session::credential_expiry(&state, credential);
-    let to = match &standing {
+    let home = match &standing {
         Standing::Key { org_id, .. }
         | Standing::User {
             org_id: Some(org_id), ..
         } => format!("/console/o/{org_id}"),
         _ => "/console/orgs".to_owned(),
     };
-    let (cookie, _) = session::session_cookie(&state, &req, standing, expires, None)?;
-    Ok(redirect(&to).cookie(cookie).finish())
+    let cookie = session::start_session(&state, &req, standing, expires).await?;
+    Ok(redirect(&next.unwrap_or(home)).cookie(cookie).finish())
 }
 
 #[derive(Deserialize)]
@@ -87,6 +103,8 @@ pub async fn logout(
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, ConsoleError> {
     viewer.check_csrf(&form.csrf)?;
+    // Ended on the server: the cookie, wherever a copy of it is, opens nothing any more.
+    session::end_session(&viewer.state, &viewer.sid).await?;
     Ok(redirect("/console/login")
         .cookie(session::cleared_cookie(&viewer.state, &req))
         .finish())
@@ -210,6 +228,7 @@ pub async fn pick_org(
         &viewer.state,
         &req,
         standing,
+        viewer.sid.clone(),
         viewer.expires,
         Some(viewer.csrf.clone()),
     )?;

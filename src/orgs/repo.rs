@@ -198,6 +198,11 @@ pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &str) -> Resu
         .filter(api_key::Column::RevokedAt.is_null())
         .exec(db)
         .await?;
+    // Console sessions signed in with the key end with it.
+    entities::console_session::Entity::delete_many()
+        .filter(entities::console_session::Column::KeyId.eq(api_key_id))
+        .exec(db)
+        .await?;
     Ok(true)
 }
 

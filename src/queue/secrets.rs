@@ -33,6 +33,16 @@ impl SecretBox {
         }))
     }
 
+    /// A box with a random key of this process's own (what it seals opens only here, until
+    /// the process ends).
+    pub fn ephemeral() -> Self {
+        let mut key = [0u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        Self {
+            cipher: Aes256Gcm::new(&Key::<Aes256Gcm>::from(key)),
+        }
+    }
+
     /// Encrypts `value`, binding it to its organization and name (so a sealed value
     /// moved to another row does not open).
     pub fn seal(&self, org_id: &str, name: &str, value: &str) -> anyhow::Result<String> {

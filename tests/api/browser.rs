@@ -432,3 +432,39 @@ async fn long_values_wrap_inside_their_cells() {
     browser.shoot("runs-long-names").await;
     browser.client.clone().close().await.unwrap();
 }
+
+#[actix_web::test]
+async fn a_link_from_another_site_opens_the_console_signed_in() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.api_key).await;
+    browser.submit("button[type=submit]").await;
+    assert!(browser.text("h1").await.contains("Overview"));
+    // localhost and 127.0.0.1 are different sites: a page on one links to the console on
+    // the other, as a chat message or a ticket would.
+    let other_site = app.url("/console/login").replace("127.0.0.1", "localhost");
+    browser.client.goto(&other_site).await.unwrap();
+    let ledger = app.url(&format!("/console/o/{}/ledger", org.org_id));
+    browser
+        .client
+        .execute(
+            "const a = document.createElement('a'); a.href = arguments[0]; a.id = 'away'; a.textContent = 'ledger'; document.body.append(a);",
+            vec![json!(ledger)],
+        )
+        .await
+        .unwrap();
+    browser.click("#away").await;
+    assert!(
+        browser.text("h1").await.contains("Ledger"),
+        "signed out by a cross-site link: {}",
+        browser.text("h1").await
+    );
+    // Still signed in afterwards (the cookie was not cleared).
+    browser.open(&app, &format!("/console/o/{}", org.org_id)).await;
+    assert!(browser.text("h1").await.contains("Overview"));
+    browser.client.clone().close().await.unwrap();
+}

@@ -179,7 +179,12 @@ async fn the_sign_in_form_refuses_wrong_credentials_and_every_response_carries_t
         .await
         .unwrap();
     assert_eq!(page.status(), StatusCode::SEE_OTHER);
-    assert_eq!(page.headers()[LOCATION], "/console/login");
+    // ...and back to the page asked for once signed in; no cookie was sent, none is cleared.
+    assert_eq!(
+        page.headers()[LOCATION],
+        "/console/login?next=%2Fconsole%2Foperator%2Fqueue"
+    );
+    assert!(page.headers().get(SET_COOKIE).is_none());
     // Assets are cached and validated.
     let css = client
         .get(app.url("/console/static/console.css"))
@@ -202,7 +207,7 @@ async fn the_sign_in_form_refuses_wrong_credentials_and_every_response_carries_t
 }
 
 #[actix_web::test]
-async fn the_cookie_is_http_only_strict_scoped_signed_and_never_holds_the_credential() {
+async fn the_cookie_is_http_only_lax_scoped_signed_and_never_holds_the_credential() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
     let response = no_redirects()
@@ -215,7 +220,7 @@ async fn the_cookie_is_http_only_strict_scoped_signed_and_never_holds_the_creden
     assert_eq!(response.headers()[LOCATION], org_path(&org, "").as_str());
     let (pair, header) = console_cookie(&response).unwrap();
     assert!(header.contains("HttpOnly"));
-    assert!(header.contains("SameSite=Strict"));
+    assert!(header.contains("SameSite=Lax"));
     assert!(header.contains("Path=/console"));
     assert!(!header.contains("Secure"), "plain http: not Secure under auto");
     let secret_part = org.api_key.trim_start_matches("keel_sk_");
@@ -453,7 +458,10 @@ async fn a_revoked_key_or_a_removed_membership_signs_out_at_the_next_click() {
     assert_eq!(revoked.status(), StatusCode::OK);
     let response = console.get(&org_path(&org, "")).await;
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
-    assert_eq!(response.headers()[LOCATION], "/console/login");
+    assert_eq!(
+        response.headers()[LOCATION],
+        format!("/console/login?next=%2Fconsole%2Fo%2F{}", org.org_id).as_str()
+    );
     let cleared = response.headers()[SET_COOKIE].to_str().unwrap();
     assert!(
         cleared.starts_with("keel_console=;") && cleared.contains("Max-Age=0"),
@@ -546,16 +554,37 @@ async fn owners_create_a_key_shown_once_and_revoke_it() {
     let response = owner
         .post(&org_path(&org, "/keys"), &[("name", "<b>deploy</b>")])
         .await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let html = response.text().await.unwrap();
+    // A redirect: reloading what follows repeats a GET, never the creation.
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let shown_at = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert!(
+        shown_at.starts_with(&org_path(&org, "/keys?reveal=")),
+        "{shown_at}"
+    );
+    let html = owner.page(&shown_at).await;
     let marker = "<code id=\"new-key\" class=\"secret\">";
     let start = html.find(marker).unwrap() + marker.len();
     let key = &html[start..start + html[start..].find('<').unwrap()];
     assert!(key.starts_with("keel_sk_"));
     assert!(html.contains("&#60;b&#62;deploy&#60;/b&#62;") && !html.contains("<b>deploy"));
-    // The key works, and the list never shows it again.
+    // The key works, and no page shows it again: not a reload, not the list.
     assert_eq!(app.get("/api/projects", key).await.status(), StatusCode::OK);
+    let reloaded = owner.page(&shown_at).await;
+    assert!(!reloaded.contains(key) && reloaded.contains("shown once and is not shown again"));
     assert!(!owner.page(&org_path(&org, "/keys")).await.contains(key));
+    let keys = json_of(app.get("/api/api-keys", key).await, StatusCode::OK).await;
+    assert_eq!(
+        keys["keys"].as_array().unwrap().len(),
+        2,
+        "one key created, not one per view"
+    );
+    // Nothing of the secret is stored: the key as a hash, its one view sealed and now gone.
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    assert_eq!(
+        entities::console_reveal::Entity::find().count(&db).await.unwrap(),
+        0
+    );
     let keys = json_of(app.get("/api/api-keys", key).await, StatusCode::OK).await;
     let id = keys["keys"]
         .as_array()
@@ -1013,4 +1042,90 @@ async fn bad_addresses_and_tampered_forms_get_console_pages_never_a_500() {
     let icon = console.get("/console/static/favicon.svg").await;
     assert_eq!(icon.status(), StatusCode::OK);
     assert_eq!(icon.headers()[CONTENT_TYPE], "image/svg+xml");
+}
+
+#[actix_web::test]
+async fn signing_out_ends_the_session_on_every_instance() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    // A second instance on the same database.
+    let other = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    let console = Console::sign_in(&app, &org.owner_token).await;
+    let elsewhere = Console {
+        base: other.address.clone(),
+        client: no_redirects(),
+        cookie: console.cookie.clone(),
+        csrf: console.csrf.clone(),
+    };
+    assert_eq!(elsewhere.get(&org_path(&org, "")).await.status(), StatusCode::OK);
+    let out = console.post("/console/logout", &[]).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    // The old cookie, replayed on either instance, opens nothing.
+    for copy in [&console, &elsewhere] {
+        let response = copy.get(&org_path(&org, "/ledger")).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{}", copy.base);
+        assert!(response.headers()[LOCATION]
+            .to_str()
+            .unwrap()
+            .starts_with("/console/login"));
+    }
+    // Another sign-in of the same user is a session of its own, untouched.
+    let again = Console::sign_in(&other, &org.owner_token).await;
+    assert_eq!(again.get(&org_path(&org, "")).await.status(), StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn a_link_from_anywhere_opens_the_page_after_signing_in_and_only_a_console_page() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let client = no_redirects();
+    let wanted = org_path(&org, "/ledger?kind=topup");
+    // Followed from another site: no cookie came with it, so none is cleared.
+    let asked = client
+        .get(app.url(&wanted))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), StatusCode::SEE_OTHER);
+    assert!(asked.headers().get(SET_COOKIE).is_none());
+    let login = asked.headers()[LOCATION].to_str().unwrap().to_owned();
+    let form = client
+        .get(app.url(&login))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(form.contains("name=\"next\""), "{form}");
+    let signed_in = client
+        .post(app.url("/console/login"))
+        .form(&[("credential", org.api_key.as_str()), ("next", wanted.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(signed_in.headers()[LOCATION], wanted.as_str());
+    // Anything but a console path of this site goes to the session's home.
+    for next in [
+        "https://evil.example/",
+        "//evil.example/console",
+        "/consolex",
+        "/console/../api/projects",
+        "/console\\@evil",
+        "javascript:alert(1)",
+    ] {
+        let signed_in = client
+            .post(app.url("/console/login"))
+            .form(&[("credential", org.api_key.as_str()), ("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            signed_in.headers()[LOCATION],
+            org_path(&org, "").as_str(),
+            "{next}"
+        );
+    }
 }

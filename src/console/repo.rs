@@ -1,0 +1,67 @@
+//! The console's own rows: sessions (one per sign-in) and the one-time views of new API
+//! keys' secrets.
+
+use chrono::{DateTime, Utc};
+use entities::{console_reveal, console_session};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, QueryFilter,
+};
+
+pub async fn insert_session(db: &impl ConnectionTrait, session: console_session::Model) -> Result<(), DbErr> {
+    // Sessions past their end go whenever a new one starts.
+    console_session::Entity::delete_many()
+        .filter(console_session::Column::ExpiresAt.lt(Utc::now()))
+        .exec(db)
+        .await?;
+    session.into_active_model().reset_all().insert(db).await.map(drop)
+}
+
+/// Whether the session is there and has not ended.
+pub async fn session_alive(db: &impl ConnectionTrait, id: &str, now: DateTime<Utc>) -> Result<bool, DbErr> {
+    Ok(console_session::Entity::find_by_id(id.to_owned())
+        .one(db)
+        .await?
+        .is_some_and(|s| s.expires_at > now))
+}
+
+pub async fn end_session(db: &impl ConnectionTrait, id: &str) -> Result<(), DbErr> {
+    console_session::Entity::delete_by_id(id.to_owned())
+        .exec(db)
+        .await
+        .map(drop)
+}
+
+pub async fn insert_reveal(
+    db: &impl ConnectionTrait,
+    reveal: console_reveal::Model,
+    older_than: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    console_reveal::Entity::delete_many()
+        .filter(console_reveal::Column::CreatedAt.lt(older_than))
+        .exec(db)
+        .await?;
+    reveal.into_active_model().reset_all().insert(db).await.map(drop)
+}
+
+/// Takes (reads and deletes) a reveal of `session_id` in `org_id` made after `since`.
+pub async fn take_reveal(
+    db: &impl ConnectionTrait,
+    id: &str,
+    session_id: &str,
+    org_id: &str,
+    since: DateTime<Utc>,
+) -> Result<Option<String>, DbErr> {
+    let found = console_reveal::Entity::find_by_id(id.to_owned())
+        .filter(console_reveal::Column::SessionId.eq(session_id))
+        .filter(console_reveal::Column::OrgId.eq(org_id))
+        .one(db)
+        .await?;
+    let Some(found) = found else {
+        return Ok(None);
+    };
+    // Deleted by this read; a read that raced it and lost gets nothing.
+    let deleted = console_reveal::Entity::delete_by_id(id.to_owned())
+        .exec(db)
+        .await?;
+    Ok((deleted.rows_affected == 1 && found.created_at >= since).then_some(found.sealed))
+}
