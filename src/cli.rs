@@ -216,12 +216,7 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                 base_url,
                 api_key,
             };
-            match out {
-                Some(path) => crate::traces::cli::export_to_file(&export, &path, resume)
-                    .await
-                    .map(drop),
-                None => crate::traces::cli::export_to_stdout(&export).await.map(drop),
-            }
+            crate::traces::cli::export_until_interrupted(&export, out.as_deref(), resume).await
         }
         Command::Admin {
             action:

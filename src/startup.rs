@@ -119,15 +119,18 @@ impl Application {
                                 .head_mut()
                                 .set_connection_type(actix_web::http::ConnectionType::Close);
                         }
-                        // A proxied provider's own request id is relayed unchanged.
+                        // keel's own id, the one it logs, is always `x-keel-request-id`; it
+                        // is `x-request-id` too unless a proxied provider's own id is there,
+                        // which is relayed unchanged.
                         let relayed = response.headers().contains_key("x-request-id");
-                        if let Some(id) = request_id
-                            .and_then(|id| HeaderValue::from_str(&id.to_string()).ok())
-                            .filter(|_| !relayed)
+                        if let Some(id) =
+                            request_id.and_then(|id| HeaderValue::from_str(&id.to_string()).ok())
                         {
-                            response
-                                .headers_mut()
-                                .insert(HeaderName::from_static("x-request-id"), id);
+                            let headers = response.headers_mut();
+                            if !relayed {
+                                headers.insert(HeaderName::from_static("x-request-id"), id.clone());
+                            }
+                            headers.insert(HeaderName::from_static("x-keel-request-id"), id);
                         }
                         Ok(response)
                     }

@@ -123,7 +123,19 @@ pub fn init(settings: &TelemetrySettings) -> Logs {
     if LOST.set(lost).is_err() {
         return Logs(None);
     }
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
+    let _ = FORMAT.set(settings.format);
+    // actix's HTTP/1 dispatcher logs a client's malformed request at ERROR (the client's
+    // fault, not keel's), and a response stream's failure without its cause (the proxy logs
+    // its own line, naming it): left out unless RUST_LOG names actix_http itself.
+    let directives = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| settings.level.clone());
+    let directives = match directives.contains("actix_http") {
+        true => directives,
+        false => format!("{directives},actix_http::h1::dispatcher=off"),
+    };
+    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new(&settings.level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
@@ -164,6 +176,13 @@ pub fn loggable_target(path: &str, query: &str) -> String {
     }
     target
 }
+
+/// The log format in force (the request line is fields in JSON, one short line otherwise).
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// The path a request's log line names instead of its route pattern (the relay's, whose
+/// route is `/v1/{tail:.*}`), already without secrets and query.
+pub struct LoggedPath(pub String);
 
 /// When a request started (for its one `info` line).
 #[derive(Clone, Copy)]
@@ -217,15 +236,19 @@ impl RootSpanBuilder for RootSpan {
             let extensions = request.extensions();
             if let Some(Started(at)) = extensions.get::<Started>().copied() {
                 let request_id = extensions.get::<RequestId>().map(ToString::to_string);
-                tracing::info!(
-                    target: "keel::request",
-                    "{} {} {} {:.1}ms {}",
-                    request.method(),
-                    request.match_pattern().as_deref().unwrap_or("(no route)"),
-                    response.status().as_u16(),
-                    at.elapsed().as_secs_f64() * 1000.0,
-                    request_id.as_deref().unwrap_or("-"),
-                );
+                let request_id = request_id.as_deref().unwrap_or("-");
+                let route = request.match_pattern();
+                let route = route.as_deref().unwrap_or("(no route)");
+                let path = extensions.get::<LoggedPath>().map_or(route, |p| p.0.as_str());
+                let status = response.status().as_u16();
+                let latency_ms = (at.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+                let method = request.method().as_str();
+                if matches!(FORMAT.get(), Some(LogFormat::Json)) {
+                    // Fields a log pipeline indexes, not one string to parse.
+                    tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, "request");
+                } else {
+                    tracing::info!(target: "keel::request", "{method} {path} {status} {latency_ms:.1}ms {request_id}");
+                }
             }
         }
         DefaultRootSpanBuilder::on_request_end(span, outcome);

@@ -76,10 +76,11 @@ pub async fn charge(
     repo::insert_pending(db, pending.clone()).await?;
     // Calls racing with one key insert one pending row between them; a call whose amount is
     // not the first one's must not take the first one's payment for its own.
-    if let Some(first) = repo::amount_of_key(db, pending).await? {
-        if first != pending.amount_cents {
-            return Err(ChargeError::Mismatch(first));
-        }
+    if let Some(first) = repo::other_amount_of_key(db, pending).await? {
+        // If the first call had settled before this one's insert, this call's own row went
+        // in: it is taken back (a row of the first call's amount is left alone).
+        repo::drop_pending_of_amount(db, pending).await?;
+        return Err(ChargeError::Mismatch(first));
     }
     let answer = ask(payments, pending).await;
     fault_point("after_charge");

@@ -205,24 +205,43 @@ pub async fn insert_pending(db: &impl ConnectionTrait, pending: pending_payment:
         .map(drop)
 }
 
-/// The amount the first call with `pending`'s keys asked for: its pending row (the processor
-/// key), or, once settled, its payment (the client's key).
-pub async fn amount_of_key(
+/// An amount other than `pending`'s that its keys already stand for: a pending row under the
+/// processor key, or a settled payment under the client's key. Read in that order: a
+/// settlement writes the payment and removes the pending row in one transaction, so a call
+/// that finds no row (the first call settled since this one's insert was refused) finds
+/// the payment.
+pub async fn other_amount_of_key(
     db: &impl ConnectionTrait,
     pending: &pending_payment::Model,
 ) -> Result<Option<i64>, DbErr> {
-    if let Some(row) = pending_payment::Entity::find_by_id(pending.processor_key.clone())
+    let row = pending_payment::Entity::find_by_id(pending.processor_key.clone())
         .one(db)
         .await?
-    {
-        return Ok(Some(row.amount_cents));
-    }
-    match &pending.client_key {
-        Some(key) => Ok(topup_by_key(db, &pending.org_id, key)
+        .map(|row| row.amount_cents);
+    let paid = match &pending.client_key {
+        Some(key) => topup_by_key(db, &pending.org_id, key)
             .await?
-            .map(|p| p.amount_cents)),
-        None => Ok(None),
-    }
+            .map(|p| p.amount_cents),
+        None => None,
+    };
+    Ok([row, paid]
+        .into_iter()
+        .flatten()
+        .find(|amount| *amount != pending.amount_cents))
+}
+
+/// Removes a pending row of `pending`'s amount under its key: a call that lost the key to
+/// another amount's settled payment inserted it after that payment's row was gone.
+pub async fn drop_pending_of_amount(
+    db: &impl ConnectionTrait,
+    pending: &pending_payment::Model,
+) -> Result<(), DbErr> {
+    pending_payment::Entity::delete_many()
+        .filter(pending_payment::Column::ProcessorKey.eq(pending.processor_key.as_str()))
+        .filter(pending_payment::Column::AmountCents.eq(pending.amount_cents))
+        .exec(db)
+        .await
+        .map(drop)
 }
 
 /// Records what became of a pending charge and forgets it as pending (the caller's

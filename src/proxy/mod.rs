@@ -451,7 +451,7 @@ async fn proxy_chat(
         Ok(answer) => answer,
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, provider, upstreams.base(provider_index));
+            let (status, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
             }
@@ -506,7 +506,7 @@ async fn proxy_chat(
         }
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, provider, upstreams.base(provider_index));
+            let (status, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(
                     status.as_u16(),
@@ -521,14 +521,15 @@ async fn proxy_chat(
     }
 }
 
-/// 504 when the provider stayed silent too long, else 502; the detail names no credential.
-fn upstream_failure(err: CallFailure, provider: &str, base: &str) -> (StatusCode, String) {
+/// 504 when the provider stayed silent too long, else 502. The detail names the provider
+/// only: where keel reaches it (an internal address, a proxy) is the operator's to know, and
+/// is in the log line of the failure.
+fn upstream_failure(err: CallFailure, provider: &str) -> (StatusCode, String) {
     let status = match err {
         CallFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
         CallFailure::Unreachable | CallFailure::Failed => StatusCode::BAD_GATEWAY,
     };
-    let detail = err.describe(&format!("upstream {provider}"));
-    (status, format!("{detail} (tried {base})"))
+    (status, err.describe(&format!("upstream {provider}")))
 }
 
 /// A provider's SSE stream passed to the client chunk by chunk, as it arrives (the client's

@@ -49,6 +49,8 @@ async fn relay_call(
     let secrets = [keel_key, provider_key];
     let tail = req.path().strip_prefix("/v1").unwrap_or(req.path());
     let tail = without_secrets_in_path(tail, &secrets);
+    // The request's log line names this path (the route is only `/v1/{tail}`).
+    actix_web::HttpMessage::extensions_mut(req).insert(crate::telemetry::LoggedPath(format!("/v1{tail}")));
     let query = without_secrets_in_query(req.query_string(), &secrets);
     let uri = upstreams.relay_uri(provider_index, &tail, &query)?;
     let content_type = req.headers().get(actix_web::http::header::CONTENT_TYPE);
@@ -79,8 +81,7 @@ async fn relay_call(
         Ok(answer) => answer,
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let base = upstreams.base(provider_index);
-            let (status, detail) = upstream_failure(err, PROVIDERS[provider_index], base);
+            let (status, detail) = upstream_failure(err, PROVIDERS[provider_index]);
             return Err(ApiError::Status(status, detail));
         }
     };

@@ -55,6 +55,51 @@ fn side_file(out: &Path, suffix: &str) -> PathBuf {
     out.with_file_name(name)
 }
 
+/// Exports to `out` (or standard output), stopping at Ctrl-C (SIGINT) or SIGTERM with a word
+/// on what was kept and how to go on: pages already written stay in `FILE.part` and
+/// `FILE.cursor`, and the same command with `--resume` continues after them.
+pub async fn export_until_interrupted(
+    args: &ExportArgs,
+    out: Option<&Path>,
+    resume: bool,
+) -> anyhow::Result<()> {
+    let export = async {
+        match out {
+            Some(path) => export_to_file(args, path, resume).await.map(drop),
+            None => export_to_stdout(args).await.map(drop),
+        }
+    };
+    tokio::select! {
+        done = export => done,
+        () = interrupted() => {
+            let advice = match out {
+                Some(path) => format!(
+                    "interrupted; the pages written so far are kept in {}: run the same command with --resume to go on",
+                    side_file(path, ".part").display()
+                ),
+                None => "interrupted; standard output has what was written so far (write to a file with --out to be able to --resume)".to_owned(),
+            };
+            anyhow::bail!("{advice}")
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// Exports to `out` through `FILE.part`, renamed at the end; `resume` goes on from
 /// `FILE.cursor`.
 pub async fn export_to_file(args: &ExportArgs, out: &Path, resume: bool) -> anyhow::Result<Written> {
@@ -181,11 +226,13 @@ async fn walk(args: &ExportArgs, sink: &mut dyn Sink, start: Option<Checkpoint>)
     let mut cursor = start.map(|c| c.cursor);
     let progress = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     progress.set_style(
-        ProgressStyle::with_template("{spinner} {pos} traces written, {msg} [{elapsed}, {per_sec}]")
+        ProgressStyle::with_template("{spinner} {pos} traces written, {msg} [{elapsed}]")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     progress.set_position(done.written);
     progress.set_message(format!("{} skipped", done.skipped));
+    let started = std::time::Instant::now();
+    let resumed_at = done.written;
     loop {
         let mut query: Vec<(&str, String)> = vec![
             ("project_id", args.project.clone()),
@@ -221,7 +268,7 @@ async fn walk(args: &ExportArgs, sink: &mut dyn Sink, start: Option<Checkpoint>)
             }
         }
         progress.set_position(done.written);
-        progress.set_message(format!("{} skipped", done.skipped));
+        progress.set_message(progress_message(done, resumed_at, started.elapsed()));
         let next = page["nextCursor"].as_str().map(str::to_owned);
         match (args.all, next) {
             (true, Some(next)) => {
@@ -236,12 +283,27 @@ async fn walk(args: &ExportArgs, sink: &mut dyn Sink, start: Option<Checkpoint>)
     }
     progress.finish_and_clear();
     let mut stderr = std::io::stderr().lock();
-    writeln!(
-        stderr,
-        "exported {} {} record(s) of project {} ({} skipped)",
-        done.written, args.format, args.project, done.skipped
-    )?;
+    writeln!(stderr, "{}", summary(done, &args.format, &args.project))?;
     Ok(done)
+}
+
+/// The progress bar's message: what was skipped, and records a second, whole.
+fn progress_message(done: Written, resumed_at: u64, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    let rate = match secs > 0.0 {
+        true => ((done.written - resumed_at) as f64 / secs).round() as u64,
+        false => 0,
+    };
+    format!("{} skipped, {rate}/s", done.skipped)
+}
+
+/// The closing line: `exported 3003 records (format records) of project P (2 skipped)`.
+fn summary(done: Written, format: &str, project: &str) -> String {
+    let noun = if done.written == 1 { "record" } else { "records" };
+    format!(
+        "exported {} {noun} (format {format}) of project {project} ({} skipped)",
+        done.written, done.skipped
+    )
 }
 
 async fn fetch(
@@ -307,6 +369,40 @@ pub fn openai_chat_line(raw: &Value) -> Option<Value> {
     let mut conversation = messages.clone();
     conversation.push(assistant);
     Some(json!({ "messages": conversation }))
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    #[test]
+    fn the_closing_line_and_the_rate_read_plainly() {
+        let done = Written {
+            written: 3003,
+            skipped: 2,
+        };
+        assert_eq!(
+            summary(done, "records", "p"),
+            "exported 3003 records (format records) of project p (2 skipped)"
+        );
+        let one = Written {
+            written: 1,
+            skipped: 0,
+        };
+        assert_eq!(
+            summary(one, "openai-chat", "p"),
+            "exported 1 record (format openai-chat) of project p (0 skipped)"
+        );
+        let rate = progress_message(
+            Written {
+                written: 41_371,
+                skipped: 0,
+            },
+            0,
+            Duration::from_millis(999),
+        );
+        assert_eq!(rate, "0 skipped, 41412/s");
+    }
 }
 
 #[cfg(test)]

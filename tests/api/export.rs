@@ -343,7 +343,7 @@ async fn the_cli_exports_everything_and_resumes_an_interrupted_export() {
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 1_000, "no line twice");
     assert!(!dir.path().join("train.jsonl.part").exists());
     assert!(!dir.path().join("train.jsonl.cursor").exists());
-    assert!(String::from_utf8_lossy(&resumed.stderr).contains("exported 1000 raw record(s)"));
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("exported 1000 records (format raw)"));
 
     // A bad key fails at once, and leaves the file.
     let refused = keel(
@@ -533,4 +533,74 @@ async fn a_page_ends_at_its_byte_bound_and_the_walk_still_gives_every_trace_once
     assert_eq!(body["count"], 3);
     assert_eq!(body["notFound"], 0);
     assert_eq!(body["projectId"], json!(project));
+}
+
+#[actix_web::test]
+async fn an_interrupted_export_says_how_to_resume() {
+    // A server that hands out the first page and then never answers.
+    let (app_fake, url) = crate::fakes::FakeJson::start(|call| {
+        if call.query.contains("cursor=") {
+            crate::fakes::Reply::Hang
+        } else {
+            crate::fakes::Reply::Json(
+                200,
+                json!({"projectId": "p", "format": "raw", "count": 1, "skipped": 0,
+                       "nextCursor": "1795000000-123456789-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e",
+                       "records": [{"id": "t1"}]}),
+            )
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("train.jsonl");
+    let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "traces",
+            "export",
+            "--project",
+            "p",
+            "--all",
+            "--format",
+            "raw",
+            "--out",
+        ])
+        .arg(&out)
+        .env("KEEL_URL", &url)
+        .env("KEEL_API_KEY", "keel_sk_test")
+        .env(
+            "KEEL_CONFIG_DIR",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/config",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    for _ in 0..100 {
+        if app_fake.calls().len() >= 2 {
+            break;
+        }
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(app_fake.calls().len() >= 2, "the export waits on its second page");
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let output = actix_web::rt::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    // What it said is there: the first page and its checkpoint.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("train.jsonl.part")).unwrap(),
+        "{\"id\":\"t1\"}\n"
+    );
+    assert!(dir.path().join("train.jsonl.cursor").exists());
+    assert!(!out.exists());
 }
