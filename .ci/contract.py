@@ -46,7 +46,22 @@ class Upstream(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if b'"cut-stream"' in body:
+            # A stream cut after three chunks, its body delimited by the connection's close:
+            # keel must make the SDK raise.
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for token in ("tok0 ", "tok1 ", "tok2 "):
+                chunk = {"id": "chatcmpl-cut", "object": "chat.completion.chunk", "created": 1763683210,
+                         "model": "cut-stream",
+                         "choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.close_connection = True
+            return
         if self.path.endswith("/embeddings"):
             self._answer(200, EMBEDDING)
         else:

@@ -48,6 +48,20 @@ with ThreadPoolExecutor(16) as pool:
     list(pool.map(ask, range(CALLS)))
 print(f"   {CALLS} chat completions through keel in {time.monotonic() - started:.1f} s")
 
+# A stream the provider cuts after three chunks (its body ended by the connection's close):
+# the SDK raises (keel sends an error event and aborts the body), and the broken trace is
+# never exported as training data.
+import openai  # noqa: E402
+
+try:
+    stream = client.chat.completions.create(
+        model="cut-stream", messages=[{"role": "user", "content": "count"}], stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    raise SystemExit(f"a cut stream did not raise in the SDK (it read {text!r})")
+except openai.APIError as err:
+    assert "stream" in str(err), err
+    print(f"   a cut stream raised {type(err).__name__} in the SDK: {err}")
+
 embedding = client.embeddings.create(model="text-embedding-3-small", input="hello")
 assert embedding.data and embedding.data[0].embedding, embedding
 models = list(client.models.list())
@@ -56,17 +70,19 @@ print(f"   embeddings and models relayed ({len(models)} model(s) listed)")
 # The trace writer batches: wait until every call is stored.
 for _ in range(100):
     counts = {p["projectId"]: p["traceCount"] for p in api("GET", "/api/traces/projects")["projects"]}
-    if counts.get(project) == CALLS:
+    if counts.get(project) == CALLS + 1:
         break
     time.sleep(0.2)
 else:
-    raise SystemExit(f"traces stored: {counts.get(project)} of {CALLS}")
+    raise SystemExit(f"traces stored: {counts.get(project)} of {CALLS + 1}")
 
 out = work / "train.jsonl"
 subprocess.run([binary, "traces", "export", "--project", project, "--all", "--format", "openai-chat",
                 "--out", str(out)], check=True, env=dict(os.environ, KEEL_URL=base, KEEL_API_KEY=key))
 lines = out.read_text().splitlines()
+# Every call's trace but the cut stream's.
 assert len(lines) == CALLS, len(lines)
+assert not any("tok0" in line for line in lines), "the cut stream was exported"
 first = json.loads(lines[0])
 assert [m["role"] for m in first["messages"]] == ["user", "assistant"], first
 print(f"   keel traces export --all --format openai-chat: {len(lines)} lines")

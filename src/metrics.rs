@@ -32,8 +32,9 @@ pub const MAX_TOKEN_MODELS: usize = 200;
 /// The look-up caches, as `keel_cache_loads_total` labels them.
 pub const CACHES: [&str; 3] = ["api_keys", "projects", "adapters"];
 
-/// Classes of a provider's failure: its 4xx and 5xx answers, and no answer at all.
-pub const UPSTREAM_ERROR_CLASSES: [&str; 3] = ["4xx", "5xx", "transport"];
+/// Classes of a provider's failure: its 4xx and 5xx answers, no answer at all, and a stream
+/// that failed in its middle (cut or stalled after its head).
+pub const UPSTREAM_ERROR_CLASSES: [&str; 4] = ["4xx", "5xx", "transport", "stream"];
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -326,6 +327,16 @@ impl Metrics {
         if let Some(counter) = self
             .upstream_errors
             .get(provider * UPSTREAM_ERROR_CLASSES.len() + class)
+        {
+            counter.inc();
+        }
+    }
+
+    /// Counts a provider's stream that failed after its head (cut, stalled, ended early).
+    pub fn stream_error(&self, provider: usize) {
+        if let Some(counter) = self
+            .upstream_errors
+            .get(provider * UPSTREAM_ERROR_CLASSES.len() + 3)
         {
             counter.inc();
         }

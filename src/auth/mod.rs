@@ -245,6 +245,21 @@ impl FromRequest for Caller {
                     ))
                 }
             };
+            // An empty orgId is none; one of whitespace alone is refused, as the schema's
+            // pattern says (the id is trimmed, so it would name no organization).
+            let raw_org = form_urlencoded::parse(req.query_string().as_bytes())
+                .find(|(k, _)| k == "orgId")
+                .map(|(_, v)| v.into_owned());
+            if raw_org
+                .as_deref()
+                .is_some_and(|v| !v.is_empty() && v.trim().is_empty())
+            {
+                return Err(ApiError::validation(
+                    vec![json!("query"), json!("orgId")],
+                    "string_pattern_mismatch",
+                    "String should have a character that is not whitespace",
+                ));
+            }
             let query_org = query_org_id(&req);
             if query_org.as_ref().is_some_and(|org| org.contains('\0')) {
                 return Err(ApiError::Validation(vec![crate::http::extract::nul_issue(vec![

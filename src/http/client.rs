@@ -22,6 +22,45 @@ pub fn record_socket(connection: &dyn Any, extensions: &mut Extensions) {
     }
 }
 
+/// A client's connection watched by the reactor: readable (a FIN, a reset, or bytes) wakes
+/// the task at once, and [`ClientWatch::poll_gone`] then tells which.
+pub struct ClientWatch(tokio::io::unix::AsyncFd<OwnedFd>);
+
+impl ClientWatch {
+    /// Whether the client has left; registers the task to be woken when the connection
+    /// next becomes readable.
+    pub fn poll_gone(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        loop {
+            let mut ready = match self.0.poll_read_ready(cx) {
+                std::task::Poll::Pending => return false,
+                std::task::Poll::Ready(Err(_)) => return false,
+                std::task::Poll::Ready(Ok(ready)) => ready,
+            };
+            if peer_gone(self.0.get_ref()) {
+                return true;
+            }
+            // Bytes (a pipelined request) or a spurious wake-up: wait for the next change.
+            ready.clear_ready();
+        }
+    }
+}
+
+/// Whether the peer of `fd` closed or reset the connection.
+fn peer_gone(fd: &OwnedFd) -> bool {
+    let socket = socket2::SockRef::from(fd);
+    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+    // The socket is non-blocking (the connection's), so an open, quiet one answers
+    // WouldBlock at once.
+    match socket.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(err) => !matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    }
+}
+
 /// Says whether the client of one request is still connected (a socket of its own, shared
 /// with the connection's, kept as long as this is).
 #[derive(Clone)]
@@ -43,20 +82,17 @@ impl ClientPresence {
     /// Whether the client has closed or reset its connection. Bytes it sent since
     /// (a pipelined request) mean it is still there.
     pub fn gone(&self) -> bool {
-        let Some(fd) = &self.0 else {
-            return false;
-        };
-        let socket = socket2::SockRef::from(fd.as_ref());
-        let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-        // The socket is non-blocking (the connection's), so an open, quiet one answers
-        // WouldBlock at once.
-        match socket.peek(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(err) => !matches!(
-                err.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-            ),
-        }
+        self.0.as_deref().is_some_and(peer_gone)
+    }
+
+    /// A watch on the connection for the task that polls it (`None` when it cannot be
+    /// watched: no socket recorded, or the reactor refuses it).
+    pub fn watch(self) -> Option<ClientWatch> {
+        let fd = Arc::try_unwrap(self.0?).ok()?;
+        // SAFETY: the descriptor is owned by what is registered (an `OwnedFd` of our own,
+        // never handed out), so it stays open and the same while the `AsyncFd` lives.
+        unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .ok()
+            .map(ClientWatch)
     }
 }

@@ -10,10 +10,11 @@ use serde_json::{json, Map, Value};
 pub const STORABLE: &str = "^[^\\u0000]*$";
 
 /// The pattern of an organization id: no NUL, and at least one character that is not
-/// whitespace (the service trims an id, so an id of whitespace alone is none). The class
+/// whitespace (the service trims an id, so an id of whitespace alone is none); or empty,
+/// which an optional filter reads as absent (a required one says `minLength: 1`). The class
 /// names Unicode's White_Space characters one by one, as Rust's `trim` takes them, since
 /// `\s` differs between regex dialects.
-pub const ORG_ID: &str = "^[^\\u0000]*[^\\u0000\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$";
+pub const ORG_ID: &str = "^([^\\u0000]*[^\\u0000\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*)?$";
 
 /// The start of an RFC 3339 date-time (`2026-11-24T10:00:00Z`).
 pub const DATE_TIME: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T";

@@ -9,9 +9,10 @@ pub mod relay;
 pub mod sse;
 pub mod upstream;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -463,13 +464,21 @@ async fn proxy_chat(
     state
         .metrics
         .upstream_error(provider_index, Some(status.as_u16()));
-    let is_event_stream = head
+    let content_type = head
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
+        .unwrap_or("");
+    // Media types are case-insensitive (`Text/Event-Stream`).
+    let is_event_stream = content_type
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"));
 
-    if stream && status.is_success() && is_event_stream {
+    // Any successful answer to a streamed request goes out as it arrives, whatever its
+    // content type says: an event stream is read for the trace, anything else kept up to a
+    // bound.
+    if stream && status.is_success() {
         // A stream's provider part is its time to headers; keel's is what came before.
         state
             .metrics
@@ -478,10 +487,22 @@ async fn proxy_chat(
             upstream: upstream_body,
             parser: SseParser::default(),
             assembler: CompletionAssembler::default(),
+            sse: is_event_stream,
+            other: (!is_event_stream).then(|| OtherBody {
+                content_type: content_type.chars().take(100).collect(),
+                kept: Vec::new(),
+            }),
             recording,
             status: status.as_u16(),
             first_byte,
             finished: false,
+            abort: None,
+            client: crate::http::client::ClientPresence::of(&req).watch(),
+            failures: StreamFailures {
+                metrics: state.metrics.clone(),
+                provider: provider_index,
+                request_id: request_id_of(&req),
+            },
         };
         return Ok(reply.streaming(relay));
     }
@@ -493,7 +514,11 @@ async fn proxy_chat(
     match collected {
         Ok(bytes) => {
             if let Some(recording) = recording {
-                let error = (!status.is_success()).then(|| format!("upstream answered {status}"));
+                // A provider may answer 200 with an error body (a streamed request
+                // answered in JSON, say): stored as the error it is.
+                let error = (!status.is_success())
+                    .then(|| format!("upstream answered {status}"))
+                    .or_else(|| error_in_body(&bytes));
                 recording.record(
                     status.as_u16(),
                     Reply::Body(bytes.clone()),
@@ -521,6 +546,30 @@ async fn proxy_chat(
     }
 }
 
+/// `upstream error: <message>` when a JSON answer is an object with an `error` member.
+fn error_in_body(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct WithError<'a> {
+        #[serde(borrow)]
+        error: Option<&'a serde_json::value::RawValue>,
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+    if *first != b'{' {
+        return None;
+    }
+    let parsed: WithError = serde_json::from_slice(bytes).ok()?;
+    let error = parsed.error.filter(|e| e.get() != "null")?;
+    let error: Value = serde_json::from_str(error.get()).ok()?;
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_owned);
+    Some(format!(
+        "upstream error: {}",
+        message.chars().take(500).collect::<String>()
+    ))
+}
+
 /// 504 when the provider stayed silent too long, else 502. The detail names the provider
 /// only: where keel reaches it (an internal address, a proxy) is the operator's to know, and
 /// is in the log line of the failure.
@@ -532,28 +581,95 @@ fn upstream_failure(err: CallFailure, provider: &str) -> (StatusCode, String) {
     (status, err.describe(&format!("upstream {provider}")))
 }
 
-/// A provider's SSE stream passed to the client chunk by chunk, as it arrives (the client's
-/// pace pulls it: backpressure), read on the side to assemble the trace. Dropped before its
-/// end (the client went away), it drops the upstream call and records what it saw,
-/// marked incomplete.
+/// A provider's answer to a streamed request passed to the client chunk by chunk, as it
+/// arrives (the client's pace pulls it: backpressure). An event stream is read on the side
+/// to assemble the trace. Dropped before its end (the client went away), it drops the
+/// upstream call and records what it saw, marked incomplete.
+///
+/// When the provider's stream fails in its middle (cut, however it was delimited, or silent
+/// past the read timeout), the client gets one OpenAI-shaped error event and then an aborted
+/// body (never `[DONE]`, never a clean end), so every client raises; the provider's own
+/// frames are never altered, and the trace stores the cause.
 struct Relay {
     upstream: upstream::Body,
     parser: SseParser,
     assembler: CompletionAssembler,
+    /// The answer is an event stream (read for the trace).
+    sse: bool,
+    /// The answer is anything else: what is kept of it.
+    other: Option<OtherBody>,
     recording: Option<Recording>,
     status: u16,
     first_byte: Duration,
     finished: bool,
+    /// Set once a failure's error event was sent: the body is aborted once the event has
+    /// had time to leave (actix drops its unsent buffer when a body fails).
+    abort: Option<(CallFailure, Pin<Box<tokio::time::Sleep>>)>,
+    /// The client's connection, watched while the provider is silent.
+    client: Option<crate::http::client::ClientWatch>,
+    failures: StreamFailures,
+}
+
+/// A non-event-stream answer to a streamed request: its content type and its first
+/// [`KEPT_OTHER_BYTES`] bytes, for the trace.
+struct OtherBody {
+    content_type: String,
+    kept: Vec<u8>,
+}
+
+/// How long the error event of a failed stream has to leave before the body is aborted.
+const ABORT_AFTER: Duration = Duration::from_millis(50);
+
+/// Of an answer to a streamed request that is not an event stream, this much is kept for
+/// the trace (the client gets all of it, as it arrives).
+const KEPT_OTHER_BYTES: usize = 1 << 20;
+
+/// Where a stream's failure is counted and said.
+struct StreamFailures {
+    metrics: crate::metrics::Metrics,
+    provider: usize,
+    request_id: String,
+}
+
+/// keel's request id of `req` (the one its log lines carry).
+fn request_id_of(req: &HttpRequest) -> String {
+    actix_web::HttpMessage::extensions(req)
+        .get::<tracing_actix_web::RequestId>()
+        .map(ToString::to_string)
+        .unwrap_or_default()
 }
 
 impl Relay {
     fn record(&mut self, complete: bool, error: Option<String>) {
         self.finished = true;
         if let Some(recording) = self.recording.take() {
+            if let Some(other) = self.other.take() {
+                let bytes = Bytes::from(other.kept);
+                let error = error.or_else(|| error_in_body(&bytes)).or_else(|| {
+                    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+                        .is_err()
+                        .then(|| {
+                            format!(
+                                "the provider answered a streamed request with {:?}, not an event stream",
+                                other.content_type
+                            )
+                        })
+                });
+                let complete = complete && error.is_none();
+                recording.record(
+                    self.status,
+                    Reply::Body(bytes),
+                    Some(self.first_byte),
+                    complete,
+                    error,
+                );
+                return;
+            }
             let assembler = &mut self.assembler;
             self.parser.finish(&mut |data| assembler.on_data(data));
             let error = error.or_else(|| self.assembler.error().map(|e| format!("upstream error: {e}")));
-            let complete = complete && self.assembler.is_done();
+            // An error frame, even one followed by `[DONE]`, is no complete answer.
+            let complete = complete && self.assembler.is_done() && error.is_none();
             recording.record(
                 self.status,
                 Reply::Assembled(self.assembler.completion()),
@@ -563,6 +679,39 @@ impl Relay {
             );
         }
     }
+
+    /// The provider's stream failed (`cause`): recorded, counted and logged; the client gets
+    /// an error event now and an aborted body at the next poll.
+    fn fail(&mut self, failure: CallFailure, cause: String) -> Poll<Option<Result<Bytes, CallFailure>>> {
+        // An event the provider left unfinished is ended first, so the error event is one
+        // of its own (a partial frame was already sent as it came).
+        let partial = self.parser.has_partial();
+        self.record(false, Some(cause.clone()));
+        self.failures.metrics.stream_error(self.failures.provider);
+        tracing::warn!(
+            provider = PROVIDERS[self.failures.provider],
+            request_id = %self.failures.request_id,
+            cause = %cause,
+            "a proxied stream failed in its middle; the client got an error event"
+        );
+        if !self.sse {
+            return Poll::Ready(Some(Err(failure)));
+        }
+        self.abort = Some((failure, Box::pin(tokio::time::sleep(ABORT_AFTER))));
+        let event = serde_json::json!({"error": {
+            "message": cause,
+            "type": "upstream_error",
+            "code": "stream_interrupted",
+        }});
+        let mut frame = Vec::with_capacity(200);
+        if partial {
+            frame.extend_from_slice(b"\n\n");
+        }
+        frame.extend_from_slice(b"data: ");
+        frame.extend_from_slice(event.to_string().as_bytes());
+        frame.extend_from_slice(b"\n\n");
+        Poll::Ready(Some(Ok(Bytes::from(frame))))
+    }
 }
 
 impl Stream for Relay {
@@ -570,26 +719,68 @@ impl Stream for Relay {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if let Some((failure, after)) = &mut this.abort {
+            // Pending meanwhile: actix writes out what it holds (the error event).
+            ready!(after.as_mut().poll(cx));
+            let failure = *failure;
+            this.abort = None;
+            return Poll::Ready(Some(Err(failure)));
+        }
+        if this.finished {
+            return Poll::Ready(None);
+        }
         match Pin::new(&mut this.upstream).poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
                 if this.recording.is_some() {
-                    let assembler = &mut this.assembler;
-                    this.parser.push(&bytes, &mut |data| assembler.on_data(data));
+                    if let Some(other) = &mut this.other {
+                        let room = KEPT_OTHER_BYTES.saturating_sub(other.kept.len());
+                        other.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                    } else {
+                        let assembler = &mut this.assembler;
+                        this.parser.push(&bytes, &mut |data| assembler.on_data(data));
+                    }
                 }
                 Poll::Ready(Some(Ok(bytes)))
             }
             Poll::Ready(Some(Err(err))) => {
-                this.record(
-                    false,
-                    Some(format!("upstream stream broke: {}", err.describe("provider"))),
-                );
-                Poll::Ready(Some(Err(err)))
+                let cause = match err {
+                    CallFailure::Timeout => {
+                        format!("the provider's stream stalled: {}", err.describe("the provider"))
+                    }
+                    _ => "the provider's stream broke off in its middle".to_owned(),
+                };
+                this.fail(err, cause)
             }
             Poll::Ready(None) => {
+                // A body that ended cleanly, but an event stream that never said `[DONE]`
+                // nor why it finished, nor sent an error: cut (a close-delimited body's
+                // end looks like any other).
+                if this.sse
+                    && !this.assembler.is_done()
+                    && !this.assembler.finished()
+                    && this.assembler.error().is_none()
+                {
+                    return this.fail(
+                        CallFailure::Failed,
+                        "the provider's stream ended before [DONE] and without a finish_reason".to_owned(),
+                    );
+                }
                 this.record(true, None);
                 Poll::Ready(None)
             }
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => {
+                // The provider is silent: a client that left is noticed now, not at the next
+                // write, and the provider's call is dropped with this stream.
+                if this.client.as_mut().is_some_and(|c| c.poll_gone(cx)) {
+                    this.record(
+                        false,
+                        Some("the client disconnected before the stream ended".into()),
+                    );
+                    this.client = None;
+                    return Poll::Ready(Some(Err(CallFailure::Failed)));
+                }
+                Poll::Pending
+            }
         }
     }
 }

@@ -42,6 +42,12 @@ impl SseParser {
         self.line.extend_from_slice(bytes);
     }
 
+    /// Whether an event is unfinished: a line without its end, or data lines without the
+    /// blank line that ends their event.
+    pub fn has_partial(&self) -> bool {
+        !self.line.is_empty() || self.has_data
+    }
+
     /// The stream ended: an event without its closing blank line still counts.
     pub fn finish(&mut self, on_data: &mut impl FnMut(&str)) {
         let line = std::mem::take(&mut self.line);
@@ -390,6 +396,11 @@ impl CompletionAssembler {
     /// Whether the stream said `[DONE]`.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Whether a choice said why it finished (`finish_reason`).
+    pub fn finished(&self) -> bool {
+        self.choices.values().any(|c| !c.finish_reason.is_null())
     }
 
     pub fn usage(&self) -> Option<&Value> {

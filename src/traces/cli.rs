@@ -338,6 +338,10 @@ pub fn openai_chat_line(raw: &Value) -> Option<Value> {
     if !(200..300).contains(&status) {
         return None;
     }
+    // A broken stream or an answer with an error is never a training example.
+    if raw["complete"] != Value::Bool(true) || !raw["error"].is_null() {
+        return None;
+    }
     let messages = raw
         .pointer("/request/messages")?
         .as_array()

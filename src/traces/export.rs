@@ -5,7 +5,9 @@
 //!   text (content parts' text blocks joined), or `{messages: [reply]}` when it calls tools.
 //! - `prompts`: `{input}` only. `raw`: the stored trace, unconverted.
 //! - A trace without an extractable request/response pair (an upstream error, a reply with
-//!   neither text nor tool calls, a request without messages) is skipped and counted.
+//!   neither text nor tool calls, a request without messages) is skipped and counted, and so
+//!   is one that is not complete (a stream that broke, or that the client left) or carries an
+//!   error: only `raw` keeps those, with their `complete` and `error`.
 
 use entities::trace;
 use serde_json::{json, Value};
@@ -130,10 +132,20 @@ pub fn raw_of(t: &trace::Model) -> Value {
     })
 }
 
+/// A trace that ended as it should: complete and without an error (its status is checked
+/// by the formats themselves).
+pub fn is_clean(t: &trace::Model) -> bool {
+    t.complete && t.error.is_none()
+}
+
 /// One trace in `format`, or `None` when it is skipped.
 pub fn convert(t: &trace::Model, format: Format) -> Option<Value> {
     if format == Format::Raw {
         return Some(raw_of(t));
+    }
+    // A stream that broke, or an answer carrying an error, is never a training example.
+    if !is_clean(t) {
+        return None;
     }
     let request = parse(Some(&t.request))?;
     let input = input_of(&request)?;

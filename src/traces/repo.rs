@@ -85,7 +85,8 @@ pub struct TraceRow {
 #[derive(Debug, Default, Clone)]
 pub struct TraceFilter {
     pub model: Option<String>,
-    /// `Some(true)`: 2xx answers only; `Some(false)`: the others.
+    /// `Some(true)`: 2xx answers that are complete and carry no error; `Some(false)`: the
+    /// others.
     pub ok: Option<bool>,
     /// Keyset paging: only traces older than this `(created_at, id)`.
     pub before: Option<(DateTime<Utc>, String)>,
@@ -114,13 +115,21 @@ fn kept_by(
     if let Some(model) = &filter.model {
         query = query.filter(trace::Column::Model.eq(model.as_str()));
     }
+    // `ok`: a 2xx answer, complete, without an error; anything else is not ok.
     match filter.ok {
-        Some(true) => query = query.filter(trace::Column::StatusCode.between(200, 299)),
+        Some(true) => {
+            query = query
+                .filter(trace::Column::StatusCode.between(200, 299))
+                .filter(trace::Column::Complete.eq(true))
+                .filter(trace::Column::Error.is_null())
+        }
         Some(false) => {
             query = query.filter(
                 Condition::any()
                     .add(trace::Column::StatusCode.lt(200))
-                    .add(trace::Column::StatusCode.gt(299)),
+                    .add(trace::Column::StatusCode.gt(299))
+                    .add(trace::Column::Complete.eq(false))
+                    .add(trace::Column::Error.is_not_null()),
             )
         }
         None => {}

@@ -449,3 +449,161 @@ impl CuttableProxy {
         self.accept_on(listener);
     }
 }
+
+/// A provider written at the TCP level, for answers an HTTP framework will not give: a body
+/// cut at any point (chunked, sized or delimited by the connection's close), a stall, odd
+/// content types. The request's `model` picks the script; each connection's close is noted
+/// (when keel dropped the call).
+#[derive(Clone, Default)]
+pub struct RawProvider {
+    /// The `model` of each request, in order.
+    pub models: Arc<Mutex<Vec<String>>>,
+    /// Each request's body as received.
+    pub bodies: Arc<Mutex<Vec<Value>>>,
+    /// When keel closed a connection the script was holding open (silent scripts).
+    pub closed_at: Arc<Mutex<Vec<std::time::Instant>>>,
+}
+
+/// A chunk of a chat stream, as a provider frames it.
+pub fn chunk_frame(content: &str) -> String {
+    format!(
+        "data: {{\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":null}}]}}\n\n"
+    )
+}
+
+const FINISH: &str = "data: {\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+const USAGE: &str = "data: {\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n";
+
+impl RawProvider {
+    pub fn start() -> (Self, String) {
+        let fake = Self::default();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let shared = fake.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                listener.set_nonblocking(true).unwrap();
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(shared.clone().serve(stream));
+                }
+            });
+        });
+        (fake, url)
+    }
+
+    async fn serve(self, mut stream: tokio::net::TcpStream) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut request = Vec::new();
+        let mut buf = [0u8; 8192];
+        let head_end = loop {
+            let Ok(n) = stream.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            request.extend_from_slice(&buf[..n]);
+            if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while request.len() < head_end + length {
+            let Ok(n) = stream.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+        let body: Value = serde_json::from_slice(&request[head_end..]).unwrap_or(Value::Null);
+        let model = body["model"].as_str().unwrap_or_default().to_owned();
+        self.models.lock().unwrap().push(model.clone());
+        self.bodies.lock().unwrap().push(body.clone());
+        let three: String = ["tok0 ", "tok1 ", "tok2 "]
+            .iter()
+            .map(|t| chunk_frame(t))
+            .collect();
+        let sse_head =
+            |extra: &str| format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{extra}\r\n");
+        let chunked = |data: &str| format!("{:x}\r\n{data}\r\n", data.len());
+        let answer: Vec<u8> = match model.as_str() {
+            // Close-delimited: no length, no chunks; the connection's close ends the body.
+            "cut-close" => (sse_head("connection: close\r\n") + &three).into_bytes(),
+            // Chunked, and the connection closes without the last chunk.
+            "cut-chunked" => (sse_head("transfer-encoding: chunked\r\n") + &chunked(&three)).into_bytes(),
+            // A length, and fewer bytes.
+            "cut-sized" => {
+                (sse_head(&format!("content-length: {}\r\n", three.len() + 500)) + &three).into_bytes()
+            }
+            // An error frame in the stream, then [DONE].
+            "error-frame" => {
+                let frames = chunk_frame("tok0 ")
+                    + "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"code\":null}}\n\n"
+                    + "data: [DONE]\n\n";
+                (sse_head(&format!("content-length: {}\r\n", frames.len())) + &frames).into_bytes()
+            }
+            // A whole stream under an odd content type (or none).
+            "odd-case" | "no-type" | "ndjson" => {
+                let frames = three.clone() + FINISH + USAGE + "data: [DONE]\n\n";
+                let content_type = match model.as_str() {
+                    "odd-case" => "content-type: Text/Event-Stream; charset=utf-8\r\n",
+                    "ndjson" => "content-type: application/x-ndjson\r\n",
+                    _ => "",
+                };
+                format!(
+                    "HTTP/1.1 200 OK\r\n{content_type}content-length: {}\r\n\r\n{frames}",
+                    frames.len()
+                )
+                .into_bytes()
+            }
+            // An error as JSON answering a streamed request.
+            "json-error" => {
+                let error = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#;
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{error}",
+                    error.len()
+                )
+                .into_bytes()
+            }
+            // A complete stream, its usage chunk only when asked for.
+            "whole" => {
+                let asked = body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+                let frames = three.clone() + FINISH + if asked { USAGE } else { "" } + "data: [DONE]\n\n";
+                (sse_head(&format!("content-length: {}\r\n", frames.len())) + &frames).into_bytes()
+            }
+            // One frame, then silence, with the connection held open until keel closes it.
+            "silent" => {
+                let _ = stream
+                    .write_all(
+                        (sse_head("transfer-encoding: chunked\r\n") + &chunked(&chunk_frame("tok0 ")))
+                            .as_bytes(),
+                    )
+                    .await;
+                let mut sink = [0u8; 1024];
+                loop {
+                    match stream.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+                self.closed_at.lock().unwrap().push(std::time::Instant::now());
+                return;
+            }
+            _ => b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_vec(),
+        };
+        let _ = stream.write_all(&answer).await;
+        let _ = stream.shutdown().await;
+    }
+}

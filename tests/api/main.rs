@@ -22,6 +22,7 @@ mod queue;
 mod relay;
 mod runs;
 mod serving;
+mod streams;
 mod system;
 mod traces;
 mod validation;

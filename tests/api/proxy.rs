@@ -598,12 +598,19 @@ async fn a_stream_that_falls_silent_past_the_read_timeout_ends_and_keeps_a_parti
         }
     }
     assert!(broke, "the client saw the stream end without its last chunk");
-    assert_eq!(sse_events(&String::from_utf8(received).unwrap()).len(), 1);
+    // The provider's one frame, then keel's error event naming the stall.
+    let events = sse_events(&String::from_utf8(received).unwrap());
+    assert_eq!(events.len(), 2, "{events:?}");
+    let event: Value = serde_json::from_str(&events[1]).unwrap();
+    assert_eq!(event["error"]["code"], "stream_interrupted");
     let traces = raw_traces(&app, &org, &project, 1).await;
     assert_eq!(traces[0]["complete"], false);
     assert_eq!(traces[0]["statusCode"], 200);
     let error = traces[0]["error"].as_str().unwrap();
-    assert!(error.contains("did not answer in time"), "{error}");
+    assert!(
+        error.contains("stalled") && error.contains("did not answer in time"),
+        "{error}"
+    );
 }
 
 #[actix_web::test]

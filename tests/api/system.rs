@@ -258,6 +258,14 @@ async fn an_org_id_the_schema_accepts_is_never_refused_as_blank_and_one_it_refus
             assert_eq!(status, expected, "{c:?}");
         }
     }
+    // An optional filter: empty is absent (the pattern allows it), whitespace is refused.
+    for path in ["/api/projects", "/api/api-keys", "/api/traces/projects"] {
+        let empty = app.get(&format!("{path}?orgId="), &org.api_key).await.status();
+        assert_eq!(empty, StatusCode::OK, "{path}");
+        let blank = app.get(&format!("{path}?orgId=%20"), &org.api_key).await.status();
+        assert!(blank.is_client_error(), "{path}: {blank}");
+    }
+    assert!(pattern.is_match(""));
 }
 
 #[actix_web::test]
