@@ -188,6 +188,7 @@ async fn run_one(
                     prompt_tokens: Set(Some(24)),
                     completion_tokens: Set(Some(2)),
                     total_tokens: Set(Some(26)),
+                    usage_estimated: Set(false),
                     error: Set(None),
                     created_at: Set(spread(i, bench.traces)),
                 }

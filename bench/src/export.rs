@@ -113,6 +113,7 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
                 prompt_tokens: Some(41),
                 completion_tokens: Some(29),
                 total_tokens: Some(70),
+                usage_estimated: false,
                 error: None,
                 created_at: now - chrono::Duration::milliseconds((bench.traces - i) as i64),
             })

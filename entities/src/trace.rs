@@ -20,6 +20,8 @@ pub struct Model {
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub total_tokens: Option<i64>,
+    /// The tokens were estimated from the text (the provider sent no usage).
+    pub usage_estimated: bool,
     pub error: Option<String>,
     pub created_at: DateTimeUtc,
 }

@@ -16,6 +16,7 @@ mod m20261125_000001_pending_payments;
 mod m20261125_000002_trace_export_index;
 mod m20261125_000003_trace_project_org_fk;
 mod m20261126_000001_console_sessions;
+mod m20261126_000002_trace_usage_estimated;
 
 pub struct Migrator;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000002_trace_export_index::Migration),
             Box::new(m20261125_000003_trace_project_org_fk::Migration),
             Box::new(m20261126_000001_console_sessions::Migration),
+            Box::new(m20261126_000002_trace_usage_estimated::Migration),
         ]
     }
 }

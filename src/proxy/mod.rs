@@ -8,6 +8,7 @@ pub mod redact;
 pub mod relay;
 pub mod sse;
 pub mod upstream;
+pub mod usage;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -221,6 +222,19 @@ impl TraceDraft {
                 .and_then(Value::as_i64)
         };
         let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        // A stream whose provider sent no usage: estimated from the text, and said so.
+        let estimated = match (&response, usage("prompt_tokens")) {
+            (Some(r), None) if self.stream => Some(usage::estimate(&self.request, &r.fields)),
+            _ => None,
+        };
+        let (prompt_tokens, completion_tokens, total_tokens) = match estimated {
+            Some((prompt, completion)) => (Some(prompt), Some(completion), Some(prompt + completion)),
+            None => (
+                usage("prompt_tokens"),
+                usage("completion_tokens"),
+                usage("total_tokens"),
+            ),
+        };
         trace::Model {
             // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
             // instead of landing on a random page of it per row.
@@ -230,9 +244,10 @@ impl TraceDraft {
             provider: self.provider.to_owned(),
             model: self.model,
             request: String::from_utf8_lossy(&self.request).into_owned(),
-            prompt_tokens: usage("prompt_tokens"),
-            completion_tokens: usage("completion_tokens"),
-            total_tokens: usage("total_tokens"),
+            prompt_tokens,
+            completion_tokens,
+            total_tokens,
+            usage_estimated: estimated.is_some(),
             response: response.map(|r| r.text),
             status_code: i32::from(ending.status),
             stream: self.stream,
@@ -413,6 +428,16 @@ async fn proxy_chat(
         (body, scan.head)
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+    // Every streamed call asks the provider for its usage (most SDK streams do not), so the
+    // trace has its tokens; when the client did not ask, the usage chunk is taken out of
+    // what it receives, which is then what the provider would have sent it.
+    let client_asked_usage = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+    let strip_usage = stream && !client_asked_usage;
+    let (upstream_body, forwarded) = if strip_usage {
+        (asking_for_usage(&upstream_body, &request)?, upstream_body)
+    } else {
+        (upstream_body.clone(), upstream_body)
+    };
 
     let recording = project_id.map(|project_id| Recording {
         draft: TraceDraft {
@@ -426,8 +451,9 @@ async fn proxy_chat(
                     .map(|c| if c == '\0' { '\u{fffd}' } else { c })
                     .collect()
             }),
-            // The forwarded body: the caller's bytes, or their redacted re-serialization.
-            request: upstream_body.clone(),
+            // The caller's bytes, or their redacted re-serialization (without the usage
+            // request keel adds).
+            request: forwarded,
             stream,
             started,
         },
@@ -488,6 +514,8 @@ async fn proxy_chat(
             parser: SseParser::default(),
             assembler: CompletionAssembler::default(),
             sse: is_event_stream,
+            strip_usage: strip_usage && is_event_stream,
+            pending: bytes::BytesMut::new(),
             other: (!is_event_stream).then(|| OtherBody {
                 content_type: content_type.chars().take(100).collect(),
                 kept: Vec::new(),
@@ -546,6 +574,36 @@ async fn proxy_chat(
     }
 }
 
+/// `body` (a streamed request's JSON object) asking the provider for its usage:
+/// `"stream_options": {"include_usage": true}` put first when the body has no
+/// `stream_options` (its bytes otherwise as they are), else set in a re-serialization.
+fn asking_for_usage(body: &Bytes, request: &Value) -> ApiResult<Bytes> {
+    const ASK: &[u8] = br#""stream_options":{"include_usage":true},"#;
+    if request.get("stream_options").is_none() {
+        if let Some(open) = body.iter().position(|b| *b == b'{') {
+            let mut asked = Vec::with_capacity(body.len() + ASK.len());
+            asked.extend_from_slice(&body[..=open]);
+            asked.extend_from_slice(ASK);
+            asked.extend_from_slice(&body[open + 1..]);
+            return Ok(Bytes::from(asked));
+        }
+    }
+    let mut value: Value = serde_json::from_slice(body)
+        .map_err(|_| ApiError::BadRequest("the request body must be a JSON object".into()))?;
+    if let Some(object) = value.as_object_mut() {
+        let options = object
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if !options.is_object() {
+            *options = Value::Object(serde_json::Map::new());
+        }
+        options["include_usage"] = Value::Bool(true);
+    }
+    Ok(Bytes::from(
+        serde_json::to_vec(&value).map_err(anyhow::Error::from)?,
+    ))
+}
+
 /// `upstream error: <message>` when a JSON answer is an object with an `error` member.
 fn error_in_body(bytes: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -596,6 +654,10 @@ struct Relay {
     assembler: CompletionAssembler,
     /// The answer is an event stream (read for the trace).
     sse: bool,
+    /// keel asked for the usage chunk the client did not: it is taken out of the stream.
+    strip_usage: bool,
+    /// While stripping: the bytes of an event not yet whole (sent once it is).
+    pending: bytes::BytesMut,
     /// The answer is anything else: what is kept of it.
     other: Option<OtherBody>,
     recording: Option<Recording>,
@@ -729,57 +791,72 @@ impl Stream for Relay {
         if this.finished {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut this.upstream).poll_next(cx) {
-            Poll::Ready(Some(Ok(bytes))) => {
-                if this.recording.is_some() {
-                    if let Some(other) = &mut this.other {
-                        let room = KEPT_OTHER_BYTES.saturating_sub(other.kept.len());
-                        other.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
-                    } else {
-                        let assembler = &mut this.assembler;
-                        this.parser.push(&bytes, &mut |data| assembler.on_data(data));
+        loop {
+            match Pin::new(&mut this.upstream).poll_next(cx) {
+                Poll::Ready(Some(Ok(bytes))) => {
+                    if this.recording.is_some() {
+                        if let Some(other) = &mut this.other {
+                            let room = KEPT_OTHER_BYTES.saturating_sub(other.kept.len());
+                            other.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                        } else {
+                            let assembler = &mut this.assembler;
+                            this.parser.push(&bytes, &mut |data| assembler.on_data(data));
+                        }
                     }
-                }
-                Poll::Ready(Some(Ok(bytes)))
-            }
-            Poll::Ready(Some(Err(err))) => {
-                let cause = match err {
-                    CallFailure::Timeout => {
-                        format!("the provider's stream stalled: {}", err.describe("the provider"))
+                    let bytes = match this.strip_usage {
+                        true => sse::without_usage_chunks(&mut this.pending, bytes),
+                        false => bytes,
+                    };
+                    // Nothing to send yet (an event not whole, or only the usage chunk).
+                    if bytes.is_empty() {
+                        continue;
                     }
-                    _ => "the provider's stream broke off in its middle".to_owned(),
-                };
-                this.fail(err, cause)
-            }
-            Poll::Ready(None) => {
-                // A body that ended cleanly, but an event stream that never said `[DONE]`
-                // nor why it finished, nor sent an error: cut (a close-delimited body's
-                // end looks like any other).
-                if this.sse
-                    && !this.assembler.is_done()
-                    && !this.assembler.finished()
-                    && this.assembler.error().is_none()
-                {
-                    return this.fail(
-                        CallFailure::Failed,
-                        "the provider's stream ended before [DONE] and without a finish_reason".to_owned(),
-                    );
+                    return Poll::Ready(Some(Ok(bytes)));
                 }
-                this.record(true, None);
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                // The provider is silent: a client that left is noticed now, not at the next
-                // write, and the provider's call is dropped with this stream.
-                if this.client.as_mut().is_some_and(|c| c.poll_gone(cx)) {
-                    this.record(
-                        false,
-                        Some("the client disconnected before the stream ended".into()),
-                    );
-                    this.client = None;
-                    return Poll::Ready(Some(Err(CallFailure::Failed)));
+                Poll::Ready(Some(Err(err))) => {
+                    let cause = match err {
+                        CallFailure::Timeout => {
+                            format!("the provider's stream stalled: {}", err.describe("the provider"))
+                        }
+                        _ => "the provider's stream broke off in its middle".to_owned(),
+                    };
+                    return this.fail(err, cause);
                 }
-                Poll::Pending
+                Poll::Ready(None) => {
+                    // A body that ended cleanly, but an event stream that never said `[DONE]`
+                    // nor why it finished, nor sent an error: cut (a close-delimited body's
+                    // end looks like any other).
+                    if this.sse
+                        && !this.assembler.is_done()
+                        && !this.assembler.finished()
+                        && this.assembler.error().is_none()
+                    {
+                        return this.fail(
+                            CallFailure::Failed,
+                            "the provider's stream ended before [DONE] and without a finish_reason"
+                                .to_owned(),
+                        );
+                    }
+                    this.record(true, None);
+                    // What is left of an unfinished last event goes out as it came.
+                    if !this.pending.is_empty() {
+                        return Poll::Ready(Some(Ok(this.pending.split().freeze())));
+                    }
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    // The provider is silent: a client that left is noticed now, not at the
+                    // next write, and the provider's call is dropped with this stream.
+                    if this.client.as_mut().is_some_and(|c| c.poll_gone(cx)) {
+                        this.record(
+                            false,
+                            Some("the client disconnected before the stream ended".into()),
+                        );
+                        this.client = None;
+                        return Poll::Ready(Some(Err(CallFailure::Failed)));
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }

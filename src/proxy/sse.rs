@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
+use bytes::{Bytes, BytesMut};
+
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -292,6 +294,78 @@ impl<'a> Delta<'a> {
             }),
         }
     }
+}
+
+/// Where an event that ends in `bytes` ends (after its blank line), the last one.
+fn last_event_end(bytes: &[u8]) -> Option<usize> {
+    let lf = memchr::memmem::rfind(bytes, b"\n\n").map(|i| i + 2);
+    let crlf = memchr::memmem::rfind(bytes, b"\r\n\r\n").map(|i| i + 4);
+    lf.max(crlf)
+}
+
+/// Whether one event (its bytes, blank line included) is a usage-only chunk: `choices`
+/// empty and `usage` an object (what `stream_options.include_usage` adds before `[DONE]`).
+fn is_usage_only(event: &[u8]) -> bool {
+    if memchr::memmem::find(event, b"\"choices\"").is_none()
+        || memchr::memmem::find(event, b"\"usage\"").is_none()
+    {
+        return false;
+    }
+    let Ok(text) = std::str::from_utf8(event) else {
+        return false;
+    };
+    let data: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        .collect::<Vec<_>>()
+        .join("\n");
+    match serde_json::from_str::<Value>(&data) {
+        Ok(Value::Object(chunk)) => {
+            chunk
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+                && chunk.get("usage").is_some_and(Value::is_object)
+        }
+        _ => false,
+    }
+}
+
+/// `bytes` of an event stream without its usage-only chunks (see [`is_usage_only`]). Events
+/// leave whole: the bytes of one not yet whole wait in `pending`. Every other event goes out
+/// exactly as it came, and a chunk of whole events without a usage chunk in it is passed on
+/// as it is (no copy).
+pub fn without_usage_chunks(pending: &mut BytesMut, bytes: Bytes) -> Bytes {
+    let whole = bytes.ends_with(b"\n\n") || bytes.ends_with(b"\r\n\r\n");
+    if pending.is_empty()
+        && whole
+        && memchr::memmem::find(&bytes, b"\"choices\":[]").is_none()
+        && memchr::memmem::find(&bytes, b"\"choices\": []").is_none()
+    {
+        return bytes;
+    }
+    pending.extend_from_slice(&bytes);
+    let Some(end) = last_event_end(pending) else {
+        return Bytes::new();
+    };
+    let events = pending.split_to(end);
+    let mut out = BytesMut::with_capacity(events.len());
+    let mut rest: &[u8] = &events;
+    while !rest.is_empty() {
+        let lf = memchr::memmem::find(rest, b"\n\n").map(|i| i + 2);
+        let crlf = memchr::memmem::find(rest, b"\r\n\r\n").map(|i| i + 4);
+        let cut = match (lf, crlf) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(rest.len()),
+        };
+        let (event, after) = rest.split_at(cut);
+        if !is_usage_only(event) {
+            out.extend_from_slice(event);
+        }
+        rest = after;
+    }
+    out.freeze()
 }
 
 /// Folds `chat.completion.chunk`s into one `chat.completion`.

@@ -414,7 +414,25 @@ mod tests {
     use super::*;
 
     fn raw(request: Value, response: Value, status: i64) -> Value {
-        json!({"statusCode": status, "request": request, "response": response})
+        json!({"statusCode": status, "request": request, "response": response, "complete": true, "error": null})
+    }
+
+    #[test]
+    fn a_broken_stream_or_an_error_is_never_a_line() {
+        let pair = || {
+            raw(
+                json!({"messages": [{"role": "user", "content": "Count"}]}),
+                json!({"choices": [{"message": {"role": "assistant", "content": "tok0 tok1 tok2 "}}]}),
+                200,
+            )
+        };
+        assert!(openai_chat_line(&pair()).is_some());
+        let mut cut = pair();
+        cut["complete"] = json!(false);
+        assert_eq!(openai_chat_line(&cut), None);
+        let mut errored = pair();
+        errored["error"] = json!("upstream error: overloaded");
+        assert_eq!(openai_chat_line(&errored), None);
     }
 
     #[test]

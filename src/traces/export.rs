@@ -127,6 +127,7 @@ pub fn raw_of(t: &trace::Model) -> Value {
             "completion_tokens": t.completion_tokens,
             "total_tokens": t.total_tokens,
         },
+        "usageEstimated": t.usage_estimated,
         "error": t.error,
         "createdAt": t.created_at,
     })

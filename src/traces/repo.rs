@@ -263,7 +263,7 @@ pub async fn insert_traces(db: &DatabaseConnection, traces: &[trace::Model]) -> 
 }
 
 /// The traces table's columns, in the order [`push_values`] gives a trace's values.
-const COLUMNS: [trace::Column; 17] = [
+const COLUMNS: [trace::Column; 18] = [
     trace::Column::Id,
     trace::Column::OrgId,
     trace::Column::ProjectId,
@@ -279,6 +279,7 @@ const COLUMNS: [trace::Column; 17] = [
     trace::Column::PromptTokens,
     trace::Column::CompletionTokens,
     trace::Column::TotalTokens,
+    trace::Column::UsageEstimated,
     trace::Column::Error,
     trace::Column::CreatedAt,
 ];
@@ -303,6 +304,7 @@ fn push_values(trace: &trace::Model, values: &mut Vec<Value>) {
         prompt_tokens,
         completion_tokens,
         total_tokens,
+        usage_estimated,
         error,
         created_at,
     } = trace;
@@ -322,6 +324,7 @@ fn push_values(trace: &trace::Model, values: &mut Vec<Value>) {
         (*prompt_tokens).into(),
         (*completion_tokens).into(),
         (*total_tokens).into(),
+        (*usage_estimated).into(),
         error.clone().into(),
         (*created_at).into(),
     ]);
@@ -427,6 +430,7 @@ mod tests {
                 prompt_tokens: Some(24),
                 completion_tokens: None,
                 total_tokens: (i % 2 == 0).then_some(32),
+                usage_estimated: false,
                 error: (i % 7 == 0).then(|| "upstream answered 500".into()),
                 created_at: chrono::Utc::now(),
             })

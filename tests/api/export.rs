@@ -40,6 +40,7 @@ fn trace(
         prompt_tokens: Some(3),
         completion_tokens: Some(2),
         total_tokens: Some(5),
+        usage_estimated: false,
         error: None,
         created_at: at,
     }

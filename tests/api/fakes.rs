@@ -471,8 +471,8 @@ pub fn chunk_frame(content: &str) -> String {
     )
 }
 
-const FINISH: &str = "data: {\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
-const USAGE: &str = "data: {\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n";
+pub const FINISH: &str = "data: {\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+pub const USAGE: &str = "data: {\"id\":\"chatcmpl-raw\",\"object\":\"chat.completion.chunk\",\"created\":1763683210,\"model\":\"gpt-raw\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n";
 
 impl RawProvider {
     pub fn start() -> (Self, String) {
@@ -576,6 +576,11 @@ impl RawProvider {
                     error.len()
                 )
                 .into_bytes()
+            }
+            // A complete stream that never says its usage.
+            "no-usage" => {
+                let frames = three.clone() + FINISH + "data: [DONE]\n\n";
+                (sse_head(&format!("content-length: {}\r\n", frames.len())) + &frames).into_bytes()
             }
             // A complete stream, its usage chunk only when asked for.
             "whole" => {

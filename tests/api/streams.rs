@@ -256,3 +256,76 @@ async fn a_client_that_leaves_while_the_provider_is_silent_ends_the_call_within_
     let traces = raw_traces(&app, &org, &project, 1).await;
     assert!(traces[0]["error"].as_str().unwrap().contains("disconnected"));
 }
+
+#[actix_web::test]
+async fn every_stream_records_its_usage_and_the_client_sees_what_it_asked_for() {
+    let (app, provider) = raw_app(30).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let three: String = ["tok0 ", "tok1 ", "tok2 "]
+        .iter()
+        .map(|t| crate::fakes::chunk_frame(t))
+        .collect();
+
+    // The client did not ask for usage: keel asked, and took the usage chunk out.
+    let (text, clean) = streamed(&app, &org, &project, "whole").await;
+    assert!(clean);
+    assert_eq!(
+        text,
+        three.clone() + crate::fakes::FINISH + "data: [DONE]\n\n",
+        "exactly what the provider sends unasked"
+    );
+    let forwarded = provider.bodies.lock().unwrap()[0].clone();
+    assert_eq!(forwarded["stream_options"], json!({"include_usage": true}));
+
+    // The client asked: it gets the usage chunk, and its body travels as it was.
+    let body = json!({"model": "whole", "stream": true, "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "count"}]});
+    let asked = sdk_request(&app, &org, Some(&project), &body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        asked,
+        three.clone() + crate::fakes::FINISH + crate::fakes::USAGE + "data: [DONE]\n\n"
+    );
+
+    // A provider that never says: estimated from the text, and marked so.
+    let (_, clean) = streamed(&app, &org, &project, "no-usage").await;
+    assert!(clean);
+
+    let traces = raw_traces(&app, &org, &project, 3).await;
+    // Newest first: no-usage, asked, whole.
+    let (estimated, asked, whole) = (&traces[0], &traces[1], &traces[2]);
+    for trace in [whole, asked] {
+        assert_eq!(
+            trace["usage"],
+            json!({"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}),
+            "{trace}"
+        );
+        assert_eq!(trace["usageEstimated"], false);
+    }
+    assert!(
+        whole["request"].get("stream_options").is_none(),
+        "the client's request is stored: {whole}"
+    );
+    assert_eq!(estimated["usageEstimated"], true, "{estimated}");
+    let prompt = estimated["usage"]["prompt_tokens"].as_i64().unwrap();
+    let completion = estimated["usage"]["completion_tokens"].as_i64().unwrap();
+    assert!(prompt > 0 && (3..=12).contains(&completion), "{estimated}");
+    assert_eq!(
+        estimated["usage"]["total_tokens"].as_i64().unwrap(),
+        prompt + completion
+    );
+    // The token metric counts the streams too.
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(
+        metric(
+            &metrics,
+            r#"keel_proxy_tokens_total{kind="completion",model="whole",provider="openai"}"#
+        ) >= 8.0
+    );
+}

@@ -509,6 +509,7 @@ async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
         prompt_tokens: Some(0),
         completion_tokens: Some(-1),
         total_tokens: Some(1),
+        usage_estimated: false,
         error: Some(format!("{hostile}\n\\.")),
         created_at: created_at(123_456_789),
     };
@@ -528,6 +529,7 @@ async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
         prompt_tokens: None,
         completion_tokens: None,
         total_tokens: None,
+        usage_estimated: false,
         error: None,
         created_at: created_at(0),
     };
@@ -613,6 +615,7 @@ fn pending_trace(id: String, org_id: &str, project_id: &str) -> keel::traces::wr
         prompt_tokens: None,
         completion_tokens: None,
         total_tokens: None,
+        usage_estimated: false,
         error: None,
         created_at: chrono::Utc::now(),
     })
