@@ -284,6 +284,10 @@ pub struct ProxySettings {
     /// shorter than the providers' own keep-alive timeout, so that keel never sends a call
     /// on a connection the provider is closing (the call would fail with 502).
     pub pool_idle_timeout_ms: u64,
+    /// Longest a streamed answer waits for its client to take the next bytes (a client that
+    /// stopped reading) before both the client's connection and the provider's call end, in
+    /// seconds; 0: no bound.
+    pub client_write_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

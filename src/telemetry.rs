@@ -184,6 +184,64 @@ static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 /// route is `/v1/{tail:.*}`), already without secrets and query.
 pub struct LoggedPath(pub String);
 
+/// A request's `info` line, written when it is answered, or, for a proxied stream, when
+/// its body ends (with how it ended).
+#[derive(Debug, Clone)]
+pub struct RequestLine {
+    method: String,
+    route: String,
+    path: String,
+    request_id: String,
+    started: std::time::Instant,
+}
+
+impl RequestLine {
+    /// Writes the line; `stream_error`: why a streamed body ended early.
+    pub fn log(&self, status: u16, stream_error: Option<&str>) {
+        let Self {
+            method,
+            route,
+            path,
+            request_id,
+            started,
+        } = self;
+        let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+        match (FORMAT.get(), stream_error) {
+            (Some(LogFormat::Json), None) => {
+                tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, "request")
+            }
+            (Some(LogFormat::Json), Some(stream_error)) => {
+                tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, stream_error, "request")
+            }
+            (_, None) => {
+                tracing::info!(target: "keel::request", "{method} {path} {status} {latency_ms:.1}ms {request_id}")
+            }
+            (_, Some(stream_error)) => tracing::info!(
+                target: "keel::request",
+                "{method} {path} {status} {latency_ms:.1}ms {request_id} stream_error=\"{stream_error}\""
+            ),
+        }
+    }
+}
+
+/// Put on a streamed response whose body writes the request's line itself when it ends
+/// (the line then says whether the stream failed); filled with the line when answered.
+#[derive(Clone, Default)]
+pub struct DeferredLine(std::sync::Arc<std::sync::OnceLock<RequestLine>>);
+
+impl DeferredLine {
+    fn set(&self, line: RequestLine) {
+        let _ = self.0.set(line);
+    }
+
+    /// Writes the request's line (if request lines are written at all).
+    pub fn log(&self, status: u16, stream_error: Option<&str>) {
+        if let Some(line) = self.0.get() {
+            line.log(status, stream_error);
+        }
+    }
+}
+
 /// When a request started (for its one `info` line).
 #[derive(Clone, Copy)]
 struct Started(std::time::Instant);
@@ -240,14 +298,17 @@ impl RootSpanBuilder for RootSpan {
                 let route = request.match_pattern();
                 let route = route.as_deref().unwrap_or("(no route)");
                 let path = extensions.get::<LoggedPath>().map_or(route, |p| p.0.as_str());
-                let status = response.status().as_u16();
-                let latency_ms = (at.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-                let method = request.method().as_str();
-                if matches!(FORMAT.get(), Some(LogFormat::Json)) {
-                    // Fields a log pipeline indexes, not one string to parse.
-                    tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, "request");
-                } else {
-                    tracing::info!(target: "keel::request", "{method} {path} {status} {latency_ms:.1}ms {request_id}");
+                let line = RequestLine {
+                    method: request.method().as_str().to_owned(),
+                    route: route.to_owned(),
+                    path: path.to_owned(),
+                    request_id: request_id.to_owned(),
+                    started: at,
+                };
+                // A proxied stream says how it ended, in a line of its own when it ends.
+                match response.response().extensions().get::<DeferredLine>() {
+                    Some(deferred) => deferred.set(line),
+                    None => line.log(response.status().as_u16(), None),
                 }
             }
         }

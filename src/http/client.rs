@@ -22,11 +22,37 @@ pub fn record_socket(connection: &dyn Any, extensions: &mut Extensions) {
     }
 }
 
+/// A descriptor shared by a watch on it and whoever may shut its connection down.
+struct SharedFd(Arc<OwnedFd>);
+
+impl std::os::fd::AsRawFd for SharedFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// A client's connection watched by the reactor: readable (a FIN, a reset, or bytes) wakes
 /// the task at once, and [`ClientWatch::poll_gone`] then tells which.
-pub struct ClientWatch(tokio::io::unix::AsyncFd<OwnedFd>);
+pub struct ClientWatch(tokio::io::unix::AsyncFd<SharedFd>);
+
+/// Ends a client's connection from outside the task that serves it (a watchdog's).
+#[derive(Clone)]
+pub struct ClientCloser(Arc<OwnedFd>);
+
+impl ClientCloser {
+    /// Shuts the connection down both ways: a write blocked on it fails, and the client
+    /// sees it end.
+    pub fn close(&self) {
+        let _ = socket2::SockRef::from(self.0.as_ref()).shutdown(std::net::Shutdown::Both);
+    }
+}
 
 impl ClientWatch {
+    /// A closer of the watched connection.
+    pub fn closer(&self) -> ClientCloser {
+        ClientCloser(self.0.get_ref().0.clone())
+    }
+
     /// Whether the client has left; registers the task to be woken when the connection
     /// next becomes readable.
     pub fn poll_gone(&mut self, cx: &mut std::task::Context<'_>) -> bool {
@@ -36,7 +62,7 @@ impl ClientWatch {
                 std::task::Poll::Ready(Err(_)) => return false,
                 std::task::Poll::Ready(Ok(ready)) => ready,
             };
-            if peer_gone(self.0.get_ref()) {
+            if peer_gone(&self.0.get_ref().0) {
                 return true;
             }
             // Bytes (a pipelined request) or a spurious wake-up: wait for the next change.
@@ -88,9 +114,10 @@ impl ClientPresence {
     /// A watch on the connection for the task that polls it (`None` when it cannot be
     /// watched: no socket recorded, or the reactor refuses it).
     pub fn watch(self) -> Option<ClientWatch> {
-        let fd = Arc::try_unwrap(self.0?).ok()?;
-        // SAFETY: the descriptor is owned by what is registered (an `OwnedFd` of our own,
-        // never handed out), so it stays open and the same while the `AsyncFd` lives.
+        let fd = SharedFd(self.0?);
+        // SAFETY: the descriptor is owned (shared, never closed early: only `shutdown` is
+        // called on it elsewhere) by what is registered, so it stays open and the same
+        // while the `AsyncFd` lives.
         unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
             .ok()
             .map(ClientWatch)

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod redact;
 pub mod relay;
 pub mod sse;
+mod stuck;
 pub mod upstream;
 pub mod usage;
 
@@ -525,13 +526,27 @@ async fn proxy_chat(
             first_byte,
             finished: false,
             abort: None,
-            client: crate::http::client::ClientPresence::of(&req).watch(),
+            client: None,
+            stuck: None,
             failures: StreamFailures {
                 metrics: state.metrics.clone(),
                 provider: provider_index,
                 request_id: request_id_of(&req),
+                line: None,
             },
         };
+        let mut relay = relay;
+        let line = crate::telemetry::DeferredLine::default();
+        reply.extensions_mut().insert(line.clone());
+        relay.failures.line = Some(line);
+        relay.client = crate::http::client::ClientPresence::of(&req).watch();
+        let write_timeout = state.settings.proxy.client_write_timeout_secs;
+        if write_timeout > 0 {
+            relay.stuck = relay
+                .client
+                .as_ref()
+                .map(|c| stuck::watch(c.closer(), Duration::from_secs(write_timeout)));
+        }
         return Ok(reply.streaming(relay));
     }
 
@@ -669,6 +684,8 @@ struct Relay {
     abort: Option<(CallFailure, Pin<Box<tokio::time::Sleep>>)>,
     /// The client's connection, watched while the provider is silent.
     client: Option<crate::http::client::ClientWatch>,
+    /// Whether the client takes what it is given (`proxy.client_write_timeout_secs`).
+    stuck: Option<std::sync::Arc<stuck::Watch>>,
     failures: StreamFailures,
 }
 
@@ -691,6 +708,8 @@ struct StreamFailures {
     metrics: crate::metrics::Metrics,
     provider: usize,
     request_id: String,
+    /// The request's log line, written when the stream ends (saying how).
+    line: Option<crate::telemetry::DeferredLine>,
 }
 
 /// keel's request id of `req` (the one its log lines carry).
@@ -704,6 +723,9 @@ fn request_id_of(req: &HttpRequest) -> String {
 impl Relay {
     fn record(&mut self, complete: bool, error: Option<String>) {
         self.finished = true;
+        if let Some(line) = self.failures.line.take() {
+            line.log(self.status, error.as_deref());
+        }
         if let Some(recording) = self.recording.take() {
             if let Some(other) = self.other.take() {
                 let bytes = Bytes::from(other.kept);
@@ -791,6 +813,9 @@ impl Stream for Relay {
         if this.finished {
             return Poll::Ready(None);
         }
+        if let Some(stuck) = &this.stuck {
+            stuck.polled();
+        }
         loop {
             match Pin::new(&mut this.upstream).poll_next(cx) {
                 Poll::Ready(Some(Ok(bytes))) => {
@@ -810,6 +835,9 @@ impl Stream for Relay {
                     // Nothing to send yet (an event not whole, or only the usage chunk).
                     if bytes.is_empty() {
                         continue;
+                    }
+                    if let Some(stuck) = &this.stuck {
+                        stuck.handed();
                     }
                     return Poll::Ready(Some(Ok(bytes)));
                 }
@@ -865,10 +893,14 @@ impl Stream for Relay {
 impl Drop for Relay {
     fn drop(&mut self) {
         if !self.finished {
-            self.record(
-                false,
-                Some("the client disconnected before the stream ended".into()),
-            );
+            let cause = match &self.stuck {
+                Some(stuck) if stuck.tripped() => format!(
+                    "the client stopped reading for {} s; its connection and the provider's call were ended",
+                    stuck.timeout().as_secs()
+                ),
+                _ => "the client disconnected before the stream ended".into(),
+            };
+            self.record(false, Some(cause));
         }
     }
 }

@@ -937,3 +937,49 @@ async fn sigterm_answers_every_request_that_reached_keel_until_it_stops_listenin
         "requests that reached keel were cut off: {errors:?}"
     );
 }
+
+#[actix_web::test]
+async fn a_client_that_leaves_a_silent_stream_closes_the_providers_connection_within_a_second() {
+    let db = TestDb::new().await;
+    let (provider, url) = crate::fakes::RawProvider::start();
+    let openai = format!("{url}/v1");
+    // The default read timeout (300 s): only the client's leaving can end the call.
+    let instance = Instance::started(&db.url, &[("KEEL__PROVIDERS__OPENAI_URL", openai.as_str())]).await;
+    let http = client();
+    let (_, key) = org_with_key(&http, &instance.base, "Acme").await;
+    let mut stream = reqwest::Client::new()
+        .post(instance.url("/v1/chat/completions"))
+        .bearer_auth(&key)
+        .header("X-Service-Provider", "openai")
+        .header("X-Service-Provider-Key", "sk-test-provider-key")
+        .header("X-Service-Record", "false")
+        .json(&json!({"model": "silent", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    use futures_util::StreamExt;
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("tok0"));
+    // The client's FIN, while the provider says nothing.
+    let left = Instant::now();
+    drop(stream);
+    let closed = provider.closed_at.clone();
+    for _ in 0..100 {
+        if !closed.lock().unwrap().is_empty() {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = closed
+        .lock()
+        .unwrap()
+        .first()
+        .copied()
+        .expect("the provider's connection was closed");
+    assert!(
+        at.duration_since(left) < Duration::from_secs(1),
+        "{:?}",
+        at.duration_since(left)
+    );
+}

@@ -588,6 +588,23 @@ impl RawProvider {
                 let frames = three.clone() + FINISH + if asked { USAGE } else { "" } + "data: [DONE]\n\n";
                 (sse_head(&format!("content-length: {}\r\n", frames.len())) + &frames).into_bytes()
             }
+            // Frames of 64 KiB as fast as keel takes them, until it stops taking them.
+            "firehose" => {
+                let _ = stream
+                    .write_all(sse_head("transfer-encoding: chunked\r\n").as_bytes())
+                    .await;
+                let frame = chunk_frame(&"x".repeat(64 * 1024));
+                let chunk = chunked(&frame);
+                loop {
+                    let write = stream.write_all(chunk.as_bytes());
+                    match tokio::time::timeout(std::time::Duration::from_secs(60), write).await {
+                        Ok(Ok(())) => {}
+                        _ => break,
+                    }
+                }
+                self.closed_at.lock().unwrap().push(std::time::Instant::now());
+                return;
+            }
             // One frame, then silence, with the connection held open until keel closes it.
             "silent" => {
                 let _ = stream

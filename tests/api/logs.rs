@@ -379,3 +379,66 @@ async fn json_request_lines_are_fields_the_relay_logs_its_path_and_bad_clients_a
         assert_ne!(line["level"], "WARN", "{line}");
     }
 }
+
+#[actix_web::test]
+async fn a_stream_that_breaks_is_one_warning_and_its_request_line_says_so() {
+    let (_provider, url) = crate::fakes::RawProvider::start();
+    let openai = format!("{url}/v1");
+    let mut served = serve_with(
+        4096,
+        "info",
+        &[
+            ("KEEL__TELEMETRY__FORMAT", "json"),
+            ("KEEL_PROVIDER_OPENAI_URL", &openai),
+        ],
+    )
+    .await;
+    let output = capture(served.child.stderr.take().unwrap());
+    let (_org_id, key) = org_with_key(&served.client, &served.base, "acme").await;
+    let call = served
+        .client
+        .post(served.url("/v1/chat/completions"))
+        .bearer_auth(&key)
+        .header("X-Service-Provider", "openai")
+        .header("X-Service-Provider-Key", "sk-provider-secret")
+        .header("X-Service-Record", "false")
+        .json(&json!({"model": "cut-close", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let request_id = call.headers()["x-keel-request-id"].to_str().unwrap().to_owned();
+    assert!(call.bytes().await.is_err(), "the body is aborted");
+    assert!(served.terminate().await, "a clean exit");
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let of_call: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["request_id"] == request_id.as_str())
+        .collect();
+    let warnings: Vec<_> = of_call.iter().filter(|l| l["level"] == "WARN").collect();
+    assert_eq!(warnings.len(), 1, "one warning: {text}");
+    assert!(
+        warnings[0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("ended before [DONE]"),
+        "{text}"
+    );
+    let request = of_call
+        .iter()
+        .find(|l| l["message"] == "request")
+        .unwrap_or_else(|| panic!("the request line: {text}"));
+    assert_eq!(request["status"], 200);
+    assert!(
+        request["stream_error"]
+            .as_str()
+            .unwrap()
+            .contains("ended before [DONE]"),
+        "{request}"
+    );
+    assert!(!lines.iter().any(|l| l["level"] == "ERROR"), "{text}");
+}

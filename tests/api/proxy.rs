@@ -582,7 +582,10 @@ async fn the_first_frame_arrives_before_the_upstream_finishes() {
     assert_eq!(String::from_utf8(received).unwrap(), unasked);
     let traces = raw_traces(&app, &org, &project, 1).await;
     assert_eq!(traces[0]["complete"], true);
-    assert_eq!(traces[0]["usage"]["total_tokens"], 32, "the usage chunk was read for the trace");
+    assert_eq!(
+        traces[0]["usage"]["total_tokens"], 32,
+        "the usage chunk was read for the trace"
+    );
 }
 
 #[actix_web::test]

@@ -329,3 +329,50 @@ async fn every_stream_records_its_usage_and_the_client_sees_what_it_asked_for() 
         ) >= 8.0
     );
 }
+
+#[actix_web::test]
+async fn a_client_that_stops_reading_is_let_go_with_the_providers_call() {
+    let (provider, url) = RawProvider::start();
+    let app = spawn_app_with(|s| {
+        s.providers.openai_url = format!("{url}/v1");
+        s.traces.flush_ms = 20;
+        s.proxy.client_write_timeout_secs = 1;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    // A client that sends its request and then reads nothing (its window fills).
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr: std::net::SocketAddr = app.address.trim_start_matches("http://").parse().unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let mut client: std::net::TcpStream = socket.into();
+    let body = json!({"model": "firehose", "stream": true, "messages": [{"role": "user", "content": "x"}]})
+        .to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Service-Provider: openai\r\nX-Service-Provider-Key: sk-x\r\nX-Service-Project-Id: {project}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        org.api_key,
+        body.len()
+    );
+    std::io::Write::write_all(&mut client, request.as_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    let closed = provider.closed_at.clone();
+    let mut ended = false;
+    for _ in 0..300 {
+        if !closed.lock().unwrap().is_empty() {
+            ended = true;
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        ended,
+        "the provider's call still runs after {:?}",
+        started.elapsed()
+    );
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    let error = traces[0]["error"].as_str().unwrap();
+    assert!(error.contains("stopped reading"), "{error}");
+    assert_eq!(traces[0]["complete"], false);
+    drop(client);
+}
