@@ -50,7 +50,7 @@ impl Browser {
                 !required,
                 "KEEL_BROWSER_TESTS=required but {CHROMIUM} or {CHROMEDRIVER} is missing"
             );
-            eprintln!("browser test skipped: install chromium and chromium-driver to run it");
+            say_skipped("needs Chromium: install chromium and chromium-driver to run it");
             return None;
         }
         let port = free_port();

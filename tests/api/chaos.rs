@@ -236,7 +236,7 @@ async fn debit_until_answered(
 
 #[actix_web::test]
 async fn instances_started_together_on_a_fresh_database_all_serve() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;
@@ -259,7 +259,7 @@ async fn instances_started_together_on_a_fresh_database_all_serve() {
 
 #[actix_web::test]
 async fn kill_9_under_concurrent_charges_with_replays_loses_and_duplicates_nothing() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;
@@ -316,7 +316,7 @@ async fn kill_9_under_concurrent_charges_with_replays_loses_and_duplicates_nothi
 
 #[actix_web::test]
 async fn kill_9_under_claims_and_reports_leaves_no_job_twice_held_and_every_job_ended() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;
@@ -427,7 +427,7 @@ async fn kill_9_under_claims_and_reports_leaves_no_job_twice_held_and_every_job_
 
 #[actix_web::test]
 async fn a_crash_between_the_card_charge_and_the_credit_is_credited_once_after_restart() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;
@@ -488,7 +488,7 @@ async fn a_crash_between_the_card_charge_and_the_credit_is_credited_once_after_r
 
 #[actix_web::test]
 async fn a_key_revoked_on_one_process_is_refused_by_the_other_within_a_second() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let (_provider, provider_url) = crate::fakes::FakeProvider::start();
@@ -557,7 +557,7 @@ async fn a_key_revoked_on_one_process_is_refused_by_the_other_within_a_second() 
 
 #[actix_web::test]
 async fn an_auto_top_up_crashed_after_its_charge_is_credited_once_after_restart() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;
@@ -610,7 +610,7 @@ async fn an_auto_top_up_crashed_after_its_charge_is_credited_once_after_restart(
 
 #[actix_web::test]
 async fn an_instance_frozen_mid_load_does_not_stop_the_other_from_charging_every_organization() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;

@@ -71,7 +71,7 @@ async fn a_waiting_claim_gets_the_job_enqueued_meanwhile_and_an_idle_one_answers
 
 #[actix_web::test]
 async fn a_waiting_claim_on_one_instance_gets_a_job_enqueued_on_the_other() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return; // One instance on SQLite.
     }
     let first = spawn_app().await;
@@ -105,7 +105,7 @@ async fn two_proxy_instances() -> (FakeProvider, TestApp, TestApp, TestOrg, Stri
 
 #[actix_web::test]
 async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let (_provider, first, second, org, project) = two_proxy_instances().await;
@@ -143,7 +143,7 @@ async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second()
 
 #[actix_web::test]
 async fn a_held_balance_row_answers_503_within_the_bound_and_holds_up_no_other_organization() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return; // SQLite has no row locks (one writer connection serializes everything).
     }
     let app = spawn_app_with(|s| s.database.lock_timeout_ms = 500).await;
@@ -306,7 +306,7 @@ async fn metrics_show_the_queue_the_money_and_the_proxy() {
 
 #[actix_web::test]
 async fn a_lost_listener_connection_clears_the_caches_and_reconnects() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let (_provider, first, second, org, project) = two_proxy_instances().await;
@@ -346,7 +346,7 @@ async fn a_lost_listener_connection_clears_the_caches_and_reconnects() {
 
 #[actix_web::test]
 async fn a_ledger_that_commits_nothing_while_work_waits_fails_healthz() {
-    if !postgres() {
+    if !postgres_or_skip() {
         return;
     }
     let app = spawn_app_with(|s| {

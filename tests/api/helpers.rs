@@ -34,6 +34,24 @@ pub fn postgres() -> bool {
     std::env::var("KEEL_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres"))
 }
 
+/// [`postgres`], and when not, a line on stderr saying that the calling test skipped (tests
+/// that need PostgreSQL return at once on SQLite, never silently).
+pub fn postgres_or_skip() -> bool {
+    let on = postgres();
+    if !on {
+        say_skipped("needs PostgreSQL (KEEL_TEST_DATABASE_URL); .ci/run runs it there");
+    }
+    on
+}
+
+/// Says on stderr that the calling test skipped, and why. Written to the stream itself, not
+/// through `eprintln!`, which the test harness captures and shows only for a failed test.
+pub fn say_skipped(why: &str) {
+    use std::io::Write;
+    let name = std::thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(std::io::stderr(), "skipped: {name} {why}");
+}
+
 impl TestDb {
     pub async fn new() -> Self {
         match std::env::var("KEEL_TEST_DATABASE_URL") {

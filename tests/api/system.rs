@@ -270,8 +270,7 @@ async fn an_org_id_the_schema_accepts_is_never_refused_as_blank_and_one_it_refus
 
 #[actix_web::test]
 async fn during_a_database_outage_requests_fail_fast_and_recover() {
-    if !postgres() {
-        eprintln!("skipped: PostgreSQL only (a TCP proxy in front of the server is cut)");
+    if !postgres_or_skip() {
         return;
     }
     let db = TestDb::new().await;
