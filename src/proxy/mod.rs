@@ -303,7 +303,7 @@ impl Recording {
         complete: bool,
         error: Option<String>,
     ) {
-        let ending = Ending {
+        let mut ending = Ending {
             status,
             first_byte,
             latency: self.draft.started.elapsed(),
@@ -325,6 +325,13 @@ impl Recording {
                     fields: value,
                 }
             };
+            // An answer that is an error object, whatever its status, is the trace's error.
+            if let (Reply::Body(bytes), None) = (&reply, &ending.error) {
+                if let Some(error) = error_in_body(bytes) {
+                    ending.error = Some(error);
+                    ending.complete = false;
+                }
+            }
             let response = match reply {
                 Reply::Nothing => None,
                 // A JSON answer with nothing to redact is stored as it came.
@@ -557,11 +564,9 @@ async fn proxy_chat(
     match collected {
         Ok(bytes) => {
             if let Some(recording) = recording {
-                // A provider may answer 200 with an error body (a streamed request
-                // answered in JSON, say): stored as the error it is.
-                let error = (!status.is_success())
-                    .then(|| format!("upstream answered {status}"))
-                    .or_else(|| error_in_body(&bytes));
+                // A 200 with an error body (a streamed request answered in JSON, say) is
+                // found on the writer's task, off this path (`Recording::record`).
+                let error = (!status.is_success()).then(|| format!("upstream answered {status}"));
                 recording.record(
                     status.as_u16(),
                     Reply::Body(bytes.clone()),

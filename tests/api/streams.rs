@@ -376,3 +376,30 @@ async fn a_client_that_stops_reading_is_let_go_with_the_providers_call() {
     assert_eq!(traces[0]["complete"], false);
     drop(client);
 }
+
+#[actix_web::test]
+async fn a_json_error_answered_with_200_is_recorded_as_an_error() {
+    let (app, _provider) = raw_app(30).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let body = json!({"model": "json-error", "messages": [{"role": "user", "content": "x"}]});
+    let answered = sdk_request(&app, &org, Some(&project), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert!(
+        answered.text().await.unwrap().contains("rate_limit_exceeded"),
+        "relayed as it came"
+    );
+    let traces = raw_traces(&app, &org, &project, 1).await;
+    assert_eq!(traces[0]["complete"], false);
+    assert!(
+        traces[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Rate limit reached"),
+        "{}",
+        traces[0]
+    );
+}
