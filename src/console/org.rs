@@ -360,9 +360,6 @@ pub struct KeysQuery {
     reveal: Option<String>,
 }
 
-/// How long a new key's secret waits for its one view.
-const REVEAL_SECS: i64 = 600;
-
 pub async fn keys(
     req: HttpRequest,
     viewer: Viewer,
@@ -373,9 +370,7 @@ pub async fn keys(
     let new_key = match query.reveal.as_deref().filter(|r| !r.is_empty()) {
         None => None,
         Some(reveal) => {
-            let since = Utc::now() - Duration::seconds(REVEAL_SECS);
-            let sealed =
-                super::repo::take_reveal(&viewer.state.db, reveal, &viewer.sid, &org.org_id, since).await?;
+            let sealed = super::repo::take_reveal(&viewer.state.db, reveal, &viewer.sid, &org.org_id).await?;
             // Shown once: a reload (or anyone else) finds it gone.
             Some(match sealed {
                 Some(sealed) => Reveal::Key(
@@ -485,7 +480,6 @@ pub async fn create_key(
             sealed,
             created_at: now,
         },
-        now - Duration::seconds(REVEAL_SECS),
     )
     .await?;
     Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())

@@ -7,12 +7,25 @@ use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, QueryFilter,
 };
 
+/// How long a new key's secret waits for its one view.
+pub const REVEAL_SECS: i64 = 600;
+
+/// Deletes the one-time views older than [`REVEAL_SECS`] (their sealed secrets with them).
+async fn purge_reveals(db: &impl ConnectionTrait) -> Result<(), DbErr> {
+    console_reveal::Entity::delete_many()
+        .filter(console_reveal::Column::CreatedAt.lt(Utc::now() - chrono::Duration::seconds(REVEAL_SECS)))
+        .exec(db)
+        .await
+        .map(drop)
+}
+
 pub async fn insert_session(db: &impl ConnectionTrait, session: console_session::Model) -> Result<(), DbErr> {
-    // Sessions past their end go whenever a new one starts.
+    // Sessions past their end, and views past theirs, go whenever a session starts.
     console_session::Entity::delete_many()
         .filter(console_session::Column::ExpiresAt.lt(Utc::now()))
         .exec(db)
         .await?;
+    purge_reveals(db).await?;
     session.into_active_model().reset_all().insert(db).await.map(drop)
 }
 
@@ -31,26 +44,21 @@ pub async fn end_session(db: &impl ConnectionTrait, id: &str) -> Result<(), DbEr
         .map(drop)
 }
 
-pub async fn insert_reveal(
-    db: &impl ConnectionTrait,
-    reveal: console_reveal::Model,
-    older_than: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    console_reveal::Entity::delete_many()
-        .filter(console_reveal::Column::CreatedAt.lt(older_than))
-        .exec(db)
-        .await?;
+pub async fn insert_reveal(db: &impl ConnectionTrait, reveal: console_reveal::Model) -> Result<(), DbErr> {
+    purge_reveals(db).await?;
     reveal.into_active_model().reset_all().insert(db).await.map(drop)
 }
 
-/// Takes (reads and deletes) a reveal of `session_id` in `org_id` made after `since`.
+/// Takes (reads and deletes) a reveal of `session_id` in `org_id` made within
+/// [`REVEAL_SECS`].
 pub async fn take_reveal(
     db: &impl ConnectionTrait,
     id: &str,
     session_id: &str,
     org_id: &str,
-    since: DateTime<Utc>,
 ) -> Result<Option<String>, DbErr> {
+    purge_reveals(db).await?;
+    let since: DateTime<Utc> = Utc::now() - chrono::Duration::seconds(REVEAL_SECS);
     let found = console_reveal::Entity::find_by_id(id.to_owned())
         .filter(console_reveal::Column::SessionId.eq(session_id))
         .filter(console_reveal::Column::OrgId.eq(org_id))

@@ -1129,3 +1129,32 @@ async fn a_link_from_anywhere_opens_the_page_after_signing_in_and_only_a_console
         );
     }
 }
+
+#[actix_web::test]
+async fn a_new_keys_view_waits_ten_minutes_at_most() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let owner = Console::sign_in(&app, &org.owner_token).await;
+    let response = owner.post(&org_path(&org, "/keys"), &[("name", "late")]).await;
+    let shown_at = response.headers()[LOCATION].to_str().unwrap().to_owned();
+    // Eleven minutes pass before the page is opened.
+    use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait};
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let stmt = sea_orm::Statement::from_sql_and_values(
+        db.get_database_backend(),
+        "UPDATE console_reveals SET created_at = $1",
+        [(chrono::Utc::now() - chrono::Duration::minutes(11)).into()],
+    );
+    db.execute_raw(stmt).await.unwrap();
+    let html = owner.page(&shown_at).await;
+    assert!(
+        !html.contains("keel_sk_") || !html.contains("id=\"new-key\""),
+        "{html}"
+    );
+    assert!(html.contains("shown once and is not shown again"));
+    assert_eq!(
+        entities::console_reveal::Entity::find().count(&db).await.unwrap(),
+        0,
+        "the sealed secret is gone"
+    );
+}
