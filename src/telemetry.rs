@@ -198,29 +198,43 @@ pub struct RequestLine {
 impl RequestLine {
     /// Writes the line; `stream_error`: why a streamed body ended early.
     pub fn log(&self, status: u16, stream_error: Option<&str>) {
-        let Self {
-            method,
-            route,
-            path,
-            request_id,
-            started,
-        } = self;
-        let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-        match (FORMAT.get(), stream_error) {
-            (Some(LogFormat::Json), None) => {
-                tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, "request")
-            }
-            (Some(LogFormat::Json), Some(stream_error)) => {
-                tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, stream_error, "request")
-            }
-            (_, None) => {
-                tracing::info!(target: "keel::request", "{method} {path} {status} {latency_ms:.1}ms {request_id}")
-            }
-            (_, Some(stream_error)) => tracing::info!(
-                target: "keel::request",
-                "{method} {path} {status} {latency_ms:.1}ms {request_id} stream_error=\"{stream_error}\""
-            ),
+        log_request(
+            &self.method,
+            &self.route,
+            &self.path,
+            &self.request_id,
+            self.started,
+            status,
+            stream_error,
+        );
+    }
+}
+
+/// A request's line: fields in JSON, one short line otherwise.
+fn log_request(
+    method: &str,
+    route: &str,
+    path: &str,
+    request_id: &str,
+    started: std::time::Instant,
+    status: u16,
+    stream_error: Option<&str>,
+) {
+    let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    match (FORMAT.get(), stream_error) {
+        (Some(LogFormat::Json), None) => {
+            tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, "request")
         }
+        (Some(LogFormat::Json), Some(stream_error)) => {
+            tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, stream_error, "request")
+        }
+        (_, None) => {
+            tracing::info!(target: "keel::request", "{method} {path} {status} {latency_ms:.1}ms {request_id}")
+        }
+        (_, Some(stream_error)) => tracing::info!(
+            target: "keel::request",
+            "{method} {path} {status} {latency_ms:.1}ms {request_id} stream_error=\"{stream_error}\""
+        ),
     }
 }
 
@@ -298,17 +312,26 @@ impl RootSpanBuilder for RootSpan {
                 let route = request.match_pattern();
                 let route = route.as_deref().unwrap_or("(no route)");
                 let path = extensions.get::<LoggedPath>().map_or(route, |p| p.0.as_str());
-                let line = RequestLine {
-                    method: request.method().as_str().to_owned(),
-                    route: route.to_owned(),
-                    path: path.to_owned(),
-                    request_id: request_id.to_owned(),
-                    started: at,
-                };
-                // A proxied stream says how it ended, in a line of its own when it ends.
+                let method = request.method().as_str();
+                // A proxied stream says how it ended, in a line of its own when it ends (only
+                // then is the line kept: every other request's is written from borrowed parts).
                 match response.response().extensions().get::<DeferredLine>() {
-                    Some(deferred) => deferred.set(line),
-                    None => line.log(response.status().as_u16(), None),
+                    Some(deferred) => deferred.set(RequestLine {
+                        method: method.to_owned(),
+                        route: route.to_owned(),
+                        path: path.to_owned(),
+                        request_id: request_id.to_owned(),
+                        started: at,
+                    }),
+                    None => log_request(
+                        method,
+                        route,
+                        path,
+                        request_id,
+                        at,
+                        response.status().as_u16(),
+                        None,
+                    ),
                 }
             }
         }

@@ -5,8 +5,8 @@ use actix_web::{web, HttpResponse};
 use super::dto::*;
 use super::{repo, service};
 use crate::auth::{ApiKeyCaller, Internal, Member, Owner};
-use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{DeferredBody, IdempotencyKeyHeader, StripeSignature, ValidJson, ValidQuery};
+use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{DeferredBody, IdempotencyKeyHeader, ValidJson, ValidQuery};
 use crate::state::AppState;
 
 // Handlers: each extracts, calls one service or repo function, answers.
@@ -167,6 +167,25 @@ pub async fn promo_code(member: Member<ValidJson<PromoCodeBody>>) -> ApiResult<H
         balance_cents: promo.outcome.balance.floor_cents(),
         code: Some(promo.code),
     }))
+}
+
+/// The payment webhook's `Stripe-Signature` header, required: a call without one is 400
+/// (the signature check's own answer) before its body is read.
+pub struct StripeSignature(pub String);
+
+impl actix_web::FromRequest for StripeSignature {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(
+            req.headers()
+                .get("stripe-signature")
+                .and_then(|v| v.to_str().ok())
+                .map(|v| Self(v.to_owned()))
+                .ok_or_else(|| ApiError::BadRequest(super::webhook::SignatureError::Malformed.to_string())),
+        )
+    }
 }
 
 /// Receive a payment processor event

@@ -15,7 +15,7 @@ use super::{after_form, format, page, redirect, ConsoleError, Flash, FormFields}
 use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
 use crate::billing::ledger::EntryKind;
 use crate::billing::{repo, service};
-use crate::domain::Microcents;
+use crate::domain::{Microcents, OrgId};
 use crate::error::ApiError;
 
 /// Days the spend chart and the usage table cover.
@@ -458,31 +458,43 @@ pub async fn create_key(
             )
         }
     };
-    let created =
-        crate::orgs::repo::create_api_key(&viewer.state.db, &org.org_id, body.name.as_deref()).await?;
     // Answered with a redirect (a reload repeats the GET, never the creation); the secret
     // waits, sealed, for that page's one view.
+    let reveal = create_key_shown_once(&viewer, &org.org_id, body.name.as_deref()).await?;
+    Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())
+}
+
+/// Creates an API key and its one-time view (`console_reveals`), in one transaction: a key
+/// whose secret could not be kept for its view is not created. Answers the view's id.
+async fn create_key_shown_once(
+    viewer: &Viewer,
+    org_id: &OrgId,
+    name: Option<&str>,
+) -> Result<String, ApiError> {
+    use sea_orm::TransactionTrait;
+    let txn = viewer.state.db.begin().await?;
+    let created = crate::orgs::repo::create_api_key(&txn, org_id, name).await?;
     let mut id = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
     let reveal = hex::encode(id);
-    let now = Utc::now();
     let sealed = viewer
         .state
         .console_box
-        .seal(&org.org_id, &format!("console-reveal/{reveal}"), &created.secret)
+        .seal(org_id, &format!("console-reveal/{reveal}"), &created.secret)
         .map_err(ApiError::Unexpected)?;
     super::repo::insert_reveal(
-        &viewer.state.db,
+        &txn,
         entities::console_reveal::Model {
             id: reveal.clone(),
             session_id: viewer.sid.clone(),
-            org_id: org.org_id.to_string(),
+            org_id: org_id.to_string(),
             sealed,
-            created_at: now,
+            created_at: Utc::now(),
         },
     )
     .await?;
-    Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())
+    txn.commit().await?;
+    Ok(reveal)
 }
 
 #[derive(Deserialize)]

@@ -200,25 +200,6 @@ pub fn supplied_orgs(bytes: &[u8]) -> Vec<OrgId> {
         .unwrap_or_default()
 }
 
-/// The payment webhook's `Stripe-Signature` header, required: a call without one is 400
-/// before its body is read.
-pub struct StripeSignature(pub String);
-
-impl FromRequest for StripeSignature {
-    type Error = ApiError;
-    type Future = std::future::Ready<Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(
-            req.headers()
-                .get("stripe-signature")
-                .and_then(|v| v.to_str().ok())
-                .map(|v| Self(v.to_owned()))
-                .ok_or_else(|| ApiError::BadRequest("missing or malformed Stripe-Signature header".into())),
-        )
-    }
-}
-
 /// The optional `Idempotency-Key` header: 1 to 200 visible ASCII characters, else a 422
 /// naming the header (never silently replaced by a key of keel's own).
 pub struct IdempotencyKeyHeader(pub Option<String>);
@@ -277,10 +258,12 @@ impl FromRequest for RawBody {
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let limit = body_limit(req);
-        let declared = declared_length(req);
-        let mut payload = payload.take();
-        Box::pin(async move { Ok(Self(read_body(&mut payload, declared, limit).await?)) })
+        let body = DeferredBody {
+            payload: payload.take(),
+            declared: declared_length(req),
+            limit: body_limit(req),
+        };
+        Box::pin(async move { Ok(Self(body.read().await?)) })
     }
 }
 

@@ -112,6 +112,16 @@ const SHARED: &[(&str, &str, &str)] = &[
         "Bad JSON, wrong types, out-of-bounds values, unknown fields, bad path or query parameters",
         "ValidationErrorBody",
     ),
+    (
+        "RequestTimeout",
+        "The request's body did not arrive within `server.body_timeout_secs` (the connection closes)",
+        "ErrorBody",
+    ),
+    (
+        "Unavailable",
+        "The database (or the ledger, or the queue) cannot be reached now: retry",
+        "ErrorBody",
+    ),
 ];
 
 /// Adds to `operation` the shared answers its declaration implies, keeping those it declares.
@@ -154,6 +164,10 @@ fn add_shared_answers(operation: &mut Operation) {
     if has_input {
         add("422", "ValidationError");
     }
+    if operation.request_body.is_some() {
+        add("408", "RequestTimeout");
+    }
+    add("503", "Unavailable");
 }
 
 /// [`document_json`], built once per process.

@@ -325,13 +325,7 @@ impl Recording {
                     fields: value,
                 }
             };
-            // An answer that is an error object, whatever its status, is the trace's error.
-            if let (Reply::Body(bytes), None) = (&reply, &ending.error) {
-                if let Some(error) = error_in_body(bytes) {
-                    ending.error = Some(error);
-                    ending.complete = false;
-                }
-            }
+            let body = matches!(reply, Reply::Body(_));
             let response = match reply {
                 Reply::Nothing => None,
                 // A JSON answer with nothing to redact is stored as it came.
@@ -349,6 +343,18 @@ impl Recording {
                 },
                 Reply::Assembled(value) => Some(redacted(value)),
             };
+            // An answer that is an error object, whatever its status, is the trace's error
+            // (its `error` read by the scan that stores it: `Scan::HEAD`).
+            if body && ending.error.is_none() {
+                if let Some(error) = response
+                    .as_ref()
+                    .and_then(|r| r.fields.get("error"))
+                    .and_then(upstream_error)
+                {
+                    ending.error = Some(error);
+                    ending.complete = false;
+                }
+            }
             draft.finish(ending, response)
         }));
     }
@@ -627,17 +633,21 @@ fn asking_for_usage(body: &Bytes, request: &Value) -> ApiResult<Bytes> {
 /// `upstream error: <message>` when a JSON answer is an object with an `error` member.
 fn error_in_body(bytes: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
-    struct WithError<'a> {
-        #[serde(borrow)]
-        error: Option<&'a serde_json::value::RawValue>,
+    struct WithError {
+        error: Option<Value>,
     }
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
     if *first != b'{' {
         return None;
     }
-    let parsed: WithError = serde_json::from_slice(bytes).ok()?;
-    let error = parsed.error.filter(|e| e.get() != "null")?;
-    let error: Value = serde_json::from_str(error.get()).ok()?;
+    upstream_error(&serde_json::from_slice::<WithError>(bytes).ok()?.error?)
+}
+
+/// `upstream error: <message>` of a provider's `error` member (`None` when it is null).
+fn upstream_error(error: &Value) -> Option<String> {
+    if error.is_null() {
+        return None;
+    }
     let message = error
         .get("message")
         .and_then(Value::as_str)

@@ -267,7 +267,7 @@ pub struct Scan {
 
 impl Scan {
     /// The top-level fields kept in [`Scan::head`].
-    pub const HEAD: &'static [&'static str] = &["model", "stream", "stream_options", "usage"];
+    pub const HEAD: &'static [&'static str] = &["model", "stream", "stream_options", "usage", "error"];
 }
 
 struct ScanContext<'r, 'a> {

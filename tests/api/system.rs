@@ -565,3 +565,28 @@ async fn an_idle_client_connection_stays_open_for_the_configured_keep_alive() {
     let short = spawn_app_with(|s| s.server.keep_alive_secs = 1).await;
     assert!(!answered_after_idle(&short, Duration::from_millis(2500)).await);
 }
+
+#[actix_web::test]
+async fn every_operation_documents_the_answers_of_an_outage_and_of_a_slow_body() {
+    let app = spawn_app().await;
+    let doc: Value = app
+        .request(Method::GET, "/openapi.json", None)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let responses = operation["responses"].as_object().unwrap();
+            assert!(responses.contains_key("503"), "{method} {path}");
+            if operation.get("requestBody").is_some() {
+                assert!(responses.contains_key("408"), "{method} {path}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 30, "{checked}");
+}
