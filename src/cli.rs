@@ -239,7 +239,7 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     );
                 }
             }
-            let created = orgs::repo::create_org(&db, &org, None, &owner, email.as_deref())
+            let created = orgs::service::create_org(&db, &org, None, &owner, email.as_deref())
                 .await
                 .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
             let key = orgs::repo::create_api_key(&db, &created.org_id, Some("bootstrap")).await?;

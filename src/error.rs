@@ -210,3 +210,187 @@ impl ApiError {
         }))
     }
 }
+
+// What each domain's errors are on the wire: one place for every status.
+
+use keel_core::billing::ledger::LedgerError;
+use keel_core::billing::payments::PaymentError;
+use keel_core::billing::BillingError;
+use keel_core::evals::EvalError;
+use keel_core::flash::FlashError;
+use keel_core::orgs::OrgError;
+use keel_core::projects::ProjectError;
+use keel_core::queue::actor::QueueError;
+use keel_core::queue::JobError;
+use keel_core::runs::RunError;
+use keel_core::serving::ServingError;
+use keel_core::traces::TraceError;
+
+impl From<LedgerError> for ApiError {
+    fn from(err: LedgerError) -> Self {
+        match err {
+            LedgerError::InsufficientFunds { .. } => ApiError::PaymentRequired(err.to_string()),
+            LedgerError::UnknownOrg => ApiError::not_found("organization"),
+            LedgerError::Duplicate => ApiError::Conflict("already applied to this organization".into()),
+            LedgerError::Locked | LedgerError::Contended => ApiError::Unavailable(
+                "this organization's balance is held by another session right now; retry with the same Idempotency-Key"
+                    .into(),
+            ),
+            LedgerError::Unavailable(reason) => {
+                tracing::error!(%reason, "ledger unavailable");
+                ApiError::Unavailable("the ledger is unavailable; retry with the same idempotency key".into())
+            }
+        }
+    }
+}
+
+impl From<PaymentError> for ApiError {
+    fn from(err: PaymentError) -> Self {
+        match err {
+            PaymentError::Declined { message, .. } => ApiError::PaymentRequired(message),
+            PaymentError::NotFound => ApiError::not_found("payment method"),
+            PaymentError::Processor(reason) => {
+                tracing::error!(%reason, "payment processor error");
+                ApiError::Status(
+                    StatusCode::BAD_GATEWAY,
+                    "the payment processor is unavailable".into(),
+                )
+            }
+        }
+    }
+}
+
+impl From<BillingError> for ApiError {
+    fn from(err: BillingError) -> Self {
+        use BillingError as E;
+        match err {
+            E::Ledger(err) => err.into(),
+            E::Payment(err) => err.into(),
+            E::Database(err) => err.into(),
+            E::CachedDatabase(err) => ApiError::database(err),
+            E::OrgNotFound
+            | E::NoSavedCard
+            | E::UnknownPromoCode
+            | E::AdapterNotFound
+            | E::ModelNotPriced(_) => ApiError::NotFound(err.to_string()),
+            E::CardNeededForAutoTopup
+            | E::CardNeededForTopup
+            | E::KeyReused { .. }
+            | E::StarterCreditGranted
+            | E::PromoRedeemed(_)
+            | E::AdapterOfAnotherOrg => ApiError::Conflict(err.to_string()),
+            E::Declined(_) | E::DeclinedBefore | E::CannotCoverEstimate => {
+                ApiError::PaymentRequired(err.to_string())
+            }
+            E::Signature(_) | E::InvalidEvent(_) => ApiError::BadRequest(err.to_string()),
+        }
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(err: QueueError) -> Self {
+        tracing::error!(error = &err as &dyn std::error::Error, "queue unavailable");
+        ApiError::Unavailable("the queue is unavailable; retry".into())
+    }
+}
+
+impl From<JobError> for ApiError {
+    fn from(err: JobError) -> Self {
+        match err {
+            JobError::NotFound => ApiError::NotFound(err.to_string()),
+            JobError::AlreadyEnded(_) => ApiError::Conflict(err.to_string()),
+            JobError::SecretsUnconfigured => ApiError::Unavailable(err.to_string()),
+            JobError::Sealing(err) => ApiError::Unexpected(err),
+            JobError::Queue(err) => err.into(),
+            JobError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<TraceError> for ApiError {
+    fn from(err: TraceError) -> Self {
+        match err {
+            TraceError::ProjectNotFound => ApiError::NotFound(err.to_string()),
+            TraceError::SelectionTooLarge { .. } => ApiError::validation(
+                vec![Value::from("body"), Value::from("traceIds")],
+                "too_large",
+                err.to_string(),
+            ),
+            TraceError::Serialize(err) => ApiError::Unexpected(err.into()),
+            TraceError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<OrgError> for ApiError {
+    fn from(err: OrgError) -> Self {
+        match err {
+            OrgError::OrgNotFound | OrgError::AdapterNotFound | OrgError::KeyNotFound => {
+                ApiError::NotFound(err.to_string())
+            }
+            OrgError::SlugTaken(_) | OrgError::NoFreeSlug => ApiError::Conflict(err.to_string()),
+            OrgError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<ProjectError> for ApiError {
+    fn from(err: ProjectError) -> Self {
+        match err {
+            ProjectError::NotFound => ApiError::NotFound(err.to_string()),
+            ProjectError::SlugTaken(_) | ProjectError::NoFreeSlug => ApiError::Conflict(err.to_string()),
+            ProjectError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(err: RunError) -> Self {
+        match err {
+            RunError::RunNotFound | RunError::ProjectNotFound => ApiError::NotFound(err.to_string()),
+            RunError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<EvalError> for ApiError {
+    fn from(err: EvalError) -> Self {
+        match err {
+            EvalError::ProjectNotFound => ApiError::NotFound(err.to_string()),
+            EvalError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<FlashError> for ApiError {
+    fn from(err: FlashError) -> Self {
+        match err {
+            FlashError::ProjectNotActive | FlashError::EnvironmentNotFound | FlashError::OrgNotFound => {
+                ApiError::NotFound(err.to_string())
+            }
+            FlashError::Changed(_)
+            | FlashError::OtherOrgsEnvironment
+            | FlashError::OtherProjectsRun
+            | FlashError::OtherProjectsCheckpoint => ApiError::Conflict(err.to_string()),
+            FlashError::EventNotAllowed { .. } => ApiError::validation(
+                vec![Value::from("body"), Value::from("event")],
+                "literal_error",
+                err.to_string(),
+            ),
+            FlashError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<ServingError> for ApiError {
+    fn from(err: ServingError) -> Self {
+        match err {
+            ServingError::NotOwner => ApiError::Forbidden(err.to_string()),
+            ServingError::UnknownModel => ApiError::NotFound(err.to_string()),
+            ServingError::InvalidApiKey => ApiError::Unauthorized(err.to_string()),
+            ServingError::NotConfigured => ApiError::Unavailable(err.to_string()),
+            ServingError::Database(err) => err.into(),
+            ServingError::CachedDatabase(err) => ApiError::database(err),
+        }
+    }
+}

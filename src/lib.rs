@@ -2,14 +2,9 @@
 
 pub mod auth;
 pub mod billing;
-pub mod cache;
 pub mod cli;
-pub mod cluster;
-pub mod config;
 pub mod console;
-pub mod database;
 pub mod docs;
-pub mod domain;
 pub mod error;
 pub mod evals;
 pub mod flash;
@@ -28,3 +23,6 @@ pub mod state;
 pub mod system;
 pub mod telemetry;
 pub mod traces;
+
+// The core's modules that the web crate uses as they are, under their usual paths.
+pub use keel_core::{cache, cluster, config, database, domain};

@@ -113,47 +113,47 @@ route_table! {
     }
     // Operators (the internal key): organizations, their keys and adapters.
     scope "/api/internal" {
-        "/orgs" => post orgs::create_org;
-        "/orgs/{org_id}" => delete orgs::delete_org;
-        "/orgs/{org_id}/members/{user_id}" => put orgs::put_member;
-        "/orgs/{org_id}/api-keys" => post orgs::create_api_key;
-        "/api-keys/{api_key_id}" => delete orgs::revoke_api_key;
-        "/adapters/{adapter_id}*" => put orgs::put_adapter, delete orgs::delete_adapter;
+        "/orgs" => post orgs::routes::create_org;
+        "/orgs/{org_id}" => delete orgs::routes::delete_org;
+        "/orgs/{org_id}/members/{user_id}" => put orgs::routes::put_member;
+        "/orgs/{org_id}/api-keys" => post orgs::routes::create_api_key;
+        "/api-keys/{api_key_id}" => delete orgs::routes::revoke_api_key;
+        "/adapters/{adapter_id}*" => put orgs::routes::put_adapter, delete orgs::routes::delete_adapter;
     }
     scope "/api/api-keys" {
-        "" => get orgs::api_keys::list_keys, post orgs::api_keys::create_key;
-        "/{api_key_id}" => delete orgs::api_keys::revoke_key;
+        "" => get orgs::routes::list_keys, post orgs::routes::create_key;
+        "/{api_key_id}" => delete orgs::routes::revoke_key;
     }
     scope "/api/projects" {
-        "" => get projects::list_projects, post projects::create_project;
-        "/{project_id}" => get projects::get_project;
+        "" => get projects::routes::list_projects, post projects::routes::create_project;
+        "/{project_id}" => get projects::routes::get_project;
     }
     scope "/api/runs" {
-        "" => post runs::create_run;
-        "/internal/checkpoints" => post runs::upsert_checkpoints, get runs::list_checkpoints;
-        "/{run_id}" => patch runs::update_run;
-        "/{run_id}/tracker" => post runs::link_tracker;
+        "" => post runs::routes::create_run;
+        "/internal/checkpoints" => post runs::routes::upsert_checkpoints, get runs::routes::list_checkpoints;
+        "/{run_id}" => patch runs::routes::update_run;
+        "/{run_id}/tracker" => post runs::routes::link_tracker;
     }
     // The spec's path for reading a run's tracker: the runs domain's tracker module.
     root "" {
-        "/api/tracker" => get runs::tracker::read_tracker;
+        "/api/tracker" => get runs::routes::read_tracker;
     }
     scope "/api/flash" {
-        "/projects/validate/internal" => post flash::validate_project;
-        "/environments/hub/provision/internal" => post flash::provision_hub;
-        "/environments/internal" => post flash::publish_environment, delete flash::delete_environment;
-        "/environments/validate/internal" => post flash::validate_environment;
-        "/environments/use/internal" => post flash::use_environment;
-        "/runs/internal" => post flash::upsert_run;
-        "/runs/checkpoints/internal" => post flash::upsert_checkpoint;
-        "/events/internal" => post flash::record_event;
+        "/projects/validate/internal" => post flash::routes::validate_project;
+        "/environments/hub/provision/internal" => post flash::routes::provision_hub;
+        "/environments/internal" => post flash::routes::publish_environment, delete flash::routes::delete_environment;
+        "/environments/validate/internal" => post flash::routes::validate_environment;
+        "/environments/use/internal" => post flash::routes::use_environment;
+        "/runs/internal" => post flash::routes::upsert_run;
+        "/runs/checkpoints/internal" => post flash::routes::upsert_checkpoint;
+        "/events/internal" => post flash::routes::record_event;
     }
     scope "/api/traces" {
         "/projects" => get traces::routes::trace_projects;
         "/export" => get traces::routes::export_project, post traces::routes::export_selection;
     }
     scope "/api/evals" {
-        "/runs" => post evals::upload_eval_run;
+        "/runs" => post evals::routes::upload_eval_run;
     }
 }
 

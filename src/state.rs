@@ -42,6 +42,10 @@ pub struct AppState {
     pub cluster: crate::cluster::Cluster,
     /// Signs the console's session cookies (one key per process when no secret is set).
     pub console_keys: crate::console::session::CookieKeys,
+    /// What the core's flows need, each its narrow part of the above.
+    pub billing: keel_core::billing::Billing,
+    pub jobs: keel_core::queue::Jobs,
+    pub serving: keel_core::serving::Serving,
 }
 
 impl AppState {
@@ -70,7 +74,10 @@ impl AppState {
             Duration::from_millis(settings.billing.adapter_cache_ttl_ms),
             &metrics,
         );
-        let cluster = crate::cluster::Cluster::new(db.clone(), proxy_cache.clone(), adapters.clone());
+        let cluster = crate::cluster::Cluster::new(
+            db.clone(),
+            vec![Box::new(proxy_cache.clone()), Box::new(adapters.clone())],
+        );
         let queue_config = QueueConfig {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),
             max_attempts: settings.queue.max_attempts,
@@ -91,7 +98,36 @@ impl AppState {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
         let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone());
+        let billing = keel_core::billing::Billing {
+            db: db.clone(),
+            ledger: ledger.clone(),
+            payments: payments.clone(),
+            adapters: adapters.clone(),
+            settings: Arc::new(settings.billing.clone()),
+            pricing: Arc::new(settings.pricing.clone()),
+            payment_settings: Arc::new(settings.payments.clone()),
+            metrics: metrics.clone(),
+            stopping: cluster.stopping().clone(),
+        };
+        let jobs = keel_core::queue::Jobs {
+            db: db.clone(),
+            actor: queue.clone(),
+            secret_box: secret_box.clone(),
+            cluster: cluster.clone(),
+            metrics: metrics.clone(),
+            stale_after: chrono::Duration::seconds(settings.queue.stale_after_secs as i64),
+        };
+        let serving = keel_core::serving::Serving {
+            db: db.clone(),
+            adapters: adapters.clone(),
+            pricing: Arc::new(settings.pricing.clone()),
+            cluster: cluster.clone(),
+            layer: keel_core::serving::client::ServingLayer::new(&http, &settings.serving, &settings.auth),
+        };
         Ok(Self {
+            billing,
+            jobs,
+            serving,
             upstreams: crate::proxy::UpstreamConfig::new(&settings, tls)?,
             proxy_cache,
             cluster,

@@ -95,7 +95,7 @@ pub async fn metrics(
     registry: web::Data<Registry>,
 ) -> ApiResult<HttpResponse> {
     crate::telemetry::refresh_metrics();
-    state.metrics.refresh(&state).await;
+    crate::metrics::refresh(&state).await;
     let mut buffer = Vec::new();
     TextEncoder::new()
         .encode(&registry.gather(), &mut buffer)

@@ -94,7 +94,7 @@ pub struct Tenant {
 impl Tenant {
     /// Creates the organization "bench" with an API key and a project.
     pub async fn create(conn: &DatabaseConnection) -> anyhow::Result<Self> {
-        let org = keel::orgs::repo::create_org(conn, "bench", None, "bench-owner", None)
+        let org = keel::orgs::service::create_org(conn, "bench", None, "bench-owner", None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let key = keel::orgs::repo::create_api_key(conn, &org.org_id, Some("bench")).await?;

@@ -12,7 +12,8 @@ use serde_json::json;
 use crate::common::{
     bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, LoadRequest, BENCH_INTERNAL_KEY,
 };
-use keel::orgs::repo::{create_org, upsert_adapter};
+use keel::orgs::repo::upsert_adapter;
+use keel::orgs::service::create_org;
 use keel::startup::Application;
 
 pub struct LedgerBench {

@@ -7,10 +7,7 @@
 //! [`OwnerOf`] (organization from the query or `X-Org-Id`), [`ApiKeyCaller`] and
 //! [`AnyPrincipal`].
 
-pub mod keys;
-pub mod repo;
 pub mod routes;
-pub mod session;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
@@ -18,7 +15,6 @@ use actix_web::http::header;
 use actix_web::middleware::Next;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures_util::future::LocalBoxFuture;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::domain::OrgId;
@@ -26,29 +22,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::state::AppState;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Owner,
-    Member,
-}
-
-impl Role {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "owner" => Some(Self::Owner),
-            "member" => Some(Self::Member),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Owner => "owner",
-            Self::Member => "member",
-        }
-    }
-}
+pub use keel_core::auth::{keys, repo, session, Role};
 
 /// A verified user credential.
 #[derive(Debug, Clone)]

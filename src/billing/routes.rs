@@ -20,7 +20,7 @@ use crate::state::AppState;
     responses((status = 200, body = BillingView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn get_billing(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
-    let (account, recent) = service::overview(&member.state, &member.access.org_id).await?;
+    let (account, recent) = service::overview(&member.state.billing, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(BillingView::new(account, recent)))
 }
 
@@ -33,7 +33,8 @@ pub async fn get_billing(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<Http
     request_body = OrgBody,
     responses((status = 200, body = SetupIntentView), (status = 403, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub async fn setup_intent(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpResponse> {
-    let (client_secret, customer_id) = service::setup_intent(&member.state, &member.access.org_id).await?;
+    let (client_secret, customer_id) =
+        service::setup_intent(&member.state.billing, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(SetupIntentView {
         client_secret,
         customer_id,
@@ -49,7 +50,8 @@ pub async fn setup_intent(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpR
     responses((status = 200, body = CardView), (status = 404, description = "Unknown payment method", body = ErrorBody)))]
 pub async fn save_payment_method(member: Member<ValidJson<PaymentMethodBody>>) -> ApiResult<HttpResponse> {
     let payment_method_id = &member.input.0.payment_method_id;
-    let card = service::save_payment_method(&member.state, &member.access.org_id, payment_method_id).await?;
+    let card =
+        service::save_payment_method(&member.state.billing, &member.access.org_id, payment_method_id).await?;
     Ok(HttpResponse::Ok().json(CardView::from(card)))
 }
 
@@ -60,7 +62,8 @@ pub async fn save_payment_method(member: Member<ValidJson<PaymentMethodBody>>) -
     params(OrgQuery),
     responses((status = 200, body = PaymentMethodDeleted), (status = 404, description = "No saved payment method", body = ErrorBody)))]
 pub async fn delete_payment_method(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
-    let auto_topup_disabled = service::delete_payment_method(&member.state, &member.access.org_id).await?;
+    let auto_topup_disabled =
+        service::delete_payment_method(&member.state.billing, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(PaymentMethodDeleted {
         deleted: true,
         auto_topup_disabled,
@@ -77,7 +80,7 @@ pub async fn delete_payment_method(member: Member<ValidQuery<OrgQuery>>) -> ApiR
     responses((status = 200, description = "Best effort: failures are reported, never raised", body = CustomerDeleted),
         (status = 403, description = "Not an owner's session", body = ErrorBody)))]
 pub async fn delete_customer(owner: Owner<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
-    let deletion = service::delete_customer(&owner.state, &owner.access.org_id).await?;
+    let deletion = service::delete_customer(&owner.state.billing, &owner.access.org_id).await?;
     Ok(HttpResponse::Ok().json(CustomerDeleted {
         deleted: deletion.deleted,
         customer_id: deletion.customer_id,
@@ -102,7 +105,13 @@ pub async fn topup(
     key: IdempotencyKeyHeader,
 ) -> ApiResult<HttpResponse> {
     let amount = member.input.0.amount_cents;
-    let topup = service::topup(&member.state, &member.access.org_id, amount, key.0.as_deref()).await?;
+    let topup = service::topup(
+        &member.state.billing,
+        &member.access.org_id,
+        amount,
+        key.0.as_deref(),
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(TopupView {
         status: topup.status,
         payment_intent_id: topup.payment_intent_id,
@@ -122,7 +131,7 @@ pub async fn topup(
 pub async fn put_auto_topup(member: Member<ValidJson<AutoTopupBody>>) -> ApiResult<HttpResponse> {
     let body = &member.input.0;
     service::set_auto_topup(
-        &member.state,
+        &member.state.billing,
         &member.access.org_id,
         body.enabled,
         body.threshold_cents,
@@ -144,7 +153,8 @@ pub async fn put_auto_topup(member: Member<ValidJson<AutoTopupBody>>) -> ApiResu
     request_body = OrgBody,
     responses((status = 200, body = CreditView), (status = 409, description = "Already granted", body = ErrorBody)))]
 pub async fn starter_credit(member: Member<ValidJson<OrgBody>>) -> ApiResult<HttpResponse> {
-    let (credited, outcome) = service::grant_starter_credit(&member.state, &member.access.org_id).await?;
+    let (credited, outcome) =
+        service::grant_starter_credit(&member.state.billing, &member.access.org_id).await?;
     Ok(HttpResponse::Ok().json(CreditView {
         credited_cents: credited,
         balance_cents: outcome.balance.floor_cents(),
@@ -161,7 +171,8 @@ pub async fn starter_credit(member: Member<ValidJson<OrgBody>>) -> ApiResult<Htt
     responses((status = 200, body = CreditView), (status = 404, description = "Unknown code", body = ErrorBody),
         (status = 409, description = "Already redeemed by this organization", body = ErrorBody)))]
 pub async fn promo_code(member: Member<ValidJson<PromoCodeBody>>) -> ApiResult<HttpResponse> {
-    let promo = service::redeem_promo(&member.state, &member.access.org_id, &member.input.0.code).await?;
+    let promo =
+        service::redeem_promo(&member.state.billing, &member.access.org_id, &member.input.0.code).await?;
     Ok(HttpResponse::Ok().json(CreditView {
         credited_cents: promo.credited,
         balance_cents: promo.outcome.balance.floor_cents(),
@@ -203,7 +214,7 @@ pub async fn stripe_webhook(
 ) -> ApiResult<HttpResponse> {
     // The signature header is there (checked before the body is read); now the body.
     let body = body.read().await?;
-    let duplicate = service::handle_webhook(&state, Some(&signature.0), &body).await?;
+    let duplicate = service::handle_webhook(&state.billing, Some(&signature.0), &body).await?;
     Ok(HttpResponse::Ok().json(WebhookAck {
         received: true,
         duplicate,
@@ -219,7 +230,7 @@ pub async fn stripe_webhook(
     responses((status = 200, body = ChargeView), (status = 402, description = "Balance too low", body = ErrorBody)))]
 pub async fn debit(member: Member<ValidJson<DebitBody>>) -> ApiResult<HttpResponse> {
     let run_id = member.input.0.run_id.as_ref();
-    let outcome = service::charge_run_fee(&member.state, &member.access.org_id, run_id).await?;
+    let outcome = service::charge_run_fee(&member.state.billing, &member.access.org_id, run_id).await?;
     Ok(HttpResponse::Ok().json(ChargeView::from(&outcome)))
 }
 
@@ -249,7 +260,7 @@ pub async fn serving_usage(
         prompt_tokens: body.prompt_tokens,
         completion_tokens: body.completion_tokens,
     };
-    let (recorded, outcome) = service::charge_serving(&state, usage).await?;
+    let (recorded, outcome) = service::charge_serving(&state.billing, usage).await?;
     Ok(HttpResponse::Ok().json(ServingChargeView::new(recorded, &outcome)))
 }
 
@@ -268,7 +279,8 @@ pub async fn training_usage(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let outcome =
-        service::charge_training_estimate(&state, &key.org_id, &body.run_id, body.estimate_cents).await?;
+        service::charge_training_estimate(&state.billing, &key.org_id, &body.run_id, body.estimate_cents)
+            .await?;
     Ok(HttpResponse::Ok().json(RunChargeView::new(body.run_id, &outcome)))
 }
 
@@ -286,7 +298,7 @@ pub async fn training_precheck(
     state: web::Data<AppState>,
     body: ValidJson<TrainingPrecheckBody>,
 ) -> ApiResult<HttpResponse> {
-    service::precheck_training(&state, &body.0.org_id, body.0.estimate_cents).await?;
+    service::precheck_training(&state.billing, &body.0.org_id, body.0.estimate_cents).await?;
     Ok(HttpResponse::Ok().json(PrecheckView { ok: true }))
 }
 
@@ -303,7 +315,8 @@ pub async fn training_usage_internal(
     body: ValidJson<InternalTrainingUsageBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let outcome = service::charge_training_run(&state, &body.org_id, &body.run_id, body.amount_cents).await?;
+    let outcome =
+        service::charge_training_run(&state.billing, &body.org_id, &body.run_id, body.amount_cents).await?;
     Ok(HttpResponse::Ok().json(RunChargeView::new(body.run_id, &outcome)))
 }
 

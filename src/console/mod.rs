@@ -8,7 +8,7 @@ mod format;
 mod operator;
 mod org;
 mod pages;
-mod repo;
+use keel_core::console_store as repo;
 pub mod session;
 mod signin;
 mod work;
@@ -114,11 +114,27 @@ impl ConsoleError {
     }
 }
 
-impl From<sea_orm::DbErr> for ConsoleError {
-    fn from(err: sea_orm::DbErr) -> Self {
-        Self::Api(err.into())
-    }
+/// A page fails as the JSON API would for the same error (its status), shown as a page.
+macro_rules! console_error_from {
+    ($($error:ty),+ $(,)?) => {
+        $(impl From<$error> for ConsoleError {
+            fn from(err: $error) -> Self {
+                Self::Api(err.into())
+            }
+        })+
+    };
 }
+
+console_error_from!(
+    sea_orm::DbErr,
+    keel_core::billing::BillingError,
+    keel_core::queue::JobError,
+    keel_core::orgs::OrgError,
+    keel_core::projects::ProjectError,
+    keel_core::traces::TraceError,
+    keel_core::evals::EvalError,
+    keel_core::runs::RunError,
+);
 
 impl ResponseError for ConsoleError {
     fn status_code(&self) -> StatusCode {
@@ -266,12 +282,12 @@ impl Flash {
 
 /// After a form: back to `to`, with its outcome. A refused call (4xx) is shown on the page;
 /// anything else is an error page.
-fn after_form<T>(
+fn after_form<T, E: Into<ApiError>>(
     to: &str,
-    outcome: Result<T, ApiError>,
+    outcome: Result<T, E>,
     ok: impl FnOnce(T) -> String,
 ) -> Result<HttpResponse, ConsoleError> {
-    let flash = match outcome {
+    let flash = match outcome.map_err(Into::into) {
         Ok(value) => Flash {
             ok: true,
             message: ok(value),

@@ -43,7 +43,7 @@ fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::U
 
 pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
     operator_only(&viewer)?;
-    let overview = crate::queue::service::queue_overview(&viewer.state).await?;
+    let overview = crate::queue::service::queue_overview(&viewer.state.jobs).await?;
     let now = chrono::Utc::now();
     let counts = JobAction::NAMES
         .iter()
@@ -96,7 +96,7 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
 pub async fn requeue_stale(viewer: Viewer, form: web::Form<CsrfForm>) -> Result<HttpResponse, ConsoleError> {
     viewer.check_csrf(form.csrf())?;
     operator_only(&viewer)?;
-    let outcome = crate::queue::service::requeue_stale(&viewer.state).await;
+    let outcome = crate::queue::service::requeue_stale(&viewer.state.jobs).await;
     after_form("/console/operator/queue", outcome, |c| {
         format!(
             "Stale sweep: {} requeued, {} failed, {} stopped.",

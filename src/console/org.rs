@@ -59,7 +59,7 @@ pub async fn overview(
     let org = viewer.org(&path).await?;
     let l = org_layout(&viewer, &org, "Overview", "overview", &req).await?;
     let state = &viewer.state;
-    let (account, recent) = service::overview(state, &org.org_id).await?;
+    let (account, recent) = service::overview(&state.billing, &org.org_id).await?;
     let today = Utc::now().date_naive();
     let first = today - Duration::days(PERIOD_DAYS - 1);
     let since = first.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
@@ -179,7 +179,9 @@ pub async fn save_card(
     let org = viewer.act_in(&path, &form.csrf, false).await?;
     let outcome = async {
         let body: PaymentMethodBody = form.body(&org.org_id)?;
-        service::save_payment_method(&viewer.state, &org.org_id, &body.payment_method_id).await
+        Ok::<_, ApiError>(
+            service::save_payment_method(&viewer.state.billing, &org.org_id, &body.payment_method_id).await?,
+        )
     }
     .await;
     after_form(&back_to_overview(&org), outcome, |card| {
@@ -194,7 +196,7 @@ pub async fn remove_card(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path, &form.csrf, false).await?;
-    let outcome = service::delete_payment_method(&viewer.state, &org.org_id).await;
+    let outcome = service::delete_payment_method(&viewer.state.billing, &org.org_id).await;
     after_form(&back_to_overview(&org), outcome, |auto_off| match auto_off {
         true => "Card removed; auto top-up is now off.".into(),
         false => "Card removed.".into(),
@@ -211,14 +213,14 @@ pub async fn auto_topup(
     let outcome = async {
         let body: AutoTopupBody = form.body(&org.org_id)?;
         service::set_auto_topup(
-            &viewer.state,
+            &viewer.state.billing,
             &org.org_id,
             body.enabled,
             body.threshold_cents,
             body.amount_cents,
         )
-        .await
-        .map(|()| body.enabled)
+        .await?;
+        Ok::<_, ApiError>(body.enabled)
     }
     .await;
     after_form(&back_to_overview(&org), outcome, |enabled| match enabled {
@@ -256,7 +258,15 @@ pub async fn topup(
             })
             .transpose()?;
         let body: TopupBody = fields.body(&org.org_id)?;
-        service::topup(&viewer.state, &org.org_id, body.amount_cents, key.as_deref()).await
+        Ok::<_, ApiError>(
+            service::topup(
+                &viewer.state.billing,
+                &org.org_id,
+                body.amount_cents,
+                key.as_deref(),
+            )
+            .await?,
+        )
     }
     .await;
     after_form(&back_to_overview(&org), outcome, |topup| {
@@ -279,7 +289,7 @@ pub async fn promo(
     let org = viewer.act_in(&path, &form.csrf, false).await?;
     let outcome = async {
         let body: PromoCodeBody = form.body(&org.org_id)?;
-        service::redeem_promo(&viewer.state, &org.org_id, &body.code).await
+        Ok::<_, ApiError>(service::redeem_promo(&viewer.state.billing, &org.org_id, &body.code).await?)
     }
     .await;
     after_form(&back_to_overview(&org), outcome, |promo| {
@@ -297,7 +307,7 @@ pub async fn starter_credit(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path, &form.csrf, false).await?;
-    let outcome = service::grant_starter_credit(&viewer.state, &org.org_id).await;
+    let outcome = service::grant_starter_credit(&viewer.state.billing, &org.org_id).await;
     after_form(&back_to_overview(&org), outcome, |(credited, _)| {
         format!(
             "Starter credit granted: {} credited.",
@@ -447,7 +457,7 @@ pub async fn create_key(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path, &form.csrf, true).await?;
-    let body: Result<crate::orgs::ApiKeyBody, ApiError> = form.plain_body();
+    let body: Result<crate::orgs::dto::ApiKeyBody, ApiError> = form.plain_body();
     let body = match body {
         Ok(body) => body,
         Err(err) => {
@@ -510,7 +520,9 @@ pub async fn revoke_key(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, true).await?;
-    let outcome = crate::orgs::service::revoke_key(&viewer.state, &org.org_id, &path.key).await;
+    let outcome =
+        crate::orgs::service::revoke_key(&viewer.state.db, &viewer.state.cluster, &org.org_id, &path.key)
+            .await;
     after_form(&format!("/console/o/{}/keys", org.org_id), outcome, |()| {
         "API key revoked.".into()
     })

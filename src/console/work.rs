@@ -116,7 +116,8 @@ pub async fn jobs(
         action,
         before: page_cursor(query.before.as_deref())?,
     };
-    let (jobs, more) = crate::queue::service::jobs_page(&viewer.state, &org.org_id, &filter, PAGE).await?;
+    let (jobs, more) =
+        crate::queue::service::jobs_page(&viewer.state.jobs, &org.org_id, &filter, PAGE).await?;
     let org_id = org.org_id.to_string();
     let table = JobsTable {
         org_id: org_id.clone(),
@@ -185,7 +186,7 @@ pub async fn job(
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
     let job_id = crate::domain::JobId::parse(&path.job);
-    let job = crate::queue::service::job_of_org(&viewer.state, &org.org_id, &job_id)
+    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
     let mut timeline = vec![Event {
@@ -255,11 +256,11 @@ pub async fn stop_job(
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, false).await?;
     let job_id = crate::domain::JobId::parse(&path.job);
-    let job = crate::queue::service::job_of_org(&viewer.state, &org.org_id, &job_id)
+    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
     let reason = form.get("reason").map(|r| format::clip(r, 2000));
-    let outcome = crate::queue::service::stop_job(&viewer.state, &job, reason.as_deref()).await;
+    let outcome = crate::queue::service::stop_job(&viewer.state.jobs, &job, reason.as_deref()).await;
     after_form(
         &format!("/console/o/{}/jobs/{}", org.org_id, job.id),
         outcome,
@@ -433,7 +434,8 @@ pub async fn export(
                     let limit = q.limit.unwrap_or(crate::traces::MAX_EXPORT as i64) as u64;
                     let filter = crate::traces::repo::TraceFilter::default();
                     crate::traces::service::export_project(
-                        &viewer.state,
+                        &viewer.state.db,
+                        viewer.state.settings.traces.export_max_page_bytes,
                         orgs,
                         &project.id,
                         format,
@@ -445,6 +447,7 @@ pub async fn export(
                     )
                     .await
                     .map(|page| page.count)
+                    .map_err(crate::error::ApiError::from)
                 }
                 Err(err) => Err(err),
             }
@@ -453,7 +456,8 @@ pub async fn export(
             Ok(selection) => {
                 let filter = crate::traces::repo::TraceFilter::default();
                 crate::traces::service::export_selection(
-                    &viewer.state,
+                    &viewer.state.db,
+                    viewer.state.settings.traces.export_max_page_bytes,
                     orgs,
                     &selection.trace_ids,
                     format,
@@ -463,6 +467,7 @@ pub async fn export(
                 )
                 .await
                 .map(|s| s.stats.count)
+                .map_err(crate::error::ApiError::from)
             }
             Err(err) => Err(err),
         },

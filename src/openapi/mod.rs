@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
 use crate::error::{ErrorBody, ValidationErrorBody};
 
 mod examples;
+pub mod mirror;
 mod refine;
 
 pub use refine::{is_string_type, ORG_ID, STORABLE};

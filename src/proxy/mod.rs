@@ -3,13 +3,13 @@
 //! provider with the caller's provider key, answers the provider's response unchanged (a
 //! stream frame by frame, as it arrives), and records the call as a trace afterwards.
 
-pub mod cache;
 pub mod redact;
 pub mod relay;
 pub mod sse;
 mod stuck;
 pub mod upstream;
 pub mod usage;
+pub use keel_core::proxy::cache;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,7 +38,7 @@ use sse::{CompletionAssembler, SseParser};
 use upstream::Answer;
 pub use upstream::{UpstreamConfig, Upstreams};
 
-pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];
+pub use crate::domain::PROVIDERS;
 
 // Header names are made once: a lookup by a `&str` name makes (and, for a name that is not
 // a standard header, allocates) a `HeaderName` on every call.

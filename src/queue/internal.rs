@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::actor::{ask, Heartbeat, Submit};
-use super::repo::{self, Held, Report, ReportOutcome, SweepCounts};
+use super::repo::{self, Held, Report, ReportOutcome};
 use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
 use crate::domain::{JobAction, JobId, JobStatus};
@@ -24,7 +24,7 @@ pub struct InternalClaimJobsRequest {
     #[schema(min_length = 1, max_length = 200)]
     pub worker_id: String,
     /// `draft`, `tracer`, `optimize` or `training`.
-    #[schema(value_type = crate::domain::JobAction)]
+    #[schema(value_type = crate::openapi::mirror::JobAction)]
     pub action: String,
     #[schema(minimum = 1, maximum = 100)]
     pub limit: i64,
@@ -101,7 +101,15 @@ pub async fn claim_jobs(
         .filter(|wait| !wait.is_zero());
     let client = crate::http::client::ClientPresence::of(&request);
     let wanted: super::actor::StillWanted = std::sync::Arc::new(move || !client.gone());
-    let jobs = super::service::claim(&state, body.worker_id, action, body.limit as u32, wait, wanted).await?;
+    let jobs = super::service::claim(
+        &state.jobs,
+        body.worker_id,
+        action,
+        body.limit as u32,
+        wait,
+        wanted,
+    )
+    .await?;
     let jobs = jobs
         .into_iter()
         .map(|job| ClaimedJob {
@@ -140,7 +148,7 @@ pub async fn get_job_for_worker(
     let job = repo::find_job(&state.db, &path)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
-    let secrets = service::worker_secrets(&state, &job.org_id).await?;
+    let secrets = service::worker_secrets(&state.jobs, &job.org_id).await?;
     Ok(HttpResponse::Ok().json(WorkerJobView {
         payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
         job: JobView::from(&job),
@@ -451,9 +459,9 @@ pub async fn live_status(
 ///
 /// Internal key: puts back in the queue every claimed job whose heartbeat is too old.
 #[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("internalKey" = [])),
-    responses((status = 200, body = SweepCounts)))]
+    responses((status = 200, body = crate::openapi::mirror::SweepCounts)))]
 pub async fn requeue_stale(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    Ok(HttpResponse::Ok().json(service::requeue_stale(&state).await?))
+    Ok(HttpResponse::Ok().json(service::requeue_stale(&state.jobs).await?))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -472,6 +480,6 @@ pub async fn requeue_interrupted(
     state: web::Data<AppState>,
     body: ValidJson<WorkerIdRequest>,
 ) -> ApiResult<HttpResponse> {
-    let requeued = super::service::requeue_interrupted(&state, &body.0.worker_id).await?;
+    let requeued = super::service::requeue_interrupted(&state.jobs, &body.0.worker_id).await?;
     Ok(HttpResponse::Ok().json(Requeued { requeued }))
 }

@@ -1,13 +1,10 @@
 //! The training-job queue: user routes, worker routes, the queue actor, secrets and
 //! agent logs.
 
-pub mod actor;
 pub mod agent;
 pub mod internal;
-pub mod repo;
 pub mod routes;
-pub mod secrets;
-pub mod service;
+pub use keel_core::queue::{actor, repo, secrets, service};
 
 use chrono::{DateTime, Utc};
 use entities::training_job;

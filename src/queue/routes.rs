@@ -421,7 +421,7 @@ pub async fn stop_job(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let job = visible_job(&caller, &path, body.org_id.as_ref()).await?;
-    let stopped = service::stop_job(caller.state(), &job, body.reason.as_deref()).await?;
+    let stopped = service::stop_job(&caller.state().jobs, &job, body.reason.as_deref()).await?;
     Ok(HttpResponse::Ok().json(JobView::from(&stopped)))
 }
 
@@ -508,6 +508,7 @@ crate::org_scoped!(SecretsBody);
     request_body = SecretsBody,
     responses((status = 200, body = SecretNames), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
 pub async fn set_secrets(member: Member<ValidJson<SecretsBody>>) -> ApiResult<HttpResponse> {
-    let names = service::set_secrets(&member.state, &member.access.org_id, member.input.0.secrets).await?;
+    let names =
+        service::set_secrets(&member.state.jobs, &member.access.org_id, member.input.0.secrets).await?;
     Ok(HttpResponse::Ok().json(SecretNames { names }))
 }

@@ -103,3 +103,34 @@ pub struct SampleErrorResponse {
 
 crate::org_scoped!(ServingTeardownBody);
 crate::org_scoped!(unnamed: SampleRequest);
+
+impl From<keel_core::serving::TeardownReport> for TeardownReport {
+    fn from(r: keel_core::serving::TeardownReport) -> Self {
+        Self {
+            undeployed: r.undeployed,
+            failed: r.failed,
+            adapters: r.adapters,
+        }
+    }
+}
+
+impl From<SampleRequest> for keel_core::serving::Sample {
+    fn from(body: SampleRequest) -> Self {
+        Self {
+            model: body.model,
+            messages: body.messages,
+            max_tokens: body.max_tokens,
+            temperature: body.temperature,
+        }
+    }
+}
+
+impl From<keel_core::serving::Sampled> for SampleResponse {
+    fn from(s: keel_core::serving::Sampled) -> Self {
+        Self {
+            model: s.model,
+            output: s.output,
+            usage: s.usage,
+        }
+    }
+}

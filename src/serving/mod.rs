@@ -6,7 +6,6 @@
 //! called with the first internal key: `POST <base>/chat/completions` to sample and
 //! `DELETE <base>/adapters/{adapter_id}` to undeploy (see docs/DECISIONS.md).
 
-pub mod client;
 pub mod dto;
 pub mod routes;
-pub mod service;
+pub use keel_core::serving::{client, service};

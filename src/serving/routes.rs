@@ -12,6 +12,7 @@ use crate::auth::{Internal, Owner};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::state::AppState;
+use keel_core::serving::Sample;
 
 /// Authorize a serving call
 ///
@@ -33,7 +34,7 @@ pub async fn authorize(
     body: ValidJson<ServingAuthorizeBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let (org_id, base_model) = service::authorize(&state, &body.api_key, &body.adapter_id).await?;
+    let (org_id, base_model) = service::authorize(&state.serving, &body.api_key, &body.adapter_id).await?;
     Ok(HttpResponse::Ok().json(ServingAuthorized {
         org_id,
         adapter_id: body.adapter_id,
@@ -53,8 +54,8 @@ pub async fn authorize(
         (status = 503, description = "Live adapters but no serving layer configured", body = ErrorBody),
     ))]
 pub async fn teardown(owner: Owner<ValidJson<ServingTeardownBody>>) -> ApiResult<HttpResponse> {
-    let report = service::teardown(&owner.state, &owner.access.org_id).await?;
-    Ok(HttpResponse::Ok().json(report))
+    let report = service::teardown(&owner.state.serving, &owner.access.org_id).await?;
+    Ok(HttpResponse::Ok().json(TeardownReport::from(report)))
 }
 
 /// Sample a served model
@@ -79,9 +80,9 @@ pub async fn sample(
     body: ValidJson<SampleRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let owner = service::sample_target(&state, &body.model).await?;
-    match service::sample(&state, owner.as_deref(), body).await {
-        Ok(sampled) => Ok(HttpResponse::Ok().json(sampled)),
+    let owner = service::sample_target(&state.serving, &body.model).await?;
+    match service::sample(&state.serving, owner.as_deref(), Sample::from(body)).await {
+        Ok(sampled) => Ok(HttpResponse::Ok().json(SampleResponse::from(sampled))),
         Err(failure) => {
             tracing::warn!(
                 error = &failure as &dyn std::error::Error,

@@ -4,10 +4,7 @@
 
 pub mod cli;
 pub mod dto;
-pub mod export;
-pub mod repo;
 pub mod routes;
-pub mod service;
-pub mod writer;
+pub use keel_core::traces::{export, repo, service, writer};
 
 pub const MAX_EXPORT: u64 = 1000;

@@ -63,8 +63,10 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
     let cursor = query.cursor.as_deref().and_then(service::Cursor::decode);
     let mut out = envelope_head(Some(project_id.as_str()), format)?;
+    let state = caller.state();
     let page = service::export_project(
-        caller.state(),
+        &state.db,
+        state.settings.traces.export_max_page_bytes,
         &orgs,
         &project_id,
         format,
@@ -93,8 +95,10 @@ pub async fn export_selection(
     let orgs = caller.organizations().await?;
     let filter = body.filters.to_filter();
     let mut records = Vec::new();
+    let state = caller.state();
     let selection = service::export_selection(
-        caller.state(),
+        &state.db,
+        state.settings.traces.export_max_page_bytes,
         &orgs,
         &body.trace_ids,
         format,

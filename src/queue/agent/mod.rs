@@ -1,6 +1,6 @@
 //! Agent logs (user and worker), agent account usage and optimizer timelines.
 
-pub mod repo;
+pub use keel_core::queue::agent::repo;
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};

@@ -1,0 +1,221 @@
+//! The ledger: every change of a balance is one append-only entry, applied inside a
+//! transaction that holds the organization's account row. A batch of operations (group
+//! commit) is applied in order in one transaction; each still gets its own outcome.
+//!
+//! `ops` is what callers hand it and get back, `planner` decides (pure), `sql` writes
+//! (a module per dialect), `cache` keeps PostgreSQL's last committed rows.
+
+mod cache;
+mod ops;
+mod planner;
+mod sql;
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::Utc;
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, TransactionTrait};
+
+pub use cache::AccountCache;
+pub use ops::{
+    outcome_label, AccountAfter, AutoTopup, BatchResult, EntryKind, LedgerError, LedgerOp, OnDuplicate,
+    Outcome, ServingUsageRow, SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+};
+use planner::{plan, KeyCheck, Writes};
+pub use sql::{ensure_account, lock_account};
+
+/// Applies `ops` in order in one transaction. `Err` means nothing was written (the caller
+/// may retry the operations one by one).
+pub async fn apply_batch(
+    db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
+    org_id: &str,
+    ops: &[LedgerOp],
+) -> Result<BatchResult, DbErr> {
+    let mut results = apply_group(db, cache, &[(org_id, ops)]).await?;
+    Ok(results.pop().unwrap_or(BatchResult {
+        outcomes: Vec::new(),
+        account: None,
+    }))
+}
+
+/// Several organizations' batches in one transaction, with set-based statements: one
+/// lock of all accounts (ascending order, so instances doing the same never deadlock),
+/// then the entries, usage rows and balances. On PostgreSQL the group is first tried
+/// without looking its keys up (the unique index checks them anyway); only a group that
+/// repeats a key pays for the look-up, in a second transaction. `Err`: nothing written.
+pub async fn apply_group(
+    db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
+    batches: &[(&str, &[LedgerOp])],
+) -> Result<Vec<BatchResult>, DbErr> {
+    let distinct: HashSet<&str> = batches.iter().map(|(org, _)| *org).collect();
+    if distinct.len() != batches.len() {
+        // Each planned batch starts from the locked balance: one batch per organization.
+        return Err(DbErr::Custom(
+            "an organization appears twice in one ledger group".into(),
+        ));
+    }
+    if db.get_database_backend() == DbBackend::Postgres {
+        if let (Some(cache), [(org_id, ops)]) = (cache, batches) {
+            if let Some(result) = apply_cached(db, cache, org_id, ops).await? {
+                return Ok(vec![result]);
+            }
+        }
+        if let Some(results) = apply_group_with(db, cache, batches, KeyCheck::Optimistic).await? {
+            return Ok(results);
+        }
+    }
+    apply_group_with(db, cache, batches, KeyCheck::LookUp)
+        .await?
+        .ok_or_else(|| DbErr::Custom("ledger entries skipped after their keys were looked up".into()))
+}
+
+/// One attempt of `apply_group`; `None`: an optimistic attempt met a key already applied
+/// and wrote nothing.
+async fn apply_group_with(
+    db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
+    batches: &[(&str, &[LedgerOp])],
+    check: KeyCheck,
+) -> Result<Option<Vec<BatchResult>>, DbErr> {
+    let txn = db.begin().await?;
+    let org_ids: Vec<String> = batches.iter().map(|(org, _)| (*org).to_owned()).collect();
+    let sql::Locked { accounts, contended } = sql::lock_accounts(&txn, &org_ids).await?;
+
+    let mut applied = match check {
+        KeyCheck::Optimistic => HashMap::new(),
+        KeyCheck::LookUp => {
+            let keys: Vec<(String, String)> = batches
+                .iter()
+                .flat_map(|(org, ops)| {
+                    ops.iter()
+                        .filter_map(|op| op.idempotency_key.clone().map(|k| ((*org).to_owned(), k)))
+                })
+                .collect();
+            sql::applied_keys(&txn, &keys).await?
+        }
+    };
+    // Serving replays are found by the organization's idempotency key; a request id used
+    // by another organization trips the usage table's primary key, and the one-by-one
+    // retry of that batch (a batch of one) looks it up globally here.
+    let single = batches.iter().map(|(_, ops)| ops.len()).sum::<usize>() == 1;
+    let usage_ids: Vec<String> = batches
+        .iter()
+        .flat_map(|(org, ops)| {
+            let applied = &applied;
+            ops.iter().filter_map(move |op| match &op.side {
+                SideEffect::ServingUsage(row)
+                    if single
+                        || op
+                            .idempotency_key
+                            .as_ref()
+                            .is_some_and(|k| applied.contains_key(&((*org).to_owned(), k.clone()))) =>
+                {
+                    Some(row.request_id.clone())
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    let mut usage = sql::recorded_usage(&txn, usage_ids).await?;
+
+    let now = Utc::now();
+    let mut writes = Writes::new(check);
+    let mut results = Vec::with_capacity(batches.len());
+    for (org_id, ops) in batches {
+        if contended.contains(*org_id) {
+            results.push(BatchResult {
+                outcomes: ops.iter().map(|_| Err(LedgerError::Contended)).collect(),
+                account: None,
+            });
+            continue;
+        }
+        let Some(account) = accounts.get(*org_id) else {
+            results.push(BatchResult {
+                outcomes: ops.iter().map(|_| Err(LedgerError::UnknownOrg)).collect(),
+                account: None,
+            });
+            continue;
+        };
+        results.push(plan(org_id, account, ops, &mut applied, &mut usage, &mut writes));
+    }
+    // What the cache learns from this commit (the flush consumes the writes).
+    let after = cache.map(|_| (writes.balances.clone(), writes.settled_auto_topups.clone()));
+    let versions = match writes.keys_unchecked {
+        true => None,
+        false => sql::flush(writes, &txn, now).await?,
+    };
+    let Some(versions) = versions else {
+        // Rolled back before the caller plans again: the retry locks the same accounts.
+        txn.rollback().await?;
+        return Ok(None);
+    };
+    txn.commit().await?;
+    if let (Some(cache), Some((balances, settled))) = (cache, after) {
+        // What this transaction left is what the next batch of these organizations may
+        // plan on (unless another writer moves the row first, which its version shows).
+        // Settling a top-up also changes fields the plan does not track: not kept.
+        for (org_id, _) in batches {
+            cache.forget(org_id);
+        }
+        let versions: HashMap<String, String> = versions.into_iter().collect();
+        for row in balances.iter().filter(|row| !settled.contains(&row.org_id)) {
+            if let (Some(account), Some(version)) = (accounts.get(&row.org_id), versions.get(&row.org_id)) {
+                cache.put(row.account_after(account, now), version.clone());
+            }
+        }
+    }
+    Ok(Some(results))
+}
+
+/// PostgreSQL: one planned batch of one organization written in one autocommit
+/// statement, planned on the account as this process last committed it and guarded by
+/// that row version (`xmin`): no `BEGIN`, no lock round trip, no separate `COMMIT`. If the
+/// row moved meanwhile, or a key is taken, nothing is written. `None`: not applicable, or
+/// nothing written (the caller takes the locked path, which looks at the row itself).
+async fn apply_cached(
+    db: &DatabaseConnection,
+    cache: &AccountCache,
+    org_id: &str,
+    ops: &[LedgerOp],
+) -> Result<Option<BatchResult>, DbErr> {
+    let Some((account, version)) = cache.get(org_id) else {
+        return Ok(None);
+    };
+    let now = Utc::now();
+    let mut writes = Writes::new(KeyCheck::Optimistic);
+    let result = plan(
+        org_id,
+        &account,
+        ops,
+        &mut HashMap::new(),
+        &mut HashMap::new(),
+        &mut writes,
+    );
+    // Only a batch whose account row it updates is checked by the guard; promo grants
+    // and settled top-ups write more than this statement does.
+    let Some(after) = writes.balances.first().cloned() else {
+        return Ok(None);
+    };
+    if writes.keys_unchecked
+        || !writes.promo_rows.is_empty()
+        || !writes.settled_auto_topups.is_empty()
+        || !writes.settled_payments.is_empty()
+    {
+        return Ok(None);
+    }
+    let written = sql::guarded_write(db, &writes, &after, now, version).await;
+    cache.forget(org_id);
+    let Some(version) = written? else {
+        return Ok(None);
+    };
+    cache.put(after.account_after(&account, now), version);
+    Ok(Some(result))
+}
+
+/// Whether PostgreSQL gave up waiting (`lock_timeout`, `statement_timeout`): the row is
+/// held by another session, and trying again at once would wait again.
+pub fn is_lock_timeout(err: &DbErr) -> bool {
+    let text = err.to_string();
+    text.contains("due to lock timeout") || text.contains("due to statement timeout")
+}

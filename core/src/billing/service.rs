@@ -1,0 +1,606 @@
+//! Billing flows, shared by every client of the domain (the JSON API, the console): each
+//! runs the processor, the payment records and the ledger in the order that makes a retry
+//! harmless.
+
+use chrono::Utc;
+use entities::{billing_account, ledger_entry, payment};
+use serde_json::Value;
+
+use super::charges;
+use super::ledger::{
+    EntryKind, LedgerError, LedgerOp, Outcome, ServingUsageRow, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+};
+use super::payments::Card;
+use super::repo;
+use super::webhook;
+use super::{Billing, BillingError};
+use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, RunId};
+
+/// How many ledger entries the billing overview shows.
+const RECENT_ENTRIES: u64 = 20;
+
+/// The organization's billing account; 404 when the organization is unknown.
+pub async fn account_of(billing: &Billing, org_id: &str) -> Result<billing_account::Model, BillingError> {
+    repo::account(&billing.db, org_id)
+        .await?
+        .ok_or(BillingError::OrgNotFound)
+}
+
+/// The account with its most recent ledger entries.
+pub async fn overview(
+    billing: &Billing,
+    org_id: &OrgId,
+) -> Result<(billing_account::Model, Vec<ledger_entry::Model>), BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let recent = repo::recent_ledger(&billing.db, org_id, RECENT_ENTRIES).await?;
+    Ok((account, recent))
+}
+
+/// The processor's customer of the account, created on first use.
+pub async fn ensure_customer(
+    billing: &Billing,
+    account: &billing_account::Model,
+) -> Result<String, BillingError> {
+    if let Some(customer) = &account.customer_id {
+        return Ok(customer.clone());
+    }
+    let customer = billing.payments.create_customer(&account.org_id).await?;
+    Ok(repo::save_customer(&billing.db, &account.org_id, &customer).await?)
+}
+
+/// A setup intent for saving a card: `(client secret, customer id)`.
+pub async fn setup_intent(billing: &Billing, org_id: &OrgId) -> Result<(String, String), BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let customer_id = ensure_customer(billing, &account).await?;
+    let client_secret = billing.payments.create_setup_intent(&customer_id).await?;
+    Ok((client_secret, customer_id))
+}
+
+/// Attaches the method to the customer and saves it as the card; a replaced card is
+/// detached (best effort: the new one is saved regardless).
+pub async fn save_payment_method(
+    billing: &Billing,
+    org_id: &OrgId,
+    payment_method_id: &str,
+) -> Result<Card, BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let customer_id = ensure_customer(billing, &account).await?;
+    let card = billing
+        .payments
+        .attach_payment_method(&customer_id, payment_method_id)
+        .await?;
+    if let Some(old) = account
+        .payment_method_id
+        .as_deref()
+        .filter(|old| *old != payment_method_id)
+    {
+        if let Err(err) = billing.payments.detach_payment_method(old).await {
+            tracing::warn!(%org_id, error = %err, "detaching the replaced payment method");
+        }
+    }
+    repo::save_card(
+        &billing.db,
+        org_id,
+        repo::SavedCard {
+            payment_method_id: Some(payment_method_id),
+            brand: Some(&card.brand),
+            last4: Some(&card.last4),
+            exp_month: Some(card.exp_month),
+            exp_year: Some(card.exp_year),
+        },
+    )
+    .await?;
+    Ok(card)
+}
+
+/// Detaches and forgets the saved card; answers whether that turned auto top-up off.
+pub async fn delete_payment_method(billing: &Billing, org_id: &OrgId) -> Result<bool, BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let Some(payment_method_id) = &account.payment_method_id else {
+        return Err(BillingError::NoSavedCard);
+    };
+    billing.payments.detach_payment_method(payment_method_id).await?;
+    repo::save_card(&billing.db, org_id, repo::SavedCard::NONE).await?;
+    Ok(account.auto_topup_enabled)
+}
+
+/// What deleting the processor customer came to (best effort: failures are reported).
+pub struct CustomerDeletion {
+    pub deleted: bool,
+    pub customer_id: Option<String>,
+    pub error: Option<String>,
+}
+
+pub async fn delete_customer(billing: &Billing, org_id: &OrgId) -> Result<CustomerDeletion, BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let Some(customer_id) = account.customer_id else {
+        return Ok(CustomerDeletion {
+            deleted: true,
+            customer_id: None,
+            error: None,
+        });
+    };
+    match billing.payments.delete_customer(&customer_id).await {
+        Ok(()) => {
+            repo::clear_customer(&billing.db, org_id).await?;
+            Ok(CustomerDeletion {
+                deleted: true,
+                customer_id: Some(customer_id),
+                error: None,
+            })
+        }
+        Err(err) => {
+            tracing::error!(%org_id, error = %err, "deleting the billing customer failed");
+            Ok(CustomerDeletion {
+                deleted: false,
+                customer_id: Some(customer_id),
+                error: Some(err.to_string()),
+            })
+        }
+    }
+}
+
+/// Saves auto top-up settings (which lifts a pause after declines); enabling needs a card.
+pub async fn set_auto_topup(
+    billing: &Billing,
+    org_id: &OrgId,
+    enabled: bool,
+    threshold: Option<Cents>,
+    amount: Option<Cents>,
+) -> Result<(), BillingError> {
+    let account = account_of(billing, org_id).await?;
+    if enabled && account.payment_method_id.is_none() {
+        return Err(BillingError::CardNeededForAutoTopup);
+    }
+    repo::save_auto_topup(&billing.db, org_id, enabled, threshold, amount).await?;
+    Ok(())
+}
+
+/// What a top-up came to.
+pub struct Topup {
+    /// `succeeded`, or `processing` / `requires_action` (credited later by the webhook).
+    pub status: String,
+    pub payment_intent_id: String,
+    pub balance: Microcents,
+    pub client_secret: Option<String>,
+}
+
+/// Charges the saved card `amount` and credits it once the charge succeeds.
+///
+/// With a client `Idempotency-Key`, a retry answers the first attempt's result (its decline
+/// included) and charges nothing; the same key for another amount is 409. Requests with the
+/// same key that race each other reach the processor with the same key of its own, so they
+/// get one payment intent, credited once by its ledger key.
+pub async fn topup(
+    billing: &Billing,
+    org_id: &str,
+    amount: Cents,
+    client_key: Option<&str>,
+) -> Result<Topup, BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let Some(payment_method_id) = account.payment_method_id.clone() else {
+        return Err(BillingError::CardNeededForTopup);
+    };
+    if let Some(key) = client_key {
+        if let Some(earlier) = repo::topup_by_key(&billing.db, org_id, key).await? {
+            return replay_topup(billing, earlier, amount).await;
+        }
+    }
+    let customer_id = ensure_customer(billing, &account).await?;
+    let processor_key = match client_key {
+        Some(key) => format!("keel-topup-{org_id}-{key}"),
+        None => format!("keel-topup-{}", uuid::Uuid::new_v4()),
+    };
+    // Recorded before the card is charged: a crash after the charge is settled on restart.
+    let pending = charges::pending(
+        org_id,
+        EntryKind::Topup,
+        amount,
+        &customer_id,
+        &payment_method_id,
+        processor_key,
+        client_key,
+    );
+    let charged = charges::charge(&billing.db, &billing.payments, &pending)
+        .await
+        .map_err(|err| match err {
+            charges::ChargeError::Database(err) => BillingError::Database(err),
+            charges::ChargeError::Processor(err) => BillingError::Payment(err),
+            charges::ChargeError::Mismatch(first_cents) => BillingError::KeyReused { first_cents },
+        })?;
+    match charged {
+        charges::Charged::Succeeded { intent, credit } => {
+            let outcome = charges::credit(&billing.db, &billing.ledger, &pending, &intent.id, credit).await?;
+            Ok(Topup {
+                status: intent.status,
+                payment_intent_id: intent.id,
+                balance: outcome.balance,
+                client_secret: intent.client_secret,
+            })
+        }
+        charges::Charged::Waiting(intent) => Ok(Topup {
+            status: intent.status,
+            payment_intent_id: intent.id,
+            balance: Microcents(account_of(billing, org_id).await?.balance_microcents),
+            client_secret: intent.client_secret,
+        }),
+        charges::Charged::Declined { message, .. } => Err(BillingError::Declined(message)),
+    }
+}
+
+/// The first attempt's result for a retried `Idempotency-Key`.
+async fn replay_topup(
+    billing: &Billing,
+    earlier: payment::Model,
+    amount: Cents,
+) -> Result<Topup, BillingError> {
+    if earlier.amount_cents != amount.get() {
+        return Err(BillingError::KeyReused {
+            first_cents: earlier.amount_cents,
+        });
+    }
+    if earlier.status == "declined" {
+        return Err(BillingError::DeclinedBefore);
+    }
+    // A succeeded payment is credited here if a crash came between its record and its
+    // credit; otherwise its ledger key makes this a replay.
+    let balance = settle_topup(
+        billing,
+        &earlier.org_id,
+        &earlier.payment_intent_id,
+        amount,
+        &earlier.status,
+    )
+    .await?;
+    Ok(Topup {
+        status: earlier.status,
+        payment_intent_id: earlier.payment_intent_id,
+        balance,
+        client_secret: None,
+    })
+}
+
+/// Credits a succeeded payment (once, by its ledger key); answers the balance.
+async fn settle_topup(
+    billing: &Billing,
+    org_id: &str,
+    payment_intent_id: &str,
+    amount: Cents,
+    status: &str,
+) -> Result<Microcents, BillingError> {
+    if status != "succeeded" {
+        return Ok(Microcents(account_of(billing, org_id).await?.balance_microcents));
+    }
+    let op = LedgerOp::credit(
+        EntryKind::Topup,
+        amount.micros(),
+        Some(IdempotencyKey::payment(payment_intent_id)),
+        format!("top-up {payment_intent_id}"),
+    );
+    Ok(billing.ledger.submit(org_id, op).await?.balance)
+}
+
+/// Grants the configured starter credit, once per organization (a repeat is 409).
+pub async fn grant_starter_credit(
+    billing: &Billing,
+    org_id: &OrgId,
+) -> Result<(Cents, Outcome), BillingError> {
+    let cents = billing.settings.starter_credit_cents;
+    let op = LedgerOp::credit(
+        EntryKind::StarterCredit,
+        cents.micros(),
+        Some(IdempotencyKey::starter_credit()),
+        "starter credit",
+    )
+    .once_only()
+    .with_side(SideEffect::StarterCredit);
+    let outcome = billing.ledger.submit(org_id, op).await.map_err(|err| match err {
+        LedgerError::Duplicate => BillingError::StarterCreditGranted,
+        other => other.into(),
+    })?;
+    Ok((cents, outcome))
+}
+
+/// A redeemed promo code: its canonical spelling, what it credited, the ledger's answer.
+pub struct PromoRedemption {
+    pub code: String,
+    pub credited: Cents,
+    pub outcome: Outcome,
+}
+
+/// Redeems a configured promo code (case-insensitive), once per organization.
+pub async fn redeem_promo(
+    billing: &Billing,
+    org_id: &OrgId,
+    code: &str,
+) -> Result<PromoRedemption, BillingError> {
+    let code = code.trim().to_uppercase();
+    let cents = billing
+        .settings
+        .promo_codes
+        .iter()
+        .find(|(known, _)| known.to_uppercase() == code)
+        .map(|(_, cents)| *cents)
+        .ok_or(BillingError::UnknownPromoCode)?;
+    let op = LedgerOp::credit(
+        EntryKind::Promo,
+        cents.micros(),
+        Some(IdempotencyKey::promo(&code)),
+        format!("promo code {code}"),
+    )
+    .once_only()
+    .with_side(SideEffect::PromoGrant {
+        code: code.clone(),
+        cents,
+    });
+    let outcome = billing.ledger.submit(org_id, op).await.map_err(|err| match err {
+        LedgerError::Duplicate => BillingError::PromoRedeemed(code.clone()),
+        other => other.into(),
+    })?;
+    Ok(PromoRedemption {
+        code,
+        credited: cents,
+        outcome,
+    })
+}
+
+/// Verifies and applies a processor event; answers whether its id was already processed.
+/// A succeeded payment intent is credited once, by its ledger key.
+pub async fn handle_webhook(
+    billing: &Billing,
+    signature: Option<&str>,
+    body: &[u8],
+) -> Result<bool, BillingError> {
+    webhook::verify(
+        &billing.payment_settings.stripe_webhook_secret,
+        signature,
+        body,
+        Utc::now().timestamp(),
+    )?;
+    let event: Value =
+        serde_json::from_slice(body).map_err(|_| BillingError::InvalidEvent("the event is not JSON"))?;
+    let (Some(event_id), Some(event_type)) = (event["id"].as_str(), event["type"].as_str()) else {
+        return Err(BillingError::InvalidEvent("the event has no id or type"));
+    };
+    if repo::webhook_event_seen(&billing.db, event_id).await? {
+        return Ok(true);
+    }
+    if event_type == "payment_intent.succeeded" {
+        credit_succeeded_payment(billing, &event["data"]["object"]).await?;
+    }
+    // Recorded after its effect: a crash in between means a redelivery, which the
+    // payment's idempotency key makes harmless.
+    repo::record_webhook_event(&billing.db, event_id, event_type).await?;
+    Ok(false)
+}
+
+async fn credit_succeeded_payment(billing: &Billing, intent: &Value) -> Result<(), BillingError> {
+    let Some(payment_intent_id) = intent["id"].as_str() else {
+        return Err(BillingError::InvalidEvent("payment intent without id"));
+    };
+    let Some(org_id) = intent["metadata"]["orgId"].as_str().map(OrgId::parse) else {
+        tracing::warn!(
+            payment_intent_id,
+            "payment_intent.succeeded without metadata.orgId; ignored"
+        );
+        return Ok(());
+    };
+    let cents = intent["amount_received"]
+        .as_i64()
+        .filter(|c| *c > 0)
+        .or_else(|| intent["amount"].as_i64())
+        .map_or(Cents(0), Cents);
+    if cents <= Cents(0) {
+        return Err(BillingError::InvalidEvent("payment intent without an amount"));
+    }
+    let kind = if intent["metadata"]["kind"] == "auto_topup" {
+        EntryKind::AutoTopup
+    } else {
+        EntryKind::Topup
+    };
+    let mut op = LedgerOp::credit(
+        kind,
+        cents.micros(),
+        Some(IdempotencyKey::payment(payment_intent_id)),
+        format!("payment {payment_intent_id}"),
+    );
+    if kind == EntryKind::AutoTopup {
+        op = op.with_side(SideEffect::AutoTopupCredited);
+    }
+    match billing.ledger.submit(&org_id, op).await {
+        Ok(_) => {
+            repo::record_payment(
+                &billing.db,
+                repo::PaymentRow {
+                    payment_intent_id,
+                    org_id: &org_id,
+                    amount: cents,
+                    status: "succeeded",
+                    kind: kind.as_str(),
+                    idempotency_key: None,
+                },
+            )
+            .await?;
+            Ok(())
+        }
+        Err(LedgerError::UnknownOrg) => {
+            tracing::warn!(
+                %org_id,
+                payment_intent_id,
+                "payment for an unknown organization; ignored"
+            );
+            Ok(())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The flat run fee; with a run id, charged once per (organization, run). 402 when short.
+pub async fn charge_run_fee(
+    billing: &Billing,
+    org_id: &OrgId,
+    run_id: Option<&RunId>,
+) -> Result<Outcome, BillingError> {
+    let fee = billing.settings.flat_run_fee_cents;
+    let op = LedgerOp::debit(
+        EntryKind::RunFee,
+        fee.micros(),
+        run_id.map(|run| IdempotencyKey::run_fee(run)),
+        match run_id {
+            Some(run) => format!("run fee {run}"),
+            None => "run fee".into(),
+        },
+    );
+    Ok(billing.ledger.submit(org_id, op).await?)
+}
+
+/// One generation's usage as the serving layer reports it.
+pub struct ServingUsage<'a> {
+    pub request_id: &'a str,
+    pub org_id: Option<&'a OrgId>,
+    pub adapter_id: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+/// Meters a serving request at cost plus markup. The adapter, when named, decides the
+/// organization (an `orgId` that disagrees is 409) and the priced base model. A replayed
+/// request id answers the original charge.
+pub async fn charge_serving(
+    billing: &Billing,
+    usage: ServingUsage<'_>,
+) -> Result<(ServingUsageRow, Outcome), BillingError> {
+    let (org_id, model) = match usage.adapter_id {
+        Some(adapter_id) => {
+            let adapter = billing
+                .adapters
+                .get(&billing.db, adapter_id)
+                .await?
+                .ok_or(BillingError::AdapterNotFound)?;
+            if let Some(org) = usage.org_id {
+                if !org.is(&adapter.org_id) {
+                    return Err(BillingError::AdapterOfAnotherOrg);
+                }
+            }
+            (adapter.org_id, adapter.base_model)
+        }
+        None => (
+            usage.org_id.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+            usage.model.unwrap_or_default().to_owned(),
+        ),
+    };
+    let price = billing
+        .pricing
+        .models
+        .get(&model)
+        .ok_or_else(|| BillingError::ModelNotPriced(model.clone()))?;
+    let priced = price.serving(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        billing.settings.serving_markup_percent,
+    );
+    let row = ServingUsageRow {
+        request_id: usage.request_id.to_owned(),
+        org_id: org_id.clone(),
+        adapter_id: usage.adapter_id.map(str::to_owned),
+        model,
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        cost_microcents: priced.cost,
+        charged_microcents: priced.charged,
+    };
+    let op = LedgerOp::debit(
+        EntryKind::ServingUsage,
+        priced.charged,
+        Some(IdempotencyKey::serving(usage.request_id)),
+        format!("serving {}", usage.request_id),
+    )
+    .overdrawing()
+    .with_side(SideEffect::ServingUsage(row.clone()));
+    let outcome = billing.ledger.submit(&org_id, op).await?;
+    let recorded = outcome.serving.clone().unwrap_or(row);
+    Ok((recorded, outcome))
+}
+
+/// A training run's estimate, charged once per run id by the caller's organization; 402
+/// when the balance is short.
+pub async fn charge_training_estimate(
+    billing: &Billing,
+    org_id: &OrgId,
+    run_id: &RunId,
+    estimate: Cents,
+) -> Result<Outcome, BillingError> {
+    let op = LedgerOp::debit(
+        EntryKind::TrainingEstimate,
+        estimate.micros(),
+        Some(IdempotencyKey::training_usage(run_id)),
+        format!("training estimate {run_id}"),
+    );
+    Ok(billing.ledger.submit(org_id, op).await?)
+}
+
+/// Whether the organization can pay `estimate`: from its balance, or by a card with auto
+/// top-up that is not paused. 402 when neither.
+pub async fn precheck_training(
+    billing: &Billing,
+    org_id: &OrgId,
+    estimate: Cents,
+) -> Result<(), BillingError> {
+    let account = account_of(billing, org_id).await?;
+    let covered_by_balance = Microcents(account.balance_microcents) >= estimate.micros();
+    let covered_by_card = account.payment_method_id.is_some()
+        && account.auto_topup_enabled
+        && account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES;
+    if !(covered_by_balance || covered_by_card) {
+        return Err(BillingError::CannotCoverEstimate);
+    }
+    Ok(())
+}
+
+/// A completed training run's charge (work delivered: may overdraw), once per run id.
+pub async fn charge_training_run(
+    billing: &Billing,
+    org_id: &OrgId,
+    run_id: &RunId,
+    amount: Cents,
+) -> Result<Outcome, BillingError> {
+    let op = LedgerOp::debit(
+        EntryKind::TrainingRun,
+        amount.micros(),
+        Some(IdempotencyKey::training_run(run_id)),
+        format!("training run {run_id}"),
+    )
+    .overdrawing();
+    Ok(billing.ledger.submit(org_id, op).await?)
+}
+
+/// Settles charges left pending (an instance died between the processor and the credit):
+/// at start and every `payments.reconcile_interval_secs`, until the process stops.
+pub async fn run_reconciler(billing: Billing) {
+    let settings = &billing.payment_settings;
+    let every = std::time::Duration::from_secs(settings.reconcile_interval_secs.max(1));
+    let min_age = std::time::Duration::from_secs(settings.reconcile_min_age_secs);
+    let stopping = billing.stopping.clone();
+    loop {
+        match charges::reconcile(
+            &billing.db,
+            &billing.payments,
+            &billing.ledger,
+            min_age,
+            &billing.metrics,
+        )
+        .await
+        {
+            Ok(done) if done != charges::Reconciled::default() => {
+                tracing::info!(?done, "pending payments reconciled");
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "reconciling pending payments failed; next pass later"),
+        }
+        tokio::select! {
+            _ = stopping.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! What the instances sharing one PostgreSQL tell each other, on one `LISTEN/NOTIFY`
+//! channel: which cached entries to drop (a revoked key, an organization's deletion or
+//! membership change, an adapter's owner or liveness) and which job
+//! actions have new work for waiting claims. On SQLite (one instance) the same events are
+//! delivered in process.
+//!
+//! Publishing applies the event here at once, then notifies the others. If the listener's
+//! connection drops, every cache is cleared (events may have been missed meanwhile), waiting
+//! claims look again, and the listener reconnects.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus::{IntCounter, IntCounterVec, Opts};
+use sea_orm::DatabaseConnection;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// `JobsQueued` of this "action" wakes the claims of every action (a sweep requeued jobs).
+pub const ANY_ACTION: &str = "*";
+
+/// The listener connection's `application_name` (`pg_stat_activity` shows it).
+pub const LISTENER_NAME: &str = "keel-listener";
+
+/// The one channel every instance listens on.
+pub const CHANNEL: &str = "keel_events";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An API key was revoked.
+    KeyRevoked(String),
+    /// An organization was deleted or its memberships changed.
+    OrgChanged(String),
+    /// An adapter was registered, re-attributed, changed liveness or was removed.
+    AdapterChanged(String),
+    /// Jobs of this action were queued or requeued.
+    JobsQueued(String),
+}
+
+impl Event {
+    fn encode(&self) -> String {
+        let (kind, id) = self.parts();
+        format!("{kind}:{id}")
+    }
+
+    fn parts(&self) -> (&'static str, &str) {
+        match self {
+            Self::KeyRevoked(id) => ("key", id),
+            Self::OrgChanged(id) => ("org", id),
+            Self::AdapterChanged(id) => ("adapter", id),
+            Self::JobsQueued(action) => ("jobs", action),
+        }
+    }
+
+    fn decode(payload: &str) -> Option<Self> {
+        let (kind, id) = payload.split_once(':')?;
+        let id = id.to_owned();
+        Some(match kind {
+            "key" => Self::KeyRevoked(id),
+            "org" => Self::OrgChanged(id),
+            "adapter" => Self::AdapterChanged(id),
+            "jobs" => Self::JobsQueued(id),
+            _ => return None,
+        })
+    }
+}
+
+/// A cache that drops what an event makes stale. Caches subscribe when the cluster is made,
+/// so this module knows none of them.
+pub trait Subscriber: Send + Sync {
+    /// Drops the entries `event` makes stale.
+    fn apply(&self, event: &Event);
+    /// Drops every entry (events may have been missed).
+    fn clear(&self);
+}
+
+/// The process's side of the channel.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: DatabaseConnection,
+    postgres: bool,
+    caches: Vec<Box<dyn Subscriber>>,
+    /// Claims waiting for jobs, by action.
+    waiting: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Cancelled when the process begins to shut down.
+    stopping: CancellationToken,
+    received: IntCounterVec,
+    listener_restarts: IntCounter,
+}
+
+impl Cluster {
+    /// The cluster of this process; `caches` drop what each event makes stale.
+    pub fn new(db: DatabaseConnection, caches: Vec<Box<dyn Subscriber>>) -> Self {
+        let postgres = db.get_database_backend() == sea_orm::DbBackend::Postgres;
+        let received = IntCounterVec::new(
+            Opts::new(
+                "keel_cache_invalidations_received_total",
+                "Events received from other instances (and this one) on the cluster channel, by kind",
+            ),
+            &["kind"],
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        let listener_restarts = IntCounter::new(
+            "keel_cluster_listener_reconnects_total",
+            "Times the LISTEN connection was lost and every cache was cleared",
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                postgres,
+                caches,
+                waiting: Mutex::new(HashMap::new()),
+                stopping: CancellationToken::new(),
+                received,
+                listener_restarts,
+            }),
+        }
+    }
+
+    pub fn register(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.inner.received.clone()))?;
+        registry.register(Box::new(self.inner.listener_restarts.clone()))
+    }
+
+    /// Applies the event on this instance at once and tells the others. A failed notify
+    /// is logged: the other instances then see the change when their entries expire.
+    pub async fn publish(&self, event: Event) {
+        self.apply(&event);
+        if !self.inner.postgres {
+            return;
+        }
+        let notified = crate::database::execute_pg(
+            &self.inner.db,
+            "SELECT pg_notify($1, $2)",
+            vec![CHANNEL.into(), event.encode().into()],
+        )
+        .await;
+        if let Err(err) = notified {
+            tracing::warn!(error = %err, event = %event.encode(), "could not notify the other instances");
+        }
+    }
+
+    fn apply(&self, event: &Event) {
+        match event {
+            Event::JobsQueued(action) => self.wake(action),
+            other => self.inner.caches.iter().for_each(|cache| cache.apply(other)),
+        }
+    }
+
+    /// Drops every cached entry and wakes every waiting claim (events may have been missed).
+    fn forget_everything(&self) {
+        self.inner.caches.iter().for_each(|cache| cache.clear());
+        let waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        for notify in waiting.values() {
+            notify.notify_waiters();
+        }
+    }
+
+    fn wake(&self, action: &str) {
+        let waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if action == ANY_ACTION {
+            waiting.values().for_each(|notify| notify.notify_waiters());
+        } else if let Some(notify) = waiting.get(action) {
+            notify.notify_waiters();
+        }
+    }
+
+    /// What a claim of `action` waits on for new jobs.
+    pub fn jobs_signal(&self, action: &str) -> Arc<Notify> {
+        let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.entry(action.to_owned()).or_default().clone()
+    }
+
+    /// Cancelled once the process begins to shut down (waiting claims answer at once).
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.inner.stopping
+    }
+
+    /// Starts the listener on PostgreSQL (nothing to listen to on SQLite).
+    pub fn start_listener(&self, url: &str) {
+        if !self.inner.postgres {
+            return;
+        }
+        let cluster = self.clone();
+        let url = url.to_owned();
+        tokio::spawn(async move { cluster.listen(url).await });
+    }
+
+    async fn listen(self, url: String) {
+        use std::str::FromStr;
+
+        use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+        let stopping = self.inner.stopping.clone();
+        let mut first = true;
+        while !stopping.is_cancelled() {
+            let connected = async {
+                // A pool of its own, named so an operator can tell the connection apart.
+                let options = PgConnectOptions::from_str(&url)?.application_name(LISTENER_NAME);
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options)
+                    .await?;
+                let mut listener = PgListener::connect_with(&pool).await?;
+                listener.listen(CHANNEL).await?;
+                Ok::<_, sea_orm::sqlx::Error>(listener)
+            };
+            let mut listener = match connected.await {
+                Ok(listener) => listener,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cluster listener cannot connect; retrying in 1 s");
+                    tokio::select! {
+                        _ = stopping.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            if !first {
+                // Whatever was published while no one listened is unknown: start afresh.
+                self.forget_everything();
+                tracing::info!("cluster listener reconnected; caches cleared");
+            }
+            first = false;
+            loop {
+                let next = tokio::select! {
+                    _ = stopping.cancelled() => return,
+                    next = listener.try_recv() => next,
+                };
+                match next {
+                    Ok(Some(notification)) => {
+                        if let Some(event) = Event::decode(notification.payload()) {
+                            self.inner.received.with_label_values(&[event.parts().0]).inc();
+                            self.apply(&event);
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        self.inner.listener_restarts.inc();
+                        self.forget_everything();
+                        tracing::warn!("cluster listener connection lost; caches cleared, reconnecting");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Event;
+
+    #[test]
+    fn events_survive_the_channel() {
+        for event in [
+            Event::KeyRevoked("k1".into()),
+            Event::OrgChanged("o:1".into()),
+            Event::AdapterChanged("acme/bot".into()),
+            Event::JobsQueued("train".into()),
+        ] {
+            assert_eq!(Event::decode(&event.encode()), Some(event));
+        }
+        assert_eq!(Event::decode("nonsense"), None);
+        assert_eq!(Event::decode("what:x"), None);
+    }
+}

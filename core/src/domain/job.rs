@@ -1,0 +1,105 @@
+//! A training job's action and status (CONTRACT §5), as stored and answered.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Running,
+    Stopping,
+    Succeeded,
+    Blocked,
+    UserStopped,
+    Failed,
+}
+
+impl JobStatus {
+    pub const ALL: [Self; 7] = [
+        Self::Queued,
+        Self::Running,
+        Self::Stopping,
+        Self::Succeeded,
+        Self::Blocked,
+        Self::UserStopped,
+        Self::Failed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Stopping => "stopping",
+            Self::Succeeded => "succeeded",
+            Self::Blocked => "blocked",
+            Self::UserStopped => "user_stopped",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl PartialEq<JobStatus> for String {
+    fn eq(&self, other: &JobStatus) -> bool {
+        self == other.as_str()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobAction {
+    Tracer,
+    Draft,
+    Optimize,
+    Training,
+}
+
+impl JobAction {
+    pub const ALL: [Self; 4] = [Self::Tracer, Self::Draft, Self::Optimize, Self::Training];
+    /// The actions' names, in the order the contract lists them.
+    pub const NAMES: [&'static str; 4] = ["tracer", "draft", "optimize", "training"];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Tracer => "tracer",
+            Self::Draft => "draft",
+            Self::Optimize => "optimize",
+            Self::Training => "training",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_as_stored_and_serialized() {
+        for action in JobAction::ALL {
+            assert_eq!(JobAction::parse(action.as_str()), Some(action));
+            assert_eq!(serde_json::to_value(action).unwrap(), action.as_str());
+        }
+        assert_eq!(JobAction::ALL.map(JobAction::as_str), JobAction::NAMES);
+        for status in [
+            "queued",
+            "running",
+            "stopping",
+            "succeeded",
+            "blocked",
+            "user_stopped",
+            "failed",
+        ] {
+            let parsed = JobStatus::parse(status).unwrap();
+            assert_eq!(parsed.as_str(), status);
+            assert_eq!(serde_json::to_value(parsed).unwrap(), status);
+        }
+        assert_eq!(JobStatus::parse("done"), None);
+    }
+}

@@ -1,0 +1,17 @@
+//! The domain's own types, parsed once at the edge (bodies, queries, paths, credentials) and
+//! carried inward, so nothing inside compares or normalizes raw strings.
+
+pub mod idempotency;
+pub mod ids;
+pub mod job;
+pub mod ledger;
+pub mod money;
+
+pub use idempotency::IdempotencyKey;
+pub use ids::{JobId, OrgId, ProjectId, RunId, TraceId};
+pub use job::{JobAction, JobStatus};
+pub use ledger::EntryKind;
+pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
+
+/// The providers the recording proxy forwards to, in the order its metrics index them.
+pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];

@@ -1,0 +1,396 @@
+//! The operator's figures on `/metrics` (Prometheus, every name prefixed `keel_`): the
+//! queue, the money, the proxy, the cluster channel and the trace writer. README lists them.
+//!
+//! Hot paths only add to counters resolved at start-up (an atomic add, no lock, no
+//! allocation); figures that need the database (queue depth, pending payments) are read when
+//! `/metrics` is scraped.
+
+use crate::domain::{EntryKind, JobAction, JobStatus, PROVIDERS};
+use prometheus::{
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+
+/// A ledger operation's outcome, as the metric labels it.
+pub const LEDGER_OUTCOMES: [&str; 7] = [
+    "applied",
+    "replayed",
+    "insufficient_funds",
+    "duplicate",
+    "unknown_org",
+    "locked",
+    "unavailable",
+];
+
+/// Distinct model names `keel_proxy_tokens_total` keeps a series for.
+pub const MAX_TOKEN_MODELS: usize = 200;
+
+/// The look-up caches, as `keel_cache_loads_total` labels them.
+pub const CACHES: [&str; 3] = ["api_keys", "projects", "adapters"];
+
+/// Classes of a provider's failure: its 4xx and 5xx answers, no answer at all, and a stream
+/// that failed in its middle (cut or stalled after its head).
+pub const UPSTREAM_ERROR_CLASSES: [&str; 4] = ["4xx", "5xx", "transport", "stream"];
+
+#[derive(Clone)]
+pub struct Metrics {
+    // The queue.
+    pub jobs_claimed: IntCounter,
+    pub reports: IntCounterVec,
+    pub requeued: IntCounterVec,
+    pub attempts_exhausted: IntCounter,
+    queue_jobs: IntGaugeVec,
+    queue_oldest: GaugeVec,
+    // The money.
+    ledger_ops: Vec<IntCounter>,
+    /// A ledger operation's time from its submission to its commit (or refusal).
+    pub ledger_seconds: Histogram,
+    pub auto_topups: IntCounterVec,
+    pub payments_reconciled: IntCounterVec,
+    payments_pending: IntGauge,
+    ledger_stalled: Gauge,
+    // The proxy.
+    upstream_seconds: Vec<Histogram>,
+    added_seconds: Histogram,
+    upstream_errors: Vec<IntCounter>,
+    tokens: IntCounterVec,
+    /// The models `tokens` has a series for (model names come from callers: at most
+    /// [`MAX_TOKEN_MODELS`], the rest count as `other`).
+    token_models: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    // The trace writer.
+    pub trace_lag: Gauge,
+    trace_queue: IntGauge,
+    // The hot paths' look-up caches (`cache::LoadCache`).
+    cache_loads: IntCounterVec,
+    /// The vectors the resolved children above belong to (registered as they are).
+    families: (IntCounterVec, HistogramVec, IntCounterVec),
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).unwrap_or_else(|_| unreachable!("a valid metric {name}"))
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|_| unreachable!("a valid metric {name}"))
+}
+
+fn gauge(name: &str, help: &str) -> Gauge {
+    Gauge::new(name, help).unwrap_or_else(|_| unreachable!("a valid metric {name}"))
+}
+
+/// Latency buckets from 100 µs to 60 s.
+const SECONDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0,
+];
+
+impl Metrics {
+    pub fn new() -> Self {
+        let ledger_ops = counter_vec(
+            "keel_ledger_operations_total",
+            "Ledger operations answered, by entry kind and outcome (insufficient_funds: the 402 refusals)",
+            &["kind", "outcome"],
+        );
+        let upstream = HistogramVec::new(
+            HistogramOpts::new(
+                "keel_proxy_upstream_seconds",
+                "Time the provider took per proxied call (to the end of its body; to its headers for a stream)",
+            )
+            .buckets(SECONDS.to_vec()),
+            &["provider"],
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        let errors = counter_vec(
+            "keel_proxy_upstream_errors_total",
+            "Proxied calls the provider failed, by provider and class (4xx, 5xx, transport: no answer)",
+            &["provider", "class"],
+        );
+        let added = Histogram::with_opts(
+            HistogramOpts::new(
+                "keel_proxy_added_seconds",
+                "keel's own time per proxied call: the whole call minus the provider's part",
+            )
+            .buckets(SECONDS.to_vec()),
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        let ledger_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "keel_ledger_operation_seconds",
+                "Ledger operations' time from submission to the ledger until committed (or refused)",
+            )
+            .buckets(SECONDS.to_vec()),
+        )
+        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        Self {
+            ledger_seconds,
+            jobs_claimed: counter("keel_queue_claimed_jobs_total", "Jobs handed to workers by claims"),
+            reports: counter_vec(
+                "keel_queue_reports_total",
+                "Terminal job reports, by outcome (applied, replayed, conflict, ...)",
+                &["outcome"],
+            ),
+            requeued: counter_vec(
+                "keel_queue_requeued_total",
+                "Jobs put back in the queue, by reason (stale: no heartbeat; interrupted: the worker restarted; unsettled: the run fee could not be settled)",
+                &["reason"],
+            ),
+            attempts_exhausted: counter(
+                "keel_queue_attempts_exhausted_total",
+                "Stale jobs failed because their attempts were spent",
+            ),
+            queue_jobs: IntGaugeVec::new(
+                Opts::new("keel_queue_jobs", "Jobs by action and status (read at scrape)"),
+                &["action", "status"],
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            queue_oldest: GaugeVec::new(
+                Opts::new(
+                    "keel_queue_oldest_queued_seconds",
+                    "Age of the oldest queued job, by action (read at scrape)",
+                ),
+                &["action"],
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            ledger_ops: EntryKind::ALL
+                .iter()
+                .flat_map(|kind| {
+                    let ops = &ledger_ops;
+                    LEDGER_OUTCOMES
+                        .iter()
+                        .map(move |outcome| ops.with_label_values(&[kind.as_str(), outcome]))
+                })
+                .collect(),
+            auto_topups: counter_vec(
+                "keel_auto_topups_total",
+                "Auto top-ups, by outcome (charged, declined, waiting, failed)",
+                &["outcome"],
+            ),
+            payments_reconciled: counter_vec(
+                "keel_payments_reconciled_total",
+                "Pending charges the reconciler settled, by outcome (credited, declined, waiting, failed)",
+                &["outcome"],
+            ),
+            payments_pending: IntGauge::new(
+                "keel_payments_pending",
+                "Charges recorded before the processor was called and not settled yet (read at scrape)",
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            ledger_stalled: gauge(
+                "keel_ledger_stalled_seconds",
+                "How long ledger operations have waited without the ledger answering any (0 when none wait)",
+            ),
+            upstream_seconds: PROVIDERS.iter().map(|p| upstream.with_label_values(&[p])).collect(),
+            added_seconds: added.clone(),
+            upstream_errors: PROVIDERS
+                .iter()
+                .flat_map(|p| {
+                    let errors = &errors;
+                    UPSTREAM_ERROR_CLASSES
+                        .iter()
+                        .map(move |class| errors.with_label_values(&[p, class]))
+                })
+                .collect(),
+            tokens: counter_vec(
+                "keel_proxy_tokens_total",
+                "Tokens of recorded proxied calls, by provider, model and kind (prompt, completion)",
+                &["provider", "model", "kind"],
+            ),
+            token_models: Default::default(),
+            trace_lag: gauge(
+                "keel_trace_writer_lag_seconds",
+                "How long the oldest trace of the last written batch waited between its call's end and its insert",
+            ),
+            trace_queue: IntGauge::new(
+                "keel_trace_writer_queue",
+                "Traces waiting for the trace writer (read at scrape)",
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            cache_loads: counter_vec(
+                "keel_cache_loads_total",
+                "Look-ups a cache sent to the database (misses; callers that missed one entry at once share one), by cache",
+                &["cache"],
+            ),
+            families: (ledger_ops.clone(), upstream.clone(), errors.clone()),
+        }
+        .with_zero_series()
+    }
+
+    /// Every labelled series an alert may name exists from the start, at zero.
+    fn with_zero_series(self) -> Self {
+        for outcome in ["applied", "repeated", "not_held", "not_found"] {
+            self.reports.with_label_values(&[outcome]);
+        }
+        for reason in ["stale", "interrupted", "unsettled"] {
+            self.requeued.with_label_values(&[reason]);
+        }
+        for outcome in ["charged", "declined", "waiting", "failed"] {
+            self.auto_topups.with_label_values(&[outcome]);
+        }
+        for outcome in ["credited", "declined", "waiting", "failed"] {
+            self.payments_reconciled.with_label_values(&[outcome]);
+        }
+        for cache in CACHES {
+            self.cache_loads.with_label_values(&[cache]);
+        }
+        self.zero_queue_jobs();
+        self.zero_queue_oldest();
+        self
+    }
+
+    fn zero_queue_jobs(&self) {
+        for action in JobAction::ALL {
+            for status in JobStatus::ALL {
+                self.queue_jobs
+                    .with_label_values(&[action.as_str(), status.as_str()])
+                    .set(0);
+            }
+        }
+    }
+
+    fn zero_queue_oldest(&self) {
+        for action in JobAction::ALL {
+            self.queue_oldest.with_label_values(&[action.as_str()]).set(0.0);
+        }
+    }
+
+    /// The load counter of one of [`CACHES`].
+    pub fn cache_loads(&self, cache: &str) -> IntCounter {
+        self.cache_loads.with_label_values(&[cache])
+    }
+
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(self.jobs_claimed.clone()),
+            Box::new(self.reports.clone()),
+            Box::new(self.requeued.clone()),
+            Box::new(self.attempts_exhausted.clone()),
+            Box::new(self.queue_jobs.clone()),
+            Box::new(self.queue_oldest.clone()),
+            Box::new(self.auto_topups.clone()),
+            Box::new(self.payments_reconciled.clone()),
+            Box::new(self.payments_pending.clone()),
+            Box::new(self.ledger_stalled.clone()),
+            Box::new(self.tokens.clone()),
+            Box::new(self.trace_lag.clone()),
+            Box::new(self.trace_queue.clone()),
+            Box::new(self.cache_loads.clone()),
+            Box::new(self.ledger_seconds.clone()),
+        ];
+        for collector in collectors {
+            registry.register(collector)?;
+        }
+        registry.register(Box::new(self.families.0.clone()))?;
+        registry.register(Box::new(self.families.1.clone()))?;
+        registry.register(Box::new(self.families.2.clone()))?;
+        registry.register(Box::new(self.added_seconds.clone()))
+    }
+
+    /// Counts one answered ledger operation; `outcome` is one of [`LEDGER_OUTCOMES`].
+    pub fn ledger_op(&self, kind: EntryKind, outcome: &str) {
+        let outcome = LEDGER_OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0);
+        let kind = EntryKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        if let Some(counter) = self.ledger_ops.get(kind * LEDGER_OUTCOMES.len() + outcome) {
+            counter.inc();
+        }
+    }
+
+    /// Times one proxied call: the provider's part, and keel's own (the rest).
+    pub fn proxied(&self, provider: usize, upstream: std::time::Duration, total: std::time::Duration) {
+        if let Some(histogram) = self.upstream_seconds.get(provider) {
+            histogram.observe(upstream.as_secs_f64());
+        }
+        self.added_seconds
+            .observe(total.saturating_sub(upstream).as_secs_f64());
+    }
+
+    /// Counts a provider's failure: its status (4xx, 5xx), or `None` when it did not answer.
+    pub fn upstream_error(&self, provider: usize, status: Option<u16>) {
+        let class = match status {
+            Some(400..=499) => 0,
+            Some(500..=599) => 1,
+            Some(_) => return,
+            None => 2,
+        };
+        if let Some(counter) = self
+            .upstream_errors
+            .get(provider * UPSTREAM_ERROR_CLASSES.len() + class)
+        {
+            counter.inc();
+        }
+    }
+
+    /// Counts a provider's stream that failed after its head (cut, stalled, ended early).
+    pub fn stream_error(&self, provider: usize) {
+        if let Some(counter) = self
+            .upstream_errors
+            .get(provider * UPSTREAM_ERROR_CLASSES.len() + 3)
+        {
+            counter.inc();
+        }
+    }
+
+    /// Counts a recorded call's tokens (on the trace writer's task, not the proxy's path).
+    pub fn count_tokens(&self, provider: &str, model: &str, kind: &str, tokens: u64) {
+        let model = {
+            let mut known = self.token_models.lock().unwrap_or_else(|p| p.into_inner());
+            if known.contains(model) || (known.len() < MAX_TOKEN_MODELS && known.insert(model.to_owned())) {
+                model
+            } else {
+                "other"
+            }
+        };
+        self.tokens
+            .with_label_values(&[provider, model, kind])
+            .inc_by(tokens);
+    }
+
+    /// Sets what only the database and the background workers know, just before a scrape
+    /// is encoded. A reading that failed (`None`) leaves its gauges as they were.
+    pub fn record(&self, readings: Readings) {
+        if let Some(counts) = readings.jobs {
+            // Every (action, status) series stays, at 0 when no job has it: an alert on one
+            // never sees it vanish. Only known actions and statuses are labels.
+            self.zero_queue_jobs();
+            for (action, status, count) in counts {
+                if let (Some(action), Some(status)) = (JobAction::parse(&action), JobStatus::parse(&status)) {
+                    self.queue_jobs
+                        .with_label_values(&[action.as_str(), status.as_str()])
+                        .set(count);
+                }
+            }
+        }
+        if let Some(oldest) = readings.oldest_queued {
+            self.zero_queue_oldest();
+            let now = chrono::Utc::now();
+            for (action, at) in oldest {
+                if let Some(action) = JobAction::parse(&action) {
+                    let age = (now - at).num_milliseconds().max(0) as f64 / 1000.0;
+                    self.queue_oldest.with_label_values(&[action.as_str()]).set(age);
+                }
+            }
+        }
+        if let Some(pending) = readings.payments_pending {
+            self.payments_pending.set(pending as i64);
+        }
+        self.ledger_stalled.set(readings.ledger_stalled.as_secs_f64());
+        self.trace_queue.set(readings.trace_queue as i64);
+    }
+}
+
+/// What a scrape reads from the database and the background workers.
+pub struct Readings {
+    /// Jobs per (action, status).
+    pub jobs: Option<Vec<(String, String, i64)>>,
+    /// The oldest queued job's creation per action.
+    pub oldest_queued: Option<Vec<(String, chrono::DateTime<chrono::Utc>)>>,
+    pub payments_pending: Option<u64>,
+    pub ledger_stalled: std::time::Duration,
+    pub trace_queue: usize,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,325 @@
+//! Organizations, their members, API keys and adapters.
+
+use chrono::Utc;
+use entities::{adapter, api_key, membership, organization, user};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, SqlErr,
+};
+
+use crate::auth::keys::mint_api_key;
+use crate::auth::Role;
+
+pub fn is_unique_violation(err: &DbErr) -> bool {
+    matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
+}
+
+/// A slug from a display name: transliterated to ASCII (`中文` → `zhong-wen`), then lowercase
+/// letters, digits and single dashes, at most 80 characters; `None` when nothing is left.
+pub fn slugify(name: &str) -> Option<String> {
+    let mut slug = String::new();
+    for c in deunicode::deunicode(name).chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c);
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug: String = slug.trim_end_matches('-').chars().take(80).collect();
+    let slug = slug.trim_end_matches('-').to_owned();
+    (!slug.is_empty()).then_some(slug)
+}
+
+/// The slug a name derives, or `<fallback>-<6 hex>` for a name of which nothing is left.
+pub fn derived_slug(name: &str, fallback: &str) -> String {
+    slugify(name).unwrap_or_else(|| with_suffix(fallback))
+}
+
+/// `base` with a short random suffix, for a derived slug that is taken.
+pub fn with_suffix(base: &str) -> String {
+    format!("{base}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
+}
+
+pub async fn upsert_user(db: &impl ConnectionTrait, user_id: &str, email: Option<&str>) -> Result<(), DbErr> {
+    let row = user::ActiveModel {
+        id: Set(user_id.to_owned()),
+        email: Set(email.map(str::to_owned)),
+        created_at: Set(Utc::now()),
+    };
+    let mut on_conflict = OnConflict::column(user::Column::Id);
+    if email.is_some() {
+        on_conflict.update_column(user::Column::Email);
+    } else {
+        on_conflict.do_nothing();
+    }
+    user::Entity::insert(row)
+        .on_conflict(on_conflict.to_owned())
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+pub struct CreatedOrg {
+    pub org_id: String,
+    pub slug: String,
+}
+
+pub async fn org_exists(db: &impl ConnectionTrait, org_id: &str) -> Result<bool, DbErr> {
+    Ok(organization::Entity::find_by_id(org_id.to_owned())
+        .one(db)
+        .await?
+        .is_some())
+}
+
+/// Deletes an organization; every row of it goes with it (foreign keys cascade).
+pub async fn delete_org(db: &impl ConnectionTrait, org_id: &str) -> Result<bool, DbErr> {
+    let result = organization::Entity::delete_by_id(org_id.to_owned())
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected > 0)
+}
+
+pub async fn set_role(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    user_id: &str,
+    role: Role,
+) -> Result<(), DbErr> {
+    membership::Entity::insert(membership::ActiveModel {
+        org_id: Set(org_id.to_owned()),
+        user_id: Set(user_id.to_owned()),
+        role: Set(role.as_str().to_owned()),
+        created_at: Set(Utc::now()),
+    })
+    .on_conflict(
+        OnConflict::columns([membership::Column::OrgId, membership::Column::UserId])
+            .update_column(membership::Column::Role)
+            .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
+pub struct CreatedKey {
+    pub api_key_id: String,
+    pub secret: String,
+}
+
+pub async fn create_api_key(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+    name: Option<&str>,
+) -> Result<CreatedKey, DbErr> {
+    let minted = mint_api_key();
+    let api_key_id = uuid::Uuid::new_v4().to_string();
+    api_key::Entity::insert(api_key::ActiveModel {
+        id: Set(api_key_id.clone()),
+        org_id: Set(org_id.to_owned()),
+        name: Set(name.map(str::to_owned)),
+        prefix: Set(minted.prefix),
+        key_hash: Set(minted.hash),
+        created_at: Set(Utc::now()),
+        revoked_at: Set(None),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(CreatedKey {
+        api_key_id,
+        secret: minted.secret,
+    })
+}
+
+/// Revokes a key; `false` when there is no such key. Revoking twice is harmless.
+pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &str) -> Result<bool, DbErr> {
+    let Some(_) = api_key::Entity::find_by_id(api_key_id.to_owned()).one(db).await? else {
+        return Ok(false);
+    };
+    api_key::Entity::update_many()
+        .col_expr(
+            api_key::Column::RevokedAt,
+            sea_orm::sea_query::Expr::value(Utc::now()),
+        )
+        .filter(api_key::Column::Id.eq(api_key_id))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .exec(db)
+        .await?;
+    // Console sessions signed in with the key end with it.
+    entities::console_session::Entity::delete_many()
+        .filter(entities::console_session::Column::KeyId.eq(api_key_id))
+        .exec(db)
+        .await?;
+    Ok(true)
+}
+
+/// Creates or re-attributes an adapter. `live: None` keeps the stored value (false when new).
+pub async fn upsert_adapter(
+    db: &impl ConnectionTrait,
+    adapter_id: &str,
+    org_id: &str,
+    base_model: &str,
+    live: Option<bool>,
+) -> Result<adapter::Model, DbErr> {
+    let existing = adapter::Entity::find_by_id(adapter_id.to_owned()).one(db).await?;
+    let now = Utc::now();
+    let live = live.unwrap_or_else(|| existing.as_ref().is_some_and(|a| a.live));
+    let row = adapter::ActiveModel {
+        id: Set(adapter_id.to_owned()),
+        org_id: Set(org_id.to_owned()),
+        base_model: Set(base_model.to_owned()),
+        live: Set(live),
+        created_at: Set(existing.as_ref().map_or(now, |a| a.created_at)),
+        updated_at: Set(now),
+    };
+    adapter::Entity::insert(row)
+        .on_conflict(
+            OnConflict::column(adapter::Column::Id)
+                .update_columns([
+                    adapter::Column::OrgId,
+                    adapter::Column::BaseModel,
+                    adapter::Column::Live,
+                    adapter::Column::UpdatedAt,
+                ])
+                .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+    adapter::Entity::find_by_id(adapter_id.to_owned())
+        .one(db)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(adapter_id.to_owned()))
+}
+
+/// The organization's API keys, newest first (hashes only; no secret is stored).
+pub async fn api_keys_of(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<api_key::Model>, DbErr> {
+    api_key::Entity::find()
+        .filter(api_key::Column::OrgId.eq(org_id))
+        .order_by_desc(api_key::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
+/// Whether the API key exists and belongs to the organization.
+pub async fn api_key_belongs(
+    db: &impl ConnectionTrait,
+    api_key_id: &str,
+    org_id: &str,
+) -> Result<bool, DbErr> {
+    Ok(api_key::Entity::find_by_id(api_key_id.to_owned())
+        .one(db)
+        .await?
+        .is_some_and(|k| k.org_id == org_id))
+}
+
+pub async fn find_adapter(
+    db: &impl ConnectionTrait,
+    adapter_id: &str,
+) -> Result<Option<adapter::Model>, DbErr> {
+    adapter::Entity::find_by_id(adapter_id.to_owned()).one(db).await
+}
+
+/// The ids of the organization's live adapters, in order.
+pub async fn live_adapter_ids(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<String>, DbErr> {
+    Ok(adapter::Entity::find()
+        .filter(adapter::Column::OrgId.eq(org_id))
+        .filter(adapter::Column::Live.eq(true))
+        .order_by_asc(adapter::Column::Id)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|a| a.id)
+        .collect())
+}
+
+/// Marks the organization's adapter as no longer live.
+pub async fn mark_undeployed(db: &impl ConnectionTrait, org_id: &str, adapter_id: &str) -> Result<(), DbErr> {
+    adapter::Entity::update_many()
+        .col_expr(adapter::Column::Live, false.into())
+        .col_expr(adapter::Column::UpdatedAt, Utc::now().into())
+        .filter(adapter::Column::Id.eq(adapter_id))
+        .filter(adapter::Column::OrgId.eq(org_id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+pub async fn delete_adapter(db: &impl ConnectionTrait, adapter_id: &str) -> Result<bool, DbErr> {
+    let result = adapter::Entity::delete_by_id(adapter_id.to_owned())
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected > 0)
+}
+
+pub async fn find_org(db: &impl ConnectionTrait, org_id: &str) -> Result<Option<organization::Model>, DbErr> {
+    organization::Entity::find_by_id(org_id.to_owned()).one(db).await
+}
+
+/// Every organization, by name.
+/// The oldest organization with exactly this name, if any.
+pub async fn find_org_by_name(
+    db: &impl ConnectionTrait,
+    name: &str,
+) -> Result<Option<organization::Model>, DbErr> {
+    organization::Entity::find()
+        .filter(organization::Column::Name.eq(name))
+        .order_by_asc(organization::Column::CreatedAt)
+        .one(db)
+        .await
+}
+
+pub async fn all_orgs(db: &impl ConnectionTrait) -> Result<Vec<organization::Model>, DbErr> {
+    organization::Entity::find()
+        .order_by_asc(organization::Column::Name)
+        .all(db)
+        .await
+}
+
+/// The organization's members with their e-mail, owners first.
+pub async fn members_of(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Vec<(membership::Model, Option<String>)>, DbErr> {
+    let members = membership::Entity::find()
+        .filter(membership::Column::OrgId.eq(org_id))
+        .order_by_desc(membership::Column::Role)
+        .order_by_asc(membership::Column::CreatedAt)
+        .all(db)
+        .await?;
+    let emails: std::collections::HashMap<String, Option<String>> = user::Entity::find()
+        .filter(user::Column::Id.is_in(members.iter().map(|m| m.user_id.clone())))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|u| (u.id, u.email))
+        .collect();
+    Ok(members
+        .into_iter()
+        .map(|m| {
+            let email = emails.get(&m.user_id).cloned().flatten();
+            (m, email)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_transliterated_and_nothing_left_falls_back_to_a_suffix() {
+        assert_eq!(slugify("Acme Robotics!").as_deref(), Some("acme-robotics"));
+        assert_eq!(slugify("中文").as_deref(), Some("zhong-wen"));
+        assert_eq!(slugify("Café Zoë").as_deref(), Some("cafe-zoe"));
+        for nothing in ["%", "   ", "--", ""] {
+            assert_eq!(slugify(nothing), None, "{nothing:?}");
+        }
+        let fallback = derived_slug("%", "project");
+        assert!(
+            fallback.starts_with("project-") && fallback.len() == 14,
+            "{fallback}"
+        );
+        assert_ne!(derived_slug("%", "project"), fallback);
+        let long = slugify(&"ab ".repeat(60)).unwrap();
+        assert!(long.len() <= 80 && !long.ends_with('-'), "{long}");
+    }
+}

@@ -1,0 +1,166 @@
+//! Organization flows shared by the JSON API, the console and the CLI.
+
+use chrono::Utc;
+use entities::{adapter, api_key, organization};
+use sea_orm::{ActiveValue::Set, DatabaseConnection, EntityTrait, TransactionSession, TransactionTrait};
+
+use super::repo::{self, CreatedKey, CreatedOrg};
+use super::OrgError;
+use crate::auth::Role;
+use crate::cluster::{Cluster, Event};
+use crate::domain::OrgId;
+
+/// Creates an organization with its owner. An explicit slug already taken is 409; a
+/// slug derived from the name gets a short suffix instead.
+pub async fn create_org(
+    db: &impl TransactionTrait,
+    name: &str,
+    slug: Option<&str>,
+    owner_user_id: &str,
+    owner_email: Option<&str>,
+) -> Result<CreatedOrg, OrgError> {
+    let org_id = uuid::Uuid::new_v4().to_string();
+    let base = slug.map_or_else(|| repo::derived_slug(name, "org"), str::to_owned);
+    for attempt in 0..5 {
+        let candidate = if attempt == 0 {
+            base.clone()
+        } else {
+            repo::with_suffix(&base)
+        };
+        let txn = db.begin().await?;
+        let inserted = organization::Entity::insert(organization::ActiveModel {
+            id: Set(org_id.clone()),
+            name: Set(name.to_owned()),
+            slug: Set(candidate.clone()),
+            created_at: Set(Utc::now()),
+        })
+        .exec_without_returning(&txn)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(err) if repo::is_unique_violation(&err) => {
+                txn.rollback().await?;
+                if slug.is_some() {
+                    return Err(OrgError::SlugTaken(candidate));
+                }
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        }
+        repo::upsert_user(&txn, owner_user_id, owner_email).await?;
+        repo::set_role(&txn, &org_id, owner_user_id, Role::Owner).await?;
+        txn.commit().await?;
+        return Ok(CreatedOrg {
+            org_id,
+            slug: candidate,
+        });
+    }
+    Err(OrgError::NoFreeSlug)
+}
+
+/// Revokes the organization's API key; not found when it is another organization's or
+/// unknown. Every instance's proxy forgets it at once.
+pub async fn revoke_key(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    org_id: &str,
+    key_id: &str,
+) -> Result<(), OrgError> {
+    let belongs = repo::api_key_belongs(db, key_id, org_id).await?;
+    if !belongs || !repo::revoke_api_key(db, key_id).await? {
+        return Err(OrgError::KeyNotFound);
+    }
+    cluster.publish(Event::KeyRevoked(key_id.to_owned())).await;
+    Ok(())
+}
+
+/// Deletes an organization with everything it owns; every instance forgets it at once.
+pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &OrgId) -> Result<(), OrgError> {
+    if !repo::delete_org(db, org_id).await? {
+        return Err(OrgError::OrgNotFound);
+    }
+    cluster.publish(Event::OrgChanged(org_id.to_string())).await;
+    Ok(())
+}
+
+/// Gives `user_id` (created if new) `role` in the organization.
+pub async fn set_member(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    org_id: &OrgId,
+    user_id: &str,
+    email: Option<&str>,
+    role: Role,
+) -> Result<(), OrgError> {
+    if !repo::org_exists(db, org_id).await? {
+        return Err(OrgError::OrgNotFound);
+    }
+    repo::upsert_user(db, user_id, email).await?;
+    repo::set_role(db, org_id, user_id, role).await?;
+    cluster.publish(Event::OrgChanged(org_id.to_string())).await;
+    Ok(())
+}
+
+/// Mints an API key for the organization; its secret is in the answer only.
+pub async fn create_api_key(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    name: Option<&str>,
+) -> Result<CreatedKey, OrgError> {
+    if !repo::org_exists(db, org_id).await? {
+        return Err(OrgError::OrgNotFound);
+    }
+    Ok(repo::create_api_key(db, org_id, name).await?)
+}
+
+/// The organization's API keys (never their secrets).
+pub async fn api_keys_of(db: &DatabaseConnection, org_id: &OrgId) -> Result<Vec<api_key::Model>, OrgError> {
+    Ok(repo::api_keys_of(db, org_id).await?)
+}
+
+/// Revokes any organization's API key (the operator's route); every instance forgets it.
+pub async fn revoke_any_key(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    key_id: &str,
+) -> Result<(), OrgError> {
+    if !repo::revoke_api_key(db, key_id).await? {
+        return Err(OrgError::KeyNotFound);
+    }
+    cluster.publish(Event::KeyRevoked(key_id.to_owned())).await;
+    Ok(())
+}
+
+/// Registers or updates an adapter of the organization; every instance reloads it.
+pub async fn put_adapter(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    adapter_id: &str,
+    org_id: &OrgId,
+    base_model: &str,
+    live: Option<bool>,
+) -> Result<adapter::Model, OrgError> {
+    if !repo::org_exists(db, org_id).await? {
+        return Err(OrgError::OrgNotFound);
+    }
+    let adapter = repo::upsert_adapter(db, adapter_id, org_id, base_model, live).await?;
+    cluster
+        .publish(Event::AdapterChanged(adapter_id.to_owned()))
+        .await;
+    Ok(adapter)
+}
+
+/// Removes an adapter; every instance forgets it.
+pub async fn delete_adapter(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    adapter_id: &str,
+) -> Result<(), OrgError> {
+    if !repo::delete_adapter(db, adapter_id).await? {
+        return Err(OrgError::AdapterNotFound);
+    }
+    cluster
+        .publish(Event::AdapterChanged(adapter_id.to_owned()))
+        .await;
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! Agent logs, agent account usage and optimizer timelines.
+
+pub mod repo;

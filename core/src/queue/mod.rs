@@ -1,0 +1,43 @@
+//! The training-job queue: the queue actor, claims and reports, secrets and agent logs.
+
+pub mod actor;
+pub mod agent;
+pub mod repo;
+pub mod secrets;
+pub mod service;
+
+use sea_orm::DatabaseConnection;
+
+use crate::cluster::Cluster;
+use crate::metrics::Metrics;
+
+/// What the queue's flows need: the database, the queue actor, the secrets' box (none when
+/// no key is configured), the cluster (wake-ups) and the metrics.
+#[derive(Clone)]
+pub struct Jobs {
+    pub db: DatabaseConnection,
+    pub actor: actix::Addr<actor::QueueActor>,
+    pub secret_box: Option<secrets::SecretBox>,
+    pub cluster: Cluster,
+    pub metrics: Metrics,
+    /// A held job without a sign of life for this long is stale.
+    pub stale_after: chrono::Duration,
+}
+
+/// Why a queue flow did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("job not found")]
+    NotFound,
+    /// The job's status when it was asked to stop.
+    #[error("the job already ended ({0})")]
+    AlreadyEnded(String),
+    #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]
+    SecretsUnconfigured,
+    #[error("sealing a secret failed")]
+    Sealing(#[source] anyhow::Error),
+    #[error(transparent)]
+    Queue(#[from] actor::QueueError),
+    #[error(transparent)]
+    Database(#[from] sea_orm::DbErr),
+}

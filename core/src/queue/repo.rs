@@ -1,0 +1,703 @@
+//! Queue persistence. Every transition is a conditional update, so the database decides
+//! who wins when several instances act on one job at once.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Duration, Utc};
+use entities::{org_secret, training_job};
+use sea_orm::sea_query::{Condition, Expr, OnConflict};
+use sea_orm::ActiveValue::Set;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
+    QuerySelect, Statement, TransactionSession, TransactionTrait, Value,
+};
+use serde_json::json;
+
+use crate::domain::OrgId;
+use crate::domain::{JobAction, JobStatus};
+
+const QUEUED: &str = JobStatus::Queued.as_str();
+const RUNNING: &str = JobStatus::Running.as_str();
+const STOPPING: &str = JobStatus::Stopping.as_str();
+const BLOCKED: &str = JobStatus::Blocked.as_str();
+const USER_STOPPED: &str = JobStatus::UserStopped.as_str();
+const FAILED: &str = JobStatus::Failed.as_str();
+
+/// A held job (running or stopping), written as the partial indexes state it (migration
+/// `m20261122_000004`): SQLite uses a partial index only when the query repeats its
+/// condition, and PostgreSQL cannot match a bound parameter against it in a generic plan.
+fn held() -> Condition {
+    Condition::all().add(Expr::cust("status IN ('running', 'stopping')"))
+}
+
+/// A running job, in a form that still names the held-jobs indexes' condition.
+fn running() -> Condition {
+    held().add(Expr::cust("status = 'running'"))
+}
+
+pub struct NewJob {
+    pub org_id: String,
+    pub project_id: String,
+    pub training_task_id: Option<String>,
+    pub action: JobAction,
+    pub payload: serde_json::Value,
+}
+
+fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
+    training_job::Model {
+        id: uuid::Uuid::new_v4().to_string(),
+        org_id: job.org_id,
+        project_id: job.project_id,
+        training_task_id: job.training_task_id,
+        action: job.action.as_str().to_owned(),
+        status: QUEUED.into(),
+        payload: job.payload.to_string(),
+        worker_id: None,
+        attempts: 0,
+        stop_requested: false,
+        live_status: None,
+        result: None,
+        error: None,
+        created_at: now,
+        updated_at: now,
+        claimed_at: None,
+        heartbeat_at: None,
+        finished_at: None,
+    }
+}
+
+/// Queues `jobs` in one statement (one commit for all), in order. If that fails (say one
+/// job's project was deleted meanwhile), each is inserted on its own, so only the failing
+/// job fails.
+pub async fn insert_jobs(
+    db: &impl ConnectionTrait,
+    jobs: Vec<NewJob>,
+) -> Vec<Result<training_job::Model, DbErr>> {
+    // One clock reading per batch; the id breaks ties, so claim order stays total.
+    let now = Utc::now();
+    let models: Vec<training_job::Model> = jobs.into_iter().map(|job| queued_job(job, now)).collect();
+    let rows = models.iter().map(|m| training_job::ActiveModel::from(m.clone()));
+    match training_job::Entity::insert_many(rows)
+        .exec_without_returning(db)
+        .await
+    {
+        Ok(_) => models.into_iter().map(Ok).collect(),
+        Err(err) if models.len() == 1 => vec![Err(err)],
+        Err(_) => {
+            let mut results = Vec::with_capacity(models.len());
+            for model in models {
+                let row = training_job::ActiveModel::from(model.clone());
+                results.push(
+                    training_job::Entity::insert(row)
+                        .exec_without_returning(db)
+                        .await
+                        .map(|_| model),
+                );
+            }
+            results
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct JobFilter {
+    pub project_id: Option<String>,
+    pub training_task_id: Option<String>,
+    pub status: Option<JobStatus>,
+    pub action: Option<JobAction>,
+    /// Keyset paging: only jobs older than this `(created_at, id)`.
+    pub before: Option<(DateTime<Utc>, String)>,
+}
+
+pub async fn list_jobs(
+    db: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+    filter: &JobFilter,
+    limit: u64,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query = training_job::Entity::find()
+        .filter(training_job::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)));
+    if let Some(project) = &filter.project_id {
+        query = query.filter(training_job::Column::ProjectId.eq(project.as_str()));
+    }
+    if let Some(task) = &filter.training_task_id {
+        query = query.filter(training_job::Column::TrainingTaskId.eq(task.as_str()));
+    }
+    if let Some(status) = filter.status {
+        query = query.filter(training_job::Column::Status.eq(status.as_str()));
+    }
+    if let Some(action) = filter.action {
+        query = query.filter(training_job::Column::Action.eq(action.as_str()));
+    }
+    if let Some((at, id)) = &filter.before {
+        query = query.filter(
+            Condition::any().add(training_job::Column::CreatedAt.lt(*at)).add(
+                Condition::all()
+                    .add(training_job::Column::CreatedAt.eq(*at))
+                    .add(training_job::Column::Id.lt(id.as_str())),
+            ),
+        );
+    }
+    query
+        .order_by_desc(training_job::Column::CreatedAt)
+        .order_by_desc(training_job::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+pub async fn find_job(db: &impl ConnectionTrait, job_id: &str) -> Result<Option<training_job::Model>, DbErr> {
+    training_job::Entity::find_by_id(job_id.to_owned()).one(db).await
+}
+
+pub enum StopOutcome {
+    Stopped(training_job::Model),
+    AlreadyFinished(training_job::Model),
+    NotFound,
+}
+
+/// queued → user_stopped; running → stopping (the next heartbeat says so); stopping stays.
+pub async fn stop_job(
+    db: &impl ConnectionTrait,
+    job_id: &str,
+    reason: Option<&str>,
+) -> Result<StopOutcome, DbErr> {
+    let now = Utc::now();
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
+        .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::Status.eq(QUEUED))
+        .exec(db)
+        .await?;
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(STOPPING))
+        .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .exec(db)
+        .await?;
+    Ok(match find_job(db, job_id).await? {
+        None => StopOutcome::NotFound,
+        Some(job) if job.status == STOPPING || (job.status == USER_STOPPED && job.stop_requested) => {
+            StopOutcome::Stopped(job)
+        }
+        Some(job) => StopOutcome::AlreadyFinished(job),
+    })
+}
+
+/// Hands up to `limit` queued jobs of `action` to `worker_id`: oldest first within an
+/// organization, round-robin across organizations. `FOR UPDATE SKIP LOCKED` on
+/// PostgreSQL and the `status = 'queued'` condition make a job go to one worker only.
+pub async fn claim(
+    db: &impl ConnectionTrait,
+    worker_id: &str,
+    action: &str,
+    limit: u32,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    let backend = db.get_database_backend();
+    let now = Utc::now();
+    let ranked = "SELECT id FROM (\
+            SELECT id, created_at, ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn \
+            FROM training_jobs WHERE action = {action} AND status = 'queued'\
+        ) ranked WHERE rn <= {limit} ORDER BY rn, created_at, id LIMIT {limit}";
+    let (sql, values): (String, Vec<Value>) = match backend {
+        // The same ranking over each organization's oldest `limit` jobs only, locked and
+        // updated by `ctid` (docs/ARCHITECTURE.md, "Actors").
+        DbBackend::Postgres => (
+            "WITH RECURSIVE orgs(org_id) AS (\
+                (SELECT org_id FROM training_jobs WHERE action = $1 AND status = 'queued' \
+                    ORDER BY action, org_id LIMIT 1) \
+                UNION ALL \
+                SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = 'queued' \
+                    AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
+                FROM orgs WHERE orgs.org_id IS NOT NULL\
+             ), heads AS (\
+                SELECT h.ctid, h.id, h.org_id, h.created_at FROM orgs CROSS JOIN LATERAL (\
+                    SELECT t.ctid, t.id, t.org_id, t.created_at FROM training_jobs t \
+                    WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = 'queued' \
+                    ORDER BY t.created_at, t.id LIMIT $2) h \
+                WHERE orgs.org_id IS NOT NULL\
+             ), candidates AS (\
+                SELECT ctid FROM (SELECT ctid, id, created_at, \
+                    ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn FROM heads) ranked \
+                ORDER BY rn, created_at, id LIMIT $2\
+             ), locked AS (\
+                SELECT ctid FROM training_jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidates)) \
+                AND status = 'queued' FOR UPDATE SKIP LOCKED) \
+             UPDATE training_jobs SET status = 'running', worker_id = $3, attempts = attempts + 1, \
+                claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
+             WHERE ctid = ANY(ARRAY(SELECT ctid FROM locked)) RETURNING *"
+                .to_owned(),
+            vec![
+                action.into(),
+                i64::from(limit).into(),
+                worker_id.into(),
+                now.into(),
+            ],
+        ),
+        _ => (
+            format!(
+                "UPDATE training_jobs SET status = 'running', worker_id = ?, attempts = attempts + 1, \
+                    claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
+                 WHERE status = 'queued' AND id IN ({}) RETURNING *",
+                ranked.replace("{action}", "?").replace("{limit}", "?")
+            ),
+            vec![
+                worker_id.into(),
+                now.into(),
+                now.into(),
+                now.into(),
+                action.into(),
+                i64::from(limit).into(),
+                i64::from(limit).into(),
+            ],
+        ),
+    };
+    let mut jobs = training_job::Entity::find()
+        .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+        .all(db)
+        .await?;
+    jobs.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+    Ok(jobs)
+}
+
+/// A worker's terminal report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub job_id: String,
+    pub worker_id: String,
+    /// `succeeded`, `blocked`, `user_stopped` or `failed`.
+    pub status: JobStatus,
+    pub result: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportOutcome {
+    Applied,
+    /// The same terminal report again: harmless.
+    Repeated,
+    NotHeld,
+    NotFound,
+}
+
+impl ReportOutcome {
+    /// As `keel_queue_reports_total` labels it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::Repeated => "repeated",
+            Self::NotHeld => "not_held",
+            Self::NotFound => "not_found",
+        }
+    }
+}
+
+/// Applies many reports in one statement; every job id appears at most once.
+pub async fn apply_reports(
+    db: &impl ConnectionTrait,
+    reports: &[Report],
+) -> Result<Vec<ReportOutcome>, DbErr> {
+    if reports.is_empty() {
+        return Ok(Vec::new());
+    }
+    let backend = db.get_database_backend();
+    let now = Utc::now();
+    let rows: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
+        .collect();
+    // Every job is found by its primary key, not by a scan of all held jobs joined to the
+    // batch. On PostgreSQL through `= ANY(ARRAY(...))`, with `status || ''` keeping the status
+    // check a filter: written plainly, the planner (trusting a young table's statistics) also
+    // read the whole partial index of held jobs and intersected the two. On SQLite the unary
+    // `+` does the same (without it SQLite walked the held jobs and, for each, the batch).
+    let (sql, values): (&str, Vec<Value>) = match backend {
+        DbBackend::Postgres => (
+            "UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
+                finished_at = $2, updated_at = $2 \
+             FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
+             WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
+               AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ('running', 'stopping') \
+             RETURNING j.id",
+            vec![serde_json::Value::Array(rows).into(), now.into()],
+        ),
+        _ => (
+            "UPDATE training_jobs SET status = r.status, result = r.result, error = r.error, \
+                finished_at = ?, updated_at = ? \
+             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.worker_id') AS worker_id, \
+                          json_extract(value, '$.status') AS status, json_extract(value, '$.result') AS result, \
+                          json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
+             WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
+               AND +training_jobs.status IN ('running', 'stopping') \
+             RETURNING training_jobs.id",
+            vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
+        ),
+    };
+    let applied: std::collections::HashSet<String> = db
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?
+        .into_iter()
+        .filter_map(|row| row.try_get_by_index::<String>(0).ok())
+        .collect();
+    let missing: Vec<String> = reports
+        .iter()
+        .filter(|r| !applied.contains(&r.job_id))
+        .map(|r| r.job_id.clone())
+        .collect();
+    let current: HashMap<String, training_job::Model> = if missing.is_empty() {
+        HashMap::new()
+    } else {
+        training_job::Entity::find()
+            .filter(training_job::Column::Id.is_in(missing))
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|job| (job.id.clone(), job))
+            .collect()
+    };
+    Ok(reports
+        .iter()
+        .map(|r| {
+            if applied.contains(&r.job_id) {
+                return ReportOutcome::Applied;
+            }
+            match current.get(&r.job_id) {
+                None => ReportOutcome::NotFound,
+                Some(job)
+                    if job.status == r.status && job.worker_id.as_deref() == Some(r.worker_id.as_str()) =>
+                {
+                    ReportOutcome::Repeated
+                }
+                Some(_) => ReportOutcome::NotHeld,
+            }
+        })
+        .collect())
+}
+
+/// Puts claimed jobs back in the queue (their fee could not be settled now).
+pub async fn release_claims(
+    db: &impl ConnectionTrait,
+    job_ids: &[String],
+    worker_id: &str,
+) -> Result<(), DbErr> {
+    if job_ids.is_empty() {
+        return Ok(());
+    }
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            training_job::Column::Attempts,
+            Expr::col(training_job::Column::Attempts).sub(1),
+        )
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Marks claimed jobs blocked (their organization could not pay the run fee).
+pub async fn block_unpaid(
+    db: &impl ConnectionTrait,
+    job_ids: &[String],
+    worker_id: &str,
+    reason: &str,
+) -> Result<(), DbErr> {
+    if job_ids.is_empty() {
+        return Ok(());
+    }
+    let now = Utc::now();
+    training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(BLOCKED))
+        .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.eq(RUNNING))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+pub enum Held {
+    Yes { stop_requested: bool },
+    NotHeld,
+    NotFound,
+}
+
+/// Applies `update` to the job only while `worker_id` holds it (running or stopping);
+/// answers whether it did, and the job's stop request.
+async fn update_held(
+    db: &impl ConnectionTrait,
+    job_id: &str,
+    worker_id: &str,
+    update: sea_orm::UpdateMany<training_job::Entity>,
+) -> Result<Held, DbErr> {
+    let updated = update
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(training_job::Column::Status.is_in([RUNNING, STOPPING]))
+        .exec(db)
+        .await?
+        .rows_affected;
+    Ok(match find_job(db, job_id).await? {
+        None => Held::NotFound,
+        Some(_) if updated == 0 => Held::NotHeld,
+        Some(job) => Held::Yes {
+            stop_requested: job.stop_requested,
+        },
+    })
+}
+
+pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &str, worker_id: &str) -> Result<Held, DbErr> {
+    let update = training_job::Entity::update_many()
+        .col_expr(training_job::Column::HeartbeatAt, Expr::value(Utc::now()));
+    update_held(db, job_id, worker_id, update).await
+}
+
+pub async fn set_live_status(
+    db: &impl ConnectionTrait,
+    job_id: &str,
+    worker_id: &str,
+    live_status: &serde_json::Value,
+) -> Result<Held, DbErr> {
+    let update = training_job::Entity::update_many()
+        .col_expr(
+            training_job::Column::LiveStatus,
+            Expr::value(live_status.to_string()),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(Utc::now()));
+    update_held(db, job_id, worker_id, update).await
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SweepCounts {
+    pub requeued: u64,
+    pub failed: u64,
+    pub stopped: u64,
+}
+
+/// Jobs whose last heartbeat (or claim) is older than `stale_after`: stopping ones end
+/// `user_stopped`, running ones go back to the queue, or fail once their attempts are spent.
+pub async fn requeue_stale(
+    db: &impl ConnectionTrait,
+    stale_after: Duration,
+    max_attempts: i32,
+) -> Result<SweepCounts, DbErr> {
+    let now = Utc::now();
+    let cutoff: DateTime<Utc> = now - stale_after;
+    let stale = || {
+        Expr::col(training_job::Column::HeartbeatAt)
+            .lt(cutoff)
+            .or(Expr::col(training_job::Column::HeartbeatAt)
+                .is_null()
+                .and(Expr::col(training_job::Column::ClaimedAt).lt(cutoff)))
+    };
+    let stopped = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(held().add(Expr::cust("status = 'stopping'")))
+        .filter(stale())
+        .exec(db)
+        .await?
+        .rows_affected;
+    let failed = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(FAILED))
+        .col_expr(
+            training_job::Column::Error,
+            Expr::value("no heartbeat from the worker and no attempts left"),
+        )
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(running())
+        .filter(training_job::Column::Attempts.gte(max_attempts))
+        .filter(stale())
+        .exec(db)
+        .await?
+        .rows_affected;
+    let requeued = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(
+            training_job::Column::HeartbeatAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(running())
+        .filter(training_job::Column::Attempts.lt(max_attempts))
+        .filter(stale())
+        .exec(db)
+        .await?
+        .rows_affected;
+    Ok(SweepCounts {
+        requeued,
+        failed,
+        stopped,
+    })
+}
+
+/// A worker restarted: its running and stopping jobs go back to the queue.
+pub async fn requeue_interrupted(db: &impl ConnectionTrait, worker_id: &str) -> Result<u64, DbErr> {
+    let now = Utc::now();
+    Ok(training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(training_job::Column::StopRequested, Expr::value(false))
+        .col_expr(
+            training_job::Column::HeartbeatAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::WorkerId.eq(worker_id))
+        .filter(held())
+        .exec(db)
+        .await?
+        .rows_affected)
+}
+
+/// One change to an organization's training secrets: a sealed value to store, or `None` to
+/// delete the name.
+pub struct SecretChange {
+    pub name: String,
+    pub sealed: Option<String>,
+}
+
+/// Applies every change in one transaction (all or none) and answers every name the
+/// organization has afterwards, in order.
+pub async fn apply_secret_changes(
+    db: &impl TransactionTrait,
+    org_id: &str,
+    changes: Vec<SecretChange>,
+) -> Result<Vec<String>, DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    for change in changes {
+        match change.sealed {
+            None => {
+                org_secret::Entity::delete_by_id((org_id.to_owned(), change.name))
+                    .exec(&txn)
+                    .await?;
+            }
+            Some(sealed) => {
+                org_secret::Entity::insert(org_secret::ActiveModel {
+                    org_id: Set(org_id.to_owned()),
+                    name: Set(change.name),
+                    sealed: Set(sealed),
+                    updated_at: Set(now),
+                })
+                .on_conflict(
+                    OnConflict::columns([org_secret::Column::OrgId, org_secret::Column::Name])
+                        .update_columns([org_secret::Column::Sealed, org_secret::Column::UpdatedAt])
+                        .to_owned(),
+                )
+                .exec_without_returning(&txn)
+                .await?;
+            }
+        }
+    }
+    let names = org_secret::Entity::find()
+        .filter(org_secret::Column::OrgId.eq(org_id))
+        .order_by_asc(org_secret::Column::Name)
+        .all(&txn)
+        .await?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    txn.commit().await?;
+    Ok(names)
+}
+
+/// The organization's sealed secrets.
+pub async fn sealed_secrets(
+    db: &impl ConnectionTrait,
+    org_id: &str,
+) -> Result<Vec<org_secret::Model>, DbErr> {
+    org_secret::Entity::find()
+        .filter(org_secret::Column::OrgId.eq(org_id))
+        .all(db)
+        .await
+}
+
+/// Jobs counted per `(action, status)`, over every organization.
+pub async fn counts_by_action_status(db: &impl ConnectionTrait) -> Result<Vec<(String, String, i64)>, DbErr> {
+    training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::Action)
+        .column(training_job::Column::Status)
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
+        .group_by(training_job::Column::Action)
+        .group_by(training_job::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// The oldest queued job's creation time per action.
+pub async fn oldest_queued(db: &impl ConnectionTrait) -> Result<Vec<(String, DateTime<Utc>)>, DbErr> {
+    let mut oldest = Vec::new();
+    // One indexed probe per action (the claim index leads with action).
+    for action in JobAction::NAMES {
+        let first: Option<DateTime<Utc>> = training_job::Entity::find()
+            .select_only()
+            .column(training_job::Column::CreatedAt)
+            .filter(training_job::Column::Action.eq(action))
+            .filter(training_job::Column::Status.eq(QUEUED))
+            .order_by_asc(training_job::Column::CreatedAt)
+            .limit(1)
+            .into_tuple()
+            .one(db)
+            .await?;
+        if let Some(at) = first {
+            oldest.push((action.to_owned(), at));
+        }
+    }
+    Ok(oldest)
+}
+
+/// Held jobs (running or stopping) of every organization, by worker then age; at most `limit`.
+pub async fn held_jobs(db: &impl ConnectionTrait, limit: u64) -> Result<Vec<training_job::Model>, DbErr> {
+    training_job::Entity::find()
+        .filter(held())
+        .order_by_asc(training_job::Column::WorkerId)
+        .order_by_asc(training_job::Column::ClaimedAt)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Queued and held jobs per organization: `(org id, status, count)`.
+pub async fn open_counts_by_org(db: &impl ConnectionTrait) -> Result<Vec<(String, String, i64)>, DbErr> {
+    training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::OrgId)
+        .column(training_job::Column::Status)
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
+        .filter(training_job::Column::Status.is_in([QUEUED, RUNNING, STOPPING]))
+        .group_by(training_job::Column::OrgId)
+        .group_by(training_job::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await
+}

@@ -1,0 +1,205 @@
+//! Queue flows shared by the JSON API and the console.
+
+use std::collections::BTreeMap;
+
+use entities::training_job;
+
+use super::actor::{ask, Claim, RequeueStale};
+use super::repo::{self, SecretChange, StopOutcome, SweepCounts};
+use super::{JobError, Jobs};
+
+/// Sets (or, with an empty value, deletes) training secrets: every value is sealed first,
+/// then all are written in one transaction. Answers every name the organization has.
+pub async fn set_secrets(
+    jobs: &Jobs,
+    org_id: &str,
+    secrets: BTreeMap<String, String>,
+) -> Result<Vec<String>, JobError> {
+    let Some(secret_box) = &jobs.secret_box else {
+        return Err(JobError::SecretsUnconfigured);
+    };
+    let changes = secrets
+        .into_iter()
+        .map(|(name, value)| {
+            let sealed = match value.is_empty() {
+                true => None,
+                false => Some(secret_box.seal(org_id, &name, &value)?),
+            };
+            Ok(SecretChange { name, sealed })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(JobError::Sealing)?;
+    Ok(repo::apply_secret_changes(&jobs.db, org_id, changes).await?)
+}
+
+/// The organization's secrets, opened, for the worker that runs one of its jobs. A secret
+/// that cannot be opened (the key changed) is left out and logged.
+pub async fn worker_secrets(jobs: &Jobs, org_id: &str) -> Result<BTreeMap<String, String>, JobError> {
+    let mut secrets = BTreeMap::new();
+    let Some(secret_box) = &jobs.secret_box else {
+        return Ok(secrets);
+    };
+    for row in repo::sealed_secrets(&jobs.db, org_id).await? {
+        match secret_box.open(&row.org_id, &row.name, &row.sealed) {
+            Ok(value) => {
+                secrets.insert(row.name, value);
+            }
+            Err(err) => {
+                tracing::error!(org_id = %row.org_id, name = %row.name, error = %err, "secret unreadable")
+            }
+        }
+    }
+    Ok(secrets)
+}
+
+/// Stops a job (queued → user_stopped, running → stopping); 409 once it has ended.
+pub async fn stop_job(
+    jobs: &Jobs,
+    job: &training_job::Model,
+    reason: Option<&str>,
+) -> Result<training_job::Model, JobError> {
+    match repo::stop_job(&jobs.db, &job.id, reason).await? {
+        StopOutcome::Stopped(job) => Ok(job),
+        StopOutcome::AlreadyFinished(job) => Err(JobError::AlreadyEnded(job.status)),
+        StopOutcome::NotFound => Err(JobError::NotFound),
+    }
+}
+
+/// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
+pub async fn requeue_stale(jobs: &Jobs) -> Result<SweepCounts, JobError> {
+    Ok(ask(&jobs.actor, RequeueStale).await?)
+}
+
+/// A restarted worker's running and stopping jobs go back to the queue; waiting claims
+/// look again.
+pub async fn requeue_interrupted(jobs: &Jobs, worker_id: &str) -> Result<u64, JobError> {
+    let requeued = repo::requeue_interrupted(&jobs.db, worker_id).await?;
+    jobs.metrics
+        .requeued
+        .with_label_values(&["interrupted"])
+        .inc_by(requeued);
+    if requeued > 0 {
+        jobs.cluster
+            .publish(crate::cluster::Event::JobsQueued(
+                crate::cluster::ANY_ACTION.into(),
+            ))
+            .await;
+    }
+    Ok(requeued)
+}
+
+/// Claims up to `limit` jobs of `action` for `worker_id` (each billed its run fee once).
+/// With `wait`, a claim that finds none waits until jobs of that action are queued or
+/// requeued on any instance, the wait ends, or the process begins to shut down; it then
+/// answers what it finds (nothing on timeout).
+pub async fn claim(
+    jobs: &Jobs,
+    worker_id: String,
+    action: crate::domain::JobAction,
+    limit: u32,
+    wait: Option<std::time::Duration>,
+    wanted: super::actor::StillWanted,
+) -> Result<Vec<training_job::Model>, JobError> {
+    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+    let signal = jobs.cluster.jobs_signal(action.as_str());
+    let stopping = jobs.cluster.stopping().clone();
+    loop {
+        // Registered before looking, so a job queued meanwhile still wakes this claim.
+        let woken = signal.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if !wanted() {
+            return Ok(Vec::new());
+        }
+        let claim = Claim {
+            worker_id: worker_id.clone(),
+            action,
+            limit,
+            wanted: wanted.clone(),
+        };
+        let claimed = ask(&jobs.actor, claim).await?;
+        let Some(deadline) = deadline.filter(|_| claimed.is_empty()) else {
+            return Ok(claimed);
+        };
+        // A claimant that leaves while waiting is noticed within a second.
+        let left = async {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                if !wanted() {
+                    break;
+                }
+            }
+        };
+        tokio::select! {
+            _ = &mut woken => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(claimed),
+            _ = stopping.cancelled() => return Ok(claimed),
+            _ = left => return Ok(claimed),
+        }
+    }
+}
+
+/// The queue as an operator sees it.
+pub struct QueueOverview {
+    /// `(action, status, jobs)`.
+    pub counts: Vec<(String, String, i64)>,
+    /// The oldest queued job's age per action.
+    pub oldest_queued: Vec<(String, chrono::Duration)>,
+    /// Held jobs (running or stopping), by worker.
+    pub held: Vec<training_job::Model>,
+    /// Held jobs whose last sign of life is older than the stale threshold.
+    pub stale: Vec<training_job::Model>,
+    pub stale_after: chrono::Duration,
+}
+
+/// How many held jobs the overview lists.
+const HELD_SHOWN: u64 = 500;
+
+pub async fn queue_overview(jobs: &Jobs) -> Result<QueueOverview, JobError> {
+    let now = chrono::Utc::now();
+    let stale_after = jobs.stale_after;
+    let counts = repo::counts_by_action_status(&jobs.db).await?;
+    let oldest_queued = repo::oldest_queued(&jobs.db)
+        .await?
+        .into_iter()
+        .map(|(action, at)| (action, now - at))
+        .collect();
+    let held = repo::held_jobs(&jobs.db, HELD_SHOWN).await?;
+    let stale = held
+        .iter()
+        .filter(|job| {
+            job.heartbeat_at
+                .or(job.claimed_at)
+                .is_some_and(|seen| now - seen > stale_after)
+        })
+        .cloned()
+        .collect();
+    Ok(QueueOverview {
+        counts,
+        oldest_queued,
+        held,
+        stale,
+        stale_after,
+    })
+}
+
+/// The organization's job (another organization's is "not found").
+pub async fn job_of_org(jobs: &Jobs, org_id: &str, job_id: &str) -> Result<training_job::Model, JobError> {
+    repo::find_job(&jobs.db, job_id)
+        .await?
+        .filter(|job| job.org_id == org_id)
+        .ok_or(JobError::NotFound)
+}
+
+/// A page of the organization's jobs, newest first, and whether more follow.
+pub async fn jobs_page(
+    jobs: &Jobs,
+    org_id: &crate::domain::OrgId,
+    filter: &repo::JobFilter,
+    limit: u64,
+) -> Result<(Vec<training_job::Model>, bool), JobError> {
+    let mut page = repo::list_jobs(&jobs.db, std::slice::from_ref(org_id), filter, limit + 1).await?;
+    let more = page.len() as u64 > limit;
+    page.truncate(limit as usize);
+    Ok((page, more))
+}

@@ -1,0 +1,23 @@
+//! Traces: the recorded calls of a project, written in batches and exported as datasets.
+
+pub mod export;
+pub mod repo;
+pub mod service;
+pub mod writer;
+
+/// Why an export did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("project not found")]
+    ProjectNotFound,
+    /// A selection's records pass `traces.export_max_page_bytes`: it has no cursor to go on
+    /// with, so the caller selects fewer.
+    #[error(
+        "the selected traces' records pass {max_bytes} bytes (traces.export_max_page_bytes): select fewer"
+    )]
+    SelectionTooLarge { max_bytes: usize },
+    #[error("writing a record failed")]
+    Serialize(#[from] serde_json::Error),
+    #[error(transparent)]
+    Database(#[from] sea_orm::DbErr),
+}

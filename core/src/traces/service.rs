@@ -1,0 +1,247 @@
+//! The export walk, shared by the JSON API, the CLI (through the API) and the console.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use entities::trace;
+
+use super::export::{self, Format};
+use super::repo;
+use super::TraceError;
+use crate::domain::{OrgId, TraceId};
+use sea_orm::ConnectionTrait;
+
+/// What a page of an export wrote: its records' count, the traces skipped (no pair to
+/// convert), and where the next page starts (`None` at the end).
+#[derive(Default)]
+pub struct PageStats {
+    pub count: usize,
+    pub skipped: usize,
+    pub next_cursor: Option<Cursor>,
+}
+
+/// Content read from the database at once at most (a chunk of a page), in characters; a
+/// trace larger than this is read alone.
+const CHUNK_CHARS: i64 = 4 << 20;
+
+/// Writes one trace's record after `sep` (none before the first), or counts it skipped.
+fn write_record(
+    t: &trace::Model,
+    format: Format,
+    out: &mut Vec<u8>,
+    sep: &[u8],
+    stats: &mut PageStats,
+) -> Result<(), TraceError> {
+    match export::convert(t, format) {
+        Some(record) => {
+            if stats.count > 0 {
+                out.extend_from_slice(sep);
+            }
+            serde_json::to_writer(&mut *out, &record)?;
+            stats.count += 1;
+        }
+        None => stats.skipped += 1,
+    }
+    Ok(())
+}
+
+/// Where an export walk stands: the last trace it gave, `(created_at, id)`, exact to the
+/// nanosecond so the next page starts right after it. Opaque to clients; written
+/// `<seconds>-<nanoseconds>-<id without dashes>`, so that every string of that pattern (the
+/// schema's) is a position to walk from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub at: DateTime<Utc>,
+    pub id: String,
+}
+
+impl Cursor {
+    pub fn after(trace: &trace::Model) -> Self {
+        Self {
+            at: trace.created_at,
+            id: trace.id.clone(),
+        }
+    }
+
+    /// The schema's pattern of a cursor.
+    pub const PATTERN: &'static str = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$";
+
+    pub fn encode(&self) -> String {
+        let id =
+            uuid::Uuid::parse_str(&self.id).map_or_else(|_| self.id.clone(), |id| id.simple().to_string());
+        format!(
+            "{}-{:09}-{id}",
+            self.at.timestamp(),
+            self.at.timestamp_subsec_nanos()
+        )
+    }
+
+    pub fn decode(raw: &str) -> Option<Self> {
+        let mut parts = raw.splitn(3, '-');
+        let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
+        let digits =
+            |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(secs, 12) || nanos.len() != 9 || !digits(nanos, 9) || id.len() != 32 {
+            return None;
+        }
+        if !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let at = DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)?;
+        let id = uuid::Uuid::parse_str(id).ok()?.hyphenated().to_string();
+        Some(Self { at, id })
+    }
+}
+
+/// Writes the project's newest `limit` traces that `filter` keeps, after `cursor` when
+/// given, to `out` as records separated by `sep`; 404 unless the project is one of `orgs'`.
+/// A page also ends once `out` has grown by `traces.export_max_page_bytes` (its next cursor
+/// then starts right after the last trace written). Content is read a chunk of a few MiB at a
+/// time and each trace dropped once written, so a page holds about its own size in memory.
+#[allow(clippy::too_many_arguments)]
+pub async fn export_project(
+    db: &impl ConnectionTrait,
+    max_page_bytes: usize,
+    orgs: &[OrgId],
+    project_id: &str,
+    format: Format,
+    limit: u64,
+    mut filter: repo::TraceFilter,
+    cursor: Option<Cursor>,
+    out: &mut Vec<u8>,
+    sep: &[u8],
+) -> Result<PageStats, TraceError> {
+    crate::projects::repo::find_in_orgs(db, project_id, orgs)
+        .await?
+        .ok_or(TraceError::ProjectNotFound)?;
+    filter.before = cursor.map(|c| (c.at, c.id));
+    let max_bytes = max_page_bytes.max(1);
+    let mut sizes = repo::export_sizes(db, project_id, &filter, limit + 1).await?;
+    let more = sizes.len() as u64 > limit;
+    sizes.truncate(limit as usize);
+    let start = out.len();
+    let mut stats = PageStats::default();
+    let mut last: Option<Cursor> = None;
+    let mut next = 0;
+    'page: while next < sizes.len() {
+        let mut end = next;
+        let mut chars = 0;
+        while end < sizes.len() && (end == next || chars + sizes[end].2 <= CHUNK_CHARS) {
+            chars += sizes[end].2;
+            end += 1;
+        }
+        let ids: Vec<String> = sizes[next..end].iter().map(|(id, _, _)| id.clone()).collect();
+        let mut found: HashMap<String, trace::Model> = repo::by_ids(db, &ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
+        for (id, at, _) in &sizes[next..end] {
+            if out.len() - start >= max_bytes {
+                break 'page;
+            }
+            // A trace deleted since the page was sized is simply gone.
+            if let Some(t) = found.remove(id) {
+                write_record(&t, format, out, sep, &mut stats)?;
+            }
+            last = Some(Cursor {
+                at: *at,
+                id: id.clone(),
+            });
+            next += 1;
+        }
+    }
+    stats.next_cursor = if more || next < sizes.len() { last } else { None };
+    Ok(stats)
+}
+
+/// Selected traces read from the database at once.
+const SELECTION_CHUNK: usize = 8;
+
+/// What a selection's export wrote.
+pub struct Selection {
+    pub stats: PageStats,
+    /// Their one project, if they all share one.
+    pub project_id: Option<String>,
+    /// Asked ids that are not the caller's organizations'.
+    pub not_found: usize,
+}
+
+/// Writes the selected traces (in the order asked, repeats once) to `out` as records
+/// separated by `sep`. A selection whose records pass `traces.export_max_page_bytes` is 422:
+/// it has no cursor to go on with, so the caller selects fewer.
+pub async fn export_selection(
+    db: &impl ConnectionTrait,
+    max_page_bytes: usize,
+    orgs: &[OrgId],
+    trace_ids: &[TraceId],
+    format: Format,
+    filter: &repo::TraceFilter,
+    out: &mut Vec<u8>,
+    sep: &[u8],
+) -> Result<Selection, TraceError> {
+    let max_bytes = max_page_bytes.max(1);
+    let mut seen = HashSet::new();
+    let wanted: Vec<String> = trace_ids
+        .iter()
+        .filter(|id| seen.insert(*id))
+        .map(|id| id.as_str().to_owned())
+        .collect();
+    let start = out.len();
+    let mut stats = PageStats::default();
+    let mut project: Option<Option<String>> = None;
+    let mut exported = 0;
+    for ids in wanted.chunks(SELECTION_CHUNK) {
+        let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(db, ids, orgs, filter)
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
+        for id in ids {
+            let Some(t) = found.remove(id) else { continue };
+            exported += 1;
+            project = Some(match project {
+                None => Some(t.project_id.clone()),
+                Some(p) => p.filter(|p| *p == t.project_id),
+            });
+            write_record(&t, format, out, sep, &mut stats)?;
+            if out.len() - start > max_bytes {
+                return Err(TraceError::SelectionTooLarge { max_bytes });
+            }
+        }
+    }
+    Ok(Selection {
+        not_found: wanted.len() - exported,
+        project_id: project.flatten(),
+        stats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn a_cursor_round_trips_to_the_nanosecond_and_nonsense_is_refused() {
+        let at = chrono::DateTime::from_timestamp(1_795_000_000, 123_456_789).expect("a time");
+        let cursor = Cursor {
+            at,
+            id: "0192f0c4-7e1a-7c3b-8d2e-1f2a3b4c5d6e".into(),
+        };
+        let encoded = cursor.encode();
+        assert_eq!(encoded, "1795000000-123456789-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e");
+        assert!(regex::Regex::new(Cursor::PATTERN)
+            .expect("a regex")
+            .is_match(&encoded));
+        assert_eq!(Cursor::decode(&encoded), Some(cursor));
+        for bad in [
+            "",
+            "x",
+            "1-2-3",
+            "1795000000-12345678-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e",
+            "1-123456789-0192F0C47E1A7C3B8D2E1F2A3B4C5D6E",
+        ] {
+            assert_eq!(Cursor::decode(bad), None, "{bad}");
+        }
+    }
+}

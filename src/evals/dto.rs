@@ -1,0 +1,139 @@
+//! Bodies and views of the eval routes.
+
+use keel_core::evals::{parse_datetime, EvalCase, EvalUpload, MAX_CASES, STATUSES};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::domain::ProjectId;
+use crate::http::validate::{Checks, Validate};
+
+/// EvalCasePayload: every field optional and nullable.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct EvalCasePayload {
+    #[schema(max_length = 200)]
+    pub case_id: Option<String>,
+    pub input: Option<String>,
+    pub expected: Option<String>,
+    pub actual: Option<String>,
+    pub score: Option<f64>,
+    pub success: Option<bool>,
+    pub reason: Option<String>,
+    pub error: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub metrics: Option<Map<String, Value>>,
+    #[schema(minimum = 0, maximum = 2147483647)]
+    pub latency_ms: Option<i64>,
+    #[schema(minimum = 0, maximum = 2147483647)]
+    pub total_tokens: Option<i64>,
+}
+
+impl Validate for EvalCasePayload {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_str_len("case_id", self.case_id.as_deref(), 0, 200);
+        c.opt_int_range("latency_ms", self.latency_ms, 0, 2_147_483_647);
+        c.opt_int_range("total_tokens", self.total_tokens, 0, 2_147_483_647);
+    }
+}
+
+/// An uploaded eval run's status (the schema of `status`; the field stays a string).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum EvalStatus {
+    Completed,
+    Failed,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct EvalRunUploadRequest {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub project_id: ProjectId,
+    #[schema(min_length = 1, max_length = 200)]
+    pub suite_name: String,
+    #[schema(min_length = 1, max_length = 512)]
+    pub environment_reference: String,
+    #[schema(max_length = 200)]
+    pub model: Option<String>,
+    /// `completed` (default) or `failed`.
+    #[schema(value_type = Option<EvalStatus>)]
+    pub status: Option<String>,
+    pub error: Option<String>,
+    #[schema(format = DateTime)]
+    pub started_at: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    #[schema(max_items = 5000)]
+    #[serde(default)]
+    pub cases: Vec<EvalCasePayload>,
+}
+
+impl Validate for EvalRunUploadRequest {
+    fn validate(&self, c: &mut Checks) {
+        c.str_len("project_id", &self.project_id, 1, 100);
+        c.str_len("suite_name", &self.suite_name, 1, 200);
+        c.str_len("environment_reference", &self.environment_reference, 1, 512);
+        c.opt_str_len("model", self.model.as_deref(), 0, 200);
+        if let Some(status) = &self.status {
+            c.one_of("status", status, STATUSES);
+        }
+        if let Some(started) = &self.started_at {
+            if parse_datetime(started).is_none() {
+                c.fail(
+                    "started_at",
+                    "datetime_from_date_parsing",
+                    "Input should be a valid datetime",
+                );
+            }
+        }
+        c.max_items("cases", self.cases.len(), MAX_CASES);
+        for (i, case) in self.cases.iter().enumerate() {
+            c.nested("cases", Some(i), case);
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema, PartialEq)]
+pub struct EvalRunUploadResponse {
+    pub ok: bool,
+    pub eval_run_id: String,
+    pub total_cases: i32,
+    pub passed_cases: i32,
+    pub graded_cases: i32,
+    pub errored_cases: i32,
+    pub mean_score: Option<f64>,
+}
+
+impl From<EvalCasePayload> for EvalCase {
+    fn from(c: EvalCasePayload) -> Self {
+        Self {
+            case_id: c.case_id,
+            input: c.input,
+            expected: c.expected,
+            actual: c.actual,
+            score: c.score,
+            success: c.success,
+            reason: c.reason,
+            error: c.error,
+            metrics: c.metrics,
+            latency_ms: c.latency_ms,
+            total_tokens: c.total_tokens,
+        }
+    }
+}
+
+impl From<EvalRunUploadRequest> for EvalUpload {
+    fn from(body: EvalRunUploadRequest) -> Self {
+        Self {
+            started_at: body.started_at.as_deref().and_then(parse_datetime),
+            project_id: body.project_id,
+            suite_name: body.suite_name,
+            environment_reference: body.environment_reference,
+            model: body.model,
+            status: body.status,
+            error: body.error,
+            metadata: body.metadata,
+            cases: body.cases.into_iter().map(EvalCase::from).collect(),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Bodies and views of the project routes.
+
+use crate::domain::OrgId;
+use crate::http::validate::{Checks, Validate};
+use crate::orgs::SLUG_RE;
+use chrono::{DateTime, Utc};
+use entities::project;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectCreateBody {
+    /// The organization; with an API key it may be omitted (the key's own).
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    pub org_id: Option<OrgId>,
+    /// Not only whitespace.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
+    )]
+    pub name: String,
+    /// Unique within the organization; derived from the name when absent.
+    #[schema(min_length = 1, max_length = 100, pattern = r"^[a-z0-9][a-z0-9._-]*$")]
+    pub slug: Option<String>,
+    #[schema(max_length = 2000)]
+    pub description: Option<String>,
+}
+
+impl Validate for ProjectCreateBody {
+    fn validate(&self, c: &mut Checks) {
+        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
+        c.display_name("name", &self.name, 200);
+        if let Some(slug) = &self.slug {
+            c.str_len("slug", slug, 1, 100);
+            c.pattern("slug", slug, &SLUG_RE);
+        }
+        c.opt_str_len("description", self.description.as_deref(), 0, 2000);
+    }
+}
+
+/// The answer to a create: strings and a boolean only.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectCreated {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub slug: String,
+    pub active: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectView {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub slug: String,
+    pub description: Option<String>,
+    pub active: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<project::Model> for ProjectView {
+    fn from(p: project::Model) -> Self {
+        Self {
+            id: p.id,
+            org_id: p.org_id,
+            name: p.name,
+            slug: p.slug,
+            description: p.description,
+            active: p.active,
+            created_at: p.created_at,
+        }
+    }
+}
+
+crate::org_scoped!(ProjectCreateBody);

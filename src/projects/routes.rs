@@ -1,0 +1,70 @@
+//! `GET/POST /api/projects`, `GET /api/projects/{project_id}`.
+
+use super::dto::{ProjectCreateBody, ProjectCreated, ProjectView};
+use crate::auth::{Caller, Member};
+use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{path_uuid, ValidJson};
+use actix_web::{web, HttpResponse};
+use keel_core::projects::service;
+
+/// Create a project
+///
+/// Creates a project in the caller's organization; its slug is derived from the name unless
+/// given, and is unique within the organization (409 otherwise).
+#[utoipa::path(post, path = "/api/projects", tag = "projects", security(("apiKey" = []), ("session" = [])),
+    request_body = ProjectCreateBody,
+    responses(
+        (status = 201, body = ProjectCreated),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "Slug taken in this organization", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody),
+    ))]
+pub async fn create_project(member: Member<ValidJson<ProjectCreateBody>>) -> ApiResult<HttpResponse> {
+    let body = &member.input.0;
+    let project = service::create_project(
+        &member.state.db,
+        &member.access.org_id,
+        &body.name,
+        body.slug.as_deref(),
+        body.description.as_deref(),
+    )
+    .await?;
+    Ok(HttpResponse::Created().json(ProjectCreated {
+        id: project.id,
+        org_id: project.org_id,
+        name: project.name,
+        slug: project.slug,
+        active: project.active,
+    }))
+}
+
+/// List projects
+///
+/// Projects of every organization the caller reaches, or of the one named by `orgId` or
+/// `X-Org-Id`.
+#[utoipa::path(get, path = "/api/projects", tag = "projects", security(("apiKey" = []), ("session" = [])),
+    params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
+    responses((status = 200, body = Vec<ProjectView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
+    let orgs = if caller.named_org() {
+        vec![caller.member(None).await?.org_id]
+    } else {
+        caller.organizations().await?
+    };
+    let projects = service::projects_of(&caller.state().db, &orgs).await?;
+    Ok(HttpResponse::Ok().json(projects.into_iter().map(ProjectView::from).collect::<Vec<_>>()))
+}
+
+/// Read a project
+///
+/// One project of the caller's organizations; another organization's project is 404.
+#[utoipa::path(get, path = "/api/projects/{project_id}", tag = "projects", security(("apiKey" = []), ("session" = [])),
+    params(("project_id" = String, Path, format = Uuid)),
+    responses((status = 200, body = ProjectView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let project_id = path_uuid("project_id", &path)?;
+    let orgs = caller.organizations().await?;
+    let project_id = crate::domain::ProjectId::parse(&project_id);
+    let project = service::project_of(&caller.state().db, &orgs, &project_id).await?;
+    Ok(HttpResponse::Ok().json(ProjectView::from(project)))
+}
