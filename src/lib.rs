@@ -17,12 +17,14 @@ pub mod proxy;
 pub mod queue;
 pub mod routes;
 pub mod runs;
+pub mod schemas;
 pub mod serving;
 pub mod startup;
 pub mod state;
 pub mod system;
 pub mod telemetry;
 pub mod traces;
+pub mod upstream;
 
 // The core's modules that the web crate uses as they are, under their usual paths.
 pub use keel_core::{cache, cluster, config, database, domain};

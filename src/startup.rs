@@ -30,6 +30,7 @@ impl Application {
     /// Connects to the database, applies migrations and binds the listener
     /// (port 0 picks a free port).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        crate::openapi::install_components();
         let (db, workers_stopped) = database::connect_serving(&settings.database).await?;
         database::migrate(&settings.database, &db).await?;
         let addr = settings.listen_addr()?;

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 
-use crate::auth::keys::InternalKeys;
-use crate::auth::session::SessionKeys;
-use crate::billing::actor::{Ledger, LedgerConfig};
-use crate::billing::payments::Payments;
 use crate::config::Settings;
-use crate::orgs::adapters::AdapterDirectory;
-use crate::queue::actor::{QueueActor, QueueConfig};
-use crate::queue::secrets::SecretBox;
+use keel_core::auth::keys::InternalKeys;
+use keel_core::auth::session::SessionKeys;
+use keel_core::billing::actor::{Ledger, LedgerConfig};
+use keel_core::billing::payments::Payments;
+use keel_core::orgs::adapters::AdapterDirectory;
+use keel_core::queue::actor::{QueueActor, QueueConfig};
+use keel_core::queue::secrets::SecretBox;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -33,15 +33,15 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// The recording proxy's providers (each HTTP worker calls them through a client of its
     /// own, made from this), its look-up cache and the trace writer.
-    pub upstreams: crate::proxy::UpstreamConfig,
-    pub proxy_cache: crate::proxy::cache::ProxyCache,
-    pub traces: crate::traces::writer::TraceWriter,
+    pub upstreams: crate::upstream::UpstreamConfig,
+    pub proxy_cache: keel_core::proxy::cache::ProxyCache,
+    pub traces: keel_core::traces::writer::TraceWriter,
     /// The operator's figures on `/metrics`.
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: keel_core::metrics::Metrics,
     /// Cache invalidations and job wake-ups shared with the other instances.
     pub cluster: crate::cluster::Cluster,
     /// Signs the console's session cookies (one key per process when no secret is set).
-    pub console_keys: crate::console::session::CookieKeys,
+    pub console_keys: keel_core::auth::cookies::CookieKeys,
     /// What the core's flows need, each its narrow part of the above.
     pub billing: keel_core::billing::Billing,
     pub jobs: keel_core::queue::Jobs,
@@ -56,7 +56,7 @@ impl AppState {
         let tls =
             native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for outbound calls: {e}"))?;
         let payments = Arc::new(Payments::from_settings(&settings.payments, &tls)?);
-        let metrics = crate::metrics::Metrics::new();
+        let metrics = keel_core::metrics::Metrics::new();
         let ledger = Ledger::new(
             db.clone(),
             payments.clone(),
@@ -66,7 +66,7 @@ impl AppState {
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
             },
         );
-        let proxy_cache = crate::proxy::cache::ProxyCache::new(
+        let proxy_cache = keel_core::proxy::cache::ProxyCache::new(
             Duration::from_millis(settings.proxy.auth_cache_ttl_ms),
             &metrics,
         );
@@ -97,7 +97,8 @@ impl AppState {
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
-        let traces = crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone());
+        let traces =
+            keel_core::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone());
         let billing = keel_core::billing::Billing {
             db: db.clone(),
             ledger: ledger.clone(),
@@ -128,7 +129,7 @@ impl AppState {
             billing,
             jobs,
             serving,
-            upstreams: crate::proxy::UpstreamConfig::new(&settings, tls)?,
+            upstreams: crate::upstream::UpstreamConfig::new(&settings, tls)?,
             proxy_cache,
             cluster,
             metrics,
@@ -139,7 +140,7 @@ impl AppState {
             secret_box,
             internal_keys: InternalKeys::new(&settings.auth.internal_keys),
             session_keys: SessionKeys::new(&settings.auth.session_secret),
-            console_keys: crate::console::session::CookieKeys::new(
+            console_keys: keel_core::auth::cookies::CookieKeys::new(
                 &settings.auth.session_secret,
                 settings.console.session_ttl_secs,
             ),
@@ -158,7 +159,7 @@ impl AppState {
         // PostgreSQL listener, whose session would otherwise outlive the app.
         self.cluster.stopping().cancel();
         // In-flight requests are done (the server drained them), so no report is pending.
-        let _ = self.queue.send(crate::queue::actor::Shutdown).await;
+        let _ = self.queue.send(keel_core::queue::actor::Shutdown).await;
         self.ledger.drain().await;
         self.traces.drain().await;
         if let Err(err) = self.db.clone().close().await {

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::domain::OrgId;
 use crate::error::{ApiError, ApiResult};
+use crate::http::extract::{check_supplied_orgs, ApiKeyOrg};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::state::AppState;
 
@@ -109,6 +110,9 @@ pub async fn authenticate(
         if let Some(token) = bearer(req.request()).map(str::to_owned) {
             let state = state_of(req.request())?;
             let principal = resolve(&state, &token).await?;
+            if let Some(Principal::User(UserPrincipal::ApiKey { org_id, .. })) = &principal {
+                req.extensions_mut().insert(ApiKeyOrg(org_id.clone()));
+            }
             req.extensions_mut().insert(Resolved(principal));
         }
     }
@@ -137,25 +141,6 @@ async fn principal_of(req: &HttpRequest) -> ApiResult<(web::Data<AppState>, Prin
         check_supplied_orgs(query.chain(header), org_id)?;
     }
     Ok((state, principal))
-}
-
-/// The organization of the API key this request was resolved to, if it was.
-pub fn api_key_org(req: &HttpRequest) -> Option<OrgId> {
-    match req.extensions().get::<Resolved>() {
-        Some(Resolved(Some(Principal::User(UserPrincipal::ApiKey { org_id, .. })))) => Some(org_id.clone()),
-        _ => None,
-    }
-}
-
-/// CONTRACT §2: an organization supplied anywhere (query, header, body) that is not the
-/// API key's own is 403, whether or not the route reads it.
-pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = OrgId>, key_org: &OrgId) -> ApiResult<()> {
-    if supplied.into_iter().any(|org| !org.is_empty() && org != *key_org) {
-        return Err(ApiError::Forbidden(
-            "the API key belongs to another organization".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// Any valid credential (used by `GET /api/auth/verify`).

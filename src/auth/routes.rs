@@ -25,7 +25,7 @@ pub struct VerifyResponse {
     pub user_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key_id: Option<String>,
-    #[schema(value_type = BTreeMap<String, crate::openapi::mirror::Role>)]
+    #[schema(value_type = BTreeMap<String, crate::schemas::Role>)]
     pub orgs: BTreeMap<String, Role>,
 }
 

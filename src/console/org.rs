@@ -1,10 +1,8 @@
 //! An organization's money and people: overview (balance, card, top-ups, spend), ledger,
 //! API keys and members.
 
-use std::collections::BTreeMap;
-
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{Duration, Utc};
+use chrono::Utc;
 use entities::ledger_entry;
 use serde::Deserialize;
 
@@ -60,61 +58,36 @@ pub async fn overview(
     let l = org_layout(&viewer, &org, "Overview", "overview", &req).await?;
     let state = &viewer.state;
     let (account, recent) = service::overview(&state.billing, &org.org_id).await?;
-    let today = Utc::now().date_naive();
-    let first = today - Duration::days(PERIOD_DAYS - 1);
-    let since = first.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
-    let days: Vec<String> = (0..PERIOD_DAYS)
-        .map(|d| (first + Duration::days(d)).format("%Y-%m-%d").to_string())
-        .collect();
-    let index: BTreeMap<&str, usize> = days.iter().enumerate().map(|(i, d)| (d.as_str(), i)).collect();
-    let mut serving = vec![0i64; days.len()];
-    let mut training = vec![0i64; days.len()];
-    let mut fees = vec![0i64; days.len()];
-    let mut credits = vec![0i64; days.len()];
-    let (mut debited, mut credited) = (0i64, 0i64);
-    for (day, kind, total) in repo::daily_totals(&state.db, &org.org_id, since).await? {
-        let Some(&d) = index.get(day.as_str()) else {
-            continue;
-        };
-        if total > 0 {
-            credits[d] += total;
-            credited += total;
-            continue;
-        }
-        debited -= total;
-        match kind.as_str() {
-            k if k == EntryKind::ServingUsage.as_str() => serving[d] -= total,
-            k if k == EntryKind::RunFee.as_str() => fees[d] -= total,
-            _ => training[d] -= total,
-        }
-    }
+    let spent = service::spending(&state.billing, &org.org_id, PERIOD_DAYS).await?;
     let series = [
         Series {
             name: "serving usage",
             class: "s-serving",
-            values: serving,
+            values: spent.serving,
         },
         Series {
             name: "training",
             class: "s-training",
-            values: training,
+            values: spent.training,
         },
         Series {
             name: "run fees",
             class: "s-fees",
-            values: fees,
+            values: spent.fees,
         },
     ];
-    let chart = chart::stacked_bars(&days, &series, &credits, |v| format::dollars(Microcents(v)));
-    let usage = repo::usage_by_model(&state.db, &org.org_id, since)
-        .await?
+    let chart = chart::stacked_bars(&spent.days, &series, &spent.credits, |v| {
+        format::dollars(Microcents(v))
+    });
+    let usage = spent
+        .usage
         .into_iter()
-        .map(|(model, prompt, completion, charged, requests)| UsageRow {
-            model,
-            requests,
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            charged: format::dollars(Microcents(charged)),
+        .map(|u| UsageRow {
+            model: u.model,
+            requests: u.requests,
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            charged: format::dollars(u.charged),
         })
         .collect();
     let balance = Microcents(account.balance_microcents);
@@ -148,8 +121,8 @@ pub async fn overview(
             starter_amount: format::cents(state.settings.billing.starter_credit_cents.get()),
             chart_summary: format!(
                 "Last {PERIOD_DAYS} days: {} debited, {} credited.",
-                format::dollars(Microcents(debited)),
-                format::dollars(Microcents(credited))
+                format::dollars(Microcents(spent.debited)),
+                format::dollars(Microcents(spent.credited))
             ),
             chart,
             usage,

@@ -6,10 +6,7 @@ use actix_web::cookie::{Cookie, SameSite};
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 use futures_util::future::LocalBoxFuture;
-use hmac::{Hmac, Mac};
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::ConsoleError;
@@ -18,115 +15,10 @@ use crate::config::SecureCookies;
 use crate::domain::OrgId;
 use crate::error::ApiError;
 use crate::state::AppState;
+pub use keel_core::auth::cookies::{CookieKeys, Standing};
 
 /// The console's cookie.
 pub const COOKIE: &str = "keel_console";
-/// Who a console cookie is for (never accepted as a bearer token: another audience and key).
-const AUDIENCE: &str = "keel-console";
-
-/// What a console session stands for.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Standing {
-    /// An API key, by id: acts as a member of the key's organization.
-    Key { key_id: String, org_id: String },
-    /// A user's session, in one of the user's organizations (`None` until one is picked).
-    User { user_id: String, org_id: Option<String> },
-    /// An operator internal key, by a keyed digest: reads every organization.
-    Operator { fingerprint: String },
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Claims {
-    #[serde(flatten)]
-    standing: Standing,
-    /// The session's row (`console_sessions`): the cookie holds only while it is there.
-    sid: String,
-    /// The per-session token every state-changing form carries.
-    csrf: String,
-    aud: String,
-    iat: i64,
-    exp: i64,
-}
-
-/// Signs and verifies console cookies (HS256).
-#[derive(Clone)]
-pub struct CookieKeys {
-    encoding: EncodingKey,
-    decoding: DecodingKey,
-    validation: Validation,
-    mac: [u8; 32],
-    ttl_secs: i64,
-}
-
-impl CookieKeys {
-    /// Keys derived from `secret` (so they differ from the session tokens' own), or random
-    /// ones for this process when it is empty: console logins then end at restart.
-    pub fn new(secret: &str, ttl_secs: i64) -> Self {
-        let mac: [u8; 32] = if secret.is_empty() {
-            let mut key = [0u8; 32];
-            rand::rng().fill_bytes(&mut key);
-            key
-        } else {
-            let mut derive =
-                Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap_or_else(|_| unreachable!());
-            derive.update(b"keel console cookie v1");
-            derive.finalize().into_bytes().into()
-        };
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.set_required_spec_claims(&["exp", "aud"]);
-        validation.set_audience(&[AUDIENCE]);
-        validation.leeway = 0;
-        Self {
-            encoding: EncodingKey::from_secret(&mac),
-            decoding: DecodingKey::from_secret(&mac),
-            validation,
-            mac,
-            ttl_secs,
-        }
-    }
-
-    /// The operator fingerprint of an internal key's digest.
-    fn fingerprint(&self, digest: &[u8; 32]) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.mac).unwrap_or_else(|_| unreachable!());
-        mac.update(b"operator:");
-        mac.update(digest);
-        hex::encode(mac.finalize().into_bytes())
-    }
-
-    fn sign(
-        &self,
-        standing: Standing,
-        sid: String,
-        expires: i64,
-        csrf: Option<String>,
-    ) -> Result<(String, String), ApiError> {
-        let now = chrono::Utc::now().timestamp();
-        let csrf = csrf.unwrap_or_else(|| {
-            let mut csrf = [0u8; 16];
-            rand::rng().fill_bytes(&mut csrf);
-            hex::encode(csrf)
-        });
-        let claims = Claims {
-            standing,
-            sid,
-            csrf: csrf.clone(),
-            aud: AUDIENCE.into(),
-            iat: now,
-            exp: expires.min(now + self.ttl_secs),
-        };
-        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
-            .map_err(anyhow::Error::from)?;
-        Ok((token, csrf))
-    }
-
-    fn verify(&self, token: &str) -> Option<Claims> {
-        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
-            .ok()
-            .map(|data| data.claims)
-    }
-}
-
 /// Verifies a credential typed into the sign-in form; `None` when it is not accepted.
 pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standing>, ApiError> {
     let credential = credential.trim();
@@ -218,7 +110,10 @@ pub fn session_cookie(
     expires: i64,
     csrf: Option<String>,
 ) -> Result<(Cookie<'static>, String), ApiError> {
-    let (token, csrf) = state.console_keys.sign(standing, sid, expires, csrf)?;
+    let (token, csrf) = state
+        .console_keys
+        .sign(standing, sid, expires, csrf)
+        .map_err(anyhow::Error::from)?;
     let mut cookie = base_cookie(state, req, token);
     cookie.set_max_age(actix_web::cookie::time::Duration::seconds(
         state.console_keys.ttl_secs,

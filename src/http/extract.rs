@@ -2,7 +2,7 @@
 
 use actix_web::dev::Payload;
 use actix_web::web::{Bytes, BytesMut};
-use actix_web::{FromRequest, HttpRequest};
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
@@ -10,10 +10,26 @@ use serde_json::{json, Value};
 
 use super::validate::{Checks, Validate};
 use crate::domain::OrgId;
-use crate::error::{ApiError, ValidationIssue};
+use crate::error::{ApiError, ApiResult, ValidationIssue};
 use crate::state::AppState;
 
 const FALLBACK_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The organization of the API key a request's credential was resolved to (set by the
+/// authentication middleware, `auth::authenticate`).
+#[derive(Debug, Clone)]
+pub struct ApiKeyOrg(pub OrgId);
+
+/// CONTRACT §2: an organization supplied anywhere (query, header, body) that is not the
+/// API key's own is 403, whether or not the route reads it.
+pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = OrgId>, key_org: &OrgId) -> ApiResult<()> {
+    if supplied.into_iter().any(|org| !org.is_empty() && org != *key_org) {
+        return Err(ApiError::Forbidden(
+            "the API key belongs to another organization".into(),
+        ));
+    }
+    Ok(())
+}
 
 /// A JSON body, deserialized and bounds-checked. An empty body is read as `{}` when
 /// every field of `T` is optional, else it is a 422 `missing` at `["body"]`.
@@ -26,14 +42,14 @@ impl<T: DeserializeOwned + Validate + utoipa::ToSchema + 'static> FromRequest fo
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let limit = body_limit(req);
         let declared = declared_length(req);
-        let key_org = crate::auth::api_key_org(req);
+        let key_org = req.extensions().get::<ApiKeyOrg>().map(|k| k.0.clone());
         let mut payload = payload.take();
         Box::pin(async move {
             let bytes = read_body(&mut payload, declared, limit).await?;
             if let Some(key_org) = key_org {
                 // Before the body's own checks: a foreign organization is 403 even where
                 // the body has no such field.
-                crate::auth::check_supplied_orgs(supplied_orgs(&bytes), &key_org)?;
+                check_supplied_orgs(supplied_orgs(&bytes), &key_org)?;
             }
             parse_checked_body(&bytes).map(Self)
         })
@@ -71,7 +87,7 @@ pub fn unstorable_strings(bytes: &[u8], schema: &str) -> Vec<ValidationIssue> {
     }
     let (Ok(value), Some(schema)) = (
         serde_json::from_slice::<Value>(bytes),
-        crate::openapi::component_schema(schema),
+        super::schemas::component(schema),
     ) else {
         return Vec::new();
     };
@@ -105,7 +121,7 @@ fn find_nul(
         .and_then(Value::as_str)
         .and_then(|r| r.strip_prefix("#/components/schemas/"))
     {
-        if let Some(target) = crate::openapi::component_schema(name) {
+        if let Some(target) = super::schemas::component(name) {
             find_nul(value, target, path, issues, depth + 1);
         }
         return;
@@ -136,7 +152,7 @@ fn find_nul(
             }
         }
     }
-    let types_string = schema.as_object().is_some_and(crate::openapi::is_string_type);
+    let types_string = schema.as_object().is_some_and(super::schemas::is_string_type);
     match value {
         Value::String(s) if types_string && s.contains('\0') => issues.push(nul_issue(path.clone())),
         Value::Array(items) => {

@@ -4,6 +4,7 @@ pub mod client;
 pub mod deadline;
 pub mod extract;
 pub mod metrics;
+pub mod schemas;
 pub mod validate;
 
 use actix_web::http::header;

@@ -15,10 +15,9 @@ use utoipa::{Modify, OpenApi};
 use crate::error::{ErrorBody, ValidationErrorBody};
 
 mod examples;
-pub mod mirror;
 mod refine;
 
-pub use refine::{is_string_type, ORG_ID, STORABLE};
+pub use refine::{ORG_ID, STORABLE};
 
 /// The three kinds of credential (CONTRACT §2), all sent as `Authorization: Bearer`.
 pub const INTERNAL_KEY: &str = "internalKey";
@@ -177,9 +176,12 @@ pub fn document_value() -> &'static serde_json::Value {
     &DOCUMENT
 }
 
-/// The document's component schema `name` (for checks that follow the document).
-pub fn component_schema(name: &str) -> Option<&'static serde_json::Value> {
-    document_value().pointer("/components/schemas")?.get(name)
+/// Hands the document's component schemas to the body checks that follow the document
+/// (`http::schemas`), which sit below the route table the document is built from.
+pub fn install_components() {
+    if let Some(components) = document_value().pointer("/components/schemas") {
+        crate::http::schemas::install(components);
+    }
 }
 
 /// The document as served: [`document`] with the tagged bodies' discriminators, the strings

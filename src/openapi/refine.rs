@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::http::schemas::is_string_type;
 use serde_json::{json, Map, Value};
 
 /// The pattern of a string keel stores: anything but NUL (which PostgreSQL's text refuses;
@@ -188,15 +189,6 @@ fn collect_refs(schema: &Value, into: &mut Vec<String>) {
         }
         Value::Array(items) => items.iter().for_each(|v| collect_refs(v, into)),
         _ => {}
-    }
-}
-
-/// Whether a schema's `type` is, or includes, `string`.
-pub fn is_string_type(schema: &Map<String, Value>) -> bool {
-    match schema.get("type") {
-        Some(Value::String(t)) => t == "string",
-        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
-        _ => false,
     }
 }
 

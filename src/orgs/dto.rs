@@ -60,7 +60,7 @@ pub struct Deleted {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemberBody {
-    #[schema(value_type = crate::openapi::mirror::Role)]
+    #[schema(value_type = crate::schemas::Role)]
     pub role: Role,
     #[schema(min_length = 1, max_length = 320)]
     pub email: Option<String>,

@@ -7,7 +7,7 @@ pub mod redact;
 pub mod relay;
 pub mod sse;
 mod stuck;
-pub mod upstream;
+pub use crate::upstream;
 pub mod usage;
 pub use keel_core::proxy::cache;
 

@@ -24,7 +24,7 @@ pub struct InternalClaimJobsRequest {
     #[schema(min_length = 1, max_length = 200)]
     pub worker_id: String,
     /// `draft`, `tracer`, `optimize` or `training`.
-    #[schema(value_type = crate::openapi::mirror::JobAction)]
+    #[schema(value_type = crate::schemas::JobAction)]
     pub action: String,
     #[schema(minimum = 1, maximum = 100)]
     pub limit: i64,
@@ -459,7 +459,7 @@ pub async fn live_status(
 ///
 /// Internal key: puts back in the queue every claimed job whose heartbeat is too old.
 #[utoipa::path(post, path = "/api/training/internal/jobs/requeue-stale", tag = "training-internal", security(("internalKey" = [])),
-    responses((status = 200, body = crate::openapi::mirror::SweepCounts)))]
+    responses((status = 200, body = crate::schemas::SweepCounts)))]
 pub async fn requeue_stale(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::requeue_stale(&state.jobs).await?))
 }

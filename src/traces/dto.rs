@@ -34,7 +34,7 @@ pub struct ExportQuery {
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// `records` (default), `prompts` or `raw`.
-    #[param(value_type = Option<crate::openapi::mirror::Format>)]
+    #[param(value_type = Option<crate::schemas::Format>)]
     pub format: Option<String>,
     /// The previous page's `nextCursor`: the walk goes on from there (newest to oldest,
     /// without gaps or repeats while new traces arrive).
@@ -166,7 +166,7 @@ pub struct TraceSelectionBody {
     #[schema(value_type = Vec<uuid::Uuid>, min_items = 1, max_items = 1000)]
     pub trace_ids: Vec<TraceId>,
     /// `records` (default), `prompts` or `raw`.
-    #[schema(value_type = Option<crate::openapi::mirror::Format>)]
+    #[schema(value_type = Option<crate::schemas::Format>)]
     pub format: Option<String>,
     /// Of the selected traces, only those these filters keep.
     #[serde(flatten)]

@@ -4,6 +4,7 @@
 mod fakes;
 mod helpers;
 
+mod architecture;
 mod auth;
 mod billing;
 mod browser;

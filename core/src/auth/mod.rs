@@ -1,6 +1,7 @@
 //! Credentials: internal keys, user API keys (minted and hashed), session tokens, and the
 //! roles a membership gives.
 
+pub mod cookies;
 pub mod keys;
 pub mod repo;
 pub mod session;

@@ -604,3 +604,82 @@ pub async fn run_reconciler(billing: Billing) {
         }
     }
 }
+
+/// An organization's money over its last days, as the console's overview charts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spending {
+    /// Each day, oldest first (`YYYY-MM-DD`, UTC).
+    pub days: Vec<String>,
+    /// Debits per day by what they paid for (µ¢, positive).
+    pub serving: Vec<i64>,
+    pub training: Vec<i64>,
+    pub fees: Vec<i64>,
+    /// Credits per day (µ¢).
+    pub credits: Vec<i64>,
+    /// Totals over the period (µ¢, positive).
+    pub debited: i64,
+    pub credited: i64,
+    /// Serving usage per model over the period.
+    pub usage: Vec<ModelUsage>,
+}
+
+/// One model's serving usage over a period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelUsage {
+    pub model: String,
+    pub requests: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub charged: Microcents,
+}
+
+/// The organization's spending over the `days` days up to today (UTC).
+pub async fn spending(billing: &Billing, org_id: &OrgId, days: i64) -> Result<Spending, BillingError> {
+    let today = Utc::now().date_naive();
+    let first = today - chrono::Duration::days(days - 1);
+    let since = first.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
+    let names: Vec<String> = (0..days)
+        .map(|d| (first + chrono::Duration::days(d)).format("%Y-%m-%d").to_string())
+        .collect();
+    let index: std::collections::BTreeMap<&str, usize> =
+        names.iter().enumerate().map(|(i, d)| (d.as_str(), i)).collect();
+    let zeros = vec![0i64; names.len()];
+    let mut spent = Spending {
+        serving: zeros.clone(),
+        training: zeros.clone(),
+        fees: zeros.clone(),
+        credits: zeros,
+        ..Spending::default()
+    };
+    for (day, kind, total) in repo::daily_totals(&billing.db, org_id, since).await? {
+        let Some(&d) = index.get(day.as_str()) else {
+            continue;
+        };
+        if total > 0 {
+            spent.credits[d] += total;
+            spent.credited += total;
+            continue;
+        }
+        spent.debited -= total;
+        match kind.as_str() {
+            k if k == EntryKind::ServingUsage.as_str() => spent.serving[d] -= total,
+            k if k == EntryKind::RunFee.as_str() => spent.fees[d] -= total,
+            _ => spent.training[d] -= total,
+        }
+    }
+    spent.usage = repo::usage_by_model(&billing.db, org_id, since)
+        .await?
+        .into_iter()
+        .map(
+            |(model, prompt_tokens, completion_tokens, charged, requests)| ModelUsage {
+                model,
+                requests,
+                prompt_tokens,
+                completion_tokens,
+                charged: Microcents(charged),
+            },
+        )
+        .collect();
+    spent.days = names;
+    Ok(spent)
+}

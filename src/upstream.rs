@@ -1,3 +1,4 @@
+//! The recording proxy's upstream client: one per HTTP worker, made from [`UpstreamConfig`].
 //! The providers' side of the proxy: one HTTP/1.1 client (hyper-util's pooled client over
 //! native TLS) per HTTP worker, each provider's chat-completions endpoint, and the two
 //! timeouts of a call.
@@ -23,8 +24,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
-use super::PROVIDERS;
-use crate::http::{causes, CallFailure};
+use crate::domain::PROVIDERS;
+use keel_core::peer::{causes, CallFailure};
 
 type Connector = HttpsConnector<HttpConnector>;
 
