@@ -8,7 +8,7 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{web, HttpResponse};
 use utoipa_swagger_ui::Config;
 
-use crate::error::ErrorBody;
+use crate::error::{Code, ErrorBody};
 
 /// Swagger UI sets styles inline and draws icons from `data:` URLs; scripts and everything
 /// else come from keel itself.
@@ -46,11 +46,7 @@ async fn to_index() -> HttpResponse {
 }
 
 async fn file(path: web::Path<String>) -> HttpResponse {
-    let not_found = || {
-        HttpResponse::NotFound().json(ErrorBody {
-            detail: "Not Found".into(),
-        })
-    };
+    let not_found = || HttpResponse::NotFound().json(ErrorBody::new(Code::NotFound, "Not Found"));
     match utoipa_swagger_ui::serve(&path, CONFIG.clone()) {
         Ok(Some(file)) => {
             // The page and its settings may change with a new keel; the bundle is large.

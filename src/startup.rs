@@ -294,7 +294,7 @@ async fn answer_unavailable(mut stream: tokio::net::TcpStream) {
     ) {
         return;
     }
-    let body = r#"{"detail":"shutting down; retry"}"#;
+    let body = r#"{"detail":"shutting down; retry","code":"unavailable"}"#;
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
         body.len()

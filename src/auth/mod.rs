@@ -18,7 +18,7 @@ use futures_util::future::LocalBoxFuture;
 use serde_json::json;
 
 use crate::domain::OrgId;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::{check_supplied_orgs, ApiKeyOrg};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::state::AppState;
@@ -174,7 +174,10 @@ impl FromRequest for Internal {
         Box::pin(async move {
             match principal_of(&req).await?.1 {
                 Principal::Internal => Ok(Internal),
-                Principal::User(_) => Err(ApiError::Forbidden("this route needs the internal key".into())),
+                Principal::User(_) => Err(ApiError::Coded(
+                    Code::InternalKeyRequired,
+                    "this route needs the internal key".into(),
+                )),
             }
         })
     }
@@ -281,7 +284,9 @@ impl Caller {
                     Some(org) => {
                         let role = repo::role_in(&self.state.db, user_id, org)
                             .await?
-                            .ok_or_else(|| ApiError::Forbidden("not a member of this organization".into()))?;
+                            .ok_or_else(|| {
+                                ApiError::Coded(Code::NotAMember, "not a member of this organization".into())
+                            })?;
                         (org.clone(), role)
                     }
                     None => {
@@ -309,13 +314,15 @@ impl Caller {
     /// As [`Caller::member`], but the caller must be an owner's session.
     pub async fn owner(&self, body_org: Option<&OrgId>) -> ApiResult<OrgAccess> {
         if matches!(self.principal, UserPrincipal::ApiKey { .. }) {
-            return Err(ApiError::Forbidden(
+            return Err(ApiError::Coded(
+                Code::OwnerRequired,
                 "this operation needs an owner's session".into(),
             ));
         }
         let access = self.member(body_org).await?;
         if access.role != Role::Owner {
-            return Err(ApiError::Forbidden(
+            return Err(ApiError::Coded(
+                Code::OwnerRequired,
                 "this operation is reserved to organization owners".into(),
             ));
         }

@@ -5,7 +5,7 @@ use actix_web::{web, HttpResponse};
 use super::dto::*;
 use super::{repo, service};
 use crate::auth::{ApiKeyCaller, Internal, Member, Owner};
-use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::error::{ApiError, ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{DeferredBody, IdempotencyKeyHeader, ValidJson, ValidQuery};
 use crate::state::AppState;
 
@@ -194,7 +194,12 @@ impl actix_web::FromRequest for StripeSignature {
                 .get("stripe-signature")
                 .and_then(|v| v.to_str().ok())
                 .map(|v| Self(v.to_owned()))
-                .ok_or_else(|| ApiError::BadRequest(super::webhook::SignatureError::Malformed.to_string())),
+                .ok_or_else(|| {
+                    ApiError::Coded(
+                        Code::InvalidSignature,
+                        super::webhook::SignatureError::Malformed.to_string(),
+                    )
+                }),
         )
     }
 }

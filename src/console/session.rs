@@ -244,7 +244,9 @@ async fn still_stands(
                 None => Ok(None),
                 Some(org) => match caller_of(state, standing).member(Some(&OrgId::parse(org))).await {
                     Ok(access) => Ok(Some(access.role)),
-                    Err(ApiError::Forbidden(_)) => Err(ConsoleError::signed_out()),
+                    Err(err) if err.code().status() == actix_web::http::StatusCode::FORBIDDEN => {
+                        Err(ConsoleError::signed_out())
+                    }
                     Err(other) => Err(other.into()),
                 },
             }
@@ -321,7 +323,9 @@ impl Viewer {
                 org_id,
                 access: Some(access),
             }),
-            Err(ApiError::Forbidden(_)) => Err(ConsoleError::NotFound),
+            Err(err) if err.code().status() == actix_web::http::StatusCode::FORBIDDEN => {
+                Err(ConsoleError::NotFound)
+            }
             Err(other) => Err(other.into()),
         }
     }

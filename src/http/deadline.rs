@@ -20,7 +20,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpMessage, HttpResponse};
 use futures_util::Stream;
 
-use crate::error::ErrorBody;
+use crate::error::{Code, ErrorBody};
 use crate::state::AppState;
 
 /// A body stream that ends with an error once its deadline passes.
@@ -97,7 +97,7 @@ pub async fn body_deadline(
     }
     let detail = format!("the request body did not arrive within {timeout} s");
     tracing::info!(timeout_secs = timeout, "request body timed out");
-    let mut timed_out = HttpResponse::RequestTimeout().json(ErrorBody { detail });
+    let mut timed_out = HttpResponse::RequestTimeout().json(ErrorBody::new(Code::RequestTimeout, detail));
     timed_out.head_mut().set_connection_type(ConnectionType::Close);
     Ok(response?.into_response(timed_out).map_into_right_body())
 }

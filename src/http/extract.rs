@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::validate::{Checks, Validate};
 use crate::domain::OrgId;
-use crate::error::{ApiError, ApiResult, ValidationIssue};
+use crate::error::{ApiError, ApiResult, Code, ValidationIssue};
 use crate::state::AppState;
 
 const FALLBACK_BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -24,7 +24,8 @@ pub struct ApiKeyOrg(pub OrgId);
 /// API key's own is 403, whether or not the route reads it.
 pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = OrgId>, key_org: &OrgId) -> ApiResult<()> {
     if supplied.into_iter().any(|org| !org.is_empty() && org != *key_org) {
-        return Err(ApiError::Forbidden(
+        return Err(ApiError::Coded(
+            Code::OtherOrganization,
             "the API key belongs to another organization".into(),
         ));
     }

@@ -10,7 +10,7 @@ pub mod validate;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse, Resource};
 
-use crate::error::ErrorBody;
+use crate::error::{Code, ErrorBody};
 
 /// A resource whose other methods answer 405 with a JSON `detail` and an `Allow` header
 /// naming `methods` (lowercase, as the route table writes them).
@@ -25,18 +25,14 @@ pub fn resource(path: &str, methods: &[&str]) -> Resource {
         async move {
             HttpResponse::MethodNotAllowed()
                 .insert_header((header::ALLOW, allow))
-                .json(ErrorBody {
-                    detail: "Method Not Allowed".into(),
-                })
+                .json(ErrorBody::new(Code::MethodNotAllowed, "Method Not Allowed"))
         }
     }))
 }
 
 /// Every path no route matches.
 pub async fn not_found() -> HttpResponse {
-    HttpResponse::NotFound().json(ErrorBody {
-        detail: "Not Found".into(),
-    })
+    HttpResponse::NotFound().json(ErrorBody::new(Code::NotFound, "Not Found"))
 }
 
 pub use keel_core::peer::{causes, CallFailure, PeerError};

@@ -27,7 +27,7 @@ use futures_util::Stream;
 use serde_json::Value;
 
 use crate::auth::keys;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::DeferredBody;
 use crate::http::CallFailure;
 use crate::state::AppState;
@@ -88,7 +88,7 @@ fn header<'a>(req: &'a HttpRequest, name: &HeaderName) -> Option<&'a str> {
 }
 
 fn missing(name: &str) -> ApiError {
-    ApiError::BadRequest(format!("missing required header {name}"))
+    ApiError::Coded(Code::MissingHeader, format!("missing required header {name}"))
 }
 
 /// The provider named by `X-Service-Provider` (its index in [`PROVIDERS`]) and the caller's
@@ -99,10 +99,13 @@ fn provider_of(req: &HttpRequest) -> ApiResult<(usize, &str)> {
         .iter()
         .position(|p| p.eq_ignore_ascii_case(name))
         .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "header X-Service-Provider must be one of {}",
-                PROVIDERS.join(", ")
-            ))
+            ApiError::Coded(
+                Code::InvalidHeader,
+                format!(
+                    "header X-Service-Provider must be one of {}",
+                    PROVIDERS.join(", ")
+                ),
+            )
         })?;
     let key = header(req, &PROVIDER_KEY_HEADER).ok_or_else(|| missing("X-Service-Provider-Key"))?;
     Ok((index, key))
@@ -112,7 +115,10 @@ fn provider_of(req: &HttpRequest) -> ApiResult<(usize, &str)> {
 /// caller's headers of [`FORWARDED_REQUEST_HEADERS`]; nothing of keel's.
 fn upstream_headers(req: &HttpRequest, provider_key: &str, headers: &mut http::HeaderMap) -> ApiResult<()> {
     let mut authorization = http::HeaderValue::try_from(format!("Bearer {provider_key}")).map_err(|_| {
-        ApiError::BadRequest("header X-Service-Provider-Key is not a valid header value".into())
+        ApiError::Coded(
+            Code::InvalidHeader,
+            "header X-Service-Provider-Key is not a valid header value".into(),
+        )
     })?;
     authorization.set_sensitive(true);
     headers.insert(http::header::AUTHORIZATION, authorization);
@@ -148,7 +154,10 @@ fn relayed_head(head: &http::response::Parts) -> (StatusCode, actix_web::HttpRes
 /// The keel API key of the call and its organization.
 async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(&'r str, Arc<KeyOwner>)> {
     let unauthorized = || {
-        ApiError::Unauthorized("a valid keel API key is required (Authorization: Bearer keel_sk_...)".into())
+        ApiError::Coded(
+            Code::InvalidApiKey,
+            "a valid keel API key is required (Authorization: Bearer keel_sk_...)".into(),
+        )
     };
     let token = header(req, &actix_web::http::header::AUTHORIZATION)
         .and_then(|v| v.split_once(' '))
@@ -178,7 +187,12 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
 
 /// The recording project: it must be the caller's organization's (404 otherwise; never created).
 async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResult<String> {
-    let not_found = || ApiError::NotFound("project not found in the caller's organization".into());
+    let not_found = || {
+        ApiError::Coded(
+            Code::ProjectNotFound,
+            "project not found in the caller's organization".into(),
+        )
+    };
     let project_id = uuid::Uuid::parse_str(raw)
         .map_err(|_| not_found())?
         .hyphenated()
@@ -492,11 +506,17 @@ async fn proxy_chat(
         Ok(answer) => answer,
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, provider);
+            let (code, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
-                recording.record(status.as_u16(), Reply::Nothing, None, false, Some(detail.clone()));
+                recording.record(
+                    code.status().as_u16(),
+                    Reply::Nothing,
+                    None,
+                    false,
+                    Some(detail.clone()),
+                );
             }
-            return Err(ApiError::Status(status, detail));
+            return Err(ApiError::Coded(code, detail));
         }
     };
     let first_byte = started.elapsed();
@@ -585,17 +605,17 @@ async fn proxy_chat(
         }
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, provider);
+            let (code, detail) = upstream_failure(err, provider);
             if let Some(recording) = recording {
                 recording.record(
-                    status.as_u16(),
+                    code.status().as_u16(),
                     Reply::Nothing,
                     Some(first_byte),
                     false,
                     Some(detail.clone()),
                 );
             }
-            Err(ApiError::Status(status, detail))
+            Err(ApiError::Coded(code, detail))
         }
     }
 }
@@ -661,12 +681,12 @@ fn upstream_error(error: &Value) -> Option<String> {
 /// 504 when the provider stayed silent too long, else 502. The detail names the provider
 /// only: where keel reaches it (an internal address, a proxy) is the operator's to know, and
 /// is in the log line of the failure.
-fn upstream_failure(err: CallFailure, provider: &str) -> (StatusCode, String) {
-    let status = match err {
-        CallFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
-        CallFailure::Unreachable | CallFailure::Failed => StatusCode::BAD_GATEWAY,
+fn upstream_failure(err: CallFailure, provider: &str) -> (Code, String) {
+    let code = match err {
+        CallFailure::Timeout => Code::UpstreamTimeout,
+        CallFailure::Unreachable | CallFailure::Failed => Code::UpstreamUnreachable,
     };
-    (status, err.describe(&format!("upstream {provider}")))
+    (code, err.describe(&format!("upstream {provider}")))
 }
 
 /// A provider's answer to a streamed request passed to the client chunk by chunk, as it
@@ -800,7 +820,7 @@ impl Relay {
         let event = serde_json::json!({"error": {
             "message": cause,
             "type": "upstream_error",
-            "code": "stream_interrupted",
+            "code": Code::StreamInterrupted,
         }});
         let mut frame = Vec::with_capacity(200);
         if partial {

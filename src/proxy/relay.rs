@@ -81,8 +81,8 @@ async fn relay_call(
         Ok(answer) => answer,
         Err(err) => {
             state.metrics.upstream_error(provider_index, None);
-            let (status, detail) = upstream_failure(err, PROVIDERS[provider_index]);
-            return Err(ApiError::Status(status, detail));
+            let (code, detail) = upstream_failure(err, PROVIDERS[provider_index]);
+            return Err(ApiError::Coded(code, detail));
         }
     };
     state

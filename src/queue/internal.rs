@@ -13,7 +13,7 @@ use super::repo::{self, Held, Report, ReportOutcome};
 use super::{parse_stored, service, JobView};
 use crate::auth::Internal;
 use crate::domain::{JobAction, JobId, JobStatus};
-use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::error::{ApiError, ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
@@ -278,7 +278,8 @@ async fn report(state: &AppState, report: Report) -> ApiResult<HttpResponse> {
     let outcome = ask(&state.queue, Submit(report)).await?;
     match outcome {
         ReportOutcome::Applied | ReportOutcome::Repeated => Ok(HttpResponse::Ok().json(OkBody { ok: true })),
-        ReportOutcome::NotHeld => Err(ApiError::Conflict(
+        ReportOutcome::NotHeld => Err(ApiError::Coded(
+            Code::JobNotHeld,
             "this worker does not hold the job (or it already ended differently)".into(),
         )),
         ReportOutcome::NotFound => Err(ApiError::not_found("job")),
@@ -396,7 +397,7 @@ pub struct HeartbeatAnswer {
 fn held_error(held: Held) -> ApiError {
     match held {
         Held::NotFound => ApiError::not_found("job"),
-        _ => ApiError::Conflict("this worker does not hold the job".into()),
+        _ => ApiError::Coded(Code::JobNotHeld, "this worker does not hold the job".into()),
     }
 }
 

@@ -99,6 +99,8 @@ pub struct SampleErrorResponse {
     /// or `serving_bad_response`.
     pub error: String,
     pub detail: String,
+    /// The same as `error`, as every error names its code.
+    pub code: crate::error::Code,
 }
 
 crate::org_scoped!(ServingTeardownBody);

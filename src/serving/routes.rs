@@ -9,7 +9,7 @@ use super::dto::{
 };
 use super::service;
 use crate::auth::{Internal, Owner};
-use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
+use crate::error::{ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::state::AppState;
 use keel_core::serving::Sample;
@@ -86,7 +86,7 @@ pub async fn sample(
         Err(failure) => {
             tracing::warn!(
                 error = &failure as &dyn std::error::Error,
-                code = failure.code(),
+                code = sample_code(&failure).as_str(),
                 "sample failed"
             );
             Ok(sample_failed(&failure))
@@ -95,8 +95,25 @@ pub async fn sample(
 }
 
 fn sample_failed(failure: &SampleFailure) -> HttpResponse {
+    let code = sample_code(failure);
     HttpResponse::InternalServerError().json(SampleErrorResponse {
-        error: failure.code().to_owned(),
+        error: code.as_str().to_owned(),
         detail: failure.to_string(),
+        code,
     })
+}
+
+/// How a sample failed, as `error` and `code` name it.
+fn sample_code(failure: &SampleFailure) -> Code {
+    use keel_core::peer::{CallFailure, PeerError};
+    match failure {
+        SampleFailure::NotConfigured => Code::ServingNotConfigured,
+        SampleFailure::Call(PeerError::Call {
+            failure: CallFailure::Timeout,
+            ..
+        }) => Code::ServingTimeout,
+        SampleFailure::Call(_) => Code::ServingUnreachable,
+        SampleFailure::Status { .. } => Code::ServingError,
+        SampleFailure::BadResponse => Code::ServingBadResponse,
+    }
 }

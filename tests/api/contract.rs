@@ -198,7 +198,10 @@ async fn unsupported_methods_name_the_allowed_ones_and_unknown_api_paths_are_det
         );
         assert_eq!(response.headers()["allow"], allow, "{method} {path}");
         let body: Value = response.json().await.unwrap();
-        assert_eq!(body, json!({"detail": "Method Not Allowed"}));
+        assert_eq!(
+            body,
+            json!({"detail": "Method Not Allowed", "code": "method_not_allowed"})
+        );
     }
     for path in [
         "/api/nope",
@@ -213,7 +216,7 @@ async fn unsupported_methods_name_the_allowed_ones_and_unknown_api_paths_are_det
         assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
         assert_eq!(
             response.json::<Value>().await.unwrap(),
-            json!({"detail": "Not Found"})
+            json!({"detail": "Not Found", "code": "not_found"})
         );
     }
     // Any other path under /v1 is the provider's (relayed); without a keel API key it is 401

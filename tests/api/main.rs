@@ -13,6 +13,7 @@ mod cli;
 mod cluster;
 mod console;
 mod contract;
+mod errors;
 mod export;
 mod flash;
 mod logs;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::{AuthSettings, ServiceEndpoint};
-use crate::peer::{CallFailure, PeerError};
+use crate::peer::PeerError;
 
 pub const SERVING_LAYER: &str = "the serving layer";
 
@@ -101,19 +101,4 @@ pub enum SampleFailure {
     },
     #[error("serving layer answered a body that is not a JSON object")]
     BadResponse,
-}
-
-impl SampleFailure {
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::NotConfigured => "serving_not_configured",
-            Self::Call(PeerError::Call {
-                failure: CallFailure::Timeout,
-                ..
-            }) => "serving_timeout",
-            Self::Call(_) => "serving_unreachable",
-            Self::Status { .. } => "serving_error",
-            Self::BadResponse => "serving_bad_response",
-        }
-    }
 }

@@ -1,0 +1,206 @@
+//! What each domain's errors are on the wire: its code (and so its status), in one place.
+//! `detail` is the error's own words.
+
+use serde_json::Value;
+
+use super::{ApiError, Code};
+
+use keel_core::billing::ledger::LedgerError;
+use keel_core::billing::payments::PaymentError;
+use keel_core::billing::BillingError;
+use keel_core::evals::EvalError;
+use keel_core::flash::FlashError;
+use keel_core::orgs::OrgError;
+use keel_core::projects::ProjectError;
+use keel_core::queue::actor::QueueError;
+use keel_core::queue::JobError;
+use keel_core::runs::RunError;
+use keel_core::serving::ServingError;
+use keel_core::traces::TraceError;
+
+/// An error whose `detail` is its own words, with `code`.
+fn coded(code: Code, err: impl std::fmt::Display) -> ApiError {
+    ApiError::Coded(code, err.to_string())
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(err: LedgerError) -> Self {
+        match err {
+            LedgerError::InsufficientFunds { .. } => coded(Code::InsufficientBalance, err),
+            LedgerError::UnknownOrg => ApiError::not_found("organization"),
+            LedgerError::Duplicate => coded(Code::AlreadyApplied, "already applied to this organization"),
+            LedgerError::Locked | LedgerError::Contended => ApiError::unavailable(
+                Code::BalanceLocked,
+                "this organization's balance is held by another session right now; retry with the same Idempotency-Key",
+            ),
+            LedgerError::Unavailable(reason) => {
+                tracing::error!(%reason, "ledger unavailable");
+                ApiError::unavailable(
+                    Code::LedgerUnavailable,
+                    "the ledger is unavailable; retry with the same idempotency key",
+                )
+            }
+        }
+    }
+}
+
+impl From<PaymentError> for ApiError {
+    fn from(err: PaymentError) -> Self {
+        match err {
+            PaymentError::Declined { message, .. } => coded(Code::CardDeclined, message),
+            PaymentError::NotFound => ApiError::not_found("payment method"),
+            PaymentError::Processor(reason) => {
+                tracing::error!(%reason, "payment processor error");
+                coded(
+                    Code::PaymentProcessorUnavailable,
+                    "the payment processor is unavailable",
+                )
+            }
+        }
+    }
+}
+
+impl From<BillingError> for ApiError {
+    fn from(err: BillingError) -> Self {
+        use BillingError as E;
+        let code = match &err {
+            E::Ledger(_) | E::Payment(_) | E::Database(_) | E::CachedDatabase(_) => None,
+            E::OrgNotFound => Some(Code::OrganizationNotFound),
+            E::NoSavedCard => Some(Code::PaymentMethodNotFound),
+            E::UnknownPromoCode => Some(Code::PromoCodeNotFound),
+            E::AdapterNotFound => Some(Code::AdapterNotFound),
+            E::ModelNotPriced(_) => Some(Code::ModelNotPriced),
+            E::CardNeededForAutoTopup | E::CardNeededForTopup => Some(Code::PaymentMethodRequired),
+            E::KeyReused { .. } => Some(Code::IdempotencyKeyReused),
+            E::StarterCreditGranted | E::PromoRedeemed(_) => Some(Code::AlreadyApplied),
+            E::AdapterOfAnotherOrg => Some(Code::AdapterOrganizationMismatch),
+            E::Declined(_) | E::DeclinedBefore => Some(Code::CardDeclined),
+            E::CannotCoverEstimate => Some(Code::CannotCoverEstimate),
+            E::Signature(_) => Some(Code::InvalidSignature),
+            E::InvalidEvent(_) => Some(Code::InvalidEvent),
+        };
+        if let Some(code) = code {
+            return coded(code, err);
+        }
+        match err {
+            E::Ledger(err) => err.into(),
+            E::Payment(err) => err.into(),
+            E::Database(err) => err.into(),
+            E::CachedDatabase(err) => ApiError::database(err),
+            _ => ApiError::Unexpected(anyhow::anyhow!("unmapped billing error")),
+        }
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(err: QueueError) -> Self {
+        tracing::error!(error = &err as &dyn std::error::Error, "queue unavailable");
+        ApiError::Unavailable("the queue is unavailable; retry".into())
+    }
+}
+
+impl From<JobError> for ApiError {
+    fn from(err: JobError) -> Self {
+        match err {
+            JobError::NotFound => coded(Code::JobNotFound, err),
+            JobError::AlreadyEnded(_) => coded(Code::JobEnded, err),
+            JobError::SecretsUnconfigured => {
+                ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
+            }
+            JobError::Sealing(err) => ApiError::Unexpected(err),
+            JobError::Queue(err) => err.into(),
+            JobError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<TraceError> for ApiError {
+    fn from(err: TraceError) -> Self {
+        match err {
+            TraceError::ProjectNotFound => coded(Code::ProjectNotFound, err),
+            TraceError::SelectionTooLarge { .. } => ApiError::validation(
+                vec![Value::from("body"), Value::from("traceIds")],
+                "too_large",
+                err.to_string(),
+            ),
+            TraceError::Serialize(err) => ApiError::Unexpected(err.into()),
+            TraceError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<OrgError> for ApiError {
+    fn from(err: OrgError) -> Self {
+        match err {
+            OrgError::OrgNotFound => coded(Code::OrganizationNotFound, err),
+            OrgError::AdapterNotFound => coded(Code::AdapterNotFound, err),
+            OrgError::KeyNotFound => coded(Code::ApiKeyNotFound, err),
+            OrgError::SlugTaken(_) | OrgError::NoFreeSlug => coded(Code::SlugTaken, err),
+            OrgError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<ProjectError> for ApiError {
+    fn from(err: ProjectError) -> Self {
+        match err {
+            ProjectError::NotFound => coded(Code::ProjectNotFound, err),
+            ProjectError::SlugTaken(_) | ProjectError::NoFreeSlug => coded(Code::SlugTaken, err),
+            ProjectError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(err: RunError) -> Self {
+        match err {
+            RunError::RunNotFound => coded(Code::RunNotFound, err),
+            RunError::ProjectNotFound => coded(Code::ProjectNotFound, err),
+            RunError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<EvalError> for ApiError {
+    fn from(err: EvalError) -> Self {
+        match err {
+            EvalError::ProjectNotFound => coded(Code::ProjectNotFound, err),
+            EvalError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<FlashError> for ApiError {
+    fn from(err: FlashError) -> Self {
+        match err {
+            FlashError::ProjectNotActive => coded(Code::ProjectNotFound, err),
+            FlashError::EnvironmentNotFound => coded(Code::EnvironmentNotFound, err),
+            FlashError::OrgNotFound => coded(Code::OrganizationNotFound, err),
+            FlashError::Changed(_)
+            | FlashError::OtherOrgsEnvironment
+            | FlashError::OtherProjectsRun
+            | FlashError::OtherProjectsCheckpoint => coded(Code::MirrorConflict, err),
+            FlashError::EventNotAllowed { .. } => ApiError::validation(
+                vec![Value::from("body"), Value::from("event")],
+                "literal_error",
+                err.to_string(),
+            ),
+            FlashError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<ServingError> for ApiError {
+    fn from(err: ServingError) -> Self {
+        match err {
+            ServingError::NotOwner => coded(Code::AdapterNotOwned, err),
+            ServingError::UnknownModel => coded(Code::AdapterNotFound, err),
+            ServingError::InvalidApiKey => coded(Code::InvalidApiKey, err),
+            ServingError::NotConfigured => {
+                ApiError::unavailable(Code::ServingLayerNotConfigured, &err.to_string())
+            }
+            ServingError::Database(err) => err.into(),
+            ServingError::CachedDatabase(err) => ApiError::database(err),
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Every error keel produces carries a stable machine `code` beside `detail` (the same value
+//! under `/v1`, in OpenAI's `error.code`); every code is one row of one table, listed in
+//! /openapi.json (the `ErrorCode` enum) and in the README.
+
+use keel::error::Code;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, INTERNAL_KEY};
+
+async fn error_of(response: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status);
+    response.json().await.expect("a JSON error body")
+}
+
+#[actix_web::test]
+async fn each_kind_of_error_answers_its_own_code_beside_an_unchanged_detail() {
+    let app = spawn_app().await;
+    let org = app.create_org("Codes").await;
+
+    let unauthenticated = error_of(app.get("/api/projects", "").await, StatusCode::UNAUTHORIZED).await;
+    assert_eq!(unauthenticated["code"], "unauthenticated");
+    assert_eq!(unauthenticated["detail"], "missing or invalid credentials");
+
+    let internal_only = error_of(
+        app.post("/api/internal/orgs", &org.api_key, &json!({})).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(internal_only["code"], "internal_key_required");
+
+    let invalid = error_of(
+        app.post("/api/projects", &org.api_key, &json!({"name": 5})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(invalid["code"], "validation_failed");
+    assert!(invalid["detail"].is_array(), "{invalid}");
+
+    let short = error_of(
+        app.post("/api/billing/debit", &org.api_key, &json!({"orgId": org.org_id}))
+            .await,
+        StatusCode::PAYMENT_REQUIRED,
+    )
+    .await;
+    assert_eq!(short["code"], "insufficient_balance");
+    assert!(
+        short["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("insufficient balance"),
+        "{short}"
+    );
+
+    let slug = json!({"name": "Same", "slug": "same"});
+    assert_eq!(
+        app.post("/api/projects", &org.api_key, &slug).await.status(),
+        StatusCode::CREATED
+    );
+    let taken = error_of(
+        app.post("/api/projects", &org.api_key, &slug).await,
+        StatusCode::CONFLICT,
+    )
+    .await;
+    assert_eq!(taken["code"], "slug_taken");
+    assert_eq!(
+        taken["detail"],
+        "a project with slug 'same' already exists in this organization"
+    );
+
+    let job = error_of(
+        app.get(
+            &format!("/api/training/jobs/{}", uuid::Uuid::new_v4()),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(
+        (job["code"].as_str(), job["detail"].as_str()),
+        (Some("job_not_found"), Some("job not found"))
+    );
+
+    let nowhere = error_of(app.get("/api/nowhere", &org.api_key).await, StatusCode::NOT_FOUND).await;
+    assert_eq!(nowhere["code"], "not_found");
+    let wrong_method = error_of(
+        app.delete("/api/projects", &org.api_key).await,
+        StatusCode::METHOD_NOT_ALLOWED,
+    )
+    .await;
+    assert_eq!(wrong_method["code"], "method_not_allowed");
+
+    let foreign = error_of(
+        app.post(
+            "/api/projects",
+            &org.api_key,
+            &json!({"name": "X", "orgId": uuid::Uuid::new_v4()}),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(foreign["code"], "other_organization");
+}
+
+#[actix_web::test]
+async fn under_v1_the_openai_error_code_is_the_same_code() {
+    let app = spawn_app().await;
+    let org = app.create_org("Proxy codes").await;
+    let missing = error_of(
+        app.post(
+            "/v1/chat/completions",
+            &org.api_key,
+            &json!({"model": "m", "messages": []}),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert_eq!(missing["code"], "missing_header");
+    assert_eq!(missing["error"]["code"], "missing_header");
+    assert_eq!(missing["error"]["type"], "invalid_request_error");
+    assert_eq!(missing["detail"], missing["error"]["message"]);
+
+    let unknown_key = error_of(
+        app.request(Method::POST, "/v1/chat/completions", Some("keel_sk_nonsense"))
+            .header("X-Service-Provider", "openai")
+            .header("X-Service-Provider-Key", "sk-test")
+            .header("X-Project-Id", uuid::Uuid::new_v4().to_string())
+            .json(&json!({"model": "m", "messages": []}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    assert_eq!(unknown_key["code"], "invalid_api_key");
+    assert_eq!(unknown_key["error"]["code"], "invalid_api_key");
+    assert_eq!(unknown_key["error"]["type"], "authentication_error");
+}
+
+#[actix_web::test]
+async fn every_code_is_in_the_document_and_the_readme_and_every_error_body_requires_one() {
+    let app = spawn_app().await;
+    let doc: Value = app
+        .request(Method::GET, "/openapi.json", None)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let listed: Vec<&str> = schemas["ErrorCode"]["enum"]
+        .as_array()
+        .expect("an ErrorCode enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let table: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(listed, table);
+    for body in ["ErrorBody", "ValidationErrorBody"] {
+        let required = schemas[body]["required"].as_array().expect("required fields");
+        assert!(required.contains(&json!("code")), "{body}: {required:?}");
+    }
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for code in Code::ALL {
+        let row = format!("| `{}` | {} |", code.as_str(), code.status().as_u16());
+        assert!(readme.contains(&row), "README lacks the row {row}");
+    }
+    let _ = INTERNAL_KEY;
+}
