@@ -4,7 +4,7 @@ use keel::config::Settings;
 
 /// mimalloc instead of the system allocator: every request allocates (headers, JSON,
 /// routing), and glibc's malloc took about a third of the HTTP workers' time under load
-/// (docs/DECISIONS.md, "Allocator").
+/// (docs/DECISIONS.md, record 79).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -6,7 +6,7 @@
 //! The proxy calls hyper directly rather than through reqwest: a proxied call needs none of
 //! what reqwest adds on top (redirects, which a proxy must not follow; retries; URL objects;
 //! decompression), and those layers cost about a fifth of keel's own CPU per proxied call
-//! (callgrind, docs/DECISIONS.md "Recording proxy"). Every other outbound call of keel uses reqwest.
+//! (docs/DECISIONS.md, record 49). Every other outbound call of keel uses reqwest.
 
 use std::future::Future;
 use std::pin::Pin;
