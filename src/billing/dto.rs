@@ -12,8 +12,6 @@ use crate::http::validate::{Checks, Validate};
 
 pub const MIN_TOPUP_CENTS: i64 = 100;
 pub const MAX_TOPUP_CENTS: i64 = 1_000_000;
-/// Estimates and charges above this many cents are refused as input mistakes.
-const MAX_CHARGE_CENTS: i64 = 1_000_000_000;
 
 // ---------------------------------------------------------------------------------------
 // Bodies
@@ -41,9 +39,7 @@ pub struct OrgBody {
 }
 
 impl Validate for OrgBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -56,10 +52,7 @@ pub struct PaymentMethodBody {
 }
 
 impl Validate for PaymentMethodBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        c.str_len("paymentMethodId", &self.payment_method_id, 1, 255);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -71,17 +64,7 @@ pub struct TopupBody {
     pub amount_cents: Cents,
 }
 
-impl Validate for TopupBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        c.int_range(
-            "amountCents",
-            self.amount_cents.get(),
-            MIN_TOPUP_CENTS,
-            MAX_TOPUP_CENTS,
-        );
-    }
-}
+impl Validate for TopupBody {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -99,19 +82,6 @@ pub struct AutoTopupBody {
 
 impl Validate for AutoTopupBody {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        c.opt_int_range(
-            "thresholdCents",
-            self.threshold_cents.map(Cents::get),
-            0,
-            MAX_CHARGE_CENTS,
-        );
-        c.opt_int_range(
-            "amountCents",
-            self.amount_cents.map(Cents::get),
-            MIN_TOPUP_CENTS,
-            MAX_TOPUP_CENTS,
-        );
         if self.enabled {
             if self.threshold_cents.is_none() {
                 c.fail(
@@ -142,10 +112,7 @@ pub struct PromoCodeBody {
 }
 
 impl Validate for PromoCodeBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        c.str_len("code", &self.code, 1, 100);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -159,10 +126,7 @@ pub struct DebitBody {
 }
 
 impl Validate for DebitBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        c.opt_str_len("runId", self.run_id.as_deref(), 1, 200);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -188,12 +152,6 @@ pub struct ServingUsageBody {
 
 impl Validate for ServingUsageBody {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("requestId", &self.request_id, 1, 200);
-        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
-        c.opt_str_len("adapterId", self.adapter_id.as_deref(), 1, 512);
-        c.opt_str_len("model", self.model.as_deref(), 1, 512);
-        c.int_range("promptTokens", self.prompt_tokens, 0, i64::from(i32::MAX));
-        c.int_range("completionTokens", self.completion_tokens, 0, i64::from(i32::MAX));
         if self.adapter_id.is_none() && self.model.is_none() {
             c.fail("adapterId", "missing", "Either adapterId or model is required");
         }
@@ -212,17 +170,7 @@ pub struct TrainingUsageBody {
     pub estimate_cents: Cents,
 }
 
-impl Validate for TrainingUsageBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("runId", &self.run_id, 1, 128);
-        estimate(c, self.estimate_cents);
-    }
-}
-
-fn estimate(c: &mut Checks, cents: Cents) {
-    c.int_gt("estimateCents", cents.get(), 0);
-    c.int_range("estimateCents", cents.get(), i64::MIN, MAX_CHARGE_CENTS);
-}
+impl Validate for TrainingUsageBody {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -233,12 +181,7 @@ pub struct TrainingPrecheckBody {
     pub estimate_cents: Cents,
 }
 
-impl Validate for TrainingPrecheckBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        estimate(c, self.estimate_cents);
-    }
-}
+impl Validate for TrainingPrecheckBody {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -251,13 +194,7 @@ pub struct InternalTrainingUsageBody {
     pub amount_cents: Cents,
 }
 
-impl Validate for InternalTrainingUsageBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-        c.str_len("runId", &self.run_id, 1, 128);
-        c.int_range("amountCents", self.amount_cents.get(), 0, MAX_CHARGE_CENTS);
-    }
-}
+impl Validate for InternalTrainingUsageBody {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -270,13 +207,7 @@ pub struct TrainingCostBody {
     pub provider: Option<String>,
 }
 
-impl Validate for TrainingCostBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("runId", &self.run_id, 1, 128);
-        c.int_range("costCents", self.cost_cents.get(), 0, MAX_CHARGE_CENTS);
-        c.opt_str_len("provider", self.provider.as_deref(), 1, 100);
-    }
-}
+impl Validate for TrainingCostBody {}
 
 crate::org_scoped!(
     OrgQuery,

@@ -356,7 +356,7 @@ impl FormFields {
     }
 
     /// The fields as the API's body `T` of organization `org_id`.
-    fn body<T: serde::de::DeserializeOwned + crate::http::validate::Validate>(
+    fn body<T: serde::de::DeserializeOwned + crate::http::validate::Validate + utoipa::ToSchema>(
         &self,
         org_id: &str,
     ) -> Result<T, ApiError> {
@@ -364,23 +364,33 @@ impl FormFields {
     }
 
     /// The fields as the API's body `T`, which names no organization.
-    fn plain_body<T: serde::de::DeserializeOwned + crate::http::validate::Validate>(
+    fn plain_body<T: serde::de::DeserializeOwned + crate::http::validate::Validate + utoipa::ToSchema>(
         &self,
     ) -> Result<T, ApiError> {
         self.parse_as(None)
     }
 
-    fn parse_as<T: serde::de::DeserializeOwned + crate::http::validate::Validate>(
+    fn parse_as<T: serde::de::DeserializeOwned + crate::http::validate::Validate + utoipa::ToSchema>(
         &self,
         org_id: Option<&str>,
     ) -> Result<T, ApiError> {
-        let mut query = form_urlencoded::Serializer::new(String::new());
+        let mut fields: Vec<(String, String)> = Vec::new();
         if let Some(org_id) = org_id {
-            query.append_pair("orgId", org_id);
+            fields.push(("orgId".into(), org_id.to_owned()));
         }
-        for (name, value) in &self.fields {
+        fields.extend(self.fields.iter().cloned());
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in &fields {
             query.append_pair(name, value);
         }
-        crate::http::extract::parse_query(&query.finish())
+        let parsed: T = crate::http::extract::parse_query(&query.finish())?;
+        // Held to the body's bounds, as the JSON API holds the same body.
+        let value = crate::http::schemas::form_value(&T::name(), &fields);
+        let issues = crate::http::schemas::bound_issues("query", &T::name(), &value);
+        if issues.is_empty() {
+            Ok(parsed)
+        } else {
+            Err(ApiError::Validation(issues))
+        }
     }
 }

@@ -2,25 +2,11 @@
 
 use crate::domain::{OrgId, ProjectId};
 use crate::http::validate::{Checks, Validate};
-use crate::queue::routes::check_env_slug;
 use chrono::{DateTime, Utc};
 use entities::flash_environment;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::sync::LazyLock;
 use utoipa::ToSchema;
-
-/// Organization ids are UUIDs; longer strings cannot name one (bounded so they answer 404,
-/// not a database error).
-const ORG_ID_MAX: usize = 100;
-
-static SHA256_RE: LazyLock<regex::Regex> =
-    LazyLock::new(|| regex::Regex::new(r"^[0-9a-f]{64}$").unwrap_or_else(|_| unreachable!()));
-
-fn check_org_project(c: &mut Checks, org_id: &str, project_id: &str) {
-    c.str_len("orgId", org_id, 1, ORG_ID_MAX);
-    c.uuid("projectId", project_id);
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -31,11 +17,7 @@ pub struct FlashProjectValidateBody {
     pub project_id: ProjectId,
 }
 
-impl Validate for FlashProjectValidateBody {
-    fn validate(&self, c: &mut Checks) {
-        check_org_project(c, &self.org_id, &self.project_id);
-    }
-}
+impl Validate for FlashProjectValidateBody {}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -100,21 +82,7 @@ pub struct FlashEnvironmentPublishBody {
     pub metadata: Option<Map<String, Value>>,
 }
 
-impl Validate for FlashEnvironmentPublishBody {
-    fn validate(&self, c: &mut Checks) {
-        check_org_project(c, &self.org_id, &self.project_id);
-        check_env_slug(c, "slug", &self.slug);
-        c.str_len("name", &self.name, 1, 120);
-        c.opt_str_len("hubRepo", self.hub_repo.as_deref(), 1, 512);
-        c.opt_str_len("hubRef", self.hub_ref.as_deref(), 1, 512);
-        c.str_len("hubPath", &self.hub_path, 1, 4096);
-        if let Some(sha) = &self.package_sha256 {
-            c.pattern("packageSha256", sha, &SHA256_RE);
-        }
-        c.opt_str_len("publishedByUserId", self.published_by_user_id.as_deref(), 0, 200);
-        c.opt_str_len("apiKeyId", self.api_key_id.as_deref(), 0, 200);
-    }
-}
+impl Validate for FlashEnvironmentPublishBody {}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -184,12 +152,7 @@ pub struct FlashEnvironmentRefBody {
     pub slug: String,
 }
 
-impl Validate for FlashEnvironmentRefBody {
-    fn validate(&self, c: &mut Checks) {
-        check_org_project(c, &self.org_id, &self.project_id);
-        check_env_slug(c, "slug", &self.slug);
-    }
-}
+impl Validate for FlashEnvironmentRefBody {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EnvironmentDeleted {
@@ -220,13 +183,7 @@ pub struct FlashEnvironmentUseBody {
     pub run_id: Option<String>,
 }
 
-impl Validate for FlashEnvironmentUseBody {
-    fn validate(&self, c: &mut Checks) {
-        check_org_project(c, &self.org_id, &self.project_id);
-        check_env_slug(c, "slug", &self.slug);
-        c.opt_str_len("runId", self.run_id.as_deref(), 1, 128);
-    }
-}
+impl Validate for FlashEnvironmentUseBody {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Recorded {
@@ -291,17 +248,11 @@ pub struct FlashRunUpsertBody {
     pub metadata: Option<Map<String, Value>>,
     pub created_at: Option<String>,
     /// When the control plane changed the run; an upsert older than the stored one is ignored.
+    #[schema(max_length = 64)]
     pub updated_at: Option<String>,
 }
 
-impl Validate for FlashRunUpsertBody {
-    fn validate(&self, c: &mut Checks) {
-        check_org_project(c, &self.org_id, &self.project_id);
-        c.str_len("runId", &self.run_id, 1, 128);
-        c.str_len("status", &self.status, 1, 64);
-        c.opt_str_len("updatedAt", self.updated_at.as_deref(), 0, 64);
-    }
-}
+impl Validate for FlashRunUpsertBody {}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -345,6 +296,7 @@ pub struct FlashCheckpointUpsertBody {
     pub adapter_ref: Option<String>,
     pub artifact_path: Option<String>,
     pub created_at: Option<String>,
+    #[schema(max_length = 64)]
     pub updated_at: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub metrics: Option<Map<String, Value>>,
@@ -352,14 +304,7 @@ pub struct FlashCheckpointUpsertBody {
     pub metadata: Option<Map<String, Value>>,
 }
 
-impl Validate for FlashCheckpointUpsertBody {
-    fn validate(&self, c: &mut Checks) {
-        check_org_project(c, &self.org_id, &self.project_id);
-        c.str_len("runId", &self.run_id, 1, 128);
-        c.str_len("checkpointId", &self.checkpoint_id, 1, 256);
-        c.opt_str_len("updatedAt", self.updated_at.as_deref(), 0, 64);
-    }
-}
+impl Validate for FlashCheckpointUpsertBody {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -375,13 +320,7 @@ pub struct FlashProductEventBody {
     pub properties: Option<Map<String, Value>>,
 }
 
-impl Validate for FlashProductEventBody {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, ORG_ID_MAX);
-        c.str_len("event", &self.event, 1, 64);
-        c.opt_str_len("userId", self.user_id.as_deref(), 0, 200);
-    }
-}
+impl Validate for FlashProductEventBody {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Accepted {

@@ -66,36 +66,19 @@ pub fn parse_checked_body<T: DeserializeOwned + Validate + utoipa::ToSchema>(
     let mut checks = Checks::new("body");
     value.validate(&mut checks);
     let mut issues = checks.into_issues();
-    issues.extend(unstorable_strings(bytes, &T::name()));
+    // The schema's bounds, for the fields the body's own rules did not already refuse.
+    if let Ok(json) = serde_json::from_slice::<Value>(bytes) {
+        for issue in super::schemas::bound_issues("body", &T::name(), &json) {
+            if !issues.iter().any(|known| known.loc == issue.loc) {
+                issues.push(issue);
+            }
+        }
+    }
     if issues.is_empty() {
         Ok(value)
     } else {
         Err(ApiError::Validation(issues))
     }
-}
-
-/// The JSON escape of NUL, the one character PostgreSQL's text refuses (JSON text cannot
-/// hold it raw, and serde refuses lone surrogates).
-const NUL_ESCAPE: &[u8] = b"\\u0000";
-
-/// A 422 issue for each string (value or map key) holding NUL that the OpenAPI schema
-/// `schema` describes as a string: typed fields. Members the schema leaves free-form (JSON
-/// objects stored as JSON text) and members it does not name are not looked at, as the
-/// document says (`crate::openapi::STORABLE`).
-pub fn unstorable_strings(bytes: &[u8], schema: &str) -> Vec<ValidationIssue> {
-    if !bytes.windows(NUL_ESCAPE.len()).any(|w| w == NUL_ESCAPE) {
-        return Vec::new();
-    }
-    let (Ok(value), Some(schema)) = (
-        serde_json::from_slice::<Value>(bytes),
-        super::schemas::component(schema),
-    ) else {
-        return Vec::new();
-    };
-    let mut issues = Vec::new();
-    find_nul(&value, schema, &mut vec![json!("body")], &mut issues, 0);
-    issues.dedup_by(|a, b| a.loc == b.loc);
-    issues
 }
 
 /// The 422 issue of a string holding NUL at `loc`.
@@ -105,87 +88,6 @@ pub fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
         "string_pattern_mismatch",
         "String should not contain the NUL character (\\u0000)",
     )
-}
-
-fn find_nul(
-    value: &Value,
-    schema: &Value,
-    path: &mut Vec<Value>,
-    issues: &mut Vec<ValidationIssue>,
-    depth: usize,
-) {
-    if depth > 64 {
-        return;
-    }
-    if let Some(name) = schema
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-    {
-        if let Some(target) = super::schemas::component(name) {
-            find_nul(value, target, path, issues, depth + 1);
-        }
-        return;
-    }
-    for part in schema
-        .get("allOf")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        find_nul(value, part, path, issues, depth + 1);
-    }
-    for key in ["oneOf", "anyOf"] {
-        let Some(alternatives) = schema.get(key).and_then(Value::as_array) else {
-            continue;
-        };
-        let chosen = schema
-            .pointer("/discriminator/propertyName")
-            .and_then(Value::as_str)
-            .and_then(|tag| value.get(tag))
-            .and_then(Value::as_str)
-            .and_then(|tag| schema.pointer(&format!("/discriminator/mapping/{tag}")))
-            .and_then(Value::as_str);
-        for alternative in alternatives {
-            let reference = alternative.get("$ref").and_then(Value::as_str);
-            if chosen.is_none() || reference == chosen {
-                find_nul(value, alternative, path, issues, depth + 1);
-            }
-        }
-    }
-    let types_string = schema.as_object().is_some_and(super::schemas::is_string_type);
-    match value {
-        Value::String(s) if types_string && s.contains('\0') => issues.push(nul_issue(path.clone())),
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    path.push(json!(i));
-                    find_nul(item, item_schema, path, issues, depth + 1);
-                    path.pop();
-                }
-            }
-        }
-        Value::Object(map) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema
-                .get("additionalProperties")
-                .filter(|a| a.as_object().is_some_and(|o| !o.is_empty()));
-            for (key, item) in map {
-                path.push(json!(key));
-                if let Some(member) = properties.and_then(|p| p.get(key)) {
-                    find_nul(item, member, path, issues, depth + 1);
-                } else if let Some(member) = additional {
-                    if key.contains('\0') {
-                        issues.push(nul_issue(path.clone()));
-                    } else {
-                        find_nul(item, member, path, issues, depth + 1);
-                    }
-                }
-                path.pop();
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Every string value of a top-level `orgId` or `org_id` in a JSON object body, repeats

@@ -1,13 +1,34 @@
-//! The OpenAPI document's component schemas, for the checks that follow the document (a
-//! string the document types as a string refuses NUL). The document is built from the route
-//! table, above this layer, so it is installed here at start-up (`startup`) rather than
-//! imported.
+//! The OpenAPI document's component schemas, and the one check of every body's bounds: each
+//! body is validated against its own component schema (JSON Schema 2020-12, the `jsonschema`
+//! crate), so a bound declared on a field (`#[schema(min_length, max_length, pattern,
+//! minimum, maximum, min_items, max_items)]`) is both what the document says and what the
+//! server enforces. The document is built from the route table, above this layer, so it is
+//! installed here at start-up (`startup`) rather than imported.
+//!
+//! Types, required fields and unknown fields stay serde's (its messages are FastAPI's);
+//! rules no schema can state (a field needed when another is absent, a value from the
+//! configuration) stay in each body's `Validate`.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use serde_json::{Map, Value};
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::ValidationError;
+use serde_json::{json, Map, Value};
+
+use crate::error::ValidationIssue;
 
 static COMPONENTS: OnceLock<&'static Value> = OnceLock::new();
+
+/// Each component's compiled schema, made on its first use.
+static VALIDATORS: OnceLock<Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>> = OnceLock::new();
+
+/// The pattern the document gives every string keel stores (no NUL), whose refusal is
+/// worded for what it is.
+pub const STORABLE: &str = "^[^\\u0000]*$";
+
+/// A UUID as `uuid::Uuid::parse_str` reads it: hyphenated, 32 hex digits, braced, or a URN.
+pub const UUID: &str = "^[0-9a-fA-F]{32}$|^(urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$|^\\{[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\\}$";
 
 /// Installs the document's `components.schemas` (once per process; later calls change
 /// nothing).
@@ -15,15 +36,17 @@ pub fn install(components: &'static Value) {
     let _ = COMPONENTS.set(components);
 }
 
+fn components() -> Option<&'static Value> {
+    let components = COMPONENTS.get().copied();
+    if components.is_none() {
+        tracing::error!("the OpenAPI components were not installed: body bounds are not checked");
+    }
+    components
+}
+
 /// The component schema `name`.
 pub fn component(name: &str) -> Option<&'static Value> {
-    let Some(components) = COMPONENTS.get() else {
-        tracing::error!(
-            "the OpenAPI components were not installed: body checks that follow the document are off"
-        );
-        return None;
-    };
-    components.get(name)
+    components()?.get(name)
 }
 
 /// Whether a schema's `type` is, or includes, `string`.
@@ -32,5 +55,254 @@ pub fn is_string_type(schema: &Map<String, Value>) -> bool {
         Some(Value::String(t)) => t == "string",
         Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
         _ => false,
+    }
+}
+
+fn validator(name: &str) -> Option<Arc<jsonschema::Validator>> {
+    let cache = VALIDATORS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = cache.get(name) {
+        return found.clone();
+    }
+    let compiled = components()
+        .filter(|c| c.get(name).is_some())
+        .and_then(|components| {
+            let root = json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "components": {"schemas": components},
+                "$ref": format!("#/components/schemas/{name}"),
+            });
+            match jsonschema::options().build(&root) {
+                Ok(validator) => Some(Arc::new(validator)),
+                Err(err) => {
+                    tracing::error!(schema = name, error = %err, "a component schema does not compile");
+                    None
+                }
+            }
+        });
+    cache.insert(name.to_owned(), compiled.clone());
+    compiled
+}
+
+/// Every bound of the component schema `name` that `value` breaks, as 422 issues under
+/// `root` (`"body"`): lengths, patterns, ranges and list sizes, inside nested objects, list
+/// items and the alternative a tagged or nullable value takes.
+pub fn bound_issues(root: &str, name: &str, value: &Value) -> Vec<ValidationIssue> {
+    let Some(validator) = validator(name) else {
+        return Vec::new();
+    };
+    let mut issues = Vec::new();
+    for error in validator.iter_errors(value) {
+        collect(root, &error, &mut issues);
+    }
+    issues.dedup_by(|a, b| a.loc == b.loc);
+    issues
+}
+
+fn collect(root: &str, error: &ValidationError<'_>, issues: &mut Vec<ValidationIssue>) {
+    let kind = error.kind();
+    let context = match kind {
+        ValidationErrorKind::OneOfNotValid { context }
+        | ValidationErrorKind::OneOfMultipleValid { context }
+        | ValidationErrorKind::AnyOf { context } => Some(context),
+        _ => None,
+    };
+    if let Some(alternatives) = context {
+        // The alternative the value's shape takes (its tag, its being null or not): the one
+        // whose only failures are bounds. Shapes are serde's to judge.
+        let mut fitting = alternatives
+            .iter()
+            .filter(|errors| errors.iter().all(|e| !is_shape_error(e.kind())));
+        if let (Some(errors), None) = (fitting.next(), fitting.next()) {
+            for error in errors {
+                collect(root, error, issues);
+            }
+        }
+        return;
+    }
+    let loc = location(root, &error.instance_path().to_string());
+    let issue = match kind {
+        ValidationErrorKind::MinLength { limit } => {
+            let unit = if *limit == 1 { "character" } else { "characters" };
+            ValidationIssue::new(
+                loc,
+                "string_too_short",
+                format!("String should have at least {limit} {unit}"),
+            )
+            .with_ctx(json!({ "min_length": limit }))
+        }
+        ValidationErrorKind::MaxLength { limit } => {
+            let unit = if *limit == 1 { "character" } else { "characters" };
+            ValidationIssue::new(
+                loc,
+                "string_too_long",
+                format!("String should have at most {limit} {unit}"),
+            )
+            .with_ctx(json!({ "max_length": limit }))
+        }
+        ValidationErrorKind::Pattern { pattern }
+            if pattern == STORABLE || error.instance().as_str().is_some_and(|s| s.contains('\0')) =>
+        {
+            ValidationIssue::new(
+                loc,
+                "string_pattern_mismatch",
+                "String should not contain the NUL character (\\u0000)",
+            )
+        }
+        ValidationErrorKind::Pattern { pattern } if pattern == UUID => {
+            ValidationIssue::new(loc, "uuid_parsing", "Input should be a valid UUID")
+        }
+        ValidationErrorKind::Pattern { pattern } => ValidationIssue::new(
+            loc,
+            "string_pattern_mismatch",
+            format!("String should match pattern '{pattern}'"),
+        )
+        .with_ctx(json!({ "pattern": pattern })),
+        ValidationErrorKind::Minimum { limit } => ValidationIssue::new(
+            loc,
+            "greater_than_equal",
+            format!("Input should be greater than or equal to {limit}"),
+        )
+        .with_ctx(json!({ "ge": limit })),
+        ValidationErrorKind::Maximum { limit } => ValidationIssue::new(
+            loc,
+            "less_than_equal",
+            format!("Input should be less than or equal to {limit}"),
+        )
+        .with_ctx(json!({ "le": limit })),
+        ValidationErrorKind::ExclusiveMinimum { limit } => ValidationIssue::new(
+            loc,
+            "greater_than",
+            format!("Input should be greater than {limit}"),
+        )
+        .with_ctx(json!({ "gt": limit })),
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            ValidationIssue::new(loc, "less_than", format!("Input should be less than {limit}"))
+                .with_ctx(json!({ "lt": limit }))
+        }
+        ValidationErrorKind::MinItems { limit } => {
+            let len = error.instance().as_array().map_or(0, Vec::len);
+            ValidationIssue::new(
+                loc,
+                "too_short",
+                format!("List should have at least {limit} items after validation, not {len}"),
+            )
+            .with_ctx(json!({ "min_length": limit, "actual_length": len }))
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            let len = error.instance().as_array().map_or(0, Vec::len);
+            ValidationIssue::new(
+                loc,
+                "too_long",
+                format!("List should have at most {limit} items after validation, not {len}"),
+            )
+            .with_ctx(json!({ "max_length": limit, "actual_length": len }))
+        }
+        _ => return,
+    };
+    issues.push(issue);
+}
+
+/// Whether a failure is about the value's shape (its type, fields, tag) rather than a bound.
+fn is_shape_error(kind: &ValidationErrorKind) -> bool {
+    matches!(
+        kind,
+        ValidationErrorKind::Type { .. }
+            | ValidationErrorKind::Required { .. }
+            | ValidationErrorKind::AdditionalProperties { .. }
+            | ValidationErrorKind::Enum { .. }
+            | ValidationErrorKind::Constant { .. }
+            | ValidationErrorKind::FalseSchema
+            | ValidationErrorKind::OneOfNotValid { .. }
+            | ValidationErrorKind::OneOfMultipleValid { .. }
+            | ValidationErrorKind::AnyOf { .. }
+    )
+}
+
+/// The JSON value of a form's fields as the component schema `name` types them (numbers,
+/// booleans, lists of repeated fields; anything unreadable left as its text), so a form
+/// posted for a body is held to that body's bounds.
+pub fn form_value(name: &str, fields: &[(String, String)]) -> Value {
+    let properties = component(name)
+        .and_then(|schema| schema.get("properties"))
+        .and_then(Value::as_object);
+    let mut object = Map::new();
+    for (field, text) in fields {
+        let schema = properties.and_then(|p| p.get(field));
+        let types = |kind: &str| {
+            schema.is_some_and(|s| {
+                s["type"] == kind || s["type"].as_array().is_some_and(|t| t.contains(&json!(kind)))
+            })
+        };
+        let value = if types("integer") {
+            text.parse::<i64>()
+                .map_or_else(|_| Value::from(text.as_str()), Value::from)
+        } else if types("number") {
+            text.parse::<f64>()
+                .map_or_else(|_| Value::from(text.as_str()), Value::from)
+        } else if types("boolean") {
+            text.parse::<bool>()
+                .map_or_else(|_| Value::from(text.as_str()), Value::from)
+        } else {
+            Value::from(text.as_str())
+        };
+        if types("array") {
+            match object
+                .entry(field.clone())
+                .or_insert_with(|| Value::Array(Vec::new()))
+            {
+                Value::Array(items) => items.push(value),
+                other => *other = Value::Array(vec![value]),
+            }
+        } else {
+            object.insert(field.clone(), value);
+        }
+    }
+    Value::Object(object)
+}
+
+/// `["body", "field", 0, ...]` from a JSON pointer.
+fn location(root: &str, pointer: &str) -> Vec<Value> {
+    let mut loc = vec![Value::from(root)];
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        match segment.parse::<u64>() {
+            Ok(index) => loc.push(Value::from(index)),
+            Err(_) => loc.push(Value::from(segment)),
+        }
+    }
+    loc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UUID;
+
+    #[test]
+    fn the_uuid_pattern_is_what_the_service_reads_as_a_uuid() {
+        let pattern = regex::Regex::new(UUID).unwrap_or_else(|_| unreachable!());
+        let id = "0b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11";
+        let simple = id.replace('-', "");
+        for candidate in [
+            id.to_owned(),
+            id.to_uppercase(),
+            simple.clone(),
+            format!("{{{id}}}"),
+            format!("urn:uuid:{id}"),
+            format!("urn:uuid:{simple}"),
+            format!("{{{simple}}}"),
+            format!(" {id}"),
+            format!("{id}\n"),
+            id[1..].to_owned(),
+            "0b6f5f0e4c1a-4a44-9d5c-2f1c3e0a7b11".to_owned(),
+            "g".repeat(32),
+            String::new(),
+        ] {
+            assert_eq!(
+                pattern.is_match(&candidate),
+                uuid::Uuid::parse_str(&candidate).is_ok(),
+                "{candidate:?}"
+            );
+        }
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 /// The pattern of a string keel stores: anything but NUL (which PostgreSQL's text refuses;
 /// the service answers 422 naming the field).
-pub const STORABLE: &str = "^[^\\u0000]*$";
+pub use crate::http::schemas::STORABLE;
 
 /// The pattern of an organization id: no NUL, and at least one character that is not
 /// whitespace (the service trims an id, so an id of whitespace alone is none); or empty,
@@ -16,6 +16,10 @@ pub const STORABLE: &str = "^[^\\u0000]*$";
 /// names Unicode's White_Space characters one by one, as Rust's `trim` takes them, since
 /// `\s` differs between regex dialects.
 pub const ORG_ID: &str = "^([^\\u0000]*[^\\u0000\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*)?$";
+
+/// A UUID in a spelling the service reads (hyphenated, 32 hex digits, braced, or a URN), as
+/// a pattern: `format: uuid` alone is an annotation in JSON Schema 2020-12.
+pub use crate::http::schemas::UUID;
 
 /// The start of an RFC 3339 date-time (`2026-11-24T10:00:00Z`).
 pub const DATE_TIME: &str = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T";
@@ -147,18 +151,24 @@ pub fn org_ids(doc: &mut Value) {
     fn walk(value: &mut Value) {
         match value {
             Value::Object(map) => {
-                if map.get("name").and_then(Value::as_str) == Some("orgId") {
+                // An id the service reads as a UUID keeps its format (and its UUID pattern).
+                let free_text = |schema: &Map<String, Value>| {
+                    is_string_type(schema) && schema.get("format").and_then(Value::as_str) != Some("uuid")
+                };
+                if matches!(map.get("name").and_then(Value::as_str), Some("orgId" | "org_id")) {
                     if let Some(Value::Object(schema)) = map.get_mut("schema") {
-                        if is_string_type(schema) {
+                        if free_text(schema) {
                             schema.insert("pattern".into(), json!(ORG_ID));
                         }
                     }
                 }
-                if let Some(Value::Object(schema)) =
-                    map.get_mut("properties").and_then(|p| p.get_mut("orgId"))
-                {
-                    if is_string_type(schema) {
-                        schema.insert("pattern".into(), json!(ORG_ID));
+                for name in ["orgId", "org_id"] {
+                    if let Some(Value::Object(schema)) =
+                        map.get_mut("properties").and_then(|p| p.get_mut(name))
+                    {
+                        if free_text(schema) {
+                            schema.insert("pattern".into(), json!(ORG_ID));
+                        }
                     }
                 }
                 map.iter_mut()
@@ -202,6 +212,12 @@ fn constrain_strings(schema: &mut Value) {
                 && !map.contains_key("pattern")
             {
                 map.insert("pattern".into(), json!(DATE_TIME));
+            }
+            if is_string_type(map)
+                && map.get("format").and_then(Value::as_str) == Some("uuid")
+                && !map.contains_key("pattern")
+            {
+                map.insert("pattern".into(), json!(UUID));
             }
             let plain = is_string_type(map)
                 && !["pattern", "format", "enum", "const"]

@@ -37,11 +37,8 @@ impl Validate for CreateOrgBody {
     fn validate(&self, c: &mut Checks) {
         c.display_name("name", &self.name, 200);
         if let Some(slug) = &self.slug {
-            c.str_len("slug", slug, 1, 100);
             c.pattern("slug", slug, &SLUG_RE);
         }
-        c.str_len("ownerUserId", &self.owner_user_id, 1, 200);
-        c.opt_str_len("ownerEmail", self.owner_email.as_deref(), 1, 320);
     }
 }
 
@@ -67,9 +64,7 @@ pub struct MemberBody {
 }
 
 impl Validate for MemberBody {
-    fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("email", self.email.as_deref(), 1, 320);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -85,9 +80,7 @@ pub struct ApiKeyBody {
 }
 
 impl Validate for ApiKeyBody {
-    fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("name", self.name.as_deref(), 1, 200);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -115,10 +108,7 @@ pub struct AdapterBody {
 }
 
 impl Validate for AdapterBody {
-    fn validate(&self, c: &mut Checks) {
-        c.uuid("orgId", &self.org_id);
-        c.str_len("baseModel", &self.base_model, 1, 512);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -30,13 +30,10 @@ pub struct ProjectCreateBody {
 
 impl Validate for ProjectCreateBody {
     fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
         c.display_name("name", &self.name, 200);
         if let Some(slug) = &self.slug {
-            c.str_len("slug", slug, 1, 100);
             c.pattern("slug", slug, &SLUG_RE);
         }
-        c.opt_str_len("description", self.description.as_deref(), 0, 2000);
     }
 }
 

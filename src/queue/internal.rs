@@ -32,13 +32,11 @@ pub struct InternalClaimJobsRequest {
 
 impl Validate for InternalClaimJobsRequest {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("worker_id", &self.worker_id, 1, 200);
         c.one_of(
             "action",
             &self.action,
             &["draft", "tracer", "optimize", "training"],
         );
-        c.int_range("limit", self.limit, 1, 100);
     }
 }
 
@@ -219,54 +217,20 @@ pub struct WorkerIdRequest {
     pub worker_id: String,
 }
 
-fn check_ids(c: &mut Checks, job_id: &str, worker_id: &str) {
-    c.str_len("job_id", job_id, 1, 64);
-    c.str_len("worker_id", worker_id, 1, 200);
-}
+impl Validate for SucceededRequest {}
 
-impl Validate for SucceededRequest {
-    fn validate(&self, c: &mut Checks) {
-        check_ids(c, &self.job_id, &self.worker_id);
-    }
-}
+impl Validate for BlockedRequest {}
 
-impl Validate for BlockedRequest {
-    fn validate(&self, c: &mut Checks) {
-        check_ids(c, &self.job_id, &self.worker_id);
-        c.str_len("reason", &self.reason, 1, 10_000);
-    }
-}
+impl Validate for UserStoppedRequest {}
 
-impl Validate for UserStoppedRequest {
-    fn validate(&self, c: &mut Checks) {
-        check_ids(c, &self.job_id, &self.worker_id);
-        c.opt_str_len("reason", self.reason.as_deref(), 0, 10_000);
-    }
-}
+impl Validate for FailedRequest {}
 
-impl Validate for FailedRequest {
-    fn validate(&self, c: &mut Checks) {
-        check_ids(c, &self.job_id, &self.worker_id);
-        c.str_len("error", &self.error, 1, 10_000);
-    }
-}
+impl Validate for JobIdRequest {}
 
-impl Validate for JobIdRequest {
-    fn validate(&self, c: &mut Checks) {
-        check_ids(c, &self.job_id, &self.worker_id);
-    }
-}
-
-impl Validate for LiveStatusRequest {
-    fn validate(&self, c: &mut Checks) {
-        check_ids(c, &self.job_id, &self.worker_id);
-    }
-}
+impl Validate for LiveStatusRequest {}
 
 impl Validate for WorkerIdRequest {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("worker_id", &self.worker_id, 1, 200);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -23,18 +23,6 @@ pub static ENV_SLUG_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
         .unwrap_or_else(|_| unreachable!())
 });
 
-pub fn check_env_slug(c: &mut Checks, field: &str, slug: &str) {
-    c.str_len(field, slug, 3, 512);
-    c.pattern(field, slug, &ENV_SLUG_RE);
-}
-
-/// Fields every job body has.
-fn check_common(c: &mut Checks, project_id: &str, org_id: Option<&str>, task: Option<&str>) {
-    c.uuid("projectId", project_id);
-    c.opt_str_len("orgId", org_id, 1, 100);
-    c.opt_str_len("trainingTaskId", task, 1, 100);
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TracerJob {
@@ -119,55 +107,7 @@ pub enum JobCreateBody {
     Training(TrainingJob),
 }
 
-impl Validate for JobCreateBody {
-    fn validate(&self, c: &mut Checks) {
-        match self {
-            Self::Tracer(b) => {
-                check_common(
-                    c,
-                    &b.project_id,
-                    b.org_id.as_deref(),
-                    b.training_task_id.as_deref(),
-                );
-                if let Some(slug) = &b.environment_slug {
-                    check_env_slug(c, "environmentSlug", slug);
-                }
-                c.opt_str_len("model", b.model.as_deref(), 1, 200);
-            }
-            Self::Draft(b) => {
-                check_common(
-                    c,
-                    &b.project_id,
-                    b.org_id.as_deref(),
-                    b.training_task_id.as_deref(),
-                );
-                c.opt_str_len("prompt", b.prompt.as_deref(), 1, 50_000);
-            }
-            Self::Optimize(b) => {
-                check_common(
-                    c,
-                    &b.project_id,
-                    b.org_id.as_deref(),
-                    b.training_task_id.as_deref(),
-                );
-                c.opt_str_len("baseModel", b.base_model.as_deref(), 1, 200);
-                c.opt_str_len("objective", b.objective.as_deref(), 1, 2000);
-            }
-            Self::Training(b) => {
-                check_common(
-                    c,
-                    &b.project_id,
-                    b.org_id.as_deref(),
-                    b.training_task_id.as_deref(),
-                );
-                c.str_len("model", &b.model, 1, 200);
-                check_env_slug(c, "environmentSlug", &b.environment_slug);
-                c.opt_str_len("algorithm", b.algorithm.as_deref(), 1, 100);
-                c.opt_str_len("gpuType", b.gpu_type.as_deref(), 1, 100);
-            }
-        }
-    }
-}
+impl Validate for JobCreateBody {}
 
 impl JobCreateBody {
     /// (projectId, orgId, trainingTaskId, action, payload)
@@ -399,10 +339,7 @@ pub struct StopBody {
 }
 
 impl Validate for StopBody {
-    fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
-        c.opt_str_len("reason", self.reason.as_deref(), 0, 2000);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 /// Stop a job
@@ -468,7 +405,6 @@ pub struct SecretsBody {
 
 impl Validate for SecretsBody {
     fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
         if self.secrets.len() > MAX_SECRETS {
             c.fail("secrets", "too_long", "At most 100 secrets at once");
         }

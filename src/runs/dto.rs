@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use entities::run;
-use keel_core::runs::{self as core_runs, MAX_CHECKPOINTS_PER_CALL};
+use keel_core::runs::{self as core_runs};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -10,7 +10,6 @@ use utoipa::ToSchema;
 use crate::domain::{OrgId, ProjectId};
 use crate::http::extract::present;
 use crate::http::validate::{Checks, Validate};
-use crate::queue::routes::check_env_slug;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -32,16 +31,7 @@ pub struct RunCreateRequest {
     pub config: Option<Map<String, Value>>,
 }
 
-impl Validate for RunCreateRequest {
-    fn validate(&self, c: &mut Checks) {
-        c.uuid("projectId", &self.project_id);
-        c.opt_str_len("name", self.name.as_deref(), 1, 200);
-        c.opt_str_len("model", self.model.as_deref(), 1, 200);
-        if let Some(slug) = &self.environment_slug {
-            check_env_slug(c, "environmentSlug", slug);
-        }
-    }
-}
+impl Validate for RunCreateRequest {}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -71,7 +61,6 @@ pub struct RunUpdateRequest {
 
 impl Validate for RunUpdateRequest {
     fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("status", self.status.as_deref(), 1, 64);
         match &self.summary {
             Some(Some(Value::String(text))) => c.str_len("summary", text, 0, 10_000),
             Some(Some(Value::Object(_)) | None) | None => {}
@@ -81,9 +70,7 @@ impl Validate for RunUpdateRequest {
                 "Input should be a valid dictionary or string",
             ),
         }
-        if let Some(Some(error)) = &self.error {
-            c.str_len("error", error, 0, 10_000);
-        }
+        if let Some(Some(_error)) = &self.error {}
     }
 }
 
@@ -163,11 +150,7 @@ static TRACKER_URL_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::
 
 impl Validate for TrackerLink {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("entity", &self.entity, 1, 200);
-        c.str_len("project", &self.project, 1, 200);
-        c.str_len("trackerRunId", &self.tracker_run_id, 1, 200);
         if let Some(url) = &self.url {
-            c.str_len("url", url, 1, 2048);
             if !TRACKER_URL_RE.is_match(url) {
                 c.fail("url", "url_parsing", "Input should be a valid http or https URL");
             }
@@ -193,12 +176,7 @@ pub struct CheckpointItem {
     pub subfolder: String,
 }
 
-impl Validate for CheckpointItem {
-    fn validate(&self, c: &mut Checks) {
-        c.int_range("step", self.step, 0, i64::MAX);
-        c.str_len("subfolder", &self.subfolder, 1, 300);
-    }
-}
+impl Validate for CheckpointItem {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -215,10 +193,6 @@ pub struct RunCheckpointsBody {
 
 impl Validate for RunCheckpointsBody {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("runId", &self.run_id, 1, 300);
-        c.str_len("orgId", &self.org_id, 1, 300);
-        c.uuid("projectId", &self.project_id);
-        c.max_items("checkpoints", self.checkpoints.len(), MAX_CHECKPOINTS_PER_CALL);
         for (i, item) in self.checkpoints.iter().enumerate() {
             c.nested("checkpoints", Some(i), item);
         }

@@ -175,8 +175,6 @@ pub struct TraceSelectionBody {
 
 impl Validate for TraceSelectionBody {
     fn validate(&self, c: &mut Checks) {
-        c.min_items("traceIds", self.trace_ids.len(), 1);
-        c.max_items("traceIds", self.trace_ids.len(), MAX_EXPORT as usize);
         for (i, id) in self.trace_ids.iter().enumerate() {
             if uuid::Uuid::parse_str(id).is_err() {
                 c.fail_item("traceIds", i, "uuid_parsing", "Input should be a valid UUID");

@@ -7,6 +7,7 @@ mod helpers;
 mod architecture;
 mod auth;
 mod billing;
+mod bounds;
 mod browser;
 mod chaos;
 mod cli;

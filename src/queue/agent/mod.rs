@@ -23,9 +23,7 @@ pub struct AgentLogCreateRequest {
 }
 
 impl Validate for AgentLogCreateRequest {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("content", &self.content, 1, 50_000);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -62,11 +60,7 @@ pub struct InternalAgentLogCreateRequest {
 }
 
 impl Validate for InternalAgentLogCreateRequest {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("org_id", &self.org_id, 1, 100);
-        c.str_len("content", &self.content, 1, 50_000);
-        c.opt_str_len("job_id", self.job_id.as_deref(), 1, 64);
-    }
+    fn validate(&self, _c: &mut Checks) {}
 }
 
 /// Write an agent log line (worker)
@@ -197,10 +191,6 @@ pub struct AgentUsageReport {
 
 impl Validate for AgentUsageReport {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("account_label", &self.account_label, 1, 200);
-        c.opt_str_len("limit_id", self.limit_id.as_deref(), 0, 200);
-        c.opt_str_len("limit_name", self.limit_name.as_deref(), 0, 200);
-        c.opt_str_len("plan_type", self.plan_type.as_deref(), 0, 100);
         if let Some(v) = &self.primary_resets_at {
             if !(v.is_number() || v.is_string()) {
                 c.fail(
@@ -254,7 +244,7 @@ pub async fn report_agent_usage(
 pub struct Timeline {
     #[schema(min_length = 1, max_length = 200)]
     pub timeline_id: String,
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<Object>, max_items = 10000)]
     pub events: Vec<Value>,
 }
 
@@ -265,26 +255,19 @@ pub struct TimelineSyncRequest {
     pub org_id: OrgId,
     #[schema(min_length = 1, max_length = 64)]
     pub job_id: Option<String>,
+    #[schema(max_items = 500)]
     pub timelines: Vec<Timeline>,
 }
 
 impl Validate for TimelineSyncRequest {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("org_id", &self.org_id, 1, 100);
-        c.opt_str_len("job_id", self.job_id.as_deref(), 1, 64);
-        c.max_items("timelines", self.timelines.len(), 500);
         for (i, t) in self.timelines.iter().enumerate() {
             c.nested("timelines", Some(i), t);
         }
     }
 }
 
-impl Validate for Timeline {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("timeline_id", &self.timeline_id, 1, 200);
-        c.max_items("events", self.events.len(), 10_000);
-    }
-}
+impl Validate for Timeline {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Synced {

@@ -1,0 +1,248 @@
+//! One source for every bound: walking /openapi.json, each bounded field of each JSON body is
+//! sent at and past its bounds (string lengths, patterns with whitespace-only values, numeric
+//! ranges, list sizes). The document, judged by a JSON Schema validator, is the oracle: a
+//! value the schema accepts is never refused for that field, and one it refuses is always
+//! refused as a 422 naming the field.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Map, Value};
+
+use crate::helpers::{spawn_app, TestApp, TestOrg, INTERNAL_KEY};
+
+/// The schema of a `$ref` or an inline schema.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(reference) => doc
+            .pointer(reference.trim_start_matches('#'))
+            .map_or(schema, |target| resolve(doc, target)),
+        None => schema,
+    }
+}
+
+/// Whether `value` is valid against `schema` inside the document (its `$ref`s resolved).
+fn schema_accepts(doc: &Value, schema: &Value, value: &Value) -> bool {
+    let mut root = schema.clone();
+    if let Value::Object(map) = &mut root {
+        map.insert("components".into(), doc["components"].clone());
+        map.insert(
+            "$schema".into(),
+            json!("https://json-schema.org/draft/2020-12/schema"),
+        );
+    }
+    jsonschema::options()
+        .build(&root)
+        .expect("the document's schema compiles")
+        .is_valid(value)
+}
+
+/// The object schema a body's example takes: its component, or the variant its tag names.
+fn object_schema<'a>(doc: &'a Value, schema: &'a Value, example: &Value) -> Option<&'a Value> {
+    let schema = resolve(doc, schema);
+    if let Some(variants) = schema.get("oneOf").and_then(Value::as_array) {
+        return variants
+            .iter()
+            .map(|v| resolve(doc, v))
+            .find(|v| schema_accepts(doc, v, example));
+    }
+    schema.get("properties").map(|_| schema)
+}
+
+/// Values at and past the bounds of a property's schema.
+fn probes(doc: &Value, schema: &Value, sample: Option<&Value>) -> Vec<Value> {
+    let schema = resolve(doc, schema);
+    let mut values = Vec::new();
+    let alternatives: Vec<&Value> = match schema.get("oneOf").or_else(|| schema.get("anyOf")) {
+        Some(Value::Array(items)) => items.iter().map(|s| resolve(doc, s)).collect(),
+        _ => vec![schema],
+    };
+    for schema in alternatives {
+        let text = |n: u64| Value::from("a".repeat(n as usize));
+        if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
+            values.extend([text(min), text(min.saturating_sub(1))]);
+        }
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
+            values.extend([text(max), text(max + 1)]);
+        }
+        if schema.get("pattern").is_some() {
+            values.extend([json!("   "), json!("\u{3000}\t"), json!("a\u{0}b"), json!("ok-1")]);
+        }
+        for key in ["minimum", "maximum"] {
+            if let Some(bound) = schema.get(key).and_then(Value::as_f64) {
+                let integer = schema["type"] == "integer"
+                    || schema["type"]
+                        .as_array()
+                        .is_some_and(|t| t.contains(&json!("integer")));
+                let step = if integer { 1.0 } else { 0.5 };
+                for v in [bound - step, bound, bound + step] {
+                    values.push(if integer { json!(v as i64) } else { json!(v) });
+                }
+            }
+        }
+        if let Some(item) = sample.and_then(Value::as_array).and_then(|a| a.first()) {
+            for key in ["minItems", "maxItems"] {
+                if let Some(bound) = schema.get(key).and_then(Value::as_u64) {
+                    for n in [bound.saturating_sub(1), bound, bound + 1] {
+                        values.push(Value::Array(vec![item.clone(); n as usize]));
+                    }
+                }
+            }
+        }
+    }
+    values.dedup();
+    values
+}
+
+/// Whether a 422 answer names `field` (or something inside it).
+fn refuses(detail: &Value, field: &str) -> bool {
+    detail.as_array().into_iter().flatten().any(|issue| {
+        issue["loc"]
+            .as_array()
+            .is_some_and(|loc| loc.len() >= 2 && loc[0] == "body" && loc[1] == field)
+    })
+}
+
+struct Caller<'a> {
+    token: &'a str,
+    org: &'a TestOrg,
+}
+
+impl Caller<'_> {
+    /// The credentials an operation names: the owner's session first (the organization is
+    /// checked after the body), then the internal key, then the API key.
+    fn candidates<'a>(operation: &Value, org: &'a TestOrg) -> Vec<Caller<'a>> {
+        let schemes: Vec<&str> = operation["security"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_object().and_then(|o| o.keys().next()).map(String::as_str))
+            .collect();
+        [
+            ("session", org.owner_token.as_str()),
+            ("internalKey", INTERNAL_KEY),
+            ("apiKey", org.api_key.as_str()),
+        ]
+        .into_iter()
+        .filter(|(scheme, _)| schemes.contains(scheme))
+        .map(|(_, token)| Caller { token, org })
+        .collect()
+    }
+}
+
+async fn send(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    caller: &Caller<'_>,
+    body: &Value,
+) -> (StatusCode, Value) {
+    let path = path
+        .split('/')
+        .map(|segment| match segment {
+            "{org_id}" => caller.org.org_id.clone(),
+            s if s.starts_with('{') => uuid::Uuid::new_v4().to_string(),
+            s => s.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+    let response = app
+        .request(method, &path, Some(caller.token))
+        .header("X-Org-Id", caller.org.org_id.as_str())
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[actix_web::test]
+async fn a_value_the_schema_accepts_is_never_refused_and_one_it_refuses_always_is() {
+    let app = spawn_app().await;
+    let org = app.create_org("Bounds").await;
+    let doc: Value = app
+        .request(Method::GET, "/openapi.json", None)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut probed = 0;
+    let mut fields = 0;
+    let mut mismatches = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let content = &operation["requestBody"]["content"]["application/json"];
+            let (Some(schema), Some(example)) = (content.get("schema"), content.get("example")) else {
+                continue;
+            };
+            // The processor's webhook checks its signature before its body.
+            if path == "/api/billing/webhook" {
+                continue;
+            }
+            let Some(object) = object_schema(&doc, schema, example) else {
+                continue;
+            };
+            let mut base: Map<String, Value> = example.as_object().cloned().unwrap_or_default();
+            for key in ["orgId", "org_id"] {
+                if base.contains_key(key) {
+                    base.insert(key.into(), json!(org.org_id));
+                }
+            }
+            // The first credential the route lets through with its own example.
+            let mut caller = None;
+            for candidate in Caller::candidates(operation, &org) {
+                let (_, answer) = send(&app, method, path, &candidate, &Value::Object(base.clone())).await;
+                let refused_caller = [
+                    "unauthenticated",
+                    "forbidden",
+                    "internal_key_required",
+                    "owner_required",
+                    "not_a_member",
+                    "other_organization",
+                ]
+                .contains(&answer["code"].as_str().unwrap_or_default());
+                if !refused_caller {
+                    caller = Some(candidate);
+                    break;
+                }
+            }
+            let Some(caller) = caller else {
+                mismatches.push(format!("{method} {path}: no credential of its security passes"));
+                continue;
+            };
+            for (field, property) in object["properties"].as_object().unwrap() {
+                let values = probes(&doc, property, base.get(field));
+                if values.is_empty() {
+                    continue;
+                }
+                fields += 1;
+                for value in values {
+                    let accepted = schema_accepts(&doc, property, &value);
+                    let mut body = base.clone();
+                    body.insert(field.clone(), value.clone());
+                    let (status, answer) = send(&app, method, path, &caller, &Value::Object(body)).await;
+                    probed += 1;
+                    let refused =
+                        status == StatusCode::UNPROCESSABLE_ENTITY && refuses(&answer["detail"], field);
+                    if accepted == refused || status.is_server_error() {
+                        mismatches.push(format!(
+                            "{method} {path} {field}={}: schema {} it, the service answered {status} {answer}",
+                            serde_json::to_string(&value).unwrap().chars().take(60).collect::<String>(),
+                            if accepted { "accepts" } else { "refuses" },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(fields > 40, "only {fields} bounded fields found");
+    assert!(probed > 200, "only {probed} values sent");
+    assert!(
+        mismatches.is_empty(),
+        "{} of {probed}:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
