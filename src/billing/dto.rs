@@ -25,11 +25,7 @@ pub struct OrgQuery {
     pub org_id: OrgId,
 }
 
-impl Validate for OrgQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("orgId", &self.org_id, 1, 100);
-    }
-}
+impl Validate for OrgQuery {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -429,7 +429,20 @@ pub async fn export(
                 .append_pair("limit", limit)
                 .append_pair("format", format.as_str())
                 .finish();
-            match crate::http::extract::parse_query::<crate::traces::dto::ExportQuery>(&query) {
+            // Held to the export route's bounds, as the JSON API holds the same query.
+            let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            let bounds = crate::http::schemas::query_issues("get", "/api/traces/export", &pairs);
+            let parsed = crate::http::extract::parse_query::<crate::traces::dto::ExportQuery>(&query)
+                .and_then(|q| {
+                    if bounds.is_empty() {
+                        Ok(q)
+                    } else {
+                        Err(crate::error::ApiError::Validation(bounds))
+                    }
+                });
+            match parsed {
                 Ok(q) => {
                     let limit = q.limit.unwrap_or(crate::traces::MAX_EXPORT as i64) as u64;
                     let filter = crate::traces::repo::TraceFilter::default();

@@ -1,7 +1,7 @@
 //! Bodies and views of the flash routes.
 
 use crate::domain::{OrgId, ProjectId};
-use crate::http::validate::{Checks, Validate};
+use crate::http::validate::Validate;
 use chrono::{DateTime, Utc};
 use entities::flash_environment;
 use serde::{Deserialize, Serialize};
@@ -40,14 +40,7 @@ pub struct ProvisionQuery {
     pub org_id: Option<OrgId>,
 }
 
-impl Validate for ProvisionQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.opt_int_range("limit", self.limit, 1, 100);
-        if let Some(org) = &self.org_id {
-            c.uuid("orgId", org);
-        }
-    }
-}
+impl Validate for ProvisionQuery {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

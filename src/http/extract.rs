@@ -223,11 +223,43 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidQuery<T> {
     type Future = std::future::Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(parse_query(req.query_string()).map(Self))
+        let parsed = parse_query_issues(req.query_string()).and_then(|(value, mut issues)| {
+            // The bounds the document gives the operation's parameters, for the parameters
+            // the query's own rules did not already refuse.
+            let pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            let pattern = req.match_pattern().unwrap_or_default();
+            for issue in super::schemas::query_issues(req.method().as_str(), &pattern, &pairs) {
+                if !issues.iter().any(|known| known.loc == issue.loc) {
+                    issues.push(issue);
+                }
+            }
+            if issues.is_empty() {
+                Ok(Self(value))
+            } else {
+                Err(ApiError::Validation(issues))
+            }
+        });
+        std::future::ready(parsed)
     }
 }
 
+/// A query deserialized and held to its own rules (a query the document does not describe:
+/// the console's pages).
 pub fn parse_query<T: DeserializeOwned + Validate>(query: &str) -> Result<T, ApiError> {
+    let (value, issues) = parse_query_issues(query)?;
+    if issues.is_empty() {
+        Ok(value)
+    } else {
+        Err(ApiError::Validation(issues))
+    }
+}
+
+/// A query deserialized (serde's failures as 422s) with the issues its own rules find.
+fn parse_query_issues<T: DeserializeOwned + Validate>(
+    query: &str,
+) -> Result<(T, Vec<ValidationIssue>), ApiError> {
     let nul: Vec<ValidationIssue> = form_urlencoded::parse(query.as_bytes())
         .filter(|(key, value)| key.contains('\0') || value.contains('\0'))
         .map(|(key, _)| nul_issue(vec![json!("query"), json!(key)]))
@@ -243,12 +275,7 @@ pub fn parse_query<T: DeserializeOwned + Validate>(query: &str) -> Result<T, Api
     })?;
     let mut checks = Checks::new("query");
     value.validate(&mut checks);
-    let issues = checks.into_issues();
-    if issues.is_empty() {
-        Ok(value)
-    } else {
-        Err(ApiError::Validation(issues))
-    }
+    Ok((value, checks.into_issues()))
 }
 
 /// A path parameter that must be a UUID; answers its canonical lowercase form.

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ValidationIssue;
 
-static COMPONENTS: OnceLock<&'static Value> = OnceLock::new();
+static DOCUMENT: OnceLock<&'static Value> = OnceLock::new();
 
 /// Each component's compiled schema, made on its first use.
 static VALIDATORS: OnceLock<Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>> = OnceLock::new();
@@ -30,18 +30,21 @@ pub const STORABLE: &str = "^[^\\u0000]*$";
 /// A UUID as `uuid::Uuid::parse_str` reads it: hyphenated, 32 hex digits, braced, or a URN.
 pub const UUID: &str = "^[0-9a-fA-F]{32}$|^(urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$|^\\{[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\\}$";
 
-/// Installs the document's `components.schemas` (once per process; later calls change
-/// nothing).
-pub fn install(components: &'static Value) {
-    let _ = COMPONENTS.set(components);
+/// Installs the OpenAPI document (once per process; later calls change nothing).
+pub fn install(document: &'static Value) {
+    let _ = DOCUMENT.set(document);
+}
+
+fn document() -> Option<&'static Value> {
+    let document = DOCUMENT.get().copied();
+    if document.is_none() {
+        tracing::error!("the OpenAPI document was not installed: bounds are not checked");
+    }
+    document
 }
 
 fn components() -> Option<&'static Value> {
-    let components = COMPONENTS.get().copied();
-    if components.is_none() {
-        tracing::error!("the OpenAPI components were not installed: body bounds are not checked");
-    }
-    components
+    document()?.pointer("/components/schemas")
 }
 
 /// The component schema `name`.
@@ -58,30 +61,72 @@ pub fn is_string_type(schema: &Map<String, Value>) -> bool {
     }
 }
 
-fn validator(name: &str) -> Option<Arc<jsonschema::Validator>> {
+/// The compiled schema under `key`, made by `schema` on first use (`None`: nothing to check).
+fn compiled(key: &str, schema: impl FnOnce() -> Option<Value>) -> Option<Arc<jsonschema::Validator>> {
     let cache = VALIDATORS.get_or_init(|| Mutex::new(HashMap::new()));
     let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(found) = cache.get(name) {
+    if let Some(found) = cache.get(key) {
         return found.clone();
     }
-    let compiled = components()
-        .filter(|c| c.get(name).is_some())
-        .and_then(|components| {
-            let root = json!({
-                "$schema": "https://json-schema.org/draft/2020-12/schema",
-                "components": {"schemas": components},
-                "$ref": format!("#/components/schemas/{name}"),
-            });
-            match jsonschema::options().build(&root) {
-                Ok(validator) => Some(Arc::new(validator)),
-                Err(err) => {
-                    tracing::error!(schema = name, error = %err, "a component schema does not compile");
-                    None
-                }
+    let compiled = schema().and_then(|mut root| {
+        if let (Value::Object(map), Some(components)) = (&mut root, components()) {
+            map.insert(
+                "$schema".into(),
+                json!("https://json-schema.org/draft/2020-12/schema"),
+            );
+            map.insert("components".into(), json!({ "schemas": components }));
+        }
+        match jsonschema::options().build(&root) {
+            Ok(validator) => Some(Arc::new(validator)),
+            Err(err) => {
+                tracing::error!(schema = key, error = %err, "a schema of the document does not compile");
+                None
             }
-        });
-    cache.insert(name.to_owned(), compiled.clone());
+        }
+    });
+    cache.insert(key.to_owned(), compiled.clone());
     compiled
+}
+
+fn validator(name: &str) -> Option<Arc<jsonschema::Validator>> {
+    compiled(name, || {
+        component(name).map(|_| json!({ "$ref": format!("#/components/schemas/{name}") }))
+    })
+}
+
+/// The query parameters of the operation `method` `pattern` (a route pattern of the table)
+/// as one object schema.
+fn query_schema(method: &str, pattern: &str) -> Option<Value> {
+    let path = pattern.trim_end_matches('*');
+    let operation = document()?.get("paths")?.get(path)?.get(method)?;
+    let mut properties = Map::new();
+    for parameter in operation.get("parameters")?.as_array()? {
+        if parameter["in"] == "query" {
+            if let (Some(name), Some(schema)) = (parameter["name"].as_str(), parameter.get("schema")) {
+                properties.insert(name.to_owned(), schema.clone());
+            }
+        }
+    }
+    (!properties.is_empty()).then(|| json!({ "type": "object", "properties": properties }))
+}
+
+/// Every bound of the operation's query parameters that `pairs` break, as 422 issues at
+/// `["query", name]`.
+pub fn query_issues(method: &str, pattern: &str, pairs: &[(String, String)]) -> Vec<ValidationIssue> {
+    let method = method.to_ascii_lowercase();
+    let Some(schema) = query_schema(&method, pattern) else {
+        return Vec::new();
+    };
+    let Some(validator) = compiled(&format!("{method} {pattern}"), || Some(schema.clone())) else {
+        return Vec::new();
+    };
+    let value = typed_fields(schema.get("properties").and_then(Value::as_object), pairs);
+    let mut issues = Vec::new();
+    for error in validator.iter_errors(&value) {
+        collect("query", &error, &mut issues);
+    }
+    issues.dedup_by(|a, b| a.loc == b.loc);
+    issues
 }
 
 /// Every bound of the component schema `name` that `value` breaks, as 422 issues under
@@ -226,6 +271,11 @@ pub fn form_value(name: &str, fields: &[(String, String)]) -> Value {
     let properties = component(name)
         .and_then(|schema| schema.get("properties"))
         .and_then(Value::as_object);
+    typed_fields(properties, fields)
+}
+
+/// Text fields as JSON values of the types `properties` give them.
+fn typed_fields(properties: Option<&Map<String, Value>>, fields: &[(String, String)]) -> Value {
     let mut object = Map::new();
     for (field, text) in fields {
         let schema = properties.and_then(|p| p.get(field));

@@ -176,12 +176,10 @@ pub fn document_value() -> &'static serde_json::Value {
     &DOCUMENT
 }
 
-/// Hands the document's component schemas to the body checks that follow the document
-/// (`http::schemas`), which sit below the route table the document is built from.
+/// Hands the document to the bound checks that follow it (`http::schemas`), which sit
+/// below the route table the document is built from.
 pub fn install_components() {
-    if let Some(components) = document_value().pointer("/components/schemas") {
-        crate::http::schemas::install(components);
-    }
+    crate::http::schemas::install(document_value());
 }
 
 /// The document as served: [`document`] with the tagged bodies' discriminators, the strings

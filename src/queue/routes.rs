@@ -216,14 +216,7 @@ pub struct ListQuery {
     pub training_task_id: Option<String>,
 }
 
-impl Validate for ListQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.opt_int_range("limit", self.limit, 1, 200);
-        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
-        c.opt_str_len("projectId", self.project_id.as_deref(), 1, 100);
-        c.opt_str_len("trainingTaskId", self.training_task_id.as_deref(), 1, 100);
-    }
-}
+impl Validate for ListQuery {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobList {
@@ -276,13 +269,7 @@ pub struct GetQuery {
     pub training_task_id: Option<String>,
 }
 
-impl Validate for GetQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.opt_str_len("orgId", self.org_id.as_deref(), 1, 100);
-        c.opt_str_len("projectId", self.project_id.as_deref(), 0, 100);
-        c.opt_str_len("trainingTaskId", self.training_task_id.as_deref(), 0, 100);
-    }
-}
+impl Validate for GetQuery {}
 
 /// The job if the caller may see it (another organization's job is "not found").
 async fn visible_job(

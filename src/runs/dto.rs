@@ -221,13 +221,7 @@ pub struct CheckpointsQuery {
     pub project_id: ProjectId,
 }
 
-impl Validate for CheckpointsQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("runId", &self.run_id, 1, 300);
-        c.str_len("orgId", &self.org_id, 1, 300);
-        c.uuid("projectId", &self.project_id);
-    }
-}
+impl Validate for CheckpointsQuery {}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -267,17 +261,7 @@ fn run_ids_schema() -> utoipa::openapi::Array {
         .build()
 }
 
-impl Validate for TrackerQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("entity", &self.entity, 1, 200);
-        c.str_len("project", &self.project, 1, 200);
-        c.min_items("runId", self.run_id.len(), 1);
-        c.max_items("runId", self.run_id.len(), 500);
-        for id in &self.run_id {
-            c.str_len("runId", id, 1, 200);
-        }
-    }
-}
+impl Validate for TrackerQuery {}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -6,7 +6,6 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::export::Format;
-use super::MAX_EXPORT;
 use crate::domain::{ProjectId, TraceId};
 use crate::http::validate::{Checks, Validate};
 
@@ -100,7 +99,6 @@ impl ExportFilters {
                 );
             }
         }
-        c.opt_str_len("model", self.model.as_deref(), 1, 200);
         if let Some(status) = &self.status {
             c.one_of("status", status, &["ok", "error"]);
         }
@@ -120,8 +118,6 @@ impl ExportFilters {
 
 impl Validate for ExportQuery {
     fn validate(&self, c: &mut Checks) {
-        c.str_len("project_id", &self.project_id, 1, 100);
-        c.opt_int_range("limit", self.limit, 1, MAX_EXPORT as i64);
         if let Some(format) = &self.format {
             c.one_of("format", format, Format::NAMES);
         }

@@ -246,3 +246,159 @@ async fn a_value_the_schema_accepts_is_never_refused_and_one_it_refuses_always_i
         mismatches.join("\n")
     );
 }
+
+/// A query string of `params` (a list value repeats its name).
+fn query_of(params: &Map<String, Value>) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in params {
+        let values = match value {
+            Value::Array(items) => items.clone(),
+            other => vec![other.clone()],
+        };
+        for value in values {
+            let text = match value {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            query.append_pair(name, &text);
+        }
+    }
+    query.finish()
+}
+
+#[actix_web::test]
+async fn a_query_parameter_the_schema_accepts_is_never_refused_and_one_it_refuses_always_is() {
+    let app = spawn_app().await;
+    let org = app.create_org("Query bounds").await;
+    let doc: Value = app
+        .request(Method::GET, "/openapi.json", None)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (mut fields, mut probed, mut mismatches) = (0, 0, Vec::new());
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let parameters: Vec<&Value> = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query")
+                .collect();
+            if parameters.is_empty() {
+                continue;
+            }
+            let body = operation["requestBody"]["content"]["application/json"]["example"].clone();
+            // Required parameters at a value of the right shape.
+            let mut base = Map::new();
+            for parameter in parameters.iter().filter(|p| p["required"] == true) {
+                let name = parameter["name"].as_str().unwrap();
+                let schema = resolve(&doc, &parameter["schema"]);
+                let value = match name {
+                    "orgId" | "org_id" => json!(org.org_id),
+                    _ if schema["format"] == "uuid" => json!(uuid::Uuid::new_v4().to_string()),
+                    _ if schema["type"] == "array" => json!(["x"]),
+                    _ if schema["type"] == "integer" => json!(1),
+                    _ => json!("x"),
+                };
+                base.insert(name.to_owned(), value);
+            }
+            let mut caller = None;
+            for candidate in Caller::candidates(operation, &org) {
+                let (_, answer) = send_query(&app, method, path, &candidate, &base, &body).await;
+                let code = answer["code"].as_str().unwrap_or_default();
+                if ![
+                    "unauthenticated",
+                    "forbidden",
+                    "internal_key_required",
+                    "owner_required",
+                    "not_a_member",
+                    "other_organization",
+                ]
+                .contains(&code)
+                {
+                    caller = Some(candidate);
+                    break;
+                }
+            }
+            let Some(caller) = caller else {
+                mismatches.push(format!("{method} {path}: no credential of its security passes"));
+                continue;
+            };
+            for parameter in &parameters {
+                let name = parameter["name"].as_str().unwrap();
+                let sample = base.get(name).cloned().unwrap_or_else(|| json!(["x"]));
+                let values = probes(&doc, &parameter["schema"], Some(&sample));
+                if values.is_empty() {
+                    continue;
+                }
+                fields += 1;
+                for value in values {
+                    // A query carries text: a value is what its text reads as.
+                    let accepted = schema_accepts(&doc, &parameter["schema"], &value);
+                    let mut params = base.clone();
+                    params.insert(name.to_owned(), value.clone());
+                    let (status, answer) = send_query(&app, method, path, &caller, &params, &body).await;
+                    probed += 1;
+                    let refused = status == StatusCode::UNPROCESSABLE_ENTITY
+                        && answer["detail"].as_array().into_iter().flatten().any(|issue| {
+                            issue["loc"]
+                                .as_array()
+                                .is_some_and(|loc| loc.len() >= 2 && loc[0] == "query" && loc[1] == name)
+                        });
+                    // A key's foreign organization is 403 before any bound (CONTRACT §2).
+                    let foreign = answer["code"] == "other_organization";
+                    if (accepted == refused && !foreign) || status.is_server_error() {
+                        mismatches.push(format!(
+                            "{method} {path}?{name}={}: schema {} it, the service answered {status} {answer}",
+                            serde_json::to_string(&value)
+                                .unwrap()
+                                .chars()
+                                .take(60)
+                                .collect::<String>(),
+                            if accepted { "accepts" } else { "refuses" },
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(fields > 10, "only {fields} bounded parameters found");
+    assert!(probed > 50, "only {probed} values sent");
+    assert!(
+        mismatches.is_empty(),
+        "{} of {probed}:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
+}
+
+async fn send_query(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    caller: &Caller<'_>,
+    params: &Map<String, Value>,
+    body: &Value,
+) -> (StatusCode, Value) {
+    let path = path
+        .split('/')
+        .map(|segment| match segment {
+            "{org_id}" => caller.org.org_id.clone(),
+            s if s.starts_with('{') => uuid::Uuid::new_v4().to_string(),
+            s => s.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    let url = format!("{path}?{}", query_of(params));
+    let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+    let mut request = app.request(method, &url, Some(caller.token));
+    if !body.is_null() {
+        request = request.json(body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}

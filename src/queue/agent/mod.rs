@@ -103,12 +103,7 @@ pub struct AgentLogQuery {
     pub limit: Option<i64>,
 }
 
-impl Validate for AgentLogQuery {
-    fn validate(&self, c: &mut Checks) {
-        c.str_len("org_id", &self.org_id, 1, 100);
-        c.opt_int_range("limit", self.limit, 1, 500);
-    }
-}
+impl Validate for AgentLogQuery {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentLogView {
