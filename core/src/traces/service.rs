@@ -170,6 +170,7 @@ pub struct Selection {
 /// Writes the selected traces (in the order asked, repeats once) to `out` as records
 /// separated by `sep`. A selection whose records pass `traces.export_max_page_bytes` is 422:
 /// it has no cursor to go on with, so the caller selects fewer.
+#[allow(clippy::too_many_arguments)]
 pub async fn export_selection(
     db: &impl ConnectionTrait,
     max_page_bytes: usize,
