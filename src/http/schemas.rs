@@ -155,10 +155,7 @@ fn collect(root: &str, error: &ValidationError<'_>, issues: &mut Vec<ValidationI
     if let Some(alternatives) = context {
         // The alternative the value's shape takes (its tag, its being null or not): the one
         // whose only failures are bounds. Shapes are serde's to judge.
-        let mut fitting = alternatives
-            .iter()
-            .filter(|errors| errors.iter().all(|e| !is_shape_error(e.kind())));
-        if let (Some(errors), None) = (fitting.next(), fitting.next()) {
+        if let Some(errors) = fitting(alternatives) {
             for error in errors {
                 collect(root, error, issues);
             }
@@ -249,19 +246,32 @@ fn collect(root: &str, error: &ValidationError<'_>, issues: &mut Vec<ValidationI
 }
 
 /// Whether a failure is about the value's shape (its type, fields, tag) rather than a bound.
-fn is_shape_error(kind: &ValidationErrorKind) -> bool {
-    matches!(
-        kind,
+fn is_shape_error(error: &ValidationError<'_>) -> bool {
+    match error.kind() {
         ValidationErrorKind::Type { .. }
-            | ValidationErrorKind::Required { .. }
-            | ValidationErrorKind::AdditionalProperties { .. }
-            | ValidationErrorKind::Enum { .. }
-            | ValidationErrorKind::Constant { .. }
-            | ValidationErrorKind::FalseSchema
-            | ValidationErrorKind::OneOfNotValid { .. }
-            | ValidationErrorKind::OneOfMultipleValid { .. }
-            | ValidationErrorKind::AnyOf { .. }
-    )
+        | ValidationErrorKind::Required { .. }
+        | ValidationErrorKind::AdditionalProperties { .. }
+        | ValidationErrorKind::Enum { .. }
+        | ValidationErrorKind::Constant { .. }
+        | ValidationErrorKind::FalseSchema => true,
+        // A nested choice fits when exactly one of its alternatives does.
+        ValidationErrorKind::OneOfNotValid { context }
+        | ValidationErrorKind::OneOfMultipleValid { context }
+        | ValidationErrorKind::AnyOf { context } => fitting(context).is_none(),
+        _ => false,
+    }
+}
+
+/// The one alternative of a choice whose failures are all bounds (none when several or no
+/// alternative's shape fits).
+fn fitting<'e, 'a>(alternatives: &'e [Vec<ValidationError<'a>>]) -> Option<&'e Vec<ValidationError<'a>>> {
+    let mut fits = alternatives
+        .iter()
+        .filter(|errors| !errors.iter().any(is_shape_error));
+    match (fits.next(), fits.next()) {
+        (Some(errors), None) => Some(errors),
+        _ => None,
+    }
 }
 
 /// The JSON value of a form's fields as the component schema `name` types them (numbers,

@@ -128,14 +128,17 @@ impl Caller<'_> {
     }
 }
 
+/// Calls an operation of the document: its path parameters filled (the caller's organization,
+/// else a random UUID), `query` and `body` as given.
 async fn send(
     app: &TestApp,
     method: &str,
     path: &str,
     caller: &Caller<'_>,
+    query: Option<&Map<String, Value>>,
     body: &Value,
 ) -> (StatusCode, Value) {
-    let path = path
+    let mut url = path
         .split('/')
         .map(|segment| match segment {
             "{org_id}" => caller.org.org_id.clone(),
@@ -144,30 +147,54 @@ async fn send(
         })
         .collect::<Vec<_>>()
         .join("/");
+    if let Some(query) = query {
+        url = format!("{url}?{}", query_of(query));
+    }
     let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-    let response = app
-        .request(method, &path, Some(caller.token))
-        .header("X-Org-Id", caller.org.org_id.as_str())
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let mut request = app
+        .request(method, &url, Some(caller.token))
+        .header("X-Org-Id", caller.org.org_id.as_str());
+    if !body.is_null() {
+        request = request.json(body);
+    }
+    let response = request.send().await.unwrap();
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The first credential of the operation's security that its own example gets past.
+async fn caller_for<'a>(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    operation: &Value,
+    org: &'a TestOrg,
+    query: Option<&Map<String, Value>>,
+    body: &Value,
+) -> Option<Caller<'a>> {
+    for candidate in Caller::candidates(operation, org) {
+        let (_, answer) = send(app, method, path, &candidate, query, body).await;
+        let refused = [
+            "unauthenticated",
+            "forbidden",
+            "internal_key_required",
+            "owner_required",
+            "not_a_member",
+            "other_organization",
+        ]
+        .contains(&answer["code"].as_str().unwrap_or_default());
+        if !refused {
+            return Some(candidate);
+        }
+    }
+    None
 }
 
 #[actix_web::test]
 async fn a_value_the_schema_accepts_is_never_refused_and_one_it_refuses_always_is() {
     let app = spawn_app().await;
     let org = app.create_org("Bounds").await;
-    let doc: Value = app
-        .request(Method::GET, "/openapi.json", None)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let mut probed = 0;
     let mut fields = 0;
     let mut mismatches = Vec::new();
@@ -190,24 +217,16 @@ async fn a_value_the_schema_accepts_is_never_refused_and_one_it_refuses_always_i
                     base.insert(key.into(), json!(org.org_id));
                 }
             }
-            // The first credential the route lets through with its own example.
-            let mut caller = None;
-            for candidate in Caller::candidates(operation, &org) {
-                let (_, answer) = send(&app, method, path, &candidate, &Value::Object(base.clone())).await;
-                let refused_caller = [
-                    "unauthenticated",
-                    "forbidden",
-                    "internal_key_required",
-                    "owner_required",
-                    "not_a_member",
-                    "other_organization",
-                ]
-                .contains(&answer["code"].as_str().unwrap_or_default());
-                if !refused_caller {
-                    caller = Some(candidate);
-                    break;
-                }
-            }
+            let caller = caller_for(
+                &app,
+                method,
+                path,
+                operation,
+                &org,
+                None,
+                &Value::Object(base.clone()),
+            )
+            .await;
             let Some(caller) = caller else {
                 mismatches.push(format!("{method} {path}: no credential of its security passes"));
                 continue;
@@ -222,7 +241,8 @@ async fn a_value_the_schema_accepts_is_never_refused_and_one_it_refuses_always_i
                     let accepted = schema_accepts(&doc, property, &value);
                     let mut body = base.clone();
                     body.insert(field.clone(), value.clone());
-                    let (status, answer) = send(&app, method, path, &caller, &Value::Object(body)).await;
+                    let (status, answer) =
+                        send(&app, method, path, &caller, None, &Value::Object(body)).await;
                     probed += 1;
                     let refused =
                         status == StatusCode::UNPROCESSABLE_ENTITY && refuses(&answer["detail"], field);
@@ -270,14 +290,7 @@ fn query_of(params: &Map<String, Value>) -> String {
 async fn a_query_parameter_the_schema_accepts_is_never_refused_and_one_it_refuses_always_is() {
     let app = spawn_app().await;
     let org = app.create_org("Query bounds").await;
-    let doc: Value = app
-        .request(Method::GET, "/openapi.json", None)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let (mut fields, mut probed, mut mismatches) = (0, 0, Vec::new());
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
@@ -305,24 +318,7 @@ async fn a_query_parameter_the_schema_accepts_is_never_refused_and_one_it_refuse
                 };
                 base.insert(name.to_owned(), value);
             }
-            let mut caller = None;
-            for candidate in Caller::candidates(operation, &org) {
-                let (_, answer) = send_query(&app, method, path, &candidate, &base, &body).await;
-                let code = answer["code"].as_str().unwrap_or_default();
-                if ![
-                    "unauthenticated",
-                    "forbidden",
-                    "internal_key_required",
-                    "owner_required",
-                    "not_a_member",
-                    "other_organization",
-                ]
-                .contains(&code)
-                {
-                    caller = Some(candidate);
-                    break;
-                }
-            }
+            let caller = caller_for(&app, method, path, operation, &org, Some(&base), &body).await;
             let Some(caller) = caller else {
                 mismatches.push(format!("{method} {path}: no credential of its security passes"));
                 continue;
@@ -340,7 +336,7 @@ async fn a_query_parameter_the_schema_accepts_is_never_refused_and_one_it_refuse
                     let accepted = schema_accepts(&doc, &parameter["schema"], &value);
                     let mut params = base.clone();
                     params.insert(name.to_owned(), value.clone());
-                    let (status, answer) = send_query(&app, method, path, &caller, &params, &body).await;
+                    let (status, answer) = send(&app, method, path, &caller, Some(&params), &body).await;
                     probed += 1;
                     let refused = status == StatusCode::UNPROCESSABLE_ENTITY
                         && answer["detail"].as_array().into_iter().flatten().any(|issue| {
@@ -375,30 +371,42 @@ async fn a_query_parameter_the_schema_accepts_is_never_refused_and_one_it_refuse
     );
 }
 
-async fn send_query(
-    app: &TestApp,
-    method: &str,
-    path: &str,
-    caller: &Caller<'_>,
-    params: &Map<String, Value>,
-    body: &Value,
-) -> (StatusCode, Value) {
-    let path = path
-        .split('/')
-        .map(|segment| match segment {
-            "{org_id}" => caller.org.org_id.clone(),
-            s if s.starts_with('{') => uuid::Uuid::new_v4().to_string(),
-            s => s.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("/");
-    let url = format!("{path}?{}", query_of(params));
-    let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-    let mut request = app.request(method, &url, Some(caller.token));
-    if !body.is_null() {
-        request = request.json(body);
+#[actix_web::test]
+async fn a_nul_is_refused_wherever_the_schema_types_a_string_and_kept_in_free_form_json() {
+    let app = spawn_app().await;
+    let org = app.create_org("Nul").await;
+    let cases = [
+        // Inside a nullable choice of integer, number or string.
+        (
+            "/api/training/internal/agent-usage",
+            INTERNAL_KEY.to_owned(),
+            json!({"account_label": "codex-1", "primary_resets_at": "a\u{0}b"}),
+            vec![json!("body"), json!("primary_resets_at")],
+        ),
+        // Inside an item of a list of objects.
+        (
+            "/api/evals/runs",
+            org.api_key.clone(),
+            json!({"project_id": uuid::Uuid::new_v4(), "suite_name": "s", "environment_reference": "e",
+                   "cases": [{"case_id": "ok"}, {"case_id": "a\u{0}b"}]}),
+            vec![json!("body"), json!("cases"), json!(1), json!("case_id")],
+        ),
+    ];
+    for (path, token, body, loc) in cases {
+        let response = app.post(path, &token, &body).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{path}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["detail"][0]["loc"], json!(loc), "{answer}");
+        assert_eq!(answer["detail"][0]["type"], "string_pattern_mismatch", "{answer}");
     }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
+    // Free-form JSON is stored as JSON text, where a NUL stays an escape: accepted.
+    let project = app.create_project(&org, "Nul runs").await;
+    let run = app
+        .post(
+            "/api/runs",
+            &org.api_key,
+            &json!({"projectId": project, "config": {"note": "a\u{0}b"}}),
+        )
+        .await;
+    assert_eq!(run.status(), StatusCode::OK);
 }

@@ -143,14 +143,7 @@ async fn under_v1_the_openai_error_code_is_the_same_code() {
 #[actix_web::test]
 async fn every_code_is_in_the_document_and_the_readme_and_every_error_body_requires_one() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .request(Method::GET, "/openapi.json", None)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let schemas = &doc["components"]["schemas"];
     let listed: Vec<&str> = schemas["ErrorCode"]["enum"]
         .as_array()

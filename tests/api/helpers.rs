@@ -228,6 +228,17 @@ impl TestApp {
         }
     }
 
+    /// The service's /openapi.json.
+    pub async fn openapi(&self) -> Value {
+        self.request(Method::GET, "/openapi.json", None)
+            .send()
+            .await
+            .expect("the document")
+            .json()
+            .await
+            .expect("JSON")
+    }
+
     pub async fn get(&self, path: &str, token: &str) -> Response {
         self.request(Method::GET, path, Some(token))
             .send()

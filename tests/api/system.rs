@@ -206,14 +206,7 @@ async fn routes_with_their_own_credential_refuse_before_reading_the_body() {
 #[actix_web::test]
 async fn an_org_id_the_schema_accepts_is_never_refused_as_blank_and_one_it_refuses_is_422() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .request(Method::GET, "/openapi.json", None)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     // Every orgId of the document carries the one pattern (or, where the service reads it as
     // a UUID, the UUID pattern).
     let mut patterns = Vec::new();
@@ -573,14 +566,7 @@ async fn an_idle_client_connection_stays_open_for_the_configured_keep_alive() {
 #[actix_web::test]
 async fn every_operation_documents_the_answers_of_an_outage_and_of_a_slow_body() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .request(Method::GET, "/openapi.json", None)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
