@@ -121,6 +121,9 @@ pub fn query_issues(method: &str, pattern: &str, pairs: &[(String, String)]) -> 
         return Vec::new();
     };
     let value = typed_fields(schema.get("properties").and_then(Value::as_object), pairs);
+    if validator.is_valid(&value) {
+        return Vec::new();
+    }
     let mut issues = Vec::new();
     for error in validator.iter_errors(&value) {
         collect("query", &error, &mut issues);
@@ -136,6 +139,10 @@ pub fn bound_issues(root: &str, name: &str, value: &Value) -> Vec<ValidationIssu
     let Some(validator) = validator(name) else {
         return Vec::new();
     };
+    // Most bodies are valid: the cheap yes first, every failure's detail only for a no.
+    if validator.is_valid(value) {
+        return Vec::new();
+    }
     let mut issues = Vec::new();
     for error in validator.iter_errors(value) {
         collect(root, &error, &mut issues);
