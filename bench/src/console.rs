@@ -3,6 +3,7 @@
 //! kept-alive connection, against the simplest routes measured in the same run:
 //! `GET /healthz` (no database) and `GET /api/billing` (the JSON API's overview).
 
+use keel::domain::{EntryKind, JobAction, JobStatus};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -95,7 +96,7 @@ async fn run_one(
         balance += amount;
         entries.push(ledger_entry::ActiveModel {
             org_id: Set(org_id.clone()),
-            kind: Set(kind.into()),
+            kind: Set(EntryKind::parse(kind).unwrap_or(EntryKind::Topup)),
             amount_microcents: Set(amount),
             balance_after_microcents: Set(balance),
             idempotency_key: Set(Some(format!("bench-{i}"))),
@@ -143,8 +144,8 @@ async fn run_one(
                     org_id: Set(org_id.clone()),
                     project_id: Set(tenant.project_id.clone()),
                     training_task_id: Set(Some(format!("task-{}", i % 100))),
-                    action: Set(actions[i % actions.len()].into()),
-                    status: Set(status.into()),
+                    action: Set(JobAction::parse(actions[i % actions.len()]).unwrap_or(JobAction::Tracer)),
+                    status: Set(JobStatus::parse(status).unwrap_or(JobStatus::Queued)),
                     payload: Set(r#"{"epochs":3}"#.into()),
                     worker_id: Set(held.then(|| format!("worker-{}", i % 8))),
                     attempts: Set(i32::from(held)),

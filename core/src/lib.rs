@@ -12,7 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod console_store;
 pub mod database;
-pub mod domain;
+pub use keel_domain as domain;
 pub mod evals;
 pub mod flash;
 pub mod metrics;

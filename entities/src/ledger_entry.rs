@@ -1,3 +1,4 @@
+use keel_domain::EntryKind;
 use sea_orm::entity::prelude::*;
 
 /// One change of a balance. Append-only; `(org_id, idempotency_key)` is unique.
@@ -9,7 +10,7 @@ pub struct Model {
     pub org_id: String,
     /// `topup`, `auto_topup`, `promo`, `starter_credit`, `run_fee`, `serving_usage`,
     /// `training_estimate`, `training_run`.
-    pub kind: String,
+    pub kind: EntryKind,
     /// Signed: credits are positive, debits negative.
     pub amount_microcents: i64,
     pub balance_after_microcents: i64,

@@ -1,3 +1,4 @@
+use keel_domain::EntryKind;
 use sea_orm::entity::prelude::*;
 
 /// A charge attempted on a saved card, by payment-intent id.
@@ -11,7 +12,7 @@ pub struct Model {
     /// `succeeded`, `declined`, `requires_action`, `processing`.
     pub status: String,
     /// `topup` or `auto_topup`.
-    pub kind: String,
+    pub kind: EntryKind,
     /// The client's `Idempotency-Key` of a top-up; unique per organization.
     pub idempotency_key: Option<String>,
     pub created_at: DateTimeUtc,

@@ -1,3 +1,4 @@
+use keel_domain::EntryKind;
 use sea_orm::entity::prelude::*;
 
 /// A charge recorded before the processor was called and not settled yet.
@@ -9,7 +10,7 @@ pub struct Model {
     pub processor_key: String,
     pub org_id: String,
     /// `topup` or `auto_topup`.
-    pub kind: String,
+    pub kind: EntryKind,
     pub amount_cents: i64,
     pub customer_id: String,
     pub payment_method_id: String,

@@ -1,3 +1,4 @@
+use keel_domain::{JobAction, JobStatus};
 use sea_orm::entity::prelude::*;
 
 /// A training-agent job: `queued` → `running` → a terminal state (see docs/DECISIONS.md).
@@ -9,10 +10,8 @@ pub struct Model {
     pub org_id: String,
     pub project_id: String,
     pub training_task_id: Option<String>,
-    /// `tracer`, `draft`, `optimize` or `training`.
-    pub action: String,
-    /// `queued`, `running`, `stopping`, `succeeded`, `blocked`, `user_stopped`, `failed`.
-    pub status: String,
+    pub action: JobAction,
+    pub status: JobStatus,
     /// JSON object: the action's fields and `input`.
     pub payload: String,
     pub worker_id: Option<String>,

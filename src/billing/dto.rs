@@ -265,7 +265,7 @@ impl From<ledger_entry::Model> for LedgerEntryView {
     fn from(e: ledger_entry::Model) -> Self {
         Self {
             id: e.id,
-            kind: e.kind,
+            kind: e.kind.to_string(),
             amount_microcents: Microcents(e.amount_microcents),
             balance_after_microcents: Microcents(e.balance_after_microcents),
             reason: e.reason,

@@ -31,8 +31,8 @@ fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::U
     HeldJob {
         id: job.id.clone(),
         org_id: job.org_id.clone(),
-        action: job.action.clone(),
-        status: job.status.clone(),
+        action: job.action.to_string(),
+        status: job.status.to_string(),
         heartbeat: match job.heartbeat_at.or(job.claimed_at) {
             Some(at) => format!("{} ago", format::age(now - at)),
             None => "—".into(),

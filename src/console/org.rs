@@ -39,7 +39,7 @@ pub(super) async fn org_layout(
 fn ledger_row(e: &ledger_entry::Model) -> LedgerRow {
     LedgerRow {
         at: format::time(e.created_at),
-        kind: e.kind.clone(),
+        kind: e.kind.to_string(),
         amount: format::dollars(Microcents(e.amount_microcents)),
         amount_exact: format::exact(Microcents(e.amount_microcents)),
         credit: e.amount_microcents > 0,

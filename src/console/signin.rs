@@ -169,8 +169,8 @@ async fn operator_rows(state: &AppState) -> Result<Vec<OrgRow>, ConsoleError> {
     let mut open: HashMap<String, (i64, i64)> = HashMap::new();
     for (org, status, count) in crate::queue::repo::open_counts_by_org(&state.db).await? {
         let entry = open.entry(org).or_default();
-        match status.as_str() {
-            "queued" => entry.0 += count,
+        match crate::domain::JobStatus::parse(&status) {
+            Some(crate::domain::JobStatus::Queued) => entry.0 += count,
             _ => entry.1 += count,
         }
     }

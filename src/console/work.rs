@@ -62,8 +62,8 @@ fn parse_cursor(raw: Option<&str>) -> Option<(chrono::DateTime<chrono::Utc>, Str
 fn job_row(job: &training_job::Model) -> JobRow {
     JobRow {
         id: job.id.clone(),
-        action: job.action.clone(),
-        status: job.status.clone(),
+        action: job.action.to_string(),
+        status: job.status.to_string(),
         project: job.project_id.clone(),
         task: job.training_task_id.clone().unwrap_or_default(),
         worker: job.worker_id.clone().unwrap_or_default(),
@@ -264,8 +264,10 @@ pub async fn stop_job(
     after_form(
         &format!("/console/o/{}/jobs/{}", org.org_id, job.id),
         outcome,
-        |job| match job.status.as_str() {
-            "stopping" => "Stop requested: the worker is told at its next heartbeat.".into(),
+        |job| match job.status {
+            crate::domain::JobStatus::Stopping => {
+                "Stop requested: the worker is told at its next heartbeat.".into()
+            }
             _ => "Job stopped.".into(),
         },
     )

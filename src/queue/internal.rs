@@ -115,7 +115,7 @@ pub async fn claim_jobs(
             job_id: job.id,
             org_id: job.org_id,
             project_id: job.project_id,
-            action: job.action,
+            action: job.action.to_string(),
             attempt: job.attempts,
         })
         .collect();

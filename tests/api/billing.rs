@@ -992,7 +992,7 @@ async fn a_top_up_decided_on_a_stale_balance_charges_nothing() {
     assert_eq!(account.auto_topup_started_at, None, "the claim is released");
     let payments_made = entities::payment::Entity::find().all(&db).await.unwrap();
     assert!(
-        payments_made.iter().all(|p| p.kind != "auto_topup"),
+        payments_made.iter().all(|p| p.kind.as_str() != "auto_topup"),
         "{payments_made:?}"
     );
     db.close().await.ok();

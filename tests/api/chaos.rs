@@ -413,7 +413,10 @@ async fn kill_9_under_claims_and_reports_leaves_no_job_twice_held_and_every_job_
         .all(&conn)
         .await
         .unwrap();
-    assert!(jobs.iter().all(|j| j.status == "succeeded"), "every job ended");
+    assert!(
+        jobs.iter().all(|j| j.status.as_str() == "succeeded"),
+        "every job ended"
+    );
     let fees = entities::ledger_entry::Entity::find()
         .filter(entities::ledger_entry::Column::OrgId.eq(org_id.as_str()))
         .filter(entities::ledger_entry::Column::Kind.eq("run_fee"))

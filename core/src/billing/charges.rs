@@ -58,7 +58,7 @@ pub fn pending(
     pending_payment::Model {
         processor_key,
         org_id: org_id.to_owned(),
-        kind: kind.as_str().to_owned(),
+        kind,
         amount_cents: amount.get(),
         customer_id: customer_id.to_owned(),
         payment_method_id: payment_method_id.to_owned(),
@@ -118,7 +118,7 @@ async fn ask(payments: &Payments, pending: &pending_payment::Model) -> Result<Pa
             customer_id: &pending.customer_id,
             payment_method_id: &pending.payment_method_id,
             amount: Cents(pending.amount_cents),
-            kind: &pending.kind,
+            kind: pending.kind.as_str(),
             idempotency_key: &pending.processor_key,
         })
         .await
@@ -167,7 +167,7 @@ async fn settle_answer(
 }
 
 fn is_auto(pending: &pending_payment::Model) -> bool {
-    pending.kind == EntryKind::AutoTopup.as_str()
+    pending.kind == EntryKind::AutoTopup
 }
 
 /// The payment row a pending charge becomes.
@@ -181,7 +181,7 @@ fn payment_row<'a>(
         org_id: &pending.org_id,
         amount: Cents(pending.amount_cents),
         status,
-        kind: &pending.kind,
+        kind: pending.kind,
         idempotency_key: pending.client_key.as_deref(),
     }
 }
@@ -205,7 +205,7 @@ fn credit_op(pending: &pending_payment::Model, intent_id: &str) -> LedgerOp {
         payment_intent_id: intent_id.to_owned(),
         org_id: pending.org_id.clone(),
         amount,
-        kind: pending.kind.clone(),
+        kind: pending.kind,
         client_key: pending.client_key.clone(),
     });
     if is_auto(pending) {

@@ -11,7 +11,7 @@ use sea_orm::{
 };
 
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
-use crate::domain::Cents;
+use crate::domain::{Cents, EntryKind};
 use crate::orgs::repo::org_exists;
 
 /// The organization's account, created on first use; `None` when the org is unknown.
@@ -151,7 +151,7 @@ pub struct PaymentRow<'a> {
     pub amount: Cents,
     pub status: &'a str,
     /// `topup` or `auto_topup`.
-    pub kind: &'a str,
+    pub kind: EntryKind,
     /// A top-up's client `Idempotency-Key`.
     pub idempotency_key: Option<&'a str>,
 }
@@ -169,7 +169,7 @@ pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> R
         org_id: Set(row.org_id.to_owned()),
         amount_cents: Set(row.amount.get()),
         status: Set(row.status.to_owned()),
-        kind: Set(row.kind.to_owned()),
+        kind: Set(row.kind),
         idempotency_key: Set(row.idempotency_key.map(str::to_owned)),
         created_at: Set(now),
         updated_at: Set(now),

@@ -416,7 +416,7 @@ async fn credit_succeeded_payment(billing: &Billing, intent: &Value) -> Result<(
                     org_id: &org_id,
                     amount: cents,
                     status: "succeeded",
-                    kind: kind.as_str(),
+                    kind,
                     idempotency_key: None,
                 },
             )

@@ -31,7 +31,7 @@ pub enum JobError {
     NotFound,
     /// The job's status when it was asked to stop.
     #[error("the job already ended ({0})")]
-    AlreadyEnded(String),
+    AlreadyEnded(crate::domain::JobStatus),
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]
     SecretsUnconfigured,
     #[error("sealing a secret failed")]

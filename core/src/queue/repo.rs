@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Duration, Utc};
 use entities::{org_secret, training_job};
 use sea_orm::sea_query::{Condition, Expr, OnConflict};
@@ -23,16 +25,30 @@ const BLOCKED: &str = JobStatus::Blocked.as_str();
 const USER_STOPPED: &str = JobStatus::UserStopped.as_str();
 const FAILED: &str = JobStatus::Failed.as_str();
 
+/// `sql` with `{queued}`, `{running}` and `{stopping}` written as the statuses' SQL literals:
+/// the partial indexes' conditions must stand in a statement's text, not as parameters.
+fn with_statuses(sql: &str) -> String {
+    let literal = |status: JobStatus| format!("'{}'", status.as_str());
+    sql.replace("{queued}", &literal(JobStatus::Queued))
+        .replace("{running}", &literal(JobStatus::Running))
+        .replace("{stopping}", &literal(JobStatus::Stopping))
+}
+
+/// The held statuses' condition, and the running one's (built once).
+static HELD: LazyLock<String> = LazyLock::new(|| with_statuses("status IN ({running}, {stopping})"));
+static IS_RUNNING: LazyLock<String> = LazyLock::new(|| with_statuses("status = {running}"));
+static IS_STOPPING: LazyLock<String> = LazyLock::new(|| with_statuses("status = {stopping}"));
+
 /// A held job (running or stopping), written as the partial indexes state it (migration
 /// `m20261122_000004`): SQLite uses a partial index only when the query repeats its
 /// condition, and PostgreSQL cannot match a bound parameter against it in a generic plan.
 fn held() -> Condition {
-    Condition::all().add(Expr::cust("status IN ('running', 'stopping')"))
+    Condition::all().add(Expr::cust(HELD.as_str()))
 }
 
 /// A running job, in a form that still names the held-jobs indexes' condition.
 fn running() -> Condition {
-    held().add(Expr::cust("status = 'running'"))
+    held().add(Expr::cust(IS_RUNNING.as_str()))
 }
 
 pub struct NewJob {
@@ -49,8 +65,8 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         org_id: job.org_id,
         project_id: job.project_id,
         training_task_id: job.training_task_id,
-        action: job.action.as_str().to_owned(),
-        status: QUEUED.into(),
+        action: job.action,
+        status: JobStatus::Queued,
         payload: job.payload.to_string(),
         worker_id: None,
         attempts: 0,
@@ -186,7 +202,10 @@ pub async fn stop_job(
         .await?;
     Ok(match find_job(db, job_id).await? {
         None => StopOutcome::NotFound,
-        Some(job) if job.status == STOPPING || (job.status == USER_STOPPED && job.stop_requested) => {
+        Some(job)
+            if job.status == JobStatus::Stopping
+                || (job.status == JobStatus::UserStopped && job.stop_requested) =>
+        {
             StopOutcome::Stopped(job)
         }
         Some(job) => StopOutcome::AlreadyFinished(job),
@@ -206,23 +225,24 @@ pub async fn claim(
     let now = Utc::now();
     let ranked = "SELECT id FROM (\
             SELECT id, created_at, ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn \
-            FROM training_jobs WHERE action = {action} AND status = 'queued'\
+            FROM training_jobs WHERE action = {action} AND status = {queued}\
         ) ranked WHERE rn <= {limit} ORDER BY rn, created_at, id LIMIT {limit}";
     let (sql, values): (String, Vec<Value>) = match backend {
         // The same ranking over each organization's oldest `limit` jobs only, locked and
         // updated by `ctid` (docs/ARCHITECTURE.md, "Actors").
         DbBackend::Postgres => (
-            "WITH RECURSIVE orgs(org_id) AS (\
-                (SELECT org_id FROM training_jobs WHERE action = $1 AND status = 'queued' \
+            with_statuses(
+                "WITH RECURSIVE orgs(org_id) AS (\
+                (SELECT org_id FROM training_jobs WHERE action = $1 AND status = {queued} \
                     ORDER BY action, org_id LIMIT 1) \
                 UNION ALL \
-                SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = 'queued' \
+                SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = {queued} \
                     AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
                 FROM orgs WHERE orgs.org_id IS NOT NULL\
              ), heads AS (\
                 SELECT h.ctid, h.id, h.org_id, h.created_at FROM orgs CROSS JOIN LATERAL (\
                     SELECT t.ctid, t.id, t.org_id, t.created_at FROM training_jobs t \
-                    WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = 'queued' \
+                    WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = {queued} \
                     ORDER BY t.created_at, t.id LIMIT $2) h \
                 WHERE orgs.org_id IS NOT NULL\
              ), candidates AS (\
@@ -231,11 +251,11 @@ pub async fn claim(
                 ORDER BY rn, created_at, id LIMIT $2\
              ), locked AS (\
                 SELECT ctid FROM training_jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidates)) \
-                AND status = 'queued' FOR UPDATE SKIP LOCKED) \
-             UPDATE training_jobs SET status = 'running', worker_id = $3, attempts = attempts + 1, \
+                AND status = {queued} FOR UPDATE SKIP LOCKED) \
+             UPDATE training_jobs SET status = {running}, worker_id = $3, attempts = attempts + 1, \
                 claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
-             WHERE ctid = ANY(ARRAY(SELECT ctid FROM locked)) RETURNING *"
-                .to_owned(),
+             WHERE ctid = ANY(ARRAY(SELECT ctid FROM locked)) RETURNING *",
+            ),
             vec![
                 action.into(),
                 i64::from(limit).into(),
@@ -244,11 +264,14 @@ pub async fn claim(
             ],
         ),
         _ => (
-            format!(
-                "UPDATE training_jobs SET status = 'running', worker_id = ?, attempts = attempts + 1, \
+            with_statuses(
+                &"UPDATE training_jobs SET status = {running}, worker_id = ?, attempts = attempts + 1, \
                     claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
-                 WHERE status = 'queued' AND id IN ({}) RETURNING *",
-                ranked.replace("{action}", "?").replace("{limit}", "?")
+                 WHERE status = {queued} AND id IN ({ranked}) RETURNING *"
+                    .replace(
+                        "{ranked}",
+                        &ranked.replace("{action}", "?").replace("{limit}", "?"),
+                    ),
             ),
             vec![
                 worker_id.into(),
@@ -320,25 +343,25 @@ pub async fn apply_reports(
     // check a filter: written plainly, the planner (trusting a young table's statistics) also
     // read the whole partial index of held jobs and intersected the two. On SQLite the unary
     // `+` does the same (without it SQLite walked the held jobs and, for each, the batch).
-    let (sql, values): (&str, Vec<Value>) = match backend {
+    let (sql, values): (String, Vec<Value>) = match backend {
         DbBackend::Postgres => (
-            "UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
+            with_statuses("UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
                 finished_at = $2, updated_at = $2 \
              FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
              WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
-               AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ('running', 'stopping') \
-             RETURNING j.id",
+               AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
+             RETURNING j.id"),
             vec![serde_json::Value::Array(rows).into(), now.into()],
         ),
         _ => (
-            "UPDATE training_jobs SET status = r.status, result = r.result, error = r.error, \
+            with_statuses("UPDATE training_jobs SET status = r.status, result = r.result, error = r.error, \
                 finished_at = ?, updated_at = ? \
              FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.worker_id') AS worker_id, \
                           json_extract(value, '$.status') AS status, json_extract(value, '$.result') AS result, \
                           json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
              WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
-               AND +training_jobs.status IN ('running', 'stopping') \
-             RETURNING training_jobs.id",
+               AND +training_jobs.status IN ({running}, {stopping}) \
+             RETURNING training_jobs.id"),
             vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
         ),
     };
@@ -512,7 +535,7 @@ pub async fn requeue_stale(
         .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
-        .filter(held().add(Expr::cust("status = 'stopping'")))
+        .filter(held().add(Expr::cust(IS_STOPPING.as_str())))
         .filter(stale())
         .exec(db)
         .await?

@@ -68,7 +68,7 @@ pub struct SettledPayment {
     pub org_id: String,
     pub amount: Cents,
     /// `topup` or `auto_topup`.
-    pub kind: String,
+    pub kind: EntryKind,
     /// The client's `Idempotency-Key` of a top-up.
     pub client_key: Option<String>,
 }

@@ -248,7 +248,7 @@ pub(super) async fn flush(
                 org_id: &payment.org_id,
                 amount: payment.amount,
                 status: "succeeded",
-                kind: &payment.kind,
+                kind: payment.kind,
                 idempotency_key: payment.client_key.as_deref(),
             },
         )

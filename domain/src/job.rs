@@ -1,16 +1,25 @@
 //! A training job's action and status (CONTRACT §5), as stored and answered.
 
+use sea_orm::{DeriveActiveEnum, EnumIter};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, EnumIter, DeriveActiveEnum)]
 #[serde(rename_all = "snake_case")]
+#[sea_orm(rs_type = "String", db_type = "Text")]
 pub enum JobStatus {
+    #[sea_orm(string_value = "queued")]
     Queued,
+    #[sea_orm(string_value = "running")]
     Running,
+    #[sea_orm(string_value = "stopping")]
     Stopping,
+    #[sea_orm(string_value = "succeeded")]
     Succeeded,
+    #[sea_orm(string_value = "blocked")]
     Blocked,
+    #[sea_orm(string_value = "user_stopped")]
     UserStopped,
+    #[sea_orm(string_value = "failed")]
     Failed,
 }
 
@@ -48,12 +57,17 @@ impl PartialEq<JobStatus> for String {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, EnumIter, DeriveActiveEnum)]
 #[serde(rename_all = "snake_case")]
+#[sea_orm(rs_type = "String", db_type = "Text")]
 pub enum JobAction {
+    #[sea_orm(string_value = "tracer")]
     Tracer,
+    #[sea_orm(string_value = "draft")]
     Draft,
+    #[sea_orm(string_value = "optimize")]
     Optimize,
+    #[sea_orm(string_value = "training")]
     Training,
 }
 
@@ -101,5 +115,17 @@ mod tests {
             assert_eq!(serde_json::to_value(parsed).unwrap(), status);
         }
         assert_eq!(JobStatus::parse("done"), None);
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for JobAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -1,5 +1,7 @@
-//! The domain's own types, parsed once at the edge (bodies, queries, paths, credentials) and
-//! carried inward, so nothing inside compares or normalizes raw strings.
+//! keel's value types, parsed once at the edge (bodies, queries, paths, credentials) and
+//! carried inward, so nothing inside compares or normalizes raw strings; the rows of
+//! `entities` are typed with them. A crate of its own so that `entities` (below the core) can
+//! use them.
 
 pub mod idempotency;
 pub mod ids;

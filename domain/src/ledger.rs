@@ -1,18 +1,34 @@
 //! What a ledger row records.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use sea_orm::{DeriveActiveEnum, EnumIter};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "Text")]
 pub enum EntryKind {
+    #[sea_orm(string_value = "topup")]
     Topup,
+    #[sea_orm(string_value = "auto_topup")]
     AutoTopup,
+    #[sea_orm(string_value = "promo")]
     Promo,
+    #[sea_orm(string_value = "starter_credit")]
     StarterCredit,
+    #[sea_orm(string_value = "run_fee")]
     RunFee,
+    #[sea_orm(string_value = "serving_usage")]
     ServingUsage,
+    #[sea_orm(string_value = "training_estimate")]
     TrainingEstimate,
+    #[sea_orm(string_value = "training_run")]
     TrainingRun,
 }
 
 impl EntryKind {
+    /// The kind stored as `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+
     pub const ALL: [Self; 8] = [
         Self::Topup,
         Self::AutoTopup,
@@ -35,5 +51,11 @@ impl EntryKind {
             Self::TrainingEstimate => "training_estimate",
             Self::TrainingRun => "training_run",
         }
+    }
+}
+
+impl std::fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
