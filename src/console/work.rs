@@ -174,9 +174,7 @@ pub struct JobPath {
 }
 
 fn is_live(job: &training_job::Model) -> bool {
-    [JobStatus::Queued, JobStatus::Running, JobStatus::Stopping]
-        .iter()
-        .any(|s| job.status == *s)
+    [JobStatus::Queued, JobStatus::Running, JobStatus::Stopping].contains(&job.status)
 }
 
 pub async fn job(
