@@ -17,8 +17,16 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// `JobsQueued` of this "action" wakes the claims of every action (a sweep requeued jobs).
-pub const ANY_ACTION: &str = "*";
+use crate::domain::{ApiKeyId, JobAction, OrgId};
+
+/// Which waiting claims new jobs concern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wake {
+    /// Claims of this action.
+    Action(JobAction),
+    /// Claims of every action (a sweep or a restarted worker requeued jobs of any).
+    Any,
+}
 
 /// The listener connection's `application_name` (`pg_stat_activity` shows it).
 pub const LISTENER_NAME: &str = "keel-listener";
@@ -29,13 +37,13 @@ pub const CHANNEL: &str = "keel_events";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// An API key was revoked.
-    KeyRevoked(String),
+    KeyRevoked(ApiKeyId),
     /// An organization was deleted or its memberships changed.
-    OrgChanged(String),
+    OrgChanged(OrgId),
     /// An adapter was registered, re-attributed, changed liveness or was removed.
     AdapterChanged(String),
-    /// Jobs of this action were queued or requeued.
-    JobsQueued(String),
+    /// Jobs were queued or requeued.
+    JobsQueued(Wake),
 }
 
 impl Event {
@@ -46,21 +54,22 @@ impl Event {
 
     fn parts(&self) -> (&'static str, &str) {
         match self {
-            Self::KeyRevoked(id) => ("key", id),
-            Self::OrgChanged(id) => ("org", id),
+            Self::KeyRevoked(id) => ("key", id.as_str()),
+            Self::OrgChanged(id) => ("org", id.as_str()),
             Self::AdapterChanged(id) => ("adapter", id),
-            Self::JobsQueued(action) => ("jobs", action),
+            Self::JobsQueued(Wake::Action(action)) => ("jobs", action.as_str()),
+            Self::JobsQueued(Wake::Any) => ("jobs", "*"),
         }
     }
 
     fn decode(payload: &str) -> Option<Self> {
         let (kind, id) = payload.split_once(':')?;
-        let id = id.to_owned();
         Some(match kind {
-            "key" => Self::KeyRevoked(id),
-            "org" => Self::OrgChanged(id),
-            "adapter" => Self::AdapterChanged(id),
-            "jobs" => Self::JobsQueued(id),
+            "key" => Self::KeyRevoked(ApiKeyId::parse(id)),
+            "org" => Self::OrgChanged(OrgId::parse(id)),
+            "adapter" => Self::AdapterChanged(id.to_owned()),
+            "jobs" if id == "*" => Self::JobsQueued(Wake::Any),
+            "jobs" => Self::JobsQueued(Wake::Action(JobAction::parse(id)?)),
             _ => return None,
         })
     }
@@ -86,7 +95,7 @@ struct Inner {
     postgres: bool,
     caches: Vec<Box<dyn Subscriber>>,
     /// Claims waiting for jobs, by action.
-    waiting: Mutex<HashMap<String, Arc<Notify>>>,
+    waiting: Mutex<HashMap<JobAction, Arc<Notify>>>,
     /// Cancelled when the process begins to shut down.
     stopping: CancellationToken,
     received: IntCounterVec,
@@ -148,7 +157,7 @@ impl Cluster {
 
     fn apply(&self, event: &Event) {
         match event {
-            Event::JobsQueued(action) => self.wake(action),
+            Event::JobsQueued(wake) => self.wake(*wake),
             other => self.inner.caches.iter().for_each(|cache| cache.apply(other)),
         }
     }
@@ -162,19 +171,22 @@ impl Cluster {
         }
     }
 
-    fn wake(&self, action: &str) {
+    fn wake(&self, wake: Wake) {
         let waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        if action == ANY_ACTION {
-            waiting.values().for_each(|notify| notify.notify_waiters());
-        } else if let Some(notify) = waiting.get(action) {
-            notify.notify_waiters();
+        match wake {
+            Wake::Any => waiting.values().for_each(|notify| notify.notify_waiters()),
+            Wake::Action(action) => {
+                if let Some(notify) = waiting.get(&action) {
+                    notify.notify_waiters();
+                }
+            }
         }
     }
 
     /// What a claim of `action` waits on for new jobs.
-    pub fn jobs_signal(&self, action: &str) -> Arc<Notify> {
+    pub fn jobs_signal(&self, action: JobAction) -> Arc<Notify> {
         let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.entry(action.to_owned()).or_default().clone()
+        waiting.entry(action).or_default().clone()
     }
 
     /// Cancelled once the process begins to shut down (waiting claims answer at once).
@@ -253,19 +265,22 @@ impl Cluster {
 
 #[cfg(test)]
 mod tests {
-    use super::Event;
+    use super::{Event, Wake};
+    use crate::domain::{ApiKeyId, JobAction, OrgId};
 
     #[test]
     fn events_survive_the_channel() {
         for event in [
-            Event::KeyRevoked("k1".into()),
-            Event::OrgChanged("o:1".into()),
+            Event::KeyRevoked(ApiKeyId::parse("3f2c0a1e-4b5d-4c6e-8f90-a1b2c3d4e5f6")),
+            Event::OrgChanged(OrgId::parse("0b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11")),
             Event::AdapterChanged("acme/bot".into()),
-            Event::JobsQueued("train".into()),
+            Event::JobsQueued(Wake::Action(JobAction::Training)),
+            Event::JobsQueued(Wake::Any),
         ] {
             assert_eq!(Event::decode(&event.encode()), Some(event));
         }
         assert_eq!(Event::decode("nonsense"), None);
         assert_eq!(Event::decode("what:x"), None);
+        assert_eq!(Event::decode("jobs:nonsense"), None);
     }
 }

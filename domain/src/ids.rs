@@ -176,6 +176,12 @@ text_id!(
 );
 
 text_id!(
+    /// An API key's id (a UUID keel gave out), in its canonical spelling.
+    ApiKeyId,
+    canonical_uuid
+);
+
+text_id!(
     /// A recorded trace's id (a UUID keel gave out), in its canonical spelling.
     TraceId,
     canonical_uuid

@@ -10,7 +10,7 @@ pub mod ledger;
 pub mod money;
 
 pub use idempotency::IdempotencyKey;
-pub use ids::{JobId, OrgId, ProjectId, RunId, TraceId};
+pub use ids::{ApiKeyId, JobId, OrgId, ProjectId, RunId, TraceId};
 pub use job::{JobAction, JobStatus};
 pub use ledger::EntryKind;
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};

@@ -170,8 +170,8 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest)).await?;
         Ok::<_, sea_orm::DbErr>(key.map(|key| {
             Arc::new(KeyOwner {
-                key_id: key.id,
-                org_id: key.org_id,
+                key_id: keel_core::domain::ApiKeyId::parse(&key.id),
+                org_id: keel_core::domain::OrgId::parse(&key.org_id),
             })
         }))
     };
@@ -469,7 +469,7 @@ async fn proxy_chat(
 
     let recording = project_id.map(|project_id| Recording {
         draft: TraceDraft {
-            org_id: owner.org_id.clone(),
+            org_id: owner.org_id.as_str().to_owned(),
             project_id,
             provider,
             // A NUL (`\u0000` in the JSON) as U+FFFD: PostgreSQL's text cannot hold it.

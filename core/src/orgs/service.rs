@@ -8,7 +8,7 @@ use super::repo::{self, CreatedKey, CreatedOrg};
 use super::OrgError;
 use crate::auth::Role;
 use crate::cluster::{Cluster, Event};
-use crate::domain::OrgId;
+use crate::domain::{ApiKeyId, OrgId};
 
 /// Creates an organization with its owner. An explicit slug already taken is 409; a
 /// slug derived from the name gets a short suffix instead.
@@ -70,7 +70,7 @@ pub async fn revoke_key(
     if !belongs || !repo::revoke_api_key(db, key_id).await? {
         return Err(OrgError::KeyNotFound);
     }
-    cluster.publish(Event::KeyRevoked(key_id.to_owned())).await;
+    cluster.publish(Event::KeyRevoked(ApiKeyId::parse(key_id))).await;
     Ok(())
 }
 
@@ -79,7 +79,7 @@ pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &Org
     if !repo::delete_org(db, org_id).await? {
         return Err(OrgError::OrgNotFound);
     }
-    cluster.publish(Event::OrgChanged(org_id.to_string())).await;
+    cluster.publish(Event::OrgChanged(org_id.clone())).await;
     Ok(())
 }
 
@@ -97,7 +97,7 @@ pub async fn set_member(
     }
     repo::upsert_user(db, user_id, email).await?;
     repo::set_role(db, org_id, user_id, role).await?;
-    cluster.publish(Event::OrgChanged(org_id.to_string())).await;
+    cluster.publish(Event::OrgChanged(org_id.clone())).await;
     Ok(())
 }
 
@@ -127,7 +127,7 @@ pub async fn revoke_any_key(
     if !repo::revoke_api_key(db, key_id).await? {
         return Err(OrgError::KeyNotFound);
     }
-    cluster.publish(Event::KeyRevoked(key_id.to_owned())).await;
+    cluster.publish(Event::KeyRevoked(ApiKeyId::parse(key_id))).await;
     Ok(())
 }
 

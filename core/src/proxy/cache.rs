@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::LoadCache;
+use crate::domain::{ApiKeyId, OrgId};
 use crate::metrics::Metrics;
 
 /// A verified API key: its id and organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyOwner {
-    pub key_id: String,
-    pub org_id: String,
+    pub key_id: ApiKeyId,
+    pub org_id: OrgId,
 }
 
 #[derive(Clone)]
@@ -32,8 +33,8 @@ impl ProxyCache {
         }
     }
 
-    pub fn forget_key(&self, key_id: &str) {
-        let key_id = key_id.to_owned();
+    pub fn forget_key(&self, key_id: &ApiKeyId) {
+        let key_id = key_id.clone();
         self.keys.forget_where(move |_, owner| owner.key_id == key_id);
     }
 
@@ -42,10 +43,10 @@ impl ProxyCache {
         self.projects.clear();
     }
 
-    pub fn forget_org(&self, org_id: &str) {
-        let org = org_id.to_owned();
+    pub fn forget_org(&self, org_id: &OrgId) {
+        let org = org_id.clone();
         self.keys.forget_where(move |_, owner| owner.org_id == org);
-        let org = org_id.to_owned();
+        let org = org_id.clone();
         self.projects.forget_where(move |_, owner| *owner == org);
     }
 }

@@ -120,13 +120,15 @@ impl QueueActor {
         // Its own task, like every database call of this actor.
         let insert = actix::spawn(async move {
             let inserted = repo::insert_jobs(&db, jobs).await;
-            let actions: HashSet<&str> = inserted
+            let actions: HashSet<JobAction> = inserted
                 .iter()
                 .filter_map(|job| job.as_ref().ok())
-                .map(|job| job.action.as_str())
+                .map(|job| job.action)
                 .collect();
             for action in actions {
-                cluster.publish(Event::JobsQueued(action.to_owned())).await;
+                cluster
+                    .publish(Event::JobsQueued(crate::cluster::Wake::Action(action)))
+                    .await;
             }
             inserted
         });
@@ -227,7 +229,7 @@ async fn sweep(
     metrics.attempts_exhausted.inc_by(counts.failed);
     if counts.requeued > 0 {
         cluster
-            .publish(Event::JobsQueued(crate::cluster::ANY_ACTION.into()))
+            .publish(Event::JobsQueued(crate::cluster::Wake::Any))
             .await;
     }
     Ok(counts)
@@ -335,7 +337,7 @@ async fn claim_and_bill(
     repo::release_claims(db, &unsettled, &msg.worker_id).await?;
     if !unsettled.is_empty() {
         cluster
-            .publish(Event::JobsQueued(msg.action.as_str().to_owned()))
+            .publish(Event::JobsQueued(crate::cluster::Wake::Action(msg.action)))
             .await;
     }
     Ok((handed, unsettled.len() as u64))

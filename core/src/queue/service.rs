@@ -80,9 +80,7 @@ pub async fn requeue_interrupted(jobs: &Jobs, worker_id: &str) -> Result<u64, Jo
         .inc_by(requeued);
     if requeued > 0 {
         jobs.cluster
-            .publish(crate::cluster::Event::JobsQueued(
-                crate::cluster::ANY_ACTION.into(),
-            ))
+            .publish(crate::cluster::Event::JobsQueued(crate::cluster::Wake::Any))
             .await;
     }
     Ok(requeued)
@@ -101,7 +99,7 @@ pub async fn claim(
     wanted: super::actor::StillWanted,
 ) -> Result<Vec<training_job::Model>, JobError> {
     let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-    let signal = jobs.cluster.jobs_signal(action.as_str());
+    let signal = jobs.cluster.jobs_signal(action);
     let stopping = jobs.cluster.stopping().clone();
     loop {
         // Registered before looking, so a job queued meanwhile still wakes this claim.
