@@ -229,6 +229,17 @@ fn collect(root: &str, error: &ValidationError<'_>, issues: &mut Vec<ValidationI
             ValidationIssue::new(loc, "less_than", format!("Input should be less than {limit}"))
                 .with_ctx(json!({ "lt": limit }))
         }
+        // A map key the schema's `propertyNames` refuses (a NUL in a typed map's key).
+        ValidationErrorKind::PropertyNames { error } => {
+            let key = error.instance().as_str().unwrap_or_default().to_owned();
+            let mut loc = loc;
+            let message = match key.contains('\0') {
+                true => "String should not contain the NUL character (\\u0000)".to_owned(),
+                false => "String should match the pattern of this map's keys".to_owned(),
+            };
+            loc.push(Value::from(key));
+            ValidationIssue::new(loc, "string_pattern_mismatch", message)
+        }
         ValidationErrorKind::MinItems { limit } => {
             let len = error.instance().as_array().map_or(0, Vec::len);
             ValidationIssue::new(

@@ -399,8 +399,23 @@ async fn a_nul_is_refused_wherever_the_schema_types_a_string_and_kept_in_free_fo
         assert_eq!(answer["detail"][0]["loc"], json!(loc), "{answer}");
         assert_eq!(answer["detail"][0]["type"], "string_pattern_mismatch", "{answer}");
     }
+    // A key of a typed map (a job's input).
+    let project = app.create_project(&org, "Nul keys").await;
+    let response = app
+        .post(
+            "/api/training/jobs",
+            &org.api_key,
+            &json!({"action": "draft", "projectId": project, "input": {"a\u{0}b": 1}}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["detail"][0]["loc"],
+        json!(["body", "input", "a\u{0}b"]),
+        "{answer}"
+    );
     // Free-form JSON is stored as JSON text, where a NUL stays an escape: accepted.
-    let project = app.create_project(&org, "Nul runs").await;
     let run = app
         .post(
             "/api/runs",
