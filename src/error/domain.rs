@@ -180,11 +180,13 @@ impl From<FlashError> for ApiError {
             | FlashError::OtherOrgsEnvironment
             | FlashError::OtherProjectsRun
             | FlashError::OtherProjectsCheckpoint => coded(Code::MirrorConflict, err),
-            FlashError::EventNotAllowed { .. } => ApiError::validation(
-                vec![Value::from("body"), Value::from("event")],
-                "literal_error",
-                err.to_string(),
-            ),
+            // Refused as a bound of the body: the same 422 as any other value out of its set.
+            FlashError::EventNotAllowed { event, allowed } => {
+                let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+                let mut checks = crate::http::validate::Checks::new("body");
+                checks.one_of("event", &event, &allowed);
+                ApiError::Validation(checks.into_issues())
+            }
             FlashError::Database(err) => err.into(),
         }
     }

@@ -2,13 +2,13 @@
 
 use super::dto::*;
 use crate::auth::Internal;
-use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery};
-use crate::http::validate::{Checks, Validate};
+use crate::http::validate::Validate;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use keel_core::flash::service::{self, Mirrored};
-use keel_core::flash::{hub, EnvironmentPublish, FlashError};
+use keel_core::flash::{hub, EnvironmentPublish};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
@@ -267,17 +267,7 @@ pub async fn record_event(
         body.user_id.as_deref(),
         properties,
     )
-    .await
-    .map_err(|err| match err {
-        // Refused as a bound of the body: the same 422 as any other value out of its set.
-        FlashError::EventNotAllowed { allowed } => {
-            let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
-            let mut checks = Checks::new("body");
-            checks.one_of("event", &body.event, &allowed);
-            ApiError::Validation(checks.into_issues())
-        }
-        other => other.into(),
-    })?;
+    .await?;
     Ok(HttpResponse::Ok().json(Accepted { accepted: true }))
 }
 

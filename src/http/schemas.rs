@@ -10,7 +10,7 @@
 //! configuration) stay in each body's `Validate`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::ValidationError;
@@ -21,7 +21,15 @@ use crate::error::ValidationIssue;
 static DOCUMENT: OnceLock<&'static Value> = OnceLock::new();
 
 /// Each component's compiled schema, made on its first use.
-static VALIDATORS: OnceLock<Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>> = OnceLock::new();
+static VALIDATORS: OnceLock<RwLock<HashMap<String, Option<Compiled>>>> = OnceLock::new();
+
+/// A compiled schema and the object schema it was made from (the types of a query's or a
+/// form's fields are read from it).
+#[derive(Clone)]
+struct Compiled {
+    validator: Arc<jsonschema::Validator>,
+    schema: Arc<Value>,
+}
 
 /// The pattern the document gives every string keel stores (no NUL), whose refusal is
 /// worded for what it is.
@@ -61,14 +69,15 @@ pub fn is_string_type(schema: &Map<String, Value>) -> bool {
     }
 }
 
-/// The compiled schema under `key`, made by `schema` on first use (`None`: nothing to check).
-fn compiled(key: &str, schema: impl FnOnce() -> Option<Value>) -> Option<Arc<jsonschema::Validator>> {
-    let cache = VALIDATORS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(found) = cache.get(key) {
+/// The compiled schema under `key`, made by `schema` on first use (`None`: nothing to
+/// check). Read under a shared lock: every body and query of every worker looks here.
+fn compiled(key: &str, schema: impl FnOnce() -> Option<Value>) -> Option<Compiled> {
+    let cache = VALIDATORS.get_or_init(|| RwLock::new(HashMap::new()));
+    if let Some(found) = cache.read().unwrap_or_else(|p| p.into_inner()).get(key) {
         return found.clone();
     }
-    let compiled = schema().and_then(|mut root| {
+    let compiled = schema().and_then(|object| {
+        let mut root = object.clone();
         if let (Value::Object(map), Some(components)) = (&mut root, components()) {
             map.insert(
                 "$schema".into(),
@@ -77,19 +86,22 @@ fn compiled(key: &str, schema: impl FnOnce() -> Option<Value>) -> Option<Arc<jso
             map.insert("components".into(), json!({ "schemas": components }));
         }
         match jsonschema::options().build(&root) {
-            Ok(validator) => Some(Arc::new(validator)),
+            Ok(validator) => Some(Compiled {
+                validator: Arc::new(validator),
+                schema: Arc::new(object),
+            }),
             Err(err) => {
                 tracing::error!(schema = key, error = %err, "a schema of the document does not compile");
                 None
             }
         }
     });
-    cache.insert(key.to_owned(), compiled.clone());
-    compiled
+    let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
+    cache.entry(key.to_owned()).or_insert(compiled).clone()
 }
 
 fn validator(name: &str) -> Option<Arc<jsonschema::Validator>> {
-    compiled(name, || {
+    let compiled = compiled(name, || {
         if component(name).is_none() {
             // A body type whose schema the document does not hold would go unchecked: said
             // once, loudly (a test sends every documented body past its bounds).
@@ -99,7 +111,8 @@ fn validator(name: &str) -> Option<Arc<jsonschema::Validator>> {
             );
         }
         component(name).map(|_| json!({ "$ref": format!("#/components/schemas/{name}") }))
-    })
+    });
+    compiled.map(|c| c.validator)
 }
 
 /// The query parameters of the operation `method` `pattern` (a route pattern of the table)
@@ -122,10 +135,10 @@ fn query_schema(method: &str, pattern: &str) -> Option<Value> {
 /// `["query", name]`.
 pub fn query_issues(method: &str, pattern: &str, pairs: &[(String, String)]) -> Vec<ValidationIssue> {
     let method = method.to_ascii_lowercase();
-    let Some(schema) = query_schema(&method, pattern) else {
-        return Vec::new();
-    };
-    let Some(validator) = compiled(&format!("{method} {pattern}"), || Some(schema.clone())) else {
+    // The operation's parameters are read from the document once, with their compiled schema.
+    let Some(Compiled { validator, schema }) =
+        compiled(&format!("{method} {pattern}"), || query_schema(&method, pattern))
+    else {
         return Vec::new();
     };
     let value = typed_fields(schema.get("properties").and_then(Value::as_object), pairs);

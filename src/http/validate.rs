@@ -93,12 +93,6 @@ impl Checks {
         }
     }
 
-    pub fn opt_str_len(&mut self, field: &str, value: Option<&str>, min: usize, max: usize) {
-        if let Some(value) = value {
-            self.str_len(field, value, min, max);
-        }
-    }
-
     /// Integer within `min..=max`.
     pub fn int_range(&mut self, field: &str, value: i64, min: i64, max: i64) {
         if value < min {
@@ -118,43 +112,6 @@ impl Checks {
         }
     }
 
-    pub fn opt_int_range(&mut self, field: &str, value: Option<i64>, min: i64, max: i64) {
-        if let Some(value) = value {
-            self.int_range(field, value, min, max);
-        }
-    }
-
-    /// A number within `min..=max`.
-    pub fn opt_float_range(&mut self, field: &str, value: Option<f64>, min: f64, max: f64) {
-        match value {
-            Some(v) if v < min => self.fail_ctx(
-                field,
-                "greater_than_equal",
-                format!("Input should be greater than or equal to {min}"),
-                json!({ "ge": min }),
-            ),
-            Some(v) if v > max => self.fail_ctx(
-                field,
-                "less_than_equal",
-                format!("Input should be less than or equal to {max}"),
-                json!({ "le": max }),
-            ),
-            _ => {}
-        }
-    }
-
-    /// Strictly greater than `bound`.
-    pub fn int_gt(&mut self, field: &str, value: i64, bound: i64) {
-        if value <= bound {
-            self.fail_ctx(
-                field,
-                "greater_than",
-                format!("Input should be greater than {bound}"),
-                json!({ "gt": bound }),
-            );
-        }
-    }
-
     pub fn pattern(&mut self, field: &str, value: &str, re: &regex::Regex) {
         if !re.is_match(value) {
             self.fail_ctx(
@@ -163,13 +120,6 @@ impl Checks {
                 format!("String should match pattern '{}'", re.as_str()),
                 json!({ "pattern": re.as_str() }),
             );
-        }
-    }
-
-    /// A UUID in any of its usual spellings.
-    pub fn uuid(&mut self, field: &str, value: &str) {
-        if uuid::Uuid::parse_str(value).is_err() {
-            self.fail(field, "uuid_parsing", "Input should be a valid UUID");
         }
     }
 
@@ -182,28 +132,6 @@ impl Checks {
                 "literal_error",
                 format!("Input should be {expected}"),
                 json!({ "expected": expected }),
-            );
-        }
-    }
-
-    pub fn max_items(&mut self, field: &str, len: usize, max: usize) {
-        if len > max {
-            self.fail_ctx(
-                field,
-                "too_long",
-                format!("List should have at most {max} items after validation, not {len}"),
-                json!({ "max_length": max, "actual_length": len }),
-            );
-        }
-    }
-
-    pub fn min_items(&mut self, field: &str, len: usize, min: usize) {
-        if len < min {
-            self.fail_ctx(
-                field,
-                "too_short",
-                format!("List should have at least {min} items after validation, not {len}"),
-                json!({ "min_length": min, "actual_length": len }),
             );
         }
     }
