@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{ApiError, Code};
+use super::{ApiError, Code, ValidationIssue};
 
 use keel_core::billing::ledger::LedgerError;
 use keel_core::billing::payments::PaymentError;
@@ -181,11 +181,12 @@ impl From<FlashError> for ApiError {
             | FlashError::OtherProjectsRun
             | FlashError::OtherProjectsCheckpoint => coded(Code::MirrorConflict, err),
             // Refused as a bound of the body: the same 422 as any other value out of its set.
-            FlashError::EventNotAllowed { event, allowed } => {
+            FlashError::EventNotAllowed { allowed } => {
                 let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
-                let mut checks = crate::http::validate::Checks::new("body");
-                checks.one_of("event", &event, &allowed);
-                ApiError::Validation(checks.into_issues())
+                ApiError::Validation(vec![ValidationIssue::not_one_of(
+                    vec![Value::from("body"), Value::from("event")],
+                    &allowed,
+                )])
             }
             FlashError::Database(err) => err.into(),
         }

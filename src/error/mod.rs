@@ -37,6 +37,18 @@ impl ValidationIssue {
         }
     }
 
+    /// A value that is none of `allowed` (pydantic's `literal_error`).
+    pub fn not_one_of(loc: Vec<Value>, allowed: &[&str]) -> Self {
+        let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+        let expected = match quoted.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        };
+        Self::new(loc, "literal_error", format!("Input should be {expected}"))
+            .with_ctx(serde_json::json!({ "expected": expected }))
+    }
+
     pub fn with_ctx(mut self, ctx: Value) -> Self {
         self.ctx = Some(ctx);
         self

@@ -126,13 +126,8 @@ impl Checks {
     /// One of a fixed set of literals.
     pub fn one_of(&mut self, field: &str, value: &str, allowed: &[&str]) {
         if !allowed.contains(&value) {
-            let expected = literal_list(allowed);
-            self.fail_ctx(
-                field,
-                "literal_error",
-                format!("Input should be {expected}"),
-                json!({ "expected": expected }),
-            );
+            let loc = self.loc(field);
+            self.issues.push(ValidationIssue::not_one_of(loc, allowed));
         }
     }
 
@@ -147,16 +142,6 @@ impl Checks {
         if index.is_some() {
             self.prefix.pop();
         }
-    }
-}
-
-/// `'a', 'b' or 'c'`, as pydantic words a literal error.
-fn literal_list(allowed: &[&str]) -> String {
-    let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
-    match quoted.split_last() {
-        None => String::new(),
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
     }
 }
 

@@ -31,7 +31,7 @@ pub enum FlashError {
     OrgNotFound,
     /// The event is not on `flash.event_allowlist` (the allowed ones).
     #[error("the event is not on the allowlist")]
-    EventNotAllowed { event: String, allowed: Vec<String> },
+    EventNotAllowed { allowed: Vec<String> },
     /// A concurrent writer removed the row between the insert and the update.
     #[error("the {0} changed meanwhile; try again")]
     Changed(&'static str),

@@ -113,7 +113,6 @@ pub async fn record_event(
 ) -> Result<(), FlashError> {
     if !allowlist.iter().any(|e| e == event) {
         return Err(FlashError::EventNotAllowed {
-            event: event.to_owned(),
             allowed: allowlist.to_vec(),
         });
     }
