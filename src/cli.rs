@@ -227,6 +227,8 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     another,
                 },
         } => {
+            let owner_id =
+                crate::domain::UserId::parse(&owner).map_err(|e| anyhow::anyhow!("--owner: {e}"))?;
             let db = database::connect(&settings.database).await?;
             database::migrate(&settings.database, &db).await?;
             if !another {
@@ -239,7 +241,7 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     );
                 }
             }
-            let created = orgs::service::create_org(&db, &org, None, &owner, email.as_deref())
+            let created = orgs::service::create_org(&db, &org, None, &owner_id, email.as_deref())
                 .await
                 .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
             let key = orgs::repo::create_api_key(&db, &created.org_id, Some("bootstrap")).await?;
@@ -251,10 +253,10 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                 }
             };
             let out = Bootstrapped {
-                org_id: created.org_id,
+                org_id: created.org_id.into(),
                 slug: created.slug,
                 user_id: owner,
-                api_key_id: key.api_key_id,
+                api_key_id: key.api_key_id.into(),
                 api_key: key.secret,
                 session_token,
             };

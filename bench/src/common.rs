@@ -86,15 +86,16 @@ pub fn bench_settings(db_url: &str) -> anyhow::Result<Settings> {
 
 /// The organization a benchmark works in: its id, an API key's secret and a project's id.
 pub struct Tenant {
-    pub org_id: String,
+    pub org_id: keel::domain::OrgId,
     pub key: String,
-    pub project_id: String,
+    pub project_id: keel::domain::ProjectId,
 }
 
 impl Tenant {
     /// Creates the organization "bench" with an API key and a project.
     pub async fn create(conn: &DatabaseConnection) -> anyhow::Result<Self> {
-        let org = keel::orgs::service::create_org(conn, "bench", None, "bench-owner", None)
+        let owner = keel::domain::UserId::parse("bench-owner")?;
+        let org = keel::orgs::service::create_org(conn, "bench", None, &owner, None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let key = keel::orgs::repo::create_api_key(conn, &org.org_id, Some("bench")).await?;

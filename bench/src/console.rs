@@ -97,8 +97,8 @@ async fn run_one(
         entries.push(ledger_entry::ActiveModel {
             org_id: Set(org_id.clone()),
             kind: Set(EntryKind::parse(kind).unwrap_or(EntryKind::Topup)),
-            amount_microcents: Set(amount),
-            balance_after_microcents: Set(balance),
+            amount_microcents: Set(keel::domain::Microcents(amount)),
+            balance_after_microcents: Set(keel::domain::Microcents(balance)),
             idempotency_key: Set(Some(format!("bench-{i}"))),
             reason: Set("bench".into()),
             created_at: Set(spread(i, bench.ledger)),
@@ -137,8 +137,8 @@ async fn run_one(
                 let at = spread(i, bench.jobs);
                 let status = statuses[i % statuses.len()];
                 let held = status == "running";
-                let id = uuid::Uuid::new_v4().to_string();
-                job_id = id.clone();
+                let id = keel::domain::JobId::generate();
+                job_id = id.to_string();
                 training_job::ActiveModel {
                     id: Set(id),
                     org_id: Set(org_id.clone()),
@@ -171,8 +171,8 @@ async fn run_one(
         let rows: Vec<trace::ActiveModel> = chunk
             .iter()
             .map(|&i| {
-                let id = uuid::Uuid::now_v7().to_string();
-                trace_id = id.clone();
+                let id = keel::domain::TraceId::time_ordered();
+                trace_id = id.to_string();
                 trace::ActiveModel {
                     id: Set(id),
                     org_id: Set(org_id.clone()),
@@ -205,8 +205,8 @@ async fn run_one(
             model: Set(["llama", "qwen"][i % 2].into()),
             prompt_tokens: Set(1000),
             completion_tokens: Set(200),
-            cost_microcents: Set(1_000_000),
-            charged_microcents: Set(1_200_000),
+            cost_microcents: Set(keel::domain::Microcents(1_000_000)),
+            charged_microcents: Set(keel::domain::Microcents(1_200_000)),
             created_at: Set(spread(i, 2_000)),
         })
         .collect();

@@ -88,7 +88,7 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
         let rows: Vec<trace::Model> = chunk
             .iter()
             .map(|&i| trace::Model {
-                id: uuid::Uuid::now_v7().to_string(),
+                id: keel::domain::TraceId::time_ordered(),
                 org_id: tenant.org_id.clone(),
                 project_id: tenant.project_id.clone(),
                 provider: "openai".into(),

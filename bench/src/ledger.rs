@@ -124,7 +124,7 @@ async fn run_one(
             &state.db,
             &format!("bench {i}"),
             None,
-            &format!("bench-owner-{i}"),
+            &keel::domain::UserId::parse(&format!("bench-owner-{i}"))?,
             None,
         )
         .await

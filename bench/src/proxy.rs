@@ -445,7 +445,7 @@ async fn run_one(
                 .header("content-type", "application/json")
                 .header("x-service-provider", "openai")
                 .header("x-service-provider-key", "sk-bench-provider-key")
-                .header("x-service-project-id", &project_id)
+                .header("x-service-project-id", project_id.as_str())
                 .body(REQUEST);
             match record {
                 true => request,

@@ -317,7 +317,7 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
             ("authorization", format!("Bearer {}", tenant.key)),
             ("x-service-provider", "openai".to_owned()),
             ("x-service-provider-key", "sk-bench-provider-key".to_owned()),
-            ("x-service-project-id", tenant.project_id.clone()),
+            ("x-service-project-id", tenant.project_id.to_string()),
         ];
         let keel = through(
             n,

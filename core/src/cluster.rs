@@ -65,8 +65,8 @@ impl Event {
     fn decode(payload: &str) -> Option<Self> {
         let (kind, id) = payload.split_once(':')?;
         Some(match kind {
-            "key" => Self::KeyRevoked(ApiKeyId::parse(id)),
-            "org" => Self::OrgChanged(OrgId::parse(id)),
+            "key" => Self::KeyRevoked(ApiKeyId::parse(id).ok()?),
+            "org" => Self::OrgChanged(OrgId::parse(id).ok()?),
             "adapter" => Self::AdapterChanged(id.to_owned()),
             "jobs" if id == "*" => Self::JobsQueued(Wake::Any),
             "jobs" => Self::JobsQueued(Wake::Action(JobAction::parse(id)?)),
@@ -271,8 +271,8 @@ mod tests {
     #[test]
     fn events_survive_the_channel() {
         for event in [
-            Event::KeyRevoked(ApiKeyId::parse("3f2c0a1e-4b5d-4c6e-8f90-a1b2c3d4e5f6")),
-            Event::OrgChanged(OrgId::parse("0b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11")),
+            Event::KeyRevoked(ApiKeyId::parse("3f2c0a1e-4b5d-4c6e-8f90-a1b2c3d4e5f6").unwrap()),
+            Event::OrgChanged(OrgId::parse("0b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap()),
             Event::AdapterChanged("acme/bot".into()),
             Event::JobsQueued(Wake::Action(JobAction::Training)),
             Event::JobsQueued(Wake::Any),

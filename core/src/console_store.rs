@@ -1,6 +1,7 @@
 //! The console's own rows: sessions (one per sign-in) and the one-time views of new API
 //! keys' secrets.
 
+use crate::domain::OrgId;
 use chrono::{DateTime, Utc};
 use entities::{console_reveal, console_session};
 use sea_orm::{
@@ -55,7 +56,7 @@ pub async fn take_reveal(
     db: &impl ConnectionTrait,
     id: &str,
     session_id: &str,
-    org_id: &str,
+    org_id: &OrgId,
 ) -> Result<Option<String>, DbErr> {
     purge_reveals(db).await?;
     let since: DateTime<Utc> = Utc::now() - chrono::Duration::seconds(REVEAL_SECS);

@@ -8,12 +8,14 @@ pub mod ids;
 pub mod job;
 pub mod ledger;
 pub mod money;
+pub mod payment;
 
 pub use idempotency::IdempotencyKey;
-pub use ids::{ApiKeyId, JobId, OrgId, ProjectId, RunId, TraceId};
+pub use ids::{ApiKeyId, IdError, JobId, OrgId, ProjectId, RunId, TraceId, UserId};
 pub use job::{JobAction, JobStatus};
 pub use ledger::EntryKind;
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
+pub use payment::PaymentState;
 
 /// The providers the recording proxy forwards to, in the order its metrics index them.
 pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];

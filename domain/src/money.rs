@@ -5,13 +5,16 @@
 use std::fmt;
 use std::ops::{Add, Neg};
 
+use sea_orm::DeriveValueType;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub const MICROS_PER_CENT: i64 = 1_000_000;
 
 /// Whole cents: amounts a person types (top-up, threshold, promo) and charges of a card.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, DeriveValueType,
+)]
 #[serde(transparent)]
 pub struct Cents(pub i64);
 
@@ -34,7 +37,9 @@ impl fmt::Display for Cents {
 }
 
 /// Microcents (1 ¢ = 1,000,000 µ¢): what balances and ledger entries hold.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, DeriveValueType,
+)]
 #[serde(transparent)]
 pub struct Microcents(pub i64);
 

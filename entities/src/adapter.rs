@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 /// A served model adapter and its one owning organization.
@@ -6,7 +7,7 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     pub base_model: String,
     pub live: bool,
     pub created_at: DateTimeUtc,

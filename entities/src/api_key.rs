@@ -1,3 +1,4 @@
+use keel_domain::{ApiKeyId, OrgId};
 use sea_orm::entity::prelude::*;
 
 /// A user API key. Only its SHA-256 hash is stored; `prefix` is for display.
@@ -5,8 +6,8 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "api_keys")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
-    pub org_id: String,
+    pub id: ApiKeyId,
+    pub org_id: OrgId,
     pub name: Option<String>,
     pub prefix: String,
     #[sea_orm(unique)]

@@ -1,3 +1,4 @@
+use keel_domain::{Cents, Microcents, OrgId};
 use sea_orm::entity::prelude::*;
 
 /// An organization's billing record: processor customer, prepaid balance, saved card,
@@ -6,18 +7,18 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "billing_accounts")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     pub customer_id: Option<String>,
     /// Always equal to the sum of the organization's ledger entries.
-    pub balance_microcents: i64,
+    pub balance_microcents: Microcents,
     pub payment_method_id: Option<String>,
     pub pm_brand: Option<String>,
     pub pm_last4: Option<String>,
     pub pm_exp_month: Option<i32>,
     pub pm_exp_year: Option<i32>,
     pub auto_topup_enabled: bool,
-    pub auto_topup_threshold_cents: Option<i64>,
-    pub auto_topup_amount_cents: Option<i64>,
+    pub auto_topup_threshold_cents: Option<Cents>,
+    pub auto_topup_amount_cents: Option<Cents>,
     /// Consecutive declined auto top-ups; 3 pause auto top-up until the settings are saved.
     pub auto_topup_declines: i32,
     /// Set while an auto top-up charge is in flight (one at a time per organization).

@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 /// A new API key's secret, sealed, for its one view in the console.
@@ -8,7 +9,7 @@ pub struct Model {
     pub id: String,
     /// The console session that created the key (only it may see it).
     pub session_id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     pub sealed: String,
     pub created_at: DateTimeUtc,
 }

@@ -1,3 +1,4 @@
+use keel_domain::{ApiKeyId, UserId};
 use sea_orm::entity::prelude::*;
 
 /// A console sign-in; the signed cookie names it, and holds only while it is here.
@@ -9,8 +10,8 @@ pub struct Model {
     /// `key`, `user` or `operator`.
     pub kind: String,
     /// The API key it was made with (revoking the key deletes it).
-    pub key_id: Option<String>,
-    pub user_id: Option<String>,
+    pub key_id: Option<ApiKeyId>,
+    pub user_id: Option<UserId>,
     pub created_at: DateTimeUtc,
     pub expires_at: DateTimeUtc,
 }

@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// An uploaded eval run with the counts derived from its cases.
@@ -6,8 +7,8 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
-    pub org_id: String,
-    pub project_id: String,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub suite_name: String,
     pub environment_reference: String,
     pub model: Option<String>,

@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// The mirror of a control-plane environment, unique by slug, and its hub provisioning state.
@@ -6,8 +7,8 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
-    pub org_id: String,
-    pub project_id: String,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub slug: String,
     pub name: String,
     pub hub_repo: String,

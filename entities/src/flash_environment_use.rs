@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// A run's (or an anonymous) reference to an environment slug.
@@ -6,8 +7,8 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
-    pub org_id: String,
-    pub project_id: String,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub slug: String,
     pub run_id: Option<String>,
     pub created_at: DateTimeUtc,

@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// The latest known state of a managed (control-plane) training run.
@@ -5,10 +6,10 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "flash_runs")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub run_id: String,
-    pub project_id: String,
+    pub project_id: ProjectId,
     pub status: String,
     pub data: String,
     pub source_updated_at: Option<String>,

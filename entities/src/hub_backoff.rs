@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 /// Hub provisioning retry state of one organization.
@@ -5,7 +6,7 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "hub_backoff")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     pub failures: i32,
     pub next_attempt_at: DateTimeUtc,
     pub last_error: Option<String>,

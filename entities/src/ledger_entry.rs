@@ -1,4 +1,4 @@
-use keel_domain::EntryKind;
+use keel_domain::{EntryKind, Microcents, OrgId};
 use sea_orm::entity::prelude::*;
 
 /// One change of a balance. Append-only; `(org_id, idempotency_key)` is unique.
@@ -7,13 +7,13 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,
-    pub org_id: String,
+    pub org_id: OrgId,
     /// `topup`, `auto_topup`, `promo`, `starter_credit`, `run_fee`, `serving_usage`,
     /// `training_estimate`, `training_run`.
     pub kind: EntryKind,
     /// Signed: credits are positive, debits negative.
-    pub amount_microcents: i64,
-    pub balance_after_microcents: i64,
+    pub amount_microcents: Microcents,
+    pub balance_after_microcents: Microcents,
     pub idempotency_key: Option<String>,
     pub reason: String,
     pub created_at: DateTimeUtc,

@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 /// An optimizer run's timeline, synced by the worker (latest sync wins).
@@ -5,7 +6,7 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "optimizer_timelines")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub timeline_id: String,
     pub job_id: Option<String>,

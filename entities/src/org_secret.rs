@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 /// A training secret of an organization, AES-256-GCM encrypted at rest.
@@ -5,7 +6,7 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "org_secrets")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub name: String,
     /// Hex of nonce (12 bytes) followed by ciphertext and tag.

@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -5,7 +6,7 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     /// UUID string.
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
+    pub id: OrgId,
     pub name: String,
     #[sea_orm(unique)]
     pub slug: String,

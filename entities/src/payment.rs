@@ -1,4 +1,4 @@
-use keel_domain::EntryKind;
+use keel_domain::{Cents, EntryKind, OrgId, PaymentState};
 use sea_orm::entity::prelude::*;
 
 /// A charge attempted on a saved card, by payment-intent id.
@@ -7,10 +7,10 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub payment_intent_id: String,
-    pub org_id: String,
-    pub amount_cents: i64,
+    pub org_id: OrgId,
+    pub amount_cents: Cents,
     /// `succeeded`, `declined`, `requires_action`, `processing`.
-    pub status: String,
+    pub status: PaymentState,
     /// `topup` or `auto_topup`.
     pub kind: EntryKind,
     /// The client's `Idempotency-Key` of a top-up; unique per organization.

@@ -1,3 +1,4 @@
+use keel_domain::OrgId;
 use sea_orm::entity::prelude::*;
 
 /// A product-analytics event from the control plane (name on the allowlist).
@@ -6,7 +7,7 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     pub event: String,
     pub user_id: Option<String>,
     pub properties: Option<String>,

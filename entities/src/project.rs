@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -5,8 +6,8 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     /// UUID string.
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
-    pub org_id: String,
+    pub id: ProjectId,
+    pub org_id: OrgId,
     pub name: String,
     /// Unique within the organization.
     pub slug: String,

@@ -1,3 +1,4 @@
+use keel_domain::{Cents, OrgId};
 use sea_orm::entity::prelude::*;
 
 /// A redeemed promo code: one per (organization, code).
@@ -5,10 +6,10 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "promo_grants")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub code: String,
-    pub amount_cents: i64,
+    pub amount_cents: Cents,
     pub created_at: DateTimeUtc,
 }
 

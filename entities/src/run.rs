@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// A run of a project, created by a user; optionally linked to an experiment-tracker run.
@@ -6,8 +7,8 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
-    pub org_id: String,
-    pub project_id: String,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub name: Option<String>,
     pub model: Option<String>,
     pub environment_slug: Option<String>,

@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// A run's checkpoint at one step (upserted by organization, run and step).
@@ -5,12 +6,12 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "run_checkpoints")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub org_id: String,
+    pub org_id: OrgId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub run_id: String,
     #[sea_orm(primary_key, auto_increment = false)]
     pub step: i64,
-    pub project_id: String,
+    pub project_id: ProjectId,
     pub subfolder: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

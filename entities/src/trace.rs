@@ -1,3 +1,4 @@
+use keel_domain::{OrgId, ProjectId, TraceId};
 use sea_orm::entity::prelude::*;
 
 /// One recorded chat completion (request and response redacted).
@@ -5,9 +6,9 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "traces")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
-    pub org_id: String,
-    pub project_id: String,
+    pub id: TraceId,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub provider: String,
     pub model: Option<String>,
     pub request: String,

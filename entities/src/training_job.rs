@@ -1,4 +1,4 @@
-use keel_domain::{JobAction, JobStatus};
+use keel_domain::{JobAction, JobId, JobStatus, OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// A training-agent job: `queued` → `running` → a terminal state (see docs/DECISIONS.md).
@@ -6,9 +6,9 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "training_jobs")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
-    pub org_id: String,
-    pub project_id: String,
+    pub id: JobId,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub training_task_id: Option<String>,
     pub action: JobAction,
     pub status: JobStatus,

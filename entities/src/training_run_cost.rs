@@ -1,3 +1,4 @@
+use keel_domain::{Cents, RunId};
 use sea_orm::entity::prelude::*;
 
 /// A managed training run's realized provider cost, keyed by run id.
@@ -5,8 +6,8 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "training_run_cost")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub run_id: String,
-    pub cost_cents: i64,
+    pub run_id: RunId,
+    pub cost_cents: Cents,
     pub provider: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

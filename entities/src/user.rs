@@ -1,3 +1,4 @@
+use keel_domain::UserId;
 use sea_orm::entity::prelude::*;
 
 /// A person, identified by the id the identity provider gave them (a session's `sub`).
@@ -5,7 +6,7 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "users")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
+    pub id: UserId,
     pub email: Option<String>,
     pub created_at: DateTimeUtc,
 }

@@ -17,9 +17,9 @@ use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use serde_json::json;
 
-use crate::domain::OrgId;
+use crate::domain::{ApiKeyId, OrgId, UserId};
 use crate::error::{ApiError, ApiResult, Code};
-use crate::http::extract::{check_supplied_orgs, ApiKeyOrg};
+use crate::http::extract::{check_supplied_orgs, id_issue, ApiKeyOrg};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::state::AppState;
 
@@ -28,8 +28,8 @@ pub use keel_core::auth::{keys, repo, session, Role};
 /// A verified user credential.
 #[derive(Debug, Clone)]
 pub enum UserPrincipal {
-    ApiKey { key_id: String, org_id: OrgId },
-    Session { user_id: String },
+    ApiKey { key_id: ApiKeyId, org_id: OrgId },
+    Session { user_id: UserId },
 }
 
 /// Any verified credential.
@@ -45,7 +45,7 @@ pub struct OrgAccess {
     pub org_id: OrgId,
     pub role: Role,
     /// The session's user; `None` for an API key.
-    pub user_id: Option<String>,
+    pub user_id: Option<UserId>,
 }
 
 fn bearer(req: &HttpRequest) -> Option<&str> {
@@ -77,7 +77,7 @@ pub async fn resolve(state: &AppState, token: &str) -> ApiResult<Option<Principa
         return Ok(repo::active_api_key(&state.db, &hash).await?.map(|key| {
             Principal::User(UserPrincipal::ApiKey {
                 key_id: key.id,
-                org_id: OrgId::parse(&key.org_id),
+                org_id: key.org_id,
             })
         }));
     }
@@ -133,11 +133,11 @@ async fn principal_of(req: &HttpRequest) -> ApiResult<(web::Data<AppState>, Prin
     if let Principal::User(UserPrincipal::ApiKey { org_id, .. }) = &principal {
         let query = form_urlencoded::parse(req.query_string().as_bytes())
             .filter(|(name, _)| name == "orgId" || name == "org_id")
-            .map(|(_, value)| OrgId::parse(&value));
+            .map(|(_, value)| value.into_owned());
         let header = req
             .headers()
             .get_all("x-org-id")
-            .map(|v| OrgId::parse(&String::from_utf8_lossy(v.as_bytes())));
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         check_supplied_orgs(query.chain(header), org_id)?;
     }
     Ok((state, principal))
@@ -207,28 +207,14 @@ impl FromRequest for Caller {
                     ))
                 }
             };
-            // An empty orgId is none; one of whitespace alone is refused, as the schema's
-            // pattern says (the id is trimmed, so it would name no organization).
-            let raw_org = form_urlencoded::parse(req.query_string().as_bytes())
+            // An empty orgId is none; one of whitespace alone (it would name no
+            // organization) or holding NUL is refused, as the schema's pattern says.
+            let query_org = form_urlencoded::parse(req.query_string().as_bytes())
                 .find(|(k, _)| k == "orgId")
-                .map(|(_, v)| v.into_owned());
-            if raw_org
-                .as_deref()
-                .is_some_and(|v| !v.is_empty() && v.trim().is_empty())
-            {
-                return Err(ApiError::validation(
-                    vec![json!("query"), json!("orgId")],
-                    "string_pattern_mismatch",
-                    "String should have a character that is not whitespace",
-                ));
-            }
-            let query_org = query_org_id(&req);
-            if query_org.as_ref().is_some_and(|org| org.contains('\0')) {
-                return Err(ApiError::Validation(vec![crate::http::extract::nul_issue(vec![
-                    json!("query"),
-                    json!("orgId"),
-                ])]));
-            }
+                .map_or(Ok(None), |(_, v)| OrgId::parse_optional(&v))
+                .map_err(|err| {
+                    ApiError::Validation(vec![id_issue(vec![json!("query"), json!("orgId")], err)])
+                })?;
             Ok(Self {
                 principal,
                 state,
@@ -237,18 +223,10 @@ impl FromRequest for Caller {
                     .headers()
                     .get("x-org-id")
                     .and_then(|v| v.to_str().ok())
-                    .map(OrgId::parse)
-                    .filter(|v| !v.is_empty()),
+                    .and_then(|v| OrgId::parse_optional(v).ok().flatten()),
             })
         })
     }
-}
-
-fn query_org_id(req: &HttpRequest) -> Option<OrgId> {
-    form_urlencoded::parse(req.query_string().as_bytes())
-        .find(|(k, _)| k == "orgId")
-        .map(|(_, v)| OrgId::parse(&v))
-        .filter(|v| !v.is_empty())
 }
 
 impl Caller {
@@ -271,7 +249,7 @@ impl Caller {
         match &self.principal {
             UserPrincipal::ApiKey { org_id, .. } => {
                 let supplied = [body_org, self.query_org.as_ref(), self.header_org.as_ref()];
-                check_supplied_orgs(supplied.into_iter().flatten().cloned(), org_id)?;
+                check_supplied_orgs(supplied.into_iter().flatten(), org_id)?;
                 Ok(OrgAccess {
                     org_id: org_id.clone(),
                     role: Role::Member,
@@ -298,8 +276,7 @@ impl Caller {
                                 "Field required: name the organization with orgId or the X-Org-Id header",
                             ));
                         }
-                        let (org, role) = orgs.remove(0);
-                        (OrgId::parse(&org), role)
+                        orgs.remove(0)
                     }
                 };
                 Ok(OrgAccess {
@@ -336,7 +313,7 @@ impl Caller {
             UserPrincipal::Session { user_id } => Ok(repo::memberships_of(&self.state.db, user_id)
                 .await?
                 .into_iter()
-                .map(|(org, _)| OrgId::parse(&org))
+                .map(|(org, _)| org)
                 .collect()),
         }
     }
@@ -472,7 +449,7 @@ impl FromRequest for OwnerOf {
 
 /// A user API key only (routes the spec ties to the submitting user's key).
 pub struct ApiKeyCaller {
-    pub key_id: String,
+    pub key_id: ApiKeyId,
     pub org_id: OrgId,
 }
 

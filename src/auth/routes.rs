@@ -59,19 +59,20 @@ pub async fn verify(caller: AnyPrincipal) -> ApiResult<HttpResponse> {
             orgs: BTreeMap::from([(org_id.to_string(), Role::Member)]),
             org_id: Some(org_id.into_string()),
             user_id: None,
-            api_key_id: Some(key_id),
+            api_key_id: Some(key_id.into_string()),
         },
         Principal::User(UserPrincipal::Session { user_id }) => {
             let orgs: BTreeMap<String, Role> = repo::memberships_of(&caller.state.db, &user_id)
                 .await?
                 .into_iter()
+                .map(|(org, role)| (org.into_string(), role))
                 .collect();
             VerifyResponse {
                 valid: true,
                 kind: "session",
                 // A session acting in exactly one organization names it.
                 org_id: (orgs.len() == 1).then(|| orgs.keys().next().cloned()).flatten(),
-                user_id: Some(user_id),
+                user_id: Some(user_id.into_string()),
                 api_key_id: None,
                 orgs,
             }

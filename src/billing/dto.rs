@@ -133,6 +133,7 @@ pub struct ServingUsageBody {
     pub request_id: String,
     /// Must match the adapter's owner when `adapterId` is given.
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     /// Authoritative for the billed organization.
     #[schema(min_length = 1, max_length = 512)]
@@ -266,8 +267,8 @@ impl From<ledger_entry::Model> for LedgerEntryView {
         Self {
             id: e.id,
             kind: e.kind.to_string(),
-            amount_microcents: Microcents(e.amount_microcents),
-            balance_after_microcents: Microcents(e.balance_after_microcents),
+            amount_microcents: e.amount_microcents,
+            balance_after_microcents: e.balance_after_microcents,
             reason: e.reason,
             created_at: e.created_at,
         }
@@ -293,7 +294,7 @@ pub struct BillingView {
 
 impl BillingView {
     pub fn new(account: billing_account::Model, recent: Vec<ledger_entry::Model>) -> Self {
-        let balance = Microcents(account.balance_microcents);
+        let balance = account.balance_microcents;
         let payment_method = match (&account.payment_method_id, account.pm_brand, account.pm_last4) {
             (Some(_), Some(brand), Some(last4)) => Some(CardView {
                 brand,
@@ -304,15 +305,15 @@ impl BillingView {
             _ => None,
         };
         Self {
-            org_id: account.org_id,
+            org_id: account.org_id.into(),
             balance_cents: balance.floor_cents(),
             balance_microcents: balance,
             customer_id: account.customer_id,
             payment_method,
             auto_topup: AutoTopupView {
                 enabled: account.auto_topup_enabled,
-                threshold_cents: account.auto_topup_threshold_cents.map(Cents),
-                amount_cents: account.auto_topup_amount_cents.map(Cents),
+                threshold_cents: account.auto_topup_threshold_cents,
+                amount_cents: account.auto_topup_amount_cents,
             },
             auto_topup_paused: account.auto_topup_enabled
                 && account.auto_topup_declines >= MAX_AUTO_TOPUP_DECLINES,
@@ -382,7 +383,7 @@ impl ServingChargeView {
     pub fn new(recorded: ServingUsageRow, outcome: &Outcome) -> Self {
         Self {
             request_id: recorded.request_id,
-            org_id: recorded.org_id,
+            org_id: recorded.org_id.into(),
             cost_microcents: recorded.cost_microcents,
             charged_microcents: recorded.charged_microcents,
             balance_microcents: outcome.balance,

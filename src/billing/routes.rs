@@ -113,7 +113,7 @@ pub async fn topup(
     )
     .await?;
     Ok(HttpResponse::Ok().json(TopupView {
-        status: topup.status,
+        status: topup.status.to_string(),
         payment_intent_id: topup.payment_intent_id,
         balance_cents: topup.balance.floor_cents(),
         client_secret: topup.client_secret,

@@ -8,6 +8,7 @@ mod format;
 mod operator;
 mod org;
 mod pages;
+use crate::domain::OrgId;
 use keel_core::console_store as repo;
 pub mod session;
 mod signin;
@@ -358,7 +359,7 @@ impl FormFields {
     /// The fields as the API's body `T` of organization `org_id`.
     fn body<T: serde::de::DeserializeOwned + crate::http::validate::Validate + utoipa::ToSchema>(
         &self,
-        org_id: &str,
+        org_id: &OrgId,
     ) -> Result<T, ApiError> {
         self.parse_as(Some(org_id))
     }

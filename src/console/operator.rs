@@ -29,8 +29,8 @@ const STATUSES: [JobStatus; 7] = [
 
 fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::Utc>, stale: bool) -> HeldJob {
     HeldJob {
-        id: job.id.clone(),
-        org_id: job.org_id.clone(),
+        id: job.id.to_string(),
+        org_id: job.org_id.to_string(),
         action: job.action.to_string(),
         status: job.status.to_string(),
         heartbeat: match job.heartbeat_at.or(job.claimed_at) {

@@ -13,7 +13,7 @@ use super::{after_form, format, page, redirect, ConsoleError, Flash, FormFields}
 use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
 use crate::billing::ledger::EntryKind;
 use crate::billing::{repo, service};
-use crate::domain::{Microcents, OrgId};
+use crate::domain::{Microcents, OrgId, PaymentState};
 use crate::error::ApiError;
 
 /// Days the spend chart and the usage table cover.
@@ -40,10 +40,10 @@ fn ledger_row(e: &ledger_entry::Model) -> LedgerRow {
     LedgerRow {
         at: format::time(e.created_at),
         kind: e.kind.to_string(),
-        amount: format::dollars(Microcents(e.amount_microcents)),
-        amount_exact: format::exact(Microcents(e.amount_microcents)),
-        credit: e.amount_microcents > 0,
-        balance_after: format::dollars(Microcents(e.balance_after_microcents)),
+        amount: format::dollars(e.amount_microcents),
+        amount_exact: format::exact(e.amount_microcents),
+        credit: e.amount_microcents > Microcents::ZERO,
+        balance_after: format::dollars(e.balance_after_microcents),
         reason: e.reason.clone(),
         key: e.idempotency_key.clone().unwrap_or_default(),
     }
@@ -90,7 +90,7 @@ pub async fn overview(
             charged: format::dollars(u.charged),
         })
         .collect();
-    let balance = Microcents(account.balance_microcents);
+    let balance = account.balance_microcents;
     let card = match (&account.payment_method_id, &account.pm_brand, &account.pm_last4) {
         (Some(_), Some(brand), Some(last4)) => Some(format!(
             "{brand} ending in {last4}, expires {:02}/{}",
@@ -242,14 +242,12 @@ pub async fn topup(
         )
     }
     .await;
-    after_form(&back_to_overview(&org), outcome, |topup| {
-        match topup.status.as_str() {
-            "succeeded" => format!(
-                "Top-up succeeded; the balance is {}.",
-                format::dollars(topup.balance)
-            ),
-            other => format!("Top-up {other}; it is credited once the payment settles."),
-        }
+    after_form(&back_to_overview(&org), outcome, |topup| match &topup.status {
+        PaymentState::Succeeded => format!(
+            "Top-up succeeded; the balance is {}.",
+            format::dollars(topup.balance)
+        ),
+        other => format!("Top-up {other}; it is credited once the payment settles."),
     })
 }
 
@@ -389,7 +387,7 @@ async fn keys_page(
         .await?
         .into_iter()
         .map(|k| KeyRow {
-            id: k.id,
+            id: k.id.into(),
             name: k.name.unwrap_or_default(),
             prefix: k.prefix,
             created: format::time(k.created_at),
@@ -400,7 +398,7 @@ async fn keys_page(
         .await?
         .into_iter()
         .map(|(m, email)| MemberRow {
-            user_id: m.user_id,
+            user_id: m.user_id.into(),
             email: email.unwrap_or_default(),
             role: m.role,
             since: format::time(m.created_at),
@@ -470,7 +468,7 @@ async fn create_key_shown_once(
         entities::console_reveal::Model {
             id: reveal.clone(),
             session_id: viewer.sid.clone(),
-            org_id: org_id.to_string(),
+            org_id: org_id.clone(),
             sealed,
             created_at: Utc::now(),
         },
@@ -493,9 +491,13 @@ pub async fn revoke_key(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, true).await?;
-    let outcome =
-        crate::orgs::service::revoke_key(&viewer.state.db, &viewer.state.cluster, &org.org_id, &path.key)
-            .await;
+    let outcome = match crate::domain::ApiKeyId::parse(&path.key) {
+        Ok(key_id) => {
+            crate::orgs::service::revoke_key(&viewer.state.db, &viewer.state.cluster, &org.org_id, &key_id)
+                .await
+        }
+        Err(_) => Err(keel_core::orgs::OrgError::KeyNotFound),
+    };
     after_form(&format!("/console/o/{}/keys", org.org_id), outcome, |()| {
         "API key revoked.".into()
     })

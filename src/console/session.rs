@@ -12,7 +12,7 @@ use sha2::Sha256;
 use super::ConsoleError;
 use crate::auth::{self, keys, Caller, OrgAccess, Principal, Role, UserPrincipal};
 use crate::config::SecureCookies;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, UserId};
 use crate::error::ApiError;
 use crate::state::AppState;
 pub use keel_core::auth::cookies::{CookieKeys, Standing};
@@ -33,10 +33,9 @@ pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standi
                 fingerprint: state.console_keys.fingerprint(&digest),
             })
         }
-        Some(Principal::User(UserPrincipal::ApiKey { key_id, org_id })) => Some(Standing::Key {
-            key_id,
-            org_id: org_id.to_string(),
-        }),
+        Some(Principal::User(UserPrincipal::ApiKey { key_id, org_id })) => {
+            Some(Standing::Key { key_id, org_id })
+        }
         Some(Principal::User(UserPrincipal::Session { user_id })) => {
             let orgs = auth::repo::memberships_of(&state.db, &user_id).await?;
             if orgs.is_empty() {
@@ -242,7 +241,7 @@ async fn still_stands(
             }
             match org_id {
                 None => Ok(None),
-                Some(org) => match caller_of(state, standing).member(Some(&OrgId::parse(org))).await {
+                Some(org) => match user_caller(state, user_id).member(Some(org)).await {
                     Ok(access) => Ok(Some(access.role)),
                     Err(err) if err.code().status() == actix_web::http::StatusCode::FORBIDDEN => {
                         Err(ConsoleError::signed_out())
@@ -254,20 +253,26 @@ async fn still_stands(
     }
 }
 
-fn caller_of(state: &web::Data<AppState>, standing: &Standing) -> Caller {
-    let principal = match standing {
-        Standing::Key { key_id, org_id } => UserPrincipal::ApiKey {
-            key_id: key_id.clone(),
-            org_id: OrgId::parse(org_id),
-        },
-        Standing::User { user_id, .. } => UserPrincipal::Session {
-            user_id: user_id.clone(),
-        },
-        Standing::Operator { .. } => UserPrincipal::Session {
-            user_id: String::new(),
-        },
+fn user_caller(state: &web::Data<AppState>, user_id: &UserId) -> Caller {
+    let principal = UserPrincipal::Session {
+        user_id: user_id.clone(),
     };
     Caller::verified(principal, state.clone())
+}
+
+/// The API's caller a member's standing is (`None`: the operator, who is no member).
+fn caller_of(state: &web::Data<AppState>, standing: &Standing) -> Option<Caller> {
+    match standing {
+        Standing::Key { key_id, org_id } => Some(Caller::verified(
+            UserPrincipal::ApiKey {
+                key_id: key_id.clone(),
+                org_id: org_id.clone(),
+            },
+            state.clone(),
+        )),
+        Standing::User { user_id, .. } => Some(user_caller(state, user_id)),
+        Standing::Operator { .. } => None,
+    }
 }
 
 /// What the viewer may do in one organization.
@@ -297,10 +302,10 @@ impl Viewer {
     }
 
     /// The organization the session works in, if it has one.
-    pub fn home_org(&self) -> Option<&str> {
+    pub fn home_org(&self) -> Option<&OrgId> {
         match &self.standing {
             Standing::Key { org_id, .. } => Some(org_id),
-            Standing::User { org_id, .. } => org_id.as_deref(),
+            Standing::User { org_id, .. } => org_id.as_ref(),
             Standing::Operator { .. } => None,
         }
     }
@@ -308,17 +313,18 @@ impl Viewer {
     /// The organization of a page: the session's own (as the API decides: the same caller
     /// and membership checks), or any for the operator, read-only. Another one is 404.
     pub async fn org(&self, raw: &str) -> Result<OrgView, ConsoleError> {
-        let org_id = OrgId::parse(raw);
+        let org_id = OrgId::parse(raw).map_err(|_| ConsoleError::NotFound)?;
         if self.is_operator() {
             return match crate::orgs::repo::org_exists(&self.state.db, &org_id).await? {
                 true => Ok(OrgView { org_id, access: None }),
                 false => Err(ConsoleError::NotFound),
             };
         }
-        if self.home_org() != Some(org_id.as_str()) {
+        if self.home_org() != Some(&org_id) {
             return Err(ConsoleError::NotFound);
         }
-        match caller_of(&self.state, &self.standing).member(Some(&org_id)).await {
+        let caller = caller_of(&self.state, &self.standing).ok_or(ConsoleError::NotFound)?;
+        match caller.member(Some(&org_id)).await {
             Ok(access) => Ok(OrgView {
                 org_id,
                 access: Some(access),
@@ -360,7 +366,7 @@ impl Viewer {
     }
 
     /// The user's organizations (a user session only).
-    pub async fn user_orgs(&self) -> Result<Vec<(String, Role)>, ConsoleError> {
+    pub async fn user_orgs(&self) -> Result<Vec<(OrgId, Role)>, ConsoleError> {
         match &self.standing {
             Standing::User { user_id, .. } => Ok(auth::repo::memberships_of(&self.state.db, user_id).await?),
             _ => Ok(Vec::new()),

@@ -123,7 +123,7 @@ pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpRespo
                 return Ok(redirect(&format!("/console/o/{org}")).finish());
             }
         }
-        let names: HashMap<String, (String, String)> = crate::orgs::repo::all_orgs(&viewer.state.db)
+        let names: HashMap<OrgId, (String, String)> = crate::orgs::repo::all_orgs(&viewer.state.db)
             .await?
             .into_iter()
             .filter(|o| memberships.iter().any(|(id, _)| *id == o.id))
@@ -134,7 +134,7 @@ pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpRespo
             .map(|(id, role)| {
                 let (name, slug) = names.get(&id).cloned().unwrap_or_default();
                 OrgRow {
-                    id,
+                    id: id.into(),
                     name,
                     slug,
                     role: role.as_str().to_owned(),
@@ -157,20 +157,20 @@ pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpRespo
 
 /// Every organization with its balance, open jobs and last ledger activity.
 async fn operator_rows(state: &AppState) -> Result<Vec<OrgRow>, ConsoleError> {
-    let balances: HashMap<String, i64> = crate::billing::repo::balances(&state.db)
+    let balances: HashMap<OrgId, Microcents> = crate::billing::repo::balances(&state.db)
         .await?
         .into_iter()
         .collect();
-    let activity: HashMap<String, chrono::DateTime<chrono::Utc>> =
+    let activity: HashMap<OrgId, chrono::DateTime<chrono::Utc>> =
         crate::billing::repo::last_ledger_activity(&state.db)
             .await?
             .into_iter()
             .collect();
-    let mut open: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut open: HashMap<OrgId, (i64, i64)> = HashMap::new();
     for (org, status, count) in crate::queue::repo::open_counts_by_org(&state.db).await? {
         let entry = open.entry(org).or_default();
-        match crate::domain::JobStatus::parse(&status) {
-            Some(crate::domain::JobStatus::Queued) => entry.0 += count,
+        match status {
+            crate::domain::JobStatus::Queued => entry.0 += count,
             _ => entry.1 += count,
         }
     }
@@ -180,12 +180,12 @@ async fn operator_rows(state: &AppState) -> Result<Vec<OrgRow>, ConsoleError> {
         .map(|o| {
             let (queued, running) = open.get(&o.id).copied().unwrap_or_default();
             OrgRow {
-                balance: format::dollars(Microcents(balances.get(&o.id).copied().unwrap_or(0))),
+                balance: format::dollars(balances.get(&o.id).copied().unwrap_or_default()),
                 last_activity: format::opt_time(activity.get(&o.id).copied()),
                 role: String::new(),
                 queued,
                 running,
-                id: o.id,
+                id: o.id.into(),
                 name: o.name,
                 slug: o.slug,
             }
@@ -211,18 +211,15 @@ pub async fn pick_org(
     let Standing::User { user_id, .. } = &viewer.standing else {
         return Err(ConsoleError::NotFound);
     };
-    let org = OrgId::parse(&form.org);
-    if !viewer
-        .user_orgs()
-        .await?
-        .iter()
-        .any(|(id, _)| *id == org.as_str())
-    {
+    let Ok(org) = OrgId::parse(&form.org) else {
+        return Err(ConsoleError::NotFound);
+    };
+    if !viewer.user_orgs().await?.iter().any(|(id, _)| *id == org) {
         return Err(ConsoleError::NotFound);
     }
     let standing = Standing::User {
         user_id: user_id.clone(),
-        org_id: Some(org.to_string()),
+        org_id: Some(org.clone()),
     };
     let (cookie, _) = session::session_cookie(
         &viewer.state,

@@ -42,29 +42,35 @@ fn cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
 }
 
 /// A page's `before` cursor: none, or one [`parse_cursor`] reads (else a 400 page).
-fn page_cursor(raw: Option<&str>) -> Result<Option<(chrono::DateTime<chrono::Utc>, String)>, ConsoleError> {
+fn page_cursor<T>(
+    raw: Option<&str>,
+    parse: fn(&str) -> Result<T, crate::domain::IdError>,
+) -> Result<Option<(chrono::DateTime<chrono::Utc>, T)>, ConsoleError> {
     match raw.filter(|r| !r.is_empty()) {
         None => Ok(None),
-        Some(raw) => parse_cursor(Some(raw))
+        Some(raw) => parse_cursor(Some(raw), parse)
             .map(Some)
             .ok_or_else(|| super::unreadable("\"before\"")),
     }
 }
 
-fn parse_cursor(raw: Option<&str>) -> Option<(chrono::DateTime<chrono::Utc>, String)> {
+fn parse_cursor<T>(
+    raw: Option<&str>,
+    parse: fn(&str) -> Result<T, crate::domain::IdError>,
+) -> Option<(chrono::DateTime<chrono::Utc>, T)> {
     let (at, id) = raw?.split_once('_')?;
     let at = chrono::DateTime::parse_from_rfc3339(at)
         .ok()?
         .with_timezone(&chrono::Utc);
-    Some((at, id.to_owned()))
+    Some((at, parse(id).ok()?))
 }
 
 fn job_row(job: &training_job::Model) -> JobRow {
     JobRow {
-        id: job.id.clone(),
+        id: job.id.to_string(),
         action: job.action.to_string(),
         status: job.status.to_string(),
-        project: job.project_id.clone(),
+        project: job.project_id.to_string(),
         task: job.training_task_id.clone().unwrap_or_default(),
         worker: job.worker_id.clone().unwrap_or_default(),
         attempts: job.attempts,
@@ -114,7 +120,7 @@ pub async fn jobs(
         training_task_id: nonempty(&query.task),
         status,
         action,
-        before: page_cursor(query.before.as_deref())?,
+        before: page_cursor(query.before.as_deref(), crate::domain::JobId::parse)?,
     };
     let (jobs, more) =
         crate::queue::service::jobs_page(&viewer.state.jobs, &org.org_id, &filter, PAGE).await?;
@@ -183,7 +189,7 @@ pub async fn job(
     path: web::Path<JobPath>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
-    let job_id = crate::domain::JobId::parse(&path.job);
+    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
     let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
@@ -236,7 +242,7 @@ pub async fn job(
             l,
             refresh_url: format!("/console/o/{}/jobs/{}", org.org_id, job.id),
             refresh_secs: viewer.state.settings.console.refresh_secs,
-            id: job.id.clone(),
+            id: job.id.to_string(),
             live,
             detail: askama::Template::render(&detail)
                 .map_err(anyhow::Error::from)
@@ -253,7 +259,7 @@ pub async fn stop_job(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let job_id = crate::domain::JobId::parse(&path.job);
+    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
     let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
@@ -282,7 +288,7 @@ pub async fn trace_projects(
             .await?
             .into_iter()
             .map(|(id, name, count, last)| ProjectRow {
-                id,
+                id: id.into(),
                 name,
                 count,
                 last: format::time(last),
@@ -332,7 +338,7 @@ async fn project_of(
     org_id: &crate::domain::OrgId,
     raw: &str,
 ) -> Result<entities::project::Model, ConsoleError> {
-    let id = crate::domain::ProjectId::parse(raw);
+    let id = crate::domain::ProjectId::parse(raw).map_err(|_| ConsoleError::NotFound)?;
     crate::projects::repo::find_in_org(&viewer.state.db, org_id, &id)
         .await?
         .ok_or(ConsoleError::NotFound)
@@ -356,7 +362,7 @@ pub async fn traces(
     let filter = TraceFilter {
         model: model.clone(),
         ok: status.as_deref().map(|s| s == "ok"),
-        before: page_cursor(query.before.as_deref())?,
+        before: page_cursor(query.before.as_deref(), crate::domain::TraceId::parse)?,
         ..TraceFilter::default()
     };
     let db = &viewer.state.db;
@@ -392,7 +398,7 @@ pub async fn traces(
         &TracesPage {
             l,
             models: crate::traces::repo::models_of_project(db, &project.id).await?,
-            project_id: project.id,
+            project_id: project.id.into(),
             project_name: project.name,
             model: model.unwrap_or_default(),
             status: status.unwrap_or_default(),
@@ -581,10 +587,10 @@ pub async fn trace(
     path: web::Path<TracePath>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
-    let id = crate::domain::TraceId::parse(&path.trace);
+    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
     let t = crate::traces::repo::find_in_orgs(
         &viewer.state.db,
-        &[id.to_string()],
+        &[id],
         std::slice::from_ref(&org.org_id),
         &TraceFilter::default(),
     )
@@ -615,7 +621,7 @@ pub async fn trace(
         })
         .unwrap_or_default();
     let row = crate::traces::repo::TraceRow {
-        id: t.id.clone(),
+        id: t.id.to_string(),
         provider: t.provider.clone(),
         model: t.model.clone(),
         status_code: t.status_code,
@@ -634,7 +640,7 @@ pub async fn trace(
         &TracePage {
             l,
             row: trace_row(&row),
-            project_id: t.project_id.clone(),
+            project_id: t.project_id.to_string(),
             conversation,
             reply,
             request: format::pretty_json(&t.request),
@@ -647,7 +653,7 @@ pub async fn trace(
 fn eval_row(r: &entities::eval_run::Model) -> EvalRow {
     EvalRow {
         id: r.id.clone(),
-        project: r.project_id.clone(),
+        project: r.project_id.to_string(),
         suite: r.suite_name.clone(),
         model: r.model.clone().unwrap_or_default(),
         status: r.status.clone(),
@@ -817,7 +823,7 @@ pub async fn runs(
         .map(|r| RunRow {
             checkpoints: checkpoints.remove(&r.id).unwrap_or_default(),
             name: r.name.unwrap_or_default(),
-            project: r.project_id,
+            project: r.project_id.into(),
             model: r.model.unwrap_or_default(),
             status: r.status,
             metrics: r

@@ -1,6 +1,6 @@
 //! Bodies and views of the eval routes.
 
-use keel_core::evals::{parse_datetime, EvalCase, EvalUpload, STATUSES};
+use keel_core::evals::{parse_datetime, EvalCase, EvalError, EvalUpload, STATUSES};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -43,8 +43,9 @@ pub enum EvalStatus {
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EvalRunUploadRequest {
-    #[schema(value_type = String, min_length = 1, max_length = 100)]
-    pub project_id: ProjectId,
+    /// Text that is no project id names no project (404, as an unknown one).
+    #[schema(min_length = 1, max_length = 100)]
+    pub project_id: String,
     #[schema(min_length = 1, max_length = 200)]
     pub suite_name: String,
     #[schema(min_length = 1, max_length = 512)]
@@ -113,11 +114,13 @@ impl From<EvalCasePayload> for EvalCase {
     }
 }
 
-impl From<EvalRunUploadRequest> for EvalUpload {
-    fn from(body: EvalRunUploadRequest) -> Self {
-        Self {
+impl TryFrom<EvalRunUploadRequest> for EvalUpload {
+    type Error = EvalError;
+
+    fn try_from(body: EvalRunUploadRequest) -> Result<Self, EvalError> {
+        Ok(Self {
             started_at: body.started_at.as_deref().and_then(parse_datetime),
-            project_id: body.project_id,
+            project_id: ProjectId::parse(&body.project_id).map_err(|_| EvalError::ProjectNotFound)?,
             suite_name: body.suite_name,
             environment_reference: body.environment_reference,
             model: body.model,
@@ -125,6 +128,6 @@ impl From<EvalRunUploadRequest> for EvalUpload {
             error: body.error,
             metadata: body.metadata,
             cases: body.cases.into_iter().map(EvalCase::from).collect(),
-        }
+        })
     }
 }

@@ -24,7 +24,7 @@ pub async fn upload_eval_run(
     body: ValidJson<EvalRunUploadRequest>,
 ) -> ApiResult<HttpResponse> {
     let orgs = caller.organizations().await?;
-    let upload = EvalUpload::from(body.0);
+    let upload = EvalUpload::try_from(body.0)?;
     let (id, derived) = service::upload_run(&caller.state().db, &orgs, &upload).await?;
     Ok(HttpResponse::Ok().json(EvalRunUploadResponse {
         ok: true,

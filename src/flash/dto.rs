@@ -37,6 +37,7 @@ pub struct ProvisionQuery {
     pub limit: Option<i64>,
     /// Only this organization's environments (its backoff alone advances).
     #[param(value_type = Option<String>, format = Uuid)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
 }
 
@@ -104,8 +105,8 @@ impl From<flash_environment::Model> for EnvironmentView {
         Self {
             metadata: e.metadata.as_deref().and_then(|m| serde_json::from_str(m).ok()),
             id: e.id,
-            org_id: e.org_id,
-            project_id: e.project_id,
+            org_id: e.org_id.into(),
+            project_id: e.project_id.into(),
             slug: e.slug,
             name: e.name,
             hub_repo: e.hub_repo,

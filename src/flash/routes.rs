@@ -32,8 +32,8 @@ pub async fn validate_project(
     let project = service::active_project(&state.db, &body.0.org_id, &body.0.project_id).await?;
     Ok(HttpResponse::Ok().json(ProjectValid {
         valid: true,
-        project_id: project.id,
-        org_id: project.org_id,
+        project_id: project.id.into(),
+        org_id: project.org_id.into(),
         slug: project.slug,
     }))
 }
@@ -62,7 +62,7 @@ pub async fn provision_hub(
         &state.http,
         &state.settings.hub,
         limit,
-        query.0.org_id.as_deref(),
+        query.0.org_id.as_ref(),
     )
     .await?;
     Ok(HttpResponse::Ok().json(ProvisionReport::from(report)))
@@ -195,8 +195,8 @@ pub async fn upsert_run(_: Internal, state: web::Data<AppState>, body: RawBody) 
     )
     .await?;
     Ok(HttpResponse::Ok().json(MirrorUpserted {
-        org_id: project.org_id,
-        project_id: project.id,
+        org_id: project.org_id.into(),
+        project_id: project.id.into(),
         run_id: body.run_id,
         status: Some(status),
         checkpoint_id: None,
@@ -232,8 +232,8 @@ pub async fn upsert_checkpoint(
     )
     .await?;
     Ok(HttpResponse::Ok().json(MirrorUpserted {
-        org_id: project.org_id,
-        project_id: project.id,
+        org_id: project.org_id.into(),
+        project_id: project.id.into(),
         run_id: body.run_id,
         status: None,
         checkpoint_id: Some(body.checkpoint_id),

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::validate::{Checks, Validate};
-use crate::domain::OrgId;
+use crate::domain::{IdError, OrgId};
 use crate::error::{ApiError, ApiResult, Code, ValidationIssue};
 use crate::state::AppState;
 
@@ -21,9 +21,18 @@ const FALLBACK_BODY_LIMIT: usize = 16 * 1024 * 1024;
 pub struct ApiKeyOrg(pub OrgId);
 
 /// CONTRACT §2: an organization supplied anywhere (query, header, body) that is not the
-/// API key's own is 403, whether or not the route reads it.
-pub fn check_supplied_orgs(supplied: impl IntoIterator<Item = OrgId>, key_org: &OrgId) -> ApiResult<()> {
-    if supplied.into_iter().any(|org| !org.is_empty() && org != *key_org) {
+/// API key's own is 403, whether or not the route reads it. Text as sent: empty or
+/// whitespace alone names none; text that is no organization id (NUL) is not the key's.
+pub fn check_supplied_orgs<S: AsRef<str>>(
+    supplied: impl IntoIterator<Item = S>,
+    key_org: &OrgId,
+) -> ApiResult<()> {
+    let foreign = |raw: &str| match OrgId::parse(raw) {
+        Ok(org) => org != *key_org,
+        Err(IdError::Empty | IdError::Blank) => false,
+        Err(_) => true,
+    };
+    if supplied.into_iter().any(|raw| foreign(raw.as_ref())) {
         return Err(ApiError::Coded(
             Code::OtherOrganization,
             "the API key belongs to another organization".into(),
@@ -62,7 +71,28 @@ impl<T: DeserializeOwned + Validate + utoipa::ToSchema + 'static> FromRequest fo
 pub fn parse_checked_body<T: DeserializeOwned + Validate + utoipa::ToSchema>(
     bytes: &[u8],
 ) -> Result<T, ApiError> {
-    let value: T = parse_json_body(bytes)?;
+    let value: T = match parse_json_body(bytes) {
+        Ok(value) => value,
+        // serde stops at the first field it cannot read (an id its type refuses, say): the
+        // schema's issues of the other fields are answered beside it, as FastAPI lists all.
+        // Where serde lost the field's place (inside a tagged union it names only the body),
+        // the schema's issues, which have it, are the answer.
+        Err(ApiError::Validation(mut issues)) => {
+            if let Ok(json) = serde_json::from_slice::<Value>(bytes) {
+                let bounds = super::schemas::bound_issues("body", &T::name(), &json);
+                if !bounds.is_empty() && issues.iter().all(|issue| issue.loc == [json!("body")]) {
+                    issues.clear();
+                }
+                for issue in bounds {
+                    if !issues.iter().any(|known| known.loc == issue.loc) {
+                        issues.push(issue);
+                    }
+                }
+            }
+            return Err(ApiError::Validation(issues));
+        }
+        Err(other) => return Err(other),
+    };
     let mut checks = Checks::new("body");
     value.validate(&mut checks);
     let mut issues = checks.into_issues();
@@ -81,6 +111,23 @@ pub fn parse_checked_body<T: DeserializeOwned + Validate + utoipa::ToSchema>(
     }
 }
 
+/// The 422 issue of text at `loc` that is not the id it should be, as FastAPI words it.
+pub fn id_issue(loc: Vec<Value>, err: IdError) -> ValidationIssue {
+    match err {
+        IdError::NotAUuid => ValidationIssue::new(loc, "uuid_parsing", "Input should be a valid UUID"),
+        IdError::Blank => ValidationIssue::new(
+            loc,
+            "string_pattern_mismatch",
+            "String should have a character that is not whitespace",
+        ),
+        IdError::Nul => nul_issue(loc),
+        IdError::Empty => {
+            ValidationIssue::new(loc, "string_too_short", "String should have at least 1 character")
+                .with_ctx(json!({"min_length": 1}))
+        }
+    }
+}
+
 /// The 422 issue of a string holding NUL at `loc`.
 pub fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
     ValidationIssue::new(
@@ -92,21 +139,21 @@ pub fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
 
 /// Every string value of a top-level `orgId` or `org_id` in a JSON object body, repeats
 /// included; nothing for a body that is not a JSON object.
-pub fn supplied_orgs(bytes: &[u8]) -> Vec<OrgId> {
+pub fn supplied_orgs(bytes: &[u8]) -> Vec<String> {
     struct Orgs;
     impl<'de> serde::de::Visitor<'de> for Orgs {
-        type Value = Vec<OrgId>;
+        type Value = Vec<String>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
 
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<OrgId>, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
             let mut orgs = Vec::new();
             while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 if name == "orgId" || name == "org_id" {
                     if let Value::String(org) = map.next_value::<Value>()? {
-                        orgs.push(OrgId::parse(&org));
+                        orgs.push(org);
                     }
                 } else {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -223,9 +270,10 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidQuery<T> {
     type Future = std::future::Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let parsed = parse_query_issues(req.query_string()).and_then(|(value, mut issues)| {
-            // The bounds the document gives the operation's parameters, for the parameters
-            // the query's own rules did not already refuse.
+        // The bounds the document gives the operation's parameters, for the parameters the
+        // query's own rules (or serde, stopping at the first it cannot read) did not already
+        // refuse.
+        let with_bounds = |mut issues: Vec<ValidationIssue>| {
             let pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect();
@@ -235,12 +283,20 @@ impl<T: DeserializeOwned + Validate + 'static> FromRequest for ValidQuery<T> {
                     issues.push(issue);
                 }
             }
-            if issues.is_empty() {
-                Ok(Self(value))
-            } else {
-                Err(ApiError::Validation(issues))
+            issues
+        };
+        let parsed = match parse_query_issues(req.query_string()) {
+            Ok((value, issues)) => {
+                let issues = with_bounds(issues);
+                if issues.is_empty() {
+                    Ok(Self(value))
+                } else {
+                    Err(ApiError::Validation(issues))
+                }
             }
-        });
+            Err(ApiError::Validation(issues)) => Err(ApiError::Validation(with_bounds(issues))),
+            Err(other) => Err(other),
+        };
         std::future::ready(parsed)
     }
 }
@@ -294,7 +350,16 @@ pub fn path_uuid(name: &str, raw: &str) -> Result<String, ApiError> {
 /// A path parameter that must be an organization id (a UUID).
 pub fn path_org(name: &str, raw: &str) -> Result<OrgId, ApiError> {
     path_uuid(name, raw)?;
-    Ok(OrgId::parse(raw))
+    path_id(name, raw, OrgId::parse)
+}
+
+/// A path parameter read by an id's own `parse`; its refusal is the 422 at the parameter.
+pub fn path_id<T>(
+    name: &str,
+    raw: &str,
+    parse: impl FnOnce(&str) -> Result<T, IdError>,
+) -> Result<T, ApiError> {
+    parse(raw).map_err(|err| ApiError::Validation(vec![id_issue(vec![json!("path"), json!(name)], err)]))
 }
 
 /// A path parameter with a length bound.
@@ -495,6 +560,13 @@ fn issue_from_serde_message(root: &str, path: Vec<Value>, message: &str) -> Vali
             loc.push(json!(field));
         }
     };
+    // A typed id refused by its own parse (the same words as the schema's issue).
+    if let Some(err) = [IdError::NotAUuid, IdError::Blank, IdError::Nul, IdError::Empty]
+        .into_iter()
+        .find(|err| message == err.to_string())
+    {
+        return id_issue(loc, err);
+    }
     if message.starts_with("missing field") {
         if let Some(field) = backticked(&message) {
             push_field(&mut loc, field);

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::Role;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, UserId};
 use crate::http::validate::{Checks, Validate};
 
 /// Organization and project slugs: the parts of `<org-slug>/<project-slug>/<name>`.
@@ -27,8 +27,8 @@ pub struct CreateOrgBody {
     /// Derived from the name when absent.
     #[schema(min_length = 1, max_length = 100, pattern = r"^[a-z0-9][a-z0-9._-]*$")]
     pub slug: Option<String>,
-    #[schema(min_length = 1, max_length = 200)]
-    pub owner_user_id: String,
+    #[schema(value_type = String, min_length = 1, max_length = 200)]
+    pub owner_user_id: UserId,
     #[schema(min_length = 1, max_length = 320)]
     pub owner_email: Option<String>,
 }

@@ -1,13 +1,14 @@
 //! Organization routes: the operator's (internal key: organizations, members, any API key,
 //! adapters) and the self-service API keys of an organization's members.
 
+use crate::domain::{ApiKeyId, UserId};
 use actix_web::{web, HttpResponse};
 use keel_core::orgs::service;
 
 use super::dto::*;
 use crate::auth::{Internal, MemberOf, Owner, OwnerOf};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{path_org, path_str, ValidJson};
+use crate::http::extract::{path_id, path_org, path_str, ValidJson};
 use crate::state::AppState;
 
 /// Create an organization
@@ -36,7 +37,7 @@ pub async fn create_org(
     )
     .await?;
     Ok(HttpResponse::Created().json(CreatedOrgResponse {
-        org_id: created.org_id,
+        org_id: created.org_id.into(),
         slug: created.slug,
     }))
 }
@@ -74,6 +75,7 @@ pub async fn put_member(
     let (org_id, user_id) = path.into_inner();
     let org_id = path_org("org_id", &org_id)?;
     let user_id = path_str("user_id", &user_id, 1, 200)?;
+    let user_id = path_id("user_id", &user_id, UserId::parse)?;
     let body = body.0;
     service::set_member(
         &state.db,
@@ -103,7 +105,7 @@ pub async fn create_api_key(
     let org_id = path_org("org_id", &path)?;
     let created = service::create_api_key(&state.db, &org_id, body.0.name.as_deref()).await?;
     Ok(HttpResponse::Created().json(CreatedKeyResponse {
-        api_key_id: created.api_key_id,
+        api_key_id: created.api_key_id.into(),
         key: created.secret,
     }))
 }
@@ -119,7 +121,9 @@ pub async fn revoke_api_key(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    service::revoke_any_key(&state.db, &state.cluster, &path).await?;
+    // Not an id keel gave out: no such key.
+    let key_id = ApiKeyId::parse(&path).map_err(|_| keel_core::orgs::OrgError::KeyNotFound)?;
+    service::revoke_any_key(&state.db, &state.cluster, &key_id).await?;
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }
 
@@ -152,7 +156,7 @@ pub async fn put_adapter(
     .await?;
     Ok(HttpResponse::Ok().json(AdapterView {
         adapter_id: adapter.id,
-        org_id: adapter.org_id,
+        org_id: adapter.org_id.into(),
         base_model: adapter.base_model,
         live: adapter.live,
     }))
@@ -185,8 +189,8 @@ pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResul
         .await?
         .into_iter()
         .map(|k| ApiKeyView {
-            api_key_id: k.id,
-            org_id: k.org_id,
+            api_key_id: k.id.into(),
+            org_id: k.org_id.into(),
             name: k.name,
             prefix: k.prefix,
             created_at: k.created_at,
@@ -209,7 +213,7 @@ pub async fn create_key(owner: Owner<ValidJson<ApiKeyBody>>) -> ApiResult<HttpRe
     let name = owner.input.0.name.as_deref();
     let created = service::create_api_key(&owner.state.db, &owner.access.org_id, name).await?;
     Ok(HttpResponse::Created().json(CreatedKeyResponse {
-        api_key_id: created.api_key_id,
+        api_key_id: created.api_key_id.into(),
         key: created.secret,
     }))
 }
@@ -226,6 +230,7 @@ pub async fn revoke_key(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    service::revoke_key(&state.db, &state.cluster, &owner.0.org_id, &path).await?;
+    let key_id = ApiKeyId::parse(&path).map_err(|_| keel_core::orgs::OrgError::KeyNotFound)?;
+    service::revoke_key(&state.db, &state.cluster, &owner.0.org_id, &key_id).await?;
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }

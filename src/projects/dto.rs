@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 pub struct ProjectCreateBody {
     /// The organization; with an API key it may be omitted (the key's own).
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     /// Not only whitespace.
     #[schema(
@@ -63,8 +64,8 @@ pub struct ProjectView {
 impl From<project::Model> for ProjectView {
     fn from(p: project::Model) -> Self {
         Self {
-            id: p.id,
-            org_id: p.org_id,
+            id: p.id.into(),
+            org_id: p.org_id.into(),
             name: p.name,
             slug: p.slug,
             description: p.description,

@@ -3,7 +3,7 @@
 use super::dto::{ProjectCreateBody, ProjectCreated, ProjectView};
 use crate::auth::{Caller, Member};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{path_uuid, ValidJson};
+use crate::http::extract::{path_id, ValidJson};
 use actix_web::{web, HttpResponse};
 use keel_core::projects::service;
 
@@ -30,8 +30,8 @@ pub async fn create_project(member: Member<ValidJson<ProjectCreateBody>>) -> Api
     )
     .await?;
     Ok(HttpResponse::Created().json(ProjectCreated {
-        id: project.id,
-        org_id: project.org_id,
+        id: project.id.into(),
+        org_id: project.org_id.into(),
         name: project.name,
         slug: project.slug,
         active: project.active,
@@ -62,9 +62,8 @@ pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
     params(("project_id" = String, Path, format = Uuid)),
     responses((status = 200, body = ProjectView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let project_id = path_uuid("project_id", &path)?;
+    let project_id = path_id("project_id", &path, crate::domain::ProjectId::parse)?;
     let orgs = caller.organizations().await?;
-    let project_id = crate::domain::ProjectId::parse(&project_id);
     let project = service::project_of(&caller.state().db, &orgs, &project_id).await?;
     Ok(HttpResponse::Ok().json(ProjectView::from(project)))
 }

@@ -11,6 +11,7 @@ pub use crate::upstream;
 pub mod usage;
 pub use keel_core::proxy::cache;
 
+use crate::domain::{OrgId, ProjectId, TraceId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -170,8 +171,8 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest)).await?;
         Ok::<_, sea_orm::DbErr>(key.map(|key| {
             Arc::new(KeyOwner {
-                key_id: keel_core::domain::ApiKeyId::parse(&key.id),
-                org_id: keel_core::domain::OrgId::parse(&key.org_id),
+                key_id: key.id,
+                org_id: key.org_id,
             })
         }))
     };
@@ -186,17 +187,14 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
 }
 
 /// The recording project: it must be the caller's organization's (404 otherwise; never created).
-async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResult<String> {
+async fn recording_project(state: &AppState, org_id: &OrgId, raw: &str) -> ApiResult<ProjectId> {
     let not_found = || {
         ApiError::Coded(
             Code::ProjectNotFound,
             "project not found in the caller's organization".into(),
         )
     };
-    let project_id = uuid::Uuid::parse_str(raw)
-        .map_err(|_| not_found())?
-        .hyphenated()
-        .to_string();
+    let project_id = ProjectId::parse(raw).map_err(|_| not_found())?;
     let load = || async {
         let project = crate::projects::repo::find(&state.db, &project_id).await?;
         Ok::<_, sea_orm::DbErr>(project.map(|project| project.org_id))
@@ -208,7 +206,7 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
         .await
         .map_err(ApiError::database)?
         .ok_or_else(not_found)?;
-    if owner == org_id {
+    if owner == *org_id {
         Ok(project_id)
     } else {
         Err(not_found())
@@ -217,8 +215,8 @@ async fn recording_project(state: &AppState, org_id: &str, raw: &str) -> ApiResu
 
 /// What a trace needs from the request; completed when the call ends.
 struct TraceDraft {
-    org_id: String,
-    project_id: String,
+    org_id: OrgId,
+    project_id: ProjectId,
     provider: &'static str,
     model: Option<String>,
     /// The body as forwarded (already redacted); made text on the writer's task.
@@ -253,7 +251,7 @@ impl TraceDraft {
         trace::Model {
             // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
             // instead of landing on a random page of it per row.
-            id: uuid::Uuid::now_v7().to_string(),
+            id: TraceId::time_ordered(),
             org_id: self.org_id,
             project_id: self.project_id,
             provider: self.provider.to_owned(),
@@ -469,7 +467,7 @@ async fn proxy_chat(
 
     let recording = project_id.map(|project_id| Recording {
         draft: TraceDraft {
-            org_id: owner.org_id.as_str().to_owned(),
+            org_id: owner.org_id.clone(),
             project_id,
             provider,
             // A NUL (`\u0000` in the JSON) as U+FFFD: PostgreSQL's text cannot hold it.

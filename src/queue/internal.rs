@@ -10,9 +10,9 @@ use utoipa::ToSchema;
 
 use super::actor::{ask, Heartbeat, Submit};
 use super::repo::{self, Held, Report, ReportOutcome};
-use super::{parse_stored, service, JobView};
+use super::{known_job, parse_stored, service, JobView};
 use crate::auth::Internal;
-use crate::domain::{JobAction, JobId, JobStatus};
+use crate::domain::{JobAction, JobStatus};
 use crate::error::{ApiError, ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::http::validate::{Checks, Validate};
@@ -112,9 +112,9 @@ pub async fn claim_jobs(
         .into_iter()
         .map(|job| ClaimedJob {
             payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
-            job_id: job.id,
-            org_id: job.org_id,
-            project_id: job.project_id,
+            job_id: job.id.into(),
+            org_id: job.org_id.into(),
+            project_id: job.project_id.into(),
             action: job.action.to_string(),
             attempt: job.attempts,
         })
@@ -141,9 +141,9 @@ pub struct WorkerJobView {
 pub async fn get_job_for_worker(
     _: Internal,
     state: web::Data<AppState>,
-    path: web::Path<JobId>,
+    path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    let job = repo::find_job(&state.db, &path)
+    let job = repo::find_job(&state.db, &known_job(&path)?)
         .await?
         .ok_or_else(|| ApiError::not_found("job"))?;
     let secrets = service::worker_secrets(&state.jobs, &job.org_id).await?;
@@ -266,7 +266,7 @@ pub async fn report_succeeded(
     report(
         &state,
         Report {
-            job_id: body.job_id,
+            job_id: known_job(&body.job_id)?,
             worker_id: body.worker_id,
             status: JobStatus::Succeeded,
             result: body.result.map(|r| r.to_string()),
@@ -291,7 +291,7 @@ pub async fn report_blocked(
     report(
         &state,
         Report {
-            job_id: body.job_id,
+            job_id: known_job(&body.job_id)?,
             worker_id: body.worker_id,
             status: JobStatus::Blocked,
             result: None,
@@ -316,7 +316,7 @@ pub async fn report_user_stopped(
     report(
         &state,
         Report {
-            job_id: body.job_id,
+            job_id: known_job(&body.job_id)?,
             worker_id: body.worker_id,
             status: JobStatus::UserStopped,
             result: None,
@@ -341,7 +341,7 @@ pub async fn report_failed(
     report(
         &state,
         Report {
-            job_id: body.job_id,
+            job_id: known_job(&body.job_id)?,
             worker_id: body.worker_id,
             status: JobStatus::Failed,
             result: None,
@@ -381,7 +381,7 @@ pub async fn heartbeat(
     let held = ask(
         &state.queue,
         Heartbeat {
-            job_id: body.job_id,
+            job_id: known_job(&body.job_id)?,
             worker_id: body.worker_id,
         },
     )
@@ -409,7 +409,7 @@ pub async fn live_status(
     let body = body.0;
     match repo::set_live_status(
         &state.db,
-        &body.job_id,
+        &known_job(&body.job_id)?,
         &body.worker_id,
         &Value::Object(body.live_status),
     )

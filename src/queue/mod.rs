@@ -37,6 +37,12 @@ pub struct JobView {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// A job id as a caller sent it: text that is no id keel gave out names no job (404, as
+/// an unknown id does).
+pub fn known_job(raw: &str) -> crate::error::ApiResult<crate::domain::JobId> {
+    crate::domain::JobId::parse(raw).map_err(|_| crate::error::ApiError::not_found("job"))
+}
+
 pub fn parse_stored(text: Option<&str>) -> Option<Value> {
     text.map(|t| serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_owned())))
 }
@@ -44,9 +50,9 @@ pub fn parse_stored(text: Option<&str>) -> Option<Value> {
 impl From<&training_job::Model> for JobView {
     fn from(job: &training_job::Model) -> Self {
         Self {
-            job_id: job.id.clone(),
-            org_id: job.org_id.clone(),
-            project_id: job.project_id.clone(),
+            job_id: job.id.to_string(),
+            org_id: job.org_id.to_string(),
+            project_id: job.project_id.to_string(),
             training_task_id: job.training_task_id.clone(),
             action: job.action.to_string(),
             status: job.status.to_string(),

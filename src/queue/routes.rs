@@ -10,9 +10,9 @@ use utoipa::ToSchema;
 
 use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob};
-use super::{service, JobView};
+use super::{known_job, service, JobView};
 use crate::auth::{Caller, Member};
-use crate::domain::{JobAction, JobId, OrgId, ProjectId};
+use crate::domain::{JobAction, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::validate::{Checks, Validate};
@@ -29,6 +29,7 @@ pub struct TracerJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
@@ -49,6 +50,7 @@ pub struct DraftJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
@@ -63,6 +65,7 @@ pub struct OptimizeJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
@@ -79,6 +82,7 @@ pub struct TrainingJob {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
@@ -191,8 +195,8 @@ pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse
         .ok_or_else(|| ApiError::not_found("project"))?;
     // Through the queue actor: jobs enqueued together are committed together.
     let new_job = NewJob {
-        org_id: access.org_id.into_string(),
-        project_id: project_id.into_string(),
+        org_id: access.org_id,
+        project_id,
         training_task_id,
         action,
         payload,
@@ -209,9 +213,10 @@ pub struct ListQuery {
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
-    #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
-    pub project_id: Option<ProjectId>,
+    #[param(min_length = 1, max_length = 100)]
+    pub project_id: Option<String>,
     #[param(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
 }
@@ -239,7 +244,10 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
         None => caller.organizations().await?,
     };
     let filter = JobFilter {
-        project_id: query.project_id.map(ProjectId::into_string),
+        // A project id in any UUID spelling; other text matches no job.
+        project_id: query
+            .project_id
+            .map(|p| ProjectId::parse(&p).map_or(p, ProjectId::into_string)),
         training_task_id: query.training_task_id,
         ..JobFilter::default()
     };
@@ -260,10 +268,11 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
 #[into_params(parameter_in = Query)]
 pub struct GetQuery {
     #[param(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     /// Must match the job's project when given (empty: any).
-    #[param(value_type = Option<String>, max_length = 100)]
-    pub project_id: Option<ProjectId>,
+    #[param(max_length = 100)]
+    pub project_id: Option<String>,
     /// Must match the job's training task when given (empty: any).
     #[param(max_length = 100)]
     pub training_task_id: Option<String>,
@@ -281,9 +290,11 @@ async fn visible_job(
         Some(org) => vec![caller.member(Some(org)).await?.org_id],
         None => caller.organizations().await?,
     };
-    repo::find_job(&caller.state().db, job_id)
+    // Not an id keel gave out: no such job (after the caller's rights, as for any job).
+    let job_id = known_job(job_id)?;
+    repo::find_job(&caller.state().db, &job_id)
         .await?
-        .filter(|job| orgs.iter().any(|org| org.as_str() == job.org_id))
+        .filter(|job| orgs.contains(&job.org_id))
         .ok_or_else(|| ApiError::not_found("job"))
 }
 
@@ -295,7 +306,7 @@ async fn visible_job(
     responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
 pub async fn get_job(
     caller: Caller,
-    path: web::Path<JobId>,
+    path: web::Path<String>,
     query: ValidQuery<GetQuery>,
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
@@ -304,7 +315,7 @@ pub async fn get_job(
         .project_id
         .as_ref()
         .filter(|p| !p.is_empty())
-        .is_none_or(|p| *p == job.project_id);
+        .is_none_or(|p| ProjectId::parse(p).is_ok_and(|p| p == job.project_id));
     let task_matches = query
         .training_task_id
         .as_deref()
@@ -320,6 +331,7 @@ pub async fn get_job(
 #[serde(rename_all = "camelCase")]
 pub struct StopBody {
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     #[schema(max_length = 2000)]
     pub reason: Option<String>,
@@ -340,7 +352,7 @@ impl Validate for StopBody {
         (status = 409, description = "The job already finished", body = ErrorBody)))]
 pub async fn stop_job(
     caller: Caller,
-    path: web::Path<JobId>,
+    path: web::Path<String>,
     body: ValidJson<StopBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
@@ -384,6 +396,7 @@ fn secrets_schema() -> utoipa::openapi::Object {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretsBody {
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
     /// NAME → value; an empty value deletes the secret. At most 100 at once.
     #[schema(schema_with = secrets_schema)]

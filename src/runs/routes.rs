@@ -29,7 +29,7 @@ pub async fn create_run(caller: Caller, body: ValidJson<RunCreateRequest>) -> Ap
     let run = service::create_run(&caller.state().db, &orgs, &NewRun::from(body.0)).await?;
     Ok(HttpResponse::Ok().json(RunCreateResponse {
         run_id: run.id,
-        project_id: run.project_id,
+        project_id: run.project_id.into(),
         status: run.status,
     }))
 }

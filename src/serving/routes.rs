@@ -36,7 +36,7 @@ pub async fn authorize(
     let body = body.0;
     let (org_id, base_model) = service::authorize(&state.serving, &body.api_key, &body.adapter_id).await?;
     Ok(HttpResponse::Ok().json(ServingAuthorized {
-        org_id,
+        org_id: org_id.into(),
         adapter_id: body.adapter_id,
         base_model,
     }))

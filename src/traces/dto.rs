@@ -6,7 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::export::Format;
-use crate::domain::{ProjectId, TraceId};
+use crate::domain::TraceId;
 use crate::http::validate::{Checks, Validate};
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,8 +27,9 @@ pub struct TraceProjectsResponse {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
-    #[param(value_type = String, min_length = 1, max_length = 100)]
-    pub project_id: ProjectId,
+    /// Text that is no project id names no project (404, as an unknown one).
+    #[param(min_length = 1, max_length = 100)]
+    pub project_id: String,
     /// 1..1000, default 1000: the newest traces.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,

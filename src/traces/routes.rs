@@ -1,5 +1,6 @@
 //! `GET /api/traces/projects`, `GET` and `POST /api/traces/export`.
 
+use crate::domain::ProjectId;
 use actix_web::HttpResponse;
 
 use super::dto::{
@@ -28,7 +29,7 @@ pub async fn trace_projects(caller: Caller) -> ApiResult<HttpResponse> {
         .await?
         .into_iter()
         .map(|(project_id, name, trace_count, last_trace_at)| TraceProject {
-            project_id,
+            project_id: project_id.into(),
             name,
             trace_count,
             last_trace_at,
@@ -59,7 +60,8 @@ pub async fn export_project(caller: Caller, query: ValidQuery<ExportQuery>) -> A
     let format = format_of(query.format.as_deref());
     let orgs = caller.organizations().await?;
     let filter = query.filters().to_filter();
-    let project_id = query.project_id;
+    let project_id =
+        ProjectId::parse(&query.project_id).map_err(|_| keel_core::traces::TraceError::ProjectNotFound)?;
     let limit = query.limit.map_or(MAX_EXPORT, |l| l as u64);
     let cursor = query.cursor.as_deref().and_then(service::Cursor::decode);
     let mut out = envelope_head(Some(project_id.as_str()), format)?;

@@ -153,3 +153,85 @@ fn the_core_depends_on_no_http_server_template_or_openapi_crate() {
         }
     }
 }
+
+/// Item 2 of issue 38: rows carry the domain's types, not the raw column types, for every
+/// id and amount keel owns (a mirrored reference may stay text; see docs/DECISIONS.md 88).
+#[test]
+fn entities_type_ids_and_money_with_the_domain_types() {
+    let typed = [
+        ("org_id", "OrgId"),
+        ("project_id", "ProjectId"),
+        ("balance_microcents", "Microcents"),
+        ("amount_microcents", "Microcents"),
+        ("balance_after_microcents", "Microcents"),
+        ("cost_microcents", "Microcents"),
+        ("charged_microcents", "Microcents"),
+        ("amount_cents", "Cents"),
+        ("cost_cents", "Cents"),
+        ("status", "JobStatus"),
+        ("action", "JobAction"),
+        ("kind", "EntryKind"),
+    ];
+    // Tables whose column of that name is another value: free text (`None`) or another type.
+    let exempt = [
+        ("eval_run.rs", "status", None),
+        ("flash_run.rs", "status", None),
+        ("run.rs", "status", None),
+        ("payment.rs", "status", Some("PaymentState")),
+        ("console_session.rs", "kind", None),
+    ];
+    let mut checked = 0;
+    for source in rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("entities/src")) {
+        let file = source
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let text = std::fs::read_to_string(&source).expect("an entity");
+        for line in text.lines().map(str::trim) {
+            let Some((field, ty)) = line
+                .strip_prefix("pub ")
+                .and_then(|rest| rest.strip_suffix(','))
+                .and_then(|rest| rest.split_once(": "))
+            else {
+                continue;
+            };
+            let Some((_, mut want)) = typed.iter().find(|(name, _)| *name == field).copied() else {
+                continue;
+            };
+            if let Some((_, _, other)) = exempt.iter().find(|(f, name, _)| *f == file && *name == field) {
+                match other {
+                    Some(other) => want = other,
+                    None => continue,
+                }
+            }
+            let inner = ty
+                .strip_prefix("Option<")
+                .and_then(|t| t.strip_suffix('>'))
+                .unwrap_or(ty);
+            assert_eq!(inner, want, "{file}: {field} is {ty}");
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 40,
+        "only {checked} fields checked: the entity sources moved?"
+    );
+    // The key columns of the tables keel gives ids to.
+    for (file, ty) in [
+        ("organization.rs", "OrgId"),
+        ("project.rs", "ProjectId"),
+        ("training_job.rs", "JobId"),
+        ("trace.rs", "TraceId"),
+        ("api_key.rs", "ApiKeyId"),
+        ("user.rs", "UserId"),
+    ] {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("entities/src")
+                .join(file),
+        )
+        .expect("an entity");
+        assert!(text.contains(&format!("pub id: {ty},")), "{file}: id is not {ty}");
+    }
+}

@@ -1,5 +1,6 @@
 //! Billing: each rule of the spec's billing section and each status of the contract.
 
+use keel::domain::OrgId;
 use std::collections::HashSet;
 
 use futures_util::future::join_all;
@@ -694,7 +695,7 @@ async fn training_cost_is_upserted_by_run() {
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].cost_cents, 135);
+    assert_eq!(rows[0].cost_cents, keel::domain::Cents(135));
     db.close().await.unwrap();
     let user = app
         .post(
@@ -978,13 +979,13 @@ async fn a_top_up_decided_on_a_stale_balance_charges_nothing() {
         &db,
         &payments,
         &keel::metrics::Metrics::new(),
-        &org.org_id,
+        &OrgId::parse(&org.org_id).unwrap(),
         keel::domain::Cents(2000),
     )
     .await;
     assert!(credit.is_none());
     use sea_orm::EntityTrait;
-    let account = entities::billing_account::Entity::find_by_id(org.org_id.clone())
+    let account = entities::billing_account::Entity::find_by_id(OrgId::parse(&org.org_id).unwrap())
         .one(&db)
         .await
         .unwrap()
@@ -1019,7 +1020,7 @@ async fn auto_top_up_pauses_after_three_declines_until_saved_again() {
     let declines = || async {
         let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
         use sea_orm::EntityTrait;
-        let account = entities::billing_account::Entity::find_by_id(org.org_id.clone())
+        let account = entities::billing_account::Entity::find_by_id(OrgId::parse(&org.org_id).unwrap())
             .one(&db)
             .await
             .unwrap()

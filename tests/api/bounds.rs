@@ -425,3 +425,85 @@ async fn a_nul_is_refused_wherever_the_schema_types_a_string_and_kept_in_free_fo
         .await;
     assert_eq!(run.status(), StatusCode::OK);
 }
+
+/// Issue 38, item 2: an id is parsed once where it enters. A body's id its type refuses is
+/// answered with the other fields' issues beside it; a path, a worker's report or a key that
+/// names no id keel gave out is "not found" (as an unknown id), never a query with text in it.
+#[actix_web::test]
+async fn an_id_that_is_none_is_refused_where_it_enters_with_every_other_issue() {
+    let app = spawn_app().await;
+    let org = app.create_org("Ids").await;
+    let project = app.create_project(&org, "Ids").await;
+
+    // Two fields wrong at once: the refused id and a name over its bound, both listed.
+    let response = app
+        .post(
+            "/api/runs",
+            &org.api_key,
+            &json!({"projectId": "not-a-uuid", "name": "n".repeat(201)}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    let issues: Vec<(Value, Value)> = answer["detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["loc"].clone(), i["type"].clone()))
+        .collect();
+    assert!(
+        issues.contains(&(json!(["body", "projectId"]), json!("uuid_parsing"))),
+        "{answer}"
+    );
+    assert!(
+        issues.contains(&(json!(["body", "name"]), json!("string_too_long"))),
+        "{answer}"
+    );
+    // Any UUID spelling is the same project.
+    let shouted = project.to_uppercase().replace('-', "");
+    let response = app
+        .post("/api/runs", &org.api_key, &json!({"projectId": shouted}))
+        .await;
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "{}",
+        response.text().await.unwrap()
+    );
+
+    // An organization id of whitespace alone names none: refused, never trimmed to "".
+    let response = app
+        .post(
+            "/api/projects",
+            &org.api_key,
+            &json!({"name": "P", "orgId": " \t"}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["detail"][0]["loc"], json!(["body", "orgId"]), "{answer}");
+    assert_eq!(answer["detail"][0]["type"], "string_pattern_mismatch", "{answer}");
+
+    // Not ids keel gave out: 404, as for ids it does not know.
+    for path in [
+        "/api/training/jobs/not-a-job",
+        "/api/projects/00000000-0000-4000-8000-000000000000",
+    ] {
+        let response = app.get(path, &org.api_key).await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    let response = app.delete("/api/internal/api-keys/not-a-key", INTERNAL_KEY).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let response = app
+        .post(
+            "/api/training/internal/jobs/failed",
+            INTERNAL_KEY,
+            &json!({"job_id": "not-a-job", "worker_id": "w1", "error": "boom"}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let response = app
+        .get("/api/training/internal/jobs/not-a-job", INTERNAL_KEY)
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}

@@ -1,6 +1,7 @@
 //! Datasets of any size: the export walked page by page with a cursor (while traces keep
 //! arriving), its filters, and `keel traces export --all`, `--resume` and `openai-chat`.
 
+use keel::domain::{OrgId, ProjectId, TraceId};
 use std::collections::HashSet;
 use std::process::Command;
 
@@ -26,9 +27,9 @@ fn trace(
     entities::trace::Model {
         request: json!({"model": model, "messages": [{"role": "user", "content": format!("question {id}")}]})
             .to_string(),
-        id,
-        org_id: org.org_id.clone(),
-        project_id: project.to_owned(),
+        id: TraceId::parse(&id).unwrap(),
+        org_id: OrgId::parse(&org.org_id).unwrap(),
+        project_id: ProjectId::parse(project).unwrap(),
         provider: "openai".into(),
         model: Some(model.into()),
         response,
@@ -476,7 +477,7 @@ async fn a_page_ends_at_its_byte_bound_and_the_walk_still_gives_every_trace_once
         })
         .collect();
     keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
-    let seeded: HashSet<String> = rows.iter().map(|t| t.id.clone()).collect();
+    let seeded: HashSet<String> = rows.iter().map(|t| t.id.to_string()).collect();
 
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;

@@ -424,22 +424,24 @@ pub async fn ledger_invariant(db_url: &str, org_id: &str) -> (i64, usize) {
         .all(&db)
         .await
         .expect("entries");
-    let balance = entities::billing_account::Entity::find_by_id(org_id.to_owned())
-        .one(&db)
-        .await
-        .expect("account")
-        .map_or(0, |a| a.balance_microcents);
+    let balance =
+        entities::billing_account::Entity::find_by_id(keel::domain::OrgId::parse(org_id).expect("an org id"))
+            .one(&db)
+            .await
+            .expect("account")
+            .map_or(0, |a| a.balance_microcents.get());
     db.close().await.ok();
-    let sum: i64 = entries.iter().map(|e| e.amount_microcents).sum();
+    let sum: i64 = entries.iter().map(|e| e.amount_microcents.get()).sum();
     assert_eq!(balance, sum, "balance must equal the sum of ledger entries");
     // Each entry's running balance chains from the previous one.
     let mut running = 0;
     let mut sorted = entries.clone();
     sorted.sort_by_key(|e| e.id);
     for entry in &sorted {
-        running += entry.amount_microcents;
+        running += entry.amount_microcents.get();
         assert_eq!(
-            entry.balance_after_microcents, running,
+            entry.balance_after_microcents.get(),
+            running,
             "entry {} balance_after",
             entry.id
         );

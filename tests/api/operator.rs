@@ -232,16 +232,20 @@ async fn deleting_an_organization_takes_everything_of_it() {
 
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
     use sea_orm::EntityTrait;
-    assert!(entities::project::Entity::find_by_id(project)
-        .one(&db)
-        .await
-        .unwrap()
-        .is_none());
-    assert!(entities::project::Entity::find_by_id(kept)
-        .one(&db)
-        .await
-        .unwrap()
-        .is_some());
+    assert!(
+        entities::project::Entity::find_by_id(keel::domain::ProjectId::parse(&project).unwrap())
+            .one(&db)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        entities::project::Entity::find_by_id(keel::domain::ProjectId::parse(&kept).unwrap())
+            .one(&db)
+            .await
+            .unwrap()
+            .is_some()
+    );
     db.close().await.unwrap();
 
     let again = app

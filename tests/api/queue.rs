@@ -1,6 +1,7 @@
 //! The training-job queue: every transition of the contract, claims, sweeps, secrets,
 //! agent logs.
 
+use keel::domain::{OrgId, ProjectId};
 use std::collections::HashSet;
 
 use futures_util::future::join_all;
@@ -976,16 +977,23 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
     let settings = test_settings(&app.db_url);
     let db = keel::database::connect(&settings.database).await.unwrap();
     let job = |project_id: &str| keel::queue::repo::NewJob {
-        org_id: org.org_id.clone(),
-        project_id: project_id.to_owned(),
+        org_id: OrgId::parse(&org.org_id).unwrap(),
+        project_id: ProjectId::parse(project_id).unwrap(),
         training_task_id: None,
         action: keel::domain::JobAction::Tracer,
         payload: json!({"action": "tracer"}),
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
     // jobs are then inserted one by one.
-    let results =
-        keel::queue::repo::insert_jobs(&db, vec![job(&project), job("no-such-project"), job(&project)]).await;
+    let results = keel::queue::repo::insert_jobs(
+        &db,
+        vec![
+            job(&project),
+            job(&uuid::Uuid::new_v4().to_string()),
+            job(&project),
+        ],
+    )
+    .await;
     assert!(results[0].is_ok());
     assert!(results[1].is_err());
     assert!(results[2].is_ok());
@@ -996,7 +1004,7 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
         .collect();
     let inserted: HashSet<String> = [&results[0], &results[2]]
         .iter()
-        .map(|r| r.as_ref().unwrap().id.clone())
+        .map(|r| r.as_ref().unwrap().id.to_string())
         .collect();
     assert_eq!(queued, inserted);
     db.close().await.unwrap();

@@ -1,6 +1,7 @@
 //! Trace listing and export (API and CLI), the writer's metrics and its drain at shutdown;
 //! eval uploads.
 
+use keel::domain::{OrgId, ProjectId, TraceId};
 use std::process::Command;
 
 use reqwest::StatusCode;
@@ -494,9 +495,9 @@ async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
         "tab\there\nnewline\r\nCRLF \\ \\\\ \\N \\t\n\\.\n'quote' \"dq\" \u{7}\u{1b}[31m héllo ✓ 😀 \u{202e}";
     let created_at = |nanos| chrono::DateTime::from_timestamp(1_764_000_000, nanos).unwrap();
     let full = entities::trace::Model {
-        id: "trace-hostile".into(),
-        org_id: org.org_id.clone(),
-        project_id: project.clone(),
+        id: TraceId::parse("00000000-0000-4000-8000-00000000a001").unwrap(),
+        org_id: OrgId::parse(&org.org_id).unwrap(),
+        project_id: ProjectId::parse(&project).unwrap(),
         provider: "openai".into(),
         model: Some("\\N".into()),
         request: format!("{{\"content\":{}}}", json!(hostile)),
@@ -514,9 +515,9 @@ async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
         created_at: created_at(123_456_789),
     };
     let empty = entities::trace::Model {
-        id: "trace-empty".into(),
-        org_id: org.org_id.clone(),
-        project_id: project,
+        id: TraceId::parse("00000000-0000-4000-8000-00000000a002").unwrap(),
+        org_id: OrgId::parse(&org.org_id).unwrap(),
+        project_id: ProjectId::parse(&project).unwrap(),
         provider: String::new(),
         model: Some(String::new()),
         request: String::new(),
@@ -596,13 +597,25 @@ async fn own_writer(
     (app, writer, trace)
 }
 
-/// A finished trace handed to a writer started by the test itself.
-fn pending_trace(id: String, org_id: &str, project_id: &str) -> keel::traces::writer::PendingTrace {
+/// The trace id a test's label stands for: a UUID made from the label, the same each time.
+fn labelled_id(label: &str) -> TraceId {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (salt, label).hash(&mut hasher);
+        hasher.finish()
+    };
+    let id = uuid::Uuid::from_u64_pair(half(0), half(1));
+    TraceId::parse(&id.to_string()).unwrap()
+}
+
+/// A finished trace handed to a writer started by the test itself; `label` names it.
+fn pending_trace(label: String, org_id: &str, project_id: &str) -> keel::traces::writer::PendingTrace {
     let (org_id, project_id) = (org_id.to_owned(), project_id.to_owned());
     Box::new(move || entities::trace::Model {
-        id,
-        org_id,
-        project_id,
+        id: labelled_id(&label),
+        org_id: OrgId::parse(&org_id).unwrap(),
+        project_id: ProjectId::parse(&project_id).unwrap(),
         provider: "openai".into(),
         model: Some("gpt-plain".into()),
         request: "{}".into(),

@@ -1,6 +1,7 @@
 //! The console's signed, expiring cookie: what it names (an API key's id, a session's user
 //! and organization, or the operator) and the keys that sign it. Never the credential itself.
 
+use crate::domain::{ApiKeyId, OrgId, UserId};
 use hmac::{Hmac, Mac};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
@@ -15,9 +16,9 @@ const AUDIENCE: &str = "keel-console";
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Standing {
     /// An API key, by id: acts as a member of the key's organization.
-    Key { key_id: String, org_id: String },
+    Key { key_id: ApiKeyId, org_id: OrgId },
     /// A user's session, in one of the user's organizations (`None` until one is picked).
-    User { user_id: String, org_id: Option<String> },
+    User { user_id: UserId, org_id: Option<OrgId> },
     /// An operator internal key, by a keyed digest: reads every organization.
     Operator { fingerprint: String },
 }

@@ -1,6 +1,7 @@
 //! Credential and membership look-ups.
 
 use entities::{api_key, membership, user};
+use keel_domain::{ApiKeyId, OrgId, UserId};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 
 use super::Role;
@@ -17,18 +18,15 @@ pub async fn active_api_key(
         .await
 }
 
-pub async fn user_exists(db: &impl ConnectionTrait, user_id: &str) -> Result<bool, sea_orm::DbErr> {
-    Ok(user::Entity::find_by_id(user_id.to_owned())
-        .one(db)
-        .await?
-        .is_some())
+pub async fn user_exists(db: &impl ConnectionTrait, user_id: &UserId) -> Result<bool, sea_orm::DbErr> {
+    Ok(user::Entity::find_by_id(user_id.clone()).one(db).await?.is_some())
 }
 
 /// Every organization the user belongs to, with the role held there.
 pub async fn memberships_of(
     db: &impl ConnectionTrait,
-    user_id: &str,
-) -> Result<Vec<(String, Role)>, sea_orm::DbErr> {
+    user_id: &UserId,
+) -> Result<Vec<(OrgId, Role)>, sea_orm::DbErr> {
     Ok(membership::Entity::find()
         .filter(membership::Column::UserId.eq(user_id))
         .all(db)
@@ -40,23 +38,21 @@ pub async fn memberships_of(
 
 pub async fn role_in(
     db: &impl ConnectionTrait,
-    user_id: &str,
-    org_id: &str,
+    user_id: &UserId,
+    org_id: &OrgId,
 ) -> Result<Option<Role>, sea_orm::DbErr> {
-    Ok(
-        membership::Entity::find_by_id((org_id.to_owned(), user_id.to_owned()))
-            .one(db)
-            .await?
-            .and_then(|m| Role::parse(&m.role)),
-    )
+    Ok(membership::Entity::find_by_id((org_id.clone(), user_id.clone()))
+        .one(db)
+        .await?
+        .and_then(|m| Role::parse(&m.role)))
 }
 
 /// An active (not revoked) API key by its id.
 pub async fn active_api_key_by_id(
     db: &impl ConnectionTrait,
-    key_id: &str,
+    key_id: &ApiKeyId,
 ) -> Result<Option<api_key::Model>, sea_orm::DbErr> {
-    api_key::Entity::find_by_id(key_id.to_owned())
+    api_key::Entity::find_by_id(key_id.clone())
         .filter(api_key::Column::RevokedAt.is_null())
         .one(db)
         .await

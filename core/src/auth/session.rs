@@ -2,6 +2,7 @@
 //! `exp` is checked exactly; `nbf` and `iat`, when present, may not lie in the future by
 //! more than [`CLOCK_SKEW_SECS`].
 
+use crate::domain::UserId;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -65,16 +66,16 @@ impl SessionKeys {
     }
 
     /// The user id of a valid, unexpired token that is already valid.
-    pub fn verify(&self, token: &str) -> Option<String> {
+    pub fn verify(&self, token: &str) -> Option<UserId> {
         let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .ok()?
             .claims;
         let latest = chrono::Utc::now().timestamp() + CLOCK_SKEW_SECS;
         let in_future = |at: Option<i64>| at.is_some_and(|at| at > latest);
-        if in_future(claims.nbf) || in_future(claims.iat) || claims.sub.is_empty() {
+        if in_future(claims.nbf) || in_future(claims.iat) {
             return None;
         }
-        Some(claims.sub)
+        UserId::parse(&claims.sub).ok()
     }
 }
 

@@ -6,6 +6,7 @@
 //! actor's `flushing` flag keeps one transaction at a time, and the open mailbox is what
 //! lets the next batch gather. The actor never stops while it holds work.
 
+use crate::domain::OrgId;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,7 @@ struct Shared {
     cache: Arc<AccountCache>,
     /// Organizations whose balance row another session held past the lock timeout: their
     /// batches commit alone, outside the shared committer, until one succeeds.
-    held: Arc<Mutex<HashSet<String>>>,
+    held: Arc<Mutex<HashSet<OrgId>>>,
     /// Operations submitted and not yet answered, and when the ledger last answered one
     /// (`/healthz` and `keel_ledger_stalled_seconds`).
     in_flight: AtomicUsize,
@@ -52,7 +53,7 @@ struct Shared {
 
 /// One organization's batch waiting for the committer.
 struct Pending {
-    org_id: String,
+    org_id: OrgId,
     ops: Vec<LedgerOp>,
     reply: oneshot::Sender<BatchResult>,
 }
@@ -65,7 +66,7 @@ const DETACH_AFTER: Duration = Duration::from_millis(200);
 impl Shared {
     /// Commits through the shared committer, which puts the batches of every organization
     /// waiting at that moment into one transaction.
-    async fn commit(&self, org_id: String, ops: Vec<LedgerOp>) -> BatchResult {
+    async fn commit(&self, org_id: OrgId, ops: Vec<LedgerOp>) -> BatchResult {
         if self.config.max_batch <= 1 {
             // No batching at all (the benchmarks' baseline): each organization commits alone.
             return commit_batch(&self.db, None, &self.held, &org_id, ops).await;
@@ -135,7 +136,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn run_committer(
     db: DatabaseConnection,
     cache: Arc<AccountCache>,
-    held: Arc<Mutex<HashSet<String>>>,
+    held: Arc<Mutex<HashSet<OrgId>>>,
     mut queue: mpsc::Receiver<Pending>,
     max_ops: usize,
 ) {
@@ -163,7 +164,7 @@ async fn run_committer(
 async fn commit_group(
     db: DatabaseConnection,
     cache: Arc<AccountCache>,
-    held: Arc<Mutex<HashSet<String>>>,
+    held: Arc<Mutex<HashSet<OrgId>>>,
     mut group: Vec<Pending>,
 ) {
     if group.len() == 1 {
@@ -173,10 +174,7 @@ async fn commit_group(
         }
         return;
     }
-    let batches: Vec<(&str, &[LedgerOp])> = group
-        .iter()
-        .map(|p| (p.org_id.as_str(), p.ops.as_slice()))
-        .collect();
+    let batches: Vec<(&OrgId, &[LedgerOp])> = group.iter().map(|p| (&p.org_id, p.ops.as_slice())).collect();
     let mut alone = Vec::new();
     match apply_group(&db, Some(&cache), &batches).await {
         Ok(results) => {
@@ -204,7 +202,7 @@ async fn commit_group(
 }
 
 pub struct LedgerActor {
-    org_id: String,
+    org_id: OrgId,
     shared: Arc<Shared>,
     pending: VecDeque<(LedgerOp, Option<Reply>)>,
     flushing: bool,
@@ -336,27 +334,27 @@ impl LedgerActor {
 async fn commit_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    held: &Mutex<HashSet<String>>,
-    org_id: &str,
+    held: &Mutex<HashSet<OrgId>>,
+    org_id: &OrgId,
     ops: Vec<LedgerOp>,
 ) -> BatchResult {
     let started = Instant::now();
     match apply_batch(db, cache, org_id, &ops).await {
         Ok(result) => {
             tracing::debug!(
-                org_id,
+                org_id = %org_id,
                 size = ops.len(),
                 elapsed_us = started.elapsed().as_micros() as u64,
                 "ledger batch committed"
             );
             if lock(held).remove(org_id) {
-                tracing::info!(org_id, "organization's balance row free again");
+                tracing::info!(org_id = %org_id, "organization's balance row free again");
             }
             result
         }
         Err(err) if is_lock_timeout(&err) => {
             if lock(held).insert(org_id.to_owned()) {
-                tracing::warn!(org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
+                tracing::warn!(org_id = %org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
             }
             BatchResult {
                 outcomes: ops.iter().map(|_| Err(LedgerError::Locked)).collect(),
@@ -364,7 +362,7 @@ async fn commit_batch(
             }
         }
         Err(err) => {
-            tracing::warn!(org_id, error = %err, size = ops.len(), "ledger batch failed; retrying one by one");
+            tracing::warn!(org_id = %org_id, error = %err, size = ops.len(), "ledger batch failed; retrying one by one");
             let mut outcomes = Vec::with_capacity(ops.len());
             let mut account = None;
             for op in &ops {
@@ -375,7 +373,7 @@ async fn commit_batch(
                     }
                     Err(err) if is_lock_timeout(&err) => outcomes.push(Err(LedgerError::Locked)),
                     Err(err) => {
-                        tracing::error!(org_id, error = %err, "ledger operation failed");
+                        tracing::error!(org_id = %org_id, error = %err, "ledger operation failed");
                         outcomes.push(Err(LedgerError::Unavailable(err.to_string())));
                     }
                 }
@@ -415,7 +413,7 @@ impl Handler<Drain> for LedgerActor {
 #[derive(Clone)]
 pub struct Ledger {
     shared: Arc<Shared>,
-    actors: Arc<Mutex<HashMap<String, Addr<LedgerActor>>>>,
+    actors: Arc<Mutex<HashMap<OrgId, Addr<LedgerActor>>>>,
     arbiter: Arc<Mutex<Option<actix::Arbiter>>>,
     handle: actix::ArbiterHandle,
 }
@@ -457,7 +455,7 @@ impl Ledger {
         }
     }
 
-    fn actor_for(&self, org_id: &str) -> Addr<LedgerActor> {
+    fn actor_for(&self, org_id: &OrgId) -> Addr<LedgerActor> {
         let mut actors = self
             .actors
             .lock()
@@ -485,7 +483,7 @@ impl Ledger {
 
     /// Applies one operation to the organization's balance and answers its outcome once
     /// it is committed.
-    pub async fn submit(&self, org_id: &str, op: LedgerOp) -> Result<Outcome, LedgerError> {
+    pub async fn submit(&self, org_id: &OrgId, op: LedgerOp) -> Result<Outcome, LedgerError> {
         let shared = &self.shared;
         // Counted out when dropped: a caller that goes away (a client hang-up drops the
         // handler) is no longer waiting.
@@ -506,7 +504,7 @@ impl Ledger {
         outcome
     }
 
-    async fn send(&self, org_id: &str, op: LedgerOp) -> Result<Outcome, LedgerError> {
+    async fn send(&self, org_id: &OrgId, op: LedgerOp) -> Result<Outcome, LedgerError> {
         // An actor that stopped for idleness between look-up and send never saw the
         // message, so sending again to a fresh one is safe.
         for _ in 0..3 {

@@ -3,6 +3,7 @@
 //! organization across instances; the credit that settles it clears the claim in the
 //! same transaction.
 
+use crate::domain::{Cents, OrgId};
 use chrono::{Duration, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
@@ -10,7 +11,6 @@ use super::charges::{self, ChargeError, Charged};
 use super::ledger::{EntryKind, LedgerOp};
 use super::payments::Payments;
 use super::repo;
-use crate::domain::{Cents, Microcents};
 
 /// A claim older than this is taken to be abandoned (the instance died mid-charge).
 const CLAIM_EXPIRY_MINUTES: i64 = 10;
@@ -20,13 +20,13 @@ pub async fn charge(
     db: &DatabaseConnection,
     payments: &Payments,
     metrics: &crate::metrics::Metrics,
-    org_id: &str,
+    org_id: &OrgId,
     amount: Cents,
 ) -> Option<LedgerOp> {
     match try_charge(db, payments, metrics, org_id, amount).await {
         Ok(credit) => credit,
         Err(err) => {
-            tracing::error!(org_id, error = %err, "auto top-up failed");
+            tracing::error!(org_id = %org_id, error = %err, "auto top-up failed");
             let _ = repo::release_auto_topup_claim(db, org_id).await;
             None
         }
@@ -37,7 +37,7 @@ async fn try_charge(
     db: &DatabaseConnection,
     payments: &Payments,
     metrics: &crate::metrics::Metrics,
-    org_id: &str,
+    org_id: &OrgId,
     amount: Cents,
 ) -> Result<Option<LedgerOp>, DbErr> {
     let now = Utc::now();
@@ -56,7 +56,7 @@ async fn try_charge(
     // clears the claim in the same transaction) may already have lifted the balance.
     let below = account
         .auto_topup_threshold_cents
-        .is_some_and(|t| Microcents(account.balance_microcents) < Cents(t).micros());
+        .is_some_and(|t| account.balance_microcents < t.micros());
     if !below {
         repo::release_auto_topup_claim(db, org_id).await?;
         return Ok(None);
@@ -82,29 +82,29 @@ async fn try_charge(
     metrics.auto_topups.with_label_values(&[outcome]).inc();
     match charged {
         Ok(Charged::Succeeded { intent, credit }) => {
-            tracing::info!(org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
+            tracing::info!(org_id = %org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
             Ok(Some(credit))
         }
         // Not settled synchronously: the webhook credits it when it succeeds.
         Ok(Charged::Waiting(_)) => Ok(None),
         Ok(Charged::Declined { message, .. }) => {
             repo::count_auto_topup_decline(db, org_id).await?;
-            tracing::warn!(org_id, %message, "auto top-up declined");
+            tracing::warn!(org_id = %org_id, %message, "auto top-up declined");
             Ok(None)
         }
         Err(ChargeError::Database(err)) => Err(err),
         Err(ChargeError::Processor(err)) => {
             // The charge stays pending; the reconciler asks the processor again later. The
             // claim stays too (it expires), so no second charge starts meanwhile.
-            tracing::error!(org_id, error = %err, "auto top-up charge failed; left pending for the reconciler");
+            tracing::error!(org_id = %org_id, error = %err, "auto top-up charge failed; left pending for the reconciler");
             Ok(None)
         }
         // Its key is its own (one per claim), so another amount under it is a charge of
         // this claim's already under way: nothing more to do.
         Err(ChargeError::Mismatch(first)) => {
             tracing::warn!(
-                org_id,
-                first_cents = first,
+                org_id = %org_id,
+                first_cents = %first,
                 "auto top-up key already charging another amount"
             );
             Ok(None)

@@ -6,6 +6,7 @@
 //! the processor again with the same key (it answers the first charge's result, never a second
 //! charge) and settles it exactly once. Top-ups, auto top-ups and both processors go this way.
 
+use crate::domain::{Cents, IdempotencyKey, OrgId, PaymentState};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,7 +17,6 @@ use super::actor::Ledger;
 use super::ledger::{EntryKind, LedgerError, LedgerOp, Outcome, SettledPayment, SideEffect};
 use super::payments::{declined_intent_id, ChargeRequest, PaymentError, PaymentIntent, Payments};
 use super::repo;
-use crate::domain::{Cents, IdempotencyKey};
 
 /// What became of a charge.
 pub enum Charged {
@@ -42,12 +42,12 @@ pub enum ChargeError {
     /// Another call with the same key asked for another amount first (its amount in cents):
     /// one key is one payment, so this call charges nothing.
     #[error("the key was first used for {0} cents")]
-    Mismatch(i64),
+    Mismatch(Cents),
 }
 
 /// The pending row of a new charge.
 pub fn pending(
-    org_id: &str,
+    org_id: &OrgId,
     kind: EntryKind,
     amount: Cents,
     customer_id: &str,
@@ -59,7 +59,7 @@ pub fn pending(
         processor_key,
         org_id: org_id.to_owned(),
         kind,
-        amount_cents: amount.get(),
+        amount_cents: amount,
         customer_id: customer_id.to_owned(),
         payment_method_id: payment_method_id.to_owned(),
         client_key: client_key.map(str::to_owned),
@@ -101,7 +101,7 @@ pub async fn credit(
         if let Err(err) = repo::settle_pending(
             db,
             &pending.processor_key,
-            payment_row(pending, intent_id, "succeeded"),
+            payment_row(pending, intent_id, PaymentState::Succeeded),
         )
         .await
         {
@@ -117,7 +117,7 @@ async fn ask(payments: &Payments, pending: &pending_payment::Model) -> Result<Pa
             org_id: &pending.org_id,
             customer_id: &pending.customer_id,
             payment_method_id: &pending.payment_method_id,
-            amount: Cents(pending.amount_cents),
+            amount: pending.amount_cents,
             kind: pending.kind.as_str(),
             idempotency_key: &pending.processor_key,
         })
@@ -132,19 +132,19 @@ async fn settle_answer(
     answer: Result<PaymentIntent, PaymentError>,
 ) -> Result<Charged, ChargeError> {
     use sea_orm::TransactionTrait;
-    let record = |intent_id: String, status: String| async move {
+    let record = |intent_id: String, status: PaymentState| async move {
         let txn = db.begin().await?;
         repo::settle_pending(
             &txn,
             &pending.processor_key,
-            payment_row(pending, &intent_id, &status),
+            payment_row(pending, &intent_id, status),
         )
         .await?;
         txn.commit().await?;
         Ok::<_, DbErr>(intent_id)
     };
     match answer {
-        Ok(intent) if intent.status == "succeeded" => {
+        Ok(intent) if intent.status.is_succeeded() => {
             let credit = credit_op(pending, &intent.id);
             Ok(Charged::Succeeded { intent, credit })
         }
@@ -156,7 +156,7 @@ async fn settle_answer(
             message,
             payment_intent_id,
         }) => {
-            let id = record(declined_intent_id(payment_intent_id), "declined".into()).await?;
+            let id = record(declined_intent_id(payment_intent_id), PaymentState::Declined).await?;
             Ok(Charged::Declined {
                 message,
                 payment_intent_id: id,
@@ -174,12 +174,12 @@ fn is_auto(pending: &pending_payment::Model) -> bool {
 fn payment_row<'a>(
     pending: &'a pending_payment::Model,
     intent_id: &'a str,
-    status: &'a str,
+    status: PaymentState,
 ) -> repo::PaymentRow<'a> {
     repo::PaymentRow {
         payment_intent_id: intent_id,
         org_id: &pending.org_id,
-        amount: Cents(pending.amount_cents),
+        amount: pending.amount_cents,
         status,
         kind: pending.kind,
         idempotency_key: pending.client_key.as_deref(),
@@ -189,7 +189,7 @@ fn payment_row<'a>(
 /// The credit of a succeeded charge: once per payment intent (its ledger key), settling the
 /// payment in the same transaction.
 fn credit_op(pending: &pending_payment::Model, intent_id: &str) -> LedgerOp {
-    let amount = Cents(pending.amount_cents);
+    let amount = pending.amount_cents;
     let (kind, reason) = match is_auto(pending) {
         true => (EntryKind::AutoTopup, format!("auto top-up {intent_id}")),
         false => (EntryKind::Topup, format!("top-up {intent_id}")),
@@ -251,7 +251,7 @@ pub async fn reconcile(
             Ok(Charged::Succeeded { intent, credit: op }) => {
                 match credit(db, ledger, &pending, &intent.id, op).await {
                     Ok(_) => {
-                        tracing::info!(org_id = %pending.org_id, payment_intent = %intent.id, amount_cents = pending.amount_cents, "pending payment credited");
+                        tracing::info!(org_id = %pending.org_id, payment_intent = %intent.id, amount_cents = pending.amount_cents.get(), "pending payment credited");
                         done.credited += 1;
                         "credited"
                     }

@@ -9,6 +9,7 @@ pub mod repo;
 pub mod service;
 pub mod webhook;
 
+use crate::domain::Cents;
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
@@ -48,7 +49,7 @@ pub enum BillingError {
     #[error(
         "this Idempotency-Key was used for a top-up of {first_cents} cents; use a new key for another amount"
     )]
-    KeyReused { first_cents: i64 },
+    KeyReused { first_cents: Cents },
     /// The processor declined the card (its message).
     #[error("{0}")]
     Declined(String),

@@ -1,11 +1,11 @@
 //! The payment processor: Stripe's REST API, or an offline simulation for local use.
 
+use crate::domain::{Cents, OrgId, PaymentState};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::config::{PaymentSettings, PaymentsMode};
-use crate::domain::Cents;
 
 /// A saved card, as shown to users.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +19,7 @@ pub struct Card {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaymentIntent {
     pub id: String,
-    /// `succeeded`, `processing`, `requires_action`, ...
-    pub status: String,
+    pub status: PaymentState,
     pub client_secret: Option<String>,
 }
 
@@ -80,14 +79,14 @@ impl Payments {
         })
     }
 
-    pub async fn create_customer(&self, org_id: &str) -> Result<String, PaymentError> {
+    pub async fn create_customer(&self, org_id: &OrgId) -> Result<String, PaymentError> {
         match self {
             Self::Simulated(_) => Ok(format!("cus_sim_{}", org_id.replace('-', ""))),
             Self::Stripe(stripe) => {
                 let customer = stripe
                     .post(
                         "/v1/customers",
-                        &[("metadata[orgId]", org_id.to_owned())],
+                        &[("metadata[orgId]", org_id.to_string())],
                         &format!("keel-customer-{org_id}"),
                     )
                     .await?;
@@ -207,7 +206,7 @@ impl Payments {
                         "pm_card_chargeDeclined" => Err("Your card was declined.".into()),
                         _ => Ok(PaymentIntent {
                             id: id.clone(),
-                            status: "succeeded".into(),
+                            status: PaymentState::Succeeded,
                             client_secret: None,
                         }),
                     })
@@ -236,7 +235,7 @@ impl Payments {
                     .await?;
                 Ok(PaymentIntent {
                     id: string_field(&intent, "id")?,
-                    status: intent["status"].as_str().unwrap_or("processing").to_owned(),
+                    status: PaymentState::parse(intent["status"].as_str().unwrap_or("processing")),
                     client_secret: intent["client_secret"].as_str().map(str::to_owned),
                 })
             }

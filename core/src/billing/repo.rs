@@ -1,5 +1,6 @@
 //! Billing rows outside the balance: accounts' settings, payments, costs, webhook events.
 
+use crate::domain::{Cents, EntryKind, Microcents, OrgId, PaymentState, RunId};
 use chrono::{DateTime, Utc};
 use entities::{
     billing_account, ledger_entry, payment, pending_payment, serving_usage, training_run_cost, webhook_event,
@@ -11,13 +12,12 @@ use sea_orm::{
 };
 
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
-use crate::domain::{Cents, EntryKind};
 use crate::orgs::repo::org_exists;
 
 /// The organization's account, created on first use; `None` when the org is unknown.
 pub async fn account(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
 ) -> Result<Option<billing_account::Model>, DbErr> {
     if let Some(account) = find_account(db, org_id).await? {
         return Ok(Some(account));
@@ -31,7 +31,7 @@ pub async fn account(
 
 pub async fn recent_ledger(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     limit: u64,
 ) -> Result<Vec<ledger_entry::Model>, DbErr> {
     ledger_entry::Entity::find()
@@ -45,7 +45,7 @@ pub async fn recent_ledger(
 /// Saves the customer id unless one is already saved; answers the one that holds.
 pub async fn save_customer(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     customer_id: &str,
 ) -> Result<String, DbErr> {
     billing_account::Entity::update_many()
@@ -80,7 +80,7 @@ impl SavedCard<'_> {
     };
 }
 
-pub async fn save_card(db: &impl ConnectionTrait, org_id: &str, card: SavedCard<'_>) -> Result<(), DbErr> {
+pub async fn save_card(db: &impl ConnectionTrait, org_id: &OrgId, card: SavedCard<'_>) -> Result<(), DbErr> {
     let mut update = billing_account::Entity::update_many()
         .col_expr(
             billing_account::Column::PaymentMethodId,
@@ -105,7 +105,7 @@ pub async fn save_card(db: &impl ConnectionTrait, org_id: &str, card: SavedCard<
     Ok(())
 }
 
-pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<(), DbErr> {
     save_card(db, org_id, SavedCard::NONE).await?;
     billing_account::Entity::update_many()
         .col_expr(
@@ -121,7 +121,7 @@ pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &str) -> Result<(
 /// Saving auto top-up settings also lifts a pause after declines.
 pub async fn save_auto_topup(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     enabled: bool,
     threshold: Option<Cents>,
     amount: Option<Cents>,
@@ -147,9 +147,9 @@ pub async fn save_auto_topup(
 /// A charge attempted on a saved card, as [`record_payment`] keeps it.
 pub struct PaymentRow<'a> {
     pub payment_intent_id: &'a str,
-    pub org_id: &'a str,
+    pub org_id: &'a OrgId,
     pub amount: Cents,
-    pub status: &'a str,
+    pub status: PaymentState,
     /// `topup` or `auto_topup`.
     pub kind: EntryKind,
     /// A top-up's client `Idempotency-Key`.
@@ -167,8 +167,8 @@ pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> R
     let inserted = payment::Entity::insert(payment::ActiveModel {
         payment_intent_id: Set(row.payment_intent_id.to_owned()),
         org_id: Set(row.org_id.to_owned()),
-        amount_cents: Set(row.amount.get()),
-        status: Set(row.status.to_owned()),
+        amount_cents: Set(row.amount),
+        status: Set(row.status.clone()),
         kind: Set(row.kind),
         idempotency_key: Set(row.idempotency_key.map(str::to_owned)),
         created_at: Set(now),
@@ -213,7 +213,7 @@ pub async fn insert_pending(db: &impl ConnectionTrait, pending: pending_payment:
 pub async fn other_amount_of_key(
     db: &impl ConnectionTrait,
     pending: &pending_payment::Model,
-) -> Result<Option<i64>, DbErr> {
+) -> Result<Option<Cents>, DbErr> {
     let row = pending_payment::Entity::find_by_id(pending.processor_key.clone())
         .one(db)
         .await?
@@ -280,7 +280,7 @@ pub async fn pending_count(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
 /// The organization's top-up made with this client `Idempotency-Key`, if any.
 pub async fn topup_by_key(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     idempotency_key: &str,
 ) -> Result<Option<payment::Model>, DbErr> {
     payment::Entity::find()
@@ -292,14 +292,14 @@ pub async fn topup_by_key(
 
 pub async fn upsert_training_cost(
     db: &impl ConnectionTrait,
-    run_id: &str,
+    run_id: &RunId,
     cost: Cents,
     provider: Option<&str>,
 ) -> Result<(), DbErr> {
     let now = Utc::now();
     training_run_cost::Entity::insert(training_run_cost::ActiveModel {
-        run_id: Set(run_id.to_owned()),
-        cost_cents: Set(cost.get()),
+        run_id: Set(run_id.clone()),
+        cost_cents: Set(cost),
         provider: Set(provider.map(str::to_owned)),
         created_at: Set(now),
         updated_at: Set(now),
@@ -344,7 +344,7 @@ pub async fn record_webhook_event(
 /// The organization's billing account as stored (not created when missing).
 pub async fn find_account(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
 ) -> Result<Option<billing_account::Model>, DbErr> {
     billing_account::Entity::find_by_id(org_id.to_owned())
         .one(db)
@@ -356,7 +356,7 @@ pub async fn find_account(
 /// `expired_before`); answers whether it was taken.
 pub async fn claim_auto_topup(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     now: DateTime<Utc>,
     expired_before: DateTime<Utc>,
 ) -> Result<bool, DbErr> {
@@ -379,7 +379,7 @@ pub async fn claim_auto_topup(
 }
 
 /// Releases the organization's auto top-up claim.
-pub async fn release_auto_topup_claim(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+pub async fn release_auto_topup_claim(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<(), DbErr> {
     billing_account::Entity::update_many()
         .col_expr(
             billing_account::Column::AutoTopupStartedAt,
@@ -392,7 +392,7 @@ pub async fn release_auto_topup_claim(db: &impl ConnectionTrait, org_id: &str) -
 }
 
 /// One more consecutive decline of auto top-up (three pause it), and the claim released.
-pub async fn count_auto_topup_decline(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+pub async fn count_auto_topup_decline(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<(), DbErr> {
     billing_account::Entity::update_many()
         .col_expr(
             billing_account::Column::AutoTopupDeclines,
@@ -412,7 +412,7 @@ pub async fn count_auto_topup_decline(db: &impl ConnectionTrait, org_id: &str) -
 /// of one kind when given.
 pub async fn ledger_page(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     kind: Option<&str>,
     before: Option<i64>,
     limit: u64,
@@ -434,7 +434,7 @@ pub async fn ledger_page(
 /// The ledger since `since`, summed per (UTC day `YYYY-MM-DD`, kind).
 pub async fn daily_totals(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     since: DateTime<Utc>,
 ) -> Result<Vec<(String, String, i64)>, DbErr> {
     let day = match db.get_database_backend() {
@@ -464,7 +464,7 @@ pub async fn daily_totals(
 /// charged microcents, requests)`, the most charged first.
 pub async fn usage_by_model(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     since: DateTime<Utc>,
 ) -> Result<Vec<(String, i64, i64, i64, i64)>, DbErr> {
     use sea_orm::sea_query::ExprTrait;
@@ -494,7 +494,7 @@ pub async fn usage_by_model(
 }
 
 /// Every organization's balance, by organization id.
-pub async fn balances(db: &impl ConnectionTrait) -> Result<Vec<(String, i64)>, DbErr> {
+pub async fn balances(db: &impl ConnectionTrait) -> Result<Vec<(OrgId, Microcents)>, DbErr> {
     billing_account::Entity::find()
         .select_only()
         .column(billing_account::Column::OrgId)
@@ -505,7 +505,7 @@ pub async fn balances(db: &impl ConnectionTrait) -> Result<Vec<(String, i64)>, D
 }
 
 /// Each organization's newest ledger entry time.
-pub async fn last_ledger_activity(db: &impl ConnectionTrait) -> Result<Vec<(String, DateTime<Utc>)>, DbErr> {
+pub async fn last_ledger_activity(db: &impl ConnectionTrait) -> Result<Vec<(OrgId, DateTime<Utc>)>, DbErr> {
     ledger_entry::Entity::find()
         .select_only()
         .column(ledger_entry::Column::OrgId)

@@ -14,13 +14,13 @@ use super::payments::Card;
 use super::repo;
 use super::webhook;
 use super::{Billing, BillingError};
-use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, RunId};
+use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, PaymentState, RunId};
 
 /// How many ledger entries the billing overview shows.
 const RECENT_ENTRIES: u64 = 20;
 
 /// The organization's billing account; 404 when the organization is unknown.
-pub async fn account_of(billing: &Billing, org_id: &str) -> Result<billing_account::Model, BillingError> {
+pub async fn account_of(billing: &Billing, org_id: &OrgId) -> Result<billing_account::Model, BillingError> {
     repo::account(&billing.db, org_id)
         .await?
         .ok_or(BillingError::OrgNotFound)
@@ -159,7 +159,7 @@ pub async fn set_auto_topup(
 /// What a top-up came to.
 pub struct Topup {
     /// `succeeded`, or `processing` / `requires_action` (credited later by the webhook).
-    pub status: String,
+    pub status: PaymentState,
     pub payment_intent_id: String,
     pub balance: Microcents,
     pub client_secret: Option<String>,
@@ -173,7 +173,7 @@ pub struct Topup {
 /// get one payment intent, credited once by its ledger key.
 pub async fn topup(
     billing: &Billing,
-    org_id: &str,
+    org_id: &OrgId,
     amount: Cents,
     client_key: Option<&str>,
 ) -> Result<Topup, BillingError> {
@@ -221,7 +221,7 @@ pub async fn topup(
         charges::Charged::Waiting(intent) => Ok(Topup {
             status: intent.status,
             payment_intent_id: intent.id,
-            balance: Microcents(account_of(billing, org_id).await?.balance_microcents),
+            balance: account_of(billing, org_id).await?.balance_microcents,
             client_secret: intent.client_secret,
         }),
         charges::Charged::Declined { message, .. } => Err(BillingError::Declined(message)),
@@ -234,12 +234,12 @@ async fn replay_topup(
     earlier: payment::Model,
     amount: Cents,
 ) -> Result<Topup, BillingError> {
-    if earlier.amount_cents != amount.get() {
+    if earlier.amount_cents != amount {
         return Err(BillingError::KeyReused {
             first_cents: earlier.amount_cents,
         });
     }
-    if earlier.status == "declined" {
+    if earlier.status == PaymentState::Declined {
         return Err(BillingError::DeclinedBefore);
     }
     // A succeeded payment is credited here if a crash came between its record and its
@@ -263,13 +263,13 @@ async fn replay_topup(
 /// Credits a succeeded payment (once, by its ledger key); answers the balance.
 async fn settle_topup(
     billing: &Billing,
-    org_id: &str,
+    org_id: &OrgId,
     payment_intent_id: &str,
     amount: Cents,
-    status: &str,
+    status: &PaymentState,
 ) -> Result<Microcents, BillingError> {
-    if status != "succeeded" {
-        return Ok(Microcents(account_of(billing, org_id).await?.balance_microcents));
+    if !status.is_succeeded() {
+        return Ok(account_of(billing, org_id).await?.balance_microcents);
     }
     let op = LedgerOp::credit(
         EntryKind::Topup,
@@ -378,7 +378,10 @@ async fn credit_succeeded_payment(billing: &Billing, intent: &Value) -> Result<(
     let Some(payment_intent_id) = intent["id"].as_str() else {
         return Err(BillingError::InvalidEvent("payment intent without id"));
     };
-    let Some(org_id) = intent["metadata"]["orgId"].as_str().map(OrgId::parse) else {
+    let Some(org_id) = intent["metadata"]["orgId"]
+        .as_str()
+        .and_then(|raw| OrgId::parse(raw).ok())
+    else {
         tracing::warn!(
             payment_intent_id,
             "payment_intent.succeeded without metadata.orgId; ignored"
@@ -415,7 +418,7 @@ async fn credit_succeeded_payment(billing: &Billing, intent: &Value) -> Result<(
                     payment_intent_id,
                     org_id: &org_id,
                     amount: cents,
-                    status: "succeeded",
+                    status: PaymentState::Succeeded,
                     kind,
                     idempotency_key: None,
                 },
@@ -479,14 +482,17 @@ pub async fn charge_serving(
                 .await?
                 .ok_or(BillingError::AdapterNotFound)?;
             if let Some(org) = usage.org_id {
-                if !org.is(&adapter.org_id) {
+                if *org != adapter.org_id {
                     return Err(BillingError::AdapterOfAnotherOrg);
                 }
             }
             (adapter.org_id, adapter.base_model)
         }
         None => (
-            usage.org_id.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+            usage
+                .org_id
+                .cloned()
+                .ok_or(BillingError::Ledger(LedgerError::UnknownOrg))?,
             usage.model.unwrap_or_default().to_owned(),
         ),
     };
@@ -548,7 +554,7 @@ pub async fn precheck_training(
     estimate: Cents,
 ) -> Result<(), BillingError> {
     let account = account_of(billing, org_id).await?;
-    let covered_by_balance = Microcents(account.balance_microcents) >= estimate.micros();
+    let covered_by_balance = account.balance_microcents >= estimate.micros();
     let covered_by_card = account.payment_method_id.is_some()
         && account.auto_topup_enabled
         && account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES;

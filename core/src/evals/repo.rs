@@ -1,5 +1,6 @@
 //! Eval runs and their cases.
 
+use crate::domain::OrgId;
 use chrono::Utc;
 use entities::{eval_case, eval_run};
 use sea_orm::{
@@ -76,7 +77,7 @@ pub async fn insert_run(
 /// The organization's eval runs (of one project when given), newest first; at most `limit`.
 pub async fn runs_of_org(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     project_id: Option<&str>,
     limit: u64,
 ) -> Result<Vec<eval_run::Model>, DbErr> {
@@ -95,7 +96,7 @@ pub async fn runs_of_org(
 /// The organization's eval run.
 pub async fn find_run(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     run_id: &str,
 ) -> Result<Option<eval_run::Model>, DbErr> {
     eval_run::Entity::find_by_id(run_id.to_owned())

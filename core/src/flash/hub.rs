@@ -10,6 +10,7 @@
 //! Each environment is leased while it is tried, so instances sweeping at once never call
 //! the hub twice for it.
 
+use crate::domain::OrgId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -53,7 +54,7 @@ pub async fn run_pass(
     http: &reqwest::Client,
     settings: &HubSettings,
     limit: u64,
-    org: Option<&str>,
+    org: Option<&OrgId>,
 ) -> Result<PassReport, DbErr> {
     let now = Utc::now();
     let waiting = repo::orgs_backing_off(db, org, now).await?;
@@ -70,7 +71,7 @@ pub async fn run_pass(
         report.skipped += candidates.len() as u64;
         return Ok(report);
     }
-    let mut by_org: BTreeMap<String, Vec<flash_environment::Model>> = BTreeMap::new();
+    let mut by_org: BTreeMap<OrgId, Vec<flash_environment::Model>> = BTreeMap::new();
     for env in candidates {
         by_org.entry(env.org_id.clone()).or_default().push(env);
     }
@@ -98,7 +99,7 @@ pub async fn run_pass(
 async fn provision_org(
     db: &impl ConnectionTrait,
     hub: &Hub<'_>,
-    org_id: &str,
+    org_id: &OrgId,
     envs: Vec<flash_environment::Model>,
 ) -> Result<PassReport, DbErr> {
     let mut report = PassReport::default();

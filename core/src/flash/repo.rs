@@ -3,6 +3,7 @@
 //! a lock (`FOR UPDATE` on PostgreSQL; SQLite serializes writers), so concurrent upserts of
 //! one key keep one row and lose no field.
 
+use crate::domain::{OrgId, ProjectId};
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
@@ -172,8 +173,8 @@ pub async fn publish_environment(
 /// Drops the mirror row if it is that project's; never calls the control plane back.
 pub async fn delete_environment(
     db: &impl ConnectionTrait,
-    org_id: &str,
-    project_id: &str,
+    org_id: &OrgId,
+    project_id: &ProjectId,
     slug: &str,
 ) -> Result<bool, DbErr> {
     let result = flash_environment::Entity::delete_many()
@@ -326,7 +327,7 @@ pub async fn upsert_checkpoint(
 
 pub async fn record_event(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     event: &str,
     user_id: Option<&str>,
     properties: Option<String>,
@@ -347,9 +348,9 @@ pub async fn record_event(
 /// Organizations whose hub provisioning backs off until after `now` (one, or all).
 pub async fn orgs_backing_off(
     db: &impl ConnectionTrait,
-    org: Option<&str>,
+    org: Option<&OrgId>,
     now: DateTime<Utc>,
-) -> Result<HashSet<String>, DbErr> {
+) -> Result<HashSet<OrgId>, DbErr> {
     let mut find = hub_backoff::Entity::find().filter(hub_backoff::Column::NextAttemptAt.gt(now));
     if let Some(org) = org {
         find = find.filter(hub_backoff::Column::OrgId.eq(org));
@@ -358,7 +359,7 @@ pub async fn orgs_backing_off(
 }
 
 /// Environments waiting for provisioning (of one organization, or all).
-fn pending(org: Option<&str>) -> sea_orm::Select<flash_environment::Entity> {
+fn pending(org: Option<&OrgId>) -> sea_orm::Select<flash_environment::Entity> {
     let mut find =
         flash_environment::Entity::find().filter(flash_environment::Column::HubStatus.eq(HUB_PENDING));
     if let Some(org) = org {
@@ -370,8 +371,8 @@ fn pending(org: Option<&str>) -> sea_orm::Select<flash_environment::Entity> {
 /// How many waiting environments belong to `orgs`.
 pub async fn pending_of_orgs(
     db: &impl ConnectionTrait,
-    org: Option<&str>,
-    orgs: &HashSet<String>,
+    org: Option<&OrgId>,
+    orgs: &HashSet<OrgId>,
 ) -> Result<u64, DbErr> {
     if orgs.is_empty() {
         return Ok(0);
@@ -385,8 +386,8 @@ pub async fn pending_of_orgs(
 /// The oldest `limit` waiting environments that no pass holds, outside `excluded` orgs.
 pub async fn provisioning_candidates(
     db: &impl ConnectionTrait,
-    org: Option<&str>,
-    excluded: &HashSet<String>,
+    org: Option<&OrgId>,
+    excluded: &HashSet<OrgId>,
     now: DateTime<Utc>,
     limit: u64,
 ) -> Result<Vec<flash_environment::Model>, DbErr> {
@@ -406,7 +407,7 @@ pub async fn provisioning_candidates(
 }
 
 /// The organization provisioned again: its failures are forgotten.
-pub async fn clear_backoff(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+pub async fn clear_backoff(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<(), DbErr> {
     hub_backoff::Entity::delete_many()
         .filter(hub_backoff::Column::OrgId.eq(org_id))
         .exec(db)
@@ -476,7 +477,7 @@ pub async fn finish_provisioning(
 pub async fn back_off(
     db: &impl ConnectionTrait,
     settings: &HubSettings,
-    org_id: &str,
+    org_id: &OrgId,
     reason: &str,
 ) -> Result<(), DbErr> {
     let failures = hub_backoff::Entity::find_by_id(org_id.to_owned())

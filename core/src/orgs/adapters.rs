@@ -3,6 +3,7 @@
 //! them everywhere at once (`cluster`). Callers that miss the same adapter at once share one
 //! look-up (`LoadCache`).
 
+use crate::domain::OrgId;
 use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
@@ -13,7 +14,7 @@ use crate::metrics::Metrics;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdapterInfo {
     pub adapter_id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     pub base_model: String,
     pub live: bool,
 }
@@ -56,7 +57,7 @@ impl AdapterDirectory {
     }
 
     /// Forgets every adapter of an organization (it was deleted).
-    pub fn invalidate_org(&self, org_id: &str) {
+    pub fn invalidate_org(&self, org_id: &OrgId) {
         let org_id = org_id.to_owned();
         self.cache.forget_where(move |_, info| info.org_id == org_id);
     }

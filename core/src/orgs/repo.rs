@@ -1,5 +1,6 @@
 //! Organizations, their members, API keys and adapters.
 
+use crate::domain::{ApiKeyId, OrgId, UserId};
 use chrono::Utc;
 use entities::{adapter, api_key, membership, organization, user};
 use sea_orm::sea_query::OnConflict;
@@ -40,7 +41,11 @@ pub fn with_suffix(base: &str) -> String {
     format!("{base}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
 }
 
-pub async fn upsert_user(db: &impl ConnectionTrait, user_id: &str, email: Option<&str>) -> Result<(), DbErr> {
+pub async fn upsert_user(
+    db: &impl ConnectionTrait,
+    user_id: &UserId,
+    email: Option<&str>,
+) -> Result<(), DbErr> {
     let row = user::ActiveModel {
         id: Set(user_id.to_owned()),
         email: Set(email.map(str::to_owned)),
@@ -60,11 +65,11 @@ pub async fn upsert_user(db: &impl ConnectionTrait, user_id: &str, email: Option
 }
 
 pub struct CreatedOrg {
-    pub org_id: String,
+    pub org_id: OrgId,
     pub slug: String,
 }
 
-pub async fn org_exists(db: &impl ConnectionTrait, org_id: &str) -> Result<bool, DbErr> {
+pub async fn org_exists(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<bool, DbErr> {
     Ok(organization::Entity::find_by_id(org_id.to_owned())
         .one(db)
         .await?
@@ -72,7 +77,7 @@ pub async fn org_exists(db: &impl ConnectionTrait, org_id: &str) -> Result<bool,
 }
 
 /// Deletes an organization; every row of it goes with it (foreign keys cascade).
-pub async fn delete_org(db: &impl ConnectionTrait, org_id: &str) -> Result<bool, DbErr> {
+pub async fn delete_org(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<bool, DbErr> {
     let result = organization::Entity::delete_by_id(org_id.to_owned())
         .exec(db)
         .await?;
@@ -81,8 +86,8 @@ pub async fn delete_org(db: &impl ConnectionTrait, org_id: &str) -> Result<bool,
 
 pub async fn set_role(
     db: &impl ConnectionTrait,
-    org_id: &str,
-    user_id: &str,
+    org_id: &OrgId,
+    user_id: &UserId,
     role: Role,
 ) -> Result<(), DbErr> {
     membership::Entity::insert(membership::ActiveModel {
@@ -102,17 +107,17 @@ pub async fn set_role(
 }
 
 pub struct CreatedKey {
-    pub api_key_id: String,
+    pub api_key_id: ApiKeyId,
     pub secret: String,
 }
 
 pub async fn create_api_key(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     name: Option<&str>,
 ) -> Result<CreatedKey, DbErr> {
     let minted = mint_api_key();
-    let api_key_id = uuid::Uuid::new_v4().to_string();
+    let api_key_id = ApiKeyId::generate();
     api_key::Entity::insert(api_key::ActiveModel {
         id: Set(api_key_id.clone()),
         org_id: Set(org_id.to_owned()),
@@ -131,7 +136,7 @@ pub async fn create_api_key(
 }
 
 /// Revokes a key; `false` when there is no such key. Revoking twice is harmless.
-pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &str) -> Result<bool, DbErr> {
+pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &ApiKeyId) -> Result<bool, DbErr> {
     let Some(_) = api_key::Entity::find_by_id(api_key_id.to_owned()).one(db).await? else {
         return Ok(false);
     };
@@ -156,7 +161,7 @@ pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &str) -> Resu
 pub async fn upsert_adapter(
     db: &impl ConnectionTrait,
     adapter_id: &str,
-    org_id: &str,
+    org_id: &OrgId,
     base_model: &str,
     live: Option<bool>,
 ) -> Result<adapter::Model, DbErr> {
@@ -191,7 +196,7 @@ pub async fn upsert_adapter(
 }
 
 /// The organization's API keys, newest first (hashes only; no secret is stored).
-pub async fn api_keys_of(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<api_key::Model>, DbErr> {
+pub async fn api_keys_of(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<api_key::Model>, DbErr> {
     api_key::Entity::find()
         .filter(api_key::Column::OrgId.eq(org_id))
         .order_by_desc(api_key::Column::CreatedAt)
@@ -202,13 +207,13 @@ pub async fn api_keys_of(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<
 /// Whether the API key exists and belongs to the organization.
 pub async fn api_key_belongs(
     db: &impl ConnectionTrait,
-    api_key_id: &str,
-    org_id: &str,
+    api_key_id: &ApiKeyId,
+    org_id: &OrgId,
 ) -> Result<bool, DbErr> {
     Ok(api_key::Entity::find_by_id(api_key_id.to_owned())
         .one(db)
         .await?
-        .is_some_and(|k| k.org_id == org_id))
+        .is_some_and(|k| k.org_id == *org_id))
 }
 
 pub async fn find_adapter(
@@ -219,7 +224,7 @@ pub async fn find_adapter(
 }
 
 /// The ids of the organization's live adapters, in order.
-pub async fn live_adapter_ids(db: &impl ConnectionTrait, org_id: &str) -> Result<Vec<String>, DbErr> {
+pub async fn live_adapter_ids(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<String>, DbErr> {
     Ok(adapter::Entity::find()
         .filter(adapter::Column::OrgId.eq(org_id))
         .filter(adapter::Column::Live.eq(true))
@@ -232,7 +237,11 @@ pub async fn live_adapter_ids(db: &impl ConnectionTrait, org_id: &str) -> Result
 }
 
 /// Marks the organization's adapter as no longer live.
-pub async fn mark_undeployed(db: &impl ConnectionTrait, org_id: &str, adapter_id: &str) -> Result<(), DbErr> {
+pub async fn mark_undeployed(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    adapter_id: &str,
+) -> Result<(), DbErr> {
     adapter::Entity::update_many()
         .col_expr(adapter::Column::Live, false.into())
         .col_expr(adapter::Column::UpdatedAt, Utc::now().into())
@@ -250,7 +259,10 @@ pub async fn delete_adapter(db: &impl ConnectionTrait, adapter_id: &str) -> Resu
     Ok(result.rows_affected > 0)
 }
 
-pub async fn find_org(db: &impl ConnectionTrait, org_id: &str) -> Result<Option<organization::Model>, DbErr> {
+pub async fn find_org(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+) -> Result<Option<organization::Model>, DbErr> {
     organization::Entity::find_by_id(org_id.to_owned()).one(db).await
 }
 
@@ -277,7 +289,7 @@ pub async fn all_orgs(db: &impl ConnectionTrait) -> Result<Vec<organization::Mod
 /// The organization's members with their e-mail, owners first.
 pub async fn members_of(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
 ) -> Result<Vec<(membership::Model, Option<String>)>, DbErr> {
     let members = membership::Entity::find()
         .filter(membership::Column::OrgId.eq(org_id))
@@ -285,7 +297,7 @@ pub async fn members_of(
         .order_by_asc(membership::Column::CreatedAt)
         .all(db)
         .await?;
-    let emails: std::collections::HashMap<String, Option<String>> = user::Entity::find()
+    let emails: std::collections::HashMap<UserId, Option<String>> = user::Entity::find()
         .filter(user::Column::Id.is_in(members.iter().map(|m| m.user_id.clone())))
         .all(db)
         .await?

@@ -8,7 +8,7 @@ use super::repo::{self, CreatedKey, CreatedOrg};
 use super::OrgError;
 use crate::auth::Role;
 use crate::cluster::{Cluster, Event};
-use crate::domain::{ApiKeyId, OrgId};
+use crate::domain::{ApiKeyId, OrgId, UserId};
 
 /// Creates an organization with its owner. An explicit slug already taken is 409; a
 /// slug derived from the name gets a short suffix instead.
@@ -16,10 +16,10 @@ pub async fn create_org(
     db: &impl TransactionTrait,
     name: &str,
     slug: Option<&str>,
-    owner_user_id: &str,
+    owner_user_id: &UserId,
     owner_email: Option<&str>,
 ) -> Result<CreatedOrg, OrgError> {
-    let org_id = uuid::Uuid::new_v4().to_string();
+    let org_id = OrgId::generate();
     let base = slug.map_or_else(|| repo::derived_slug(name, "org"), str::to_owned);
     for attempt in 0..5 {
         let candidate = if attempt == 0 {
@@ -63,14 +63,14 @@ pub async fn create_org(
 pub async fn revoke_key(
     db: &DatabaseConnection,
     cluster: &Cluster,
-    org_id: &str,
-    key_id: &str,
+    org_id: &OrgId,
+    key_id: &ApiKeyId,
 ) -> Result<(), OrgError> {
     let belongs = repo::api_key_belongs(db, key_id, org_id).await?;
     if !belongs || !repo::revoke_api_key(db, key_id).await? {
         return Err(OrgError::KeyNotFound);
     }
-    cluster.publish(Event::KeyRevoked(ApiKeyId::parse(key_id))).await;
+    cluster.publish(Event::KeyRevoked(key_id.clone())).await;
     Ok(())
 }
 
@@ -88,7 +88,7 @@ pub async fn set_member(
     db: &DatabaseConnection,
     cluster: &Cluster,
     org_id: &OrgId,
-    user_id: &str,
+    user_id: &UserId,
     email: Option<&str>,
     role: Role,
 ) -> Result<(), OrgError> {
@@ -122,12 +122,12 @@ pub async fn api_keys_of(db: &DatabaseConnection, org_id: &OrgId) -> Result<Vec<
 pub async fn revoke_any_key(
     db: &DatabaseConnection,
     cluster: &Cluster,
-    key_id: &str,
+    key_id: &ApiKeyId,
 ) -> Result<(), OrgError> {
     if !repo::revoke_api_key(db, key_id).await? {
         return Err(OrgError::KeyNotFound);
     }
-    cluster.publish(Event::KeyRevoked(ApiKeyId::parse(key_id))).await;
+    cluster.publish(Event::KeyRevoked(key_id.clone())).await;
     Ok(())
 }
 

@@ -8,13 +8,13 @@ use crate::domain::{OrgId, ProjectId};
 
 pub async fn insert(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     name: &str,
     slug: &str,
     description: Option<&str>,
 ) -> Result<project::Model, DbErr> {
     let row = project::Model {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: ProjectId::generate(),
         org_id: org_id.to_owned(),
         name: name.to_owned(),
         slug: slug.to_owned(),
@@ -44,7 +44,7 @@ pub async fn list_for_orgs(
         return Ok(Vec::new());
     }
     project::Entity::find()
-        .filter(project::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)))
+        .filter(project::Column::OrgId.is_in(org_ids.iter().cloned()))
         .order_by_asc(project::Column::CreatedAt)
         .order_by_asc(project::Column::Id)
         .all(db)
@@ -54,13 +54,13 @@ pub async fn list_for_orgs(
 /// A project of one of `org_ids`; another organization's project is "not found".
 pub async fn find_in_orgs(
     db: &impl ConnectionTrait,
-    project_id: &str,
+    project_id: &ProjectId,
     org_ids: &[OrgId],
 ) -> Result<Option<project::Model>, DbErr> {
-    Ok(project::Entity::find_by_id(project_id.to_owned())
+    Ok(project::Entity::find_by_id(project_id.clone())
         .one(db)
         .await?
-        .filter(|p| org_ids.iter().any(|o| o.as_str() == p.org_id)))
+        .filter(|p| org_ids.contains(&p.org_id)))
 }
 
 /// The project of one organization (project ids in any UUID spelling); another
@@ -74,6 +74,9 @@ pub async fn find_in_org(
 }
 
 /// A project by id, whichever organization's.
-pub async fn find(db: &impl ConnectionTrait, project_id: &str) -> Result<Option<project::Model>, DbErr> {
-    project::Entity::find_by_id(project_id.to_owned()).one(db).await
+pub async fn find(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+) -> Result<Option<project::Model>, DbErr> {
+    project::Entity::find_by_id(project_id.clone()).one(db).await
 }

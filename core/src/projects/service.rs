@@ -12,7 +12,7 @@ use crate::orgs::repo::{derived_slug, is_unique_violation, with_suffix};
 /// derived from the name gets a short random suffix instead.
 pub async fn create_project(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     name: &str,
     slug: Option<&str>,
     description: Option<&str>,

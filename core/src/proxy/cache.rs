@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::LoadCache;
-use crate::domain::{ApiKeyId, OrgId};
+use crate::domain::{ApiKeyId, OrgId, ProjectId};
 use crate::metrics::Metrics;
 
 /// A verified API key: its id and organization.
@@ -22,7 +22,7 @@ pub struct ProxyCache {
     /// SHA-256 of the key (the bytes, not their hex) → its owner.
     pub keys: LoadCache<[u8; 32], Arc<KeyOwner>>,
     /// Project id → its organization.
-    pub projects: LoadCache<String, String>,
+    pub projects: LoadCache<ProjectId, OrgId>,
 }
 
 impl ProxyCache {

@@ -17,7 +17,7 @@ use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::cluster::{Cluster, Event};
-use crate::domain::{Cents, IdempotencyKey, JobAction, Microcents};
+use crate::domain::{Cents, IdempotencyKey, JobAction, JobId, Microcents};
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
@@ -382,7 +382,7 @@ impl Handler<Submit> for QueueActor {
 #[derive(Message)]
 #[rtype(result = "Result<Held, QueueError>")]
 pub struct Heartbeat {
-    pub job_id: String,
+    pub job_id: JobId,
     pub worker_id: String,
 }
 

@@ -15,8 +15,7 @@ use sea_orm::{
 };
 use serde_json::json;
 
-use crate::domain::OrgId;
-use crate::domain::{JobAction, JobStatus};
+use crate::domain::{JobAction, JobId, JobStatus, OrgId, ProjectId};
 
 const QUEUED: &str = JobStatus::Queued.as_str();
 const RUNNING: &str = JobStatus::Running.as_str();
@@ -52,8 +51,8 @@ fn running() -> Condition {
 }
 
 pub struct NewJob {
-    pub org_id: String,
-    pub project_id: String,
+    pub org_id: OrgId,
+    pub project_id: ProjectId,
     pub training_task_id: Option<String>,
     pub action: JobAction,
     pub payload: serde_json::Value,
@@ -61,7 +60,7 @@ pub struct NewJob {
 
 fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
     training_job::Model {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: JobId::generate(),
         org_id: job.org_id,
         project_id: job.project_id,
         training_task_id: job.training_task_id,
@@ -122,7 +121,7 @@ pub struct JobFilter {
     pub status: Option<JobStatus>,
     pub action: Option<JobAction>,
     /// Keyset paging: only jobs older than this `(created_at, id)`.
-    pub before: Option<(DateTime<Utc>, String)>,
+    pub before: Option<(DateTime<Utc>, JobId)>,
 }
 
 pub async fn list_jobs(
@@ -165,7 +164,10 @@ pub async fn list_jobs(
         .await
 }
 
-pub async fn find_job(db: &impl ConnectionTrait, job_id: &str) -> Result<Option<training_job::Model>, DbErr> {
+pub async fn find_job(
+    db: &impl ConnectionTrait,
+    job_id: &JobId,
+) -> Result<Option<training_job::Model>, DbErr> {
     training_job::Entity::find_by_id(job_id.to_owned()).one(db).await
 }
 
@@ -178,7 +180,7 @@ pub enum StopOutcome {
 /// queued → user_stopped; running → stopping (the next heartbeat says so); stopping stays.
 pub async fn stop_job(
     db: &impl ConnectionTrait,
-    job_id: &str,
+    job_id: &JobId,
     reason: Option<&str>,
 ) -> Result<StopOutcome, DbErr> {
     let now = Utc::now();
@@ -295,7 +297,7 @@ pub async fn claim(
 /// A worker's terminal report.
 #[derive(Debug, Clone)]
 pub struct Report {
-    pub job_id: String,
+    pub job_id: JobId,
     pub worker_id: String,
     /// `succeeded`, `blocked`, `user_stopped` or `failed`.
     pub status: JobStatus,
@@ -365,18 +367,18 @@ pub async fn apply_reports(
             vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
         ),
     };
-    let applied: std::collections::HashSet<String> = db
+    let applied: std::collections::HashSet<JobId> = db
         .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?
         .into_iter()
-        .filter_map(|row| row.try_get_by_index::<String>(0).ok())
+        .filter_map(|row| row.try_get_by_index::<JobId>(0).ok())
         .collect();
-    let missing: Vec<String> = reports
+    let missing: Vec<JobId> = reports
         .iter()
         .filter(|r| !applied.contains(&r.job_id))
         .map(|r| r.job_id.clone())
         .collect();
-    let current: HashMap<String, training_job::Model> = if missing.is_empty() {
+    let current: HashMap<JobId, training_job::Model> = if missing.is_empty() {
         HashMap::new()
     } else {
         training_job::Entity::find()
@@ -409,7 +411,7 @@ pub async fn apply_reports(
 /// Puts claimed jobs back in the queue (their fee could not be settled now).
 pub async fn release_claims(
     db: &impl ConnectionTrait,
-    job_ids: &[String],
+    job_ids: &[JobId],
     worker_id: &str,
 ) -> Result<(), DbErr> {
     if job_ids.is_empty() {
@@ -436,7 +438,7 @@ pub async fn release_claims(
 /// Marks claimed jobs blocked (their organization could not pay the run fee).
 pub async fn block_unpaid(
     db: &impl ConnectionTrait,
-    job_ids: &[String],
+    job_ids: &[JobId],
     worker_id: &str,
     reason: &str,
 ) -> Result<(), DbErr> {
@@ -467,7 +469,7 @@ pub enum Held {
 /// answers whether it did, and the job's stop request.
 async fn update_held(
     db: &impl ConnectionTrait,
-    job_id: &str,
+    job_id: &JobId,
     worker_id: &str,
     update: sea_orm::UpdateMany<training_job::Entity>,
 ) -> Result<Held, DbErr> {
@@ -487,7 +489,7 @@ async fn update_held(
     })
 }
 
-pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &str, worker_id: &str) -> Result<Held, DbErr> {
+pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &JobId, worker_id: &str) -> Result<Held, DbErr> {
     let update = training_job::Entity::update_many()
         .col_expr(training_job::Column::HeartbeatAt, Expr::value(Utc::now()));
     update_held(db, job_id, worker_id, update).await
@@ -495,7 +497,7 @@ pub async fn heartbeat(db: &impl ConnectionTrait, job_id: &str, worker_id: &str)
 
 pub async fn set_live_status(
     db: &impl ConnectionTrait,
-    job_id: &str,
+    job_id: &JobId,
     worker_id: &str,
     live_status: &serde_json::Value,
 ) -> Result<Held, DbErr> {
@@ -611,7 +613,7 @@ pub struct SecretChange {
 /// organization has afterwards, in order.
 pub async fn apply_secret_changes(
     db: &impl TransactionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     changes: Vec<SecretChange>,
 ) -> Result<Vec<String>, DbErr> {
     let txn = db.begin().await?;
@@ -655,7 +657,7 @@ pub async fn apply_secret_changes(
 /// The organization's sealed secrets.
 pub async fn sealed_secrets(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
 ) -> Result<Vec<org_secret::Model>, DbErr> {
     org_secret::Entity::find()
         .filter(org_secret::Column::OrgId.eq(org_id))
@@ -711,7 +713,7 @@ pub async fn held_jobs(db: &impl ConnectionTrait, limit: u64) -> Result<Vec<trai
 }
 
 /// Queued and held jobs per organization: `(org id, status, count)`.
-pub async fn open_counts_by_org(db: &impl ConnectionTrait) -> Result<Vec<(String, String, i64)>, DbErr> {
+pub async fn open_counts_by_org(db: &impl ConnectionTrait) -> Result<Vec<(OrgId, JobStatus, i64)>, DbErr> {
     training_job::Entity::find()
         .select_only()
         .column(training_job::Column::OrgId)

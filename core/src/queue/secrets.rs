@@ -2,6 +2,7 @@
 //! value. The key is `secrets.encryption_key` (64 hex characters) or, when that is empty,
 //! derived from the session secret; with neither, secrets cannot be stored (503).
 
+use crate::domain::OrgId;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Key, Nonce};
 use hmac::{Hmac, Mac};
@@ -45,7 +46,7 @@ impl SecretBox {
 
     /// Encrypts `value`, binding it to its organization and name (so a sealed value
     /// moved to another row does not open).
-    pub fn seal(&self, org_id: &str, name: &str, value: &str) -> anyhow::Result<String> {
+    pub fn seal(&self, org_id: &OrgId, name: &str, value: &str) -> anyhow::Result<String> {
         let mut nonce = [0u8; 12];
         rand::rng().fill_bytes(&mut nonce);
         let aad = format!("{org_id}/{name}");
@@ -62,7 +63,7 @@ impl SecretBox {
         Ok(format!("{}{}", hex::encode(nonce), hex::encode(sealed)))
     }
 
-    pub fn open(&self, org_id: &str, name: &str, sealed: &str) -> anyhow::Result<String> {
+    pub fn open(&self, org_id: &OrgId, name: &str, sealed: &str) -> anyhow::Result<String> {
         let bytes = hex::decode(sealed)?;
         if bytes.len() < 12 {
             anyhow::bail!("sealed secret too short");
@@ -88,15 +89,19 @@ impl SecretBox {
 mod tests {
     use super::*;
 
+    fn org() -> OrgId {
+        OrgId::parse("org").unwrap()
+    }
+
     #[test]
     fn sealed_values_open_only_for_their_row_and_key() {
         let sb = SecretBox::from_settings("", "session").unwrap().unwrap();
-        let sealed = sb.seal("org", "HF_TOKEN", "hf_abc").unwrap();
+        let sealed = sb.seal(&org(), "HF_TOKEN", "hf_abc").unwrap();
         assert!(!sealed.contains("hf_abc"));
-        assert_eq!(sb.open("org", "HF_TOKEN", &sealed).unwrap(), "hf_abc");
-        assert!(sb.open("org", "OTHER", &sealed).is_err());
+        assert_eq!(sb.open(&org(), "HF_TOKEN", &sealed).unwrap(), "hf_abc");
+        assert!(sb.open(&org(), "OTHER", &sealed).is_err());
         let other = SecretBox::from_settings(&"11".repeat(32), "").unwrap().unwrap();
-        assert!(other.open("org", "HF_TOKEN", &sealed).is_err());
+        assert!(other.open(&org(), "HF_TOKEN", &sealed).is_err());
         assert!(SecretBox::from_settings("", "").unwrap().is_none());
         assert!(SecretBox::from_settings("zz", "").is_err());
     }

@@ -1,5 +1,6 @@
 //! Queue flows shared by the JSON API and the console.
 
+use crate::domain::{JobId, OrgId};
 use std::collections::BTreeMap;
 
 use entities::training_job;
@@ -12,7 +13,7 @@ use super::{JobError, Jobs};
 /// then all are written in one transaction. Answers every name the organization has.
 pub async fn set_secrets(
     jobs: &Jobs,
-    org_id: &str,
+    org_id: &OrgId,
     secrets: BTreeMap<String, String>,
 ) -> Result<Vec<String>, JobError> {
     let Some(secret_box) = &jobs.secret_box else {
@@ -34,7 +35,7 @@ pub async fn set_secrets(
 
 /// The organization's secrets, opened, for the worker that runs one of its jobs. A secret
 /// that cannot be opened (the key changed) is left out and logged.
-pub async fn worker_secrets(jobs: &Jobs, org_id: &str) -> Result<BTreeMap<String, String>, JobError> {
+pub async fn worker_secrets(jobs: &Jobs, org_id: &OrgId) -> Result<BTreeMap<String, String>, JobError> {
     let mut secrets = BTreeMap::new();
     let Some(secret_box) = &jobs.secret_box else {
         return Ok(secrets);
@@ -182,7 +183,11 @@ pub async fn queue_overview(jobs: &Jobs) -> Result<QueueOverview, JobError> {
 }
 
 /// The organization's job (another organization's is "not found").
-pub async fn job_of_org(jobs: &Jobs, org_id: &str, job_id: &str) -> Result<training_job::Model, JobError> {
+pub async fn job_of_org(
+    jobs: &Jobs,
+    org_id: &OrgId,
+    job_id: &JobId,
+) -> Result<training_job::Model, JobError> {
     repo::find_job(&jobs.db, job_id)
         .await?
         .filter(|job| job.org_id == org_id)

@@ -68,7 +68,7 @@ pub struct TrackerEntry {
     pub run_id: String,
     pub status: TrackerStatus,
     pub keel_run_id: Option<String>,
-    pub project_id: Option<String>,
+    pub project_id: Option<ProjectId>,
     pub tracker_run_id: Option<String>,
     pub url: Option<String>,
     /// The tracker's answer for the run ([`TrackerStatus::Ok`] only).

@@ -12,7 +12,7 @@ use sea_orm::{
 
 use super::{Checkpoint, NewRun, RunChanges, TrackerLink, INITIAL_STATUS};
 
-use crate::domain::OrgId;
+use crate::domain::{OrgId, ProjectId};
 
 /// Rows per insert statement (SQLite allows 32,766 bound parameters).
 const CHUNK: usize = 500;
@@ -122,8 +122,8 @@ pub async fn linked_runs(
 /// subfolder. Answers the number of distinct steps written.
 pub async fn upsert_checkpoints(
     db: &impl ConnectionTrait,
-    org_id: &str,
-    project_id: &str,
+    org_id: &OrgId,
+    project_id: &ProjectId,
     run_id: &str,
     items: &[Checkpoint],
 ) -> Result<usize, DbErr> {
@@ -164,8 +164,8 @@ pub async fn upsert_checkpoints(
 
 pub async fn list_checkpoints(
     db: &impl ConnectionTrait,
-    org_id: &str,
-    project_id: &str,
+    org_id: &OrgId,
+    project_id: &ProjectId,
     run_id: &str,
 ) -> Result<Vec<Checkpoint>, DbErr> {
     Ok(run_checkpoint::Entity::find()
@@ -186,8 +186,8 @@ pub async fn list_checkpoints(
 /// How many checkpoints a run has.
 pub async fn count_checkpoints(
     db: &impl ConnectionTrait,
-    org_id: &str,
-    project_id: &str,
+    org_id: &OrgId,
+    project_id: &ProjectId,
     run_id: &str,
 ) -> Result<u64, DbErr> {
     run_checkpoint::Entity::find()
@@ -201,7 +201,7 @@ pub async fn count_checkpoints(
 /// The organization's runs (of one project when given), newest first; at most `limit`.
 pub async fn runs_of_org(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     project_id: Option<&str>,
     limit: u64,
 ) -> Result<Vec<run::Model>, DbErr> {
@@ -220,7 +220,7 @@ pub async fn runs_of_org(
 /// The checkpoints of these runs of the organization, by run then step.
 pub async fn checkpoints_of_runs(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     run_ids: &[String],
 ) -> Result<Vec<run_checkpoint::Model>, DbErr> {
     if run_ids.is_empty() {

@@ -70,7 +70,7 @@ async fn project_of_org(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: &ProjectId,
-) -> Result<(String, String), RunError> {
+) -> Result<(OrgId, ProjectId), RunError> {
     let project = crate::projects::repo::find_in_org(db, org_id, project_id)
         .await?
         .ok_or(RunError::ProjectNotFound)?;

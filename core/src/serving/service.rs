@@ -1,5 +1,6 @@
 //! Serving flows: who may call a model, tearing an organization's adapters down, sampling.
 
+use crate::domain::OrgId;
 use std::collections::BTreeMap;
 
 use futures_util::{stream, StreamExt};
@@ -15,7 +16,7 @@ use crate::peer::PeerError;
 const TEARDOWN_CONCURRENCY: usize = 8;
 
 /// What a caller of `org_id` may do with `model`: an adapter it owns, or a priced base model.
-pub async fn resolve_model(serving: &Serving, org_id: &str, model: &str) -> Result<String, ServingError> {
+pub async fn resolve_model(serving: &Serving, org_id: &OrgId, model: &str) -> Result<String, ServingError> {
     match serving.adapters.get(&serving.db, model).await? {
         Some(adapter) if adapter.org_id == org_id => Ok(adapter.base_model),
         Some(_) => Err(ServingError::NotOwner),
@@ -29,7 +30,7 @@ pub async fn authorize(
     serving: &Serving,
     api_key: &str,
     model: &str,
-) -> Result<(String, String), ServingError> {
+) -> Result<(OrgId, String), ServingError> {
     let key = if keys::looks_like_api_key(api_key) {
         auth_repo::active_api_key(&serving.db, &keys::hash_api_key(api_key)).await?
     } else {
@@ -42,7 +43,7 @@ pub async fn authorize(
 
 /// Undeploys every live adapter of the organization, [`TEARDOWN_CONCURRENCY`] at a time; an
 /// adapter whose undeploy fails stays live, so a retry tries it again.
-pub async fn teardown(serving: &Serving, org_id: &str) -> Result<TeardownReport, ServingError> {
+pub async fn teardown(serving: &Serving, org_id: &OrgId) -> Result<TeardownReport, ServingError> {
     let live = orgs_repo::live_adapter_ids(&serving.db, org_id).await?;
     let mut report = TeardownReport {
         undeployed: 0,
@@ -84,7 +85,7 @@ pub async fn teardown(serving: &Serving, org_id: &str) -> Result<TeardownReport,
 
 /// Whom sampling `model` is for: the owning organization of an adapter, none for a priced
 /// base model; 404 for anything else.
-pub async fn sample_target(serving: &Serving, model: &str) -> Result<Option<String>, ServingError> {
+pub async fn sample_target(serving: &Serving, model: &str) -> Result<Option<OrgId>, ServingError> {
     match serving.adapters.get(&serving.db, model).await? {
         Some(adapter) => Ok(Some(adapter.org_id)),
         None if serving.priced(model) => Ok(None),

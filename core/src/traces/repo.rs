@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use entities::{project, trace};
 use sea_orm::sea_query::{Expr, Func};
 
-use crate::domain::OrgId;
+use crate::domain::{OrgId, ProjectId, TraceId};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityName, EntityTrait, IdenStatic,
     QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
@@ -20,7 +20,7 @@ use sea_orm::{
 const LARGEST_INSERT: usize = 256;
 
 /// A project with traces: `(project id, its name, how many, the newest's time)`.
-pub type ProjectTraces = (String, String, i64, DateTime<Utc>);
+pub type ProjectTraces = (ProjectId, String, i64, DateTime<Utc>);
 
 /// The organizations' projects that have traces, most recently recorded first.
 pub async fn projects_with_traces(
@@ -30,7 +30,7 @@ pub async fn projects_with_traces(
     if orgs.is_empty() {
         return Ok(Vec::new());
     }
-    let counts: Vec<(String, i64, DateTime<Utc>)> = trace::Entity::find()
+    let counts: Vec<(ProjectId, i64, DateTime<Utc>)> = trace::Entity::find()
         .select_only()
         .column(trace::Column::ProjectId)
         .column_as(
@@ -46,7 +46,7 @@ pub async fn projects_with_traces(
         .into_tuple()
         .all(db)
         .await?;
-    let names: std::collections::HashMap<String, String> = project::Entity::find()
+    let names: std::collections::HashMap<ProjectId, String> = project::Entity::find()
         .filter(project::Column::Id.is_in(counts.iter().map(|(id, _, _)| id.clone())))
         .all(db)
         .await?
@@ -89,7 +89,7 @@ pub struct TraceFilter {
     /// others.
     pub ok: Option<bool>,
     /// Keyset paging: only traces older than this `(created_at, id)`.
-    pub before: Option<(DateTime<Utc>, String)>,
+    pub before: Option<(DateTime<Utc>, TraceId)>,
     /// Only traces recorded at or after this time...
     pub since: Option<DateTime<Utc>>,
     /// ...and before this one.
@@ -97,7 +97,7 @@ pub struct TraceFilter {
 }
 
 /// The project's traces that `filter` keeps (newest first is the caller's order).
-fn filtered(project_id: &str, filter: &TraceFilter) -> sea_orm::Select<trace::Entity> {
+fn filtered(project_id: &ProjectId, filter: &TraceFilter) -> sea_orm::Select<trace::Entity> {
     kept_by(
         trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id)),
         filter,
@@ -155,7 +155,7 @@ fn kept_by(
 /// A page of the project's whole traces, newest first (the export walk).
 pub async fn export_page(
     db: &impl ConnectionTrait,
-    project_id: &str,
+    project_id: &ProjectId,
     filter: &TraceFilter,
     limit: u64,
 ) -> Result<Vec<trace::Model>, DbErr> {
@@ -167,10 +167,10 @@ pub async fn export_page(
 /// bytes), so a page can end at a size before any content is read.
 pub async fn export_sizes(
     db: &impl ConnectionTrait,
-    project_id: &str,
+    project_id: &ProjectId,
     filter: &TraceFilter,
     limit: u64,
-) -> Result<Vec<(String, DateTime<Utc>, i64)>, DbErr> {
+) -> Result<Vec<(TraceId, DateTime<Utc>, i64)>, DbErr> {
     use sea_orm::sea_query::ExprTrait;
     let size = Expr::expr(Func::char_length(Expr::col(trace::Column::Request))).add(Func::coalesce([
         Expr::from(Func::char_length(Expr::col(trace::Column::Response))),
@@ -188,7 +188,7 @@ pub async fn export_sizes(
 }
 
 /// Traces by id (any order).
-pub async fn by_ids(db: &impl ConnectionTrait, ids: &[String]) -> Result<Vec<trace::Model>, DbErr> {
+pub async fn by_ids(db: &impl ConnectionTrait, ids: &[TraceId]) -> Result<Vec<trace::Model>, DbErr> {
     trace::Entity::find()
         .filter(trace::Column::Id.is_in(ids.iter().cloned()))
         .all(db)
@@ -198,7 +198,7 @@ pub async fn by_ids(db: &impl ConnectionTrait, ids: &[String]) -> Result<Vec<tra
 /// A page of the project's traces, newest first.
 pub async fn page_of_project(
     db: &impl ConnectionTrait,
-    project_id: &str,
+    project_id: &ProjectId,
     filter: &TraceFilter,
     limit: u64,
 ) -> Result<Vec<TraceRow>, DbErr> {
@@ -225,7 +225,10 @@ pub async fn page_of_project(
 }
 
 /// The models a project's traces name, alphabetically (for a filter's choices).
-pub async fn models_of_project(db: &impl ConnectionTrait, project_id: &str) -> Result<Vec<String>, DbErr> {
+pub async fn models_of_project(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+) -> Result<Vec<String>, DbErr> {
     let models: Vec<Option<String>> = trace::Entity::find()
         .select_only()
         .column(trace::Column::Model)
@@ -242,7 +245,7 @@ pub async fn models_of_project(db: &impl ConnectionTrait, project_id: &str) -> R
 /// Those of `ids` that belong to one of `orgs`, in no particular order.
 pub async fn find_in_orgs(
     db: &impl ConnectionTrait,
-    ids: &[String],
+    ids: &[TraceId],
     orgs: &[OrgId],
     filter: &TraceFilter,
 ) -> Result<Vec<trace::Model>, DbErr> {
@@ -415,9 +418,9 @@ mod tests {
     fn traces(rows: usize) -> Vec<trace::Model> {
         (0..rows)
             .map(|i| trace::Model {
-                id: format!("trace-{i}"),
-                org_id: "org".into(),
-                project_id: "project".into(),
+                id: TraceId::parse(&format!("00000000-0000-4000-8000-{i:012}")).unwrap(),
+                org_id: OrgId::parse("org").unwrap(),
+                project_id: ProjectId::parse("00000000-0000-4000-8000-00000000000a").unwrap(),
                 provider: "openai".into(),
                 model: (i % 2 == 0).then(|| "gpt-4o-mini".into()),
                 request: format!("{{\"n\":{i}}}"),

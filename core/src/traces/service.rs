@@ -8,7 +8,7 @@ use entities::trace;
 use super::export::{self, Format};
 use super::repo;
 use super::TraceError;
-use crate::domain::{OrgId, TraceId};
+use crate::domain::{OrgId, ProjectId, TraceId};
 use sea_orm::ConnectionTrait;
 
 /// What a page of an export wrote: its records' count, the traces skipped (no pair to
@@ -52,7 +52,7 @@ fn write_record(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
     pub at: DateTime<Utc>,
-    pub id: String,
+    pub id: TraceId,
 }
 
 impl Cursor {
@@ -67,8 +67,7 @@ impl Cursor {
     pub const PATTERN: &'static str = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$";
 
     pub fn encode(&self) -> String {
-        let id =
-            uuid::Uuid::parse_str(&self.id).map_or_else(|_| self.id.clone(), |id| id.simple().to_string());
+        let id = self.id.replace('-', "");
         format!(
             "{}-{:09}-{id}",
             self.at.timestamp(),
@@ -88,7 +87,7 @@ impl Cursor {
             return None;
         }
         let at = DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)?;
-        let id = uuid::Uuid::parse_str(id).ok()?.hyphenated().to_string();
+        let id = TraceId::parse(id).ok()?;
         Some(Self { at, id })
     }
 }
@@ -103,7 +102,7 @@ pub async fn export_project(
     db: &impl ConnectionTrait,
     max_page_bytes: usize,
     orgs: &[OrgId],
-    project_id: &str,
+    project_id: &ProjectId,
     format: Format,
     limit: u64,
     mut filter: repo::TraceFilter,
@@ -130,8 +129,8 @@ pub async fn export_project(
             chars += sizes[end].2;
             end += 1;
         }
-        let ids: Vec<String> = sizes[next..end].iter().map(|(id, _, _)| id.clone()).collect();
-        let mut found: HashMap<String, trace::Model> = repo::by_ids(db, &ids)
+        let ids: Vec<TraceId> = sizes[next..end].iter().map(|(id, _, _)| id.clone()).collect();
+        let mut found: HashMap<TraceId, trace::Model> = repo::by_ids(db, &ids)
             .await?
             .into_iter()
             .map(|t| (t.id.clone(), t))
@@ -162,7 +161,7 @@ const SELECTION_CHUNK: usize = 8;
 pub struct Selection {
     pub stats: PageStats,
     /// Their one project, if they all share one.
-    pub project_id: Option<String>,
+    pub project_id: Option<ProjectId>,
     /// Asked ids that are not the caller's organizations'.
     pub not_found: usize,
 }
@@ -183,17 +182,13 @@ pub async fn export_selection(
 ) -> Result<Selection, TraceError> {
     let max_bytes = max_page_bytes.max(1);
     let mut seen = HashSet::new();
-    let wanted: Vec<String> = trace_ids
-        .iter()
-        .filter(|id| seen.insert(*id))
-        .map(|id| id.as_str().to_owned())
-        .collect();
+    let wanted: Vec<TraceId> = trace_ids.iter().filter(|id| seen.insert(*id)).cloned().collect();
     let start = out.len();
     let mut stats = PageStats::default();
-    let mut project: Option<Option<String>> = None;
+    let mut project: Option<Option<ProjectId>> = None;
     let mut exported = 0;
     for ids in wanted.chunks(SELECTION_CHUNK) {
-        let mut found: HashMap<String, trace::Model> = repo::find_in_orgs(db, ids, orgs, filter)
+        let mut found: HashMap<TraceId, trace::Model> = repo::find_in_orgs(db, ids, orgs, filter)
             .await?
             .into_iter()
             .map(|t| (t.id.clone(), t))
@@ -220,14 +215,14 @@ pub async fn export_selection(
 
 #[cfg(test)]
 mod tests {
-    use super::Cursor;
+    use super::{Cursor, TraceId};
 
     #[test]
     fn a_cursor_round_trips_to_the_nanosecond_and_nonsense_is_refused() {
         let at = chrono::DateTime::from_timestamp(1_795_000_000, 123_456_789).expect("a time");
         let cursor = Cursor {
             at,
-            id: "0192f0c4-7e1a-7c3b-8d2e-1f2a3b4c5d6e".into(),
+            id: TraceId::parse("0192f0c4-7e1a-7c3b-8d2e-1f2a3b4c5d6e").unwrap(),
         };
         let encoded = cursor.encode();
         assert_eq!(encoded, "1795000000-123456789-0192f0c47e1a7c3b8d2e1f2a3b4c5d6e");

@@ -140,7 +140,7 @@ pub async fn list_agent_logs_internal(
         .into_iter()
         .map(|l| AgentLogView {
             agent_log_id: l.id,
-            org_id: l.org_id,
+            org_id: l.org_id.into(),
             job_id: l.job_id,
             content: l.content,
             source: l.source,

@@ -2,6 +2,7 @@
 //! row version (`xmin`) that commit left, so the next batch can be written by one guarded
 //! statement instead of a locking transaction (docs/ARCHITECTURE.md, "Actors").
 
+use crate::domain::OrgId;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -12,14 +13,14 @@ use entities::billing_account;
 /// id, so a stale entry must never live long enough for the id to come round again.
 #[derive(Default)]
 pub struct AccountCache {
-    accounts: Mutex<HashMap<String, (billing_account::Model, String, Instant)>>,
+    accounts: Mutex<HashMap<OrgId, (billing_account::Model, String, Instant)>>,
 }
 
 impl AccountCache {
     const TTL: Duration = Duration::from_secs(30);
     const MAX: usize = 10_000;
 
-    pub(super) fn get(&self, org_id: &str) -> Option<(billing_account::Model, String)> {
+    pub(super) fn get(&self, org_id: &OrgId) -> Option<(billing_account::Model, String)> {
         let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         let (account, version, at) = accounts.get(org_id)?;
         (at.elapsed() < Self::TTL).then(|| (account.clone(), version.clone()))
@@ -36,7 +37,7 @@ impl AccountCache {
         accounts.insert(account.org_id.clone(), (account, version, Instant::now()));
     }
 
-    pub(super) fn forget(&self, org_id: &str) {
+    pub(super) fn forget(&self, org_id: &OrgId) {
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         accounts.remove(org_id);
     }

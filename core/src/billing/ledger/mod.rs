@@ -10,6 +10,7 @@ mod ops;
 mod planner;
 mod sql;
 
+use crate::domain::OrgId;
 use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
@@ -28,7 +29,7 @@ pub use sql::{ensure_account, lock_account};
 pub async fn apply_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    org_id: &str,
+    org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
     let mut results = apply_group(db, cache, &[(org_id, ops)]).await?;
@@ -46,9 +47,9 @@ pub async fn apply_batch(
 pub async fn apply_group(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    batches: &[(&str, &[LedgerOp])],
+    batches: &[(&OrgId, &[LedgerOp])],
 ) -> Result<Vec<BatchResult>, DbErr> {
-    let distinct: HashSet<&str> = batches.iter().map(|(org, _)| *org).collect();
+    let distinct: HashSet<&OrgId> = batches.iter().map(|(org, _)| *org).collect();
     if distinct.len() != batches.len() {
         // Each planned batch starts from the locked balance: one batch per organization.
         return Err(DbErr::Custom(
@@ -75,21 +76,21 @@ pub async fn apply_group(
 async fn apply_group_with(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    batches: &[(&str, &[LedgerOp])],
+    batches: &[(&OrgId, &[LedgerOp])],
     check: KeyCheck,
 ) -> Result<Option<Vec<BatchResult>>, DbErr> {
     let txn = db.begin().await?;
-    let org_ids: Vec<String> = batches.iter().map(|(org, _)| (*org).to_owned()).collect();
+    let org_ids: Vec<OrgId> = batches.iter().map(|(org, _)| (*org).clone()).collect();
     let sql::Locked { accounts, contended } = sql::lock_accounts(&txn, &org_ids).await?;
 
     let mut applied = match check {
         KeyCheck::Optimistic => HashMap::new(),
         KeyCheck::LookUp => {
-            let keys: Vec<(String, String)> = batches
+            let keys: Vec<(OrgId, String)> = batches
                 .iter()
                 .flat_map(|(org, ops)| {
                     ops.iter()
-                        .filter_map(|op| op.idempotency_key.clone().map(|k| ((*org).to_owned(), k)))
+                        .filter_map(|op| op.idempotency_key.clone().map(|k| ((*org).clone(), k)))
                 })
                 .collect();
             sql::applied_keys(&txn, &keys).await?
@@ -109,7 +110,7 @@ async fn apply_group_with(
                         || op
                             .idempotency_key
                             .as_ref()
-                            .is_some_and(|k| applied.contains_key(&((*org).to_owned(), k.clone()))) =>
+                            .is_some_and(|k| applied.contains_key(&((*org).clone(), k.clone()))) =>
                 {
                     Some(row.request_id.clone())
                 }
@@ -158,7 +159,7 @@ async fn apply_group_with(
         for (org_id, _) in batches {
             cache.forget(org_id);
         }
-        let versions: HashMap<String, String> = versions.into_iter().collect();
+        let versions: HashMap<OrgId, String> = versions.into_iter().collect();
         for row in balances.iter().filter(|row| !settled.contains(&row.org_id)) {
             if let (Some(account), Some(version)) = (accounts.get(&row.org_id), versions.get(&row.org_id)) {
                 cache.put(row.account_after(account, now), version.clone());
@@ -176,7 +177,7 @@ async fn apply_group_with(
 async fn apply_cached(
     db: &DatabaseConnection,
     cache: &AccountCache,
-    org_id: &str,
+    org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<Option<BatchResult>, DbErr> {
     let Some((account, version)) = cache.get(org_id) else {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::domain::{Cents, IdempotencyKey, Microcents};
+use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId};
 
 /// What a repeated idempotency key means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub enum SideEffect {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServingUsageRow {
     pub request_id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     pub adapter_id: Option<String>,
     pub model: String,
     pub prompt_tokens: i64,
@@ -65,7 +65,7 @@ pub struct LedgerOp {
 pub struct SettledPayment {
     pub processor_key: String,
     pub payment_intent_id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     pub amount: Cents,
     /// `topup` or `auto_topup`.
     pub kind: EntryKind,

@@ -1,6 +1,7 @@
 //! The pure part of the ledger: decides each operation of one organization's batch, in
 //! order, against its locked account, and gathers the rows to write. No I/O.
 
+use crate::domain::OrgId;
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
@@ -25,12 +26,12 @@ pub(super) enum KeyCheck {
 }
 
 /// Keys already applied, per (organization, idempotency key), with their signed amounts.
-pub(super) type Applied = HashMap<(String, String), Microcents>;
+pub(super) type Applied = HashMap<(OrgId, String), Microcents>;
 
 /// A ledger entry to insert (its JSON is the row).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(super) struct EntryRow {
-    pub org_id: String,
+    pub org_id: OrgId,
     pub kind: &'static str,
     pub amount: Microcents,
     pub balance_after: Microcents,
@@ -40,7 +41,7 @@ pub(super) struct EntryRow {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct PromoRow {
-    pub org_id: String,
+    pub org_id: OrgId,
     pub code: String,
     pub amount: Cents,
 }
@@ -49,7 +50,7 @@ pub(super) struct PromoRow {
 /// the balance update).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(super) struct BalanceRow {
-    pub org_id: String,
+    pub org_id: OrgId,
     pub balance: Microcents,
     pub starter: bool,
 }
@@ -62,7 +63,7 @@ impl BalanceRow {
         now: DateTime<Utc>,
     ) -> billing_account::Model {
         billing_account::Model {
-            balance_microcents: self.balance.get(),
+            balance_microcents: self.balance,
             starter_credit_granted: self.starter,
             updated_at: now,
             ..account.clone()
@@ -80,7 +81,7 @@ pub(super) struct Writes {
     seen_requests: HashSet<String>,
     pub promo_rows: Vec<PromoRow>,
     pub balances: Vec<BalanceRow>,
-    pub settled_auto_topups: Vec<String>,
+    pub settled_auto_topups: Vec<OrgId>,
     pub settled_payments: Vec<SettledPayment>,
     /// An optimistic plan refused a keyed operation: its outcome needs the key looked up.
     pub keys_unchecked: bool,
@@ -105,14 +106,14 @@ impl Writes {
 /// Decides every operation of one organization, in order, against its locked account.
 /// `applied` and `usage` are what is already recorded; both learn this batch's writes.
 pub(super) fn plan(
-    org_id: &str,
+    org_id: &OrgId,
     account: &billing_account::Model,
     ops: &[LedgerOp],
     applied: &mut Applied,
     usage: &mut HashMap<String, ServingUsageRow>,
     writes: &mut Writes,
 ) -> BatchResult {
-    let mut balance = Microcents(account.balance_microcents);
+    let mut balance = account.balance_microcents;
     let mut starter_granted = account.starter_credit_granted;
     let mut changed = false;
     let mut outcomes = Vec::with_capacity(ops.len());
@@ -222,10 +223,7 @@ pub(super) fn plan(
         (true, Some(threshold), Some(amount), Some(_))
             if account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES =>
         {
-            Some(AutoTopup {
-                threshold: Cents(threshold),
-                amount: Cents(amount),
-            })
+            Some(AutoTopup { threshold, amount })
         }
         _ => None,
     };
@@ -245,12 +243,16 @@ mod tests {
 
     const ORG: &str = "org-1";
 
+    fn org() -> OrgId {
+        OrgId::parse(ORG).unwrap()
+    }
+
     fn account(balance: i64) -> billing_account::Model {
         let now = Utc::now();
         billing_account::Model {
-            org_id: ORG.into(),
+            org_id: org(),
             customer_id: None,
-            balance_microcents: balance,
+            balance_microcents: Microcents(balance),
             payment_method_id: None,
             pm_brand: None,
             pm_last4: None,
@@ -299,7 +301,7 @@ mod tests {
                     .overdrawing()
                     .with_side(SideEffect::ServingUsage(ServingUsageRow {
                         request_id: request,
-                        org_id: ORG.into(),
+                        org_id: org(),
                         adapter_id: None,
                         model: "m".into(),
                         prompt_tokens: 1,
@@ -340,7 +342,7 @@ mod tests {
         usage: &mut HashMap<String, ServingUsageRow>,
     ) -> Planned {
         let mut writes = Writes::new(KeyCheck::LookUp);
-        let result = plan(ORG, &account(start), ops, applied, usage, &mut writes);
+        let result = plan(&org(), &account(start), ops, applied, usage, &mut writes);
         let balance = result.account.map(|a| a.balance).unwrap_or_default();
         Planned {
             outcomes: result.outcomes,
@@ -382,7 +384,7 @@ mod tests {
                 .filter(|op| {
                     op.idempotency_key
                         .as_ref()
-                        .is_some_and(|k| applied.contains_key(&(ORG.to_owned(), k.clone())))
+                        .is_some_and(|k| applied.contains_key(&(org(), k.clone())))
                 })
                 .cloned()
                 .collect();
@@ -438,7 +440,7 @@ mod tests {
             let mut usage_rows = Vec::new();
             for op in &ops {
                 let mut writes = Writes::new(KeyCheck::LookUp);
-                let result = plan(ORG, &account_now, std::slice::from_ref(op), &mut applied, &mut usage, &mut writes);
+                let result = plan(&org(), &account_now, std::slice::from_ref(op), &mut applied, &mut usage, &mut writes);
                 if let Some(row) = writes.balances.first() {
                     account_now = row.account_after(&account_now, account_now.updated_at);
                 }
@@ -449,7 +451,7 @@ mod tests {
             prop_assert_eq!(outcomes, batch.outcomes);
             prop_assert_eq!(entries, batch.writes.entries);
             prop_assert_eq!(usage_rows, batch.writes.usage_rows);
-            prop_assert_eq!(Microcents(account_now.balance_microcents), batch.balance);
+            prop_assert_eq!(account_now.balance_microcents, batch.balance);
         }
     }
 
@@ -463,7 +465,7 @@ mod tests {
             "fee",
         );
         let result = plan(
-            ORG,
+            &org(),
             &account(0),
             &[fee],
             &mut HashMap::new(),

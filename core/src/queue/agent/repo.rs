@@ -1,5 +1,6 @@
 //! Agent logs, agent account usage and optimizer timelines.
 
+use crate::domain::OrgId;
 use chrono::Utc;
 use entities::{agent_log, agent_usage, optimizer_timeline};
 use sea_orm::sea_query::OnConflict;
@@ -12,7 +13,7 @@ use serde_json::Value;
 /// Stores a log; answers its id. `source` is `api` or `internal`.
 pub async fn insert_log(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     content: &str,
     job_id: Option<&str>,
     source: &str,
@@ -34,7 +35,7 @@ pub async fn insert_log(
 /// The organization's newest logs first.
 pub async fn newest_logs(
     db: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     limit: u64,
 ) -> Result<Vec<agent_log::Model>, DbErr> {
     agent_log::Entity::find()
@@ -70,7 +71,7 @@ pub async fn upsert_usage(
 /// Replaces each `(timeline id, events)` of the organization, all in one transaction.
 pub async fn replace_timelines(
     db: &impl TransactionTrait,
-    org_id: &str,
+    org_id: &OrgId,
     job_id: Option<&str>,
     timelines: &[(String, Value)],
 ) -> Result<(), DbErr> {

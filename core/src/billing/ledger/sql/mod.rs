@@ -4,6 +4,7 @@
 mod postgres;
 mod sqlite;
 
+use crate::domain::OrgId;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -15,7 +16,7 @@ use serde_json::json;
 
 use super::ops::ServingUsageRow;
 use super::planner::{Applied, Writes};
-use crate::domain::Microcents;
+use crate::domain::{Microcents, PaymentState};
 
 pub(super) use postgres::guarded_write;
 
@@ -105,14 +106,14 @@ fn json_text<T: serde::Serialize>(rows: &T) -> Result<String, DbErr> {
 
 /// Locked accounts, and the organizations whose account row another transaction held.
 pub(super) struct Locked {
-    pub accounts: HashMap<String, billing_account::Model>,
-    pub contended: std::collections::HashSet<String>,
+    pub accounts: HashMap<OrgId, billing_account::Model>,
+    pub contended: std::collections::HashSet<OrgId>,
 }
 
 /// Locks the accounts of `org_ids` (creating missing ones of existing organizations);
 /// unknown organizations are absent from the answer. Of several organizations (PostgreSQL),
 /// one whose row another transaction holds is not waited for but answered as contended.
-pub(super) async fn lock_accounts(txn: &impl ConnectionTrait, org_ids: &[String]) -> Result<Locked, DbErr> {
+pub(super) async fn lock_accounts(txn: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<Locked, DbErr> {
     let backend = txn.get_database_backend();
     let ids = json!(org_ids);
     let skip_locked = org_ids.len() > 1;
@@ -120,21 +121,21 @@ pub(super) async fn lock_accounts(txn: &impl ConnectionTrait, org_ids: &[String]
         DbBackend::Postgres => postgres::lock_accounts(ids, skip_locked),
         _ => sqlite::lock_accounts(txn, ids).await?,
     };
-    let mut accounts: HashMap<String, billing_account::Model> = billing_account::Entity::find()
+    let mut accounts: HashMap<OrgId, billing_account::Model> = billing_account::Entity::find()
         .from_raw_sql(statement)
         .all(txn)
         .await?
         .into_iter()
         .map(|a| (a.org_id.clone(), a))
         .collect();
-    let missing: Vec<&String> = org_ids.iter().filter(|id| !accounts.contains_key(*id)).collect();
+    let missing: Vec<&OrgId> = org_ids.iter().filter(|id| !accounts.contains_key(*id)).collect();
     let mut contended = std::collections::HashSet::new();
     if backend == DbBackend::Postgres && skip_locked && !missing.is_empty() {
         for row in txn
             .query_all_raw(postgres::existing_accounts(json!(missing)))
             .await?
         {
-            contended.insert(row.try_get_by_index::<String>(0)?);
+            contended.insert(row.try_get_by_index::<OrgId>(0)?);
         }
     }
     for org_id in missing {
@@ -150,7 +151,7 @@ pub(super) async fn lock_accounts(txn: &impl ConnectionTrait, org_ids: &[String]
 /// The (organization, idempotency key) pairs among `keys` already applied, with amounts.
 pub(super) async fn applied_keys(
     txn: &impl ConnectionTrait,
-    keys: &[(String, String)],
+    keys: &[(OrgId, String)],
 ) -> Result<Applied, DbErr> {
     if keys.is_empty() {
         return Ok(HashMap::new());
@@ -170,10 +171,10 @@ pub(super) async fn applied_keys(
         .map(|row| {
             Ok((
                 (
-                    row.try_get_by_index::<String>(0)?,
+                    row.try_get_by_index::<OrgId>(0)?,
                     row.try_get_by_index::<String>(1)?,
                 ),
-                Microcents(row.try_get_by_index::<i64>(2)?),
+                row.try_get_by_index::<Microcents>(2)?,
             ))
         })
         .collect()
@@ -202,8 +203,8 @@ pub(super) async fn recorded_usage(
                     model: row.model,
                     prompt_tokens: row.prompt_tokens,
                     completion_tokens: row.completion_tokens,
-                    cost_microcents: Microcents(row.cost_microcents),
-                    charged_microcents: Microcents(row.charged_microcents),
+                    cost_microcents: row.cost_microcents,
+                    charged_microcents: row.charged_microcents,
                 },
             )
         })
@@ -217,7 +218,7 @@ pub(super) async fn flush(
     writes: Writes,
     txn: &impl ConnectionTrait,
     now: DateTime<Utc>,
-) -> Result<Option<Vec<(String, String)>>, DbErr> {
+) -> Result<Option<Vec<(OrgId, String)>>, DbErr> {
     if writes.entries.is_empty() {
         return Ok(Some(Vec::new()));
     }
@@ -232,7 +233,7 @@ pub(super) async fn flush(
         let rows = writes.promo_rows.into_iter().map(|row| promo_grant::ActiveModel {
             org_id: Set(row.org_id),
             code: Set(row.code),
-            amount_cents: Set(row.amount.get()),
+            amount_cents: Set(row.amount),
             created_at: Set(now),
         });
         promo_grant::Entity::insert_many(rows)
@@ -247,7 +248,7 @@ pub(super) async fn flush(
                 payment_intent_id: &payment.payment_intent_id,
                 org_id: &payment.org_id,
                 amount: payment.amount,
-                status: "succeeded",
+                status: PaymentState::Succeeded,
                 kind: payment.kind,
                 idempotency_key: payment.client_key.as_deref(),
             },
@@ -272,7 +273,7 @@ pub(super) async fn flush(
 /// single connection serializes writers), created on first use. `None`: no such org.
 pub async fn lock_account(
     txn: &impl ConnectionTrait,
-    org_id: &str,
+    org_id: &OrgId,
 ) -> Result<Option<billing_account::Model>, DbErr> {
     let find = || {
         billing_account::Entity::find_by_id(org_id.to_owned())
@@ -294,12 +295,12 @@ pub async fn lock_account(
 }
 
 /// Creates the organization's billing account if it has none (a new org starts at 0).
-pub async fn ensure_account(db: &impl ConnectionTrait, org_id: &str) -> Result<(), DbErr> {
+pub async fn ensure_account(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<(), DbErr> {
     let now = Utc::now();
     billing_account::Entity::insert(billing_account::ActiveModel {
         org_id: Set(org_id.to_owned()),
         customer_id: Set(None),
-        balance_microcents: Set(0),
+        balance_microcents: Set(Microcents::ZERO),
         payment_method_id: Set(None),
         pm_brand: Set(None),
         pm_last4: Set(None),

@@ -120,7 +120,7 @@ pub(super) async fn write_group(
     txn: &impl ConnectionTrait,
     writes: &Writes,
     now: DateTime<Utc>,
-) -> Result<Option<Vec<(String, String)>>, DbErr> {
+) -> Result<Option<Vec<(crate::domain::OrgId, String)>>, DbErr> {
     let params = [
         Value::from(json_param(&writes.entries)?),
         Value::from(json_param(&writes.usage_rows)?),
@@ -141,7 +141,7 @@ pub(super) async fn write_group(
     }
     let updated: Option<String> = row.try_get_by_index(2)?;
     match updated {
-        Some(updated) => serde_json::from_str::<Vec<(String, String)>>(&updated)
+        Some(updated) => serde_json::from_str::<Vec<(crate::domain::OrgId, String)>>(&updated)
             .map(Some)
             .map_err(|e| DbErr::Custom(format!("account versions: {e}"))),
         None => Ok(Some(Vec::new())),

@@ -75,7 +75,7 @@ pub(super) async fn write_group(
     txn: &impl ConnectionTrait,
     writes: &Writes,
     now: DateTime<Utc>,
-) -> Result<Option<Vec<(String, String)>>, DbErr> {
+) -> Result<Option<Vec<(crate::domain::OrgId, String)>>, DbErr> {
     let planned = writes.entries.len() as u64;
     if insert_json_rows(txn, &LEDGER_ROWS, json_text(&writes.entries)?, now).await? != planned {
         return Ok(None);
