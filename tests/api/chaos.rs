@@ -22,6 +22,16 @@ fn free_port() -> u16 {
 }
 
 /// One `keel serve` process.
+/// In an instance's environment: where its log (stderr) goes.
+const LOG_FILE: &str = "KEEL_TEST_LOG_FILE";
+
+/// The last `lines` lines of a log file, for a failure's message.
+fn log_tail(path: &std::path::Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 struct Instance {
     child: Child,
     base: String,
@@ -130,10 +140,11 @@ fn spawn(db_url: &str, port: u16, envs: &[(String, String)]) -> Child {
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(if std::env::var("KEEL_CHAOS_LOGS").is_ok() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
+        .stderr(match envs.iter().find(|(k, _)| k == LOG_FILE) {
+            // A test that reads keel's log when it fails.
+            Some((_, path)) => Stdio::from(std::fs::File::create(path).expect("a log file")),
+            None if std::env::var("KEEL_CHAOS_LOGS").is_ok() => Stdio::inherit(),
+            None => Stdio::null(),
         });
     for (k, v) in envs {
         command.env(k, v);
@@ -809,12 +820,16 @@ async fn sigterm_writes_every_acknowledged_trace_before_the_process_exits() {
     let (_provider, url) = crate::fakes::FakeProvider::start();
     let openai = format!("{url}/openai/v1");
     // A long flush interval: every trace waits in the writer's queue until the shutdown.
+    // keel's log is kept: a lost trace is explained by it (the writer logs what it drops).
+    let log = std::env::temp_dir().join(format!("keel-sigterm-{}.log", uuid::Uuid::new_v4()));
+    let log_path = log.to_string_lossy().into_owned();
     let mut instance = Instance::started(
         &db.url,
         &[
             ("KEEL__PROVIDERS__OPENAI_URL", openai.as_str()),
             ("KEEL__TRACES__FLUSH_MS", "600000"),
             ("KEEL__TRACES__FLUSH_ROWS", "500"),
+            (LOG_FILE, log_path.as_str()),
         ],
     )
     .await;
@@ -894,9 +909,12 @@ async fn sigterm_writes_every_acknowledged_trace_before_the_process_exits() {
     use sea_orm::{EntityTrait, PaginatorTrait};
     let written = entities::trace::Entity::find().count(&db_conn).await.unwrap();
     assert_eq!(
-        written, acknowledged,
-        "every acknowledged trace is in the database"
+        written,
+        acknowledged,
+        "every acknowledged trace is in the database; keel's log ends:\n{}",
+        log_tail(&log, 80)
     );
+    std::fs::remove_file(&log).ok();
 }
 
 #[actix_web::test]
