@@ -102,6 +102,7 @@ route_table! {
         "/jobs" => post queue::routes::create_job, get queue::routes::list_jobs;
         "/jobs/{job_id}" => get queue::routes::get_job;
         "/jobs/{job_id}/stop" => post queue::routes::stop_job;
+        "/jobs/{job_id}/retry" => post queue::routes::retry_job;
         "/secrets" => post queue::routes::set_secrets;
     }
     // The spec's path for a user's agent logs: the queue's agent module.

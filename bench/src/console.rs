@@ -158,6 +158,8 @@ async fn run_one(
                     claimed_at: Set(held.then_some(at)),
                     heartbeat_at: Set(held.then_some(at)),
                     finished_at: Set(None),
+                    priority: Set(keel::queue::repo::DEFAULT_PRIORITY),
+                    scheduled_at: Set(None),
                 }
             })
             .collect();

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub enum JobStatus {
     #[sea_orm(string_value = "queued")]
     Queued,
+    /// Due at `scheduled_at` (a `runAt` in the future, or a retry's backoff): queued then.
+    #[sea_orm(string_value = "scheduled")]
+    Scheduled,
     #[sea_orm(string_value = "running")]
     Running,
     #[sea_orm(string_value = "stopping")]
@@ -24,8 +27,9 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Queued,
+        Self::Scheduled,
         Self::Running,
         Self::Stopping,
         Self::Succeeded,
@@ -37,6 +41,7 @@ impl JobStatus {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",
+            Self::Scheduled => "scheduled",
             Self::Running => "running",
             Self::Stopping => "stopping",
             Self::Succeeded => "succeeded",
@@ -115,6 +120,7 @@ mod tests {
         assert_eq!(JobAction::ALL.map(JobAction::as_str), JobAction::NAMES);
         for status in [
             "queued",
+            "scheduled",
             "running",
             "stopping",
             "succeeded",

@@ -25,6 +25,11 @@ pub struct Model {
     pub claimed_at: Option<DateTimeUtc>,
     pub heartbeat_at: Option<DateTimeUtc>,
     pub finished_at: Option<DateTimeUtc>,
+    /// 0 (most urgent) to 9; an organization's queued jobs are claimed in this order, then
+    /// oldest first.
+    pub priority: i32,
+    /// When a `scheduled` job becomes `queued`.
+    pub scheduled_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

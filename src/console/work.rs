@@ -26,8 +26,9 @@ const RUNS_SHOWN: u64 = 200;
 /// Eval cases per page.
 const CASES_PAGE: u64 = 100;
 
-const STATUSES: [JobStatus; 7] = [
+const STATUSES: [JobStatus; 8] = [
     JobStatus::Queued,
+    JobStatus::Scheduled,
     JobStatus::Running,
     JobStatus::Stopping,
     JobStatus::Succeeded,
@@ -180,7 +181,13 @@ pub struct JobPath {
 }
 
 fn is_live(job: &training_job::Model) -> bool {
-    [JobStatus::Queued, JobStatus::Running, JobStatus::Stopping].contains(&job.status)
+    [
+        JobStatus::Queued,
+        JobStatus::Scheduled,
+        JobStatus::Running,
+        JobStatus::Stopping,
+    ]
+    .contains(&job.status)
 }
 
 pub async fn job(
@@ -223,7 +230,8 @@ pub async fn job(
     let detail = JobDetail {
         org_id: org.org_id.to_string(),
         csrf: viewer.csrf.clone(),
-        can_stop: org.can_act() && (job.status == JobStatus::Queued || job.status == JobStatus::Running),
+        can_stop: org.can_act()
+            && [JobStatus::Queued, JobStatus::Scheduled, JobStatus::Running].contains(&job.status),
         stop_requested: job.stop_requested,
         timeline,
         live_status: job.live_status.as_deref().map(format::pretty_json),

@@ -76,6 +76,7 @@ error_codes! {
     AdapterOrganizationMismatch = ("adapter_organization_mismatch", 409, "The orgId given is not the adapter's owner."),
     JobEnded = ("job_ended", 409, "The job already ended."),
     JobNotHeld = ("job_not_held", 409, "The worker does not hold the job (it was requeued or reclaimed)."),
+    JobNotRetryable = ("job_not_retryable", 409, "Only a failed, blocked or user-stopped job can be retried."),
     MirrorConflict = ("mirror_conflict", 409, "A mirrored record belongs to another organization or project, or changed meanwhile; retry."),
     PayloadTooLarge = ("payload_too_large", 413, "The body is larger than the route takes."),
     InternalError = ("internal_error", 500, "Something unexpected failed; the log has the cause."),

@@ -104,6 +104,7 @@ impl From<JobError> for ApiError {
         match err {
             JobError::NotFound => coded(Code::JobNotFound, err),
             JobError::AlreadyEnded(_) => coded(Code::JobEnded, err),
+            JobError::NotRetryable(_) => coded(Code::JobNotRetryable, err),
             JobError::SecretsUnconfigured => {
                 ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
             }

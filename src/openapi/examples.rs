@@ -244,13 +244,14 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         (
             "post",
             "/api/training/jobs",
-            json!({"action": "training", "projectId": PROJECT, "model": "meta-llama/Llama-3.1-8B-Instruct", "environmentSlug": SLUG, "input": {"epochs": 2}}),
+            json!({"action": "training", "projectId": PROJECT, "model": "meta-llama/Llama-3.1-8B-Instruct", "environmentSlug": SLUG, "input": {"epochs": 2}, "priority": 3, "runAt": "2026-11-26T18:00:00Z"}),
         ),
         (
             "post",
             "/api/training/jobs/{job_id}/stop",
             json!({"reason": "wrong dataset"}),
         ),
+        ("post", "/api/training/jobs/{job_id}/retry", json!({"orgId": ORG})),
         (
             "post",
             "/api/training/secrets",

@@ -49,6 +49,8 @@ pub struct ClaimedJob {
     #[schema(value_type = Object)]
     pub payload: Value,
     pub attempt: i32,
+    /// 0 (most urgent) to 9.
+    pub priority: i32,
 }
 
 /// The `wait` preference of a `Prefer` header (RFC 7240: comma-separated preferences, each
@@ -117,6 +119,7 @@ pub async fn claim_jobs(
             project_id: job.project_id.into(),
             action: job.action.to_string(),
             attempt: job.attempts,
+            priority: job.priority,
         })
         .collect();
     Ok(HttpResponse::Ok().json(ClaimedJobs { jobs }))

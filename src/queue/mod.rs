@@ -35,6 +35,10 @@ pub struct JobView {
     pub claimed_at: Option<DateTime<Utc>>,
     pub heartbeat_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// 0 (most urgent) to 9.
+    pub priority: i32,
+    /// When a `scheduled` job becomes `queued`.
+    pub scheduled_at: Option<DateTime<Utc>>,
 }
 
 /// A job id as a caller sent it: text that is no id keel gave out names no job (404, as
@@ -67,6 +71,8 @@ impl From<&training_job::Model> for JobView {
             claimed_at: job.claimed_at,
             heartbeat_at: job.heartbeat_at,
             finished_at: job.finished_at,
+            priority: job.priority,
+            scheduled_at: job.scheduled_at,
         }
     }
 }

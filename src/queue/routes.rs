@@ -9,13 +9,14 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use super::actor::{ask, Enqueue};
-use super::repo::{self, JobFilter, NewJob};
+use super::repo::{self, JobFilter, NewJob, DEFAULT_PRIORITY};
 use super::{known_job, service, JobView};
 use crate::auth::{Caller, Member};
 use crate::domain::{JobAction, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery};
 use crate::http::validate::{Checks, Validate};
+use keel_core::evals::parse_datetime;
 
 /// Environment slugs: `<org-slug>/<project-slug>/<name>`, 3..512 characters.
 pub static ENV_SLUG_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
@@ -34,6 +35,12 @@ pub struct TracerJob {
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
+    /// 0 (most urgent) to 9; default 5.
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: Option<i32>,
+    /// RFC 3339: a time in the future makes the job `scheduled` until then.
+    #[schema(format = DateTime)]
+    pub run_at: Option<String>,
     #[schema(
         min_length = 3,
         max_length = 512,
@@ -55,6 +62,12 @@ pub struct DraftJob {
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
+    /// 0 (most urgent) to 9; default 5.
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: Option<i32>,
+    /// RFC 3339: a time in the future makes the job `scheduled` until then.
+    #[schema(format = DateTime)]
+    pub run_at: Option<String>,
     #[schema(min_length = 1, max_length = 50000)]
     pub prompt: Option<String>,
 }
@@ -70,6 +83,12 @@ pub struct OptimizeJob {
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
+    /// 0 (most urgent) to 9; default 5.
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: Option<i32>,
+    /// RFC 3339: a time in the future makes the job `scheduled` until then.
+    #[schema(format = DateTime)]
+    pub run_at: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub base_model: Option<String>,
     #[schema(min_length = 1, max_length = 2000)]
@@ -87,6 +106,12 @@ pub struct TrainingJob {
     #[schema(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
     pub input: Option<Map<String, Value>>,
+    /// 0 (most urgent) to 9; default 5.
+    #[schema(minimum = 0, maximum = 9)]
+    pub priority: Option<i32>,
+    /// RFC 3339: a time in the future makes the job `scheduled` until then.
+    #[schema(format = DateTime)]
+    pub run_at: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: String,
     #[schema(
@@ -111,13 +136,67 @@ pub enum JobCreateBody {
     Training(TrainingJob),
 }
 
-impl Validate for JobCreateBody {}
+impl Validate for JobCreateBody {
+    fn validate(&self, c: &mut Checks) {
+        if let Some(run_at) = &self.common().run_at {
+            if parse_datetime(run_at).is_none() {
+                c.fail(
+                    "runAt",
+                    "datetime_from_date_parsing",
+                    "Input should be a valid datetime",
+                );
+            }
+        }
+    }
+}
+
+/// What every action's body shares.
+struct Common<'a> {
+    priority: Option<i32>,
+    run_at: &'a Option<String>,
+}
+
+/// A create body's parts, as the queue takes them.
+struct Parts {
+    project_id: ProjectId,
+    org_id: Option<OrgId>,
+    training_task_id: Option<String>,
+    action: JobAction,
+    payload: Value,
+    priority: i32,
+    run_at: Option<chrono::DateTime<chrono::Utc>>,
+}
 
 impl JobCreateBody {
-    /// (projectId, orgId, trainingTaskId, action, payload)
-    fn into_parts(self) -> (ProjectId, Option<OrgId>, Option<String>, JobAction, Value) {
-        let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
+    fn common(&self) -> Common<'_> {
         match self {
+            Self::Tracer(b) => Common {
+                priority: b.priority,
+                run_at: &b.run_at,
+            },
+            Self::Draft(b) => Common {
+                priority: b.priority,
+                run_at: &b.run_at,
+            },
+            Self::Optimize(b) => Common {
+                priority: b.priority,
+                run_at: &b.run_at,
+            },
+            Self::Training(b) => Common {
+                priority: b.priority,
+                run_at: &b.run_at,
+            },
+        }
+    }
+
+    fn into_parts(self) -> Parts {
+        let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
+        let common = self.common();
+        let (priority, run_at) = (
+            common.priority.unwrap_or(DEFAULT_PRIORITY),
+            common.run_at.as_deref().and_then(parse_datetime),
+        );
+        let (project_id, org_id, training_task_id, action, payload) = match self {
             Self::Tracer(b) => (
                 b.project_id,
                 b.org_id,
@@ -147,6 +226,15 @@ impl JobCreateBody {
                 json!({"input": input(b.input), "model": b.model, "environmentSlug": b.environment_slug,
                        "algorithm": b.algorithm, "gpuType": b.gpu_type}),
             ),
+        };
+        Parts {
+            project_id,
+            org_id,
+            training_task_id,
+            action,
+            payload,
+            priority,
+            run_at,
         }
     }
 }
@@ -155,26 +243,53 @@ impl JobCreateBody {
 fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
     let value: Value = parse_json_body(bytes)?;
     let action = value.get("action");
-    match action.and_then(Value::as_str) {
-        Some(a) if JobAction::parse(a).is_some() => {}
-        Some(_) | None if action.is_some() => {
-            let mut c = Checks::new("body");
-            c.one_of(
-                "action",
-                action.and_then(Value::as_str).unwrap_or(""),
-                &JobAction::NAMES,
-            );
-            return Err(ApiError::Validation(c.into_issues()));
+    let action = match action.and_then(Value::as_str).and_then(JobAction::parse) {
+        Some(action) => action,
+        None => return Err(action_issue(action)),
+    };
+    match parse_checked_body(bytes) {
+        // Inside the union serde names no field (`["body"]`): the action's own body, read
+        // alone, says which.
+        Err(ApiError::Validation(issues)) if issues.iter().any(|i| i.loc == [json!("body")]) => {
+            let mut variant = value;
+            if let Some(object) = variant.as_object_mut() {
+                object.remove("action");
+            }
+            let bytes = serde_json::to_vec(&variant).map_err(anyhow::Error::from)?;
+            let placed = match action {
+                JobAction::Tracer => parse_json_body::<TracerJob>(&bytes).err(),
+                JobAction::Draft => parse_json_body::<DraftJob>(&bytes).err(),
+                JobAction::Optimize => parse_json_body::<OptimizeJob>(&bytes).err(),
+                JobAction::Training => parse_json_body::<TrainingJob>(&bytes).err(),
+            };
+            let issues = match placed {
+                Some(ApiError::Validation(placed)) => {
+                    let mut all: Vec<_> = issues.into_iter().filter(|i| i.loc != [json!("body")]).collect();
+                    for issue in placed {
+                        if !all.iter().any(|known| known.loc == issue.loc) {
+                            all.push(issue);
+                        }
+                    }
+                    all
+                }
+                _ => issues,
+            };
+            Err(ApiError::Validation(issues))
         }
-        _ => {
-            return Err(ApiError::validation(
-                vec![json!("body"), json!("action")],
-                "missing",
-                "Field required",
-            ))
-        }
+        other => other,
     }
-    parse_checked_body(bytes)
+}
+
+/// The 422 of a body whose `action` is missing or not one of the four.
+fn action_issue(action: Option<&Value>) -> ApiError {
+    match action {
+        Some(action) => {
+            let mut c = Checks::new("body");
+            c.one_of("action", action.as_str().unwrap_or(""), &JobAction::NAMES);
+            ApiError::Validation(c.into_issues())
+        }
+        None => ApiError::validation(vec![json!("body"), json!("action")], "missing", "Field required"),
+    }
 }
 
 /// Enqueue a job
@@ -187,19 +302,21 @@ fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
         (status = 422, body = ValidationErrorBody)))]
 pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
     let body = parse_job_body(&body.0)?;
-    let (project_id, org_id, training_task_id, action, payload) = body.into_parts();
-    let access = caller.member(org_id.as_ref()).await?;
+    let parts = body.into_parts();
+    let access = caller.member(parts.org_id.as_ref()).await?;
     let db = &caller.state().db;
-    crate::projects::repo::find_in_orgs(db, &project_id, std::slice::from_ref(&access.org_id))
+    crate::projects::repo::find_in_orgs(db, &parts.project_id, std::slice::from_ref(&access.org_id))
         .await?
         .ok_or_else(|| ApiError::not_found("project"))?;
     // Through the queue actor: jobs enqueued together are committed together.
     let new_job = NewJob {
         org_id: access.org_id,
-        project_id,
-        training_task_id,
-        action,
-        payload,
+        project_id: parts.project_id,
+        training_task_id: parts.training_task_id,
+        action: parts.action,
+        payload: parts.payload,
+        priority: parts.priority,
+        run_at: parts.run_at,
     };
     let job = ask(&caller.state().queue, Enqueue(new_job)).await?;
     Ok(HttpResponse::Accepted().json(JobView::from(&job)))
@@ -359,6 +476,35 @@ pub async fn stop_job(
     let job = visible_job(&caller, &path, body.org_id.as_ref()).await?;
     let stopped = service::stop_job(&caller.state().jobs, &job, body.reason.as_deref()).await?;
     Ok(HttpResponse::Ok().json(JobView::from(&stopped)))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryBody {
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    #[serde(default, deserialize_with = "OrgId::optional")]
+    pub org_id: Option<OrgId>,
+}
+
+impl Validate for RetryBody {}
+
+/// Retry a job
+///
+/// Puts a failed, blocked or user-stopped job back in the queue (its attempts keep
+/// counting); a job in any other state is 409.
+#[utoipa::path(post, path = "/api/training/jobs/{job_id}/retry", tag = "training", security(("apiKey" = []), ("session" = [])),
+    params(("job_id" = String, Path)),
+    request_body(content = RetryBody, description = "Optional"),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is not failed, blocked or user-stopped", body = ErrorBody)))]
+pub async fn retry_job(
+    caller: Caller,
+    path: web::Path<String>,
+    body: ValidJson<RetryBody>,
+) -> ApiResult<HttpResponse> {
+    let job = visible_job(&caller, &path, body.0.org_id.as_ref()).await?;
+    let retried = service::retry_job(&caller.state().jobs, &job).await?;
+    Ok(HttpResponse::Ok().json(JobView::from(&retried)))
 }
 
 /// A secret's name: letters, digits and `_`, not starting with a digit, 1..128 characters.

@@ -982,6 +982,8 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
         training_task_id: None,
         action: keel::domain::JobAction::Tracer,
         payload: json!({"action": "tracer"}),
+        priority: keel::queue::repo::DEFAULT_PRIORITY,
+        run_at: None,
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
     // jobs are then inserted one by one.
@@ -1049,4 +1051,237 @@ async fn a_claim_whose_worker_left_takes_no_job() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0]["job_id"], json!(job_id));
     assert_eq!(claimed[0]["attempt"], 1);
+}
+
+// Issue 39: priorities, scheduled jobs, retries by users.
+
+#[actix_web::test]
+async fn within_an_organization_the_most_urgent_job_is_claimed_first_then_the_oldest() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Urgent").await;
+    let mut made = Vec::new();
+    for priority in [5, 9, 0, 5, 0] {
+        let job = enqueue(
+            &app,
+            &org,
+            &project,
+            json!({"action": "tracer", "priority": priority}),
+        )
+        .await;
+        assert_eq!(job["priority"], priority);
+        made.push((priority, job["jobId"].as_str().unwrap().to_owned()));
+    }
+    let default = enqueue(&app, &org, &project, json!({"action": "tracer"})).await;
+    assert_eq!(default["priority"], 5, "the default priority");
+    // Expected: priority, then creation order (the order made, as they were made one by one).
+    let mut expected: Vec<(i64, String)> = made.clone();
+    expected.push((5, default["jobId"].as_str().unwrap().to_owned()));
+    expected.sort_by_key(|(priority, _)| *priority);
+    let mut claimed = Vec::new();
+    for _ in 0..expected.len() {
+        let jobs = claim(&app, "w1", "tracer", 1).await;
+        assert_eq!(jobs.len(), 1);
+        claimed.push((
+            jobs[0]["priority"].as_i64().unwrap(),
+            jobs[0]["job_id"].as_str().unwrap().to_owned(),
+        ));
+    }
+    assert_eq!(claimed, expected);
+    // In one claim of many, the same order.
+    for priority in [3, 1, 2] {
+        enqueue(
+            &app,
+            &org,
+            &project,
+            json!({"action": "draft", "priority": priority}),
+        )
+        .await;
+    }
+    let jobs = claim(&app, "w1", "draft", 10).await;
+    let order: Vec<i64> = jobs.iter().map(|j| j["priority"].as_i64().unwrap()).collect();
+    assert_eq!(order, [1, 2, 3]);
+}
+
+#[actix_web::test]
+async fn a_bad_priority_or_run_at_is_a_422_naming_it() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Bad").await;
+    for (field, value, kind) in [
+        ("priority", json!(10), "less_than_equal"),
+        ("priority", json!(-1), "greater_than_equal"),
+        ("priority", json!("high"), "int_type"),
+        ("runAt", json!("tomorrow"), "datetime_from_date_parsing"),
+        (
+            "runAt",
+            json!("2026-13-40T99:00:00Z"),
+            "datetime_from_date_parsing",
+        ),
+    ] {
+        let mut body = json!({"action": "tracer", "projectId": project});
+        body[field] = value;
+        let response = app.post("/api/training/jobs", &org.api_key, &body).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{field}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["detail"][0]["loc"], json!(["body", field]), "{answer}");
+        assert_eq!(answer["detail"][0]["type"], kind, "{answer}");
+    }
+}
+
+#[actix_web::test]
+async fn a_job_due_later_is_scheduled_until_then_and_claimable_as_soon_as_it_is_due() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Later").await;
+    // In the past: queued at once.
+    let past = enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "draft", "runAt": "2020-01-01T00:00:00Z"}),
+    )
+    .await;
+    assert_eq!(past["status"], "queued");
+    assert!(past["scheduledAt"].is_null());
+    assert_eq!(claim(&app, "w1", "draft", 10).await.len(), 1);
+
+    let due = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let job = enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "tracer", "runAt": due.to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(job["status"], "scheduled");
+    let scheduled_at: chrono::DateTime<chrono::Utc> = job["scheduledAt"].as_str().unwrap().parse().unwrap();
+    assert!(
+        (scheduled_at - due).num_milliseconds().abs() < 2,
+        "{scheduled_at} vs {due}"
+    );
+    assert!(
+        claim(&app, "w1", "tracer", 10).await.is_empty(),
+        "not before it is due"
+    );
+    // A long-poll claim waiting on its action gets it once due (the sweep timer is off in tests).
+    let started = std::time::Instant::now();
+    let response = app
+        .client
+        .post(app.url(CLAIM))
+        .bearer_auth(INTERNAL_KEY)
+        .header("Prefer", "wait=10")
+        .json(&json!({"worker_id": "w2", "action": "tracer", "limit": 1}))
+        .send()
+        .await
+        .unwrap();
+    let jobs = json_of(response, StatusCode::OK).await["jobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(jobs.len(), 1, "claimed once due");
+    assert_eq!(jobs[0]["job_id"], job["jobId"]);
+    assert!(chrono::Utc::now() >= due, "not before its time");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A scheduled job stops like a queued one.
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let job = enqueue(&app, &org, &project, json!({"action": "tracer", "runAt": later})).await;
+    let id = job["jobId"].as_str().unwrap();
+    let stopped = json_of(
+        app.post(&format!("/api/training/jobs/{id}/stop"), &org.api_key, &json!({}))
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(stopped["status"], "user_stopped");
+    assert!(
+        claim(&app, "w1", "tracer", 10).await.is_empty(),
+        "a stopped job is never claimed"
+    );
+}
+
+#[actix_web::test]
+async fn users_retry_failed_blocked_and_stopped_jobs_and_nothing_else() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Again").await;
+    let retry = |id: String| {
+        let app = &app;
+        let org = &org;
+        async move {
+            app.post(
+                &format!("/api/training/jobs/{id}/retry"),
+                &org.api_key,
+                &json!({}),
+            )
+            .await
+        }
+    };
+    // A failed job: back to queued, its attempts kept, claimable again.
+    let id = tracer(&app, &org, &project).await;
+    assert_eq!(claim(&app, "w1", "tracer", 1).await.len(), 1);
+    // Running: not retryable.
+    let response = retry(id.clone()).await;
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["code"], "job_not_retryable");
+    let failed = worker_post(
+        &app,
+        "failed",
+        json!({"job_id": id, "worker_id": "w1", "error": "boom"}),
+    )
+    .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+    let retried = json_of(retry(id.clone()).await, StatusCode::OK).await;
+    assert_eq!(retried["status"], "queued");
+    assert_eq!(retried["attempts"], 1);
+    assert!(retried["error"].is_null() && retried["finishedAt"].is_null() && retried["workerId"].is_null());
+    let again = claim(&app, "w2", "tracer", 1).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0]["attempt"], 2);
+    // Queued: not retryable; succeeded: not retryable.
+    let queued = tracer(&app, &org, &project).await;
+    assert_eq!(retry(queued).await.status(), StatusCode::CONFLICT);
+    let done = worker_post(&app, "succeeded", json!({"job_id": id, "worker_id": "w2"})).await;
+    assert_eq!(done.status(), StatusCode::OK);
+    assert_eq!(retry(id.clone()).await.status(), StatusCode::CONFLICT);
+    // A user-stopped job and a blocked one come back.
+    let stopped = tracer(&app, &org, &project).await;
+    app.post(
+        &format!("/api/training/jobs/{stopped}/stop"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        json_of(retry(stopped).await, StatusCode::OK).await["status"],
+        "queued"
+    );
+    let blocked = enqueue(&app, &org, &project, json!({"action": "draft"})).await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(claim(&app, "w3", "draft", 1).await.len(), 1);
+    worker_post(
+        &app,
+        "blocked",
+        json!({"job_id": blocked, "worker_id": "w3", "reason": "no GPU"}),
+    )
+    .await;
+    assert_eq!(
+        json_of(retry(blocked).await, StatusCode::OK).await["status"],
+        "queued"
+    );
+    // Another organization's job, or no job: 404.
+    let other = app.create_org("Other").await;
+    let response = app
+        .post(
+            &format!("/api/training/jobs/{id}/retry"),
+            &other.api_key,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(retry("nope".into()).await.status(), StatusCode::NOT_FOUND);
 }

@@ -133,10 +133,51 @@ impl QueueActor {
             inserted
         });
         ctx.spawn(insert.into_actor(self).map(move |results, act, ctx| {
+            // A scheduled job is queued at its time to the millisecond by the instance that
+            // made it (the poll of every instance covers a restart in between).
+            let now = chrono::Utc::now();
+            let mut due: Vec<chrono::DateTime<chrono::Utc>> = results
+                .iter()
+                .flatten()
+                .filter_map(|job| job.as_ref().ok().and_then(|job| job.scheduled_at))
+                .collect();
+            due.sort();
+            due.dedup();
+            for at in due.into_iter().take(MAX_PROMOTION_TIMERS) {
+                let delay = (at - now).to_std().unwrap_or_default();
+                ctx.run_later(delay, |act, _| act.promote());
+            }
             answer_all(replies, results.map_err(QueueError::from), "queueing jobs");
             act.enqueuing = false;
             act.flush_enqueues(ctx);
         }));
+    }
+}
+
+/// How often every instance looks for scheduled jobs that came due.
+const PROMOTION_POLL: Duration = Duration::from_secs(1);
+/// Timers a batch of new scheduled jobs sets at most (their earliest times).
+const MAX_PROMOTION_TIMERS: usize = 64;
+
+impl QueueActor {
+    /// Queues the scheduled jobs that came due and wakes the claims waiting on their
+    /// actions, here and on every instance.
+    fn promote(&self) {
+        let db = self.db.clone();
+        let cluster = self.cluster.clone();
+        // Its own task, like every database call of this actor.
+        actix::spawn(async move {
+            match repo::promote_due(&db, chrono::Utc::now()).await {
+                Ok(actions) => {
+                    for action in actions {
+                        cluster
+                            .publish(Event::JobsQueued(crate::cluster::Wake::Action(action)))
+                            .await;
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "queueing due scheduled jobs failed"),
+            }
+        });
     }
 }
 
@@ -192,6 +233,7 @@ impl Actor for QueueActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
+        ctx.run_interval(PROMOTION_POLL, |act, _| act.promote());
         if !self.config.sweep_interval.is_zero() {
             ctx.run_interval(self.config.sweep_interval, |act, _| {
                 let db = act.db.clone();

@@ -32,6 +32,9 @@ pub enum JobError {
     /// The job's status when it was asked to stop.
     #[error("the job already ended ({0})")]
     AlreadyEnded(crate::domain::JobStatus),
+    /// The job's status when it was asked to be retried.
+    #[error("only a failed, blocked or user-stopped job can be retried; this one is {0}")]
+    NotRetryable(crate::domain::JobStatus),
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]
     SecretsUnconfigured,
     #[error("sealing a secret failed")]

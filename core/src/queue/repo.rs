@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::domain::{JobAction, JobId, JobStatus, OrgId, ProjectId};
 
 const QUEUED: &str = JobStatus::Queued.as_str();
+const SCHEDULED: &str = JobStatus::Scheduled.as_str();
 const RUNNING: &str = JobStatus::Running.as_str();
 const STOPPING: &str = JobStatus::Stopping.as_str();
 const BLOCKED: &str = JobStatus::Blocked.as_str();
@@ -56,16 +57,29 @@ pub struct NewJob {
     pub training_task_id: Option<String>,
     pub action: JobAction,
     pub payload: serde_json::Value,
+    /// 0 (most urgent) to 9.
+    pub priority: i32,
+    /// A time in the future makes the job `scheduled` until then.
+    pub run_at: Option<DateTime<Utc>>,
 }
 
+/// The priority of a job created without one.
+pub const DEFAULT_PRIORITY: i32 = 5;
+
 fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
+    let scheduled_at = job.run_at.filter(|at| *at > now);
     training_job::Model {
         id: JobId::generate(),
         org_id: job.org_id,
         project_id: job.project_id,
         training_task_id: job.training_task_id,
         action: job.action,
-        status: JobStatus::Queued,
+        status: match scheduled_at {
+            Some(_) => JobStatus::Scheduled,
+            None => JobStatus::Queued,
+        },
+        priority: job.priority,
+        scheduled_at,
         payload: job.payload.to_string(),
         worker_id: None,
         attempts: 0,
@@ -177,7 +191,8 @@ pub enum StopOutcome {
     NotFound,
 }
 
-/// queued → user_stopped; running → stopping (the next heartbeat says so); stopping stays.
+/// queued or scheduled → user_stopped; running → stopping (the next heartbeat says so);
+/// stopping stays.
 pub async fn stop_job(
     db: &impl ConnectionTrait,
     job_id: &JobId,
@@ -191,7 +206,7 @@ pub async fn stop_job(
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.eq(job_id))
-        .filter(training_job::Column::Status.eq(QUEUED))
+        .filter(training_job::Column::Status.is_in([QUEUED, SCHEDULED]))
         .exec(db)
         .await?;
     training_job::Entity::update_many()
@@ -214,8 +229,8 @@ pub async fn stop_job(
     })
 }
 
-/// Hands up to `limit` queued jobs of `action` to `worker_id`: oldest first within an
-/// organization, round-robin across organizations. `FOR UPDATE SKIP LOCKED` on
+/// Hands up to `limit` queued jobs of `action` to `worker_id`: most urgent (lowest
+/// priority), then oldest, first within an organization; round-robin across organizations. `FOR UPDATE SKIP LOCKED` on
 /// PostgreSQL and the `status = 'queued'` condition make a job go to one worker only.
 pub async fn claim(
     db: &impl ConnectionTrait,
@@ -226,9 +241,10 @@ pub async fn claim(
     let backend = db.get_database_backend();
     let now = Utc::now();
     let ranked = "SELECT id FROM (\
-            SELECT id, created_at, ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn \
+            SELECT id, priority, created_at, \
+                ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY priority, created_at, id) AS rn \
             FROM training_jobs WHERE action = {action} AND status = {queued}\
-        ) ranked WHERE rn <= {limit} ORDER BY rn, created_at, id LIMIT {limit}";
+        ) ranked WHERE rn <= {limit} ORDER BY rn, priority, created_at, id LIMIT {limit}";
     let (sql, values): (String, Vec<Value>) = match backend {
         // The same ranking over each organization's oldest `limit` jobs only, locked and
         // updated by `ctid` (docs/ARCHITECTURE.md, "Actors").
@@ -242,15 +258,15 @@ pub async fn claim(
                     AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
                 FROM orgs WHERE orgs.org_id IS NOT NULL\
              ), heads AS (\
-                SELECT h.ctid, h.id, h.org_id, h.created_at FROM orgs CROSS JOIN LATERAL (\
-                    SELECT t.ctid, t.id, t.org_id, t.created_at FROM training_jobs t \
+                SELECT h.ctid, h.id, h.org_id, h.priority, h.created_at FROM orgs CROSS JOIN LATERAL (\
+                    SELECT t.ctid, t.id, t.org_id, t.priority, t.created_at FROM training_jobs t \
                     WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = {queued} \
-                    ORDER BY t.created_at, t.id LIMIT $2) h \
+                    ORDER BY t.priority, t.created_at, t.id LIMIT $2) h \
                 WHERE orgs.org_id IS NOT NULL\
              ), candidates AS (\
-                SELECT ctid FROM (SELECT ctid, id, created_at, \
-                    ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rn FROM heads) ranked \
-                ORDER BY rn, created_at, id LIMIT $2\
+                SELECT ctid FROM (SELECT ctid, id, priority, created_at, \
+                    ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY priority, created_at, id) AS rn FROM heads) ranked \
+                ORDER BY rn, priority, created_at, id LIMIT $2\
              ), locked AS (\
                 SELECT ctid FROM training_jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidates)) \
                 AND status = {queued} FOR UPDATE SKIP LOCKED) \
@@ -290,8 +306,87 @@ pub async fn claim(
         .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
         .all(db)
         .await?;
-    jobs.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+    jobs.sort_by(|a, b| {
+        (a.priority, a.created_at)
+            .cmp(&(b.priority, b.created_at))
+            .then_with(|| a.id.cmp(&b.id))
+    });
     Ok(jobs)
+}
+
+/// Queues every scheduled job due by `now`; answers the actions of the jobs it queued.
+pub async fn promote_due(db: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<Vec<JobAction>, DbErr> {
+    let promoted = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Status.eq(SCHEDULED))
+        .filter(training_job::Column::ScheduledAt.lte(now))
+        .exec_with_returning(db)
+        .await?;
+    let mut actions: Vec<JobAction> = promoted.into_iter().map(|job| job.action).collect();
+    actions.sort_by_key(|a| a.as_str());
+    actions.dedup();
+    Ok(actions)
+}
+
+/// When the next scheduled job is due, if any is.
+pub async fn next_due(db: &impl ConnectionTrait) -> Result<Option<DateTime<Utc>>, DbErr> {
+    training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::ScheduledAt)
+        .filter(training_job::Column::Status.eq(SCHEDULED))
+        .order_by_asc(training_job::Column::ScheduledAt)
+        .limit(1)
+        .into_tuple::<Option<DateTime<Utc>>>()
+        .one(db)
+        .await
+        .map(Option::flatten)
+}
+
+pub enum RetryOutcome {
+    Retried(training_job::Model),
+    /// Not failed, blocked or user-stopped: nothing to retry.
+    NotRetryable(training_job::Model),
+    NotFound,
+}
+
+/// failed, blocked or user_stopped → queued, as a new job would be (its attempts keep
+/// counting); any other state is left alone.
+pub async fn retry_job(db: &impl ConnectionTrait, job_id: &JobId) -> Result<RetryOutcome, DbErr> {
+    let now = Utc::now();
+    let retried = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(training_job::Column::StopRequested, Expr::value(false))
+        .col_expr(training_job::Column::Result, Expr::value(Option::<String>::None))
+        .col_expr(training_job::Column::Error, Expr::value(Option::<String>::None))
+        .col_expr(
+            training_job::Column::ScheduledAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            training_job::Column::HeartbeatAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            training_job::Column::FinishedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::Status.is_in([FAILED, BLOCKED, USER_STOPPED]))
+        .exec_with_returning(db)
+        .await?;
+    Ok(match retried.into_iter().next() {
+        Some(job) => RetryOutcome::Retried(job),
+        None => match find_job(db, job_id).await? {
+            Some(job) => RetryOutcome::NotRetryable(job),
+            None => RetryOutcome::NotFound,
+        },
+    })
 }
 
 /// A worker's terminal report.

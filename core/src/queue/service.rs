@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use entities::training_job;
 
 use super::actor::{ask, Claim, RequeueStale};
-use super::repo::{self, SecretChange, StopOutcome, SweepCounts};
+use super::repo::{self, RetryOutcome, SecretChange, StopOutcome, SweepCounts};
 use super::{JobError, Jobs};
+use crate::cluster::{Event, Wake};
 
 /// Sets (or, with an empty value, deletes) training secrets: every value is sealed first,
 /// then all are written in one transaction. Answers every name the organization has.
@@ -63,6 +64,21 @@ pub async fn stop_job(
         StopOutcome::Stopped(job) => Ok(job),
         StopOutcome::AlreadyFinished(job) => Err(JobError::AlreadyEnded(job.status)),
         StopOutcome::NotFound => Err(JobError::NotFound),
+    }
+}
+
+/// Puts a failed, blocked or user-stopped job back in the queue (409 for any other state);
+/// waiting claims of its action look again, here and on every instance.
+pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<training_job::Model, JobError> {
+    match repo::retry_job(&jobs.db, &job.id).await? {
+        RetryOutcome::Retried(job) => {
+            jobs.cluster
+                .publish(Event::JobsQueued(Wake::Action(job.action)))
+                .await;
+            Ok(job)
+        }
+        RetryOutcome::NotRetryable(job) => Err(JobError::NotRetryable(job.status)),
+        RetryOutcome::NotFound => Err(JobError::NotFound),
     }
 }
 
