@@ -167,7 +167,20 @@ impl QueueActor {
         let cluster = self.cluster.clone();
         // Its own task, like every database call of this actor.
         actix::spawn(async move {
-            match repo::promote_due(&db, chrono::Utc::now()).await {
+            // A read first: the poll writes (SQLite's one writer included) only when a job
+            // is due.
+            let now = chrono::Utc::now();
+            let due = match repo::next_due(&db).await {
+                Ok(next) => next.is_some_and(|at| at <= now),
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading the next scheduled job failed");
+                    return;
+                }
+            };
+            if !due {
+                return;
+            }
+            match repo::promote_due(&db, now).await {
                 Ok(actions) => {
                     for action in actions {
                         cluster
