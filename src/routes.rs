@@ -120,6 +120,9 @@ route_table! {
         "/orgs/{org_id}/api-keys" => post orgs::routes::create_api_key;
         "/api-keys/{api_key_id}" => delete orgs::routes::revoke_api_key;
         "/adapters/{adapter_id}*" => put orgs::routes::put_adapter, delete orgs::routes::delete_adapter;
+        "/queue" => get queue::internal::queue_state;
+        "/queue/{action}/pause" => post queue::internal::pause_action;
+        "/queue/{action}/resume" => post queue::internal::resume_action;
     }
     scope "/api/api-keys" {
         "" => get orgs::routes::list_keys, post orgs::routes::create_key;

@@ -24,6 +24,7 @@ pub mod pending_payment;
 pub mod product_event;
 pub mod project;
 pub mod promo_grant;
+pub mod queue_pause;
 pub mod run;
 pub mod run_checkpoint;
 pub mod serving_usage;

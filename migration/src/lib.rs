@@ -18,6 +18,7 @@ mod m20261125_000003_trace_project_org_fk;
 mod m20261126_000001_console_sessions;
 mod m20261126_000002_trace_usage_estimated;
 mod m20261126_000003_job_priority_schedule;
+mod m20261126_000004_queue_pauses;
 
 pub struct Migrator;
 
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000001_console_sessions::Migration),
             Box::new(m20261126_000002_trace_usage_estimated::Migration),
             Box::new(m20261126_000003_job_priority_schedule::Migration),
+            Box::new(m20261126_000004_queue_pauses::Migration),
         ]
     }
 }

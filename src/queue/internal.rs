@@ -451,3 +451,90 @@ pub async fn requeue_interrupted(
     let requeued = super::service::requeue_interrupted(&state.jobs, &body.0.worker_id).await?;
     Ok(HttpResponse::Ok().json(Requeued { requeued }))
 }
+
+/// An action named in a path: one of the four, else a 422 naming the parameter.
+fn path_action(raw: &str) -> ApiResult<JobAction> {
+    JobAction::parse(raw).ok_or_else(|| {
+        let mut c = Checks::new("path");
+        c.one_of("action", raw, &JobAction::NAMES);
+        ApiError::Validation(c.into_issues())
+    })
+}
+
+/// One action's queue, as operators read it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActionQueueView {
+    pub action: String,
+    pub paused: bool,
+    /// Every status with its count (0 included).
+    pub counts: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueueState {
+    pub actions: Vec<ActionQueueView>,
+}
+
+/// Read the queue
+///
+/// Internal key: every action's queue, whether it is paused, and its jobs by status.
+#[utoipa::path(get, path = "/api/internal/queue", tag = "operator", security(("internalKey" = [])),
+    responses((status = 200, body = QueueState)))]
+pub async fn queue_state(_: Internal, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    let actions = service::action_queues(&state.jobs)
+        .await?
+        .into_iter()
+        .map(|q| ActionQueueView {
+            action: q.action.to_string(),
+            paused: q.paused,
+            counts: q.counts.into_iter().map(|(s, n)| (s.to_string(), n)).collect(),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(QueueState { actions }))
+}
+
+/// Pause an action's queue
+///
+/// Internal key: claims of the action hand out nothing (long-poll claims keep waiting) until
+/// it is resumed, on every instance at once. Pausing a paused action changes nothing.
+#[utoipa::path(post, path = "/api/internal/queue/{action}/pause", tag = "operator", security(("internalKey" = [])),
+    params(("action" = crate::schemas::JobAction, Path)),
+    responses((status = 200, body = ActionQueueView)))]
+pub async fn pause_action(
+    _: Internal,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let action = path_action(&path)?;
+    service::pause(&state.jobs, action).await?;
+    action_view(&state, action).await
+}
+
+/// Resume an action's queue
+///
+/// Internal key: the action's jobs are claimed again; claims waiting on it look at once.
+#[utoipa::path(post, path = "/api/internal/queue/{action}/resume", tag = "operator", security(("internalKey" = [])),
+    params(("action" = crate::schemas::JobAction, Path)),
+    responses((status = 200, body = ActionQueueView)))]
+pub async fn resume_action(
+    _: Internal,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let action = path_action(&path)?;
+    service::resume(&state.jobs, action).await?;
+    action_view(&state, action).await
+}
+
+async fn action_view(state: &AppState, action: JobAction) -> ApiResult<HttpResponse> {
+    let queue = service::action_queues(&state.jobs)
+        .await?
+        .into_iter()
+        .find(|q| q.action == action)
+        .map(|q| ActionQueueView {
+            action: q.action.to_string(),
+            paused: q.paused,
+            counts: q.counts.into_iter().map(|(s, n)| (s.to_string(), n)).collect(),
+        });
+    Ok(HttpResponse::Ok().json(queue))
+}

@@ -1285,3 +1285,82 @@ async fn users_retry_failed_blocked_and_stopped_jobs_and_nothing_else() {
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(retry("nope".into()).await.status(), StatusCode::NOT_FOUND);
 }
+
+#[actix_web::test]
+async fn a_paused_action_hands_out_nothing_until_resumed_and_its_waiting_claims_wake_then() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Incident").await;
+    tracer(&app, &org, &project).await;
+    enqueue(&app, &org, &project, json!({"action": "draft"})).await;
+    let paused = json_of(
+        app.post("/api/internal/queue/tracer/pause", INTERNAL_KEY, &json!({}))
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(paused["action"], "tracer");
+    assert_eq!(paused["paused"], true);
+    assert_eq!(paused["counts"]["queued"], 1);
+    // Twice is harmless.
+    app.post("/api/internal/queue/tracer/pause", INTERNAL_KEY, &json!({}))
+        .await;
+    assert!(
+        claim(&app, "w1", "tracer", 10).await.is_empty(),
+        "a paused action hands out nothing"
+    );
+    assert_eq!(
+        claim(&app, "w1", "draft", 10).await.len(),
+        1,
+        "other actions go on"
+    );
+    let state = json_of(app.get("/api/internal/queue", INTERNAL_KEY).await, StatusCode::OK).await;
+    let actions = state["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 4);
+    let tracer_queue = actions.iter().find(|a| a["action"] == "tracer").unwrap();
+    assert_eq!(tracer_queue["paused"], true);
+    assert_eq!(tracer_queue["counts"]["queued"], 1);
+    assert_eq!(tracer_queue["counts"]["scheduled"], 0);
+    let draft_queue = actions.iter().find(|a| a["action"] == "draft").unwrap();
+    assert_eq!(draft_queue["paused"], false);
+    assert_eq!(draft_queue["counts"]["running"], 1);
+
+    // A long-poll claim waits through the pause and gets the job at the resume.
+    let waiting = {
+        let (client, url) = (app.client.clone(), app.url(CLAIM));
+        actix_web::rt::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(INTERNAL_KEY)
+                .header("Prefer", "wait=10")
+                .json(&json!({"worker_id": "w2", "action": "tracer", "limit": 1}))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(500)).await;
+    let resumed = json_of(
+        app.post("/api/internal/queue/tracer/resume", INTERNAL_KEY, &json!({}))
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(resumed["paused"], false);
+    let answer = waiting.await.unwrap();
+    assert_eq!(answer["jobs"].as_array().unwrap().len(), 1, "{answer}");
+
+    // An unknown action is a 422 naming it; only the internal key may pause.
+    let response = app
+        .post("/api/internal/queue/nope/pause", INTERNAL_KEY, &json!({}))
+        .await;
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["detail"][0]["loc"], json!(["path", "action"]), "{answer}");
+    let response = app
+        .post("/api/internal/queue/tracer/pause", &org.api_key, &json!({}))
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+}

@@ -344,6 +344,11 @@ async fn claim_and_bill(
         // each other's locks; taking turns hands every claim a full batch.
         let _turn = turn.lock().await;
         let txn = sea_orm::TransactionTrait::begin(db).await?;
+        // A paused action hands out nothing (a waiting claim keeps waiting: its resume wakes it).
+        if repo::is_paused(&txn, msg.action).await? {
+            txn.rollback().await?;
+            return Ok((Vec::new(), 0));
+        }
         let claimed = repo::claim(&txn, &msg.worker_id, msg.action.as_str(), msg.limit).await?;
         if !claimed.is_empty() && !(msg.wanted)() {
             // The worker left while the claim ran: nothing was taken.

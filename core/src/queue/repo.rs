@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Duration, Utc};
-use entities::{org_secret, training_job};
+use entities::{org_secret, queue_pause, training_job};
 use sea_orm::sea_query::{Condition, Expr, OnConflict};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
@@ -820,4 +820,39 @@ pub async fn open_counts_by_org(db: &impl ConnectionTrait) -> Result<Vec<(OrgId,
         .into_tuple()
         .all(db)
         .await
+}
+
+/// Pauses an action's queue (again: no change); answers nothing new.
+pub async fn pause(db: &impl ConnectionTrait, action: JobAction) -> Result<(), DbErr> {
+    queue_pause::Entity::insert(queue_pause::ActiveModel {
+        action: Set(action),
+        paused_at: Set(Utc::now()),
+    })
+    .on_conflict(
+        OnConflict::column(queue_pause::Column::Action)
+            .do_nothing()
+            .to_owned(),
+    )
+    .exec_without_returning(db)
+    .await?;
+    Ok(())
+}
+
+/// Resumes an action's queue (not paused: no change).
+pub async fn resume(db: &impl ConnectionTrait, action: JobAction) -> Result<(), DbErr> {
+    queue_pause::Entity::delete_by_id(action).exec(db).await?;
+    Ok(())
+}
+
+pub async fn is_paused(db: &impl ConnectionTrait, action: JobAction) -> Result<bool, DbErr> {
+    Ok(queue_pause::Entity::find_by_id(action).one(db).await?.is_some())
+}
+
+pub async fn paused_actions(db: &impl ConnectionTrait) -> Result<Vec<JobAction>, DbErr> {
+    Ok(queue_pause::Entity::find()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|p| p.action)
+        .collect())
 }

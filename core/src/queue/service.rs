@@ -1,6 +1,6 @@
 //! Queue flows shared by the JSON API and the console.
 
-use crate::domain::{JobId, OrgId};
+use crate::domain::{JobAction, JobId, JobStatus, OrgId};
 use std::collections::BTreeMap;
 
 use entities::training_job;
@@ -80,6 +80,51 @@ pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<trainin
         RetryOutcome::NotRetryable(job) => Err(JobError::NotRetryable(job.status)),
         RetryOutcome::NotFound => Err(JobError::NotFound),
     }
+}
+
+/// Pauses an action's queue on every instance: claims of it hand out nothing until resumed.
+pub async fn pause(jobs: &Jobs, action: JobAction) -> Result<(), JobError> {
+    Ok(repo::pause(&jobs.db, action).await?)
+}
+
+/// Resumes an action's queue; the claims waiting on it look again, here and everywhere.
+pub async fn resume(jobs: &Jobs, action: JobAction) -> Result<(), JobError> {
+    repo::resume(&jobs.db, action).await?;
+    jobs.cluster
+        .publish(Event::JobsQueued(Wake::Action(action)))
+        .await;
+    Ok(())
+}
+
+/// Every action's queue: whether it is paused, and its jobs counted by status.
+pub async fn action_queues(jobs: &Jobs) -> Result<Vec<ActionQueue>, JobError> {
+    let paused = repo::paused_actions(&jobs.db).await?;
+    let counts = repo::counts_by_action_status(&jobs.db).await?;
+    Ok(JobAction::ALL
+        .into_iter()
+        .map(|action| ActionQueue {
+            action,
+            paused: paused.contains(&action),
+            counts: JobStatus::ALL
+                .into_iter()
+                .map(|status| {
+                    let n = counts
+                        .iter()
+                        .find(|(a, s, _)| *a == action.as_str() && *s == status.as_str())
+                        .map_or(0, |(_, _, n)| *n);
+                    (status, n)
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+/// One action's queue, as operators read it.
+pub struct ActionQueue {
+    pub action: JobAction,
+    pub paused: bool,
+    /// Every status, in the contract's order, with its count (0 included).
+    pub counts: Vec<(JobStatus, i64)>,
 }
 
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
