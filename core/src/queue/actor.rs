@@ -343,12 +343,13 @@ async fn claim_and_bill(
         // Claims of one instance that ran together would rank the same jobs and mostly skip
         // each other's locks; taking turns hands every claim a full batch.
         let _turn = turn.lock().await;
-        let txn = sea_orm::TransactionTrait::begin(db).await?;
-        // A paused action hands out nothing (a waiting claim keeps waiting: its resume wakes it).
-        if repo::is_paused(&txn, msg.action).await? {
-            txn.rollback().await?;
+        // A paused action hands out nothing (a waiting claim keeps waiting: its resume wakes
+        // it). Read before the transaction: on SQLite a transaction that reads first cannot
+        // wait for the write lock, it fails at once when another writer holds it.
+        if repo::is_paused(db, msg.action).await? {
             return Ok((Vec::new(), 0));
         }
+        let txn = sea_orm::TransactionTrait::begin(db).await?;
         let claimed = repo::claim(&txn, &msg.worker_id, msg.action.as_str(), msg.limit).await?;
         if !claimed.is_empty() && !(msg.wanted)() {
             // The worker left while the claim ran: nothing was taken.
