@@ -93,6 +93,11 @@ pub fn parse_checked_body<T: DeserializeOwned + Validate + utoipa::ToSchema>(
         }
         Err(other) => return Err(other),
     };
+    check_parsed(value, bytes)
+}
+
+/// A body already deserialized (from `bytes`), held to its own rules and its schema's bounds.
+pub fn check_parsed<T: Validate + utoipa::ToSchema>(value: T, bytes: &[u8]) -> Result<T, ApiError> {
     let mut checks = Checks::new("body");
     value.validate(&mut checks);
     let mut issues = checks.into_issues();

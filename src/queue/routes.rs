@@ -14,7 +14,9 @@ use super::{known_job, service, JobView};
 use crate::auth::{Caller, Member};
 use crate::domain::{JobAction, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
-use crate::http::extract::{parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery};
+use crate::http::extract::{
+    check_parsed, parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery,
+};
 use crate::http::validate::{Checks, Validate};
 use keel_core::evals::parse_datetime;
 
@@ -255,15 +257,23 @@ fn parse_job_body(bytes: &[u8]) -> ApiResult<JobCreateBody> {
             if let Some(object) = variant.as_object_mut() {
                 object.remove("action");
             }
-            let bytes = serde_json::to_vec(&variant).map_err(anyhow::Error::from)?;
-            let placed = match action {
-                JobAction::Tracer => parse_json_body::<TracerJob>(&bytes).err(),
-                JobAction::Draft => parse_json_body::<DraftJob>(&bytes).err(),
-                JobAction::Optimize => parse_json_body::<OptimizeJob>(&bytes).err(),
-                JobAction::Training => parse_json_body::<TrainingJob>(&bytes).err(),
+            let variant_bytes = serde_json::to_vec(&variant).map_err(anyhow::Error::from)?;
+            let alone = match action {
+                JobAction::Tracer => parse_json_body::<TracerJob>(&variant_bytes).map(JobCreateBody::Tracer),
+                JobAction::Draft => parse_json_body::<DraftJob>(&variant_bytes).map(JobCreateBody::Draft),
+                JobAction::Optimize => {
+                    parse_json_body::<OptimizeJob>(&variant_bytes).map(JobCreateBody::Optimize)
+                }
+                JobAction::Training => {
+                    parse_json_body::<TrainingJob>(&variant_bytes).map(JobCreateBody::Training)
+                }
             };
-            let issues = match placed {
-                Some(ApiError::Validation(placed)) => {
+            let issues = match alone {
+                // Read alone it is fine (an integer written `4.0`, which JSON Schema counts as
+                // one and serde reads only where it knows the field): the body's own rules
+                // and bounds decide.
+                Ok(body) => return check_parsed(body, bytes),
+                Err(ApiError::Validation(placed)) => {
                     let mut all: Vec<_> = issues.into_iter().filter(|i| i.loc != [json!("body")]).collect();
                     for issue in placed {
                         if !all.iter().any(|known| known.loc == issue.loc) {
