@@ -3,7 +3,6 @@
 //! kept-alive connection, against the simplest routes measured in the same run:
 //! `GET /healthz` (no database) and `GET /api/billing` (the JSON API's overview).
 
-use keel::domain::{EntryKind, JobAction, JobStatus};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -12,6 +11,7 @@ use entities::{eval_run, ledger_entry, serving_usage, trace, training_job};
 use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait, Statement};
 
 use crate::common::{bench_settings, millis, BenchDb, Tenant, BENCH_INTERNAL_KEY};
+use keel::domain::{EntryKind, JobAction, JobStatus};
 use keel::startup::Application;
 
 pub struct ConsoleBench {

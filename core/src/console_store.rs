@@ -1,12 +1,13 @@
 //! The console's own rows: sessions (one per sign-in) and the one-time views of new API
 //! keys' secrets.
 
-use crate::domain::OrgId;
 use chrono::{DateTime, Utc};
 use entities::{console_reveal, console_session};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, QueryFilter,
 };
+
+use crate::domain::OrgId;
 
 /// How long a new key's secret waits for its one view.
 pub const REVEAL_SECS: i64 = 600;

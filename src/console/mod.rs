@@ -8,7 +8,6 @@ mod format;
 mod operator;
 mod org;
 mod pages;
-use crate::domain::OrgId;
 use keel_core::console_store as repo;
 pub mod session;
 mod signin;
@@ -21,6 +20,7 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use askama::Template;
 
+use crate::domain::OrgId;
 use crate::error::ApiError;
 
 /// The console's content security policy: nothing inline, nothing from elsewhere, no framing.

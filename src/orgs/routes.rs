@@ -1,12 +1,12 @@
 //! Organization routes: the operator's (internal key: organizations, members, any API key,
 //! adapters) and the self-service API keys of an organization's members.
 
-use crate::domain::{ApiKeyId, UserId};
 use actix_web::{web, HttpResponse};
 use keel_core::orgs::service;
 
 use super::dto::*;
 use crate::auth::{Internal, MemberOf, Owner, OwnerOf};
+use crate::domain::{ApiKeyId, UserId};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_id, path_org, path_str, ValidJson};
 use crate::state::AppState;

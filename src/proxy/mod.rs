@@ -11,7 +11,6 @@ pub use crate::upstream;
 pub mod usage;
 pub use keel_core::proxy::cache;
 
-use crate::domain::{OrgId, ProjectId, TraceId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use futures_util::Stream;
 use serde_json::Value;
 
 use crate::auth::keys;
+use crate::domain::{OrgId, ProjectId, TraceId};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::DeferredBody;
 use crate::http::CallFailure;

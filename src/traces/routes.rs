@@ -1,6 +1,5 @@
 //! `GET /api/traces/projects`, `GET` and `POST /api/traces/export`.
 
-use crate::domain::ProjectId;
 use actix_web::HttpResponse;
 
 use super::dto::{
@@ -9,6 +8,7 @@ use super::dto::{
 use super::export::Format;
 use super::{repo, service, MAX_EXPORT};
 use crate::auth::Caller;
+use crate::domain::ProjectId;
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
 

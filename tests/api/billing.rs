@@ -1,10 +1,10 @@
 //! Billing: each rule of the spec's billing section and each status of the contract.
 
-use keel::domain::OrgId;
 use std::collections::HashSet;
 
 use futures_util::future::join_all;
 use keel::billing::webhook;
+use keel::domain::OrgId;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

@@ -1,11 +1,11 @@
 //! Datasets of any size: the export walked page by page with a cursor (while traces keep
 //! arriving), its filters, and `keel traces export --all`, `--resume` and `openai-chat`.
 
-use keel::domain::{OrgId, ProjectId, TraceId};
 use std::collections::HashSet;
 use std::process::Command;
 
 use chrono::{Duration as Span, Utc};
+use keel::domain::{OrgId, ProjectId, TraceId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

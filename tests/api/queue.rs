@@ -1,10 +1,10 @@
 //! The training-job queue: every transition of the contract, claims, sweeps, secrets,
 //! agent logs.
 
-use keel::domain::{OrgId, ProjectId};
 use std::collections::HashSet;
 
 use futures_util::future::join_all;
+use keel::domain::{OrgId, ProjectId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -1381,4 +1381,39 @@ async fn a_paused_action_hands_out_nothing_until_resumed_and_its_waiting_claims_
         .post("/api/internal/queue/tracer/pause", &org.api_key, &json!({}))
         .await;
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
+}
+
+#[actix_web::test]
+async fn a_pause_on_one_instance_holds_on_another_at_once() {
+    let app = spawn_app().await;
+    let second = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    let (org, project) = funded(&app, "Two").await;
+    tracer(&app, &org, &project).await;
+    let paused = app
+        .post("/api/internal/queue/tracer/pause", INTERNAL_KEY, &json!({}))
+        .await;
+    assert_eq!(paused.status(), StatusCode::OK);
+    // The other instance hands out nothing, and says so.
+    let body = json!({"worker_id": "w2", "action": "tracer", "limit": 10});
+    let claimed = json_of(second.post(CLAIM, INTERNAL_KEY, &body).await, StatusCode::OK).await;
+    assert_eq!(claimed["jobs"].as_array().unwrap().len(), 0);
+    let state = json_of(
+        second.get("/api/internal/queue", INTERNAL_KEY).await,
+        StatusCode::OK,
+    )
+    .await;
+    let tracer_queue = state["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == "tracer")
+        .cloned()
+        .unwrap();
+    assert_eq!(tracer_queue["paused"], true);
+    // Resumed on the second, claimed on the first.
+    let resumed = second
+        .post("/api/internal/queue/tracer/resume", INTERNAL_KEY, &json!({}))
+        .await;
+    assert_eq!(resumed.status(), StatusCode::OK);
+    assert_eq!(claim(&app, "w1", "tracer", 10).await.len(), 1);
 }

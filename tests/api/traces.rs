@@ -1,9 +1,9 @@
 //! Trace listing and export (API and CLI), the writer's metrics and its drain at shutdown;
 //! eval uploads.
 
-use keel::domain::{OrgId, ProjectId, TraceId};
 use std::process::Command;
 
+use keel::domain::{OrgId, ProjectId, TraceId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

@@ -1,12 +1,13 @@
 //! The console's signed, expiring cookie: what it names (an API key's id, a session's user
 //! and organization, or the operator) and the keys that sign it. Never the credential itself.
 
-use crate::domain::{ApiKeyId, OrgId, UserId};
 use hmac::{Hmac, Mac};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+
+use crate::domain::{ApiKeyId, OrgId, UserId};
 
 /// Who a console cookie is for (never accepted as a bearer token: another audience and key).
 const AUDIENCE: &str = "keel-console";

@@ -2,9 +2,10 @@
 //! `exp` is checked exactly; `nbf` and `iat`, when present, may not lie in the future by
 //! more than [`CLOCK_SKEW_SECS`].
 
-use crate::domain::UserId;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+
+use crate::domain::UserId;
 
 /// How far another clock may run ahead of ours for `nbf` and `iat`.
 pub const CLOCK_SKEW_SECS: i64 = 30;

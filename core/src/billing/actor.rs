@@ -6,7 +6,6 @@
 //! actor's `flushing` flag keeps one transaction at a time, and the open mailbox is what
 //! lets the next batch gather. The actor never stops while it holds work.
 
-use crate::domain::OrgId;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +21,7 @@ use super::ledger::{
     LedgerOp, Outcome,
 };
 use super::payments::Payments;
+use crate::domain::OrgId;
 
 type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
 

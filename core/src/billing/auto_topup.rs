@@ -3,7 +3,6 @@
 //! organization across instances; the credit that settles it clears the claim in the
 //! same transaction.
 
-use crate::domain::{Cents, OrgId};
 use chrono::{Duration, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
@@ -11,6 +10,7 @@ use super::charges::{self, ChargeError, Charged};
 use super::ledger::{EntryKind, LedgerOp};
 use super::payments::Payments;
 use super::repo;
+use crate::domain::{Cents, OrgId};
 
 /// A claim older than this is taken to be abandoned (the instance died mid-charge).
 const CLAIM_EXPIRY_MINUTES: i64 = 10;

@@ -6,7 +6,6 @@
 //! the processor again with the same key (it answers the first charge's result, never a second
 //! charge) and settles it exactly once. Top-ups, auto top-ups and both processors go this way.
 
-use crate::domain::{Cents, IdempotencyKey, OrgId, PaymentState};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -17,6 +16,7 @@ use super::actor::Ledger;
 use super::ledger::{EntryKind, LedgerError, LedgerOp, Outcome, SettledPayment, SideEffect};
 use super::payments::{declined_intent_id, ChargeRequest, PaymentError, PaymentIntent, Payments};
 use super::repo;
+use crate::domain::{Cents, IdempotencyKey, OrgId, PaymentState};
 
 /// What became of a charge.
 pub enum Charged {

@@ -9,12 +9,12 @@ pub mod repo;
 pub mod service;
 pub mod webhook;
 
-use crate::domain::Cents;
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
 
 use crate::config::{BillingSettings, PaymentSettings, PricingSettings};
+use crate::domain::Cents;
 use crate::metrics::Metrics;
 use crate::orgs::adapters::AdapterDirectory;
 

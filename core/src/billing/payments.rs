@@ -1,11 +1,11 @@
 //! The payment processor: Stripe's REST API, or an offline simulation for local use.
 
-use crate::domain::{Cents, OrgId, PaymentState};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::config::{PaymentSettings, PaymentsMode};
+use crate::domain::{Cents, OrgId, PaymentState};
 
 /// A saved card, as shown to users.
 #[derive(Debug, Clone, PartialEq, Eq)]

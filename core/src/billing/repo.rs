@@ -1,6 +1,5 @@
 //! Billing rows outside the balance: accounts' settings, payments, costs, webhook events.
 
-use crate::domain::{Cents, EntryKind, Microcents, OrgId, PaymentState, RunId};
 use chrono::{DateTime, Utc};
 use entities::{
     billing_account, ledger_entry, payment, pending_payment, serving_usage, training_run_cost, webhook_event,
@@ -12,6 +11,7 @@ use sea_orm::{
 };
 
 use super::ledger::{ensure_account, MAX_AUTO_TOPUP_DECLINES};
+use crate::domain::{Cents, EntryKind, Microcents, OrgId, PaymentState, RunId};
 use crate::orgs::repo::org_exists;
 
 /// The organization's account, created on first use; `None` when the org is unknown.

@@ -1,6 +1,5 @@
 //! Eval runs and their cases.
 
-use crate::domain::OrgId;
 use chrono::Utc;
 use entities::{eval_case, eval_run};
 use sea_orm::{
@@ -10,6 +9,7 @@ use sea_orm::{
 use serde_json::Value;
 
 use super::{Derived, EvalUpload};
+use crate::domain::OrgId;
 
 /// Cases per insert statement (14 columns; SQLite allows 32,766 parameters).
 const CASE_CHUNK: usize = 1000;

@@ -10,7 +10,6 @@
 //! Each environment is leased while it is tried, so instances sweeping at once never call
 //! the hub twice for it.
 
-use crate::domain::OrgId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use serde_json::json;
 
 use super::repo;
 use crate::config::HubSettings;
+use crate::domain::OrgId;
 use crate::peer::PeerError;
 
 /// Organizations provisioned at once in a pass (each one's environments go one by one).

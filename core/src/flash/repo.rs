@@ -3,7 +3,6 @@
 //! a lock (`FOR UPDATE` on PostgreSQL; SQLite serializes writers), so concurrent upserts of
 //! one key keep one row and lose no field.
 
-use crate::domain::{OrgId, ProjectId};
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
@@ -18,6 +17,7 @@ use sea_orm::{
 };
 
 use crate::config::HubSettings;
+use crate::domain::{OrgId, ProjectId};
 use serde_json::{Map, Value};
 
 use super::{EnvironmentPublish, FlashError};

@@ -3,12 +3,12 @@
 //! them everywhere at once (`cluster`). Callers that miss the same adapter at once share one
 //! look-up (`LoadCache`).
 
-use crate::domain::OrgId;
 use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
 
 use crate::cache::LoadCache;
+use crate::domain::OrgId;
 use crate::metrics::Metrics;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

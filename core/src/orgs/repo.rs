@@ -1,6 +1,5 @@
 //! Organizations, their members, API keys and adapters.
 
-use crate::domain::{ApiKeyId, OrgId, UserId};
 use chrono::Utc;
 use entities::{adapter, api_key, membership, organization, user};
 use sea_orm::sea_query::OnConflict;
@@ -10,6 +9,7 @@ use sea_orm::{
 
 use crate::auth::keys::mint_api_key;
 use crate::auth::Role;
+use crate::domain::{ApiKeyId, OrgId, UserId};
 
 pub fn is_unique_violation(err: &DbErr) -> bool {
     matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))

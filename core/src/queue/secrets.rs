@@ -2,12 +2,13 @@
 //! value. The key is `secrets.encryption_key` (64 hex characters) or, when that is empty,
 //! derived from the session secret; with neither, secrets cannot be stored (503).
 
-use crate::domain::OrgId;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Key, Nonce};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
+
+use crate::domain::OrgId;
 
 #[derive(Clone)]
 pub struct SecretBox {

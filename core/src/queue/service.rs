@@ -1,6 +1,5 @@
 //! Queue flows shared by the JSON API and the console.
 
-use crate::domain::{JobAction, JobId, JobStatus, OrgId};
 use std::collections::BTreeMap;
 
 use entities::training_job;
@@ -9,6 +8,7 @@ use super::actor::{ask, Claim, RequeueStale};
 use super::repo::{self, RetryOutcome, SecretChange, StopOutcome, SweepCounts};
 use super::{JobError, Jobs};
 use crate::cluster::{Event, Wake};
+use crate::domain::{JobAction, JobId, JobStatus, OrgId};
 
 /// Sets (or, with an empty value, deletes) training secrets: every value is sealed first,
 /// then all are written in one transaction. Answers every name the organization has.

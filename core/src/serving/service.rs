@@ -1,6 +1,5 @@
 //! Serving flows: who may call a model, tearing an organization's adapters down, sampling.
 
-use crate::domain::OrgId;
 use std::collections::BTreeMap;
 
 use futures_util::{stream, StreamExt};
@@ -9,6 +8,7 @@ use serde_json::{json, Value};
 use super::client::SampleFailure;
 use super::{Sample, Sampled, Serving, ServingError, TeardownReport};
 use crate::auth::{keys, repo as auth_repo};
+use crate::domain::OrgId;
 use crate::orgs::repo as orgs_repo;
 use crate::peer::PeerError;
 

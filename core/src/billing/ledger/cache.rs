@@ -2,12 +2,13 @@
 //! row version (`xmin`) that commit left, so the next batch can be written by one guarded
 //! statement instead of a locking transaction (docs/ARCHITECTURE.md, "Actors").
 
-use crate::domain::OrgId;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use entities::billing_account;
+
+use crate::domain::OrgId;
 
 /// Entries older than [`AccountCache::TTL`] are not used: the version is a transaction
 /// id, so a stale entry must never live long enough for the id to come round again.

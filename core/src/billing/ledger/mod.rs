@@ -10,11 +10,12 @@ mod ops;
 mod planner;
 mod sql;
 
-use crate::domain::OrgId;
 use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, TransactionTrait};
+
+use crate::domain::OrgId;
 
 pub use cache::AccountCache;
 pub use ops::{

@@ -1,7 +1,6 @@
 //! The pure part of the ledger: decides each operation of one organization's batch, in
 //! order, against its locked account, and gathers the rows to write. No I/O.
 
-use crate::domain::OrgId;
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
@@ -12,7 +11,7 @@ use super::ops::{
     AccountAfter, AutoTopup, BatchResult, LedgerError, LedgerOp, OnDuplicate, Outcome, ServingUsageRow,
     SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
-use crate::domain::{Cents, Microcents};
+use crate::domain::{Cents, Microcents, OrgId};
 
 /// How a group finds the idempotency keys it repeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,5 @@
 //! Agent logs, agent account usage and optimizer timelines.
 
-use crate::domain::OrgId;
 use chrono::Utc;
 use entities::{agent_log, agent_usage, optimizer_timeline};
 use sea_orm::sea_query::OnConflict;
@@ -9,6 +8,8 @@ use sea_orm::{
     TransactionSession, TransactionTrait,
 };
 use serde_json::Value;
+
+use crate::domain::OrgId;
 
 /// Stores a log; answers its id. `source` is `api` or `internal`.
 pub async fn insert_log(

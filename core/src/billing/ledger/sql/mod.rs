@@ -4,7 +4,6 @@
 mod postgres;
 mod sqlite;
 
-use crate::domain::OrgId;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -16,7 +15,7 @@ use serde_json::json;
 
 use super::ops::ServingUsageRow;
 use super::planner::{Applied, Writes};
-use crate::domain::{Microcents, PaymentState};
+use crate::domain::{Microcents, OrgId, PaymentState};
 
 pub(super) use postgres::guarded_write;
 
