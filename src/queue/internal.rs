@@ -470,6 +470,20 @@ pub struct ActionQueueView {
     pub counts: BTreeMap<String, i64>,
 }
 
+impl From<service::ActionQueue> for ActionQueueView {
+    fn from(queue: service::ActionQueue) -> Self {
+        Self {
+            action: queue.action.to_string(),
+            paused: queue.paused,
+            counts: queue
+                .counts
+                .into_iter()
+                .map(|(s, n)| (s.to_string(), n))
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct QueueState {
     pub actions: Vec<ActionQueueView>,
@@ -484,11 +498,7 @@ pub async fn queue_state(_: Internal, state: web::Data<AppState>) -> ApiResult<H
     let actions = service::action_queues(&state.jobs)
         .await?
         .into_iter()
-        .map(|q| ActionQueueView {
-            action: q.action.to_string(),
-            paused: q.paused,
-            counts: q.counts.into_iter().map(|(s, n)| (s.to_string(), n)).collect(),
-        })
+        .map(ActionQueueView::from)
         .collect();
     Ok(HttpResponse::Ok().json(QueueState { actions }))
 }
@@ -531,10 +541,6 @@ async fn action_view(state: &AppState, action: JobAction) -> ApiResult<HttpRespo
         .await?
         .into_iter()
         .find(|q| q.action == action)
-        .map(|q| ActionQueueView {
-            action: q.action.to_string(),
-            paused: q.paused,
-            counts: q.counts.into_iter().map(|(s, n)| (s.to_string(), n)).collect(),
-        });
+        .map(ActionQueueView::from);
     Ok(HttpResponse::Ok().json(queue))
 }
