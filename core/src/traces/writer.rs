@@ -396,18 +396,57 @@ fn refuses_value(err: &DbErr) -> bool {
 
 async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<(), WriteError> {
     let mut attempt = 0;
+    // A pool of the writer's own, opened on its runtime, once the shared pool's connections
+    // turn out to belong to a runtime that is gone.
+    let mut own: Option<DatabaseConnection> = None;
     loop {
         attempt += 1;
-        match repo::insert_traces(db, traces).await {
+        match repo::insert_traces(own.as_ref().unwrap_or(db), traces).await {
             Ok(()) => return Ok(()),
             Err(err) if err.sql_err().is_some() || refuses_value(&err) => {
                 return Err(WriteError::Refused(err))
             }
             Err(err) if attempt < WRITE_ATTEMPTS => {
+                if own.is_none() && runtime_gone(&err) {
+                    own = private_pool(db).await;
+                }
                 tracing::warn!(error = %err, attempt, "writing traces failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
             }
             Err(err) => return Err(WriteError::Failed(err)),
+        }
+    }
+}
+
+/// Whether a connection failed because the runtime that opened it is shutting down (an HTTP
+/// worker's, at SIGTERM): every connection that runtime opened fails the same way, however
+/// often it is retried.
+fn runtime_gone(err: &DbErr) -> bool {
+    err.to_string().contains("being shutdown")
+}
+
+/// A one-connection PostgreSQL pool with the shared pool's options, opened here (on the
+/// writer's runtime, which outlives the HTTP workers'). `None` on SQLite (its connections run
+/// on threads of their own) or when it cannot connect.
+async fn private_pool(db: &DatabaseConnection) -> Option<DatabaseConnection> {
+    if db.get_database_backend() != sea_orm::DbBackend::Postgres {
+        return None;
+    }
+    let options = db.get_postgres_connection_pool().connect_options();
+    match sea_orm::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*options).clone())
+        .await
+    {
+        Ok(pool) => {
+            tracing::warn!(
+                "the shared pool's connections belong to a stopped runtime: the trace writer opens its own"
+            );
+            Some(sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(pool))
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "the trace writer could not open a connection of its own");
+            None
         }
     }
 }
