@@ -515,9 +515,8 @@ pub async fn pause_action(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    let action = path_action(&path)?;
-    service::pause(&state.jobs, action).await?;
-    action_view(&state, action).await
+    let queue = service::pause(&state.jobs, path_action(&path)?).await?;
+    Ok(HttpResponse::Ok().json(ActionQueueView::from(queue)))
 }
 
 /// Resume an action's queue
@@ -531,16 +530,6 @@ pub async fn resume_action(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    let action = path_action(&path)?;
-    service::resume(&state.jobs, action).await?;
-    action_view(&state, action).await
-}
-
-async fn action_view(state: &AppState, action: JobAction) -> ApiResult<HttpResponse> {
-    let queue = service::action_queues(&state.jobs)
-        .await?
-        .into_iter()
-        .find(|q| q.action == action)
-        .map(ActionQueueView::from);
-    Ok(HttpResponse::Ok().json(queue))
+    let queue = service::resume(&state.jobs, path_action(&path)?).await?;
+    Ok(HttpResponse::Ok().json(ActionQueueView::from(queue)))
 }

@@ -83,17 +83,18 @@ pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<trainin
 }
 
 /// Pauses an action's queue on every instance: claims of it hand out nothing until resumed.
-pub async fn pause(jobs: &Jobs, action: JobAction) -> Result<(), JobError> {
-    Ok(repo::pause(&jobs.db, action).await?)
+pub async fn pause(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobError> {
+    repo::pause(&jobs.db, action).await?;
+    action_queue(jobs, action).await
 }
 
 /// Resumes an action's queue; the claims waiting on it look again, here and everywhere.
-pub async fn resume(jobs: &Jobs, action: JobAction) -> Result<(), JobError> {
+pub async fn resume(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobError> {
     repo::resume(&jobs.db, action).await?;
     jobs.cluster
         .publish(Event::JobsQueued(Wake::Action(action)))
         .await;
-    Ok(())
+    action_queue(jobs, action).await
 }
 
 /// Every action's queue: whether it is paused, and its jobs counted by status.
@@ -102,21 +103,15 @@ pub async fn action_queues(jobs: &Jobs) -> Result<Vec<ActionQueue>, JobError> {
     let counts = repo::counts_by_action_status(&jobs.db).await?;
     Ok(JobAction::ALL
         .into_iter()
-        .map(|action| ActionQueue {
-            action,
-            paused: paused.contains(&action),
-            counts: JobStatus::ALL
-                .into_iter()
-                .map(|status| {
-                    let n = counts
-                        .iter()
-                        .find(|(a, s, _)| *a == action.as_str() && *s == status.as_str())
-                        .map_or(0, |(_, _, n)| *n);
-                    (status, n)
-                })
-                .collect(),
-        })
+        .map(|action| ActionQueue::of(action, paused.contains(&action), &counts))
         .collect())
+}
+
+/// One action's queue, as the pause and resume leave it.
+async fn action_queue(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobError> {
+    let paused = repo::is_paused(&jobs.db, action).await?;
+    let counts = repo::counts_by_action_status(&jobs.db).await?;
+    Ok(ActionQueue::of(action, paused, &counts))
 }
 
 /// One action's queue, as operators read it.
@@ -125,6 +120,26 @@ pub struct ActionQueue {
     pub paused: bool,
     /// Every status, in the contract's order, with its count (0 included).
     pub counts: Vec<(JobStatus, i64)>,
+}
+
+impl ActionQueue {
+    /// `action`'s counts out of every `(action, status, count)` row, each status once.
+    fn of(action: JobAction, paused: bool, counts: &[(String, String, i64)]) -> Self {
+        let count = |status: JobStatus| {
+            counts
+                .iter()
+                .find(|(a, s, _)| *a == action.as_str() && *s == status.as_str())
+                .map_or(0, |(_, _, n)| *n)
+        };
+        Self {
+            action,
+            paused,
+            counts: JobStatus::ALL
+                .into_iter()
+                .map(|status| (status, count(status)))
+                .collect(),
+        }
+    }
 }
 
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
