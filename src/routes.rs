@@ -100,6 +100,7 @@ route_table! {
     }
     scope "/api/training" {
         "/jobs" => post queue::routes::create_job, get queue::routes::list_jobs;
+        "/jobs/batch" => post queue::routes::create_batch;
         "/jobs/{job_id}" => get queue::routes::get_job;
         "/jobs/{job_id}/stop" => post queue::routes::stop_job;
         "/jobs/{job_id}/retry" => post queue::routes::retry_job;

@@ -84,6 +84,9 @@ impl AppState {
             sweep_interval: Duration::from_secs(settings.queue.sweep_interval_secs),
             run_fee: settings.billing.flat_run_fee_cents,
             max_batch: settings.billing.max_batch,
+            retry_backoff_base: Duration::from_secs(settings.queue.retry_backoff_base_secs),
+            retry_backoff_max: Duration::from_secs(settings.queue.retry_backoff_max_secs),
+            max_running_per_org: settings.queue.max_running_per_org,
         };
         let queue = {
             let (db, ledger, cluster, metrics) =

@@ -268,6 +268,17 @@ pub struct QueueSettings {
     pub max_attempts: u32,
     pub sweep_interval_secs: u64,
     pub max_claim_wait_secs: u64,
+    /// A retryable failure's first wait before the next attempt, in seconds; each further
+    /// attempt doubles it (±20% jitter)...
+    pub retry_backoff_base_secs: u64,
+    /// ...up to this.
+    pub retry_backoff_max_secs: u64,
+    /// Running jobs an organization may hold at once unless an operator set its own cap;
+    /// 0: no cap.
+    pub max_running_per_org: u32,
+    /// A job blocked at its claim for want of funds is queued again at the organization's
+    /// next credit.
+    pub requeue_blocked_on_credit: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -524,6 +535,13 @@ impl Settings {
         }
         if self.queue.max_attempts == 0 {
             return Err(invalid("queue.max_attempts", "0", "must be at least 1"));
+        }
+        if self.queue.retry_backoff_max_secs < self.queue.retry_backoff_base_secs {
+            return Err(invalid(
+                "queue.retry_backoff_max_secs",
+                &self.queue.retry_backoff_max_secs.to_string(),
+                "must be at least queue.retry_backoff_base_secs",
+            ));
         }
         Ok(())
     }

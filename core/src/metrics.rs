@@ -5,7 +5,7 @@
 //! allocation); figures that need the database (queue depth, pending payments) are read when
 //! `/metrics` is scraped.
 
-use crate::domain::{EntryKind, JobAction, JobStatus, PROVIDERS};
+use crate::domain::{AttemptOutcome, EntryKind, JobAction, JobStatus, PROVIDERS};
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
@@ -39,6 +39,12 @@ pub struct Metrics {
     pub reports: IntCounterVec,
     pub requeued: IntCounterVec,
     pub attempts_exhausted: IntCounter,
+    /// Queued (or due, requeued, retried) until claimed, by action.
+    queue_wait: HistogramVec,
+    /// Claimed until the attempt ended, by action and the attempt's outcome.
+    queue_run: HistogramVec,
+    /// Retryable failures scheduled again, by action.
+    queue_retries: IntCounterVec,
     queue_jobs: IntGaugeVec,
     queue_oldest: GaugeVec,
     // The money.
@@ -78,6 +84,11 @@ fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
 fn gauge(name: &str, help: &str) -> Gauge {
     Gauge::new(name, help).unwrap_or_else(|_| unreachable!("a valid metric {name}"))
 }
+
+/// Buckets of a job's wait and run, in seconds: from a tenth of a second to a day.
+const QUEUE_SECONDS: &[f64] = &[
+    0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4.0 * 3600.0, 12.0 * 3600.0, 86400.0,
+];
 
 /// Latency buckets from 100 µs to 60 s.
 const SECONDS: &[f64] = &[
@@ -138,6 +149,29 @@ impl Metrics {
             attempts_exhausted: counter(
                 "keel_queue_attempts_exhausted_total",
                 "Stale jobs failed because their attempts were spent",
+            ),
+            queue_wait: HistogramVec::new(
+                HistogramOpts::new(
+                    "keel_queue_wait_seconds",
+                    "A job's wait from becoming claimable (queued, due, requeued or retried) to its claim, by action",
+                )
+                .buckets(QUEUE_SECONDS.to_vec()),
+                &["action"],
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            queue_run: HistogramVec::new(
+                HistogramOpts::new(
+                    "keel_queue_run_seconds",
+                    "An attempt's time from its claim to its end, by action and outcome (succeeded, failed, retried, stale, interrupted, blocked, user_stopped)",
+                )
+                .buckets(QUEUE_SECONDS.to_vec()),
+                &["action", "outcome"],
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            queue_retries: counter_vec(
+                "keel_queue_retries_total",
+                "Retryable failures scheduled for another attempt, by action",
+                &["action"],
             ),
             queue_jobs: IntGaugeVec::new(
                 Opts::new("keel_queue_jobs", "Jobs by action and status (read at scrape)"),
@@ -233,9 +267,34 @@ impl Metrics {
         for cache in CACHES {
             self.cache_loads.with_label_values(&[cache]);
         }
+        for action in JobAction::NAMES {
+            self.queue_wait.with_label_values(&[action]);
+            self.queue_retries.with_label_values(&[action]);
+            for outcome in AttemptOutcome::ALL {
+                self.queue_run.with_label_values(&[action, outcome.as_str()]);
+            }
+        }
         self.zero_queue_jobs();
         self.zero_queue_oldest();
         self
+    }
+
+    /// A job of `action` claimed after waiting `seconds` since it became claimable.
+    pub fn job_waited(&self, action: JobAction, seconds: f64) {
+        self.queue_wait
+            .with_label_values(&[action.as_str()])
+            .observe(seconds.max(0.0));
+    }
+
+    /// An attempt at a job of `action` ended `outcome` after `seconds` since its claim;
+    /// a retried one counts as a retry.
+    pub fn attempt_ended(&self, action: JobAction, outcome: AttemptOutcome, seconds: f64) {
+        self.queue_run
+            .with_label_values(&[action.as_str(), outcome.as_str()])
+            .observe(seconds.max(0.0));
+        if outcome == AttemptOutcome::Retried {
+            self.queue_retries.with_label_values(&[action.as_str()]).inc();
+        }
     }
 
     fn zero_queue_jobs(&self) {
@@ -265,6 +324,9 @@ impl Metrics {
             Box::new(self.reports.clone()),
             Box::new(self.requeued.clone()),
             Box::new(self.attempts_exhausted.clone()),
+            Box::new(self.queue_wait.clone()),
+            Box::new(self.queue_run.clone()),
+            Box::new(self.queue_retries.clone()),
             Box::new(self.queue_jobs.clone()),
             Box::new(self.queue_oldest.clone()),
             Box::new(self.auto_topups.clone()),

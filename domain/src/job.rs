@@ -95,6 +95,71 @@ impl JobAction {
     }
 }
 
+/// How one attempt at a job ended, as its history keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, EnumIter, DeriveActiveEnum)]
+#[serde(rename_all = "snake_case")]
+#[sea_orm(rs_type = "String", db_type = "Text")]
+pub enum AttemptOutcome {
+    #[sea_orm(string_value = "succeeded")]
+    Succeeded,
+    #[sea_orm(string_value = "failed")]
+    Failed,
+    /// Failed with `retryable: true` and attempts left: scheduled again after a backoff.
+    #[sea_orm(string_value = "retried")]
+    Retried,
+    /// No heartbeat within the stale threshold: the sweep ended it.
+    #[sea_orm(string_value = "stale")]
+    Stale,
+    /// The worker restarted and handed it back (requeue-interrupted).
+    #[sea_orm(string_value = "interrupted")]
+    Interrupted,
+    /// The worker reported it blocked, or the organization could not pay its run fee.
+    #[sea_orm(string_value = "blocked")]
+    Blocked,
+    #[sea_orm(string_value = "user_stopped")]
+    UserStopped,
+}
+
+impl AttemptOutcome {
+    pub const ALL: [Self; 7] = [
+        Self::Succeeded,
+        Self::Failed,
+        Self::Retried,
+        Self::Stale,
+        Self::Interrupted,
+        Self::Blocked,
+        Self::UserStopped,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Retried => "retried",
+            Self::Stale => "stale",
+            Self::Interrupted => "interrupted",
+            Self::Blocked => "blocked",
+            Self::UserStopped => "user_stopped",
+        }
+    }
+
+    /// The outcome a worker's terminal report gives its attempt.
+    pub const fn of_report(status: JobStatus) -> Self {
+        match status {
+            JobStatus::Succeeded => Self::Succeeded,
+            JobStatus::Blocked => Self::Blocked,
+            JobStatus::UserStopped => Self::UserStopped,
+            _ => Self::Failed,
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::fmt::Display for JobStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -118,6 +183,9 @@ mod tests {
             assert_eq!(serde_json::to_value(action).unwrap(), action.as_str());
         }
         assert_eq!(JobAction::ALL.map(JobAction::as_str), JobAction::NAMES);
+        for outcome in AttemptOutcome::ALL {
+            assert_eq!(serde_json::to_value(outcome).unwrap(), outcome.as_str());
+        }
         for status in [
             "queued",
             "scheduled",

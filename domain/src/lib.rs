@@ -12,7 +12,7 @@ pub mod payment;
 
 pub use idempotency::IdempotencyKey;
 pub use ids::{ApiKeyId, IdError, JobId, OrgId, ProjectId, RunId, TraceId, UserId};
-pub use job::{JobAction, JobStatus};
+pub use job::{AttemptOutcome, JobAction, JobStatus};
 pub use ledger::EntryKind;
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
 pub use payment::PaymentState;

@@ -30,6 +30,18 @@ pub struct Model {
     pub priority: i32,
     /// When a `scheduled` job becomes `queued`.
     pub scheduled_at: Option<DateTimeUtc>,
+    /// When the job last became claimable (created, due, requeued or retried): the start of
+    /// its wait.
+    pub queued_at: Option<DateTimeUtc>,
+    /// While the job is not terminal, no other job of its organization has this key.
+    pub unique_key: Option<String>,
+    /// The `Idempotency-Key` it was created with, unique per organization.
+    pub idempotency_key: Option<String>,
+    /// SHA-256 (hex) of the create body sent with `idempotency_key`.
+    pub request_hash: Option<String>,
+    /// Blocked at its claim because the organization could not pay the run fee: queued
+    /// again at the organization's next credit.
+    pub blocked_for_funds: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -19,6 +19,7 @@ mod m20261126_000001_console_sessions;
 mod m20261126_000002_trace_usage_estimated;
 mod m20261126_000003_job_priority_schedule;
 mod m20261126_000004_queue_pauses;
+mod m20261126_000005_queue_attempts_uniqueness;
 
 pub struct Migrator;
 
@@ -43,6 +44,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000002_trace_usage_estimated::Migration),
             Box::new(m20261126_000003_job_priority_schedule::Migration),
             Box::new(m20261126_000004_queue_pauses::Migration),
+            Box::new(m20261126_000005_queue_attempts_uniqueness::Migration),
         ]
     }
 }

@@ -105,6 +105,18 @@ impl From<JobError> for ApiError {
             JobError::NotFound => coded(Code::JobNotFound, err),
             JobError::AlreadyEnded(_) => coded(Code::JobEnded, err),
             JobError::NotRetryable(_) => coded(Code::JobNotRetryable, err),
+            JobError::ProjectNotFound { index: None } => coded(Code::ProjectNotFound, err),
+            JobError::ProjectNotFound { index: Some(index) } => ApiError::validation(
+                vec![
+                    Value::from("body"),
+                    Value::from("jobs"),
+                    Value::from(index),
+                    Value::from("projectId"),
+                ],
+                "project_not_found",
+                "Project not found in the organization",
+            ),
+            JobError::IdempotencyKeyReused => coded(Code::IdempotencyKeyReused, err),
             JobError::SecretsUnconfigured => {
                 ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
             }

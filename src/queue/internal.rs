@@ -152,7 +152,7 @@ pub async fn get_job_for_worker(
     let secrets = service::worker_secrets(&state.jobs, &job.org_id).await?;
     Ok(HttpResponse::Ok().json(WorkerJobView {
         payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
-        job: JobView::from(&job),
+        job: super::view(&state.jobs, &job).await?,
         secrets,
     }))
 }
@@ -195,6 +195,9 @@ pub struct FailedRequest {
     pub worker_id: String,
     #[schema(min_length = 1, max_length = 10000)]
     pub error: String,
+    /// The failure is worth another attempt: with attempts left (`attempts <
+    /// queue.max_attempts`) the job is `scheduled` again after a backoff instead of failing.
+    pub retryable: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -274,6 +277,7 @@ pub async fn report_succeeded(
             status: JobStatus::Succeeded,
             result: body.result.map(|r| r.to_string()),
             error: None,
+            retryable: false,
         },
     )
     .await
@@ -299,6 +303,7 @@ pub async fn report_blocked(
             status: JobStatus::Blocked,
             result: None,
             error: Some(body.reason),
+            retryable: false,
         },
     )
     .await
@@ -324,6 +329,7 @@ pub async fn report_user_stopped(
             status: JobStatus::UserStopped,
             result: None,
             error: body.reason,
+            retryable: false,
         },
     )
     .await
@@ -349,6 +355,7 @@ pub async fn report_failed(
             status: JobStatus::Failed,
             result: None,
             error: Some(body.error),
+            retryable: body.retryable.unwrap_or(false),
         },
     )
     .await

@@ -7,7 +7,7 @@ pub mod routes;
 pub use keel_core::queue::{actor, repo, secrets, service};
 
 use chrono::{DateTime, Utc};
-use entities::training_job;
+use entities::{training_job, training_job_attempt};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -39,6 +39,60 @@ pub struct JobView {
     pub priority: i32,
     /// When a `scheduled` job becomes `queued`.
     pub scheduled_at: Option<DateTime<Utc>>,
+    /// Every ended attempt, oldest first (the one a worker holds now is not in it yet).
+    pub history: Vec<AttemptView>,
+}
+
+/// One ended attempt at a job.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptView {
+    /// 1 for the first claim.
+    pub attempt: i32,
+    pub worker_id: Option<String>,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub ended_at: DateTime<Utc>,
+    /// succeeded, failed, retried, stale, interrupted, blocked or user_stopped.
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+impl From<&training_job_attempt::Model> for AttemptView {
+    fn from(a: &training_job_attempt::Model) -> Self {
+        Self {
+            attempt: a.attempt,
+            worker_id: a.worker_id.clone(),
+            claimed_at: a.claimed_at,
+            ended_at: a.ended_at,
+            outcome: a.outcome.to_string(),
+            error: a.error.clone(),
+        }
+    }
+}
+
+/// The jobs' views, each with its history.
+pub async fn views(
+    jobs: &keel_core::queue::Jobs,
+    models: &[training_job::Model],
+) -> crate::error::ApiResult<Vec<JobView>> {
+    let ids: Vec<crate::domain::JobId> = models.iter().map(|job| job.id.clone()).collect();
+    let mut histories = service::histories(jobs, &ids).await?;
+    Ok(models
+        .iter()
+        .map(|job| {
+            let mut view = JobView::from(job);
+            if let Some(history) = histories.remove(&job.id) {
+                view.history = history.iter().map(AttemptView::from).collect();
+            }
+            view
+        })
+        .collect())
+}
+
+/// One job's view, with its history.
+pub async fn view(jobs: &keel_core::queue::Jobs, job: &training_job::Model) -> crate::error::ApiResult<JobView> {
+    let mut views = views(jobs, std::slice::from_ref(job)).await?;
+    Ok(views.pop().unwrap_or_else(|| JobView::from(job)))
 }
 
 /// A job id as a caller sent it: text that is no id keel gave out names no job (404, as
@@ -73,6 +127,7 @@ impl From<&training_job::Model> for JobView {
             finished_at: job.finished_at,
             priority: job.priority,
             scheduled_at: job.scheduled_at,
+            history: Vec::new(),
         }
     }
 }

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::actor::{ask, Enqueue};
 use super::repo::{self, JobFilter, NewJob, DEFAULT_PRIORITY};
-use super::{known_job, service, JobView};
+use super::service::Created;
+use super::{known_job, service, view, views, JobView};
 use crate::auth::{Caller, Member};
 use crate::domain::{JobAction, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{
-    check_parsed, parse_checked_body, parse_json_body, RawBody, ValidJson, ValidQuery,
+    check_parsed, parse_checked_body, parse_json_body, IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery,
 };
 use crate::http::validate::{Checks, Validate};
 use keel_core::evals::parse_datetime;
@@ -43,6 +43,10 @@ pub struct TracerJob {
     /// RFC 3339: a time in the future makes the job `scheduled` until then.
     #[schema(format = DateTime)]
     pub run_at: Option<String>,
+    /// While a job of the organization with this key is not terminal, a create with it
+    /// answers that job (200) instead of making another.
+    #[schema(min_length = 1, max_length = 200)]
+    pub unique_key: Option<String>,
     #[schema(
         min_length = 3,
         max_length = 512,
@@ -70,6 +74,10 @@ pub struct DraftJob {
     /// RFC 3339: a time in the future makes the job `scheduled` until then.
     #[schema(format = DateTime)]
     pub run_at: Option<String>,
+    /// While a job of the organization with this key is not terminal, a create with it
+    /// answers that job (200) instead of making another.
+    #[schema(min_length = 1, max_length = 200)]
+    pub unique_key: Option<String>,
     #[schema(min_length = 1, max_length = 50000)]
     pub prompt: Option<String>,
 }
@@ -91,6 +99,10 @@ pub struct OptimizeJob {
     /// RFC 3339: a time in the future makes the job `scheduled` until then.
     #[schema(format = DateTime)]
     pub run_at: Option<String>,
+    /// While a job of the organization with this key is not terminal, a create with it
+    /// answers that job (200) instead of making another.
+    #[schema(min_length = 1, max_length = 200)]
+    pub unique_key: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub base_model: Option<String>,
     #[schema(min_length = 1, max_length = 2000)]
@@ -114,6 +126,10 @@ pub struct TrainingJob {
     /// RFC 3339: a time in the future makes the job `scheduled` until then.
     #[schema(format = DateTime)]
     pub run_at: Option<String>,
+    /// While a job of the organization with this key is not terminal, a create with it
+    /// answers that job (200) instead of making another.
+    #[schema(min_length = 1, max_length = 200)]
+    pub unique_key: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: String,
     #[schema(
@@ -156,6 +172,7 @@ impl Validate for JobCreateBody {
 struct Common<'a> {
     priority: Option<i32>,
     run_at: &'a Option<String>,
+    unique_key: &'a Option<String>,
 }
 
 /// A create body's parts, as the queue takes them.
@@ -167,6 +184,7 @@ struct Parts {
     payload: Value,
     priority: i32,
     run_at: Option<chrono::DateTime<chrono::Utc>>,
+    unique_key: Option<String>,
 }
 
 impl JobCreateBody {
@@ -175,18 +193,22 @@ impl JobCreateBody {
             Self::Tracer(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
+                unique_key: &b.unique_key,
             },
             Self::Draft(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
+                unique_key: &b.unique_key,
             },
             Self::Optimize(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
+                unique_key: &b.unique_key,
             },
             Self::Training(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
+                unique_key: &b.unique_key,
             },
         }
     }
@@ -194,9 +216,10 @@ impl JobCreateBody {
     fn into_parts(self) -> Parts {
         let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
         let common = self.common();
-        let (priority, run_at) = (
+        let (priority, run_at, unique_key) = (
             common.priority.unwrap_or(DEFAULT_PRIORITY),
             common.run_at.as_deref().and_then(parse_datetime),
+            common.unique_key.clone(),
         );
         let (project_id, org_id, training_task_id, action, payload) = match self {
             Self::Tracer(b) => (
@@ -237,6 +260,23 @@ impl JobCreateBody {
             payload,
             priority,
             run_at,
+            unique_key,
+        }
+    }
+}
+
+impl Parts {
+    fn into_new_job(self, org_id: OrgId, idempotency: Option<(String, String)>) -> NewJob {
+        NewJob {
+            org_id,
+            project_id: self.project_id,
+            training_task_id: self.training_task_id,
+            action: self.action,
+            payload: self.payload,
+            priority: self.priority,
+            run_at: self.run_at,
+            unique_key: self.unique_key,
+            idempotency,
         }
     }
 }
@@ -305,31 +345,122 @@ fn action_issue(action: Option<&Value>) -> ApiError {
 /// Enqueue a job
 ///
 /// Queues a job for a project of the caller's organization. The body is one of four shapes
-/// chosen by `action`: `tracer`, `draft`, `optimize` or `training`.
+/// chosen by `action`: `tracer`, `draft`, `optimize` or `training`. With an
+/// `Idempotency-Key`, a repeat with the same body answers the job the first made (202); the
+/// same key with another body is 409. With `uniqueKey`, while a job of the organization with
+/// that key is not terminal, the create answers it (200) instead of making another.
 #[utoipa::path(post, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     request_body = JobCreateBody,
-    responses((status = 202, body = JobView), (status = 404, description = "Project not in the organization", body = ErrorBody),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200, pattern = "^[!-~]+$",
+        description = "Makes a retried create one job: a repeat with the same body answers the first one's job")),
+    responses((status = 202, body = JobView), (status = 200, description = "An open job with the same uniqueKey", body = JobView),
+        (status = 404, description = "Project not in the organization", body = ErrorBody),
+        (status = 409, description = "The Idempotency-Key was used with another body", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
-pub async fn create_job(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
-    let body = parse_job_body(&body.0)?;
-    let parts = body.into_parts();
+pub async fn create_job(caller: Caller, key: IdempotencyKeyHeader, body: RawBody) -> ApiResult<HttpResponse> {
+    let parts = parse_job_body(&body.0)?.into_parts();
     let access = caller.member(parts.org_id.as_ref()).await?;
-    let db = &caller.state().db;
-    crate::projects::repo::find_in_orgs(db, &parts.project_id, std::slice::from_ref(&access.org_id))
-        .await?
-        .ok_or_else(|| ApiError::not_found("project"))?;
-    // Through the queue actor: jobs enqueued together are committed together.
-    let new_job = NewJob {
-        org_id: access.org_id,
-        project_id: parts.project_id,
-        training_task_id: parts.training_task_id,
-        action: parts.action,
-        payload: parts.payload,
-        priority: parts.priority,
-        run_at: parts.run_at,
+    let idempotency = key.0.map(|key| (key, body_hash(&body.0)));
+    let jobs = &caller.state().jobs;
+    Ok(match service::create_job(jobs, parts.into_new_job(access.org_id, idempotency)).await? {
+        Created::New(job) | Created::Replayed(job) => HttpResponse::Accepted().json(view(jobs, &job).await?),
+        Created::Existing(job) => HttpResponse::Ok().json(view(jobs, &job).await?),
+    })
+}
+
+/// SHA-256 (hex) of a JSON body as parsed, so a repeat that differs only in spacing is the
+/// same body.
+fn body_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let canonical = serde_json::from_slice::<Value>(bytes)
+        .map(|value| value.to_string().into_bytes())
+        .unwrap_or_else(|_| bytes.to_vec());
+    hex::encode(sha2::Sha256::digest(canonical))
+}
+
+/// Jobs a batch holds at most.
+pub const MAX_BATCH_JOBS: usize = 1000;
+
+/// A batch of create bodies, each as `POST /api/training/jobs` takes it.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct BatchBody {
+    #[schema(min_items = 1, max_items = 1000)]
+    pub jobs: Vec<JobCreateBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchView {
+    /// The jobs, in the batch's order (an item whose uniqueKey an open job holds: that job).
+    pub jobs: Vec<JobView>,
+}
+
+/// Reads a batch: 1 to [`MAX_BATCH_JOBS`] items, each read as a create body; every bad
+/// item's issues are answered at once, located under its index.
+fn parse_batch(bytes: &[u8]) -> ApiResult<Vec<Parts>> {
+    let mut value: Value = parse_json_body(bytes)?;
+    let Some(items) = value.get_mut("jobs").and_then(Value::as_array_mut) else {
+        return Err(ApiError::validation(
+            vec![json!("body"), json!("jobs")],
+            "list_type",
+            "Input should be a valid list",
+        ));
     };
-    let job = ask(&caller.state().queue, Enqueue(new_job)).await?;
-    Ok(HttpResponse::Accepted().json(JobView::from(&job)))
+    if items.is_empty() || items.len() > MAX_BATCH_JOBS {
+        let (kind, message) = match items.is_empty() {
+            true => ("too_short", "List should have at least 1 item".to_owned()),
+            false => ("too_long", format!("List should have at most {MAX_BATCH_JOBS} items")),
+        };
+        return Err(ApiError::validation(vec![json!("body"), json!("jobs")], kind, message));
+    }
+    let mut parts = Vec::with_capacity(items.len());
+    let mut issues = Vec::new();
+    for (index, item) in items.iter_mut().enumerate() {
+        let item_bytes = serde_json::to_vec(&item.take()).map_err(anyhow::Error::from)?;
+        match parse_job_body(&item_bytes) {
+            Ok(body) => parts.push(body.into_parts()),
+            Err(ApiError::Validation(found)) => issues.extend(found.into_iter().map(|mut issue| {
+                let rest = issue.loc.split_off(1.min(issue.loc.len()));
+                issue.loc = [json!("body"), json!("jobs"), json!(index)].into_iter().chain(rest).collect();
+                issue
+            })),
+            Err(other) => return Err(other),
+        }
+    }
+    match issues.is_empty() {
+        true => Ok(parts),
+        false => Err(ApiError::Validation(issues)),
+    }
+}
+
+/// Enqueue jobs in bulk
+///
+/// Queues 1 to 1,000 jobs at once, all or nothing: one bad item is a 422 naming its index and
+/// nothing is queued. Each item is a create body and keeps its priority, runAt and uniqueKey.
+#[utoipa::path(post, path = "/api/training/jobs/batch", tag = "training", security(("apiKey" = []), ("session" = [])),
+    request_body = BatchBody,
+    responses((status = 202, body = BatchView),
+        (status = 422, description = "A bad item (its index in `loc`), or a project not in the organization", body = ValidationErrorBody)))]
+pub async fn create_batch(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
+    let parts = parse_batch(&body.0)?;
+    // Each item's organization as the caller may name it (another's is 403, as everywhere).
+    let mut orgs: Vec<(Option<OrgId>, OrgId)> = Vec::new();
+    let mut batch = Vec::with_capacity(parts.len());
+    for part in parts {
+        let org_id = match orgs.iter().find(|(named, _)| *named == part.org_id) {
+            Some((_, org_id)) => org_id.clone(),
+            None => {
+                let org_id = caller.member(part.org_id.as_ref()).await?.org_id;
+                orgs.push((part.org_id.clone(), org_id.clone()));
+                org_id
+            }
+        };
+        batch.push(part.into_new_job(org_id, None));
+    }
+    let jobs = &caller.state().jobs;
+    let created = service::create_batch(jobs, batch).await?;
+    Ok(HttpResponse::Accepted().json(BatchView {
+        jobs: views(jobs, &created).await?,
+    }))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -379,11 +510,8 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
         ..JobFilter::default()
     };
     let limit = query.limit.unwrap_or(50) as u64;
-    let jobs: Vec<JobView> = repo::list_jobs(&caller.state().db, &orgs, &filter, limit)
-        .await?
-        .iter()
-        .map(JobView::from)
-        .collect();
+    let found = repo::list_jobs(&caller.state().db, &orgs, &filter, limit).await?;
+    let jobs = views(&caller.state().jobs, &found).await?;
     Ok(HttpResponse::Ok().json(JobList {
         count: jobs.len(),
         jobs,
@@ -451,7 +579,7 @@ pub async fn get_job(
     if !(project_matches && task_matches) {
         return Err(ApiError::not_found("job"));
     }
-    Ok(HttpResponse::Ok().json(JobView::from(&job)))
+    Ok(HttpResponse::Ok().json(view(&caller.state().jobs, &job).await?))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -485,7 +613,7 @@ pub async fn stop_job(
     let body = body.0;
     let job = visible_job(&caller, &path, body.org_id.as_ref()).await?;
     let stopped = service::stop_job(&caller.state().jobs, &job, body.reason.as_deref()).await?;
-    Ok(HttpResponse::Ok().json(JobView::from(&stopped)))
+    Ok(HttpResponse::Ok().json(view(&caller.state().jobs, &stopped).await?))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -514,7 +642,7 @@ pub async fn retry_job(
 ) -> ApiResult<HttpResponse> {
     let job = visible_job(&caller, &path, body.0.org_id.as_ref()).await?;
     let retried = service::retry_job(&caller.state().jobs, &job).await?;
-    Ok(HttpResponse::Ok().json(JobView::from(&retried)))
+    Ok(HttpResponse::Ok().json(view(&caller.state().jobs, &retried).await?))
 }
 
 /// A secret's name: letters, digits and `_`, not starting with a digit, 1..128 characters.

@@ -984,6 +984,8 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
         payload: json!({"action": "tracer"}),
         priority: keel::queue::repo::DEFAULT_PRIORITY,
         run_at: None,
+        unique_key: None,
+        idempotency: None,
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
     // jobs are then inserted one by one.

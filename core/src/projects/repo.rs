@@ -2,7 +2,7 @@
 
 use chrono::Utc;
 use entities::project;
-use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 use crate::domain::{OrgId, ProjectId};
 
@@ -61,6 +61,27 @@ pub async fn find_in_orgs(
         .one(db)
         .await?
         .filter(|p| org_ids.contains(&p.org_id)))
+}
+
+/// Which of `project_ids` are projects of the organization.
+pub async fn ids_in_org(
+    db: &impl ConnectionTrait,
+    project_ids: &[ProjectId],
+    org_id: &OrgId,
+) -> Result<std::collections::HashSet<ProjectId>, DbErr> {
+    let mut known = std::collections::HashSet::new();
+    for chunk in project_ids.chunks(500) {
+        let found: Vec<ProjectId> = project::Entity::find()
+            .select_only()
+            .column(project::Column::Id)
+            .filter(project::Column::Id.is_in(chunk.iter().cloned()))
+            .filter(project::Column::OrgId.eq(org_id))
+            .into_tuple()
+            .all(db)
+            .await?;
+        known.extend(found);
+    }
+    Ok(known)
 }
 
 /// The project of one organization (project ids in any UUID spelling); another

@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::oneshot;
 
-use super::repo::{self, Held, NewJob, Report, ReportOutcome, SweepCounts};
+use super::repo::{self, EndedAttempt, Held, NewJob, Report, ReportOutcome, RetryPolicy, SweepCounts};
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::cluster::{Cluster, Event};
@@ -27,6 +27,23 @@ pub struct QueueConfig {
     pub sweep_interval: Duration,
     pub run_fee: Cents,
     pub max_batch: usize,
+    /// A retryable failure's first wait, doubling per attempt...
+    pub retry_backoff_base: Duration,
+    /// ...up to this.
+    pub retry_backoff_max: Duration,
+    /// Running jobs an organization may hold unless an operator set its own cap; 0: none.
+    pub max_running_per_org: u32,
+}
+
+impl QueueConfig {
+    pub fn retry_policy(&self) -> RetryPolicy {
+        let chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        RetryPolicy {
+            max_attempts: self.max_attempts.min(i32::MAX as u32) as i32,
+            backoff_base: chrono(self.retry_backoff_base),
+            backoff_max: chrono(self.retry_backoff_max),
+        }
+    }
 }
 
 pub struct QueueActor {
@@ -86,14 +103,21 @@ impl QueueActor {
         let (reports, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
         let db = self.db.clone();
         let metrics = self.metrics.clone();
+        let policy = self.config.retry_policy();
         // Its own task: a database call must never be frozen mid-way (holding a pooled
         // connection) while the actor waits on a claim.
         let apply = actix::spawn(async move {
-            let applied = repo::apply_reports(&db, &reports).await;
-            for outcome in applied.iter().flatten() {
-                metrics.reports.with_label_values(&[outcome.as_str()]).inc();
-            }
-            applied
+            let applied = repo::apply_reports(&db, &reports, &policy).await;
+            let applied = applied.map(|(outcomes, ended)| {
+                for outcome in &outcomes {
+                    metrics.reports.with_label_values(&[outcome.as_str()]).inc();
+                }
+                observe_ended(&metrics, &ended);
+                (outcomes, ended)
+            });
+            // A retried job is scheduled: the promotion poll of every instance queues it
+            // when due and wakes the claims then.
+            applied.map(|(outcomes, _)| outcomes)
         });
         ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
             let outcomes = outcomes
@@ -276,7 +300,8 @@ async fn sweep(
     metrics: &Metrics,
 ) -> Result<SweepCounts, DbErr> {
     let stale_after = chrono::Duration::from_std(config.stale_after).unwrap_or(chrono::Duration::MAX);
-    let counts = repo::requeue_stale(db, stale_after, config.max_attempts as i32).await?;
+    let (counts, ended) = repo::requeue_stale(db, stale_after, config.max_attempts as i32).await?;
+    observe_ended(metrics, &ended);
     metrics
         .requeued
         .with_label_values(&["stale"])
@@ -288,6 +313,17 @@ async fn sweep(
             .await;
     }
     Ok(counts)
+}
+
+/// Counts ended attempts in the run metric (and the retried ones as retries).
+pub fn observe_ended(metrics: &Metrics, ended: &[EndedAttempt]) {
+    for attempt in ended {
+        let ran = attempt
+            .row
+            .claimed_at
+            .map_or(0.0, |at| (attempt.row.ended_at - at).as_seconds_f64());
+        metrics.attempt_ended(attempt.action, attempt.row.outcome, ran);
+    }
 }
 
 /// Claim up to `limit` jobs of `action` for `worker_id`; each is billed the run fee once.
@@ -317,9 +353,14 @@ impl Handler<Claim> for QueueActor {
         let fee = self.config.run_fee.micros();
         // Its own task: the actor keeps taking reports while a claim and its billing run.
         let claim = actix::spawn(async move {
-            let claimed = claim_and_bill(&db, &ledger, &cluster, &turn, fee, msg).await;
+            let claimed = claim_and_bill(&db, &ledger, &cluster, &metrics, &turn, fee, msg).await;
             if let Ok((handed, unsettled)) = &claimed {
                 metrics.jobs_claimed.inc_by(handed.len() as u64);
+                for job in handed {
+                    if let (Some(queued), Some(claimed)) = (job.queued_at, job.claimed_at) {
+                        metrics.job_waited(job.action, (claimed - queued).as_seconds_f64());
+                    }
+                }
                 metrics
                     .requeued
                     .with_label_values(&["unsettled"])
@@ -335,6 +376,7 @@ async fn claim_and_bill(
     db: &DatabaseConnection,
     ledger: &Ledger,
     cluster: &Cluster,
+    metrics: &Metrics,
     turn: &tokio::sync::Mutex<()>,
     fee: Microcents,
     msg: Claim,
@@ -382,13 +424,14 @@ async fn claim_and_bill(
             }
         }
     }
-    repo::block_unpaid(
+    let blocked = repo::block_unpaid(
         db,
         &unpaid,
         &msg.worker_id,
-        "insufficient balance for the run fee: top up, then enqueue the job again",
+        "insufficient balance for the run fee: the job is queued again at the organization's next credit",
     )
     .await?;
+    observe_ended(metrics, &blocked);
     if !handed.is_empty() && !(msg.wanted)() {
         // The worker left while its jobs were billed: they go back to the queue (their fee
         // stays paid; the next claim's charge of it is a replay, not a second charge).

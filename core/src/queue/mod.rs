@@ -35,6 +35,11 @@ pub enum JobError {
     /// The job's status when it was asked to be retried.
     #[error("only a failed, blocked or user-stopped job can be retried; this one is {0}")]
     NotRetryable(crate::domain::JobStatus),
+    /// The project is not one of the organization's (`index`: the batch item that named it).
+    #[error("project not found")]
+    ProjectNotFound { index: Option<usize> },
+    #[error("this Idempotency-Key was used with another body")]
+    IdempotencyKeyReused,
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]
     SecretsUnconfigured,
     #[error("sealing a secret failed")]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Duration, Utc};
-use entities::{org_secret, queue_pause, training_job};
+use entities::{org_secret, queue_pause, training_job, training_job_attempt};
 use sea_orm::sea_query::{Condition, Expr, OnConflict};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
@@ -15,7 +15,7 @@ use sea_orm::{
 };
 use serde_json::json;
 
-use crate::domain::{JobAction, JobId, JobStatus, OrgId, ProjectId};
+use crate::domain::{AttemptOutcome, JobAction, JobId, JobStatus, OrgId, ProjectId};
 
 const QUEUED: &str = JobStatus::Queued.as_str();
 const SCHEDULED: &str = JobStatus::Scheduled.as_str();
@@ -51,6 +51,7 @@ fn running() -> Condition {
     held().add(Expr::cust(IS_RUNNING.as_str()))
 }
 
+#[derive(Clone)]
 pub struct NewJob {
     pub org_id: OrgId,
     pub project_id: ProjectId,
@@ -61,6 +62,10 @@ pub struct NewJob {
     pub priority: i32,
     /// A time in the future makes the job `scheduled` until then.
     pub run_at: Option<DateTime<Utc>>,
+    /// While this job is not terminal, its organization's creates with the same key answer it.
+    pub unique_key: Option<String>,
+    /// The `Idempotency-Key` it was submitted with, and the SHA-256 (hex) of its body.
+    pub idempotency: Option<(String, String)>,
 }
 
 /// The priority of a job created without one.
@@ -79,7 +84,15 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
             None => JobStatus::Queued,
         },
         priority: job.priority,
+        queued_at: match scheduled_at {
+            Some(_) => None,
+            None => Some(now),
+        },
         scheduled_at,
+        unique_key: job.unique_key,
+        idempotency_key: job.idempotency.as_ref().map(|(key, _)| key.clone()),
+        request_hash: job.idempotency.map(|(_, hash)| hash),
+        blocked_for_funds: false,
         payload: job.payload.to_string(),
         worker_id: None,
         attempts: 0,
@@ -126,6 +139,96 @@ pub async fn insert_jobs(
             results
         }
     }
+}
+
+/// What a create with a unique key or an idempotency key made of it.
+pub enum Inserted {
+    New(training_job::Model),
+    /// An open job of the organization already has the unique key: no new one.
+    Unique(training_job::Model),
+    /// The job first created with this idempotency key and the same body.
+    Replayed(training_job::Model),
+    /// The idempotency key came with another body.
+    KeyReused,
+}
+
+/// The statuses a job with a unique key holds it in (the unique index's condition).
+const OPEN: [&str; 4] = [QUEUED, SCHEDULED, RUNNING, STOPPING];
+
+/// Creates a job with a unique key or an idempotency key. The database's unique indexes
+/// decide between instances: the insert does nothing on a conflict, then the job it
+/// conflicted with is read. (If that one ended in between, the insert is tried again.)
+pub async fn insert_keyed(db: &impl ConnectionTrait, job: NewJob) -> Result<Inserted, DbErr> {
+    for _ in 0..3 {
+        let model = queued_job(job.clone(), Utc::now());
+        let inserted = training_job::Entity::insert(training_job::ActiveModel::from(model.clone()))
+            .on_conflict(OnConflict::new().do_nothing().to_owned())
+            .exec_without_returning(db)
+            .await?;
+        if inserted > 0 {
+            return Ok(Inserted::New(model));
+        }
+        if let Some((key, hash)) = &job.idempotency {
+            let first = training_job::Entity::find()
+                .filter(training_job::Column::OrgId.eq(&job.org_id))
+                .filter(training_job::Column::IdempotencyKey.eq(key.as_str()))
+                .one(db)
+                .await?;
+            if let Some(first) = first {
+                return Ok(match first.request_hash.as_deref() == Some(hash.as_str()) {
+                    true => Inserted::Replayed(first),
+                    false => Inserted::KeyReused,
+                });
+            }
+        }
+        if let Some(unique_key) = &job.unique_key {
+            let open = training_job::Entity::find()
+                .filter(training_job::Column::OrgId.eq(&job.org_id))
+                .filter(training_job::Column::UniqueKey.eq(unique_key.as_str()))
+                .filter(training_job::Column::Status.is_in(OPEN))
+                .one(db)
+                .await?;
+            if let Some(open) = open {
+                return Ok(Inserted::Unique(open));
+            }
+        }
+    }
+    Err(DbErr::Custom(
+        "a job's unique key kept conflicting with jobs that ended".into(),
+    ))
+}
+
+/// Creates many jobs at once, all or none, in order: the ones without a unique key in
+/// multi-row statements, each with one as [`insert_keyed`] does (an earlier item of the
+/// batch with the same key counts).
+pub async fn insert_batch(db: &impl TransactionTrait, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, DbErr> {
+    let txn = db.begin().await?;
+    let now = Utc::now();
+    let mut results: Vec<Option<Inserted>> = Vec::with_capacity(jobs.len());
+    let mut plain = Vec::new();
+    for job in jobs {
+        if job.unique_key.is_some() || job.idempotency.is_some() {
+            results.push(Some(insert_keyed(&txn, job).await?));
+        } else {
+            plain.push((results.len(), queued_job(job, now)));
+            results.push(None);
+        }
+    }
+    // 500 rows of the table's columns stay under both databases' bound-parameter limits.
+    for chunk in plain.chunks(500) {
+        training_job::Entity::insert_many(
+            chunk
+                .iter()
+                .map(|(_, model)| training_job::ActiveModel::from(model.clone())),
+        )
+        .exec_without_returning(&txn)
+        .await?;
+    }
+    txn.commit().await?;
+    for (index, model) in plain {
+        results[index] = Some(Inserted::New(model));
+    }
+    Ok(results.into_iter().flatten().collect())
 }
 
 #[derive(Default)]
@@ -318,6 +421,7 @@ pub async fn claim(
 pub async fn promote_due(db: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<Vec<JobAction>, DbErr> {
     let promoted = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(training_job::Column::QueuedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Status.eq(SCHEDULED))
         .filter(training_job::Column::ScheduledAt.lte(now))
@@ -375,6 +479,8 @@ pub async fn retry_job(db: &impl ConnectionTrait, job_id: &JobId) -> Result<Retr
             training_job::Column::FinishedAt,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
+        .col_expr(training_job::Column::BlockedForFunds, Expr::value(false))
+        .col_expr(training_job::Column::QueuedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.eq(job_id))
         .filter(training_job::Column::Status.is_in([FAILED, BLOCKED, USER_STOPPED]))
@@ -398,6 +504,9 @@ pub struct Report {
     pub status: JobStatus,
     pub result: Option<String>,
     pub error: Option<String>,
+    /// A failure worth another attempt: with attempts left the job is scheduled again
+    /// after a backoff instead of failing.
+    pub retryable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,17 +530,175 @@ impl ReportOutcome {
     }
 }
 
-/// Applies many reports in one statement; every job id appears at most once.
-pub async fn apply_reports(
+/// How retryable failures wait before their next attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Claims a job may take in all.
+    pub max_attempts: i32,
+    /// The wait after the first attempt, doubling with each further one...
+    pub backoff_base: Duration,
+    /// ...up to this.
+    pub backoff_max: Duration,
+}
+
+impl RetryPolicy {
+    /// The wait after attempt `attempt` (1 for the first) failed, before jitter:
+    /// base × 2^(attempt − 1), at most the max.
+    pub fn backoff(&self, attempt: i32) -> Duration {
+        let doublings = attempt.saturating_sub(1).clamp(0, 40) as u32;
+        let base = Ord::max(self.backoff_base.num_milliseconds(), 0);
+        let wait = base.saturating_mul(1_i64 << doublings);
+        Duration::milliseconds(Ord::min(wait, self.backoff_max.num_milliseconds()))
+    }
+
+    /// The backoff with ±20% jitter, so jobs that failed together do not return together.
+    pub fn jittered(&self, attempt: i32) -> Duration {
+        let factor = rand::Rng::random_range(&mut rand::rng(), 0.8..=1.2);
+        Duration::milliseconds((self.backoff(attempt).num_milliseconds() as f64 * factor) as i64)
+    }
+}
+
+/// An attempt that ended: its history row, and its action (for the run metric).
+#[derive(Debug, Clone)]
+pub struct EndedAttempt {
+    pub action: JobAction,
+    pub row: training_job_attempt::Model,
+}
+
+impl EndedAttempt {
+    fn of(job: &training_job::Model, worker_id: Option<String>, outcome: AttemptOutcome, error: Option<String>, now: DateTime<Utc>) -> Self {
+        Self {
+            action: job.action,
+            row: training_job_attempt::Model {
+                job_id: job.id.clone(),
+                attempt: job.attempts,
+                worker_id,
+                claimed_at: job.claimed_at,
+                ended_at: now,
+                outcome,
+                error,
+            },
+        }
+    }
+}
+
+/// Writes ended attempts to the jobs' history (an attempt already written stays as it is).
+async fn record_attempts(db: &impl ConnectionTrait, ended: &[EndedAttempt]) -> Result<(), DbErr> {
+    for chunk in ended.chunks(500) {
+        training_job_attempt::Entity::insert_many(
+            chunk
+                .iter()
+                .map(|e| training_job_attempt::ActiveModel::from(e.row.clone())),
+        )
+        .on_conflict(
+            OnConflict::columns([
+                training_job_attempt::Column::JobId,
+                training_job_attempt::Column::Attempt,
+            ])
+            .do_nothing()
+            .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The jobs' ended attempts, oldest first, by job.
+pub async fn histories(
+    db: &impl ConnectionTrait,
+    job_ids: &[JobId],
+) -> Result<HashMap<JobId, Vec<training_job_attempt::Model>>, DbErr> {
+    let mut by_job: HashMap<JobId, Vec<training_job_attempt::Model>> = HashMap::new();
+    for chunk in job_ids.chunks(500) {
+        let rows = training_job_attempt::Entity::find()
+            .filter(training_job_attempt::Column::JobId.is_in(chunk.iter().cloned()))
+            .order_by_asc(training_job_attempt::Column::JobId)
+            .order_by_asc(training_job_attempt::Column::Attempt)
+            .all(db)
+            .await?;
+        for row in rows {
+            by_job.entry(row.job_id.clone()).or_default().push(row);
+        }
+    }
+    Ok(by_job)
+}
+
+/// Schedules each retryable failure whose job has attempts left (and no stop request) for
+/// its next attempt after the backoff; answers the jobs it scheduled.
+async fn retry_failures(
     db: &impl ConnectionTrait,
     reports: &[Report],
-) -> Result<Vec<ReportOutcome>, DbErr> {
-    if reports.is_empty() {
-        return Ok(Vec::new());
+    policy: &RetryPolicy,
+    now: DateTime<Utc>,
+) -> Result<Vec<(training_job::Model, EndedAttempt)>, DbErr> {
+    let mut retried = Vec::new();
+    for report in reports.iter().filter(|r| r.retryable && r.status == JobStatus::Failed) {
+        // The attempt number is the job's, read in the update itself: one due time per
+        // attempt that can still be retried.
+        let mut due = sea_orm::sea_query::CaseStatement::new();
+        for attempt in 1..policy.max_attempts.clamp(1, 100) {
+            due = due.case(
+                Expr::col(training_job::Column::Attempts).eq(attempt),
+                Expr::value(now + policy.jittered(attempt)),
+            );
+        }
+        let due = due.finally(Expr::value(now + policy.jittered(policy.max_attempts)));
+        let updated = training_job::Entity::update_many()
+            .col_expr(training_job::Column::Status, Expr::value(SCHEDULED))
+            .col_expr(training_job::Column::ScheduledAt, due.into())
+            .col_expr(
+                training_job::Column::WorkerId,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                training_job::Column::HeartbeatAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(training_job::Column::Error, Expr::value(report.error.clone()))
+            .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+            .filter(training_job::Column::Id.eq(&report.job_id))
+            .filter(training_job::Column::WorkerId.eq(report.worker_id.as_str()))
+            .filter(running())
+            .filter(training_job::Column::Attempts.lt(policy.max_attempts))
+            .exec_with_returning(db)
+            .await?;
+        if let Some(job) = updated.into_iter().next() {
+            let ended = EndedAttempt::of(
+                &job,
+                Some(report.worker_id.clone()),
+                AttemptOutcome::Retried,
+                report.error.clone(),
+                now,
+            );
+            retried.push((job, ended));
+        }
     }
-    let backend = db.get_database_backend();
+    Ok(retried)
+}
+
+/// Applies many reports in one transaction, every ended attempt written to its job's
+/// history in it; every job id appears at most once. Answers each report's outcome and the
+/// attempts that ended.
+pub async fn apply_reports(
+    db: &impl TransactionTrait,
+    reports: &[Report],
+    policy: &RetryPolicy,
+) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
+    if reports.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let txn = db.begin().await?;
+    let backend = txn.get_database_backend();
     let now = Utc::now();
-    let rows: Vec<serde_json::Value> = reports
+    let mut ended = Vec::new();
+    let mut applied: std::collections::HashSet<JobId> = std::collections::HashSet::new();
+    for (job, attempt) in retry_failures(&txn, reports, policy, now).await? {
+        applied.insert(job.id);
+        ended.push(attempt);
+    }
+    let rest: Vec<&Report> = reports.iter().filter(|r| !applied.contains(&r.job_id)).collect();
+    let rows: Vec<serde_json::Value> = rest
         .iter()
         .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
         .collect();
@@ -447,7 +714,7 @@ pub async fn apply_reports(
              FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
              WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
                AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
-             RETURNING j.id"),
+             RETURNING j.id, j.attempts, j.claimed_at, j.action"),
             vec![serde_json::Value::Array(rows).into(), now.into()],
         ),
         _ => (
@@ -458,49 +725,81 @@ pub async fn apply_reports(
                           json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
              WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
                AND +training_jobs.status IN ({running}, {stopping}) \
-             RETURNING training_jobs.id"),
+             RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action"),
             vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
         ),
     };
-    let applied: std::collections::HashSet<JobId> = db
-        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?
-        .into_iter()
-        .filter_map(|row| row.try_get_by_index::<JobId>(0).ok())
-        .collect();
+    if !rest.is_empty() {
+        let by_id: HashMap<&JobId, &Report> = rest.iter().map(|r| (&r.job_id, *r)).collect();
+        for row in txn
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?
+        {
+            let job_id: JobId = row.try_get_by_index(0)?;
+            let Some(report) = by_id.get(&job_id) else { continue };
+            let action: String = row.try_get_by_index(3)?;
+            ended.push(EndedAttempt {
+                action: JobAction::parse(&action).unwrap_or(JobAction::Training),
+                row: training_job_attempt::Model {
+                    job_id: job_id.clone(),
+                    attempt: row.try_get_by_index(1)?,
+                    worker_id: Some(report.worker_id.clone()),
+                    claimed_at: row.try_get_by_index(2)?,
+                    ended_at: now,
+                    outcome: AttemptOutcome::of_report(report.status),
+                    error: report.error.clone(),
+                },
+            });
+            applied.insert(job_id);
+        }
+    }
+    record_attempts(&txn, &ended).await?;
     let missing: Vec<JobId> = reports
         .iter()
         .filter(|r| !applied.contains(&r.job_id))
         .map(|r| r.job_id.clone())
         .collect();
-    let current: HashMap<JobId, training_job::Model> = if missing.is_empty() {
-        HashMap::new()
+    let (current, history): (HashMap<JobId, training_job::Model>, _) = if missing.is_empty() {
+        (HashMap::new(), HashMap::new())
     } else {
-        training_job::Entity::find()
-            .filter(training_job::Column::Id.is_in(missing))
-            .all(db)
+        let current = training_job::Entity::find()
+            .filter(training_job::Column::Id.is_in(missing.clone()))
+            .all(&txn)
             .await?
             .into_iter()
             .map(|job| (job.id.clone(), job))
-            .collect()
+            .collect();
+        (current, histories(&txn, &missing).await?)
     };
-    Ok(reports
+    txn.commit().await?;
+    let outcomes = reports
         .iter()
         .map(|r| {
             if applied.contains(&r.job_id) {
                 return ReportOutcome::Applied;
             }
-            match current.get(&r.job_id) {
-                None => ReportOutcome::NotFound,
-                Some(job)
-                    if job.status == r.status && job.worker_id.as_deref() == Some(r.worker_id.as_str()) =>
-                {
-                    ReportOutcome::Repeated
-                }
-                Some(_) => ReportOutcome::NotHeld,
+            let Some(job) = current.get(&r.job_id) else {
+                return ReportOutcome::NotFound;
+            };
+            // The same report again: the job still ended as this worker said, or the
+            // attempt this worker held is in the history with its outcome (a retried one
+            // is scheduled, queued or running again by now).
+            let same_end = job.status == r.status && job.worker_id.as_deref() == Some(r.worker_id.as_str());
+            let recorded = history
+                .get(&r.job_id)
+                .and_then(|attempts| attempts.last())
+                .is_some_and(|last| {
+                    last.worker_id.as_deref() == Some(r.worker_id.as_str())
+                        && (last.outcome == AttemptOutcome::of_report(r.status)
+                            || (r.status == JobStatus::Failed && last.outcome == AttemptOutcome::Retried))
+                });
+            match same_end || recorded {
+                true => ReportOutcome::Repeated,
+                false => ReportOutcome::NotHeld,
             }
         })
-        .collect())
+        .collect();
+    Ok((outcomes, ended))
 }
 
 /// Puts claimed jobs back in the queue (their fee could not be settled now).
@@ -530,28 +829,66 @@ pub async fn release_claims(
     Ok(())
 }
 
-/// Marks claimed jobs blocked (their organization could not pay the run fee).
+/// Marks claimed jobs blocked (their organization could not pay the run fee), marked so
+/// that the organization's next credit queues them again; the attempts end in the history.
 pub async fn block_unpaid(
-    db: &impl ConnectionTrait,
+    db: &impl TransactionTrait,
     job_ids: &[JobId],
     worker_id: &str,
     reason: &str,
-) -> Result<(), DbErr> {
+) -> Result<Vec<EndedAttempt>, DbErr> {
     if job_ids.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let now = Utc::now();
-    training_job::Entity::update_many()
+    let txn = db.begin().await?;
+    let blocked = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(BLOCKED))
         .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::BlockedForFunds, Expr::value(true))
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
         .filter(training_job::Column::WorkerId.eq(worker_id))
         .filter(training_job::Column::Status.eq(RUNNING))
-        .exec(db)
+        .exec_with_returning(&txn)
         .await?;
-    Ok(())
+    let ended: Vec<EndedAttempt> = blocked
+        .iter()
+        .map(|job| EndedAttempt::of(job, job.worker_id.clone(), AttemptOutcome::Blocked, Some(reason.to_owned()), now))
+        .collect();
+    record_attempts(&txn, &ended).await?;
+    txn.commit().await?;
+    Ok(ended)
+}
+
+/// The organization's jobs blocked at their claim for want of funds go back to the queue
+/// (a job a worker reported blocked is not touched); answers their actions.
+pub async fn requeue_blocked_for_funds(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<JobAction>, DbErr> {
+    let now = Utc::now();
+    let requeued = training_job::Entity::update_many()
+        .col_expr(training_job::Column::Status, Expr::value(QUEUED))
+        .col_expr(training_job::Column::BlockedForFunds, Expr::value(false))
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .col_expr(training_job::Column::Error, Expr::value(Option::<String>::None))
+        .col_expr(
+            training_job::Column::FinishedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(training_job::Column::QueuedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::OrgId.eq(org_id))
+        .filter(training_job::Column::Status.eq(BLOCKED))
+        .filter(training_job::Column::BlockedForFunds.eq(true))
+        .exec_with_returning(db)
+        .await?;
+    let mut actions: Vec<JobAction> = requeued.into_iter().map(|job| job.action).collect();
+    actions.sort_by_key(|a| a.as_str());
+    actions.dedup();
+    Ok(actions)
 }
 
 pub enum Held {
@@ -614,11 +951,13 @@ pub struct SweepCounts {
 
 /// Jobs whose last heartbeat (or claim) is older than `stale_after`: stopping ones end
 /// `user_stopped`, running ones go back to the queue, or fail once their attempts are spent.
+/// Each ended attempt is written to its job's history (outcome `stale`) in the same
+/// transaction.
 pub async fn requeue_stale(
-    db: &impl ConnectionTrait,
+    db: &impl TransactionTrait,
     stale_after: Duration,
     max_attempts: i32,
-) -> Result<SweepCounts, DbErr> {
+) -> Result<(SweepCounts, Vec<EndedAttempt>), DbErr> {
     let now = Utc::now();
     let cutoff: DateTime<Utc> = now - stale_after;
     let stale = || {
@@ -628,57 +967,86 @@ pub async fn requeue_stale(
                 .is_null()
                 .and(Expr::col(training_job::Column::ClaimedAt).lt(cutoff)))
     };
+    let txn = db.begin().await?;
     let stopped = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(held().add(Expr::cust(IS_STOPPING.as_str())))
         .filter(stale())
-        .exec(db)
-        .await?
-        .rows_affected;
+        .exec_with_returning(&txn)
+        .await?;
+    const NO_HEARTBEAT: &str = "no heartbeat from the worker and no attempts left";
     let failed = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(FAILED))
-        .col_expr(
-            training_job::Column::Error,
-            Expr::value("no heartbeat from the worker and no attempts left"),
-        )
+        .col_expr(training_job::Column::Error, Expr::value(NO_HEARTBEAT))
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(running())
         .filter(training_job::Column::Attempts.gte(max_attempts))
         .filter(stale())
-        .exec(db)
-        .await?
-        .rows_affected;
+        .exec_with_returning(&txn)
+        .await?;
+    // The worker's id stays on the row until its attempt is in the history, then goes.
     let requeued = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(QUEUED))
-        .col_expr(
-            training_job::Column::WorkerId,
-            Expr::value(Option::<String>::None),
-        )
         .col_expr(
             training_job::Column::HeartbeatAt,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
+        .col_expr(training_job::Column::QueuedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(running())
         .filter(training_job::Column::Attempts.lt(max_attempts))
         .filter(stale())
-        .exec(db)
-        .await?
-        .rows_affected;
-    Ok(SweepCounts {
-        requeued,
-        failed,
-        stopped,
-    })
+        .exec_with_returning(&txn)
+        .await?;
+    clear_workers(&txn, &requeued).await?;
+    let no_heartbeat = Some("no heartbeat from the worker".to_owned());
+    let ended: Vec<EndedAttempt> = stopped
+        .iter()
+        .chain(&failed)
+        .chain(&requeued)
+        .map(|job| EndedAttempt::of(job, job.worker_id.clone(), AttemptOutcome::Stale, no_heartbeat.clone(), now))
+        .collect();
+    record_attempts(&txn, &ended).await?;
+    txn.commit().await?;
+    Ok((
+        SweepCounts {
+            requeued: requeued.len() as u64,
+            failed: failed.len() as u64,
+            stopped: stopped.len() as u64,
+        },
+        ended,
+    ))
 }
 
-/// A worker restarted: its running and stopping jobs go back to the queue.
-pub async fn requeue_interrupted(db: &impl ConnectionTrait, worker_id: &str) -> Result<u64, DbErr> {
+/// Clears the worker of jobs just put back in the queue.
+async fn clear_workers(db: &impl ConnectionTrait, jobs: &[training_job::Model]) -> Result<(), DbErr> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    training_job::Entity::update_many()
+        .col_expr(
+            training_job::Column::WorkerId,
+            Expr::value(Option::<String>::None),
+        )
+        .filter(training_job::Column::Id.is_in(jobs.iter().map(|job| job.id.clone())))
+        .filter(training_job::Column::Status.eq(QUEUED))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// A worker restarted: its running and stopping jobs go back to the queue, each attempt
+/// ended `interrupted` in the history.
+pub async fn requeue_interrupted(
+    db: &impl TransactionTrait,
+    worker_id: &str,
+) -> Result<Vec<EndedAttempt>, DbErr> {
     let now = Utc::now();
-    Ok(training_job::Entity::update_many()
+    let txn = db.begin().await?;
+    let requeued = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(QUEUED))
         .col_expr(
             training_job::Column::WorkerId,
@@ -689,12 +1057,19 @@ pub async fn requeue_interrupted(db: &impl ConnectionTrait, worker_id: &str) -> 
             training_job::Column::HeartbeatAt,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
+        .col_expr(training_job::Column::QueuedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::WorkerId.eq(worker_id))
         .filter(held())
-        .exec(db)
-        .await?
-        .rows_affected)
+        .exec_with_returning(&txn)
+        .await?;
+    let ended: Vec<EndedAttempt> = requeued
+        .iter()
+        .map(|job| EndedAttempt::of(job, Some(worker_id.to_owned()), AttemptOutcome::Interrupted, None, now))
+        .collect();
+    record_attempts(&txn, &ended).await?;
+    txn.commit().await?;
+    Ok(ended)
 }
 
 /// One change to an organization's training secrets: a sealed value to store, or `None` to

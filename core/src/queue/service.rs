@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use entities::training_job;
 
-use super::actor::{ask, Claim, RequeueStale};
-use super::repo::{self, RetryOutcome, SecretChange, StopOutcome, SweepCounts};
+use super::actor::{ask, Claim, Enqueue, RequeueStale};
+use super::repo::{self, Inserted, NewJob, RetryOutcome, SecretChange, StopOutcome, SweepCounts};
 use super::{JobError, Jobs};
 use crate::cluster::{Event, Wake};
 use crate::domain::{JobAction, JobId, JobStatus, OrgId};
@@ -52,6 +52,99 @@ pub async fn worker_secrets(jobs: &Jobs, org_id: &OrgId) -> Result<BTreeMap<Stri
         }
     }
     Ok(secrets)
+}
+
+/// What a create answered.
+pub enum Created {
+    /// A new job.
+    New(training_job::Model),
+    /// An open job of the organization with the same unique key: no new one.
+    Existing(training_job::Model),
+    /// The job first created with the same idempotency key and body.
+    Replayed(training_job::Model),
+}
+
+/// Creates a job in a project of its organization. A plain job goes through the queue
+/// actor (jobs enqueued together are committed together); one with a unique key or an
+/// idempotency key is inserted on its own, the database's unique indexes deciding.
+pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
+    crate::projects::repo::find_in_orgs(&jobs.db, &job.project_id, std::slice::from_ref(&job.org_id))
+        .await?
+        .ok_or(JobError::ProjectNotFound { index: None })?;
+    if job.unique_key.is_none() && job.idempotency.is_none() {
+        return Ok(Created::New(ask(&jobs.actor, Enqueue(job)).await?));
+    }
+    let created = match repo::insert_keyed(&jobs.db, job).await? {
+        Inserted::New(job) => Created::New(job),
+        Inserted::Unique(job) => Created::Existing(job),
+        Inserted::Replayed(job) => Created::Replayed(job),
+        Inserted::KeyReused => return Err(JobError::IdempotencyKeyReused),
+    };
+    if let Created::New(job) = &created {
+        wake_if_queued(jobs, std::slice::from_ref(job)).await;
+    }
+    Ok(created)
+}
+
+/// Creates up to a thousand jobs at once, all or none, in order; an
+/// item whose unique key an open job holds answers that job. Every project must be the
+/// organization's (else nothing is created, and the error names the first bad item).
+pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<training_job::Model>, JobError> {
+    let mut known = std::collections::HashSet::new();
+    let mut orgs: Vec<&OrgId> = batch.iter().map(|job| &job.org_id).collect();
+    orgs.sort();
+    orgs.dedup();
+    for org_id in orgs {
+        let mut projects: Vec<crate::domain::ProjectId> = batch
+            .iter()
+            .filter(|job| &job.org_id == org_id)
+            .map(|job| job.project_id.clone())
+            .collect();
+        projects.sort();
+        projects.dedup();
+        for project in crate::projects::repo::ids_in_org(&jobs.db, &projects, org_id).await? {
+            known.insert((org_id.clone(), project));
+        }
+    }
+    let unknown = |job: &NewJob| !known.contains(&(job.org_id.clone(), job.project_id.clone()));
+    if let Some(index) = batch.iter().position(unknown) {
+        return Err(JobError::ProjectNotFound { index: Some(index) });
+    }
+    let created: Vec<training_job::Model> = repo::insert_batch(&jobs.db, batch)
+        .await?
+        .into_iter()
+        .filter_map(|inserted| match inserted {
+            Inserted::New(job) | Inserted::Unique(job) | Inserted::Replayed(job) => Some(job),
+            Inserted::KeyReused => None,
+        })
+        .collect();
+    wake_if_queued(jobs, &created).await;
+    Ok(created)
+}
+
+/// Wakes the claims waiting on the actions of the queued jobs among `created`, here and on
+/// every instance (a scheduled one is queued by the promotion poll when due).
+async fn wake_if_queued(jobs: &Jobs, created: &[training_job::Model]) {
+    let mut actions: Vec<JobAction> = created
+        .iter()
+        .filter(|job| job.status == JobStatus::Queued)
+        .map(|job| job.action)
+        .collect();
+    actions.sort_by_key(|a| a.as_str());
+    actions.dedup();
+    for action in actions {
+        jobs.cluster
+            .publish(Event::JobsQueued(Wake::Action(action)))
+            .await;
+    }
+}
+
+/// The jobs' ended attempts, oldest first, by job.
+pub async fn histories(
+    jobs: &Jobs,
+    job_ids: &[JobId],
+) -> Result<std::collections::HashMap<JobId, Vec<entities::training_job_attempt::Model>>, JobError> {
+    Ok(repo::histories(&jobs.db, job_ids).await?)
 }
 
 /// Stops a job (queued → user_stopped, running → stopping); 409 once it has ended.
@@ -150,7 +243,9 @@ pub async fn requeue_stale(jobs: &Jobs) -> Result<SweepCounts, JobError> {
 /// A restarted worker's running and stopping jobs go back to the queue; waiting claims
 /// look again.
 pub async fn requeue_interrupted(jobs: &Jobs, worker_id: &str) -> Result<u64, JobError> {
-    let requeued = repo::requeue_interrupted(&jobs.db, worker_id).await?;
+    let ended = repo::requeue_interrupted(&jobs.db, worker_id).await?;
+    super::actor::observe_ended(&jobs.metrics, &ended);
+    let requeued = ended.len() as u64;
     jobs.metrics
         .requeued
         .with_label_values(&["interrupted"])
