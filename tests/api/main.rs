@@ -22,6 +22,7 @@ mod operator;
 mod projects;
 mod proxy;
 mod queue;
+mod queue_rounds;
 mod relay;
 mod runs;
 mod serving;

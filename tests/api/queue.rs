@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-const CLAIM: &str = "/api/training/internal/jobs/claim";
+pub const CLAIM: &str = "/api/training/internal/jobs/claim";
 
 pub async fn enqueue(app: &TestApp, org: &TestOrg, project: &str, body: Value) -> Value {
     let mut body = body;
@@ -37,7 +37,7 @@ pub async fn claim(app: &TestApp, worker: &str, action: &str, limit: i64) -> Vec
         .clone()
 }
 
-async fn job(app: &TestApp, org: &TestOrg, job_id: &str) -> Value {
+pub async fn job(app: &TestApp, org: &TestOrg, job_id: &str) -> Value {
     json_of(
         app.get(&format!("/api/training/jobs/{job_id}"), &org.api_key)
             .await,
@@ -46,7 +46,7 @@ async fn job(app: &TestApp, org: &TestOrg, job_id: &str) -> Value {
     .await
 }
 
-async fn worker_post(app: &TestApp, route: &str, body: Value) -> reqwest::Response {
+pub async fn worker_post(app: &TestApp, route: &str, body: Value) -> reqwest::Response {
     app.post(
         &format!("/api/training/internal/jobs/{route}"),
         INTERNAL_KEY,
@@ -56,7 +56,7 @@ async fn worker_post(app: &TestApp, route: &str, body: Value) -> reqwest::Respon
 }
 
 /// An organization with a project and a balance for ten run fees.
-async fn funded(app: &TestApp, name: &str) -> (TestOrg, String) {
+pub async fn funded(app: &TestApp, name: &str) -> (TestOrg, String) {
     let org = app.create_org(name).await;
     let project = app.create_project(&org, "Agents").await;
     let promo = app
