@@ -121,6 +121,14 @@ impl AppState {
             metrics: metrics.clone(),
             stale_after: chrono::Duration::seconds(settings.queue.stale_after_secs as i64),
         };
+        if settings.queue.requeue_blocked_on_credit {
+            if let Some(credited) = ledger.watch_credits() {
+                actix::spawn(keel_core::queue::service::requeue_blocked_on_credit(
+                    jobs.clone(),
+                    credited,
+                ));
+            }
+        }
         let serving = keel_core::serving::Serving {
             db: db.clone(),
             adapters: adapters.clone(),

@@ -445,3 +445,51 @@ async fn retry_policy_doubles_to_its_cap() {
         assert!((plain * 0.8..=plain * 1.2).contains(&jittered));
     }
 }
+
+#[actix_web::test]
+async fn jobs_blocked_for_funds_are_queued_again_at_the_next_credit() {
+    let app = spawn_app().await;
+    let org = app.create_org("Thin").await;
+    let project = app.create_project(&org, "P").await;
+    app.fund(&org, 100).await; // one run fee
+    let paid = tracer(&app, &org, &project).await;
+    let unpaid = tracer(&app, &org, &project).await;
+    let handed = claim(&app, "w1", "tracer", 2).await;
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0]["job_id"], paid.as_str());
+    assert_eq!(job(&app, &org, &unpaid).await["status"], "blocked");
+    // The worker reports the paid job blocked: that one is the worker's to decide.
+    worker_post(
+        &app,
+        "blocked",
+        json!({"job_id": paid, "worker_id": "w1", "reason": "dataset missing"}),
+    )
+    .await;
+    // A promo code credits the balance: the job blocked for funds is queued again.
+    let promo = app
+        .post(
+            "/api/billing/promo-code",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "code": "WELCOME10"}),
+        )
+        .await;
+    assert_eq!(promo.status(), StatusCode::OK);
+    assert!(eventually(|| async { job(&app, &org, &unpaid).await["status"] == "queued" }).await);
+    let requeued = job(&app, &org, &unpaid).await;
+    assert!(requeued["error"].is_null() && requeued["finishedAt"].is_null());
+    assert_eq!(job(&app, &org, &paid).await["status"], "blocked");
+    let again = claim(&app, "w2", "tracer", 5).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0]["job_id"], unpaid.as_str());
+    assert_eq!(again[0]["attempt"], 2);
+
+    // Turned off: a credit leaves them blocked.
+    let app = spawn_app_with(|s| s.queue.requeue_blocked_on_credit = false).await;
+    let org = app.create_org("Off").await;
+    let project = app.create_project(&org, "P").await;
+    let unpaid = tracer(&app, &org, &project).await;
+    assert!(claim(&app, "w1", "tracer", 1).await.is_empty());
+    app.fund(&org, 1000).await;
+    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(job(&app, &org, &unpaid).await["status"], "blocked");
+}

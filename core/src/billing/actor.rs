@@ -49,6 +49,9 @@ struct Shared {
     in_flight: AtomicUsize,
     last_progress_ms: AtomicU64,
     epoch: Instant,
+    /// Told each organization whose balance a committed credit raised (see
+    /// [`Ledger::watch_credits`]).
+    credits: std::sync::OnceLock<mpsc::UnboundedSender<OrgId>>,
 }
 
 /// One organization's batch waiting for the committer.
@@ -275,6 +278,16 @@ impl LedgerActor {
                     .collect(),
                 account: None,
             });
+            let credited = result
+                .outcomes
+                .iter()
+                .flatten()
+                .any(|outcome| outcome.amount.0 > 0 && !outcome.replayed);
+            if credited {
+                if let Some(credits) = act.shared.credits.get() {
+                    let _ = credits.send(act.org_id.clone());
+                }
+            }
             for (reply, outcome) in replies.into_iter().zip(result.outcomes) {
                 if let Some(reply) = reply {
                     // The caller may have gone; the change is committed either way.
@@ -450,6 +463,7 @@ impl Ledger {
                 in_flight: AtomicUsize::new(0),
                 last_progress_ms: AtomicU64::new(0),
                 epoch: Instant::now(),
+                credits: std::sync::OnceLock::new(),
             }),
             actors: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -479,6 +493,14 @@ impl Ledger {
         actors.retain(|_, a| a.connected());
         actors.insert(org_id.to_owned(), addr.clone());
         addr
+    }
+
+    /// The organizations whose balance a committed credit raised, each time one did (a
+    /// replayed credit raised nothing). One watcher per ledger: a second call answers `None`.
+    pub fn watch_credits(&self) -> Option<mpsc::UnboundedReceiver<OrgId>> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.shared.credits.set(sender).ok()?;
+        Some(receiver)
     }
 
     /// Applies one operation to the organization's balance and answers its outcome once

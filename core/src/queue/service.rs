@@ -235,6 +235,28 @@ impl ActionQueue {
     }
 }
 
+/// The organization's jobs blocked at their claim for want of funds go back to the queue
+/// (its balance was just credited); the claims waiting on their actions look again, here
+/// and on every instance. A job a worker reported blocked stays as it is.
+pub async fn requeue_blocked_for_funds(jobs: &Jobs, org_id: &OrgId) -> Result<(), JobError> {
+    for action in repo::requeue_blocked_for_funds(&jobs.db, org_id).await? {
+        jobs.cluster
+            .publish(Event::JobsQueued(Wake::Action(action)))
+            .await;
+    }
+    Ok(())
+}
+
+/// Until the process stops, queues again the jobs blocked for want of funds of every
+/// organization the ledger credits (`queue.requeue_blocked_on_credit`).
+pub async fn requeue_blocked_on_credit(jobs: Jobs, mut credited: tokio::sync::mpsc::UnboundedReceiver<OrgId>) {
+    while let Some(org_id) = credited.recv().await {
+        if let Err(err) = requeue_blocked_for_funds(&jobs, &org_id).await {
+            tracing::warn!(org_id = %org_id, error = %err, "requeueing jobs blocked for funds failed");
+        }
+    }
+}
+
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
 pub async fn requeue_stale(jobs: &Jobs) -> Result<SweepCounts, JobError> {
     Ok(ask(&jobs.actor, RequeueStale).await?)
