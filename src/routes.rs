@@ -117,6 +117,7 @@ route_table! {
     scope "/api/internal" {
         "/orgs" => post orgs::routes::create_org;
         "/orgs/{org_id}" => delete orgs::routes::delete_org;
+        "/orgs/{org_id}/queue" => get queue::internal::get_org_queue, put queue::internal::put_org_queue;
         "/orgs/{org_id}/members/{user_id}" => put orgs::routes::put_member;
         "/orgs/{org_id}/api-keys" => post orgs::routes::create_api_key;
         "/api-keys/{api_key_id}" => delete orgs::routes::revoke_api_key;

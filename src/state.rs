@@ -120,6 +120,7 @@ impl AppState {
             cluster: cluster.clone(),
             metrics: metrics.clone(),
             stale_after: chrono::Duration::seconds(settings.queue.stale_after_secs as i64),
+            max_running_per_org: settings.queue.max_running_per_org,
         };
         if settings.queue.requeue_blocked_on_credit {
             if let Some(credited) = ledger.watch_credits() {

@@ -117,6 +117,7 @@ impl From<JobError> for ApiError {
                 "Project not found in the organization",
             ),
             JobError::IdempotencyKeyReused => coded(Code::IdempotencyKeyReused, err),
+            JobError::OrgNotFound => coded(Code::OrganizationNotFound, err),
             JobError::SecretsUnconfigured => {
                 ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
             }

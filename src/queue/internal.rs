@@ -14,7 +14,7 @@ use super::{known_job, parse_stored, service, JobView};
 use crate::auth::Internal;
 use crate::domain::{JobAction, JobStatus};
 use crate::error::{ApiError, ApiResult, Code, ErrorBody, ValidationErrorBody};
-use crate::http::extract::ValidJson;
+use crate::http::extract::{path_org, ValidJson};
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
 
@@ -539,4 +539,80 @@ pub async fn resume_action(
 ) -> ApiResult<HttpResponse> {
     let queue = service::resume(&state.jobs, path_action(&path)?).await?;
     Ok(HttpResponse::Ok().json(ActionQueueView::from(queue)))
+}
+
+/// An organization's share of the queue, as operators set and read it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrgQueueView {
+    pub org_id: String,
+    /// 1..100: across organizations with queued jobs, claims hand out jobs in proportion.
+    pub weight: i32,
+    /// The operator's cap on running jobs (null: `queue.max_running_per_org`; 0: none).
+    pub max_running: Option<i32>,
+    /// The cap that applies (0: none).
+    pub effective_max_running: i64,
+    /// Its running and stopping jobs, of every action.
+    pub running: i64,
+}
+
+impl From<service::OrgQueue> for OrgQueueView {
+    fn from(q: service::OrgQueue) -> Self {
+        Self {
+            org_id: q.org_id.into(),
+            weight: q.weight,
+            max_running: q.max_running,
+            effective_max_running: q.effective_max_running,
+            running: q.running,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OrgQueueBody {
+    /// 1..100, default 1.
+    #[schema(minimum = 1, maximum = 100)]
+    pub weight: Option<i32>,
+    /// Running jobs it may hold at once (0: no cap); absent or null: `queue.max_running_per_org`.
+    #[schema(minimum = 0, maximum = 100000)]
+    pub max_running: Option<i32>,
+}
+
+impl Validate for OrgQueueBody {}
+
+/// Read an organization's queue share
+///
+/// Internal key: its weight, its cap on running jobs and how many it runs now.
+#[utoipa::path(get, path = "/api/internal/orgs/{org_id}/queue", tag = "operator", security(("internalKey" = [])),
+    params(("org_id" = String, Path, format = Uuid)),
+    responses((status = 200, body = OrgQueueView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn get_org_queue(
+    _: Internal,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let org_id = path_org("org_id", &path)?;
+    Ok(HttpResponse::Ok().json(OrgQueueView::from(service::org_queue(&state.jobs, &org_id).await?)))
+}
+
+/// Set an organization's queue share
+///
+/// Internal key: its weight (1..100, default 1) among organizations with queued jobs, and its
+/// cap on running jobs (absent: `queue.max_running_per_org`). Claims on every instance use
+/// them from their next turn.
+#[utoipa::path(put, path = "/api/internal/orgs/{org_id}/queue", tag = "operator", security(("internalKey" = [])),
+    params(("org_id" = String, Path, format = Uuid)),
+    request_body = OrgQueueBody,
+    responses((status = 200, body = OrgQueueView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn put_org_queue(
+    _: Internal,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: ValidJson<OrgQueueBody>,
+) -> ApiResult<HttpResponse> {
+    let org_id = path_org("org_id", &path)?;
+    let body = body.0;
+    let queue = service::set_org_queue(&state.jobs, &org_id, body.weight.unwrap_or(1), body.max_running).await?;
+    Ok(HttpResponse::Ok().json(OrgQueueView::from(queue)))
 }

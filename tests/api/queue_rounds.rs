@@ -493,3 +493,149 @@ async fn jobs_blocked_for_funds_are_queued_again_at_the_next_credit() {
     actix_web::rt::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(job(&app, &org, &unpaid).await["status"], "blocked");
 }
+
+/// An organization with `jobs` queued tracer jobs and money for all of them.
+async fn backlogged(app: &TestApp, name: &str, jobs: usize) -> TestOrg {
+    let org = app.create_org(name).await;
+    let project = app.create_project(&org, "P").await;
+    app.fund(&org, 100 * jobs as i64 + 1000).await;
+    let items = vec![json!({"action": "tracer", "projectId": project}); jobs];
+    json_of(
+        app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": items})).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    org
+}
+
+async fn set_share(app: &TestApp, org: &TestOrg, body: Value) -> Value {
+    json_of(
+        app.put(&format!("/api/internal/orgs/{}/queue", org.org_id), INTERNAL_KEY, &body).await,
+        StatusCode::OK,
+    )
+    .await
+}
+
+/// How many of `claimed` are each organization's.
+fn split(claimed: &[Value], orgs: &[&TestOrg]) -> Vec<usize> {
+    orgs.iter()
+        .map(|org| claimed.iter().filter(|j| j["org_id"] == org.org_id.as_str()).count())
+        .collect()
+}
+
+#[actix_web::test]
+async fn claims_share_jobs_across_organizations_by_weight() {
+    let app = spawn_app().await;
+    let heavy = backlogged(&app, "Heavy", 40).await;
+    let light = backlogged(&app, "Light", 40).await;
+    let view = set_share(&app, &heavy, json!({"weight": 3})).await;
+    assert_eq!((view["weight"].as_i64(), view["maxRunning"].is_null()), (Some(3), true));
+    // Twenty claims of one job each: 15 to 5 (±2).
+    let mut claimed = Vec::new();
+    for i in 0..20 {
+        claimed.extend(claim(&app, &format!("w{i}"), "tracer", 1).await);
+    }
+    let shares = split(&claimed, &[&heavy, &light]);
+    assert!((13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20, "{shares:?}");
+    // Two claims of ten: the same proportion.
+    let mut claimed = claim(&app, "b1", "tracer", 10).await;
+    claimed.extend(claim(&app, "b2", "tracer", 10).await);
+    let shares = split(&claimed, &[&heavy, &light]);
+    assert!((13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20, "{shares:?}");
+    // Equal weights share equally, one at a time.
+    let a = backlogged(&app, "A", 10).await;
+    let b = backlogged(&app, "B", 10).await;
+    set_share(&app, &heavy, json!({"weight": 1, "maxRunning": 0})).await;
+    set_share(&app, &light, json!({"weight": 1, "maxRunning": 0})).await;
+    let mut claimed = Vec::new();
+    for i in 0..16 {
+        claimed.extend(claim(&app, &format!("e{i}"), "tracer", 1).await);
+    }
+    let shares = split(&claimed, &[&heavy, &light, &a, &b]);
+    assert!(shares.iter().all(|n| (3..=5).contains(n)), "{shares:?}");
+}
+
+#[actix_web::test]
+async fn weighted_shares_hold_across_two_instances() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let app = spawn_app().await;
+    let second = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    let heavy = backlogged(&app, "Heavy", 30).await;
+    let light = backlogged(&app, "Light", 30).await;
+    set_share(&second, &heavy, json!({"weight": 3})).await;
+    let mut claimed = Vec::new();
+    for i in 0..20 {
+        let instance = if i % 2 == 0 { &app } else { &second };
+        claimed.extend(claim(instance, &format!("w{i}"), "tracer", 1).await);
+    }
+    let shares = split(&claimed, &[&heavy, &light]);
+    assert!((13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20, "{shares:?}");
+    // At once from both instances: still the proportion, and no job twice.
+    let racing = (0..20).map(|i| {
+        let instance = if i % 2 == 0 { &app } else { &second };
+        claim(instance, "racer", "tracer", 1)
+    });
+    let claimed: Vec<Value> = join_all(racing).await.into_iter().flatten().collect();
+    let ids: std::collections::HashSet<&str> = claimed.iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), claimed.len());
+    let shares = split(&claimed, &[&heavy, &light]);
+    assert!((13..=17).contains(&shares[0]), "{shares:?}");
+}
+
+#[actix_web::test]
+async fn no_organization_runs_more_than_its_cap() {
+    let app = spawn_app_with(|s| s.queue.max_running_per_org = 2).await;
+    let capped = backlogged(&app, "Capped", 6).await;
+    let other = backlogged(&app, "Other", 6).await;
+    let view = json_of(
+        app.get(&format!("/api/internal/orgs/{}/queue", capped.org_id), INTERNAL_KEY).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (view["weight"].as_i64(), view["maxRunning"].is_null(), view["effectiveMaxRunning"].as_i64(), view["running"].as_i64()),
+        (Some(1), true, Some(2), Some(0))
+    );
+    // The default cap: two each, whatever the claim's size.
+    let first = claim(&app, "w1", "tracer", 10).await;
+    assert_eq!(split(&first, &[&capped, &other]), vec![2, 2]);
+    assert!(claim(&app, "w2", "tracer", 10).await.is_empty());
+    // One ends: one more may run.
+    let done = first.iter().find(|j| j["org_id"] == capped.org_id.as_str()).unwrap();
+    worker_post(&app, "succeeded", json!({"job_id": done["job_id"], "worker_id": "w1"})).await;
+    assert_eq!(split(&claim(&app, "w3", "tracer", 10).await, &[&capped, &other]), vec![1, 0]);
+    // The operator's own cap overrides the default; 0 lifts it.
+    let view = set_share(&app, &capped, json!({"maxRunning": 3})).await;
+    assert_eq!((view["effectiveMaxRunning"].as_i64(), view["running"].as_i64()), (Some(3), Some(2)));
+    assert_eq!(split(&claim(&app, "w4", "tracer", 10).await, &[&capped, &other]), vec![1, 0]);
+    set_share(&app, &other, json!({"maxRunning": 0})).await;
+    assert_eq!(split(&claim(&app, "w5", "tracer", 10).await, &[&capped, &other]), vec![0, 4]);
+}
+
+#[actix_web::test]
+async fn queue_shares_are_validated_and_need_an_organization() {
+    let app = spawn_app().await;
+    let org = app.create_org("Valid").await;
+    let path = format!("/api/internal/orgs/{}/queue", org.org_id);
+    for (body, field) in [
+        (json!({"weight": 0}), "weight"),
+        (json!({"weight": 101}), "weight"),
+        (json!({"maxRunning": -1}), "maxRunning"),
+        (json!({"weight": "3"}), "weight"),
+    ] {
+        let issues = validation_issues(app.put(&path, INTERNAL_KEY, &body).await).await;
+        assert_eq!(issues[0]["loc"], json!(["body", field]), "{body}");
+    }
+    let unknown = format!("/api/internal/orgs/{}/queue", uuid::Uuid::new_v4());
+    assert_error(app.get(&unknown, INTERNAL_KEY).await, StatusCode::NOT_FOUND).await;
+    assert_error(app.put(&unknown, INTERNAL_KEY, &json!({"weight": 2})).await, StatusCode::NOT_FOUND).await;
+    let issues = validation_issues(app.get("/api/internal/orgs/nope/queue", INTERNAL_KEY).await).await;
+    assert_eq!(issues[0]["loc"], json!(["path", "org_id"]));
+    // Not for organizations' own keys.
+    assert_error(app.get(&path, &org.api_key).await, StatusCode::FORBIDDEN).await;
+    // An empty body sets the defaults.
+    let view = set_share(&app, &org, json!({})).await;
+    assert_eq!((view["weight"].as_i64(), view["maxRunning"].is_null()), (Some(1), true));
+}

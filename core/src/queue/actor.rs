@@ -351,9 +351,10 @@ impl Handler<Claim> for QueueActor {
         let cluster = self.cluster.clone();
         let metrics = self.metrics.clone();
         let fee = self.config.run_fee.micros();
+        let cap = self.config.max_running_per_org;
         // Its own task: the actor keeps taking reports while a claim and its billing run.
         let claim = actix::spawn(async move {
-            let claimed = claim_and_bill(&db, &ledger, &cluster, &metrics, &turn, fee, msg).await;
+            let claimed = claim_and_bill(&db, &ledger, &cluster, &metrics, &turn, (fee, cap), msg).await;
             if let Ok((handed, unsettled)) = &claimed {
                 metrics.jobs_claimed.inc_by(handed.len() as u64);
                 for job in handed {
@@ -378,7 +379,7 @@ async fn claim_and_bill(
     cluster: &Cluster,
     metrics: &Metrics,
     turn: &tokio::sync::Mutex<()>,
-    fee: Microcents,
+    (fee, max_running_per_org): (Microcents, u32),
     msg: Claim,
 ) -> Result<(Vec<training_job::Model>, u64), sea_orm::DbErr> {
     let claimed = {
@@ -391,8 +392,8 @@ async fn claim_and_bill(
         if repo::is_paused(db, msg.action).await? {
             return Ok((Vec::new(), 0));
         }
-        let txn = sea_orm::TransactionTrait::begin(db).await?;
-        let claimed = repo::claim(&txn, &msg.worker_id, msg.action.as_str(), msg.limit).await?;
+        let (txn, claimed) =
+            repo::claim(db, &msg.worker_id, msg.action, msg.limit, max_running_per_org).await?;
         if !claimed.is_empty() && !(msg.wanted)() {
             // The worker left while the claim ran: nothing was taken.
             txn.rollback().await?;

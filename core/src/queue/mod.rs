@@ -5,6 +5,7 @@ pub mod agent;
 pub mod repo;
 pub mod secrets;
 pub mod service;
+pub mod shares;
 
 use sea_orm::DatabaseConnection;
 
@@ -22,6 +23,8 @@ pub struct Jobs {
     pub metrics: Metrics,
     /// A held job without a sign of life for this long is stale.
     pub stale_after: chrono::Duration,
+    /// Running jobs an organization may hold unless an operator set its own cap; 0: none.
+    pub max_running_per_org: u32,
 }
 
 /// Why a queue flow did not happen.
@@ -38,6 +41,8 @@ pub enum JobError {
     /// The project is not one of the organization's (`index`: the batch item that named it).
     #[error("project not found")]
     ProjectNotFound { index: Option<usize> },
+    #[error("organization not found")]
+    OrgNotFound,
     #[error("this Idempotency-Key was used with another body")]
     IdempotencyKeyReused,
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]

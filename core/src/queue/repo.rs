@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Duration, Utc};
-use entities::{org_secret, queue_pause, training_job, training_job_attempt};
+use entities::{org_secret, queue_org_setting, queue_pause, queue_share, training_job, training_job_attempt};
+
+use super::shares::{allot, Allotment, Contender};
 use sea_orm::sea_query::{Condition, Expr, OnConflict};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
     QuerySelect, Statement, TransactionSession, TransactionTrait, Value,
 };
 use serde_json::json;
@@ -332,89 +334,286 @@ pub async fn stop_job(
     })
 }
 
-/// Hands up to `limit` queued jobs of `action` to `worker_id`: most urgent (lowest
-/// priority), then oldest, first within an organization; round-robin across organizations. `FOR UPDATE SKIP LOCKED` on
-/// PostgreSQL and the `status = 'queued'` condition make a job go to one worker only.
+/// The key of the PostgreSQL advisory lock under which claims of every instance take turns
+/// (shares and caps are decided from what the claims before left).
+const CLAIM_LOCK: i64 = 0x6b65_656c_636c_6169; // "keelclai"
+
+/// Hands up to `limit` queued jobs of `action` to `worker_id`. Across organizations in
+/// proportion to their weights over successive claims ([`super::shares`]), never past an
+/// organization's running cap (its own, else `default_cap`; 0: none); within one, most
+/// urgent (lowest priority) first, then oldest. On PostgreSQL the claim's transaction takes
+/// the claims' advisory lock first, and `FOR UPDATE SKIP LOCKED` with the `status =
+/// 'queued'` condition makes a job go to one worker only.
+///
+/// Answers the claimed jobs and the open transaction that claimed them: the caller commits
+/// it (or rolls it back, taking nothing). On SQLite what is read comes before the
+/// transaction (its first statement must write, else it cannot wait for the write lock);
+/// one instance's claims take turns, so nothing read can change in a way that matters.
 pub async fn claim(
-    db: &impl ConnectionTrait,
+    db: &DatabaseConnection,
     worker_id: &str,
-    action: &str,
+    action: JobAction,
     limit: u32,
-) -> Result<Vec<training_job::Model>, DbErr> {
+    default_cap: u32,
+) -> Result<(DatabaseTransaction, Vec<training_job::Model>), DbErr> {
     let backend = db.get_database_backend();
-    let now = Utc::now();
-    let ranked = "SELECT id FROM (\
-            SELECT id, priority, created_at, \
-                ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY priority, created_at, id) AS rn \
-            FROM training_jobs WHERE action = {action} AND status = {queued}\
-        ) ranked WHERE rn <= {limit} ORDER BY rn, priority, created_at, id LIMIT {limit}";
-    let (sql, values): (String, Vec<Value>) = match backend {
-        // The same ranking over each organization's oldest `limit` jobs only, locked and
-        // updated by `ctid` (docs/ARCHITECTURE.md, "Actors").
-        DbBackend::Postgres => (
-            with_statuses(
-                "WITH RECURSIVE orgs(org_id) AS (\
-                (SELECT org_id FROM training_jobs WHERE action = $1 AND status = {queued} \
-                    ORDER BY action, org_id LIMIT 1) \
-                UNION ALL \
-                SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = {queued} \
-                    AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
-                FROM orgs WHERE orgs.org_id IS NOT NULL\
-             ), heads AS (\
-                SELECT h.ctid, h.id, h.org_id, h.priority, h.created_at FROM orgs CROSS JOIN LATERAL (\
-                    SELECT t.ctid, t.id, t.org_id, t.priority, t.created_at FROM training_jobs t \
-                    WHERE t.org_id = orgs.org_id AND t.action = $1 AND t.status = {queued} \
-                    ORDER BY t.priority, t.created_at, t.id LIMIT $2) h \
-                WHERE orgs.org_id IS NOT NULL\
-             ), candidates AS (\
-                SELECT ctid FROM (SELECT ctid, id, priority, created_at, \
-                    ROW_NUMBER() OVER (PARTITION BY org_id ORDER BY priority, created_at, id) AS rn FROM heads) ranked \
-                ORDER BY rn, priority, created_at, id LIMIT $2\
-             ), locked AS (\
-                SELECT ctid FROM training_jobs WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidates)) \
-                AND status = {queued} FOR UPDATE SKIP LOCKED) \
-             UPDATE training_jobs SET status = {running}, worker_id = $3, attempts = attempts + 1, \
-                claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
-             WHERE ctid = ANY(ARRAY(SELECT ctid FROM locked)) RETURNING *",
-            ),
-            vec![
-                action.into(),
-                i64::from(limit).into(),
-                worker_id.into(),
-                now.into(),
-            ],
-        ),
-        _ => (
-            with_statuses(
-                &"UPDATE training_jobs SET status = {running}, worker_id = ?, attempts = attempts + 1, \
-                    claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
-                 WHERE status = {queued} AND id IN ({ranked}) RETURNING *"
-                    .replace(
-                        "{ranked}",
-                        &ranked.replace("{action}", "?").replace("{limit}", "?"),
-                    ),
-            ),
-            vec![
-                worker_id.into(),
-                now.into(),
-                now.into(),
-                now.into(),
-                action.into(),
-                i64::from(limit).into(),
-                i64::from(limit).into(),
-            ],
-        ),
+    let locked = match backend {
+        DbBackend::Postgres => {
+            let txn = db.begin().await?;
+            txn.execute_raw(Statement::from_sql_and_values(
+                backend,
+                "SELECT pg_advisory_xact_lock($1)",
+                [CLAIM_LOCK.into()],
+            ))
+            .await?;
+            Some(txn)
+        }
+        _ => None,
     };
-    let mut jobs = training_job::Entity::find()
-        .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
-        .all(db)
-        .await?;
+    let allotted = match &locked {
+        Some(txn) => allot_claim(txn, action, limit, default_cap).await?,
+        None => allot_claim(db, action, limit, default_cap).await?,
+    };
+    let txn = match locked {
+        Some(txn) => txn,
+        None => db.begin().await?,
+    };
+    let wanted: Vec<&Allotment> = allotted.iter().filter(|a| a.jobs > 0).collect();
+    let mut jobs = match wanted.is_empty() {
+        true => Vec::new(),
+        false => claim_allotted(&txn, worker_id, action, &wanted).await?,
+    };
+    let mut handed: HashMap<OrgId, i64> = HashMap::new();
+    for job in &jobs {
+        *handed.entry(job.org_id.clone()).or_default() += 1;
+    }
+    save_passes(&txn, action, &allotted, &handed).await?;
     jobs.sort_by(|a, b| {
         (a.priority, a.created_at)
             .cmp(&(b.priority, b.created_at))
             .then_with(|| a.id.cmp(&b.id))
     });
-    Ok(jobs)
+    Ok((txn, jobs))
+}
+
+/// How a claim of `limit` splits among the organizations with queued jobs of `action`.
+async fn allot_claim(
+    db: &impl ConnectionTrait,
+    action: JobAction,
+    limit: u32,
+    default_cap: u32,
+) -> Result<Vec<Allotment>, DbErr> {
+    let backlog = backlog(db, action, limit).await?;
+    if backlog.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cap_of = |b: &Backlogged| b.max_running.map_or(i64::from(default_cap), i64::from);
+    let capped: Vec<OrgId> = backlog
+        .iter()
+        .filter(|b| cap_of(b) > 0)
+        .map(|b| b.org_id.clone())
+        .collect();
+    let running = running_counts(db, &capped).await?;
+    let contenders: Vec<Contender> = backlog
+        .iter()
+        .map(|b| {
+            let room = match cap_of(b) {
+                0 => i64::MAX,
+                cap => Ord::max(cap - running.get(&b.org_id).copied().unwrap_or(0), 0),
+            };
+            Contender {
+                org_id: b.org_id.clone(),
+                weight: b.weight.unwrap_or(1),
+                available: Ord::min(b.queued, room),
+                pass: b.pass,
+            }
+        })
+        .collect();
+    Ok(allot(&contenders, limit))
+}
+
+/// An organization with queued jobs of the action being claimed.
+struct Backlogged {
+    org_id: OrgId,
+    /// Its queued jobs of the action, counted up to the claim's limit.
+    queued: i64,
+    weight: Option<i32>,
+    max_running: Option<i32>,
+    pass: Option<f64>,
+}
+
+/// Every organization with queued jobs of `action`, with its settings and its pass.
+async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Result<Vec<Backlogged>, DbErr> {
+    let backend = db.get_database_backend();
+    let counted = "(SELECT count(*) FROM (SELECT 1 FROM training_jobs t WHERE t.org_id = o.org_id \
+        AND t.action = {action} AND t.status = {queued} LIMIT {limit}) x)";
+    let joined = "LEFT JOIN queue_org_settings s ON s.org_id = o.org_id \
+        LEFT JOIN queue_shares q ON q.action = {action} AND q.org_id = o.org_id";
+    let (sql, values): (String, Vec<Value>) = match backend {
+        // One index probe per organization (a loose index scan), as the claim index allows.
+        DbBackend::Postgres => (
+            with_statuses(
+                &format!(
+                    "WITH RECURSIVE orgs(org_id) AS (\
+                    (SELECT org_id FROM training_jobs WHERE action = $1 AND status = {{queued}} \
+                        ORDER BY action, org_id LIMIT 1) \
+                    UNION ALL \
+                    SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = {{queued}} \
+                        AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
+                    FROM orgs WHERE orgs.org_id IS NOT NULL) \
+                 SELECT o.org_id, {counted} AS queued, s.weight, s.max_running, q.pass \
+                 FROM orgs o {joined} WHERE o.org_id IS NOT NULL"
+                )
+                .replace("{action}", "$1")
+                .replace("{limit}", "$2"),
+            ),
+            vec![action.as_str().into(), i64::from(limit).into()],
+        ),
+        _ => (
+            with_statuses(
+                &format!(
+                    "SELECT o.org_id, {counted} AS queued, s.weight, s.max_running, q.pass \
+                 FROM (SELECT DISTINCT org_id FROM training_jobs WHERE action = ?1 AND status = {{queued}}) o \
+                 {joined}"
+                )
+                .replace("{action}", "?1")
+                .replace("{limit}", "?2"),
+            ),
+            vec![action.as_str().into(), i64::from(limit).into()],
+        ),
+    };
+    db.query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok(Backlogged {
+                org_id: row.try_get_by_index(0)?,
+                queued: row.try_get_by_index(1)?,
+                weight: row.try_get_by_index(2)?,
+                max_running: row.try_get_by_index(3)?,
+                pass: row.try_get_by_index(4)?,
+            })
+        })
+        .collect()
+}
+
+/// Held jobs (running or stopping, of any action) per organization, for `org_ids`.
+async fn running_counts(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<HashMap<OrgId, i64>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::OrgId)
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
+        .filter(held())
+        .filter(training_job::Column::OrgId.is_in(org_ids.iter().cloned()))
+        .group_by(training_job::Column::OrgId)
+        .into_tuple::<(OrgId, i64)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .collect())
+}
+
+/// Claims each organization's allotted number of its most urgent queued jobs of `action`.
+async fn claim_allotted(
+    db: &impl ConnectionTrait,
+    worker_id: &str,
+    action: JobAction,
+    allotted: &[&Allotment],
+) -> Result<Vec<training_job::Model>, DbErr> {
+    let backend = db.get_database_backend();
+    let now = Utc::now();
+    let (sql, values): (String, Vec<Value>) = match backend {
+        // Each organization's first `n` jobs by the claim index, locked as they are read
+        // (skipping rows another transaction holds) and updated by `ctid`.
+        DbBackend::Postgres => {
+            let plan: Vec<serde_json::Value> = allotted
+                .iter()
+                .map(|a| json!({"org_id": a.org_id, "n": a.jobs}))
+                .collect();
+            (
+                with_statuses(
+                    "WITH heads AS (\
+                    SELECT h.ctid FROM jsonb_to_recordset($1) AS p(org_id text, n bigint) CROSS JOIN LATERAL (\
+                        SELECT t.ctid FROM training_jobs t \
+                        WHERE t.org_id = p.org_id AND t.action = $2 AND t.status = {queued} \
+                        ORDER BY t.priority, t.created_at, t.id LIMIT p.n FOR UPDATE SKIP LOCKED) h) \
+                 UPDATE training_jobs SET status = {running}, worker_id = $3, attempts = attempts + 1, \
+                    claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM heads)) AND status = {queued} RETURNING *",
+                ),
+                vec![
+                    serde_json::Value::Array(plan).into(),
+                    action.as_str().into(),
+                    worker_id.into(),
+                    now.into(),
+                ],
+            )
+        }
+        // One index range per organization, its first `n` jobs.
+        _ => {
+            let mut values: Vec<Value> = vec![worker_id.into(), now.into(), now.into(), now.into()];
+            let heads: Vec<String> = allotted
+                .iter()
+                .map(|a| {
+                    values.push(a.org_id.as_str().into());
+                    values.push(action.as_str().into());
+                    values.push(a.jobs.into());
+                    with_statuses(
+                        "SELECT id FROM (SELECT id FROM training_jobs WHERE org_id = ? AND action = ? \
+                         AND status = {queued} ORDER BY priority, created_at, id LIMIT ?)",
+                    )
+                })
+                .collect();
+            (
+                with_statuses(&format!(
+                    "UPDATE training_jobs SET status = {{running}}, worker_id = ?, attempts = attempts + 1, \
+                        claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
+                     WHERE status = {{queued}} AND id IN ({}) RETURNING *",
+                    heads.join(" UNION ALL ")
+                )),
+                values,
+            )
+        }
+    };
+    training_job::Entity::find()
+        .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+        .all(db)
+        .await
+}
+
+/// Keeps the passes of the organizations this claim handed jobs (and of those it placed
+/// for the first time).
+async fn save_passes(
+    db: &impl ConnectionTrait,
+    action: JobAction,
+    allotted: &[Allotment],
+    handed: &HashMap<OrgId, i64>,
+) -> Result<(), DbErr> {
+    let rows: Vec<queue_share::ActiveModel> = allotted
+        .iter()
+        .filter_map(|a| {
+            let jobs = handed.get(&a.org_id).copied().unwrap_or(0);
+            (jobs > 0 || a.first).then(|| queue_share::ActiveModel {
+                action: Set(action),
+                org_id: Set(a.org_id.clone()),
+                pass: Set(a.pass_after(jobs)),
+            })
+        })
+        .collect();
+    for chunk in rows.chunks(500) {
+        queue_share::Entity::insert_many(chunk.to_vec())
+            .on_conflict(
+                OnConflict::columns([queue_share::Column::Action, queue_share::Column::OrgId])
+                    .update_column(queue_share::Column::Pass)
+                    .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Queues every scheduled job due by `now`; answers the actions of the jobs it queued.
@@ -1230,4 +1429,49 @@ pub async fn paused_actions(db: &impl ConnectionTrait) -> Result<Vec<JobAction>,
         .into_iter()
         .map(|p| p.action)
         .collect())
+}
+
+/// An operator's queue settings for one organization (none set: weight 1, the default cap).
+pub async fn org_settings(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+) -> Result<Option<queue_org_setting::Model>, DbErr> {
+    queue_org_setting::Entity::find_by_id(org_id.clone()).one(db).await
+}
+
+/// Sets an organization's weight and cap (`None`: the default cap).
+pub async fn set_org_settings(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    weight: i32,
+    max_running: Option<i32>,
+) -> Result<queue_org_setting::Model, DbErr> {
+    let row = queue_org_setting::Model {
+        org_id: org_id.clone(),
+        weight,
+        max_running,
+        updated_at: Utc::now(),
+    };
+    queue_org_setting::Entity::insert(queue_org_setting::ActiveModel::from(row.clone()))
+        .on_conflict(
+            OnConflict::column(queue_org_setting::Column::OrgId)
+                .update_columns([
+                    queue_org_setting::Column::Weight,
+                    queue_org_setting::Column::MaxRunning,
+                    queue_org_setting::Column::UpdatedAt,
+                ])
+                .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+    Ok(row)
+}
+
+/// Held jobs (running or stopping, of any action) of one organization.
+pub async fn running_count(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<i64, DbErr> {
+    Ok(running_counts(db, std::slice::from_ref(org_id))
+        .await?
+        .get(org_id)
+        .copied()
+        .unwrap_or(0))
 }

@@ -190,6 +190,52 @@ pub async fn resume(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobEr
     action_queue(jobs, action).await
 }
 
+/// One organization's share of the queue: its weight, its cap, and its running jobs.
+pub struct OrgQueue {
+    pub org_id: OrgId,
+    /// 1..100 (1 unless an operator set it).
+    pub weight: i32,
+    /// The operator's cap (none: `queue.max_running_per_org`; 0: no cap).
+    pub max_running: Option<i32>,
+    /// The cap that applies (0: none).
+    pub effective_max_running: i64,
+    /// Its running and stopping jobs, of every action.
+    pub running: i64,
+}
+
+/// An organization's share of the queue (an unknown organization is "not found").
+pub async fn org_queue(jobs: &Jobs, org_id: &OrgId) -> Result<OrgQueue, JobError> {
+    if !crate::orgs::repo::org_exists(&jobs.db, org_id).await? {
+        return Err(JobError::OrgNotFound);
+    }
+    let settings = repo::org_settings(&jobs.db, org_id).await?;
+    let (weight, max_running) = settings.map_or((1, None), |s| (s.weight, s.max_running));
+    Ok(OrgQueue {
+        org_id: org_id.clone(),
+        weight,
+        max_running,
+        effective_max_running: max_running.map_or(i64::from(jobs.max_running_per_org), i64::from),
+        running: repo::running_count(&jobs.db, org_id).await?,
+    })
+}
+
+/// Sets an organization's weight and cap (`None`: the default cap); claims on every
+/// instance use them from their next turn.
+pub async fn set_org_queue(
+    jobs: &Jobs,
+    org_id: &OrgId,
+    weight: i32,
+    max_running: Option<i32>,
+) -> Result<OrgQueue, JobError> {
+    if !crate::orgs::repo::org_exists(&jobs.db, org_id).await? {
+        return Err(JobError::OrgNotFound);
+    }
+    repo::set_org_settings(&jobs.db, org_id, weight, max_running).await?;
+    // A higher cap may free jobs that waiting claims could take now.
+    jobs.cluster.publish(Event::JobsQueued(Wake::Any)).await;
+    org_queue(jobs, org_id).await
+}
+
 /// Every action's queue: whether it is paused, and its jobs counted by status.
 pub async fn action_queues(jobs: &Jobs) -> Result<Vec<ActionQueue>, JobError> {
     let paused = repo::paused_actions(&jobs.db).await?;
