@@ -17,6 +17,7 @@ const JOBS: &str = "training_jobs";
 const UNIQUE_KEY: &str = "uq_training_jobs_unique_key";
 const IDEMPOTENCY: &str = "uq_training_jobs_idempotency";
 const BLOCKED_FOR_FUNDS: &str = "idx_training_jobs_blocked_for_funds";
+const WAITING: &str = "idx_training_jobs_waiting";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
@@ -54,6 +55,14 @@ impl MigrationTrait for Migration {
                 index(IDEMPOTENCY, JOBS, &["org_id", "idempotency_key"])
                     .unique()
                     .and_where(Expr::col("idempotency_key").is_not_null())
+                    .to_owned(),
+            )
+            .await?;
+        // The longest-waiting queued job of each action (the oldest-queued gauge).
+        manager
+            .create_index(
+                index(WAITING, JOBS, &["action", "queued_at"])
+                    .and_where(Expr::col("status").eq("queued"))
                     .to_owned(),
             )
             .await?;
@@ -119,7 +128,7 @@ impl MigrationTrait for Migration {
                 .drop_table(Table::drop().table(table).to_owned())
                 .await?;
         }
-        for name in [BLOCKED_FOR_FUNDS, IDEMPOTENCY, UNIQUE_KEY] {
+        for name in [BLOCKED_FOR_FUNDS, WAITING, IDEMPOTENCY, UNIQUE_KEY] {
             manager
                 .drop_index(Index::drop().name(name).table(JOBS).to_owned())
                 .await?;

@@ -639,3 +639,29 @@ async fn queue_shares_are_validated_and_need_an_organization() {
     let view = set_share(&app, &org, json!({})).await;
     assert_eq!((view["weight"].as_i64(), view["maxRunning"].is_null()), (Some(1), true));
 }
+
+#[actix_web::test]
+async fn a_scheduled_job_waits_from_when_it_came_due() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Later").await;
+    let due = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let id = enqueue_at(&app, &org, &project, due).await;
+    assert!(eventually(|| async { job(&app, &org, &id).await["status"] == "queued" }).await);
+    // Created over 1.5 s ago, queued just now: the gauge counts from the latter.
+    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let oldest = metric(&text, "keel_queue_oldest_queued_seconds{action=\"draft\"}");
+    assert!(oldest < 1.4, "oldest queued {oldest}");
+    let claimed = claim(&app, "w", "draft", 1).await;
+    assert_eq!(claimed.len(), 1);
+    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert_eq!(metric(&text, "keel_queue_wait_seconds_count{action=\"draft\"}"), 1.0);
+    assert!(metric(&text, "keel_queue_wait_seconds_sum{action=\"draft\"}") < 1.4);
+}
+
+async fn enqueue_at(app: &TestApp, org: &TestOrg, project: &str, at: chrono::DateTime<chrono::Utc>) -> String {
+    let body = json!({"action": "draft", "projectId": project, "runAt": at.to_rfc3339()});
+    json_of(app.post("/api/training/jobs", &org.api_key, &body).await, StatusCode::ACCEPTED).await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

@@ -1348,22 +1348,23 @@ pub async fn counts_by_action_status(db: &impl ConnectionTrait) -> Result<Vec<(S
         .await
 }
 
-/// The oldest queued job's creation time per action.
+/// When the longest-waiting queued job of each action became claimable.
 pub async fn oldest_queued(db: &impl ConnectionTrait) -> Result<Vec<(String, DateTime<Utc>)>, DbErr> {
     let mut oldest = Vec::new();
-    // One indexed probe per action (the claim index leads with action).
+    // One indexed probe per action (the waiting index leads with action).
     for action in JobAction::NAMES {
-        let first: Option<DateTime<Utc>> = training_job::Entity::find()
+        let first: Option<Option<DateTime<Utc>>> = training_job::Entity::find()
             .select_only()
-            .column(training_job::Column::CreatedAt)
+            .column(training_job::Column::QueuedAt)
             .filter(training_job::Column::Action.eq(action))
-            .filter(training_job::Column::Status.eq(QUEUED))
-            .order_by_asc(training_job::Column::CreatedAt)
+            .filter(Expr::cust(with_statuses("status = {queued}")))
+            .filter(training_job::Column::QueuedAt.is_not_null())
+            .order_by_asc(training_job::Column::QueuedAt)
             .limit(1)
             .into_tuple()
             .one(db)
             .await?;
-        if let Some(at) = first {
+        if let Some(Some(at)) = first {
             oldest.push((action.to_owned(), at));
         }
     }
