@@ -71,6 +71,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/jobs", web::get().to(work::jobs))
             .route("/o/{org}/jobs/{job}", web::get().to(work::job))
             .route("/o/{org}/jobs/{job}/stop", web::post().to(work::stop_job))
+            .route("/o/{org}/jobs/{job}/retry", web::post().to(work::retry_job))
             .route("/o/{org}/traces", web::get().to(work::trace_projects))
             .route("/o/{org}/projects/{project}/traces", web::get().to(work::traces))
             .route("/o/{org}/projects/{project}/export", web::post().to(work::export))
@@ -80,6 +81,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/runs", web::get().to(work::runs))
             .route("/operator/queue", web::get().to(operator::queue))
             .route("/operator/requeue-stale", web::post().to(operator::requeue_stale))
+            .route("/operator/queue/{action}/pause", web::post().to(operator::pause))
+            .route("/operator/queue/{action}/resume", web::post().to(operator::resume))
             .route("/operator/writer", web::get().to(operator::writer))
             .default_service(web::to(not_found)),
     );

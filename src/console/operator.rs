@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::pages::{CountRow, HeldJob, HeldRow, Layout, QueuePage, WriterPage};
+use super::pages::{CountRow, HeldJob, HeldRow, Layout, OrgShareRow, QueuePage, WriterPage};
 use super::session::Viewer;
 use super::signin::CsrfForm;
 use super::{after_form, format, page, ConsoleError, Flash};
@@ -17,8 +17,9 @@ fn operator_only(viewer: &Viewer) -> Result<(), ConsoleError> {
     }
 }
 
-const STATUSES: [JobStatus; 7] = [
+const STATUSES: [JobStatus; 8] = [
     JobStatus::Queued,
+    JobStatus::Scheduled,
     JobStatus::Running,
     JobStatus::Stopping,
     JobStatus::Succeeded,
@@ -44,11 +45,34 @@ fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::U
 pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
     operator_only(&viewer)?;
     let overview = crate::queue::service::queue_overview(&viewer.state.jobs).await?;
+    let paused: Vec<JobAction> = crate::queue::service::action_queues(&viewer.state.jobs)
+        .await?
+        .into_iter()
+        .filter(|q| q.paused)
+        .map(|q| q.action)
+        .collect();
+    let shares = crate::queue::service::org_shares(&viewer.state.jobs)
+        .await?
+        .into_iter()
+        .map(|(share, queued)| OrgShareRow {
+            org_id: share.org_id.to_string(),
+            weight: share.weight,
+            queued,
+            running: share.running,
+            cap: match (share.effective_max_running, share.max_running) {
+                (0, _) => "none".into(),
+                (cap, None) => format!("{cap} (default)"),
+                (cap, Some(_)) => cap.to_string(),
+            },
+            at_cap: share.effective_max_running > 0 && share.running >= share.effective_max_running,
+        })
+        .collect();
     let now = chrono::Utc::now();
     let counts = JobAction::NAMES
         .iter()
         .map(|action| CountRow {
             action: (*action).to_owned(),
+            paused: paused.iter().any(|p| p.as_str() == *action),
             counts: STATUSES
                 .iter()
                 .map(|s| {
@@ -82,6 +106,7 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
             l: Layout::new("Queue", &viewer, "queue", Flash::read(&req)),
             statuses: STATUSES.iter().map(|s| s.as_str()).collect(),
             counts,
+            shares,
             held: by_worker
                 .into_iter()
                 .map(|(worker, jobs)| HeldRow { worker, jobs })
@@ -103,6 +128,34 @@ pub async fn requeue_stale(viewer: Viewer, form: web::Form<CsrfForm>) -> Result<
             c.requeued, c.failed, c.stopped
         )
     })
+}
+
+/// Pauses an action's queue, as `POST /api/internal/queue/{action}/pause` does.
+pub async fn pause(
+    viewer: Viewer,
+    path: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, ConsoleError> {
+    viewer.check_csrf(form.csrf())?;
+    operator_only(&viewer)?;
+    let action = JobAction::parse(&path).ok_or(ConsoleError::NotFound)?;
+    let outcome = crate::queue::service::pause(&viewer.state.jobs, action).await;
+    after_form("/console/operator/queue", outcome, |q| {
+        format!("{}: paused; its jobs are not claimed until resumed.", q.action)
+    })
+}
+
+/// Resumes an action's queue, as `POST /api/internal/queue/{action}/resume` does.
+pub async fn resume(
+    viewer: Viewer,
+    path: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, ConsoleError> {
+    viewer.check_csrf(form.csrf())?;
+    operator_only(&viewer)?;
+    let action = JobAction::parse(&path).ok_or(ConsoleError::NotFound)?;
+    let outcome = crate::queue::service::resume(&viewer.state.jobs, action).await;
+    after_form("/console/operator/queue", outcome, |q| format!("{}: resumed.", q.action))
 }
 
 pub async fn writer(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {

@@ -223,6 +223,16 @@ pub struct Event {
     pub what: String,
 }
 
+/// One ended attempt of a job, as its page lists it.
+pub struct AttemptRow {
+    pub attempt: i32,
+    pub worker: String,
+    pub claimed: String,
+    pub ended: String,
+    pub outcome: String,
+    pub error: String,
+}
+
 #[derive(Template)]
 #[template(path = "console/job.html")]
 pub struct JobPage {
@@ -241,7 +251,11 @@ pub struct JobDetail {
     pub org_id: String,
     pub csrf: String,
     pub job: JobRow,
+    pub priority: i32,
+    pub scheduled_at: Option<String>,
+    pub history: Vec<AttemptRow>,
     pub can_stop: bool,
+    pub can_retry: bool,
     pub stop_requested: bool,
     pub timeline: Vec<Event>,
     pub live_status: Option<String>,
@@ -385,8 +399,20 @@ pub struct RunsPage {
 
 pub struct CountRow {
     pub action: String,
+    pub paused: bool,
     pub counts: Vec<i64>,
     pub oldest: String,
+}
+
+/// An organization's share of the queue, as the operator's page lists it.
+pub struct OrgShareRow {
+    pub org_id: String,
+    pub weight: i32,
+    pub queued: i64,
+    pub running: i64,
+    /// "none" or the cap, with "(default)" when it is `queue.max_running_per_org`.
+    pub cap: String,
+    pub at_cap: bool,
 }
 
 pub struct HeldRow {
@@ -409,6 +435,7 @@ pub struct QueuePage {
     pub l: Layout,
     pub statuses: Vec<&'static str>,
     pub counts: Vec<CountRow>,
+    pub shares: Vec<OrgShareRow>,
     pub held: Vec<HeldRow>,
     pub stale: Vec<HeldJob>,
     pub stale_after: String,

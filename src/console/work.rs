@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::org::org_layout;
 use super::pages::{
-    CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage, JobsTable,
+    AttemptRow, CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage, JobsTable,
     Message, Part, ProjectRow, RunRow, RunsPage, SuiteChart, TracePage, TraceProjectsPage, TraceRow,
     TracesPage,
 };
@@ -227,11 +227,33 @@ pub async fn job(
         });
     }
     let live = is_live(&job);
+    let history = crate::queue::service::histories(&viewer.state.jobs, std::slice::from_ref(&job.id))
+        .await?
+        .remove(&job.id)
+        .unwrap_or_default()
+        .iter()
+        .map(|a| AttemptRow {
+            attempt: a.attempt,
+            worker: a.worker_id.clone().unwrap_or_default(),
+            claimed: a.claimed_at.map(format::time).unwrap_or_default(),
+            ended: format::time(a.ended_at),
+            outcome: a.outcome.to_string(),
+            error: a.error.as_deref().map(|e| format::clip(e, 500)).unwrap_or_default(),
+        })
+        .collect();
     let detail = JobDetail {
         org_id: org.org_id.to_string(),
         csrf: viewer.csrf.clone(),
+        priority: job.priority,
+        scheduled_at: job
+            .scheduled_at
+            .filter(|_| job.status == JobStatus::Scheduled)
+            .map(format::time),
+        history,
         can_stop: org.can_act()
             && [JobStatus::Queued, JobStatus::Scheduled, JobStatus::Running].contains(&job.status),
+        can_retry: org.can_act()
+            && [JobStatus::Failed, JobStatus::Blocked, JobStatus::UserStopped].contains(&job.status),
         stop_requested: job.stop_requested,
         timeline,
         live_status: job.live_status.as_deref().map(format::pretty_json),
@@ -282,6 +304,26 @@ pub async fn stop_job(
             }
             _ => "Job stopped.".into(),
         },
+    )
+}
+
+/// Puts a failed, blocked or stopped job back in the queue, by the API's rules.
+pub async fn retry_job(
+    viewer: Viewer,
+    path: web::Path<JobPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
+    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
+        .await
+        .map_err(|_| ConsoleError::NotFound)?;
+    let outcome = crate::queue::service::retry_job(&viewer.state.jobs, &job).await;
+    after_form(
+        &format!("/console/o/{}/jobs/{}", org.org_id, job.id),
+        outcome,
+        |_| "Job queued again.".into(),
     )
 }
 

@@ -389,6 +389,72 @@ async fn the_operator_pages_render_at_both_widths() {
 }
 
 #[actix_web::test]
+async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_job() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    let job = tracer(&app, &org, &project).await;
+    tracer(&app, &org, &project).await;
+    claim(&app, "worker-1", "tracer", 1).await;
+    let failed = app
+        .post(
+            "/api/training/internal/jobs/failed",
+            INTERNAL_KEY,
+            &json!({"job_id": job, "worker_id": "worker-1", "error": "CUDA out of memory"}),
+        )
+        .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+    claim(&app, "worker-2", "tracer", 1).await;
+    app.put(
+        &format!("/api/internal/orgs/{}/queue", org.org_id),
+        INTERNAL_KEY,
+        &json!({"weight": 4, "maxRunning": 1}),
+    )
+    .await;
+
+    // The operator: the organization at its cap, then a pause and a resume.
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", INTERNAL_KEY).await;
+    browser.submit("button[type=submit]").await;
+    browser.open(&app, "/console/operator/queue").await;
+    let shares = browser.text("#shares").await;
+    assert!(shares.contains(&org.org_id) && shares.contains("(at cap)"), "{shares}");
+    browser.submit("#pause-tracer").await;
+    assert!(browser.text(".flash").await.contains("paused"));
+    assert!(browser.text("#queue-tracer").await.contains("paused"));
+    browser.shoot("operator-queue-paused").await;
+    let body = json!({"worker_id": "w9", "action": "tracer", "limit": 5});
+    let claimed = json_of(
+        app.post("/api/training/internal/jobs/claim", INTERNAL_KEY, &body).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(claimed["jobs"].as_array().unwrap().len(), 0);
+    browser.submit("#resume-tracer").await;
+    assert!(browser.text(".flash").await.contains("resumed"));
+    assert!(browser.text("#queue-tracer").await.contains("open"));
+
+    // The owner: the failed job's attempt, then Retry.
+    browser.client.delete_all_cookies().await.unwrap();
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.api_key).await;
+    browser.submit("button[type=submit]").await;
+    browser.open(&app, &format!("/console/o/{}/jobs/{job}", org.org_id)).await;
+    let history = browser.text("#history").await;
+    assert!(history.contains("worker-1") && history.contains("failed") && history.contains("CUDA out of memory"), "{history}");
+    assert!(browser.text("#job-priority").await.starts_with('5'));
+    browser.shoot("job-failed").await;
+    browser.submit("#retry").await;
+    assert!(browser.text(".flash").await.contains("queued again"));
+    assert_eq!(browser.text("#job-status").await, "queued");
+    browser.client.clone().close().await.unwrap();
+}
+
+#[actix_web::test]
 async fn long_values_wrap_inside_their_cells() {
     let Some(browser) = Browser::start().await else {
         return;

@@ -1158,3 +1158,90 @@ async fn a_new_keys_view_waits_ten_minutes_at_most() {
         "the sealed secret is gone"
     );
 }
+
+#[actix_web::test]
+async fn the_job_page_shows_priority_schedule_and_attempts_and_retries_a_failed_job() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    let later = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let scheduled = json_of(
+        app.post(
+            "/api/training/jobs",
+            &org.api_key,
+            &json!({"action": "tracer", "projectId": project, "priority": 1, "runAt": later}),
+        )
+        .await,
+        StatusCode::ACCEPTED,
+    )
+    .await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let console = Console::sign_in(&app, &org.owner_token).await;
+    let page = console.page(&org_path(&org, &format!("/jobs/{scheduled}"))).await;
+    assert!(page.contains("id=\"job-priority\">1 "), "{page}");
+    assert!(page.contains("id=\"job-scheduled\""));
+    assert!(page.contains("Stop job") && !page.contains("Retry job"));
+    assert!(page.contains("No attempt has ended yet."));
+    let list = console.page(&org_path(&org, "/jobs?status=scheduled")).await;
+    assert!(list.contains(&scheduled));
+
+    let job = tracer(&app, &org, &project).await;
+    claim(&app, "worker-1", "tracer", 1).await;
+    let failed = app
+        .post(
+            "/api/training/internal/jobs/failed",
+            INTERNAL_KEY,
+            &json!({"job_id": job, "worker_id": "worker-1", "error": "<script>alert(1)</script>"}),
+        )
+        .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+    let path = org_path(&org, &format!("/jobs/{job}"));
+    let page = console.page(&path).await;
+    assert!(page.contains("Retry job") && !page.contains("Stop job"));
+    assert!(page.contains("<td>worker-1</td>") && page.contains("s-failed"));
+    assert!(!page.contains("<script>alert(1)") && page.contains("&#60;script&#62;alert(1)"));
+    let html = console.submit(&format!("{path}/retry"), &[]).await;
+    assert!(html.contains("Job queued again."), "{html}");
+    assert_eq!(
+        json_of(app.get(&format!("/api/training/jobs/{job}"), &org.api_key).await, StatusCode::OK).await["status"],
+        "queued"
+    );
+    // Not retryable now: the flash says why.
+    let html = console.submit(&format!("{path}/retry"), &[]).await;
+    assert!(html.contains("can be retried"), "{html}");
+}
+
+#[actix_web::test]
+async fn the_operator_pauses_and_resumes_actions_and_sees_each_organizations_share() {
+    let app = spawn_app_with(|s| s.queue.max_running_per_org = 1).await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    tracer(&app, &org, &project).await;
+    tracer(&app, &org, &project).await;
+    assert_eq!(claim(&app, "worker-1", "tracer", 5).await.len(), 1);
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let queue = operator.page("/console/operator/queue").await;
+    let row = format!(
+        "<tr class=\"stale\"><td><code>{}</code></td><td class=\"num\">1</td><td class=\"num\">1</td><td class=\"num\">1</td><td>1 (default) (at cap)</td></tr>",
+        org.org_id
+    );
+    assert!(queue.contains(&row), "{queue}");
+    assert!(queue.contains("id=\"pause-tracer\""));
+    let html = operator.submit("/console/operator/queue/tracer/pause", &[]).await;
+    assert!(html.contains("tracer: paused"), "{html}");
+    assert!(html.contains("id=\"resume-tracer\""));
+    let state = json_of(app.get("/api/internal/queue", INTERNAL_KEY).await, StatusCode::OK).await;
+    assert!(state["actions"].as_array().unwrap().iter().any(|a| a["action"] == "tracer" && a["paused"] == true));
+    let html = operator.submit("/console/operator/queue/tracer/resume", &[]).await;
+    assert!(html.contains("tracer: resumed"), "{html}");
+    // An unknown action, or an organization's member: nothing.
+    let member = Console::sign_in(&app, &org.owner_token).await;
+    let response = member.post("/console/operator/queue/tracer/pause", &[]).await;
+    assert_ne!(response.status(), StatusCode::SEE_OTHER);
+    let state = json_of(app.get("/api/internal/queue", INTERNAL_KEY).await, StatusCode::OK).await;
+    assert!(state["actions"].as_array().unwrap().iter().all(|a| a["paused"] == false));
+}

@@ -1476,3 +1476,8 @@ pub async fn running_count(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<
         .copied()
         .unwrap_or(0))
 }
+
+/// Every organization's settings an operator set.
+pub async fn all_org_settings(db: &impl ConnectionTrait) -> Result<Vec<queue_org_setting::Model>, DbErr> {
+    queue_org_setting::Entity::find().all(db).await
+}

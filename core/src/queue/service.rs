@@ -219,6 +219,45 @@ pub async fn org_queue(jobs: &Jobs, org_id: &OrgId) -> Result<OrgQueue, JobError
     })
 }
 
+/// How many organizations [`org_shares`] lists at most.
+const SHARES_SHOWN: usize = 200;
+
+/// The organizations with queued or running jobs, or with settings of their own: each one's
+/// share of the queue, the busiest first.
+pub async fn org_shares(jobs: &Jobs) -> Result<Vec<(OrgQueue, i64)>, JobError> {
+    let mut by_org: std::collections::BTreeMap<OrgId, (OrgQueue, i64)> = std::collections::BTreeMap::new();
+    let default_cap = i64::from(jobs.max_running_per_org);
+    let blank = |org_id: &OrgId| {
+        (
+            OrgQueue {
+                org_id: org_id.clone(),
+                weight: 1,
+                max_running: None,
+                effective_max_running: default_cap,
+                running: 0,
+            },
+            0,
+        )
+    };
+    for settings in repo::all_org_settings(&jobs.db).await? {
+        let entry = by_org.entry(settings.org_id.clone()).or_insert_with(|| blank(&settings.org_id));
+        entry.0.weight = settings.weight;
+        entry.0.max_running = settings.max_running;
+        entry.0.effective_max_running = settings.max_running.map_or(default_cap, i64::from);
+    }
+    for (org_id, status, count) in repo::open_counts_by_org(&jobs.db).await? {
+        let entry = by_org.entry(org_id.clone()).or_insert_with(|| blank(&org_id));
+        match status {
+            JobStatus::Queued => entry.1 += count,
+            _ => entry.0.running += count,
+        }
+    }
+    let mut shares: Vec<(OrgQueue, i64)> = by_org.into_values().collect();
+    shares.sort_by(|a, b| (b.0.running, b.1).cmp(&(a.0.running, a.1)));
+    shares.truncate(SHARES_SHOWN);
+    Ok(shares)
+}
+
 /// Sets an organization's weight and cap (`None`: the default cap); claims on every
 /// instance use them from their next turn.
 pub async fn set_org_queue(
