@@ -160,6 +160,11 @@ async fn run_one(
                     finished_at: Set(None),
                     priority: Set(keel::queue::repo::DEFAULT_PRIORITY),
                     scheduled_at: Set(None),
+                    queued_at: Set(Some(at)),
+                    unique_key: Set(None),
+                    idempotency_key: Set(None),
+                    request_hash: Set(None),
+                    blocked_for_funds: Set(false),
                 }
             })
             .collect();

@@ -87,7 +87,18 @@ fn gauge(name: &str, help: &str) -> Gauge {
 
 /// Buckets of a job's wait and run, in seconds: from a tenth of a second to a day.
 const QUEUE_SECONDS: &[f64] = &[
-    0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4.0 * 3600.0, 12.0 * 3600.0, 86400.0,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    15.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    4.0 * 3600.0,
+    12.0 * 3600.0,
+    86400.0,
 ];
 
 /// Latency buckets from 100 µs to 60 s.

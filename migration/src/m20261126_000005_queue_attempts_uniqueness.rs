@@ -124,16 +124,20 @@ impl MigrationTrait for Migration {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         for table in ["queue_shares", "queue_org_settings", "training_job_attempts"] {
-            manager
-                .drop_table(Table::drop().table(table).to_owned())
-                .await?;
+            manager.drop_table(Table::drop().table(table).to_owned()).await?;
         }
         for name in [BLOCKED_FOR_FUNDS, WAITING, IDEMPOTENCY, UNIQUE_KEY] {
             manager
                 .drop_index(Index::drop().name(name).table(JOBS).to_owned())
                 .await?;
         }
-        for column in ["blocked_for_funds", "request_hash", "idempotency_key", "unique_key", "queued_at"] {
+        for column in [
+            "blocked_for_funds",
+            "request_hash",
+            "idempotency_key",
+            "unique_key",
+            "queued_at",
+        ] {
             manager
                 .alter_table(Table::alter().table(JOBS).drop_column(column).to_owned())
                 .await?;

@@ -82,7 +82,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/operator/queue", web::get().to(operator::queue))
             .route("/operator/requeue-stale", web::post().to(operator::requeue_stale))
             .route("/operator/queue/{action}/pause", web::post().to(operator::pause))
-            .route("/operator/queue/{action}/resume", web::post().to(operator::resume))
+            .route(
+                "/operator/queue/{action}/resume",
+                web::post().to(operator::resume),
+            )
             .route("/operator/writer", web::get().to(operator::writer))
             .default_service(web::to(not_found)),
     );

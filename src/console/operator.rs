@@ -155,7 +155,9 @@ pub async fn resume(
     operator_only(&viewer)?;
     let action = JobAction::parse(&path).ok_or(ConsoleError::NotFound)?;
     let outcome = crate::queue::service::resume(&viewer.state.jobs, action).await;
-    after_form("/console/operator/queue", outcome, |q| format!("{}: resumed.", q.action))
+    after_form("/console/operator/queue", outcome, |q| {
+        format!("{}: resumed.", q.action)
+    })
 }
 
 pub async fn writer(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {

@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::org::org_layout;
 use super::pages::{
-    AttemptRow, CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage, JobsTable,
-    Message, Part, ProjectRow, RunRow, RunsPage, SuiteChart, TracePage, TraceProjectsPage, TraceRow,
-    TracesPage,
+    AttemptRow, CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage,
+    JobsTable, Message, Part, ProjectRow, RunRow, RunsPage, SuiteChart, TracePage, TraceProjectsPage,
+    TraceRow, TracesPage,
 };
 use super::session::Viewer;
 use super::{after_form, chart, format, html, page, wants_partial, ConsoleError, FormFields};
@@ -238,7 +238,11 @@ pub async fn job(
             claimed: a.claimed_at.map(format::time).unwrap_or_default(),
             ended: format::time(a.ended_at),
             outcome: a.outcome.to_string(),
-            error: a.error.as_deref().map(|e| format::clip(e, 500)).unwrap_or_default(),
+            error: a
+                .error
+                .as_deref()
+                .map(|e| format::clip(e, 500))
+                .unwrap_or_default(),
         })
         .collect();
     let detail = JobDetail {

@@ -209,7 +209,7 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         (
             "post",
             "/api/training/internal/jobs/failed",
-            json!({"job_id": JOB, "worker_id": WORKER, "error": "CUDA out of memory"}),
+            json!({"job_id": JOB, "worker_id": WORKER, "retryable": true, "error": "CUDA out of memory"}),
         ),
         (
             "post",
@@ -244,7 +244,15 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         (
             "post",
             "/api/training/jobs",
-            json!({"action": "training", "projectId": PROJECT, "model": "meta-llama/Llama-3.1-8B-Instruct", "environmentSlug": SLUG, "input": {"epochs": 2}, "priority": 3, "runAt": "2026-11-26T18:00:00Z"}),
+            json!({"action": "training", "projectId": PROJECT, "model": "meta-llama/Llama-3.1-8B-Instruct", "environmentSlug": SLUG, "input": {"epochs": 2}, "priority": 3, "runAt": "2026-11-26T18:00:00Z", "uniqueKey": "nightly-sft"}),
+        ),
+        (
+            "post",
+            "/api/training/jobs/batch",
+            json!({"jobs": [
+                {"action": "tracer", "projectId": PROJECT, "priority": 1},
+                {"action": "draft", "projectId": PROJECT, "prompt": "Summarise the ticket", "runAt": "2026-11-26T18:00:00Z"}
+            ]}),
         ),
         (
             "post",
@@ -252,6 +260,11 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
             json!({"reason": "wrong dataset"}),
         ),
         ("post", "/api/training/jobs/{job_id}/retry", json!({"orgId": ORG})),
+        (
+            "put",
+            "/api/internal/orgs/{org_id}/queue",
+            json!({"weight": 3, "maxRunning": 10}),
+        ),
         (
             "post",
             "/api/training/secrets",

@@ -593,7 +593,9 @@ pub async fn get_org_queue(
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     let org_id = path_org("org_id", &path)?;
-    Ok(HttpResponse::Ok().json(OrgQueueView::from(service::org_queue(&state.jobs, &org_id).await?)))
+    Ok(HttpResponse::Ok().json(OrgQueueView::from(
+        service::org_queue(&state.jobs, &org_id).await?,
+    )))
 }
 
 /// Set an organization's queue share
@@ -613,6 +615,7 @@ pub async fn put_org_queue(
 ) -> ApiResult<HttpResponse> {
     let org_id = path_org("org_id", &path)?;
     let body = body.0;
-    let queue = service::set_org_queue(&state.jobs, &org_id, body.weight.unwrap_or(1), body.max_running).await?;
+    let queue =
+        service::set_org_queue(&state.jobs, &org_id, body.weight.unwrap_or(1), body.max_running).await?;
     Ok(HttpResponse::Ok().json(OrgQueueView::from(queue)))
 }

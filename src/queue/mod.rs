@@ -90,7 +90,10 @@ pub async fn views(
 }
 
 /// One job's view, with its history.
-pub async fn view(jobs: &keel_core::queue::Jobs, job: &training_job::Model) -> crate::error::ApiResult<JobView> {
+pub async fn view(
+    jobs: &keel_core::queue::Jobs,
+    job: &training_job::Model,
+) -> crate::error::ApiResult<JobView> {
     let mut views = views(jobs, std::slice::from_ref(job)).await?;
     Ok(views.pop().unwrap_or_else(|| JobView::from(job)))
 }

@@ -362,10 +362,14 @@ pub async fn create_job(caller: Caller, key: IdempotencyKeyHeader, body: RawBody
     let access = caller.member(parts.org_id.as_ref()).await?;
     let idempotency = key.0.map(|key| (key, body_hash(&body.0)));
     let jobs = &caller.state().jobs;
-    Ok(match service::create_job(jobs, parts.into_new_job(access.org_id, idempotency)).await? {
-        Created::New(job) | Created::Replayed(job) => HttpResponse::Accepted().json(view(jobs, &job).await?),
-        Created::Existing(job) => HttpResponse::Ok().json(view(jobs, &job).await?),
-    })
+    Ok(
+        match service::create_job(jobs, parts.into_new_job(access.org_id, idempotency)).await? {
+            Created::New(job) | Created::Replayed(job) => {
+                HttpResponse::Accepted().json(view(jobs, &job).await?)
+            }
+            Created::Existing(job) => HttpResponse::Ok().json(view(jobs, &job).await?),
+        },
+    )
 }
 
 /// SHA-256 (hex) of a JSON body as parsed, so a repeat that differs only in spacing is the
@@ -408,9 +412,16 @@ fn parse_batch(bytes: &[u8]) -> ApiResult<Vec<Parts>> {
     if items.is_empty() || items.len() > MAX_BATCH_JOBS {
         let (kind, message) = match items.is_empty() {
             true => ("too_short", "List should have at least 1 item".to_owned()),
-            false => ("too_long", format!("List should have at most {MAX_BATCH_JOBS} items")),
+            false => (
+                "too_long",
+                format!("List should have at most {MAX_BATCH_JOBS} items"),
+            ),
         };
-        return Err(ApiError::validation(vec![json!("body"), json!("jobs")], kind, message));
+        return Err(ApiError::validation(
+            vec![json!("body"), json!("jobs")],
+            kind,
+            message,
+        ));
     }
     let mut parts = Vec::with_capacity(items.len());
     let mut issues = Vec::new();
@@ -420,7 +431,10 @@ fn parse_batch(bytes: &[u8]) -> ApiResult<Vec<Parts>> {
             Ok(body) => parts.push(body.into_parts()),
             Err(ApiError::Validation(found)) => issues.extend(found.into_iter().map(|mut issue| {
                 let rest = issue.loc.split_off(1.min(issue.loc.len()));
-                issue.loc = [json!("body"), json!("jobs"), json!(index)].into_iter().chain(rest).collect();
+                issue.loc = [json!("body"), json!("jobs"), json!(index)]
+                    .into_iter()
+                    .chain(rest)
+                    .collect();
                 issue
             })),
             Err(other) => return Err(other),

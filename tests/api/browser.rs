@@ -422,14 +422,18 @@ async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_
     browser.submit("button[type=submit]").await;
     browser.open(&app, "/console/operator/queue").await;
     let shares = browser.text("#shares").await;
-    assert!(shares.contains(&org.org_id) && shares.contains("(at cap)"), "{shares}");
+    assert!(
+        shares.contains(&org.org_id) && shares.contains("(at cap)"),
+        "{shares}"
+    );
     browser.submit("#pause-tracer").await;
     assert!(browser.text(".flash").await.contains("paused"));
     assert!(browser.text("#queue-tracer").await.contains("paused"));
     browser.shoot("operator-queue-paused").await;
     let body = json!({"worker_id": "w9", "action": "tracer", "limit": 5});
     let claimed = json_of(
-        app.post("/api/training/internal/jobs/claim", INTERNAL_KEY, &body).await,
+        app.post("/api/training/internal/jobs/claim", INTERNAL_KEY, &body)
+            .await,
         StatusCode::OK,
     )
     .await;
@@ -443,9 +447,14 @@ async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_
     browser.open(&app, "/console/login").await;
     browser.fill("#credential", &org.api_key).await;
     browser.submit("button[type=submit]").await;
-    browser.open(&app, &format!("/console/o/{}/jobs/{job}", org.org_id)).await;
+    browser
+        .open(&app, &format!("/console/o/{}/jobs/{job}", org.org_id))
+        .await;
     let history = browser.text("#history").await;
-    assert!(history.contains("worker-1") && history.contains("failed") && history.contains("CUDA out of memory"), "{history}");
+    assert!(
+        history.contains("worker-1") && history.contains("failed") && history.contains("CUDA out of memory"),
+        "{history}"
+    );
     assert!(browser.text("#job-priority").await.starts_with('5'));
     browser.shoot("job-failed").await;
     browser.submit("#retry").await;

@@ -1206,7 +1206,11 @@ async fn the_job_page_shows_priority_schedule_and_attempts_and_retries_a_failed_
     let html = console.submit(&format!("{path}/retry"), &[]).await;
     assert!(html.contains("Job queued again."), "{html}");
     assert_eq!(
-        json_of(app.get(&format!("/api/training/jobs/{job}"), &org.api_key).await, StatusCode::OK).await["status"],
+        json_of(
+            app.get(&format!("/api/training/jobs/{job}"), &org.api_key).await,
+            StatusCode::OK
+        )
+        .await["status"],
         "queued"
     );
     // Not retryable now: the flash says why.
@@ -1235,13 +1239,23 @@ async fn the_operator_pauses_and_resumes_actions_and_sees_each_organizations_sha
     assert!(html.contains("tracer: paused"), "{html}");
     assert!(html.contains("id=\"resume-tracer\""));
     let state = json_of(app.get("/api/internal/queue", INTERNAL_KEY).await, StatusCode::OK).await;
-    assert!(state["actions"].as_array().unwrap().iter().any(|a| a["action"] == "tracer" && a["paused"] == true));
-    let html = operator.submit("/console/operator/queue/tracer/resume", &[]).await;
+    assert!(state["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["action"] == "tracer" && a["paused"] == true));
+    let html = operator
+        .submit("/console/operator/queue/tracer/resume", &[])
+        .await;
     assert!(html.contains("tracer: resumed"), "{html}");
     // An unknown action, or an organization's member: nothing.
     let member = Console::sign_in(&app, &org.owner_token).await;
     let response = member.post("/console/operator/queue/tracer/pause", &[]).await;
     assert_ne!(response.status(), StatusCode::SEE_OTHER);
     let state = json_of(app.get("/api/internal/queue", INTERNAL_KEY).await, StatusCode::OK).await;
-    assert!(state["actions"].as_array().unwrap().iter().all(|a| a["paused"] == false));
+    assert!(state["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a["paused"] == false));
 }

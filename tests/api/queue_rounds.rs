@@ -112,17 +112,32 @@ async fn a_retryable_failure_is_scheduled_after_a_backoff_until_its_attempts_are
     let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
     assert_eq!(metric(&text, "keel_queue_retries_total{action=\"tracer\"}"), 2.0);
     assert_eq!(
-        metric(&text, "keel_queue_run_seconds_count{action=\"tracer\",outcome=\"retried\"}"),
+        metric(
+            &text,
+            "keel_queue_run_seconds_count{action=\"tracer\",outcome=\"retried\"}"
+        ),
         2.0
     );
     assert_eq!(
-        metric(&text, "keel_queue_run_seconds_count{action=\"tracer\",outcome=\"failed\"}"),
+        metric(
+            &text,
+            "keel_queue_run_seconds_count{action=\"tracer\",outcome=\"failed\"}"
+        ),
         1.0
     );
-    assert_eq!(metric(&text, "keel_queue_wait_seconds_count{action=\"tracer\"}"), 3.0);
+    assert_eq!(
+        metric(&text, "keel_queue_wait_seconds_count{action=\"tracer\"}"),
+        3.0
+    );
     // Every action's series exist from the start.
-    assert_eq!(metric(&text, "keel_queue_retries_total{action=\"training\"}"), 0.0);
-    assert_eq!(metric(&text, "keel_queue_wait_seconds_count{action=\"draft\"}"), 0.0);
+    assert_eq!(
+        metric(&text, "keel_queue_retries_total{action=\"training\"}"),
+        0.0
+    );
+    assert_eq!(
+        metric(&text, "keel_queue_wait_seconds_count{action=\"draft\"}"),
+        0.0
+    );
 }
 
 #[actix_web::test]
@@ -168,7 +183,11 @@ async fn every_way_an_attempt_ends_is_in_the_history() {
     // Stale: no heartbeat.
     claim(&app, "w2", "tracer", 1).await;
     actix_web::rt::time::sleep(Duration::from_millis(1200)).await;
-    let swept = json_of(worker_post(&app, "requeue-stale", json!({})).await, StatusCode::OK).await;
+    let swept = json_of(
+        worker_post(&app, "requeue-stale", json!({})).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(swept["requeued"], 1);
     // Blocked by the worker, retried by the user, stopped, retried, succeeded.
     claim(&app, "w3", "tracer", 1).await;
@@ -179,14 +198,13 @@ async fn every_way_an_attempt_ends_is_in_the_history() {
     )
     .await;
     let retry = format!("/api/training/jobs/{id}/retry");
-    assert_eq!(app.post(&retry, &org.api_key, &json!({})).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.post(&retry, &org.api_key, &json!({})).await.status(),
+        StatusCode::OK
+    );
     claim(&app, "w4", "tracer", 1).await;
-    app.post(
-        &format!("/api/training/jobs/{id}/stop"),
-        &org.api_key,
-        &json!({}),
-    )
-    .await;
+    app.post(&format!("/api/training/jobs/{id}/stop"), &org.api_key, &json!({}))
+        .await;
     worker_post(&app, "user-stopped", json!({"job_id": id, "worker_id": "w4"})).await;
     let retried = json_of(app.post(&retry, &org.api_key, &json!({})).await, StatusCode::OK).await;
     assert_eq!(history(&retried).len(), 4, "a retry keeps the history");
@@ -242,7 +260,11 @@ async fn an_idempotency_key_makes_a_repeated_create_one_job() {
     let app = spawn_app().await;
     let (org, project) = funded(&app, "Once").await;
     let body = json!({"action": "tracer", "projectId": project, "priority": 2});
-    let first = json_of(create_with_key(&app, &org, "submit-1", &body).await, StatusCode::ACCEPTED).await;
+    let first = json_of(
+        create_with_key(&app, &org, "submit-1", &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     // The same body, spaced otherwise: the same job.
     let spaced = app
         .request(Method::POST, "/api/training/jobs", Some(&org.api_key))
@@ -261,13 +283,24 @@ async fn an_idempotency_key_makes_a_repeated_create_one_job() {
     let other = json!({"action": "tracer", "projectId": project, "priority": 3});
     let response = create_with_key(&app, &org, "submit-1", &other).await;
     assert_eq!(response.status(), StatusCode::CONFLICT);
-    assert_eq!(response.json::<Value>().await.unwrap()["code"], "idempotency_key_reused");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["code"],
+        "idempotency_key_reused"
+    );
     // Another key, or another organization with the same key: another job.
-    let second = json_of(create_with_key(&app, &org, "submit-2", &body).await, StatusCode::ACCEPTED).await;
+    let second = json_of(
+        create_with_key(&app, &org, "submit-2", &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_ne!(second["jobId"], first["jobId"]);
     let (stranger, stranger_project) = funded(&app, "Stranger").await;
     let theirs = json!({"action": "tracer", "projectId": stranger_project, "priority": 2});
-    let theirs = json_of(create_with_key(&app, &stranger, "submit-1", &theirs).await, StatusCode::ACCEPTED).await;
+    let theirs = json_of(
+        create_with_key(&app, &stranger, "submit-1", &theirs).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_ne!(theirs["jobId"], first["jobId"]);
     // A bad key is a 422 naming the header.
     let long = "k".repeat(201);
@@ -291,29 +324,57 @@ async fn a_unique_key_answers_the_open_job_until_it_ends() {
     let app = spawn_app().await;
     let (org, project) = funded(&app, "Nightly").await;
     let body = json!({"action": "tracer", "projectId": project, "uniqueKey": "nightly-eval"});
-    let first = json_of(app.post("/api/training/jobs", &org.api_key, &body).await, StatusCode::ACCEPTED).await;
-    let again = json_of(app.post("/api/training/jobs", &org.api_key, &body).await, StatusCode::OK).await;
+    let first = json_of(
+        app.post("/api/training/jobs", &org.api_key, &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let again = json_of(
+        app.post("/api/training/jobs", &org.api_key, &body).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(again["jobId"], first["jobId"]);
     // Still open while running.
     let id = first["jobId"].as_str().unwrap();
     assert_eq!(claim(&app, "w1", "tracer", 1).await.len(), 1);
-    let running = json_of(app.post("/api/training/jobs", &org.api_key, &body).await, StatusCode::OK).await;
+    let running = json_of(
+        app.post("/api/training/jobs", &org.api_key, &body).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(running["jobId"], id);
     assert_eq!(running["status"], "running");
     // Ended: the key is free again.
     worker_post(&app, "succeeded", json!({"job_id": id, "worker_id": "w1"})).await;
-    let next = json_of(app.post("/api/training/jobs", &org.api_key, &body).await, StatusCode::ACCEPTED).await;
+    let next = json_of(
+        app.post("/api/training/jobs", &org.api_key, &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_ne!(next["jobId"], id);
     // Scheduled jobs hold their key too; another organization's key is its own.
     let later = json!({"action": "tracer", "projectId": project, "uniqueKey": "later",
         "runAt": (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339()});
-    let scheduled = json_of(app.post("/api/training/jobs", &org.api_key, &later).await, StatusCode::ACCEPTED).await;
+    let scheduled = json_of(
+        app.post("/api/training/jobs", &org.api_key, &later).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_eq!(scheduled["status"], "scheduled");
-    let same = json_of(app.post("/api/training/jobs", &org.api_key, &later).await, StatusCode::OK).await;
+    let same = json_of(
+        app.post("/api/training/jobs", &org.api_key, &later).await,
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(same["jobId"], scheduled["jobId"]);
     let (other, other_project) = funded(&app, "Other").await;
     let theirs = json!({"action": "tracer", "projectId": other_project, "uniqueKey": "nightly-eval"});
-    json_of(app.post("/api/training/jobs", &other.api_key, &theirs).await, StatusCode::ACCEPTED).await;
+    json_of(
+        app.post("/api/training/jobs", &other.api_key, &theirs).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     // Bounds: 1..200.
     for bad in [json!(""), json!("k".repeat(201))] {
         let body = json!({"action": "tracer", "projectId": project, "uniqueKey": bad});
@@ -360,7 +421,12 @@ async fn unique_keys_and_idempotency_keys_hold_across_two_instances() {
     let mut ids = std::collections::HashSet::new();
     for answer in unique_answers.into_iter().chain(keyed_answers) {
         assert!(answer.status().is_success(), "{}", answer.status());
-        ids.insert(answer.json::<Value>().await.unwrap()["jobId"].as_str().unwrap().to_owned());
+        ids.insert(
+            answer.json::<Value>().await.unwrap()["jobId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     assert_eq!(ids.len(), 2);
     assert_eq!(job_count(&app, &org).await, 2);
@@ -384,9 +450,15 @@ async fn a_batch_queues_all_its_jobs_or_none() {
     .await;
     let jobs = answer["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 4);
-    assert_eq!((jobs[0]["action"].as_str(), jobs[0]["priority"].as_i64()), (Some("tracer"), Some(1)));
+    assert_eq!(
+        (jobs[0]["action"].as_str(), jobs[0]["priority"].as_i64()),
+        (Some("tracer"), Some(1))
+    );
     assert_eq!(jobs[1]["status"], "scheduled");
-    assert_eq!(jobs[2]["jobId"], jobs[3]["jobId"], "a unique key within the batch");
+    assert_eq!(
+        jobs[2]["jobId"], jobs[3]["jobId"],
+        "a unique key within the batch"
+    );
     assert_eq!(job_count(&app, &org).await, 3);
     // The most urgent of the batch is claimed first.
     assert_eq!(claim(&app, "w", "tracer", 1).await[0]["job_id"], jobs[0]["jobId"]);
@@ -399,8 +471,14 @@ async fn a_batch_queues_all_its_jobs_or_none() {
     ]});
     let issues = validation_issues(app.post("/api/training/jobs/batch", &org.api_key, &bad).await).await;
     let locs: Vec<&Value> = issues.iter().map(|i| &i["loc"]).collect();
-    assert!(locs.contains(&&json!(["body", "jobs", 1, "priority"])), "{issues:?}");
-    assert!(locs.contains(&&json!(["body", "jobs", 2, "action"])), "{issues:?}");
+    assert!(
+        locs.contains(&&json!(["body", "jobs", 1, "priority"])),
+        "{issues:?}"
+    );
+    assert!(
+        locs.contains(&&json!(["body", "jobs", 2, "action"])),
+        "{issues:?}"
+    );
     // A project of another organization: 422 at its index.
     let (_, foreign) = funded(&app, "Foreign").await;
     let bad = json!({"jobs": [
@@ -411,18 +489,32 @@ async fn a_batch_queues_all_its_jobs_or_none() {
     assert_eq!(issues[0]["loc"], json!(["body", "jobs", 1, "projectId"]));
     assert_eq!(job_count(&app, &org).await, 3);
     // 1..1000 items.
-    for jobs in [json!([]), Value::Array(vec![json!({"action": "tracer", "projectId": project}); 1001])] {
-        let issues =
-            validation_issues(app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": jobs})).await).await;
+    for jobs in [
+        json!([]),
+        Value::Array(vec![json!({"action": "tracer", "projectId": project}); 1001]),
+    ] {
+        let issues = validation_issues(
+            app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": jobs}))
+                .await,
+        )
+        .await;
         assert_eq!(issues[0]["loc"], json!(["body", "jobs"]));
     }
-    let issues = validation_issues(app.post("/api/training/jobs/batch", &org.api_key, &json!({})).await).await;
+    let issues = validation_issues(
+        app.post("/api/training/jobs/batch", &org.api_key, &json!({}))
+            .await,
+    )
+    .await;
     assert_eq!(issues[0]["loc"], json!(["body", "jobs"]));
     // A thousand at once.
     app.fund(&org, 100_000).await;
-    let many = Value::Array(vec![json!({"action": "training", "projectId": project, "model": "m", "environmentSlug": "a/b/c"}); 1000]);
+    let many = Value::Array(vec![
+        json!({"action": "training", "projectId": project, "model": "m", "environmentSlug": "a/b/c"});
+        1000
+    ]);
     let answer = json_of(
-        app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": many})).await,
+        app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": many}))
+            .await,
         StatusCode::ACCEPTED,
     )
     .await;
@@ -501,7 +593,8 @@ async fn backlogged(app: &TestApp, name: &str, jobs: usize) -> TestOrg {
     app.fund(&org, 100 * jobs as i64 + 1000).await;
     let items = vec![json!({"action": "tracer", "projectId": project}); jobs];
     json_of(
-        app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": items})).await,
+        app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": items}))
+            .await,
         StatusCode::ACCEPTED,
     )
     .await;
@@ -510,7 +603,12 @@ async fn backlogged(app: &TestApp, name: &str, jobs: usize) -> TestOrg {
 
 async fn set_share(app: &TestApp, org: &TestOrg, body: Value) -> Value {
     json_of(
-        app.put(&format!("/api/internal/orgs/{}/queue", org.org_id), INTERNAL_KEY, &body).await,
+        app.put(
+            &format!("/api/internal/orgs/{}/queue", org.org_id),
+            INTERNAL_KEY,
+            &body,
+        )
+        .await,
         StatusCode::OK,
     )
     .await
@@ -519,7 +617,12 @@ async fn set_share(app: &TestApp, org: &TestOrg, body: Value) -> Value {
 /// How many of `claimed` are each organization's.
 fn split(claimed: &[Value], orgs: &[&TestOrg]) -> Vec<usize> {
     orgs.iter()
-        .map(|org| claimed.iter().filter(|j| j["org_id"] == org.org_id.as_str()).count())
+        .map(|org| {
+            claimed
+                .iter()
+                .filter(|j| j["org_id"] == org.org_id.as_str())
+                .count()
+        })
         .collect()
 }
 
@@ -529,19 +632,28 @@ async fn claims_share_jobs_across_organizations_by_weight() {
     let heavy = backlogged(&app, "Heavy", 40).await;
     let light = backlogged(&app, "Light", 40).await;
     let view = set_share(&app, &heavy, json!({"weight": 3})).await;
-    assert_eq!((view["weight"].as_i64(), view["maxRunning"].is_null()), (Some(3), true));
+    assert_eq!(
+        (view["weight"].as_i64(), view["maxRunning"].is_null()),
+        (Some(3), true)
+    );
     // Twenty claims of one job each: 15 to 5 (±2).
     let mut claimed = Vec::new();
     for i in 0..20 {
         claimed.extend(claim(&app, &format!("w{i}"), "tracer", 1).await);
     }
     let shares = split(&claimed, &[&heavy, &light]);
-    assert!((13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20, "{shares:?}");
+    assert!(
+        (13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20,
+        "{shares:?}"
+    );
     // Two claims of ten: the same proportion.
     let mut claimed = claim(&app, "b1", "tracer", 10).await;
     claimed.extend(claim(&app, "b2", "tracer", 10).await);
     let shares = split(&claimed, &[&heavy, &light]);
-    assert!((13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20, "{shares:?}");
+    assert!(
+        (13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20,
+        "{shares:?}"
+    );
     // Equal weights share equally, one at a time.
     let a = backlogged(&app, "A", 10).await;
     let b = backlogged(&app, "B", 10).await;
@@ -571,14 +683,18 @@ async fn weighted_shares_hold_across_two_instances() {
         claimed.extend(claim(instance, &format!("w{i}"), "tracer", 1).await);
     }
     let shares = split(&claimed, &[&heavy, &light]);
-    assert!((13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20, "{shares:?}");
+    assert!(
+        (13..=17).contains(&shares[0]) && shares[0] + shares[1] == 20,
+        "{shares:?}"
+    );
     // At once from both instances: still the proportion, and no job twice.
     let racing = (0..20).map(|i| {
         let instance = if i % 2 == 0 { &app } else { &second };
         claim(instance, "racer", "tracer", 1)
     });
     let claimed: Vec<Value> = join_all(racing).await.into_iter().flatten().collect();
-    let ids: std::collections::HashSet<&str> = claimed.iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    let ids: std::collections::HashSet<&str> =
+        claimed.iter().map(|j| j["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), claimed.len());
     let shares = split(&claimed, &[&heavy, &light]);
     assert!((13..=17).contains(&shares[0]), "{shares:?}");
@@ -590,12 +706,21 @@ async fn no_organization_runs_more_than_its_cap() {
     let capped = backlogged(&app, "Capped", 6).await;
     let other = backlogged(&app, "Other", 6).await;
     let view = json_of(
-        app.get(&format!("/api/internal/orgs/{}/queue", capped.org_id), INTERNAL_KEY).await,
+        app.get(
+            &format!("/api/internal/orgs/{}/queue", capped.org_id),
+            INTERNAL_KEY,
+        )
+        .await,
         StatusCode::OK,
     )
     .await;
     assert_eq!(
-        (view["weight"].as_i64(), view["maxRunning"].is_null(), view["effectiveMaxRunning"].as_i64(), view["running"].as_i64()),
+        (
+            view["weight"].as_i64(),
+            view["maxRunning"].is_null(),
+            view["effectiveMaxRunning"].as_i64(),
+            view["running"].as_i64()
+        ),
         (Some(1), true, Some(2), Some(0))
     );
     // The default cap: two each, whatever the claim's size.
@@ -603,15 +728,35 @@ async fn no_organization_runs_more_than_its_cap() {
     assert_eq!(split(&first, &[&capped, &other]), vec![2, 2]);
     assert!(claim(&app, "w2", "tracer", 10).await.is_empty());
     // One ends: one more may run.
-    let done = first.iter().find(|j| j["org_id"] == capped.org_id.as_str()).unwrap();
-    worker_post(&app, "succeeded", json!({"job_id": done["job_id"], "worker_id": "w1"})).await;
-    assert_eq!(split(&claim(&app, "w3", "tracer", 10).await, &[&capped, &other]), vec![1, 0]);
+    let done = first
+        .iter()
+        .find(|j| j["org_id"] == capped.org_id.as_str())
+        .unwrap();
+    worker_post(
+        &app,
+        "succeeded",
+        json!({"job_id": done["job_id"], "worker_id": "w1"}),
+    )
+    .await;
+    assert_eq!(
+        split(&claim(&app, "w3", "tracer", 10).await, &[&capped, &other]),
+        vec![1, 0]
+    );
     // The operator's own cap overrides the default; 0 lifts it.
     let view = set_share(&app, &capped, json!({"maxRunning": 3})).await;
-    assert_eq!((view["effectiveMaxRunning"].as_i64(), view["running"].as_i64()), (Some(3), Some(2)));
-    assert_eq!(split(&claim(&app, "w4", "tracer", 10).await, &[&capped, &other]), vec![1, 0]);
+    assert_eq!(
+        (view["effectiveMaxRunning"].as_i64(), view["running"].as_i64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(
+        split(&claim(&app, "w4", "tracer", 10).await, &[&capped, &other]),
+        vec![1, 0]
+    );
     set_share(&app, &other, json!({"maxRunning": 0})).await;
-    assert_eq!(split(&claim(&app, "w5", "tracer", 10).await, &[&capped, &other]), vec![0, 4]);
+    assert_eq!(
+        split(&claim(&app, "w5", "tracer", 10).await, &[&capped, &other]),
+        vec![0, 4]
+    );
 }
 
 #[actix_web::test]
@@ -630,14 +775,21 @@ async fn queue_shares_are_validated_and_need_an_organization() {
     }
     let unknown = format!("/api/internal/orgs/{}/queue", uuid::Uuid::new_v4());
     assert_error(app.get(&unknown, INTERNAL_KEY).await, StatusCode::NOT_FOUND).await;
-    assert_error(app.put(&unknown, INTERNAL_KEY, &json!({"weight": 2})).await, StatusCode::NOT_FOUND).await;
+    assert_error(
+        app.put(&unknown, INTERNAL_KEY, &json!({"weight": 2})).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     let issues = validation_issues(app.get("/api/internal/orgs/nope/queue", INTERNAL_KEY).await).await;
     assert_eq!(issues[0]["loc"], json!(["path", "org_id"]));
     // Not for organizations' own keys.
     assert_error(app.get(&path, &org.api_key).await, StatusCode::FORBIDDEN).await;
     // An empty body sets the defaults.
     let view = set_share(&app, &org, json!({})).await;
-    assert_eq!((view["weight"].as_i64(), view["maxRunning"].is_null()), (Some(1), true));
+    assert_eq!(
+        (view["weight"].as_i64(), view["maxRunning"].is_null()),
+        (Some(1), true)
+    );
 }
 
 #[actix_web::test]
@@ -654,13 +806,25 @@ async fn a_scheduled_job_waits_from_when_it_came_due() {
     let claimed = claim(&app, "w", "draft", 1).await;
     assert_eq!(claimed.len(), 1);
     let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
-    assert_eq!(metric(&text, "keel_queue_wait_seconds_count{action=\"draft\"}"), 1.0);
+    assert_eq!(
+        metric(&text, "keel_queue_wait_seconds_count{action=\"draft\"}"),
+        1.0
+    );
     assert!(metric(&text, "keel_queue_wait_seconds_sum{action=\"draft\"}") < 1.4);
 }
 
-async fn enqueue_at(app: &TestApp, org: &TestOrg, project: &str, at: chrono::DateTime<chrono::Utc>) -> String {
+async fn enqueue_at(
+    app: &TestApp,
+    org: &TestOrg,
+    project: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> String {
     let body = json!({"action": "draft", "projectId": project, "runAt": at.to_rfc3339()});
-    json_of(app.post("/api/training/jobs", &org.api_key, &body).await, StatusCode::ACCEPTED).await["jobId"]
+    json_of(
+        app.post("/api/training/jobs", &org.api_key, &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await["jobId"]
         .as_str()
         .unwrap()
         .to_owned()

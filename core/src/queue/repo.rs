@@ -12,8 +12,8 @@ use super::shares::{allot, Allotment, Contender};
 use sea_orm::sea_query::{Condition, Expr, OnConflict};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter, QueryOrder,
-    QuerySelect, Statement, TransactionSession, TransactionTrait, Value,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, EntityTrait,
+    ExprTrait, QueryFilter, QueryOrder, QuerySelect, Statement, TransactionSession, TransactionTrait, Value,
 };
 use serde_json::json;
 
@@ -765,7 +765,13 @@ pub struct EndedAttempt {
 }
 
 impl EndedAttempt {
-    fn of(job: &training_job::Model, worker_id: Option<String>, outcome: AttemptOutcome, error: Option<String>, now: DateTime<Utc>) -> Self {
+    fn of(
+        job: &training_job::Model,
+        worker_id: Option<String>,
+        outcome: AttemptOutcome,
+        error: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
         Self {
             action: job.action,
             row: training_job_attempt::Model {
@@ -832,7 +838,10 @@ async fn retry_failures(
     now: DateTime<Utc>,
 ) -> Result<Vec<(training_job::Model, EndedAttempt)>, DbErr> {
     let mut retried = Vec::new();
-    for report in reports.iter().filter(|r| r.retryable && r.status == JobStatus::Failed) {
+    for report in reports
+        .iter()
+        .filter(|r| r.retryable && r.status == JobStatus::Failed)
+    {
         // The attempt number is the job's, read in the update itself: one due time per
         // attempt that can still be retried.
         let mut due = sea_orm::sea_query::CaseStatement::new();
@@ -935,7 +944,9 @@ pub async fn apply_reports(
             .await?
         {
             let job_id: JobId = row.try_get_by_index(0)?;
-            let Some(report) = by_id.get(&job_id) else { continue };
+            let Some(report) = by_id.get(&job_id) else {
+                continue;
+            };
             let action: String = row.try_get_by_index(3)?;
             ended.push(EndedAttempt {
                 action: JobAction::parse(&action).unwrap_or(JobAction::Training),
@@ -1054,7 +1065,15 @@ pub async fn block_unpaid(
         .await?;
     let ended: Vec<EndedAttempt> = blocked
         .iter()
-        .map(|job| EndedAttempt::of(job, job.worker_id.clone(), AttemptOutcome::Blocked, Some(reason.to_owned()), now))
+        .map(|job| {
+            EndedAttempt::of(
+                job,
+                job.worker_id.clone(),
+                AttemptOutcome::Blocked,
+                Some(reason.to_owned()),
+                now,
+            )
+        })
         .collect();
     record_attempts(&txn, &ended).await?;
     txn.commit().await?;
@@ -1063,7 +1082,10 @@ pub async fn block_unpaid(
 
 /// The organization's jobs blocked at their claim for want of funds go back to the queue
 /// (a job a worker reported blocked is not touched); answers their actions.
-pub async fn requeue_blocked_for_funds(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<JobAction>, DbErr> {
+pub async fn requeue_blocked_for_funds(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+) -> Result<Vec<JobAction>, DbErr> {
     let now = Utc::now();
     let requeued = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(QUEUED))
@@ -1206,7 +1228,15 @@ pub async fn requeue_stale(
         .iter()
         .chain(&failed)
         .chain(&requeued)
-        .map(|job| EndedAttempt::of(job, job.worker_id.clone(), AttemptOutcome::Stale, no_heartbeat.clone(), now))
+        .map(|job| {
+            EndedAttempt::of(
+                job,
+                job.worker_id.clone(),
+                AttemptOutcome::Stale,
+                no_heartbeat.clone(),
+                now,
+            )
+        })
         .collect();
     record_attempts(&txn, &ended).await?;
     txn.commit().await?;
@@ -1264,7 +1294,15 @@ pub async fn requeue_interrupted(
         .await?;
     let ended: Vec<EndedAttempt> = requeued
         .iter()
-        .map(|job| EndedAttempt::of(job, Some(worker_id.to_owned()), AttemptOutcome::Interrupted, None, now))
+        .map(|job| {
+            EndedAttempt::of(
+                job,
+                Some(worker_id.to_owned()),
+                AttemptOutcome::Interrupted,
+                None,
+                now,
+            )
+        })
         .collect();
     record_attempts(&txn, &ended).await?;
     txn.commit().await?;
@@ -1437,7 +1475,9 @@ pub async fn org_settings(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
 ) -> Result<Option<queue_org_setting::Model>, DbErr> {
-    queue_org_setting::Entity::find_by_id(org_id.clone()).one(db).await
+    queue_org_setting::Entity::find_by_id(org_id.clone())
+        .one(db)
+        .await
 }
 
 /// Sets an organization's weight and cap (`None`: the default cap).

@@ -240,7 +240,9 @@ pub async fn org_shares(jobs: &Jobs) -> Result<Vec<(OrgQueue, i64)>, JobError> {
         )
     };
     for settings in repo::all_org_settings(&jobs.db).await? {
-        let entry = by_org.entry(settings.org_id.clone()).or_insert_with(|| blank(&settings.org_id));
+        let entry = by_org
+            .entry(settings.org_id.clone())
+            .or_insert_with(|| blank(&settings.org_id));
         entry.0.weight = settings.weight;
         entry.0.max_running = settings.max_running;
         entry.0.effective_max_running = settings.max_running.map_or(default_cap, i64::from);
@@ -334,7 +336,10 @@ pub async fn requeue_blocked_for_funds(jobs: &Jobs, org_id: &OrgId) -> Result<()
 
 /// Until the process stops, queues again the jobs blocked for want of funds of every
 /// organization the ledger credits (`queue.requeue_blocked_on_credit`).
-pub async fn requeue_blocked_on_credit(jobs: Jobs, mut credited: tokio::sync::mpsc::UnboundedReceiver<OrgId>) {
+pub async fn requeue_blocked_on_credit(
+    jobs: Jobs,
+    mut credited: tokio::sync::mpsc::UnboundedReceiver<OrgId>,
+) {
     while let Some(org_id) = credited.recv().await {
         if let Err(err) = requeue_blocked_for_funds(&jobs, &org_id).await {
             tracing::warn!(org_id = %org_id, error = %err, "requeueing jobs blocked for funds failed");

@@ -50,7 +50,9 @@ pub fn allot(contenders: &[Contender], limit: u32) -> Vec<Allotment> {
     let highest = contenders
         .iter()
         .filter_map(|c| c.pass)
-        .fold(None, |high: Option<f64>, pass| Some(high.map_or(pass, |h| h.max(pass))))
+        .fold(None, |high: Option<f64>, pass| {
+            Some(high.map_or(pass, |h| h.max(pass)))
+        })
         .unwrap_or(0.0);
     let floor = highest - 1.0;
     let mut state: Vec<(Allotment, f64, i64)> = contenders
@@ -69,14 +71,15 @@ pub fn allot(contenders: &[Contender], limit: u32) -> Vec<Allotment> {
         })
         .collect();
     for _ in 0..limit {
-        let next = state
-            .iter_mut()
-            .filter(|(_, _, left)| *left > 0)
-            .min_by(|(a, pass_a, _), (b, pass_b, _)| {
-                pass_a
-                    .total_cmp(pass_b)
-                    .then_with(|| a.org_id.as_str().cmp(b.org_id.as_str()))
-            });
+        let next =
+            state
+                .iter_mut()
+                .filter(|(_, _, left)| *left > 0)
+                .min_by(|(a, pass_a, _), (b, pass_b, _)| {
+                    pass_a
+                        .total_cmp(pass_b)
+                        .then_with(|| a.org_id.as_str().cmp(b.org_id.as_str()))
+                });
         let Some((allotment, pass, left)) = next else {
             break;
         };
@@ -151,7 +154,10 @@ mod tests {
     #[test]
     fn an_idle_organization_banks_no_credit() {
         // Org 1 was handed a thousand jobs while org 2 was away; org 2 comes back far behind.
-        let contenders = [contender(1, 1, 100, Some(1000.0)), contender(2, 1, 100, Some(3.0))];
+        let contenders = [
+            contender(1, 1, 100, Some(1000.0)),
+            contender(2, 1, 100, Some(3.0)),
+        ];
         let allotted = allot(&contenders, 10);
         let jobs: Vec<i64> = allotted.iter().map(|a| a.jobs).collect();
         // One stride of catch-up at most (org 2's first pick), then turns: 5 and 5, not 0
