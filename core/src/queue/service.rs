@@ -97,7 +97,7 @@ pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<trainin
     for org_id in orgs {
         let mut projects: Vec<crate::domain::ProjectId> = batch
             .iter()
-            .filter(|job| &job.org_id == org_id)
+            .filter(|job| job.org_id == *org_id)
             .map(|job| job.project_id.clone())
             .collect();
         projects.sort();
@@ -255,7 +255,7 @@ pub async fn org_shares(jobs: &Jobs) -> Result<Vec<(OrgQueue, i64)>, JobError> {
         }
     }
     let mut shares: Vec<(OrgQueue, i64)> = by_org.into_values().collect();
-    shares.sort_by(|a, b| (b.0.running, b.1).cmp(&(a.0.running, a.1)));
+    shares.sort_by_key(|share| std::cmp::Reverse((share.0.running, share.1)));
     shares.truncate(SHARES_SHOWN);
     Ok(shares)
 }
