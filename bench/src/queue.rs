@@ -35,6 +35,8 @@ struct Row {
     database: &'static str,
     mode: &'static str,
     enqueue_per_second: f64,
+    /// Jobs/s through `POST /api/training/jobs/batch` (batched mode only).
+    batch_per_second: Option<f64>,
     jobs_per_second: f64,
     claim_p50: Duration,
     claim_p99: Duration,
@@ -60,8 +62,9 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
             }
             let row = run_one(&bench, database, admin_url, mode, claim_limit, max_batch).await?;
             eprintln!(
-                "{database} {mode}: enqueue {:.0}/s, end-to-end {:.0} jobs/s, claim p50 {} ms p99 {} ms",
+                "{database} {mode}: enqueue {:.0}/s (batches: {:?}), end-to-end {:.0} jobs/s, claim p50 {} ms p99 {} ms",
                 row.enqueue_per_second,
+                row.batch_per_second,
                 row.jobs_per_second,
                 millis(row.claim_p50),
                 millis(row.claim_p99)
@@ -79,16 +82,17 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "| database | mode | enqueue/s | end-to-end jobs/s | claim p50 ms | claim p99 ms | succeeded |"
+        "| database | mode | enqueue/s (1 per POST) | enqueue/s (batches of {BATCH}) | end-to-end jobs/s | claim p50 ms | claim p99 ms | succeeded |"
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
     for r in rows {
         writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {} | {:.0} | {} | {} | {} |",
             r.database,
             r.mode,
             r.enqueue_per_second,
+            r.batch_per_second.map_or("-".into(), |b| format!("{b:.0}")),
             r.jobs_per_second,
             millis(r.claim_p50),
             millis(r.claim_p99),
@@ -97,7 +101,7 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "| none | HTTP ceiling: report-shaped requests/s to a do-nothing actix handler ({in_flight} in flight) | - | {:.0} | - | - | - |",
+        "| none | HTTP ceiling: report-shaped requests/s to a do-nothing actix handler ({in_flight} in flight) | - | - | {:.0} | - | - | - |",
         ceiling.per_second()
     )?;
     Ok(())
@@ -151,6 +155,21 @@ async fn run_one(
     if succeeded != bench.jobs as u64 {
         anyhow::bail!("{succeeded} of {} jobs succeeded", bench.jobs);
     }
+    // The same number of jobs again, through the bulk route, in the batched mode.
+    let batch_per_second = match claim_limit > 1 {
+        true => Some(enqueue_in_batches(addr, &tenant, bench).await?),
+        false => None,
+    };
+    let queued = training_job::Entity::find()
+        .filter(training_job::Column::Status.eq("queued"))
+        .count(&state.db)
+        .await?;
+    if batch_per_second.is_some() && queued != (bench.jobs / BATCH * BATCH) as u64 {
+        anyhow::bail!(
+            "{queued} jobs queued by the batches, not {}",
+            bench.jobs / BATCH * BATCH
+        );
+    }
     handle.stop(true).await;
     let _ = server.await;
     db.drop_now().await;
@@ -162,11 +181,35 @@ async fn run_one(
         database,
         mode,
         enqueue_per_second: enqueued.per_second(),
+        batch_per_second,
         jobs_per_second: bench.jobs as f64 / elapsed.as_secs_f64(),
         claim_p50: percentile(0.5),
         claim_p99: percentile(0.99),
         succeeded,
     })
+}
+
+/// Jobs per `POST /api/training/jobs/batch`.
+const BATCH: usize = 1000;
+/// Batches in flight at once.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Enqueues `bench.jobs` (rounded down to whole batches) through the bulk route; answers
+/// jobs per second.
+async fn enqueue_in_batches(
+    addr: SocketAddr,
+    tenant: &crate::common::Tenant,
+    bench: &QueueBench,
+) -> anyhow::Result<f64> {
+    let batches = (bench.jobs / BATCH).max(1);
+    let items = vec![json!({"action": "tracer", "projectId": tenant.project_id}); BATCH];
+    let request = LoadRequest::json("/api/training/jobs/batch", &tenant.key, &[])?
+        .with_body(json!({"jobs": items}).to_string());
+    let sent = run_load(addr, BATCHES_IN_FLIGHT, batches, move |_| request.clone()).await;
+    if sent.ok != batches {
+        anyhow::bail!("only {} of {batches} batches were enqueued", sent.ok);
+    }
+    Ok(sent.per_second() * BATCH as f64)
 }
 
 /// Workers on a runtime of their own: claim, then report every claimed job succeeded.

@@ -265,13 +265,13 @@ async fn an_idempotency_key_makes_a_repeated_create_one_job() {
         StatusCode::ACCEPTED,
     )
     .await;
-    // The same body, spaced otherwise: the same job.
+    // The same body, spaced and ordered otherwise: the same job.
     let spaced = app
         .request(Method::POST, "/api/training/jobs", Some(&org.api_key))
         .header("Idempotency-Key", "submit-1")
         .header("content-type", "application/json")
         .body(format!(
-            "{{ \"action\" : \"tracer\", \"projectId\": \"{project}\",  \"priority\": 2 }}"
+            "{{ \"priority\": 2, \"action\" : \"tracer\",  \"projectId\": \"{project}\" }}"
         ))
         .send()
         .await

@@ -378,16 +378,26 @@ pub async fn claim(
         Some(txn) => txn,
         None => db.begin().await?,
     };
-    let wanted: Vec<&Allotment> = allotted.iter().filter(|a| a.jobs > 0).collect();
-    let mut jobs = match wanted.is_empty() {
-        true => Vec::new(),
-        false => claim_allotted(&txn, worker_id, action, &wanted).await?,
+    let mut jobs = match backend {
+        // The claim and the passes it moves in one statement.
+        DbBackend::Postgres if !allotted.is_empty() => {
+            claim_allotted_pg(&txn, worker_id, action, &allotted).await?
+        }
+        DbBackend::Postgres => Vec::new(),
+        _ => {
+            let wanted: Vec<&Allotment> = allotted.iter().filter(|a| a.jobs > 0).collect();
+            let jobs = match wanted.is_empty() {
+                true => Vec::new(),
+                false => claim_allotted_sqlite(&txn, worker_id, action, &wanted).await?,
+            };
+            let mut handed: HashMap<OrgId, i64> = HashMap::new();
+            for job in &jobs {
+                *handed.entry(job.org_id.clone()).or_default() += 1;
+            }
+            save_passes(&txn, action, &allotted, &handed).await?;
+            jobs
+        }
     };
-    let mut handed: HashMap<OrgId, i64> = HashMap::new();
-    for job in &jobs {
-        *handed.entry(job.org_id.clone()).or_default() += 1;
-    }
-    save_passes(&txn, action, &allotted, &handed).await?;
     jobs.sort_by(|a, b| {
         (a.priority, a.created_at)
             .cmp(&(b.priority, b.created_at))
@@ -442,11 +452,18 @@ struct Backlogged {
     pass: Option<f64>,
 }
 
+/// The claim index's order (migration `m20261126_000003`), unqualified and for alias `t`.
+const CLAIM_ORDER: &str = "action, org_id, priority, created_at, id";
+const CLAIM_ORDER_T: &str = "t.action, t.org_id, t.priority, t.created_at, t.id";
+
 /// Every organization with queued jobs of `action`, with its settings and its pass.
 async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Result<Vec<Backlogged>, DbErr> {
     let backend = db.get_database_backend();
+    // Every probe is ordered as the claim index is, so the planner reads that index (its
+    // queued jobs only): ordered by fewer columns, PostgreSQL took the organization's index
+    // and walked past every finished job of the organization, each claim.
     let counted = "(SELECT count(*) FROM (SELECT 1 FROM training_jobs t WHERE t.org_id = o.org_id \
-        AND t.action = {action} AND t.status = {queued} LIMIT {limit}) x)";
+        AND t.action = {action} AND t.status = {queued} ORDER BY {claim_order_t} LIMIT {limit}) x)";
     let joined = "LEFT JOIN queue_org_settings s ON s.org_id = o.org_id \
         LEFT JOIN queue_shares q ON q.action = {action} AND q.org_id = o.org_id";
     let (sql, values): (String, Vec<Value>) = match backend {
@@ -456,16 +473,18 @@ async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Re
                 &format!(
                     "WITH RECURSIVE orgs(org_id) AS (\
                     (SELECT org_id FROM training_jobs WHERE action = $1 AND status = {{queued}} \
-                        ORDER BY action, org_id LIMIT 1) \
+                        ORDER BY {{claim_order}} LIMIT 1) \
                     UNION ALL \
                     SELECT (SELECT t.org_id FROM training_jobs t WHERE t.action = $1 AND t.status = {{queued}} \
-                        AND t.org_id > orgs.org_id ORDER BY t.action, t.org_id LIMIT 1) \
+                        AND t.org_id > orgs.org_id ORDER BY {{claim_order_t}} LIMIT 1) \
                     FROM orgs WHERE orgs.org_id IS NOT NULL) \
                  SELECT o.org_id, {counted} AS queued, s.weight, s.max_running, q.pass \
                  FROM orgs o {joined} WHERE o.org_id IS NOT NULL"
                 )
                 .replace("{action}", "$1")
-                .replace("{limit}", "$2"),
+                .replace("{limit}", "$2")
+                .replace("{claim_order_t}", CLAIM_ORDER_T)
+                .replace("{claim_order}", CLAIM_ORDER),
             ),
             vec![action.as_str().into(), i64::from(limit).into()],
         ),
@@ -477,7 +496,8 @@ async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Re
                  {joined}"
                 )
                 .replace("{action}", "?1")
-                .replace("{limit}", "?2"),
+                .replace("{limit}", "?2")
+                .replace("{claim_order_t}", CLAIM_ORDER_T),
             ),
             vec![action.as_str().into(), i64::from(limit).into()],
         ),
@@ -516,76 +536,86 @@ async fn running_counts(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<
         .collect())
 }
 
-/// Claims each organization's allotted number of its most urgent queued jobs of `action`.
-async fn claim_allotted(
+/// Claims each organization's allotted number of its most urgent queued jobs of `action`
+/// (PostgreSQL): each organization's first `n` jobs by the claim index, locked as they are
+/// read (skipping rows another transaction holds) and updated by `ctid`; in the same
+/// statement, the passes of the organizations handed jobs (or placed for the first time)
+/// move by what each was actually handed.
+async fn claim_allotted_pg(
+    db: &impl ConnectionTrait,
+    worker_id: &str,
+    action: JobAction,
+    allotted: &[Allotment],
+) -> Result<Vec<training_job::Model>, DbErr> {
+    let plan: Vec<serde_json::Value> = allotted
+        .iter()
+        .map(|a| json!({"org_id": a.org_id, "n": a.jobs, "pass": a.pass, "weight": a.weight, "first": a.first}))
+        .collect();
+    let sql = with_statuses(
+        "WITH p AS (SELECT * FROM jsonb_to_recordset($1) \
+                AS p(org_id text, n bigint, pass float8, weight int, first boolean)), \
+         heads AS (SELECT h.ctid FROM p CROSS JOIN LATERAL (\
+            SELECT t.ctid FROM training_jobs t \
+            WHERE t.org_id = p.org_id AND t.action = $2 AND t.status = {queued} AND p.n > 0 \
+            ORDER BY t.action, t.org_id, t.priority, t.created_at, t.id LIMIT p.n FOR UPDATE SKIP LOCKED) h), \
+         u AS (UPDATE training_jobs SET status = {running}, worker_id = $3, attempts = attempts + 1, \
+            claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
+            WHERE ctid = ANY(ARRAY(SELECT ctid FROM heads)) AND status = {queued} RETURNING *), \
+         handed AS (SELECT org_id, count(*) AS n FROM u GROUP BY org_id), \
+         saved AS (INSERT INTO queue_shares (action, org_id, pass) \
+            SELECT $2, p.org_id, p.pass + COALESCE(handed.n, 0)::float8 / GREATEST(p.weight, 1) \
+            FROM p LEFT JOIN handed ON handed.org_id = p.org_id WHERE handed.n > 0 OR p.first \
+            ON CONFLICT (action, org_id) DO UPDATE SET pass = excluded.pass) \
+         SELECT * FROM u",
+    );
+    let values: Vec<Value> = vec![
+        serde_json::Value::Array(plan).into(),
+        action.as_str().into(),
+        worker_id.into(),
+        Utc::now().into(),
+    ];
+    training_job::Entity::find()
+        .from_raw_sql(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+        .all(db)
+        .await
+}
+
+/// Claims each organization's allotted number of its most urgent queued jobs of `action`
+/// (SQLite): one index range per organization, its first `n` jobs.
+async fn claim_allotted_sqlite(
     db: &impl ConnectionTrait,
     worker_id: &str,
     action: JobAction,
     allotted: &[&Allotment],
 ) -> Result<Vec<training_job::Model>, DbErr> {
-    let backend = db.get_database_backend();
     let now = Utc::now();
-    let (sql, values): (String, Vec<Value>) = match backend {
-        // Each organization's first `n` jobs by the claim index, locked as they are read
-        // (skipping rows another transaction holds) and updated by `ctid`.
-        DbBackend::Postgres => {
-            let plan: Vec<serde_json::Value> = allotted
-                .iter()
-                .map(|a| json!({"org_id": a.org_id, "n": a.jobs}))
-                .collect();
-            (
-                with_statuses(
-                    "WITH heads AS (\
-                    SELECT h.ctid FROM jsonb_to_recordset($1) AS p(org_id text, n bigint) CROSS JOIN LATERAL (\
-                        SELECT t.ctid FROM training_jobs t \
-                        WHERE t.org_id = p.org_id AND t.action = $2 AND t.status = {queued} \
-                        ORDER BY t.priority, t.created_at, t.id LIMIT p.n FOR UPDATE SKIP LOCKED) h) \
-                 UPDATE training_jobs SET status = {running}, worker_id = $3, attempts = attempts + 1, \
-                    claimed_at = $4, heartbeat_at = $4, updated_at = $4, stop_requested = false \
-                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM heads)) AND status = {queued} RETURNING *",
-                ),
-                vec![
-                    serde_json::Value::Array(plan).into(),
-                    action.as_str().into(),
-                    worker_id.into(),
-                    now.into(),
-                ],
+    let mut values: Vec<Value> = vec![worker_id.into(), now.into(), now.into(), now.into()];
+    let heads: Vec<String> = allotted
+        .iter()
+        .map(|a| {
+            values.push(a.org_id.as_str().into());
+            values.push(action.as_str().into());
+            values.push(a.jobs.into());
+            with_statuses(
+                "SELECT id FROM (SELECT id FROM training_jobs WHERE org_id = ? AND action = ? \
+                 AND status = {queued} ORDER BY priority, created_at, id LIMIT ?)",
             )
-        }
-        // One index range per organization, its first `n` jobs.
-        _ => {
-            let mut values: Vec<Value> = vec![worker_id.into(), now.into(), now.into(), now.into()];
-            let heads: Vec<String> = allotted
-                .iter()
-                .map(|a| {
-                    values.push(a.org_id.as_str().into());
-                    values.push(action.as_str().into());
-                    values.push(a.jobs.into());
-                    with_statuses(
-                        "SELECT id FROM (SELECT id FROM training_jobs WHERE org_id = ? AND action = ? \
-                         AND status = {queued} ORDER BY priority, created_at, id LIMIT ?)",
-                    )
-                })
-                .collect();
-            (
-                with_statuses(&format!(
-                    "UPDATE training_jobs SET status = {{running}}, worker_id = ?, attempts = attempts + 1, \
-                        claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
-                     WHERE status = {{queued}} AND id IN ({}) RETURNING *",
-                    heads.join(" UNION ALL ")
-                )),
-                values,
-            )
-        }
-    };
+        })
+        .collect();
+    let sql = with_statuses(&format!(
+        "UPDATE training_jobs SET status = {{running}}, worker_id = ?, attempts = attempts + 1, \
+            claimed_at = ?, heartbeat_at = ?, updated_at = ?, stop_requested = 0 \
+         WHERE status = {{queued}} AND id IN ({}) RETURNING *",
+        heads.join(" UNION ALL ")
+    ));
     training_job::Entity::find()
-        .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+        .from_raw_sql(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values))
         .all(db)
         .await
 }
 
 /// Keeps the passes of the organizations this claim handed jobs (and of those it placed
-/// for the first time).
+/// for the first time): SQLite's half of what [`claim_allotted_pg`] does in its statement.
 async fn save_passes(
     db: &impl ConnectionTrait,
     action: JobAction,
@@ -885,18 +915,153 @@ async fn retry_failures(
     Ok(retried)
 }
 
-/// Applies many reports in one transaction, every ended attempt written to its job's
-/// history in it; every job id appears at most once. Answers each report's outcome and the
-/// attempts that ended.
+/// Applies many reports, every ended attempt written to its job's history with its status
+/// change; every job id appears at most once. Answers each report's outcome and the attempts
+/// that ended. On PostgreSQL a batch without retryable failures is one statement (the
+/// history rows inserted by a data-modifying CTE of the update); otherwise one transaction.
 pub async fn apply_reports(
-    db: &impl TransactionTrait,
+    db: &DatabaseConnection,
     reports: &[Report],
     policy: &RetryPolicy,
 ) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
     if reports.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let txn = db.begin().await?;
+    let retrying = reports
+        .iter()
+        .any(|r| r.retryable && r.status == JobStatus::Failed);
+    if db.get_database_backend() == DbBackend::Postgres && !retrying {
+        return apply_reports_at_once(db, reports).await;
+    }
+    apply_reports_in(db.begin().await?, reports, policy).await
+}
+
+/// PostgreSQL, no retryable failure: the updates and their history rows in one statement.
+async fn apply_reports_at_once(
+    db: &DatabaseConnection,
+    reports: &[Report],
+) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
+    let now = Utc::now();
+    let rows: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
+        .collect();
+    // A report's status is its attempt's outcome (succeeded, blocked, user_stopped, failed).
+    let sql = with_statuses(
+        "WITH u AS (UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
+            finished_at = $2, updated_at = $2 \
+         FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
+         WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
+           AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
+         RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error), \
+         h AS (INSERT INTO training_job_attempts (job_id, attempt, worker_id, claimed_at, ended_at, outcome, error) \
+            SELECT id, attempts, worker_id, claimed_at, $2, status, error FROM u \
+            ON CONFLICT (job_id, attempt) DO NOTHING) \
+         SELECT id, attempts, claimed_at, action FROM u",
+    );
+    let applied = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            vec![serde_json::Value::Array(rows).into(), now.into()],
+        ))
+        .await?;
+    let by_id: HashMap<&JobId, &Report> = reports.iter().map(|r| (&r.job_id, r)).collect();
+    let mut ended = Vec::with_capacity(applied.len());
+    for row in applied {
+        let job_id: JobId = row.try_get_by_index(0)?;
+        let Some(report) = by_id.get(&job_id) else {
+            continue;
+        };
+        ended.push(ended_by_report(row, job_id, report, now)?);
+    }
+    let outcomes = outcomes_of(db, reports, &ended).await?;
+    Ok((outcomes, ended))
+}
+
+/// The attempt a report ended, from the update's `RETURNING id, attempts, claimed_at, action`.
+fn ended_by_report(
+    row: sea_orm::QueryResult,
+    job_id: JobId,
+    report: &Report,
+    now: DateTime<Utc>,
+) -> Result<EndedAttempt, DbErr> {
+    let action: String = row.try_get_by_index(3)?;
+    Ok(EndedAttempt {
+        action: JobAction::parse(&action).unwrap_or(JobAction::Training),
+        row: training_job_attempt::Model {
+            job_id,
+            attempt: row.try_get_by_index(1)?,
+            worker_id: Some(report.worker_id.clone()),
+            claimed_at: row.try_get_by_index(2)?,
+            ended_at: now,
+            outcome: AttemptOutcome::of_report(report.status),
+            error: report.error.clone(),
+        },
+    })
+}
+
+/// Each report's outcome, given the attempts the batch ended: the others are read back to
+/// tell a repeat of an applied report from a report of a job the worker does not hold.
+async fn outcomes_of(
+    db: &impl ConnectionTrait,
+    reports: &[Report],
+    ended: &[EndedAttempt],
+) -> Result<Vec<ReportOutcome>, DbErr> {
+    let applied: std::collections::HashSet<&JobId> = ended.iter().map(|e| &e.row.job_id).collect();
+    let missing: Vec<JobId> = reports
+        .iter()
+        .filter(|r| !applied.contains(&r.job_id))
+        .map(|r| r.job_id.clone())
+        .collect();
+    let (current, history): (HashMap<JobId, training_job::Model>, _) = if missing.is_empty() {
+        (HashMap::new(), HashMap::new())
+    } else {
+        let current = training_job::Entity::find()
+            .filter(training_job::Column::Id.is_in(missing.clone()))
+            .all(db)
+            .await?
+            .into_iter()
+            .map(|job| (job.id.clone(), job))
+            .collect();
+        (current, histories(db, &missing).await?)
+    };
+    Ok(reports
+        .iter()
+        .map(|r| {
+            if applied.contains(&r.job_id) {
+                return ReportOutcome::Applied;
+            }
+            let Some(job) = current.get(&r.job_id) else {
+                return ReportOutcome::NotFound;
+            };
+            // The same report again: the job still ended as this worker said, or the
+            // attempt this worker held is in the history with its outcome (a retried one
+            // is scheduled, queued or running again by now).
+            let same_end = job.status == r.status && job.worker_id.as_deref() == Some(r.worker_id.as_str());
+            let recorded = history
+                .get(&r.job_id)
+                .and_then(|attempts| attempts.last())
+                .is_some_and(|last| {
+                    last.worker_id.as_deref() == Some(r.worker_id.as_str())
+                        && (last.outcome == AttemptOutcome::of_report(r.status)
+                            || (r.status == JobStatus::Failed && last.outcome == AttemptOutcome::Retried))
+                });
+            match same_end || recorded {
+                true => ReportOutcome::Repeated,
+                false => ReportOutcome::NotHeld,
+            }
+        })
+        .collect())
+}
+
+/// Applies the reports in `txn` (retryable failures first), every ended attempt written to
+/// its job's history in it.
+async fn apply_reports_in(
+    txn: DatabaseTransaction,
+    reports: &[Report],
+    policy: &RetryPolicy,
+) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
     let backend = txn.get_database_backend();
     let now = Utc::now();
     let mut ended = Vec::new();
@@ -964,51 +1129,8 @@ pub async fn apply_reports(
         }
     }
     record_attempts(&txn, &ended).await?;
-    let missing: Vec<JobId> = reports
-        .iter()
-        .filter(|r| !applied.contains(&r.job_id))
-        .map(|r| r.job_id.clone())
-        .collect();
-    let (current, history): (HashMap<JobId, training_job::Model>, _) = if missing.is_empty() {
-        (HashMap::new(), HashMap::new())
-    } else {
-        let current = training_job::Entity::find()
-            .filter(training_job::Column::Id.is_in(missing.clone()))
-            .all(&txn)
-            .await?
-            .into_iter()
-            .map(|job| (job.id.clone(), job))
-            .collect();
-        (current, histories(&txn, &missing).await?)
-    };
+    let outcomes = outcomes_of(&txn, reports, &ended).await?;
     txn.commit().await?;
-    let outcomes = reports
-        .iter()
-        .map(|r| {
-            if applied.contains(&r.job_id) {
-                return ReportOutcome::Applied;
-            }
-            let Some(job) = current.get(&r.job_id) else {
-                return ReportOutcome::NotFound;
-            };
-            // The same report again: the job still ended as this worker said, or the
-            // attempt this worker held is in the history with its outcome (a retried one
-            // is scheduled, queued or running again by now).
-            let same_end = job.status == r.status && job.worker_id.as_deref() == Some(r.worker_id.as_str());
-            let recorded = history
-                .get(&r.job_id)
-                .and_then(|attempts| attempts.last())
-                .is_some_and(|last| {
-                    last.worker_id.as_deref() == Some(r.worker_id.as_str())
-                        && (last.outcome == AttemptOutcome::of_report(r.status)
-                            || (r.status == JobStatus::Failed && last.outcome == AttemptOutcome::Retried))
-                });
-            match same_end || recorded {
-                true => ReportOutcome::Repeated,
-                false => ReportOutcome::NotHeld,
-            }
-        })
-        .collect();
     Ok((outcomes, ended))
 }
 
