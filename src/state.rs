@@ -87,6 +87,7 @@ impl AppState {
             retry_backoff_base: Duration::from_secs(settings.queue.retry_backoff_base_secs),
             retry_backoff_max: Duration::from_secs(settings.queue.retry_backoff_max_secs),
             max_running_per_org: settings.queue.max_running_per_org,
+            requeue_blocked_on_credit: settings.queue.requeue_blocked_on_credit,
         };
         let queue = {
             let (db, ledger, cluster, metrics) =

@@ -58,10 +58,13 @@ impl MigrationTrait for Migration {
                     .to_owned(),
             )
             .await?;
-        // The longest-waiting queued job of each action (the oldest-queued gauge).
+        // The longest-waiting queued jobs (the oldest-queued gauge reads it per action, from
+        // the front). Not led by `action`: with a young table's statistics PostgreSQL took an
+        // `(action, queued_at)` index for claims, read every queued job of the action and
+        // sorted them, each claim.
         manager
             .create_index(
-                index(WAITING, JOBS, &["action", "queued_at"])
+                index(WAITING, JOBS, &["queued_at"])
                     .and_where(Expr::col("status").eq("queued"))
                     .to_owned(),
             )

@@ -33,6 +33,8 @@ pub struct QueueConfig {
     pub retry_backoff_max: Duration,
     /// Running jobs an organization may hold unless an operator set its own cap; 0: none.
     pub max_running_per_org: u32,
+    /// Jobs blocked for want of funds are queued again at the organization's next credit.
+    pub requeue_blocked_on_credit: bool,
 }
 
 impl QueueConfig {
@@ -107,17 +109,16 @@ impl QueueActor {
         // Its own task: a database call must never be frozen mid-way (holding a pooled
         // connection) while the actor waits on a claim.
         let apply = actix::spawn(async move {
+            // A retried job is scheduled: the promotion poll of every instance queues it
+            // when due and wakes the claims then.
             let applied = repo::apply_reports(&db, &reports, &policy).await;
-            let applied = applied.map(|(outcomes, ended)| {
+            applied.map(|(outcomes, ended)| {
                 for outcome in &outcomes {
                     metrics.reports.with_label_values(&[outcome.as_str()]).inc();
                 }
                 observe_ended(&metrics, &ended);
-                (outcomes, ended)
-            });
-            // A retried job is scheduled: the promotion poll of every instance queues it
-            // when due and wakes the claims then.
-            applied.map(|(outcomes, _)| outcomes)
+                outcomes
+            })
         });
         ctx.spawn(apply.into_actor(self).map(move |outcomes, act, ctx| {
             let outcomes = outcomes
@@ -350,11 +351,10 @@ impl Handler<Claim> for QueueActor {
         let turn = self.claim_turn.clone();
         let cluster = self.cluster.clone();
         let metrics = self.metrics.clone();
-        let fee = self.config.run_fee.micros();
-        let cap = self.config.max_running_per_org;
+        let config = self.config.clone();
         // Its own task: the actor keeps taking reports while a claim and its billing run.
         let claim = actix::spawn(async move {
-            let claimed = claim_and_bill(&db, &ledger, &cluster, &metrics, &turn, (fee, cap), msg).await;
+            let claimed = claim_and_bill(&db, &ledger, &cluster, &metrics, &turn, &config, msg).await;
             if let Ok((handed, unsettled)) = &claimed {
                 metrics.jobs_claimed.inc_by(handed.len() as u64);
                 for job in handed {
@@ -379,7 +379,7 @@ async fn claim_and_bill(
     cluster: &Cluster,
     metrics: &Metrics,
     turn: &tokio::sync::Mutex<()>,
-    (fee, max_running_per_org): (Microcents, u32),
+    config: &QueueConfig,
     msg: Claim,
 ) -> Result<(Vec<training_job::Model>, u64), sea_orm::DbErr> {
     let claimed = {
@@ -393,7 +393,7 @@ async fn claim_and_bill(
             return Ok((Vec::new(), 0));
         }
         let (txn, claimed) =
-            repo::claim(db, &msg.worker_id, msg.action, msg.limit, max_running_per_org).await?;
+            repo::claim(db, &msg.worker_id, msg.action, msg.limit, config.max_running_per_org).await?;
         if !claimed.is_empty() && !(msg.wanted)() {
             // The worker left while the claim ran: nothing was taken.
             txn.rollback().await?;
@@ -405,7 +405,7 @@ async fn claim_and_bill(
     let charges = claimed.iter().map(|job| {
         let op = LedgerOp::debit(
             EntryKind::RunFee,
-            fee,
+            config.run_fee.micros(),
             Some(IdempotencyKey::job_fee(&job.id)),
             format!("run fee, {} job {}", job.action, job.id),
         );
@@ -425,13 +425,11 @@ async fn claim_and_bill(
             }
         }
     }
-    let blocked = repo::block_unpaid(
-        db,
-        &unpaid,
-        &msg.worker_id,
-        "insufficient balance for the run fee: the job is queued again at the organization's next credit",
-    )
-    .await?;
+    let reason = match config.requeue_blocked_on_credit {
+        true => "insufficient balance for the run fee: the job is queued again at the organization's next credit",
+        false => "insufficient balance for the run fee: top up, then retry the job",
+    };
+    let blocked = repo::block_unpaid(db, &unpaid, &msg.worker_id, reason).await?;
     observe_ended(metrics, &blocked);
     if !handed.is_empty() && !(msg.wanted)() {
         // The worker left while its jobs were billed: they go back to the queue (their fee

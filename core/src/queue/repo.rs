@@ -1511,7 +1511,7 @@ pub async fn counts_by_action_status(db: &impl ConnectionTrait) -> Result<Vec<(S
 /// When the longest-waiting queued job of each action became claimable.
 pub async fn oldest_queued(db: &impl ConnectionTrait) -> Result<Vec<(String, DateTime<Utc>)>, DbErr> {
     let mut oldest = Vec::new();
-    // One indexed probe per action (the waiting index leads with action).
+    // One probe per action of the waiting index, from the longest-waiting job on.
     for action in JobAction::NAMES {
         let first: Option<Option<DateTime<Utc>>> = training_job::Entity::find()
             .select_only()
