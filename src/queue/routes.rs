@@ -364,9 +364,9 @@ pub async fn create_job(caller: Caller, key: IdempotencyKeyHeader, body: RawBody
     let jobs = &caller.state().jobs;
     Ok(
         match service::create_job(jobs, parts.into_new_job(access.org_id, idempotency)).await? {
-            Created::New(job) | Created::Replayed(job) => {
-                HttpResponse::Accepted().json(view(jobs, &job).await?)
-            }
+            // A new job has no history yet.
+            Created::New(job) => HttpResponse::Accepted().json(JobView::from(&job)),
+            Created::Replayed(job) => HttpResponse::Accepted().json(view(jobs, &job).await?),
             Created::Existing(job) => HttpResponse::Ok().json(view(jobs, &job).await?),
         },
     )

@@ -392,8 +392,14 @@ async fn claim_and_bill(
         if repo::is_paused(db, msg.action).await? {
             return Ok((Vec::new(), 0));
         }
-        let (txn, claimed) =
-            repo::claim(db, &msg.worker_id, msg.action, msg.limit, config.max_running_per_org).await?;
+        let (txn, claimed) = repo::claim(
+            db,
+            &msg.worker_id,
+            msg.action,
+            msg.limit,
+            config.max_running_per_org,
+        )
+        .await?;
         if !claimed.is_empty() && !(msg.wanted)() {
             // The worker left while the claim ran: nothing was taken.
             txn.rollback().await?;
@@ -426,7 +432,9 @@ async fn claim_and_bill(
         }
     }
     let reason = match config.requeue_blocked_on_credit {
-        true => "insufficient balance for the run fee: the job is queued again at the organization's next credit",
+        true => {
+            "insufficient balance for the run fee: the job is queued again at the organization's next credit"
+        }
         false => "insufficient balance for the run fee: top up, then retry the job",
     };
     let blocked = repo::block_unpaid(db, &unpaid, &msg.worker_id, reason).await?;
