@@ -208,6 +208,17 @@ async fn deleting_an_organization_takes_everything_of_it() {
         &json!({"orgId": acme.org_id, "baseModel": "m"}),
     )
     .await;
+    // A job with an ended attempt in its history, and another organization's.
+    let mut ended = Vec::new();
+    for (org, project) in [(&acme, &project), (&globex, &kept)] {
+        app.fund(org, 1000).await;
+        let job = crate::queue::tracer(&app, org, project).await;
+        assert_eq!(crate::queue::claim(&app, "w", "tracer", 1).await.len(), 1);
+        let done =
+            crate::queue::worker_post(&app, "succeeded", json!({"job_id": job, "worker_id": "w"})).await;
+        assert_eq!(done.status(), StatusCode::OK);
+        ended.push(keel::domain::JobId::parse(&job).unwrap());
+    }
 
     let deleted = app
         .delete(&format!("/api/internal/orgs/{}", acme.org_id), INTERNAL_KEY)
@@ -231,7 +242,7 @@ async fn deleting_an_organization_takes_everything_of_it() {
     .await;
 
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
-    use sea_orm::EntityTrait;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
     assert!(
         entities::project::Entity::find_by_id(keel::domain::ProjectId::parse(&project).unwrap())
             .one(&db)
@@ -246,6 +257,20 @@ async fn deleting_an_organization_takes_everything_of_it() {
             .unwrap()
             .is_some()
     );
+    // Its jobs' attempts went with it; the other organization's stay.
+    let attempts = |job: keel::domain::JobId| {
+        let db = &db;
+        async move {
+            entities::training_job_attempt::Entity::find()
+                .filter(entities::training_job_attempt::Column::JobId.eq(job))
+                .all(db)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(attempts(ended[0].clone()).await, 0);
+    assert_eq!(attempts(ended[1].clone()).await, 1);
     db.close().await.unwrap();
 
     let again = app

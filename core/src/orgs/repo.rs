@@ -4,7 +4,8 @@ use chrono::Utc;
 use entities::{adapter, api_key, membership, organization, user};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, SqlErr,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    QueryTrait, SqlErr, TransactionSession, TransactionTrait,
 };
 
 use crate::auth::keys::mint_api_key;
@@ -77,10 +78,24 @@ pub async fn org_exists(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<boo
 }
 
 /// Deletes an organization; every row of it goes with it (foreign keys cascade).
-pub async fn delete_org(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<bool, DbErr> {
-    let result = organization::Entity::delete_by_id(org_id.to_owned())
-        .exec(db)
+/// Deletes the organization and, by its foreign keys' cascades, everything it owns; its jobs'
+/// attempts (a table without a foreign key, for the report path's sake) go in the same
+/// transaction.
+pub async fn delete_org(db: &impl TransactionTrait, org_id: &OrgId) -> Result<bool, DbErr> {
+    let txn = db.begin().await?;
+    let jobs = entities::training_job::Entity::find()
+        .select_only()
+        .column(entities::training_job::Column::Id)
+        .filter(entities::training_job::Column::OrgId.eq(org_id))
+        .into_query();
+    entities::training_job_attempt::Entity::delete_many()
+        .filter(entities::training_job_attempt::Column::JobId.in_subquery(jobs))
+        .exec(&txn)
         .await?;
+    let result = organization::Entity::delete_by_id(org_id.to_owned())
+        .exec(&txn)
+        .await?;
+    txn.commit().await?;
     Ok(result.rows_affected > 0)
 }
 

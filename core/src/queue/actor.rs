@@ -17,7 +17,7 @@ use super::repo::{self, EndedAttempt, Held, NewJob, Report, ReportOutcome, Retry
 use crate::billing::actor::Ledger;
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::cluster::{Cluster, Event};
-use crate::domain::{Cents, IdempotencyKey, JobAction, JobId, Microcents};
+use crate::domain::{Cents, IdempotencyKey, JobAction, JobId};
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
@@ -386,12 +386,8 @@ async fn claim_and_bill(
         // Claims of one instance that ran together would rank the same jobs and mostly skip
         // each other's locks; taking turns hands every claim a full batch.
         let _turn = turn.lock().await;
-        // A paused action hands out nothing (a waiting claim keeps waiting: its resume wakes
-        // it). Read before the transaction: on SQLite a transaction that reads first cannot
-        // wait for the write lock, it fails at once when another writer holds it.
-        if repo::is_paused(db, msg.action).await? {
-            return Ok((Vec::new(), 0));
-        }
+        // A paused action hands out nothing (the claim reads the pause with the backlog; a
+        // waiting claim keeps waiting: its resume wakes it).
         let (txn, claimed) = repo::claim(
             db,
             &msg.worker_id,

@@ -456,7 +456,8 @@ struct Backlogged {
 const CLAIM_ORDER: &str = "action, org_id, priority, created_at, id";
 const CLAIM_ORDER_T: &str = "t.action, t.org_id, t.priority, t.created_at, t.id";
 
-/// Every organization with queued jobs of `action`, with its settings and its pass.
+/// Every organization with queued jobs of `action`, with its settings and its pass; none
+/// while the action is paused.
 async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Result<Vec<Backlogged>, DbErr> {
     let backend = db.get_database_backend();
     // Every probe is ordered as the claim index is, so the planner reads that index (its
@@ -466,6 +467,8 @@ async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Re
         AND t.action = {action} AND t.status = {queued} ORDER BY {claim_order_t} LIMIT {limit}) x)";
     let joined = "LEFT JOIN queue_org_settings s ON s.org_id = o.org_id \
         LEFT JOIN queue_shares q ON q.action = {action} AND q.org_id = o.org_id";
+    // A paused action has no backlog to hand out (decision 93).
+    let not_paused = "NOT EXISTS (SELECT 1 FROM queue_pauses WHERE action = {action})";
     let (sql, values): (String, Vec<Value>) = match backend {
         // One index probe per organization (a loose index scan), as the claim index allows.
         DbBackend::Postgres => (
@@ -479,7 +482,7 @@ async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Re
                         AND t.org_id > orgs.org_id ORDER BY {{claim_order_t}} LIMIT 1) \
                     FROM orgs WHERE orgs.org_id IS NOT NULL) \
                  SELECT o.org_id, {counted} AS queued, s.weight, s.max_running, q.pass \
-                 FROM orgs o {joined} WHERE o.org_id IS NOT NULL"
+                 FROM orgs o {joined} WHERE o.org_id IS NOT NULL AND {not_paused}"
                 )
                 .replace("{action}", "$1")
                 .replace("{limit}", "$2")
@@ -493,7 +496,7 @@ async fn backlog(db: &impl ConnectionTrait, action: JobAction, limit: u32) -> Re
                 &format!(
                     "SELECT o.org_id, {counted} AS queued, s.weight, s.max_running, q.pass \
                  FROM (SELECT DISTINCT org_id FROM training_jobs WHERE action = ?1 AND status = {{queued}}) o \
-                 {joined}"
+                 {joined} WHERE {not_paused}"
                 )
                 .replace("{action}", "?1")
                 .replace("{limit}", "?2")
