@@ -472,9 +472,25 @@ pub async fn create_batch(caller: Caller, body: RawBody) -> ApiResult<HttpRespon
     }
     let jobs = &caller.state().jobs;
     let created = service::create_batch(jobs, batch).await?;
-    Ok(HttpResponse::Accepted().json(BatchView {
-        jobs: views(jobs, &created).await?,
-    }))
+    // New jobs have no history; only the open jobs some items' unique keys named are read.
+    let known: Vec<entities::training_job::Model> = created
+        .iter()
+        .filter_map(|c| match c {
+            Created::New(_) => None,
+            Created::Existing(job) | Created::Replayed(job) => Some(job.clone()),
+        })
+        .collect();
+    let mut known_views = views(jobs, &known).await?.into_iter();
+    let jobs = created
+        .iter()
+        .map(|c| match c {
+            Created::New(job) => JobView::from(job),
+            Created::Existing(job) | Created::Replayed(job) => {
+                known_views.next().unwrap_or_else(|| JobView::from(job))
+            }
+        })
+        .collect();
+    Ok(HttpResponse::Accepted().json(BatchView { jobs }))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -89,7 +89,7 @@ pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
 /// Creates up to a thousand jobs at once, all or none, in order; an
 /// item whose unique key an open job holds answers that job. Every project must be the
 /// organization's (else nothing is created, and the error names the first bad item).
-pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<training_job::Model>, JobError> {
+pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<Created>, JobError> {
     let mut known = std::collections::HashSet::new();
     let mut orgs: Vec<&OrgId> = batch.iter().map(|job| &job.org_id).collect();
     orgs.sort();
@@ -110,15 +110,24 @@ pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<trainin
     if let Some(index) = batch.iter().position(unknown) {
         return Err(JobError::ProjectNotFound { index: Some(index) });
     }
-    let created: Vec<training_job::Model> = repo::insert_batch(&jobs.db, batch)
+    let created: Vec<Created> = repo::insert_batch(&jobs.db, batch)
         .await?
         .into_iter()
         .filter_map(|inserted| match inserted {
-            Inserted::New(job) | Inserted::Unique(job) | Inserted::Replayed(job) => Some(job),
+            Inserted::New(job) => Some(Created::New(job)),
+            Inserted::Unique(job) => Some(Created::Existing(job)),
+            Inserted::Replayed(job) => Some(Created::Replayed(job)),
             Inserted::KeyReused => None,
         })
         .collect();
-    wake_if_queued(jobs, &created).await;
+    let new: Vec<training_job::Model> = created
+        .iter()
+        .filter_map(|c| match c {
+            Created::New(job) => Some(job.clone()),
+            _ => None,
+        })
+        .collect();
+    wake_if_queued(jobs, &new).await;
     Ok(created)
 }
 
