@@ -136,13 +136,7 @@ pub async fn pause(
     path: web::Path<String>,
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, ConsoleError> {
-    viewer.check_csrf(form.csrf())?;
-    operator_only(&viewer)?;
-    let action = JobAction::parse(&path).ok_or(ConsoleError::NotFound)?;
-    let outcome = crate::queue::service::pause(&viewer.state.jobs, action).await;
-    after_form("/console/operator/queue", outcome, |q| {
-        format!("{}: paused; its jobs are not claimed until resumed.", q.action)
-    })
+    set_paused(viewer, &path, &form, true).await
 }
 
 /// Resumes an action's queue, as `POST /api/internal/queue/{action}/resume` does.
@@ -151,12 +145,26 @@ pub async fn resume(
     path: web::Path<String>,
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, ConsoleError> {
+    set_paused(viewer, &path, &form, false).await
+}
+
+async fn set_paused(
+    viewer: Viewer,
+    action: &str,
+    form: &CsrfForm,
+    paused: bool,
+) -> Result<HttpResponse, ConsoleError> {
     viewer.check_csrf(form.csrf())?;
     operator_only(&viewer)?;
-    let action = JobAction::parse(&path).ok_or(ConsoleError::NotFound)?;
-    let outcome = crate::queue::service::resume(&viewer.state.jobs, action).await;
-    after_form("/console/operator/queue", outcome, |q| {
-        format!("{}: resumed.", q.action)
+    let action = JobAction::parse(action).ok_or(ConsoleError::NotFound)?;
+    let jobs = &viewer.state.jobs;
+    let outcome = match paused {
+        true => crate::queue::service::pause(jobs, action).await,
+        false => crate::queue::service::resume(jobs, action).await,
+    };
+    after_form("/console/operator/queue", outcome, |q| match q.paused {
+        true => format!("{}: paused; its jobs are not claimed until resumed.", q.action),
+        false => format!("{}: resumed.", q.action),
     })
 }
 

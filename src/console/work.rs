@@ -285,22 +285,33 @@ pub async fn job(
     ))
 }
 
+/// The job a console form acts on: the form read, the caller's right to act in the
+/// organization checked (its CSRF token included), the job found in it.
+async fn job_to_act_on(
+    viewer: &Viewer,
+    path: &JobPath,
+    body: &[u8],
+) -> Result<(FormFields, training_job::Model), ConsoleError> {
+    let form = FormFields::parse(body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
+    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
+        .await
+        .map_err(|_| ConsoleError::NotFound)?;
+    Ok((form, job))
+}
+
 /// Stops the job by the API's rules (queued ends at once, running is asked to stop).
 pub async fn stop_job(
     viewer: Viewer,
     path: web::Path<JobPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
-    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
-        .await
-        .map_err(|_| ConsoleError::NotFound)?;
+    let (form, job) = job_to_act_on(&viewer, &path, &body).await?;
     let reason = form.get("reason").map(|r| format::clip(r, 2000));
     let outcome = crate::queue::service::stop_job(&viewer.state.jobs, &job, reason.as_deref()).await;
     after_form(
-        &format!("/console/o/{}/jobs/{}", org.org_id, job.id),
+        &format!("/console/o/{}/jobs/{}", job.org_id, job.id),
         outcome,
         |job| match job.status {
             crate::domain::JobStatus::Stopping => {
@@ -317,15 +328,10 @@ pub async fn retry_job(
     path: web::Path<JobPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
-    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
-        .await
-        .map_err(|_| ConsoleError::NotFound)?;
+    let (_, job) = job_to_act_on(&viewer, &path, &body).await?;
     let outcome = crate::queue::service::retry_job(&viewer.state.jobs, &job).await;
     after_form(
-        &format!("/console/o/{}/jobs/{}", org.org_id, job.id),
+        &format!("/console/o/{}/jobs/{}", job.org_id, job.id),
         outcome,
         |_| "Job queued again.".into(),
     )

@@ -105,17 +105,9 @@ impl From<JobError> for ApiError {
             JobError::NotFound => coded(Code::JobNotFound, err),
             JobError::AlreadyEnded(_) => coded(Code::JobEnded, err),
             JobError::NotRetryable(_) => coded(Code::JobNotRetryable, err),
-            JobError::ProjectNotFound { index: None } => coded(Code::ProjectNotFound, err),
-            JobError::ProjectNotFound { index: Some(index) } => ApiError::validation(
-                vec![
-                    Value::from("body"),
-                    Value::from("jobs"),
-                    Value::from(index),
-                    Value::from("projectId"),
-                ],
-                "project_not_found",
-                "Project not found in the organization",
-            ),
+            // A batch's item too: the schema cannot say which projects exist (a 404 as for one
+            // job, its message naming the item).
+            JobError::ProjectNotFound { .. } => coded(Code::ProjectNotFound, err),
             JobError::IdempotencyKeyReused => coded(Code::IdempotencyKeyReused, err),
             JobError::OrgNotFound => coded(Code::OrganizationNotFound, err),
             JobError::SecretsUnconfigured => {

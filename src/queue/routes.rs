@@ -449,11 +449,13 @@ fn parse_batch(bytes: &[u8]) -> ApiResult<Vec<Parts>> {
 /// Enqueue jobs in bulk
 ///
 /// Queues 1 to 1,000 jobs at once, all or nothing: one bad item is a 422 naming its index and
-/// nothing is queued. Each item is a create body and keeps its priority, runAt and uniqueKey.
+/// nothing is queued (an item whose project is not the organization's: 404, naming it). Each
+/// item is a create body and keeps its priority, runAt and uniqueKey.
 #[utoipa::path(post, path = "/api/training/jobs/batch", tag = "training", security(("apiKey" = []), ("session" = [])),
     request_body = BatchBody,
     responses((status = 202, body = BatchView),
-        (status = 422, description = "A bad item (its index in `loc`), or a project not in the organization", body = ValidationErrorBody)))]
+        (status = 404, description = "An item's project is not in the organization (the message names the item)", body = ErrorBody),
+        (status = 422, description = "A bad item (its index in `loc`)", body = ValidationErrorBody)))]
 pub async fn create_batch(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
     let parts = parse_batch(&body.0)?;
     // Each item's organization as the caller may name it (another's is 403, as everywhere).

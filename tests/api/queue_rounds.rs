@@ -479,14 +479,17 @@ async fn a_batch_queues_all_its_jobs_or_none() {
         locs.contains(&&json!(["body", "jobs", 2, "action"])),
         "{issues:?}"
     );
-    // A project of another organization: 422 at its index.
+    // A project of another organization: 404 as for one job, naming the item; nothing queued.
     let (_, foreign) = funded(&app, "Foreign").await;
     let bad = json!({"jobs": [
         {"action": "tracer", "projectId": project},
         {"action": "tracer", "projectId": foreign},
     ]});
-    let issues = validation_issues(app.post("/api/training/jobs/batch", &org.api_key, &bad).await).await;
-    assert_eq!(issues[0]["loc"], json!(["body", "jobs", 1, "projectId"]));
+    let response = app.post("/api/training/jobs/batch", &org.api_key, &bad).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["code"], "project_not_found");
+    assert!(answer["detail"].as_str().unwrap().contains("jobs[1]"), "{answer}");
     assert_eq!(job_count(&app, &org).await, 3);
     // 1..1000 items.
     for jobs in [

@@ -39,7 +39,7 @@ pub enum JobError {
     #[error("only a failed, blocked or user-stopped job can be retried; this one is {0}")]
     NotRetryable(crate::domain::JobStatus),
     /// The project is not one of the organization's (`index`: the batch item that named it).
-    #[error("project not found")]
+    #[error("project not found{}", .index.map(|i| format!(" (the project of jobs[{i}])")).unwrap_or_default())]
     ProjectNotFound { index: Option<usize> },
     #[error("organization not found")]
     OrgNotFound,
