@@ -921,7 +921,8 @@ async fn retry_failures(
 /// Applies many reports, every ended attempt written to its job's history with its status
 /// change; every job id appears at most once. Answers each report's outcome and the attempts
 /// that ended. On PostgreSQL a batch without retryable failures is one statement (the
-/// history rows inserted by a data-modifying CTE of the update); otherwise one transaction.
+/// history rows inserted by a data-modifying CTE of the update); otherwise one transaction,
+/// the retryable failures first.
 pub async fn apply_reports(
     db: &DatabaseConnection,
     reports: &[Report],
@@ -930,56 +931,99 @@ pub async fn apply_reports(
     if reports.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
+    let now = Utc::now();
     let retrying = reports
         .iter()
         .any(|r| r.retryable && r.status == JobStatus::Failed);
     if db.get_database_backend() == DbBackend::Postgres && !retrying {
-        return apply_reports_at_once(db, reports).await;
+        let all: Vec<&Report> = reports.iter().collect();
+        let (ended, _) = end_reported(db, &all, now).await?;
+        let outcomes = outcomes_of(db, reports, &ended).await?;
+        return Ok((outcomes, ended));
     }
-    apply_reports_in(db.begin().await?, reports, policy).await
+    let txn = db.begin().await?;
+    let mut ended: Vec<EndedAttempt> = retry_failures(&txn, reports, policy, now)
+        .await?
+        .into_iter()
+        .map(|(_, attempt)| attempt)
+        .collect();
+    let retried: std::collections::HashSet<JobId> = ended.iter().map(|e| e.row.job_id.clone()).collect();
+    let rest: Vec<&Report> = reports.iter().filter(|r| !retried.contains(&r.job_id)).collect();
+    let (reported, recorded) = end_reported(&txn, &rest, now).await?;
+    record_attempts(&txn, &ended).await?;
+    if !recorded {
+        record_attempts(&txn, &reported).await?;
+    }
+    ended.extend(reported);
+    let outcomes = outcomes_of(&txn, reports, &ended).await?;
+    txn.commit().await?;
+    Ok((outcomes, ended))
 }
 
-/// PostgreSQL, no retryable failure: the updates and their history rows in one statement.
-async fn apply_reports_at_once(
-    db: &DatabaseConnection,
-    reports: &[Report],
-) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
-    let now = Utc::now();
+/// Ends the reported jobs that their workers hold, in one statement, and answers the
+/// attempts that ended, with whether the statement wrote their history rows itself (on
+/// PostgreSQL, by a data-modifying CTE; on SQLite the caller writes them).
+///
+/// Every job is found by its primary key, not by a scan of all held jobs joined to the
+/// batch. On PostgreSQL through `= ANY(ARRAY(...))`, with `status || ''` keeping the status
+/// check a filter: written plainly, the planner (trusting a young table's statistics) also
+/// read the whole partial index of held jobs and intersected the two. On SQLite the unary
+/// `+` does the same (without it SQLite walked the held jobs and, for each, the batch).
+async fn end_reported(
+    db: &impl ConnectionTrait,
+    reports: &[&Report],
+    now: DateTime<Utc>,
+) -> Result<(Vec<EndedAttempt>, bool), DbErr> {
+    let backend = db.get_database_backend();
+    let postgres = backend == DbBackend::Postgres;
+    if reports.is_empty() {
+        return Ok((Vec::new(), postgres));
+    }
     let rows: Vec<serde_json::Value> = reports
         .iter()
         .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
         .collect();
     // A report's status is its attempt's outcome (succeeded, blocked, user_stopped, failed).
-    let sql = with_statuses(
-        "WITH u AS (UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
-            finished_at = $2, updated_at = $2 \
-         FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
-         WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
-           AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
-         RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error), \
-         h AS (INSERT INTO training_job_attempts (job_id, attempt, worker_id, claimed_at, ended_at, outcome, error) \
-            SELECT id, attempts, worker_id, claimed_at, $2, status, error FROM u \
-            ON CONFLICT (job_id, attempt) DO NOTHING) \
-         SELECT id, attempts, claimed_at, action FROM u",
-    );
-    let applied = db
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
+    let (sql, values): (String, Vec<Value>) = match postgres {
+        true => (
+            with_statuses(
+                "WITH u AS (UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
+                    finished_at = $2, updated_at = $2 \
+                 FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
+                 WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
+                   AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
+                 RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error), \
+                 h AS (INSERT INTO training_job_attempts (job_id, attempt, worker_id, claimed_at, ended_at, outcome, error) \
+                    SELECT id, attempts, worker_id, claimed_at, $2, status, error FROM u \
+                    ON CONFLICT (job_id, attempt) DO NOTHING) \
+                 SELECT id, attempts, claimed_at, action FROM u",
+            ),
             vec![serde_json::Value::Array(rows).into(), now.into()],
-        ))
-        .await?;
-    let by_id: HashMap<&JobId, &Report> = reports.iter().map(|r| (&r.job_id, r)).collect();
-    let mut ended = Vec::with_capacity(applied.len());
-    for row in applied {
+        ),
+        false => (
+            with_statuses("UPDATE training_jobs SET status = r.status, result = r.result, error = r.error, \
+                finished_at = ?, updated_at = ? \
+             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.worker_id') AS worker_id, \
+                          json_extract(value, '$.status') AS status, json_extract(value, '$.result') AS result, \
+                          json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
+             WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
+               AND +training_jobs.status IN ({running}, {stopping}) \
+             RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action"),
+            vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
+        ),
+    };
+    let by_id: HashMap<&JobId, &Report> = reports.iter().map(|r| (&r.job_id, *r)).collect();
+    let mut ended = Vec::new();
+    for row in db
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?
+    {
         let job_id: JobId = row.try_get_by_index(0)?;
-        let Some(report) = by_id.get(&job_id) else {
-            continue;
-        };
-        ended.push(ended_by_report(row, job_id, report, now)?);
+        if let Some(report) = by_id.get(&job_id) {
+            ended.push(ended_by_report(row, job_id, report, now)?);
+        }
     }
-    let outcomes = outcomes_of(db, reports, &ended).await?;
-    Ok((outcomes, ended))
+    Ok((ended, postgres))
 }
 
 /// The attempt a report ended, from the update's `RETURNING id, attempts, claimed_at, action`.
@@ -1056,85 +1100,6 @@ async fn outcomes_of(
             }
         })
         .collect())
-}
-
-/// Applies the reports in `txn` (retryable failures first), every ended attempt written to
-/// its job's history in it.
-async fn apply_reports_in(
-    txn: DatabaseTransaction,
-    reports: &[Report],
-    policy: &RetryPolicy,
-) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
-    let backend = txn.get_database_backend();
-    let now = Utc::now();
-    let mut ended = Vec::new();
-    let mut applied: std::collections::HashSet<JobId> = std::collections::HashSet::new();
-    for (job, attempt) in retry_failures(&txn, reports, policy, now).await? {
-        applied.insert(job.id);
-        ended.push(attempt);
-    }
-    let rest: Vec<&Report> = reports.iter().filter(|r| !applied.contains(&r.job_id)).collect();
-    let rows: Vec<serde_json::Value> = rest
-        .iter()
-        .map(|r| json!({"id": r.job_id, "worker_id": r.worker_id, "status": r.status, "result": r.result, "error": r.error}))
-        .collect();
-    // Every job is found by its primary key, not by a scan of all held jobs joined to the
-    // batch. On PostgreSQL through `= ANY(ARRAY(...))`, with `status || ''` keeping the status
-    // check a filter: written plainly, the planner (trusting a young table's statistics) also
-    // read the whole partial index of held jobs and intersected the two. On SQLite the unary
-    // `+` does the same (without it SQLite walked the held jobs and, for each, the batch).
-    let (sql, values): (String, Vec<Value>) = match backend {
-        DbBackend::Postgres => (
-            with_statuses("UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
-                finished_at = $2, updated_at = $2 \
-             FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
-             WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
-               AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
-             RETURNING j.id, j.attempts, j.claimed_at, j.action"),
-            vec![serde_json::Value::Array(rows).into(), now.into()],
-        ),
-        _ => (
-            with_statuses("UPDATE training_jobs SET status = r.status, result = r.result, error = r.error, \
-                finished_at = ?, updated_at = ? \
-             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.worker_id') AS worker_id, \
-                          json_extract(value, '$.status') AS status, json_extract(value, '$.result') AS result, \
-                          json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
-             WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
-               AND +training_jobs.status IN ({running}, {stopping}) \
-             RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action"),
-            vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
-        ),
-    };
-    if !rest.is_empty() {
-        let by_id: HashMap<&JobId, &Report> = rest.iter().map(|r| (&r.job_id, *r)).collect();
-        for row in txn
-            .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-            .await?
-        {
-            let job_id: JobId = row.try_get_by_index(0)?;
-            let Some(report) = by_id.get(&job_id) else {
-                continue;
-            };
-            let action: String = row.try_get_by_index(3)?;
-            ended.push(EndedAttempt {
-                action: JobAction::parse(&action).unwrap_or(JobAction::Training),
-                row: training_job_attempt::Model {
-                    job_id: job_id.clone(),
-                    attempt: row.try_get_by_index(1)?,
-                    worker_id: Some(report.worker_id.clone()),
-                    claimed_at: row.try_get_by_index(2)?,
-                    ended_at: now,
-                    outcome: AttemptOutcome::of_report(report.status),
-                    error: report.error.clone(),
-                },
-            });
-            applied.insert(job_id);
-        }
-    }
-    record_attempts(&txn, &ended).await?;
-    let outcomes = outcomes_of(&txn, reports, &ended).await?;
-    txn.commit().await?;
-    Ok((outcomes, ended))
 }
 
 /// Puts claimed jobs back in the queue (their fee could not be settled now).

@@ -218,14 +218,23 @@ pub async fn org_queue(jobs: &Jobs, org_id: &OrgId) -> Result<OrgQueue, JobError
         return Err(JobError::OrgNotFound);
     }
     let settings = repo::org_settings(&jobs.db, org_id).await?;
-    let (weight, max_running) = settings.map_or((1, None), |s| (s.weight, s.max_running));
-    Ok(OrgQueue {
-        org_id: org_id.clone(),
-        weight,
-        max_running,
-        effective_max_running: max_running.map_or(i64::from(jobs.max_running_per_org), i64::from),
-        running: repo::running_count(&jobs.db, org_id).await?,
-    })
+    let mut queue = OrgQueue::of(org_id, settings.as_ref(), jobs.max_running_per_org);
+    queue.running = repo::running_count(&jobs.db, org_id).await?;
+    Ok(queue)
+}
+
+impl OrgQueue {
+    /// An organization's share as its settings (none: the defaults) make it, no job counted.
+    fn of(org_id: &OrgId, settings: Option<&entities::queue_org_setting::Model>, default_cap: u32) -> Self {
+        let (weight, max_running) = settings.map_or((1, None), |s| (s.weight, s.max_running));
+        Self {
+            org_id: org_id.clone(),
+            weight,
+            max_running,
+            effective_max_running: max_running.map_or(i64::from(default_cap), i64::from),
+            running: 0,
+        }
+    }
 }
 
 /// How many organizations [`org_shares`] lists at most.
@@ -235,29 +244,15 @@ const SHARES_SHOWN: usize = 200;
 /// share of the queue, the busiest first.
 pub async fn org_shares(jobs: &Jobs) -> Result<Vec<(OrgQueue, i64)>, JobError> {
     let mut by_org: std::collections::BTreeMap<OrgId, (OrgQueue, i64)> = std::collections::BTreeMap::new();
-    let default_cap = i64::from(jobs.max_running_per_org);
-    let blank = |org_id: &OrgId| {
-        (
-            OrgQueue {
-                org_id: org_id.clone(),
-                weight: 1,
-                max_running: None,
-                effective_max_running: default_cap,
-                running: 0,
-            },
-            0,
-        )
-    };
+    let default_cap = jobs.max_running_per_org;
     for settings in repo::all_org_settings(&jobs.db).await? {
-        let entry = by_org
-            .entry(settings.org_id.clone())
-            .or_insert_with(|| blank(&settings.org_id));
-        entry.0.weight = settings.weight;
-        entry.0.max_running = settings.max_running;
-        entry.0.effective_max_running = settings.max_running.map_or(default_cap, i64::from);
+        let queue = OrgQueue::of(&settings.org_id, Some(&settings), default_cap);
+        by_org.insert(settings.org_id.clone(), (queue, 0));
     }
     for (org_id, status, count) in repo::open_counts_by_org(&jobs.db).await? {
-        let entry = by_org.entry(org_id.clone()).or_insert_with(|| blank(&org_id));
+        let entry = by_org
+            .entry(org_id.clone())
+            .or_insert_with(|| (OrgQueue::of(&org_id, None, default_cap), 0));
         match status {
             JobStatus::Queued => entry.1 += count,
             _ => entry.0.running += count,
