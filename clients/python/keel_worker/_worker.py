@@ -1,0 +1,490 @@
+"""The worker loop: claim with a long poll, run the handler on a thread per job, heartbeat
+beside it, report once, hand jobs back on shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import httpx
+
+log = logging.getLogger("keel_worker")
+
+#: keel's bound on a report's `error` and `reason` (characters).
+MAX_TEXT = 10_000
+#: How long the hand-back at shutdown keeps retrying while keel cannot be reached.
+HAND_BACK_SECS = 10.0
+INTERNAL = "/api/training/internal"
+
+
+class KeelError(Exception):
+    """keel refused a call in a way that retrying cannot mend (a wrong internal key, a body
+    it does not accept). `run()` raises it for its own calls."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"keel answered {status}: {body[:500]}")
+        self.status = status
+        self.body = body
+
+
+class RetryableError(Exception):
+    """Raised by a handler: this attempt failed, but another may succeed. keel schedules the
+    job again after a backoff while it has attempts left (`queue.max_attempts`), else it
+    fails."""
+
+
+class Blocked(Exception):
+    """Raised (or returned) by a handler: the job cannot run as asked (no quota, a missing
+    dataset); it ends `blocked` with `reason`."""
+
+    def __init__(self, reason: str = "blocked") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _bounded(text: str) -> str:
+    text = text.strip() or "(no message)"
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+def _describe(error: BaseException) -> str:
+    message = str(error)
+    return _bounded(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+
+
+def _transient(status: int) -> bool:
+    return status >= 500 or status in (408, 429)
+
+
+class Job:
+    """A claimed job, as the handler sees it."""
+
+    def __init__(self, worker: "Worker", claimed: Mapping[str, Any]) -> None:
+        self.job_id: str = str(claimed["job_id"])
+        self.org_id: str = str(claimed["org_id"])
+        self.project_id: str = str(claimed["project_id"])
+        self.action: str = str(claimed["action"])
+        self.payload: Dict[str, Any] = dict(claimed.get("payload") or {})
+        #: 1 on the job's first claim, then one more per claim.
+        self.attempt: int = int(claimed["attempt"])
+        #: 0 (most urgent) to 9.
+        self.priority: int = int(claimed.get("priority", 5))
+        #: Set when keel asks the job to stop (the user stopped it), when the job is no
+        #: longer this worker's, or when the worker's grace period ran out. A handler that
+        #: returns once it is set because the user asked reports `user-stopped`.
+        self.stop_requested = threading.Event()
+        self._worker = worker
+        # The user asked to stop (a heartbeat said so).
+        self._user_stop = False
+        # keel no longer counts the job as ours (requeued as stale, ended elsewhere).
+        self._lost = False
+        # The worker handed it back at shutdown: its report must not be sent.
+        self._abandoned = False
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id!r}, action={self.action!r}, attempt={self.attempt})"
+
+    def set_live_status(self, status: Mapping[str, Any]) -> bool:
+        """Publishes free-form progress (`{"step": 120, "loss": 0.31}`) that readers of the
+        job see; False when keel could not take it (the job is no longer this worker's, or
+        keel could not be reached)."""
+        body = {"job_id": self.job_id, "worker_id": self._worker.worker_id, "live_status": dict(status)}
+        answer = self._worker._send("POST", f"{INTERNAL}/jobs/live-status", body, deadline=time.monotonic() + 10)
+        return answer is not None and answer.status_code == 200
+
+    def secrets(self) -> Dict[str, str]:
+        """The organization's training secrets (decrypted; never log them)."""
+        answer = self._worker._send("GET", f"{INTERNAL}/jobs/{self.job_id}", None, deadline=time.monotonic() + 30)
+        if answer is None:
+            raise KeelError(0, "keel could not be reached")
+        if answer.status_code != 200:
+            raise KeelError(answer.status_code, answer.text)
+        secrets = answer.json().get("secrets") or {}
+        return {str(k): str(v) for k, v in secrets.items()}
+
+
+Handler = Callable[[Job], Any]
+
+
+class _Interrupted(BaseException):
+    """Raised by the signal handler to cut a long-poll claim short."""
+
+
+class Worker:
+    """Claims jobs of `actions` for `worker_id` and runs `handler(job)` for each, at most
+    `concurrency` at once.
+
+    `run()` blocks until `stop()` is called (from another thread) or, when `run()` is on the
+    main thread, until SIGTERM or SIGINT. It then claims nothing more, lets running jobs
+    finish within `grace_secs`, and hands back the rest with requeue-interrupted (a second
+    signal skips the grace). The handler's return value is the succeeded report's result;
+    `RetryableError` reports a retryable failure, `Blocked` a blocked job, any other
+    exception a failure with its message; a handler that returns after the user asked it to
+    stop reports `user-stopped`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        internal_key: str,
+        worker_id: str,
+        actions: Sequence[str],
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        wait_secs: int = 20,
+        heartbeat_secs: float = 30,
+        grace_secs: float = 60,
+    ) -> None:
+        if isinstance(actions, str):
+            actions = [actions]
+        if not actions:
+            raise ValueError("actions: at least one action")
+        if not 1 <= len(worker_id) <= 200:
+            raise ValueError("worker_id: 1 to 200 characters")
+        if concurrency < 1:
+            raise ValueError("concurrency: at least 1")
+        if heartbeat_secs <= 0 or wait_secs < 0 or grace_secs < 0:
+            raise ValueError("heartbeat_secs must be positive, wait_secs and grace_secs not negative")
+        self.base_url = base_url.rstrip("/")
+        self.worker_id = worker_id
+        self.actions: List[str] = list(actions)
+        self.handler = handler
+        self.concurrency = concurrency
+        self.wait_secs = wait_secs
+        self.heartbeat_secs = heartbeat_secs
+        self.grace_secs = grace_secs
+        headers = {"Authorization": f"Bearer {internal_key}", "User-Agent": "keel-worker/0.1"}
+        timeout = httpx.Timeout(30.0, connect=5.0)
+        # Reports, heartbeats and hand-backs share one pool; claims keep their own, so a
+        # long poll cut short by a signal leaves the shared pool whole.
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._claims = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        # Reentrant: the main thread may stop() while it holds the lock (after a signal).
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._running: Dict[str, Tuple[Job, threading.Thread]] = {}
+        self._stopping = threading.Event()
+        self._hurry = False
+        self._stopped_at: Optional[float] = None
+        self._in_claim = False
+        # Signals arrived and seen: a signal handler only counts (and cuts a long poll); the
+        # main thread acts on the count outside it, so the handler never takes a lock.
+        self._signals = 0
+        self._signals_seen = 0
+        self._started = False
+        #: Jobs this worker ran to a report, by the report sent (succeeded, failed, ...).
+        self.reported: Dict[str, int] = {}
+
+    # -- control --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Asks `run()` to wind down: no more claims, running jobs get `grace_secs`. Safe
+        from any thread and from a signal handler; a second call skips the grace."""
+        with self._changed:
+            if self._stopping.is_set():
+                self._hurry = True
+            else:
+                self._stopped_at = time.monotonic()
+                self._stopping.set()
+            self._changed.notify_all()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def running_jobs(self) -> List[Job]:
+        with self._lock:
+            return [job for job, _ in self._running.values()]
+
+    def run(self) -> None:
+        """Works until stopped; see the class. Raises `KeelError` when keel refuses the
+        worker itself (a wrong internal key)."""
+        if self._started:
+            raise RuntimeError("a Worker runs once; make another")
+        self._started = True
+        restore = self._install_signals()
+        try:
+            self._hand_back(deadline=None)
+            self._claim_loop()
+        except _Interrupted:
+            pass
+        finally:
+            try:
+                self._shut_down()
+            finally:
+                for signum, previous in restore:
+                    signal.signal(signum, previous)
+                self._claims.close()
+                self._http.close()
+
+    def _install_signals(self) -> List[Tuple[int, Any]]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+
+        def on_signal(signum: int, frame: Optional[FrameType]) -> None:
+            self._signals += 1
+            if self._in_claim:
+                # Cut the long poll: a job it claimed anyway is handed back at shutdown.
+                raise _Interrupted()
+
+        restore: List[Tuple[int, Any]] = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            restore.append((signum, signal.getsignal(signum)))
+            signal.signal(signum, on_signal)
+        return restore
+
+    # -- claiming -------------------------------------------------------------------------
+
+    def _check_signals(self) -> bool:
+        """Acts on signals counted since the last look (main thread); True once stopping."""
+        while self._signals_seen < self._signals:
+            self._signals_seen += 1
+            log.info("signal: stopping (running jobs get %ss; another signal skips that)", self.grace_secs)
+            self.stop()
+        return self._stopping.is_set()
+
+    def _pause(self, secs: float) -> None:
+        """Sleeps up to `secs`, waking early when stopped."""
+        until = time.monotonic() + secs
+        while not self._check_signals():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self._stopping.wait(min(left, 0.2))
+
+    def _free_slots(self) -> int:
+        with self._changed:
+            while len(self._running) >= self.concurrency and not self._check_signals():
+                self._changed.wait(0.2)
+            return 0 if self._check_signals() else self.concurrency - len(self._running)
+
+    def _claim_loop(self) -> None:
+        turn = 0
+        backoff = _Backoff()
+        # With several actions, each long poll is a share of wait_secs, so no action waits
+        # longer than wait_secs for a look.
+        wait = self.wait_secs if len(self.actions) == 1 else max(1, self.wait_secs // len(self.actions))
+        while True:
+            free = self._free_slots()
+            if free == 0:
+                return
+            action = self.actions[turn % len(self.actions)]
+            turn += 1
+            claimed = self._claim(action, free, wait)
+            if claimed is None:
+                self._pause(backoff.next())
+                continue
+            backoff.reset()
+            for item in claimed:
+                job = Job(self, item)
+                if self._check_signals():
+                    # Claimed as the worker stopped: handed back with the rest at shutdown.
+                    continue
+                self._start(job)
+
+    def _claim(self, action: str, limit: int, wait: int) -> Optional[List[Mapping[str, Any]]]:
+        """The jobs claimed (perhaps none), or None after a transient failure."""
+        headers = {"Prefer": f"wait={wait}"} if wait > 0 else {}
+        body = {"worker_id": self.worker_id, "action": action, "limit": min(limit, 100)}
+        self._in_claim = True
+        try:
+            if self._check_signals():
+                return []
+            answer = self._claims.post(
+                f"{INTERNAL}/jobs/claim", json=body, headers=headers,
+                timeout=httpx.Timeout(wait + 30.0, connect=5.0),
+            )
+        except httpx.TransportError as error:
+            log.warning("claim: keel unreachable (%s); retrying", error)
+            return None
+        finally:
+            self._in_claim = False
+        if _transient(answer.status_code):
+            log.warning("claim: keel answered %s; retrying", answer.status_code)
+            return None
+        if answer.status_code != 200:
+            raise KeelError(answer.status_code, answer.text)
+        jobs: List[Mapping[str, Any]] = answer.json().get("jobs") or []
+        return jobs
+
+    # -- running a job --------------------------------------------------------------------
+
+    def _start(self, job: Job) -> None:
+        thread = threading.Thread(target=self._run_job, args=(job,), name=f"keel-job-{job.job_id}", daemon=True)
+        with self._changed:
+            self._running[job.job_id] = (job, thread)
+        thread.start()
+
+    def _run_job(self, job: Job) -> None:
+        finished = threading.Event()
+        beats = threading.Thread(target=self._heartbeats, args=(job, finished), name=f"keel-beat-{job.job_id}", daemon=True)
+        beats.start()
+        try:
+            path, body = self._outcome(job)
+            finished.set()
+            if job._lost:
+                log.warning("%s: keel no longer counts it as this worker's; its outcome is not reported", job)
+            elif not job._abandoned:
+                self._report(job, path, body)
+        finally:
+            finished.set()
+            with self._changed:
+                self._running.pop(job.job_id, None)
+                self._changed.notify_all()
+
+    def _outcome(self, job: Job) -> Tuple[str, Dict[str, Any]]:
+        """Runs the handler; the report it calls for."""
+        ids = {"job_id": job.job_id, "worker_id": self.worker_id}
+        try:
+            value = self.handler(job)
+        except RetryableError as error:
+            log.info("%s: retryable failure: %s", job, error)
+            return "failed", {**ids, "error": _describe(error), "retryable": True}
+        except Blocked as blocked:
+            return "blocked", {**ids, "reason": _bounded(blocked.reason)}
+        except BaseException as error:  # noqa: BLE001 - a job never stays running
+            log.exception("%s: the handler raised", job)
+            return "failed", {**ids, "error": _describe(error)}
+        if isinstance(value, Blocked):
+            return "blocked", {**ids, "reason": _bounded(value.reason)}
+        if job._user_stop:
+            return "user-stopped", {**ids, "reason": "stopped at the user's request"}
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            return "failed", {**ids, "error": _bounded(f"the handler's result is not JSON: {error}")}
+        return "succeeded", {**ids, "result": value}
+
+    def _heartbeats(self, job: Job, finished: threading.Event) -> None:
+        interval = self.heartbeat_secs
+        while not finished.wait(interval):
+            interval = self.heartbeat_secs
+            try:
+                answer = self._http.post(
+                    f"{INTERNAL}/jobs/heartbeat",
+                    json={"job_id": job.job_id, "worker_id": self.worker_id},
+                    timeout=httpx.Timeout(min(30.0, max(5.0, self.heartbeat_secs)), connect=5.0),
+                )
+            except httpx.TransportError as error:
+                log.warning("%s: heartbeat: keel unreachable (%s)", job, error)
+                interval = min(self.heartbeat_secs, 5.0)
+                continue
+            if answer.status_code == 200:
+                try:
+                    stop = bool(answer.json().get("stop_requested"))
+                except ValueError:
+                    stop = False
+                if stop and not job._user_stop:
+                    log.info("%s: the user asked to stop", job)
+                    job._user_stop = True
+                    job.stop_requested.set()
+            elif answer.status_code in (404, 409):
+                log.warning("%s: keel no longer counts it as this worker's (%s)", job, answer.status_code)
+                job._lost = True
+                job.stop_requested.set()
+                return
+            else:
+                log.warning("%s: heartbeat: keel answered %s", job, answer.status_code)
+                interval = min(self.heartbeat_secs, 5.0)
+
+    def _report(self, job: Job, path: str, body: Dict[str, Any]) -> None:
+        """Sends one report, retrying while keel cannot be reached; a repeat of a report
+        keel already took is answered 200, so a retry never ends the job twice."""
+        answer = self._send("POST", f"{INTERNAL}/jobs/{path}", body, deadline=None, give_up=lambda: job._abandoned)
+        if answer is None:
+            log.warning("%s: its %s report was not sent (handed back at shutdown)", job, path)
+        elif answer.status_code == 200:
+            with self._lock:
+                self.reported[path] = self.reported.get(path, 0) + 1
+        else:
+            log.warning("%s: keel refused its %s report: %s %s", job, path, answer.status_code, answer.text[:300])
+
+    # -- shutting down --------------------------------------------------------------------
+
+    def _shut_down(self) -> None:
+        if not self._check_signals():
+            self.stop()
+        started = self._stopped_at if self._stopped_at is not None else time.monotonic()
+        deadline = started + self.grace_secs
+        with self._changed:
+            while self._running and not self._hurry:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, 0.2))
+                self._check_signals()
+            leftover = [job for job, _ in self._running.values()]
+            for job in leftover:
+                job._abandoned = True
+                job.stop_requested.set()
+        if leftover:
+            log.warning("grace over: handing back %d running job(s)", len(leftover))
+        self._hand_back(deadline=time.monotonic() + HAND_BACK_SECS)
+
+    def _hand_back(self, deadline: Optional[float]) -> None:
+        """requeue-interrupted for this worker: at start, the jobs a previous run of it left
+        claimed; at shutdown, the jobs it could not finish (and any a cut claim took)."""
+        give_up = None if deadline is not None else self._check_signals
+        answer = self._send(
+            "POST", f"{INTERNAL}/jobs/requeue-interrupted", {"worker_id": self.worker_id},
+            deadline=deadline, give_up=give_up,
+        )
+        if answer is None:
+            if deadline is not None:
+                log.warning("could not hand jobs back: keel unreachable; its stale sweep will requeue them")
+            return
+        if answer.status_code != 200:
+            raise KeelError(answer.status_code, answer.text)
+        requeued = answer.json().get("requeued", 0)
+        if requeued:
+            log.info("handed back %s job(s) held by %s", requeued, self.worker_id)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Optional[Mapping[str, Any]],
+        *,
+        deadline: Optional[float],
+        give_up: Optional[Callable[[], bool]] = None,
+    ) -> Optional[httpx.Response]:
+        """One call, retried with backoff after connection errors and 5xx answers until it
+        is answered, `deadline` passes or `give_up()` says so (None then)."""
+        backoff = _Backoff()
+        while True:
+            if give_up is not None and give_up():
+                return None
+            try:
+                answer = self._http.request(method, path, json=body)
+                if not _transient(answer.status_code):
+                    return answer
+                reason = f"HTTP {answer.status_code}"
+            except httpx.TransportError as error:
+                reason = str(error) or type(error).__name__
+            delay = backoff.next()
+            if deadline is not None and time.monotonic() + delay > deadline:
+                return None
+            log.warning("%s %s: %s; retrying in %.1fs", method, path, reason, delay)
+            time.sleep(delay)
+
+
+class _Backoff:
+    """0.2 s doubling to 10 s, each with ±20% jitter."""
+
+    def __init__(self) -> None:
+        self._next = 0.2
+
+    def next(self) -> float:
+        delay = self._next * random.uniform(0.8, 1.2)
+        self._next = min(self._next * 2, 10.0)
+        return delay
+
+    def reset(self) -> None:
+        self._next = 0.2

@@ -1,0 +1,347 @@
+"""keel-worker against the real keel binary on PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List
+
+import httpx
+import pytest
+
+from conftest import INTERNAL_KEY, Keel, Running
+from keel_worker import Blocked, Job, KeelError, RetryableError, Worker
+
+RunWorker = Callable[[Worker], Running]
+
+
+def outcomes(view: Dict[str, Any]) -> List[str]:
+    return [attempt["outcome"] for attempt in view["history"]]
+
+
+def test_a_returned_value_is_the_succeeded_result(keel: Keel, run_worker: RunWorker) -> None:
+    job_id = keel.create_job(epochs=3)
+    seen: List[Job] = []
+
+    def handler(job: Job) -> Any:
+        seen.append(job)
+        return {"adapter": "acme/bot", "epochs": job.payload["input"]["epochs"]}
+
+    running = run_worker(keel.worker(handler))
+    view = keel.wait_for(job_id, ["succeeded"])
+    running.stop()
+    assert view["result"] == {"adapter": "acme/bot", "epochs": 3}
+    assert view["workerId"] == "py-worker"
+    assert outcomes(view) == ["succeeded"]
+    (job,) = seen
+    assert (job.job_id, job.org_id, job.project_id, job.action, job.attempt) == (
+        job_id, keel.org_id, keel.project_id, "tracer", 1)
+    assert not job.stop_requested.is_set()
+    assert running.worker.reported == {"succeeded": 1}
+
+
+def test_an_exception_fails_the_job_with_its_message(keel: Keel, run_worker: RunWorker) -> None:
+    raising = keel.create_job(kind="raise")
+    unserializable = keel.create_job(kind="object")
+
+    def handler(job: Job) -> Any:
+        if job.payload["input"]["kind"] == "raise":
+            raise ValueError("the dataset has no rows")
+        return {"when": object()}
+
+    running = run_worker(keel.worker(handler, concurrency=2))
+    failed = keel.wait_for(raising, ["failed"])
+    odd = keel.wait_for(unserializable, ["failed"])
+    running.stop()
+    assert failed["error"] == "ValueError: the dataset has no rows"
+    assert outcomes(failed) == ["failed"]
+    assert "not JSON" in odd["error"]
+
+
+def test_retryable_error_schedules_another_attempt(keel: Keel, run_worker: RunWorker) -> None:
+    job_id = keel.create_job()
+    attempts: List[int] = []
+
+    def handler(job: Job) -> Any:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise RetryableError("the GPU node went away")
+        return {"attempt": job.attempt}
+
+    running = run_worker(keel.worker(handler))
+    view = keel.wait_for(job_id, ["succeeded"], timeout=30)
+    running.stop()
+    assert attempts == [1, 2]
+    assert view["result"] == {"attempt": 2}
+    assert outcomes(view) == ["retried", "succeeded"]
+    assert view["history"][0]["error"] == "RetryableError: the GPU node went away"
+
+
+def test_blocked_ends_the_job_blocked_with_its_reason(keel: Keel, run_worker: RunWorker) -> None:
+    raised = keel.create_job(how="raise")
+    returned = keel.create_job(how="return")
+
+    def handler(job: Job) -> Any:
+        if job.payload["input"]["how"] == "raise":
+            raise Blocked("no GPU quota left")
+        return Blocked("dataset missing")
+
+    running = run_worker(keel.worker(handler, concurrency=2))
+    assert keel.wait_for(raised, ["blocked"])["error"] == "no GPU quota left"
+    assert keel.wait_for(returned, ["blocked"])["error"] == "dataset missing"
+    running.stop()
+
+
+def test_a_stop_request_reaches_the_handler_and_ends_user_stopped(keel: Keel, run_worker: RunWorker) -> None:
+    job_id = keel.create_job()
+    started = threading.Event()
+    noticed: List[bool] = []
+
+    def handler(job: Job) -> Any:
+        started.set()
+        noticed.append(job.stop_requested.wait(30))
+        return {"partial": True}
+
+    running = run_worker(keel.worker(handler, heartbeat_secs=0.2))
+    assert started.wait(20)
+    keel.ok(keel.api.post(f"/api/training/jobs/{job_id}/stop", json={"reason": "wrong dataset"}))
+    view = keel.wait_for(job_id, ["user_stopped"])
+    running.stop()
+    assert noticed == [True]
+    assert outcomes(view) == ["user_stopped"]
+    assert running.worker.reported == {"user-stopped": 1}
+
+
+def test_jobs_run_at_most_concurrency_at_once(keel: Keel, run_worker: RunWorker) -> None:
+    jobs = [keel.create_job(n=n) for n in range(6)]
+    lock = threading.Lock()
+    now = [0]
+    peak = [0]
+
+    def handler(job: Job) -> Any:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.5)
+        with lock:
+            now[0] -= 1
+        return None
+
+    running = run_worker(keel.worker(handler, concurrency=3))
+    for job_id in jobs:
+        keel.wait_for(job_id, ["succeeded"])
+    running.stop()
+    assert peak[0] == 3
+
+
+def test_a_restarted_worker_hands_back_what_it_held(keel: Keel, run_worker: RunWorker) -> None:
+    job_id = keel.create_job()
+    claimed = keel.ok(keel.internal.post("/api/training/internal/jobs/claim",
+                                         json={"worker_id": "py-crashed", "action": "tracer", "limit": 1}))
+    assert [j["job_id"] for j in claimed["jobs"]] == [job_id]
+    attempts: List[int] = []
+
+    def handler(job: Job) -> Any:
+        attempts.append(job.attempt)
+        return {"ok": True}
+
+    running = run_worker(keel.worker(handler, worker_id="py-crashed"))
+    view = keel.wait_for(job_id, ["succeeded"])
+    running.stop()
+    assert attempts == [2]
+    assert outcomes(view) == ["interrupted", "succeeded"]
+
+
+def test_keel_restarting_under_the_worker(keel: Keel, run_worker: RunWorker) -> None:
+    first = keel.create_job()
+    started = threading.Event()
+    release = threading.Event()
+
+    def handler(job: Job) -> Any:
+        started.set()
+        release.wait(30)
+        return {"job": job.job_id}
+
+    running = run_worker(keel.worker(handler, heartbeat_secs=0.3, wait_secs=1))
+    assert started.wait(20)
+    keel.kill()
+    # The job ends while keel is down: its report waits for keel, and is sent once.
+    release.set()
+    time.sleep(2)
+    keel.start()
+    view = keel.wait_for(first, ["succeeded"], timeout=30)
+    assert view["result"] == {"job": first}
+    assert outcomes(view) == ["succeeded"]
+    # Claims resume against the new process.
+    second = keel.create_job()
+    assert keel.wait_for(second, ["succeeded"], timeout=30)["result"] == {"job": second}
+    running.stop()
+    assert running.worker.reported == {"succeeded": 2}
+
+
+class Faulty(BaseHTTPRequestHandler):
+    """Forwards to keel; the first claim is answered 503, and the first succeeded report is
+    forwarded but its answer is lost (the connection closes without one)."""
+
+    protocol_version = "HTTP/1.1"
+    upstream = ""
+    seen: Dict[str, int] = {}
+    lock = threading.Lock()
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        path = self.path.rsplit("/", 1)[-1]
+        with self.lock:
+            self.seen[path] = self.seen.get(path, 0) + 1
+            count = self.seen[path]
+        if path == "claim" and count == 1:
+            self._answer(503, b'{"detail": "warming up"}')
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type", "prefer")}
+        answer = httpx.request(self.command, self.upstream + self.path, content=body, headers=headers, timeout=60)
+        if path == "succeeded" and count == 1:
+            self.close_connection = True
+            return
+        self._answer(answer.status_code, answer.content)
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = _forward
+    do_GET = _forward
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_transient_failures_are_retried_and_a_report_is_sent_once(keel: Keel) -> None:
+    Faulty.upstream = keel.url
+    Faulty.seen = {}
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Faulty)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        job_id = keel.create_job()
+        worker = Worker(f"http://127.0.0.1:{proxy.server_address[1]}", INTERNAL_KEY, "py-faulty", ["tracer"],
+                        lambda job: {"done": True}, wait_secs=1)
+        running = Running(worker)
+        view = keel.wait_for(job_id, ["succeeded"])
+        running.stop()
+    finally:
+        proxy.shutdown()
+    assert Faulty.seen["claim"] >= 2
+    # The lost answer made the worker send its report again; keel took it once.
+    assert Faulty.seen["succeeded"] == 2
+    assert outcomes(view) == ["succeeded"]
+    assert worker.reported == {"succeeded": 1}
+
+
+def test_a_wrong_internal_key_is_an_error_not_a_loop(keel: Keel) -> None:
+    worker = Worker(keel.url, "not-the-key", "py-w", ["tracer"], lambda job: None, wait_secs=1)
+    with pytest.raises(KeelError) as raised:
+        worker.run()
+    assert raised.value.status == 401
+
+
+def test_worker_arguments_are_checked() -> None:
+    with pytest.raises(ValueError):
+        Worker("http://x", "k", "w", [], lambda job: None)
+    with pytest.raises(ValueError):
+        Worker("http://x", "k", "w", ["tracer"], lambda job: None, concurrency=0)
+
+
+# -- the command runner, as its own process (SIGTERM goes to the runner only) -------------
+
+# The job's command: sleeps `sleep` seconds; `exit` 3 always fails (with a message on
+# stderr), `exit` 75 asks for a retry on the first attempt only; else prints its result.
+SLEEPER = """
+import json, os, sys, time
+p = json.load(sys.stdin)['input']
+attempt = int(os.environ['KEEL_ATTEMPT'])
+time.sleep(p.get('sleep', 0))
+if p.get('exit') == 3 or (p.get('exit') == 75 and attempt == 1):
+    sys.stderr.write('cuda: out of memory\\n')
+    sys.exit(p['exit'])
+print(json.dumps({'attempt': attempt, 'job': os.environ['KEEL_JOB_ID'], 'input': p}))
+"""
+
+
+def runner(keel: Keel, worker_id: str, grace: float, extra: List[str] = []) -> "subprocess.Popen[bytes]":
+    return subprocess.Popen(
+        [sys.executable, "-m", "keel_worker", "--action", "tracer", "--url", keel.url,
+         "--internal-key", INTERNAL_KEY, "--worker-id", worker_id, "--wait-secs", "1",
+         "--heartbeat-secs", "0.5", "--grace-secs", str(grace), *extra, "--", sys.executable, "-c", SLEEPER],
+    )
+
+
+def wait_running(keel: Keel, job_id: str) -> None:
+    keel.wait_for(job_id, ["running"], timeout=20)
+
+
+def test_the_command_runner_reports_stdout_exit_75_and_failures(keel: Keel) -> None:
+    plain = keel.create_job(value=7)
+    retried = keel.create_job(exit=75)
+    failed = keel.create_job(exit=3)
+    process = runner(keel, "py-cmd", grace=10, extra=["--concurrency", "3"])
+    try:
+        ok = keel.wait_for(plain, ["succeeded"])
+        again = keel.wait_for(retried, ["succeeded"], timeout=30)
+        bad = keel.wait_for(failed, ["failed"])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    assert ok["result"] == {"attempt": 1, "job": plain, "input": {"value": 7}}
+    assert again["result"]["attempt"] == 2
+    assert outcomes(again) == ["retried", "succeeded"]
+    assert "exited with 3" in bad["error"] and "cuda: out of memory" in bad["error"]
+
+
+def test_sigterm_lets_a_running_job_finish_within_the_grace(keel: Keel) -> None:
+    job_id = keel.create_job(sleep=2)
+    process = runner(keel, "py-term", grace=30)
+    wait_running(keel, job_id)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    view = keel.job(job_id)
+    assert view["status"] == "succeeded", view
+    # No claim after the signal: a job queued now stays queued.
+    later = keel.create_job()
+    time.sleep(1)
+    assert keel.job(later)["status"] == "queued"
+
+
+def test_sigterm_hands_back_a_job_that_outlives_the_grace(keel: Keel) -> None:
+    job_id = keel.create_job(sleep=60)
+    process = runner(keel, "py-slow", grace=1)
+    wait_running(keel, job_id)
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert time.monotonic() - signalled < 15
+    view = keel.job(job_id)
+    assert view["status"] == "queued", view
+    assert outcomes(view) == ["interrupted"]
+    assert view["workerId"] is None
+
+
+def test_sigterm_cuts_an_idle_long_poll_short(keel: Keel) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keel_worker", "--action", "tracer", "--url", keel.url,
+         "--internal-key", INTERNAL_KEY, "--worker-id", "py-idle", "--wait-secs", "25", "--", "true"],
+    )
+    time.sleep(2)
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert time.monotonic() - signalled < 10
+    # A job queued after the worker left is still there for the next one.
+    job_id = keel.create_job()
+    time.sleep(0.5)
+    assert keel.job(job_id)["status"] == "queued"
