@@ -152,6 +152,13 @@ enum BenchTarget {
         /// Measure PostgreSQL only (with --postgres-url).
         #[arg(long)]
         skip_sqlite: bool,
+        /// A Python with keel_worker and httpx installed: adds runs of Python worker
+        /// processes (the library, and a naive loop as its baseline).
+        #[arg(long)]
+        python: Option<std::path::PathBuf>,
+        /// Python worker processes in those runs.
+        #[arg(long, default_value_t = 8)]
+        python_workers: usize,
     },
     /// The bare relay `proxy --streams` starts beside keel (the same HTTP stack, none of
     /// keel's work): prints its port, relays until stopped.
@@ -281,6 +288,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             concurrency,
             skip_baseline,
             skip_sqlite,
+            python,
+            python_workers,
         } => {
             crate::queue::run(crate::queue::QueueBench {
                 postgres_url,
@@ -289,6 +298,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 concurrency,
                 skip_baseline,
                 skip_sqlite,
+                python,
+                python_workers,
             })
             .await
         }

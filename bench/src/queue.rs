@@ -29,18 +29,40 @@ pub struct QueueBench {
     pub skip_baseline: bool,
     /// Only PostgreSQL (when a URL is given).
     pub skip_sqlite: bool,
+    /// A Python with keel_worker installed: runs of Python worker processes too.
+    pub python: Option<std::path::PathBuf>,
+    pub python_workers: usize,
+}
+
+fn log_row(row: &Row) {
+    eprintln!(
+        "{} {}: enqueue {:?}/s (batches: {:?}), end-to-end {:.0} jobs/s, claim p50 {} ms p99 {} ms",
+        row.database,
+        row.mode,
+        row.enqueue_per_second,
+        row.batch_per_second,
+        row.jobs_per_second,
+        opt_millis(row.claim_p50),
+        opt_millis(row.claim_p99)
+    );
 }
 
 struct Row {
     database: &'static str,
     mode: &'static str,
-    enqueue_per_second: f64,
+    /// One job per POST (the Rust runs only).
+    enqueue_per_second: Option<f64>,
     /// Jobs/s through `POST /api/training/jobs/batch` (batched mode only).
     batch_per_second: Option<f64>,
     jobs_per_second: f64,
-    claim_p50: Duration,
-    claim_p99: Duration,
+    /// Measured by the Rust workers only.
+    claim_p50: Option<Duration>,
+    claim_p99: Option<Duration>,
     succeeded: u64,
+}
+
+fn opt_millis(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| millis(d).to_string())
 }
 
 pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
@@ -61,15 +83,24 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
                 continue;
             }
             let row = run_one(&bench, database, admin_url, mode, claim_limit, max_batch).await?;
-            eprintln!(
-                "{database} {mode}: enqueue {:.0}/s (batches: {:?}), end-to-end {:.0} jobs/s, claim p50 {} ms p99 {} ms",
-                row.enqueue_per_second,
-                row.batch_per_second,
-                row.jobs_per_second,
-                millis(row.claim_p50),
-                millis(row.claim_p99)
-            );
+            log_row(&row);
             rows.push(row);
+        }
+        if let Some(python) = &bench.python {
+            for (script_mode, mode) in [
+                (
+                    "library",
+                    "Python: keel_worker library (concurrency 1 per process)",
+                ),
+                (
+                    "naive",
+                    "Python baseline: naive loop (claim 100, 1 report per job)",
+                ),
+            ] {
+                let row = run_python(&bench, python, database, admin_url, script_mode, mode).await?;
+                log_row(&row);
+                rows.push(row);
+            }
         }
     }
     // Every job costs at least one report request: report-shaped requests, as many in
@@ -88,14 +119,14 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
     for r in rows {
         writeln!(
             out,
-            "| {} | {} | {:.0} | {} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {} |",
             r.database,
             r.mode,
-            r.enqueue_per_second,
+            r.enqueue_per_second.map_or("-".into(), |e| format!("{e:.0}")),
             r.batch_per_second.map_or("-".into(), |b| format!("{b:.0}")),
             r.jobs_per_second,
-            millis(r.claim_p50),
-            millis(r.claim_p99),
+            opt_millis(r.claim_p50),
+            opt_millis(r.claim_p99),
             r.succeeded
         )?;
     }
@@ -180,11 +211,107 @@ async fn run_one(
     Ok(Row {
         database,
         mode,
-        enqueue_per_second: enqueued.per_second(),
+        enqueue_per_second: Some(enqueued.per_second()),
         batch_per_second,
         jobs_per_second: bench.jobs as f64 / elapsed.as_secs_f64(),
-        claim_p50: percentile(0.5),
-        claim_p99: percentile(0.99),
+        claim_p50: Some(percentile(0.5)),
+        claim_p99: Some(percentile(0.99)),
+        succeeded,
+    })
+}
+
+/// Python worker processes (`bench/python_worker.py`, `library` or `naive`) against keel
+/// with `bench.jobs` queued through the bulk route: jobs/s from their start to the last
+/// job's success.
+async fn run_python(
+    bench: &QueueBench,
+    python: &std::path::Path,
+    database: &'static str,
+    admin_url: Option<&str>,
+    script_mode: &str,
+    mode: &'static str,
+) -> anyhow::Result<Row> {
+    let db = BenchDb::create(admin_url).await?;
+    let mut settings = bench_settings(&db.url)?;
+    settings.queue.sweep_interval_secs = 0;
+    let fee_cents = settings.billing.flat_run_fee_cents;
+    let app = Application::build(settings).await?;
+    let port = app.port();
+    let state = app.state().clone();
+    let handle = app.handle();
+    let server = actix_web::rt::spawn(app.run_until_stopped());
+    let tenant = crate::common::Tenant::create(&state.db).await?;
+    let funding = LedgerOp::credit(
+        EntryKind::Topup,
+        keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
+        Some(keel::domain::IdempotencyKey::payment("bench-funding")),
+        "bench funding",
+    );
+    state
+        .ledger
+        .submit(&tenant.org_id, funding)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let batch_per_second = enqueue_in_batches(addr, &tenant, bench).await?;
+    let total = (bench.jobs / BATCH * BATCH).max(BATCH) as u64;
+
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python_worker.py");
+    let url = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for w in 0..bench.python_workers {
+        children.push(
+            std::process::Command::new(python)
+                .arg(&script)
+                .args([
+                    script_mode,
+                    &url,
+                    BENCH_INTERNAL_KEY,
+                    &format!("py-{script_mode}-{w}"),
+                ])
+                .spawn()?,
+        );
+    }
+    let succeeded = loop {
+        let succeeded = training_job::Entity::find()
+            .filter(training_job::Column::Status.eq("succeeded"))
+            .count(&state.db)
+            .await?;
+        if succeeded >= total {
+            break succeeded;
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            anyhow::bail!("{succeeded} of {total} jobs succeeded after 10 minutes");
+        }
+        if let Some(w) = children
+            .iter_mut()
+            .position(|c| c.try_wait().ok().flatten().is_some())
+        {
+            anyhow::bail!("python worker {w} exited early");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let elapsed = started.elapsed();
+    for child in &children {
+        let _ = std::process::Command::new("kill")
+            .arg(child.id().to_string())
+            .status();
+    }
+    for mut child in children {
+        let _ = child.wait();
+    }
+    handle.stop(true).await;
+    let _ = server.await;
+    db.drop_now().await;
+    Ok(Row {
+        database,
+        mode,
+        enqueue_per_second: None,
+        batch_per_second: Some(batch_per_second),
+        jobs_per_second: total as f64 / elapsed.as_secs_f64(),
+        claim_p50: None,
+        claim_p99: None,
         succeeded,
     })
 }

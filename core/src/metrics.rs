@@ -449,6 +449,159 @@ impl Metrics {
         self.ledger_stalled.set(readings.ledger_stalled.as_secs_f64());
         self.trace_queue.set(readings.trace_queue as i64);
     }
+
+    /// Each action's queue wait and run time (every outcome) at the 50th, 90th and 99th
+    /// percentiles, estimated from this instance's histograms since it started.
+    pub fn queue_latencies(&self) -> Vec<ActionLatency> {
+        JobAction::ALL
+            .iter()
+            .map(|&action| {
+                let wait = buckets_of(&[self.queue_wait.with_label_values(&[action.as_str()])]);
+                let runs: Vec<Histogram> = AttemptOutcome::ALL
+                    .iter()
+                    .map(|outcome| {
+                        self.queue_run
+                            .with_label_values(&[action.as_str(), outcome.as_str()])
+                    })
+                    .collect();
+                ActionLatency {
+                    action,
+                    wait: Percentiles::of(&wait),
+                    run: Percentiles::of(&buckets_of(&runs)),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One action's queue wait and run time, as the operator's console shows them.
+#[derive(Debug, Clone)]
+pub struct ActionLatency {
+    pub action: JobAction,
+    pub wait: Percentiles,
+    pub run: Percentiles,
+}
+
+/// Percentiles estimated from a histogram (seconds); None without observations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+impl Percentiles {
+    fn of(buckets: &[(f64, u64)]) -> Self {
+        Self {
+            count: buckets.last().map_or(0, |(_, n)| *n),
+            p50: quantile(buckets, 0.5),
+            p90: quantile(buckets, 0.9),
+            p99: quantile(buckets, 0.99),
+        }
+    }
+}
+
+/// The summed cumulative buckets `(upper bound, observations at or under it)` of
+/// histograms with the same bounds, the `+Inf` bucket last.
+fn buckets_of(histograms: &[Histogram]) -> Vec<(f64, u64)> {
+    let mut summed: Vec<(f64, u64)> = Vec::new();
+    for histogram in histograms {
+        let metric = prometheus::core::Metric::metric(histogram);
+        let proto = metric.get_histogram();
+        for (i, bucket) in proto.get_bucket().iter().enumerate() {
+            match summed.get_mut(i) {
+                Some((_, n)) => *n += bucket.cumulative_count(),
+                None => summed.push((bucket.upper_bound(), bucket.cumulative_count())),
+            }
+        }
+        let total = proto.get_sample_count();
+        match summed.get_mut(proto.get_bucket().len()) {
+            Some((_, n)) => *n += total,
+            None => summed.push((f64::INFINITY, total)),
+        }
+    }
+    summed
+}
+
+/// The `q` quantile of cumulative `buckets` as Prometheus' `histogram_quantile` estimates
+/// it: linear within the bucket that holds it, the first bucket from 0; one that falls in
+/// the `+Inf` bucket is reported as the highest finite bound.
+pub fn quantile(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let rank = q * total as f64;
+    let mut lower = (0.0, 0u64);
+    for &(bound, count) in buckets {
+        if count as f64 >= rank {
+            if bound.is_infinite() {
+                return Some(lower.0);
+            }
+            let inside = (count - lower.1) as f64;
+            let fraction = if inside > 0.0 {
+                (rank - lower.1 as f64) / inside
+            } else {
+                1.0
+            };
+            return Some(lower.0 + (bound - lower.0) * fraction);
+        }
+        lower = (bound, count);
+    }
+    Some(lower.0)
+}
+
+#[cfg(test)]
+mod quantile_tests {
+    use super::*;
+
+    #[test]
+    fn interpolates_within_the_bucket_that_holds_the_rank() {
+        // 10 under 1 s, 10 between 1 and 2 s, none above.
+        let buckets = [(1.0, 10), (2.0, 20), (f64::INFINITY, 20)];
+        assert_eq!(quantile(&buckets, 0.5), Some(1.0));
+        assert_eq!(quantile(&buckets, 0.25), Some(0.5));
+        assert_eq!(quantile(&buckets, 0.75), Some(1.5));
+        assert_eq!(quantile(&[(1.0, 0), (f64::INFINITY, 0)], 0.5), None);
+    }
+
+    #[test]
+    fn a_rank_past_the_last_bound_reports_that_bound() {
+        let buckets = [(1.0, 1), (5.0, 2), (f64::INFINITY, 10)];
+        assert_eq!(quantile(&buckets, 0.99), Some(5.0));
+    }
+
+    #[test]
+    fn latencies_come_from_the_histograms_of_every_outcome() {
+        let metrics = Metrics::new();
+        metrics.job_waited(JobAction::Tracer, 0.2);
+        metrics.attempt_ended(JobAction::Tracer, AttemptOutcome::Succeeded, 3.0);
+        metrics.attempt_ended(JobAction::Tracer, AttemptOutcome::Failed, 3.0);
+        let tracer = metrics
+            .queue_latencies()
+            .into_iter()
+            .find(|l| l.action == JobAction::Tracer)
+            .unwrap();
+        assert_eq!(tracer.wait.count, 1);
+        assert_eq!(tracer.run.count, 2);
+        let p50 = tracer.run.p50.unwrap();
+        assert!(p50 > 1.0 && p50 <= 5.0, "{p50}");
+        let idle = metrics
+            .queue_latencies()
+            .into_iter()
+            .find(|l| l.action == JobAction::Training)
+            .unwrap();
+        assert_eq!(
+            idle.run,
+            Percentiles {
+                count: 0,
+                p50: None,
+                p90: None,
+                p99: None
+            }
+        );
+    }
 }
 
 /// What a scrape reads from the database and the background workers.

@@ -20,6 +20,7 @@ mod m20261126_000002_trace_usage_estimated;
 mod m20261126_000003_job_priority_schedule;
 mod m20261126_000004_queue_pauses;
 mod m20261126_000005_queue_attempts_uniqueness;
+mod m20261126_000006_operator_queue_indexes;
 
 pub struct Migrator;
 
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000003_job_priority_schedule::Migration),
             Box::new(m20261126_000004_queue_pauses::Migration),
             Box::new(m20261126_000005_queue_attempts_uniqueness::Migration),
+            Box::new(m20261126_000006_operator_queue_indexes::Migration),
         ]
     }
 }

@@ -32,14 +32,18 @@ const LEFT: f64 = 64.0;
 const BOTTOM: f64 = 28.0;
 const TOP: f64 = 16.0;
 
-/// Stacked daily bars (`series`), with a marker on each day that has `credits`.
+/// Stacked bars (`series`), one column per entry of `columns` (named so in tooltips, with
+/// `axis[i]` under it when not empty), and a marker on each column that has `credits`.
 /// `label` writes an amount for the axis and the tooltips.
 pub fn stacked_bars(
-    days: &[String],
+    title: &str,
+    columns: &[String],
+    axis: &[String],
     series: &[Series],
     credits: &[i64],
     label: impl Fn(i64) -> String,
 ) -> String {
+    let days = columns;
     let totals: Vec<i64> = (0..days.len())
         .map(|d| series.iter().map(|s| s.values.get(d).copied().unwrap_or(0)).sum())
         .collect();
@@ -50,7 +54,8 @@ pub fn stacked_bars(
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="spend-title" preserveAspectRatio="xMidYMid meet"><title id="spend-title">Debits per day, stacked by kind; credits marked</title>"#
+        r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" preserveAspectRatio="xMidYMid meet"><title>{}</title>"#,
+        escape(title)
     );
     for i in 0..=4 {
         let value = max * i / 4;
@@ -92,13 +97,13 @@ pub fn stacked_bars(
                 escape(&label(credit))
             );
         }
-        if d % 7 == 0 || d + 1 == days.len() {
+        if let Some(text) = axis.get(d).filter(|t| !t.is_empty()) {
             let _ = write!(
                 svg,
                 r#"<text class="axis" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
                 x + bar / 2.0,
                 HEIGHT - 8.0,
-                escape(day.get(5..).unwrap_or(day))
+                escape(text)
             );
         }
     }
@@ -193,7 +198,8 @@ mod tests {
                 values: vec![3, 0],
             },
         ];
-        let svg = stacked_bars(&days, &series, &[0, 5], |v| format!("{v}<"));
+        let svg = stacked_bars("t<", &days, &days, &series, &[0, 5], |v| format!("{v}<"));
+        assert!(svg.contains("<title>t&lt;</title>"));
         assert!(!svg.contains("<script>"));
         assert!(svg.contains("&lt;script&gt;"));
         assert_eq!(svg.matches("<rect").count(), 3);

@@ -86,6 +86,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 "/operator/queue/{action}/resume",
                 web::post().to(operator::resume),
             )
+            .route("/operator/failed", web::get().to(operator::failed))
+            .route("/operator/failed/retry", web::post().to(operator::retry_failed))
             .route("/operator/writer", web::get().to(operator::writer))
             .default_service(web::to(not_found)),
     );
@@ -314,6 +316,42 @@ fn redirect(to: &str) -> actix_web::HttpResponseBuilder {
     builder
 }
 
+/// What the page that asks before a destructive action says.
+pub struct Confirm {
+    pub title: &'static str,
+    pub question: String,
+    /// What it acts on (the first 50 are listed, then a count).
+    pub details: Vec<String>,
+    /// The form's own action, posted again with `confirmed=yes`.
+    pub action: String,
+    pub button: &'static str,
+    /// Where "Cancel" goes.
+    pub back: String,
+}
+
+/// The second step of every destructive console form (stop, retry, requeue stale, pause): a
+/// page that says what will happen and posts the same `fields` again with `confirmed=yes`.
+/// Nothing has changed when it shows.
+fn confirm_page(l: pages::Layout, confirm: Confirm, fields: Vec<(String, String)>) -> HttpResponse {
+    const LISTED: usize = 50;
+    let more = confirm.details.len().saturating_sub(LISTED);
+    let mut details = confirm.details;
+    details.truncate(LISTED);
+    html(
+        StatusCode::OK,
+        &pages::ConfirmPage {
+            l,
+            question: confirm.question,
+            details,
+            more,
+            action: confirm.action,
+            fields,
+            button: confirm.button.to_owned(),
+            back: confirm.back,
+        },
+    )
+}
+
 /// A page, with the flash it showed cleared.
 fn page(req: &HttpRequest, page: &impl Template) -> HttpResponse {
     let mut response = html(StatusCode::OK, page);
@@ -360,6 +398,20 @@ impl FormFields {
 
     fn get(&self, name: &str) -> Option<&str> {
         self.all(name).into_iter().next()
+    }
+
+    /// The form carries the confirmation its destructive action asks for first.
+    fn confirmed(&self) -> bool {
+        self.get("confirmed") == Some("yes")
+    }
+
+    /// Its fields but the confirmation, as a confirmation page carries them on.
+    fn carried(&self) -> Vec<(String, String)> {
+        self.fields
+            .iter()
+            .filter(|(name, _)| name != "confirmed")
+            .cloned()
+            .collect()
     }
 
     /// The fields as the API's body `T` of organization `org_id`.

@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use super::pages::{CountRow, HeldJob, HeldRow, Layout, OrgShareRow, QueuePage, WriterPage};
+use super::chart::{self, Series};
+use super::pages::{
+    CountRow, FailedPage, FailedRow, HeldJob, HeldRow, LatencyRow, Layout, OrgShareRow, QueuePage, WriterPage,
+};
 use super::session::Viewer;
-use super::signin::CsrfForm;
-use super::{after_form, format, page, ConsoleError, Flash};
-use crate::domain::{JobAction, JobStatus};
+use super::{after_form, confirm_page, format, page, Confirm, ConsoleError, Flash, FormFields};
+use crate::domain::{AttemptOutcome, JobAction, JobId, JobStatus, OrgId};
+use crate::queue::repo::FailedFilter;
 
 fn operator_only(viewer: &Viewer) -> Result<(), ConsoleError> {
     match viewer.is_operator() {
@@ -92,6 +95,21 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
                 .unwrap_or_else(|| "—".into()),
         })
         .collect();
+    let throughput = crate::queue::service::throughput(&viewer.state.jobs, now).await?;
+    let (throughput_svg, throughput_summary, throughput_keys) = throughput_chart(&throughput);
+    let latencies = viewer
+        .state
+        .metrics
+        .queue_latencies()
+        .into_iter()
+        .map(|l| LatencyRow {
+            action: l.action.to_string(),
+            waits: l.wait.count,
+            wait: [l.wait.p50, l.wait.p90, l.wait.p99].map(seconds),
+            runs: l.run.count,
+            run: [l.run.p50, l.run.p90, l.run.p99].map(seconds),
+        })
+        .collect();
     let stale_ids: Vec<&str> = overview.stale.iter().map(|j| j.id.as_str()).collect();
     let mut by_worker: BTreeMap<String, Vec<HeldJob>> = BTreeMap::new();
     for job in &overview.held {
@@ -113,14 +131,123 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
                 .collect(),
             stale: overview.stale.iter().map(|j| held_job(j, now, true)).collect(),
             stale_after: format::age(overview.stale_after),
+            throughput_svg,
+            throughput_summary,
+            throughput_keys,
+            latencies,
         },
     ))
 }
 
-/// The same sweep as `POST /api/training/internal/jobs/requeue-stale`.
-pub async fn requeue_stale(viewer: Viewer, form: web::Form<CsrfForm>) -> Result<HttpResponse, ConsoleError> {
-    viewer.check_csrf(form.csrf())?;
-    operator_only(&viewer)?;
+/// A percentile in seconds as the page writes it ("—" without observations).
+fn seconds(value: Option<f64>) -> String {
+    match value {
+        None => "—".into(),
+        Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        Some(s) if s < 120.0 => format!("{s:.1} s"),
+        Some(s) => format::age(chrono::Duration::seconds(s as i64)),
+    }
+}
+
+/// The throughput chart's CSS class per outcome.
+fn outcome_class(outcome: AttemptOutcome) -> &'static str {
+    match outcome {
+        AttemptOutcome::Succeeded => "o-succeeded",
+        AttemptOutcome::Failed => "o-failed",
+        AttemptOutcome::Retried => "o-retried",
+        AttemptOutcome::Stale => "o-stale",
+        AttemptOutcome::Interrupted => "o-interrupted",
+        AttemptOutcome::Blocked => "o-blocked",
+        AttemptOutcome::UserStopped => "o-user_stopped",
+    }
+}
+
+/// Stacked bars of attempts ended per 5 minutes by outcome, a summary line and the key.
+fn throughput_chart(
+    t: &crate::queue::service::Throughput,
+) -> (String, String, Vec<(&'static str, &'static str)>) {
+    let columns: Vec<String> = t
+        .starts
+        .iter()
+        .map(|at| format!("{} UTC", at.format("%Y-%m-%d %H:%M")))
+        .collect();
+    // A label under every third hour (every 36th bucket), from the first whole one.
+    let axis: Vec<String> = t
+        .starts
+        .iter()
+        .map(
+            |at| match at.format("%M").to_string() == "00" && at.timestamp() % (3 * 3600) == 0 {
+                true => at.format("%H:%M").to_string(),
+                false => String::new(),
+            },
+        )
+        .collect();
+    let series: Vec<Series> = t
+        .counts
+        .iter()
+        .map(|(outcome, values)| Series {
+            name: outcome.as_str(),
+            class: outcome_class(*outcome),
+            values: values.clone(),
+        })
+        .collect();
+    let svg = chart::stacked_bars(
+        "Job attempts ended per 5 minutes over the last 24 hours, stacked by outcome",
+        &columns,
+        &axis,
+        &series,
+        &[],
+        |v| v.to_string(),
+    );
+    let totals: Vec<String> = t
+        .counts
+        .iter()
+        .map(|(outcome, values)| (outcome, values.iter().sum::<i64>()))
+        .filter(|(_, n)| *n > 0)
+        .map(|(outcome, n)| format!("{n} {outcome}"))
+        .collect();
+    let summary = match totals.is_empty() {
+        true => "No attempt ended in the last 24 hours.".to_owned(),
+        false => format!("Attempts ended in the last 24 hours: {}.", totals.join(", ")),
+    };
+    let keys = t
+        .counts
+        .iter()
+        .map(|(outcome, _)| (outcome_class(*outcome), outcome.as_str()))
+        .collect();
+    (svg, summary, keys)
+}
+
+/// An operator's destructive form: its CSRF token checked, its fields read.
+fn operator_form(viewer: &Viewer, body: &[u8]) -> Result<FormFields, ConsoleError> {
+    let form = FormFields::parse(body);
+    viewer.check_csrf(&form.csrf)?;
+    operator_only(viewer)?;
+    Ok(form)
+}
+
+/// The same sweep as `POST /api/training/internal/jobs/requeue-stale`, once confirmed.
+pub async fn requeue_stale(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, ConsoleError> {
+    let form = operator_form(&viewer, &body)?;
+    if !form.confirmed() {
+        let overview = crate::queue::service::queue_overview(&viewer.state.jobs).await?;
+        return Ok(confirm_page(
+            Layout::new("Requeue stale jobs?", &viewer, "queue", None),
+            Confirm {
+                title: "Requeue stale jobs?",
+                question: format!(
+                    "Jobs without a heartbeat for {} go back to the queue, or fail once their attempts are spent; their workers' reports will be refused. {} job(s) are past the threshold now.",
+                    format::age(overview.stale_after),
+                    overview.stale.len()
+                ),
+                details: overview.stale.iter().map(|j| format!("{} ({})", j.id, j.action)).collect(),
+                action: "/console/operator/requeue-stale".into(),
+                button: "Requeue stale jobs",
+                back: "/console/operator/queue".into(),
+            },
+            form.carried(),
+        ));
+    }
     let outcome = crate::queue::service::requeue_stale(&viewer.state.jobs).await;
     after_form("/console/operator/queue", outcome, |c| {
         format!(
@@ -130,33 +257,48 @@ pub async fn requeue_stale(viewer: Viewer, form: web::Form<CsrfForm>) -> Result<
     })
 }
 
-/// Pauses an action's queue, as `POST /api/internal/queue/{action}/pause` does.
+/// Pauses an action's queue, as `POST /api/internal/queue/{action}/pause` does, once confirmed.
 pub async fn pause(
     viewer: Viewer,
     path: web::Path<String>,
-    form: web::Form<CsrfForm>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    set_paused(viewer, &path, &form, true).await
+    set_paused(viewer, &path, &body, true).await
 }
 
 /// Resumes an action's queue, as `POST /api/internal/queue/{action}/resume` does.
 pub async fn resume(
     viewer: Viewer,
     path: web::Path<String>,
-    form: web::Form<CsrfForm>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    set_paused(viewer, &path, &form, false).await
+    set_paused(viewer, &path, &body, false).await
 }
 
 async fn set_paused(
     viewer: Viewer,
     action: &str,
-    form: &CsrfForm,
+    body: &[u8],
     paused: bool,
 ) -> Result<HttpResponse, ConsoleError> {
-    viewer.check_csrf(form.csrf())?;
-    operator_only(&viewer)?;
+    let form = operator_form(&viewer, body)?;
     let action = JobAction::parse(action).ok_or(ConsoleError::NotFound)?;
+    if paused && !form.confirmed() {
+        return Ok(confirm_page(
+            Layout::new("Pause the queue?", &viewer, "queue", None),
+            Confirm {
+                title: "Pause the queue?",
+                question: format!(
+                    "Claims of {action} jobs will hand out nothing, on every instance, until the queue is resumed. Running jobs go on."
+                ),
+                details: Vec::new(),
+                action: format!("/console/operator/queue/{action}/pause"),
+                button: "Pause",
+                back: "/console/operator/queue".into(),
+            },
+            form.carried(),
+        ));
+    }
     let jobs = &viewer.state.jobs;
     let outcome = match paused {
         true => crate::queue::service::pause(jobs, action).await,
@@ -165,6 +307,136 @@ async fn set_paused(
     after_form("/console/operator/queue", outcome, |q| match q.paused {
         true => format!("{}: paused; its jobs are not claimed until resumed.", q.action),
         false => format!("{}: resumed.", q.action),
+    })
+}
+
+#[derive(serde::Deserialize)]
+pub struct FailedQuery {
+    action: Option<String>,
+    org: Option<String>,
+    q: Option<String>,
+}
+
+/// The filter a failed-jobs form names: an unknown action or a malformed organization id
+/// matches nothing rather than everything.
+fn failed_filter(action: Option<&str>, org: Option<&str>, q: Option<&str>) -> Option<FailedFilter> {
+    let action = match action.map(str::trim).filter(|a| !a.is_empty()) {
+        Some(a) => Some(JobAction::parse(a)?),
+        None => None,
+    };
+    let org_id = match org.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(o) => Some(OrgId::parse(o).ok()?),
+        None => None,
+    };
+    let error_text = q
+        .map(|q| q.trim().chars().take(200).collect::<String>())
+        .filter(|q| !q.is_empty());
+    Some(FailedFilter {
+        action,
+        org_id,
+        error_text,
+    })
+}
+
+/// Failed jobs across organizations, filtered by action, organization and error text.
+pub async fn failed(
+    req: HttpRequest,
+    viewer: Viewer,
+    query: web::Query<FailedQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    operator_only(&viewer)?;
+    let query = query.into_inner();
+    let filter = failed_filter(query.action.as_deref(), query.org.as_deref(), query.q.as_deref());
+    let jobs = match &filter {
+        Some(filter) => crate::queue::service::failed_jobs(&viewer.state.jobs, filter).await?,
+        None => Vec::new(),
+    };
+    let now = chrono::Utc::now();
+    let jobs = jobs
+        .iter()
+        .map(|job| FailedRow {
+            id: job.id.to_string(),
+            org_id: job.org_id.to_string(),
+            action: job.action.to_string(),
+            attempts: job.attempts,
+            error: format::clip(job.error.as_deref().unwrap_or(""), 500),
+            failed: job
+                .finished_at
+                .map(|at| format!("{} ago", format::age(now - at)))
+                .unwrap_or_else(|| "—".into()),
+        })
+        .collect();
+    let clipped = |v: Option<String>| v.map(|v| v.chars().take(200).collect()).unwrap_or_default();
+    Ok(page(
+        &req,
+        &FailedPage {
+            l: Layout::new("Failed jobs", &viewer, "failed", Flash::read(&req)),
+            actions: JobAction::NAMES.to_vec(),
+            action: clipped(query.action),
+            org: clipped(query.org),
+            q: clipped(query.q),
+            jobs,
+            limit: crate::queue::service::FAILED_SHOWN,
+        },
+    ))
+}
+
+/// Retries one failed job, the selected ones, or all those a filter shows, once confirmed;
+/// a job no longer failed, blocked or user-stopped is left alone and counted.
+pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, ConsoleError> {
+    let form = operator_form(&viewer, &body)?;
+    let ids: Vec<JobId> = match form.get("scope") {
+        Some("all") => {
+            match failed_filter(
+                form.get("filter_action"),
+                form.get("filter_org"),
+                form.get("filter_q"),
+            ) {
+                Some(filter) => crate::queue::service::failed_jobs(&viewer.state.jobs, &filter)
+                    .await?
+                    .into_iter()
+                    .map(|job| job.id)
+                    .collect(),
+                None => Vec::new(),
+            }
+        }
+        _ => form
+            .all("job")
+            .into_iter()
+            .filter_map(|id| JobId::parse(id).ok())
+            .collect(),
+    };
+    let back = "/console/operator/failed";
+    if ids.is_empty() {
+        return after_form(back, Ok::<_, crate::error::ApiError>(()), |_| {
+            "Select the jobs to retry first.".into()
+        });
+    }
+    let ids = &ids[..ids.len().min(crate::queue::service::MAX_RETRIED_AT_ONCE)];
+    if !form.confirmed() {
+        return Ok(confirm_page(
+            Layout::new("Retry failed jobs?", &viewer, "failed", None),
+            Confirm {
+                title: "Retry failed jobs?",
+                question: format!(
+                    "{} job(s) go back to the queue and will be claimed again; each keeps counting its attempts.",
+                    ids.len()
+                ),
+                details: ids.iter().map(ToString::to_string).collect(),
+                action: "/console/operator/failed/retry".into(),
+                button: "Retry",
+                back: back.into(),
+            },
+            ids.iter().map(|id| ("job".to_owned(), id.to_string())).collect(),
+        ));
+    }
+    let outcome = crate::queue::service::retry_jobs(&viewer.state.jobs, ids).await;
+    after_form(back, outcome, |r| match r.skipped {
+        0 => format!("{} job(s) queued again.", r.retried.len()),
+        skipped => format!(
+            "{} job(s) queued again; {skipped} left alone (no longer failed, blocked or stopped).",
+            r.retried.len()
+        ),
     })
 }
 

@@ -76,9 +76,24 @@ pub async fn overview(
             values: spent.fees,
         },
     ];
-    let chart = chart::stacked_bars(&spent.days, &series, &spent.credits, |v| {
-        format::dollars(Microcents(v))
-    });
+    // Every seventh day and the last are labelled under the axis (as MM-DD).
+    let axis: Vec<String> = spent
+        .days
+        .iter()
+        .enumerate()
+        .map(|(d, day)| match d % 7 == 0 || d + 1 == spent.days.len() {
+            true => day.get(5..).unwrap_or(day).to_owned(),
+            false => String::new(),
+        })
+        .collect();
+    let chart = chart::stacked_bars(
+        "Debits per day, stacked by kind; credits marked",
+        &spent.days,
+        &axis,
+        &series,
+        &spent.credits,
+        |v| format::dollars(Microcents(v)),
+    );
     let usage = spent
         .usage
         .into_iter()

@@ -429,6 +429,15 @@ pub struct HeldJob {
     pub stale: bool,
 }
 
+/// One action's queue wait and run time percentiles, written for the page.
+pub struct LatencyRow {
+    pub action: String,
+    pub waits: u64,
+    pub wait: [String; 3],
+    pub runs: u64,
+    pub run: [String; 3],
+}
+
 #[derive(Template)]
 #[template(path = "console/queue.html")]
 pub struct QueuePage {
@@ -439,6 +448,49 @@ pub struct QueuePage {
     pub held: Vec<HeldRow>,
     pub stale: Vec<HeldJob>,
     pub stale_after: String,
+    /// Attempts ended per 5 minutes over 24 hours, by outcome (SVG, labels escaped).
+    pub throughput_svg: String,
+    pub throughput_summary: String,
+    /// `(CSS class, outcome)` of the chart's key.
+    pub throughput_keys: Vec<(&'static str, &'static str)>,
+    pub latencies: Vec<LatencyRow>,
+}
+
+/// A failed job as the operator's listing shows it.
+pub struct FailedRow {
+    pub id: String,
+    pub org_id: String,
+    pub action: String,
+    pub attempts: i32,
+    pub error: String,
+    pub failed: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/failed.html")]
+pub struct FailedPage {
+    pub l: Layout,
+    pub actions: Vec<&'static str>,
+    pub action: String,
+    pub org: String,
+    pub q: String,
+    pub jobs: Vec<FailedRow>,
+    pub limit: u64,
+}
+
+/// The second step of a destructive form: what it will do, and the same form again with
+/// `confirmed=yes`.
+#[derive(Template)]
+#[template(path = "console/confirm.html")]
+pub struct ConfirmPage {
+    pub l: Layout,
+    pub question: String,
+    pub details: Vec<String>,
+    pub more: usize,
+    pub action: String,
+    pub fields: Vec<(String, String)>,
+    pub button: String,
+    pub back: String,
 }
 
 #[derive(Template)]

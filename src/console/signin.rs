@@ -91,12 +91,6 @@ pub struct CsrfForm {
     csrf: String,
 }
 
-impl CsrfForm {
-    pub fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 pub async fn logout(
     req: HttpRequest,
     viewer: Viewer,

@@ -12,8 +12,10 @@ use super::pages::{
     JobsTable, Message, Part, ProjectRow, RunRow, RunsPage, SuiteChart, TracePage, TraceProjectsPage,
     TraceRow, TracesPage,
 };
-use super::session::Viewer;
-use super::{after_form, chart, format, html, page, wants_partial, ConsoleError, FormFields};
+use super::session::{OrgView, Viewer};
+use super::{
+    after_form, chart, confirm_page, format, html, page, wants_partial, Confirm, ConsoleError, FormFields,
+};
 use crate::domain::{JobAction, JobStatus};
 use crate::queue::repo::JobFilter;
 use crate::traces::export::Format;
@@ -291,23 +293,65 @@ async fn job_to_act_on(
     viewer: &Viewer,
     path: &JobPath,
     body: &[u8],
-) -> Result<(FormFields, training_job::Model), ConsoleError> {
+) -> Result<(FormFields, OrgView, training_job::Model), ConsoleError> {
     let form = FormFields::parse(body);
     let org = viewer.act_in(&path.org, &form.csrf, false).await?;
     let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
     let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
-    Ok((form, job))
+    Ok((form, org, job))
+}
+
+/// The page that asks before stopping or retrying `job`, carrying the form on.
+async fn confirm_job_action(
+    viewer: &Viewer,
+    req: &HttpRequest,
+    org: &OrgView,
+    job: &training_job::Model,
+    form: &FormFields,
+    verb: &'static str,
+    question: String,
+) -> Result<HttpResponse, ConsoleError> {
+    let title = match verb {
+        "stop" => "Stop the job?",
+        _ => "Retry the job?",
+    };
+    let back = format!("/console/o/{}/jobs/{}", job.org_id, job.id);
+    Ok(confirm_page(
+        org_layout(viewer, org, title, "jobs", req).await?,
+        Confirm {
+            title,
+            question,
+            details: vec![format!("{} ({}, {})", job.id, job.action, job.status)],
+            action: format!("{back}/{verb}"),
+            button: match verb {
+                "stop" => "Stop job",
+                _ => "Retry job",
+            },
+            back,
+        },
+        form.carried(),
+    ))
 }
 
 /// Stops the job by the API's rules (queued ends at once, running is asked to stop).
 pub async fn stop_job(
+    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<JobPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let (form, job) = job_to_act_on(&viewer, &path, &body).await?;
+    let (form, org, job) = job_to_act_on(&viewer, &path, &body).await?;
+    if !form.confirmed() {
+        let question = match job.status {
+            crate::domain::JobStatus::Running => {
+                "Its worker is told to stop at its next heartbeat; the work done so far may be lost."
+            }
+            _ => "It ends now and will not run.",
+        };
+        return confirm_job_action(&viewer, &req, &org, &job, &form, "stop", question.into()).await;
+    }
     let reason = form.get("reason").map(|r| format::clip(r, 2000));
     let outcome = crate::queue::service::stop_job(&viewer.state.jobs, &job, reason.as_deref()).await;
     after_form(
@@ -324,11 +368,16 @@ pub async fn stop_job(
 
 /// Puts a failed, blocked or stopped job back in the queue, by the API's rules.
 pub async fn retry_job(
+    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<JobPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let (_, job) = job_to_act_on(&viewer, &path, &body).await?;
+    let (form, org, job) = job_to_act_on(&viewer, &path, &body).await?;
+    if !form.confirmed() {
+        let question = "It goes back to the queue and will be claimed again; its attempts keep counting.";
+        return confirm_job_action(&viewer, &req, &org, &job, &form, "retry", question.into()).await;
+    }
     let outcome = crate::queue::service::retry_job(&viewer.state.jobs, &job).await;
     after_form(
         &format!("/console/o/{}/jobs/{}", job.org_id, job.id),

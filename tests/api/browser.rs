@@ -168,10 +168,18 @@ impl Browser {
                 )
                 .await
                 .unwrap();
-            assert!(
-                overflow.as_i64().unwrap_or(0) <= 0,
-                "{name} overflows at {width} px by {overflow}"
-            );
+            if overflow.as_i64().unwrap_or(0) > 0 {
+                // Name the elements that reach past the window, to say where to look.
+                let culprits = self
+                    .client
+                    .execute(
+                        "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll('body *')).filter(function (e) { return e.getBoundingClientRect().right > w + 1 && !(e.parentElement && e.parentElement.closest('.scroll')); }).slice(0, 8).map(function (e) { return e.tagName + '#' + e.id + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right); }).join(', ');",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                panic!("{name} overflows at {width} px by {overflow}: {culprits}");
+            }
             let png = self.client.screenshot().await.unwrap();
             std::fs::write(dir.join(format!("{name}-{label}.png")), png).unwrap();
         }
@@ -288,6 +296,9 @@ async fn an_owner_signs_in_redeems_a_promo_stops_a_job_exports_two_traces_and_si
     assert_eq!(browser.text("#job-status").await, "running");
     browser.shoot("job").await;
     browser.submit("#stop").await;
+    assert_eq!(browser.text("h1").await, "Stop the job?");
+    browser.shoot("confirm-stop").await;
+    browser.submit("#confirm").await;
     assert!(browser.text(".flash").await.contains("Stop requested"));
     assert_eq!(browser.text("#job-status").await, "stopping");
     let api = json_of(
@@ -382,6 +393,8 @@ async fn the_operator_pages_render_at_both_widths() {
     assert!(browser.text("#queue-counts").await.contains("tracer"));
     browser.shoot("operator-queue").await;
     browser.submit("#requeue-stale").await;
+    assert_eq!(browser.text("h1").await, "Requeue stale jobs?");
+    browser.submit("#confirm").await;
     assert!(browser.text(".flash").await.contains("Stale sweep"));
     browser.open(&app, "/console/operator/writer").await;
     browser.shoot("operator-writer").await;
@@ -427,6 +440,12 @@ async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_
         "{shares}"
     );
     browser.submit("#pause-tracer").await;
+    // Asked first: Cancel goes back with nothing paused.
+    assert_eq!(browser.text("h1").await, "Pause the queue?");
+    browser.submit("#cancel").await;
+    assert!(browser.text("#queue-tracer").await.contains("open"));
+    browser.submit("#pause-tracer").await;
+    browser.submit("#confirm").await;
     assert!(browser.text(".flash").await.contains("paused"));
     assert!(browser.text("#queue-tracer").await.contains("paused"));
     browser.shoot("operator-queue-paused").await;
@@ -458,8 +477,106 @@ async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_
     assert!(browser.text("#job-priority").await.starts_with('5'));
     browser.shoot("job-failed").await;
     browser.submit("#retry").await;
+    assert_eq!(browser.text("h1").await, "Retry the job?");
+    browser.submit("#confirm").await;
     assert!(browser.text(".flash").await.contains("queued again"));
     assert_eq!(browser.text("#job-status").await, "queued");
+    browser.client.clone().close().await.unwrap();
+}
+
+/// Fails `job` as `worker` (which claimed it) with `error`.
+async fn fail(app: &TestApp, job: &str, worker: &str, error: &str) {
+    let failed = app
+        .post(
+            "/api/training/internal/jobs/failed",
+            INTERNAL_KEY,
+            &json!({"job_id": job, "worker_id": worker, "error": error}),
+        )
+        .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn an_operator_finds_failed_jobs_retries_two_at_once_and_reads_the_throughput_chart() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let other = app.create_org("Other").await;
+    let mut failed = Vec::new();
+    for (org, error) in [
+        (&acme, "CUDA out of memory"),
+        (&acme, "CUDA out of memory"),
+        (&other, "dataset missing"),
+    ] {
+        app.fund(org, 1000).await;
+        let project = app.create_project(org, "Vision").await;
+        let job = tracer(&app, org, &project).await;
+        claim(&app, "worker-1", "tracer", 1).await;
+        fail(&app, &job, "worker-1", error).await;
+        failed.push(job);
+    }
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", INTERNAL_KEY).await;
+    browser.submit("button[type=submit]").await;
+
+    // The chart: three failed attempts in the last bucket, one bar segment, a summary.
+    browser.open(&app, "/console/operator/queue").await;
+    assert!(browser.text("#throughput-summary").await.contains("3 failed"));
+    let bars = browser
+        .client
+        .find_all(Locator::Css("#throughput svg rect"))
+        .await
+        .unwrap();
+    assert_eq!(bars.len(), 1);
+    assert!(browser.text("#latency-tracer").await.contains("tracer"));
+    browser.shoot("operator-throughput").await;
+
+    // Failed jobs, filtered by error text: Acme's two.
+    browser.open(&app, "/console/operator/failed").await;
+    for job in &failed {
+        assert!(browser.text("#failed").await.contains(job.as_str()));
+    }
+    browser.fill("#filter-q", "cuda").await;
+    browser.submit("#filter").await;
+    let listed = browser.text("#failed").await;
+    assert!(
+        listed.contains(&failed[0]) && listed.contains(&failed[1]) && !listed.contains(&failed[2]),
+        "{listed}"
+    );
+    browser.shoot("operator-failed").await;
+    for job in &failed[..2] {
+        browser
+            .click(&format!("#failed-{job} input[type=checkbox]"))
+            .await;
+    }
+    browser.submit("#retry-selected").await;
+    assert_eq!(browser.text("h1").await, "Retry failed jobs?");
+    let details = browser.text("#confirm-details").await;
+    assert!(
+        details.contains(&failed[0]) && details.contains(&failed[1]),
+        "{details}"
+    );
+    browser.submit("#confirm").await;
+    assert!(browser.text(".flash").await.contains("2 job(s) queued again"));
+    for (job, org, status) in [
+        (&failed[0], &acme, "queued"),
+        (&failed[1], &acme, "queued"),
+        (&failed[2], &other, "failed"),
+    ] {
+        let view = json_of(
+            app.get(&format!("/api/training/jobs/{job}"), &org.api_key).await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(view["status"], status, "{job}");
+    }
+    // The one left, by its own Retry button.
+    browser.submit(".retry-one").await;
+    browser.submit("#confirm").await;
+    assert!(browser.text(".flash").await.contains("1 job(s) queued again"));
+    assert!(browser.text("#failed").await.contains("No failed jobs match."));
     browser.client.clone().close().await.unwrap();
 }
 

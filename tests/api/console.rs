@@ -117,6 +117,27 @@ impl Console {
         assert_eq!(page.status(), StatusCode::OK, "{to}");
         page.text().await.unwrap()
     }
+
+    /// A destructive form: the first post answers a page that asks (and carries the fields
+    /// on with `confirmed=yes`); the confirmed post acts. Answers both pages.
+    pub async fn confirm(&self, path: &str, fields: &[(&str, &str)]) -> (String, String) {
+        let asked = self.post(path, fields).await;
+        assert_eq!(
+            asked.status(),
+            StatusCode::OK,
+            "{path}: a confirmation page first"
+        );
+        let asked = asked.text().await.unwrap();
+        assert!(
+            asked.contains(&format!("action=\"{path}\""))
+                && asked.contains("name=\"confirmed\" value=\"yes\"")
+                && asked.contains("id=\"confirm\""),
+            "{asked}"
+        );
+        let mut confirmed = fields.to_vec();
+        confirmed.push(("confirmed", "yes"));
+        (asked, self.submit(path, &confirmed).await)
+    }
 }
 
 /// The page's "next page" link, if any.
@@ -645,12 +666,23 @@ async fn jobs_list_filter_refresh_and_stop_by_the_apis_rules() {
 
     let page = console.page(&org_path(&org, &format!("/jobs/{running}"))).await;
     assert!(page.contains("claimed by worker-7") && page.contains("Stop job"));
-    let html = console
-        .submit(
-            &org_path(&org, &format!("/jobs/{running}/stop")),
-            &[("reason", "enough")],
-        )
-        .await;
+    // Stopping asks first; the question changes nothing.
+    let stop = org_path(&org, &format!("/jobs/{running}/stop"));
+    let asked = console.post(&stop, &[("reason", "enough")]).await;
+    assert_eq!(asked.status(), StatusCode::OK);
+    let asked = asked.text().await.unwrap();
+    assert!(
+        asked.contains("Stop the job?") && asked.contains("name=\"reason\" value=\"enough\""),
+        "{asked}"
+    );
+    let job = json_of(
+        app.get(&format!("/api/training/jobs/{running}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(job["status"], "running");
+    let (_, html) = console.confirm(&stop, &[("reason", "enough")]).await;
     assert!(html.contains("Stop requested"), "{html}");
     let job = json_of(
         app.get(&format!("/api/training/jobs/{running}"), &org.api_key)
@@ -659,14 +691,14 @@ async fn jobs_list_filter_refresh_and_stop_by_the_apis_rules() {
     )
     .await;
     assert_eq!(job["status"], "stopping");
-    let html = console
-        .submit(&org_path(&org, &format!("/jobs/{queued}/stop")), &[])
+    let (_, html) = console
+        .confirm(&org_path(&org, &format!("/jobs/{queued}/stop")), &[])
         .await;
     assert!(html.contains("Job stopped."));
     assert!(!html.contains("Stop job"), "an ended job has no Stop button");
     // As the API: stopping again is harmless.
-    let html = console
-        .submit(&org_path(&org, &format!("/jobs/{queued}/stop")), &[])
+    let (_, html) = console
+        .confirm(&org_path(&org, &format!("/jobs/{queued}/stop")), &[])
         .await;
     assert!(html.contains("Job stopped."), "{html}");
     // Another organization's job is not found.
@@ -911,7 +943,11 @@ async fn operator_pages_show_the_queue_and_the_writer_and_requeue_stale_jobs() {
     actix_web::rt::time::sleep(std::time::Duration::from_millis(2100)).await;
     let queue = operator.page("/console/operator/queue").await;
     assert!(queue.contains("(stale)"), "{queue}");
-    let html = operator.submit("/console/operator/requeue-stale", &[]).await;
+    let (asked, html) = operator.confirm("/console/operator/requeue-stale", &[]).await;
+    assert!(
+        asked.contains(&job) && asked.contains("1 job(s) are past the threshold"),
+        "{asked}"
+    );
     assert!(html.contains("Stale sweep: 1 requeued"), "{html}");
     let writer = operator.page("/console/operator/writer").await;
     assert!(writer.contains("Queue depth now") && writer.contains("Dropped"));
@@ -1203,7 +1239,7 @@ async fn the_job_page_shows_priority_schedule_and_attempts_and_retries_a_failed_
     assert!(page.contains("Retry job") && !page.contains("Stop job"));
     assert!(page.contains("<td>worker-1</td>") && page.contains("s-failed"));
     assert!(!page.contains("<script>alert(1)") && page.contains("&#60;script&#62;alert(1)"));
-    let html = console.submit(&format!("{path}/retry"), &[]).await;
+    let (_, html) = console.confirm(&format!("{path}/retry"), &[]).await;
     assert!(html.contains("Job queued again."), "{html}");
     assert_eq!(
         json_of(
@@ -1214,7 +1250,7 @@ async fn the_job_page_shows_priority_schedule_and_attempts_and_retries_a_failed_
         "queued"
     );
     // Not retryable now: the flash says why.
-    let html = console.submit(&format!("{path}/retry"), &[]).await;
+    let (_, html) = console.confirm(&format!("{path}/retry"), &[]).await;
     assert!(html.contains("can be retried"), "{html}");
 }
 
@@ -1235,7 +1271,10 @@ async fn the_operator_pauses_and_resumes_actions_and_sees_each_organizations_sha
     );
     assert!(queue.contains(&row), "{queue}");
     assert!(queue.contains("id=\"pause-tracer\""));
-    let html = operator.submit("/console/operator/queue/tracer/pause", &[]).await;
+    let (asked, html) = operator
+        .confirm("/console/operator/queue/tracer/pause", &[])
+        .await;
+    assert!(asked.contains("Pause the queue?"), "{asked}");
     assert!(html.contains("tracer: paused"), "{html}");
     assert!(html.contains("id=\"resume-tracer\""));
     let state = json_of(app.get("/api/internal/queue", INTERNAL_KEY).await, StatusCode::OK).await;
@@ -1258,4 +1297,152 @@ async fn the_operator_pauses_and_resumes_actions_and_sees_each_organizations_sha
         .unwrap()
         .iter()
         .all(|a| a["paused"] == false));
+}
+
+/// Claims `job`'s action for `worker` (one job) and fails it with `error`.
+async fn claim_and_fail(app: &TestApp, job: &str, worker: &str, error: &str) {
+    let claimed = claim(app, worker, "tracer", 1).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["job_id"], job);
+    let failed = app
+        .post(
+            "/api/training/internal/jobs/failed",
+            INTERNAL_KEY,
+            &json!({"job_id": job, "worker_id": worker, "error": error}),
+        )
+        .await;
+    assert_eq!(failed.status(), StatusCode::OK);
+}
+
+async fn status_of(app: &TestApp, org: &TestOrg, job: &str) -> Value {
+    json_of(
+        app.get(&format!("/api/training/jobs/{job}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await["status"]
+        .clone()
+}
+
+#[actix_web::test]
+async fn operators_filter_failed_jobs_across_organizations_and_retry_them_once_confirmed() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    let other = app.create_org("Other").await;
+    let mut jobs = Vec::new();
+    for (org, error) in [
+        (&acme, "CUDA out of memory at step 120"),
+        (&acme, "loss is 100% NaN_here"),
+        (&other, "cuda OUT of memory"),
+    ] {
+        app.fund(org, 1000).await;
+        let project = app.create_project(org, "Vision").await;
+        let job = tracer(&app, org, &project).await;
+        claim_and_fail(&app, &job, "worker-1", error).await;
+        jobs.push(job);
+    }
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let listed = |html: &str| -> Vec<bool> {
+        jobs.iter()
+            .map(|j| html.contains(&format!("id=\"failed-{j}\"")))
+            .collect()
+    };
+    let all = operator.page("/console/operator/failed").await;
+    assert_eq!(listed(&all), [true, true, true]);
+    // Error text: case-insensitive; `%` and `_` are characters, not patterns.
+    let cuda = operator.page("/console/operator/failed?q=Cuda+out").await;
+    assert_eq!(listed(&cuda), [true, false, true]);
+    let percent = operator.page("/console/operator/failed?q=100%25+NaN_").await;
+    assert_eq!(listed(&percent), [false, true, false]);
+    let wildcard = operator.page("/console/operator/failed?q=%25").await;
+    assert_eq!(listed(&wildcard), [false, true, false]);
+    let by_org = operator
+        .page(&format!("/console/operator/failed?org={}&q=cuda", other.org_id))
+        .await;
+    assert_eq!(listed(&by_org), [false, false, true]);
+    let by_action = operator.page("/console/operator/failed?action=training").await;
+    assert_eq!(listed(&by_action), [false, false, false]);
+    // A malformed organization id or action matches nothing (not everything).
+    let bad = operator
+        .page("/console/operator/failed?org=nope&action=%3Cb%3E")
+        .await;
+    assert_eq!(listed(&bad), [false, false, false]);
+    assert!(bad.contains("No failed jobs match.") && !bad.contains("<b>"));
+
+    // Retry selected: the question first, which changes nothing.
+    let asked = operator
+        .post(
+            "/console/operator/failed/retry",
+            &[("job", &jobs[0]), ("job", &jobs[1])],
+        )
+        .await;
+    assert_eq!(asked.status(), StatusCode::OK);
+    assert!(asked
+        .text()
+        .await
+        .unwrap()
+        .contains("2 job(s) go back to the queue"));
+    assert_eq!(status_of(&app, &acme, &jobs[0]).await, "failed");
+    let (_, html) = operator
+        .confirm(
+            "/console/operator/failed/retry",
+            &[("job", &jobs[0]), ("job", &jobs[1])],
+        )
+        .await;
+    assert!(html.contains("2 job(s) queued again."), "{html}");
+    assert_eq!(status_of(&app, &acme, &jobs[0]).await, "queued");
+    assert_eq!(status_of(&app, &acme, &jobs[1]).await, "queued");
+    assert_eq!(status_of(&app, &other, &jobs[2]).await, "failed");
+    // Again: nothing is failed any more, so both are left alone, and said so.
+    let (_, html) = operator
+        .confirm(
+            "/console/operator/failed/retry",
+            &[("job", &jobs[0]), ("job", &jobs[1])],
+        )
+        .await;
+    assert!(html.contains("0 job(s) queued again; 2 left alone"), "{html}");
+    // All a filter shows: the confirmation lists them by id.
+    let (asked, html) = operator
+        .confirm(
+            "/console/operator/failed/retry",
+            &[
+                ("scope", "all"),
+                ("filter_org", &other.org_id),
+                ("filter_q", "memory"),
+            ],
+        )
+        .await;
+    assert!(
+        asked.contains(&format!("name=\"job\" value=\"{}\"", jobs[2])),
+        "{asked}"
+    );
+    assert!(html.contains("1 job(s) queued again."), "{html}");
+    assert_eq!(status_of(&app, &other, &jobs[2]).await, "queued");
+    // Nothing selected: a message, nothing done.
+    let html = operator
+        .submit("/console/operator/failed/retry", &[("confirmed", "yes")])
+        .await;
+    assert!(html.contains("Select the jobs to retry first."), "{html}");
+
+    // The queue page counts the attempts that ended, by outcome, over 24 hours.
+    let queue = operator.page("/console/operator/queue").await;
+    assert!(
+        queue.contains("Attempts ended in the last 24 hours: 3 failed."),
+        "{queue}"
+    );
+    assert_eq!(queue.matches("<rect class=\"o-failed\"").count(), 1, "{queue}");
+    assert!(queue.contains("id=\"latency-tracer\""));
+
+    // Not for an organization's members.
+    let member = Console::sign_in(&app, &acme.owner_token).await;
+    assert_eq!(
+        member.get("/console/operator/failed").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let refused = member
+        .post(
+            "/console/operator/failed/retry",
+            &[("job", &jobs[0]), ("confirmed", "yes")],
+        )
+        .await;
+    assert_ne!(refused.status(), StatusCode::SEE_OTHER);
 }

@@ -689,8 +689,27 @@ pub enum RetryOutcome {
 /// failed, blocked or user_stopped → queued, as a new job would be (its attempts keep
 /// counting); any other state is left alone.
 pub async fn retry_job(db: &impl ConnectionTrait, job_id: &JobId) -> Result<RetryOutcome, DbErr> {
+    let retried = retry_jobs(db, std::slice::from_ref(job_id)).await?;
+    Ok(match retried.into_iter().next() {
+        Some(job) => RetryOutcome::Retried(job),
+        None => match find_job(db, job_id).await? {
+            Some(job) => RetryOutcome::NotRetryable(job),
+            None => RetryOutcome::NotFound,
+        },
+    })
+}
+
+/// Of `job_ids`, the failed, blocked or user-stopped jobs go back to the queue, in one
+/// guarded update; answers those it moved (the others are left alone).
+pub async fn retry_jobs(
+    db: &impl ConnectionTrait,
+    job_ids: &[JobId],
+) -> Result<Vec<training_job::Model>, DbErr> {
+    if job_ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let now = Utc::now();
-    let retried = training_job::Entity::update_many()
+    training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(QUEUED))
         .col_expr(
             training_job::Column::WorkerId,
@@ -714,17 +733,10 @@ pub async fn retry_job(db: &impl ConnectionTrait, job_id: &JobId) -> Result<Retr
         .col_expr(training_job::Column::BlockedForFunds, Expr::value(false))
         .col_expr(training_job::Column::QueuedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
-        .filter(training_job::Column::Id.eq(job_id))
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
         .filter(training_job::Column::Status.is_in([FAILED, BLOCKED, USER_STOPPED]))
         .exec_with_returning(db)
-        .await?;
-    Ok(match retried.into_iter().next() {
-        Some(job) => RetryOutcome::Retried(job),
-        None => match find_job(db, job_id).await? {
-            Some(job) => RetryOutcome::NotRetryable(job),
-            None => RetryOutcome::NotFound,
-        },
-    })
+        .await
 }
 
 /// A worker's terminal report.
@@ -1508,6 +1520,96 @@ pub async fn held_jobs(db: &impl ConnectionTrait, limit: u64) -> Result<Vec<trai
         .limit(limit)
         .all(db)
         .await
+}
+
+/// What an operator narrows failed jobs to.
+#[derive(Debug, Clone, Default)]
+pub struct FailedFilter {
+    pub action: Option<JobAction>,
+    pub org_id: Option<OrgId>,
+    /// Words the error contains, as typed (case-insensitive, no pattern syntax).
+    pub error_text: Option<String>,
+}
+
+/// `text`, lowercased, as a `LIKE` pattern (escape `!`) matching it anywhere, its `%`, `_`
+/// and `!` taken literally.
+fn contains_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '!') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+/// Failed jobs of every organization, the latest to fail first; at most `limit`.
+pub async fn failed_jobs(
+    db: &impl ConnectionTrait,
+    filter: &FailedFilter,
+    limit: u64,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    // Written as the partial index states it (`m20261126_000006`).
+    let mut query = training_job::Entity::find().filter(Expr::cust("status = 'failed'"));
+    if let Some(action) = filter.action {
+        query = query.filter(training_job::Column::Action.eq(action.as_str()));
+    }
+    if let Some(org_id) = &filter.org_id {
+        query = query.filter(training_job::Column::OrgId.eq(org_id.as_str()));
+    }
+    if let Some(text) = filter.error_text.as_deref().filter(|t| !t.is_empty()) {
+        query = query.filter(Expr::cust_with_values(
+            "LOWER(error) LIKE ? ESCAPE '!'",
+            [contains_pattern(text)],
+        ));
+    }
+    query
+        .order_by_desc(training_job::Column::FinishedAt)
+        .order_by_desc(training_job::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Attempts that ended since `since`, counted per `bucket_secs`-long bucket (seconds since
+/// the epoch divided by `bucket_secs`) and outcome: `(bucket, outcome, attempts)`.
+pub async fn ended_per_bucket(
+    db: &impl ConnectionTrait,
+    since: DateTime<Utc>,
+    bucket_secs: i64,
+) -> Result<Vec<(i64, String, i64)>, DbErr> {
+    let backend = db.get_database_backend();
+    let bucket = match backend {
+        DbBackend::Postgres => "(FLOOR(EXTRACT(EPOCH FROM ended_at) / $1))::BIGINT",
+        _ => "CAST(strftime('%s', ended_at) AS INTEGER) / ?1",
+    };
+    let since_param = match backend {
+        DbBackend::Postgres => "$2",
+        _ => "?2",
+    };
+    let sql = format!(
+        "SELECT {bucket} AS bucket, outcome, COUNT(*) AS attempts FROM training_job_attempts \
+         WHERE ended_at >= {since_param} GROUP BY 1, 2"
+    );
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [Value::from(bucket_secs), Value::from(since)],
+        ))
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<i64>("", "bucket")?,
+                row.try_get::<String>("", "outcome")?,
+                row.try_get::<i64>("", "attempts")?,
+            ))
+        })
+        .collect()
 }
 
 /// Queued and held jobs per organization: `(org id, status, count)`.

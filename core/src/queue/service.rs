@@ -184,6 +184,87 @@ pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<trainin
     }
 }
 
+/// At most this many jobs in one retry of many.
+pub const MAX_RETRIED_AT_ONCE: usize = 1000;
+
+/// Jobs a retry of many put back, and how many of those named it left alone (no longer
+/// failed, blocked or user-stopped, or unknown).
+pub struct RetriedMany {
+    pub retried: Vec<training_job::Model>,
+    pub skipped: usize,
+}
+
+/// Puts the failed, blocked or user-stopped jobs among `job_ids` back in the queue in one
+/// update (at most `MAX_RETRIED_AT_ONCE`); waiting claims of their actions look again.
+pub async fn retry_jobs(jobs: &Jobs, job_ids: &[JobId]) -> Result<RetriedMany, JobError> {
+    let job_ids = &job_ids[..job_ids.len().min(MAX_RETRIED_AT_ONCE)];
+    let retried = repo::retry_jobs(&jobs.db, job_ids).await?;
+    let mut actions: Vec<JobAction> = retried.iter().map(|job| job.action).collect();
+    actions.sort_unstable_by_key(|a| a.as_str());
+    actions.dedup();
+    for action in actions {
+        jobs.cluster
+            .publish(Event::JobsQueued(Wake::Action(action)))
+            .await;
+    }
+    Ok(RetriedMany {
+        skipped: job_ids.len() - retried.len(),
+        retried,
+    })
+}
+
+/// How many failed jobs an operator's listing shows at most.
+pub const FAILED_SHOWN: u64 = 200;
+
+/// Failed jobs across organizations, the latest to fail first (at most `FAILED_SHOWN`).
+pub async fn failed_jobs(
+    jobs: &Jobs,
+    filter: &repo::FailedFilter,
+) -> Result<Vec<training_job::Model>, JobError> {
+    Ok(repo::failed_jobs(&jobs.db, filter, FAILED_SHOWN).await?)
+}
+
+/// Attempts ended per bucket over a window, by outcome.
+pub struct Throughput {
+    /// Each bucket's start, oldest first.
+    pub starts: Vec<chrono::DateTime<chrono::Utc>>,
+    /// Per outcome (every one, in `AttemptOutcome::ALL`'s order), one count per bucket.
+    pub counts: Vec<(crate::domain::AttemptOutcome, Vec<i64>)>,
+}
+
+/// The throughput chart's shape: 5-minute buckets over the last 24 hours.
+pub const THROUGHPUT_BUCKET_SECS: i64 = 300;
+pub const THROUGHPUT_BUCKETS: i64 = 288;
+
+/// Attempts that ended in the last 24 hours, per 5 minutes and outcome; the last bucket
+/// holds `now`.
+pub async fn throughput(jobs: &Jobs, now: chrono::DateTime<chrono::Utc>) -> Result<Throughput, JobError> {
+    use crate::domain::AttemptOutcome;
+    let last = now.timestamp().div_euclid(THROUGHPUT_BUCKET_SECS);
+    let first = last - THROUGHPUT_BUCKETS + 1;
+    let since = chrono::DateTime::from_timestamp(first * THROUGHPUT_BUCKET_SECS, 0).unwrap_or(now);
+    let rows = repo::ended_per_bucket(&jobs.db, since, THROUGHPUT_BUCKET_SECS).await?;
+    let mut counts: Vec<(AttemptOutcome, Vec<i64>)> = AttemptOutcome::ALL
+        .iter()
+        .map(|&outcome| (outcome, vec![0; THROUGHPUT_BUCKETS as usize]))
+        .collect();
+    for (bucket, outcome, n) in rows {
+        let Some(slot) = usize::try_from(bucket - first)
+            .ok()
+            .filter(|&slot| slot < THROUGHPUT_BUCKETS as usize)
+        else {
+            continue;
+        };
+        if let Some((_, series)) = counts.iter_mut().find(|(o, _)| o.as_str() == outcome) {
+            series[slot] += n;
+        }
+    }
+    let starts = (first..=last)
+        .filter_map(|b| chrono::DateTime::from_timestamp(b * THROUGHPUT_BUCKET_SECS, 0))
+        .collect();
+    Ok(Throughput { starts, counts })
+}
+
 /// Pauses an action's queue on every instance: claims of it hand out nothing until resumed.
 pub async fn pause(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobError> {
     repo::pause(&jobs.db, action).await?;
