@@ -1,8 +1,8 @@
 """keel-bench queue's Python workers: `library` runs keel_worker.Worker (concurrency 1, a
-no-op handler); `naive` is the simplest loop (claim 100, one succeeded report per job, no
-heartbeat). Both stop on SIGTERM.
+no-op handler); `naive` and `naive1` are the simplest loop (claim 100, or 1, then one
+succeeded report per job, no heartbeat). All stop on SIGTERM.
 
-Usage: python_worker.py library|naive BASE_URL INTERNAL_KEY WORKER_ID
+Usage: python_worker.py library|naive|naive1 BASE_URL INTERNAL_KEY WORKER_ID
 """
 
 import signal
@@ -12,12 +12,12 @@ import time
 import httpx
 
 
-def naive(url: str, key: str, worker_id: str) -> None:
+def naive(url: str, key: str, worker_id: str, limit: int = 100) -> None:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
     while not stopping:
-        claim = {"worker_id": worker_id, "action": "tracer", "limit": 100}
+        claim = {"worker_id": worker_id, "action": "tracer", "limit": limit}
         jobs = client.post("/api/training/internal/jobs/claim", json=claim).json()["jobs"]
         if not jobs:
             time.sleep(0.005)
@@ -34,4 +34,7 @@ def library(url: str, key: str, worker_id: str) -> None:
 
 if __name__ == "__main__":
     mode, url, key, worker_id = sys.argv[1:5]
-    {"naive": naive, "library": library}[mode](url, key, worker_id)
+    if mode == "naive1":
+        naive(url, key, worker_id, limit=1)
+    else:
+        {"naive": naive, "library": library}[mode](url, key, worker_id)

@@ -93,8 +93,12 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
                     "Python: keel_worker library (concurrency 1 per process)",
                 ),
                 (
+                    "naive1",
+                    "Python baseline: naive loop, claim 1 (the library's claim size), 1 report per job",
+                ),
+                (
                     "naive",
-                    "Python baseline: naive loop (claim 100, 1 report per job)",
+                    "Python baseline: naive loop, claim 100, 1 report per job",
                 ),
             ] {
                 let row = run_python(&bench, python, database, admin_url, script_mode, mode).await?;
@@ -293,14 +297,19 @@ async fn run_python(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let elapsed = started.elapsed();
-    for child in &children {
-        let _ = std::process::Command::new("kill")
-            .arg(child.id().to_string())
-            .status();
-    }
-    for mut child in children {
-        let _ = child.wait();
-    }
+    // SIGTERM, then wait for them to hand back and exit: off the runtime, which serves them
+    // meanwhile (a blocking wait here would stall keel under its own workers).
+    tokio::task::spawn_blocking(move || {
+        for child in &children {
+            let _ = std::process::Command::new("kill")
+                .arg(child.id().to_string())
+                .status();
+        }
+        for mut child in children {
+            let _ = child.wait();
+        }
+    })
+    .await?;
     handle.stop(true).await;
     let _ = server.await;
     db.drop_now().await;

@@ -552,6 +552,23 @@ pub fn quantile(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
     Some(lower.0)
 }
 
+/// What a scrape reads from the database and the background workers.
+pub struct Readings {
+    /// Jobs per (action, status).
+    pub jobs: Option<Vec<(String, String, i64)>>,
+    /// The oldest queued job's creation per action.
+    pub oldest_queued: Option<Vec<(String, chrono::DateTime<chrono::Utc>)>>,
+    pub payments_pending: Option<u64>,
+    pub ledger_stalled: std::time::Duration,
+    pub trace_queue: usize,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod quantile_tests {
     use super::*;
@@ -601,22 +618,5 @@ mod quantile_tests {
                 p99: None
             }
         );
-    }
-}
-
-/// What a scrape reads from the database and the background workers.
-pub struct Readings {
-    /// Jobs per (action, status).
-    pub jobs: Option<Vec<(String, String, i64)>>,
-    /// The oldest queued job's creation per action.
-    pub oldest_queued: Option<Vec<(String, chrono::DateTime<chrono::Utc>)>>,
-    pub payments_pending: Option<u64>,
-    pub ledger_stalled: std::time::Duration,
-    pub trace_queue: usize,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }

@@ -317,21 +317,28 @@ pub struct FailedQuery {
     q: Option<String>,
 }
 
-/// The filter a failed-jobs form names: an unknown action or a malformed organization id
-/// matches nothing rather than everything.
-fn failed_filter(action: Option<&str>, org: Option<&str>, q: Option<&str>) -> Option<FailedFilter> {
+/// The filter a failed-jobs address or form names; an unknown action or a malformed
+/// organization id is a 400 page saying so (never a filter quietly dropped).
+fn failed_filter(
+    action: Option<&str>,
+    org: Option<&str>,
+    q: Option<&str>,
+) -> Result<FailedFilter, ConsoleError> {
     let action = match action.map(str::trim).filter(|a| !a.is_empty()) {
-        Some(a) => Some(JobAction::parse(a)?),
+        Some(a) => Some(
+            JobAction::parse(a)
+                .ok_or_else(|| super::unknown_choice("action", a, JobAction::NAMES.iter().copied()))?,
+        ),
         None => None,
     };
     let org_id = match org.map(str::trim).filter(|o| !o.is_empty()) {
-        Some(o) => Some(OrgId::parse(o).ok()?),
+        Some(o) => Some(OrgId::parse(o).map_err(|_| super::unreadable("organization id"))?),
         None => None,
     };
     let error_text = q
         .map(|q| q.trim().chars().take(200).collect::<String>())
         .filter(|q| !q.is_empty());
-    Some(FailedFilter {
+    Ok(FailedFilter {
         action,
         org_id,
         error_text,
@@ -346,11 +353,8 @@ pub async fn failed(
 ) -> Result<HttpResponse, ConsoleError> {
     operator_only(&viewer)?;
     let query = query.into_inner();
-    let filter = failed_filter(query.action.as_deref(), query.org.as_deref(), query.q.as_deref());
-    let jobs = match &filter {
-        Some(filter) => crate::queue::service::failed_jobs(&viewer.state.jobs, filter).await?,
-        None => Vec::new(),
-    };
+    let filter = failed_filter(query.action.as_deref(), query.org.as_deref(), query.q.as_deref())?;
+    let jobs = crate::queue::service::failed_jobs(&viewer.state.jobs, &filter).await?;
     let now = chrono::Utc::now();
     let jobs = jobs
         .iter()
@@ -387,18 +391,16 @@ pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpRespon
     let form = operator_form(&viewer, &body)?;
     let ids: Vec<JobId> = match form.get("scope") {
         Some("all") => {
-            match failed_filter(
+            let filter = failed_filter(
                 form.get("filter_action"),
                 form.get("filter_org"),
                 form.get("filter_q"),
-            ) {
-                Some(filter) => crate::queue::service::failed_jobs(&viewer.state.jobs, &filter)
-                    .await?
-                    .into_iter()
-                    .map(|job| job.id)
-                    .collect(),
-                None => Vec::new(),
-            }
+            )?;
+            crate::queue::service::failed_jobs(&viewer.state.jobs, &filter)
+                .await?
+                .into_iter()
+                .map(|job| job.id)
+                .collect()
         }
         _ => form
             .all("job")

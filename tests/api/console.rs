@@ -1361,12 +1361,25 @@ async fn operators_filter_failed_jobs_across_organizations_and_retry_them_once_c
     assert_eq!(listed(&by_org), [false, false, true]);
     let by_action = operator.page("/console/operator/failed?action=training").await;
     assert_eq!(listed(&by_action), [false, false, false]);
-    // A malformed organization id or action matches nothing (not everything).
-    let bad = operator
-        .page("/console/operator/failed?org=nope&action=%3Cb%3E")
-        .await;
-    assert_eq!(listed(&bad), [false, false, false]);
-    assert!(bad.contains("No failed jobs match.") && !bad.contains("<b>"));
+    // An unknown action or a malformed organization id: a 400 page that says so.
+    for (address, says) in [
+        (
+            "/console/operator/failed?action=%3Cb%3E",
+            "which is not one of: tracer, draft, optimize, training",
+        ),
+        (
+            "/console/operator/failed?org=%00",
+            "organization id the page cannot read",
+        ),
+    ] {
+        let bad = operator.get(address).await;
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "{address}");
+        let bad = bad.text().await.unwrap();
+        assert!(bad.contains(says) && !bad.contains("<b>"), "{bad}");
+    }
+    // An organization id no organization has: none of its jobs.
+    let nobody = operator.page("/console/operator/failed?org=nope").await;
+    assert_eq!(listed(&nobody), [false, false, false]);
 
     // Retry selected: the question first, which changes nothing.
     let asked = operator

@@ -169,7 +169,10 @@ class Worker:
         # Reentrant: the main thread may stop() while it holds the lock (after a signal).
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        # Jobs whose handler runs (they hold a slot), then jobs whose report is on its way
+        # (they do not: the next claim overlaps the report).
         self._running: Dict[str, Tuple[Job, threading.Thread]] = {}
+        self._reporting: Dict[str, Job] = {}
         self._stopping = threading.Event()
         self._hurry = False
         self._stopped_at: Optional[float] = None
@@ -328,15 +331,23 @@ class Worker:
         beats.start()
         try:
             path, body = self._outcome(job)
-            finished.set()
+        except BaseException:  # noqa: BLE001 - _outcome catches the handler's; this is ours
+            log.exception("%s: could not work out its report", job)
+            path, body = "failed", {"job_id": job.job_id, "worker_id": self.worker_id, "error": "keel_worker failed"}
+        finished.set()
+        with self._changed:
+            # The slot is free once the handler is done: the report overlaps the next claim.
+            self._running.pop(job.job_id, None)
+            self._reporting[job.job_id] = job
+            self._changed.notify_all()
+        try:
             if job._lost:
                 log.warning("%s: keel no longer counts it as this worker's; its outcome is not reported", job)
             elif not job._abandoned:
                 self._report(job, path, body)
         finally:
-            finished.set()
             with self._changed:
-                self._running.pop(job.job_id, None)
+                self._reporting.pop(job.job_id, None)
                 self._changed.notify_all()
 
     def _outcome(self, job: Job) -> Tuple[str, Dict[str, Any]]:
@@ -414,18 +425,18 @@ class Worker:
         started = self._stopped_at if self._stopped_at is not None else time.monotonic()
         deadline = started + self.grace_secs
         with self._changed:
-            while self._running and not self._hurry:
+            while (self._running or self._reporting) and not self._hurry:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._changed.wait(min(left, 0.2))
                 self._check_signals()
-            leftover = [job for job, _ in self._running.values()]
+            leftover = [job for job, _ in self._running.values()] + list(self._reporting.values())
             for job in leftover:
                 job._abandoned = True
                 job.stop_requested.set()
         if leftover:
-            log.warning("grace over: handing back %d running job(s)", len(leftover))
+            log.warning("grace over: handing back %d job(s) not yet reported", len(leftover))
         self._hand_back(deadline=time.monotonic() + HAND_BACK_SECS)
 
     def _hand_back(self, deadline: Optional[float]) -> None:

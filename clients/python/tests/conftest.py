@@ -45,6 +45,8 @@ class Keel:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "keel.log"
+        self.marks = workdir / "marks"
+        self.marks.mkdir()
         self.env = dict(
             os.environ,
             KEEL_DATABASE_URL=ADMIN_URL.rsplit("/", 1)[0] + "/" + self.database,

@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 use entities::{org_secret, queue_org_setting, queue_pause, queue_share, training_job, training_job_attempt};
 
 use super::shares::{allot, Allotment, Contender};
-use sea_orm::sea_query::{Condition, Expr, OnConflict};
+use sea_orm::sea_query::{Condition, Expr, Func, LikeExpr, OnConflict};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, EntityTrait,
@@ -1561,10 +1561,8 @@ pub async fn failed_jobs(
         query = query.filter(training_job::Column::OrgId.eq(org_id.as_str()));
     }
     if let Some(text) = filter.error_text.as_deref().filter(|t| !t.is_empty()) {
-        query = query.filter(Expr::cust_with_values(
-            "LOWER(error) LIKE ? ESCAPE '!'",
-            [contains_pattern(text)],
-        ));
+        let error = Expr::expr(Func::lower(Expr::col(training_job::Column::Error)));
+        query = query.filter(error.like(LikeExpr::new(contains_pattern(text)).escape('!')));
     }
     query
         .order_by_desc(training_job::Column::FinishedAt)
