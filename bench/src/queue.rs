@@ -142,6 +142,66 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// keel on a fresh database (no sweep timer), with one organization funded for every job's
+/// run fee.
+struct QueueApp {
+    db: BenchDb,
+    state: keel::state::AppState,
+    handle: actix_web::dev::ServerHandle,
+    server: actix_web::rt::task::JoinHandle<anyhow::Result<()>>,
+    tenant: crate::common::Tenant,
+    addr: SocketAddr,
+}
+
+impl QueueApp {
+    async fn start(bench: &QueueBench, admin_url: Option<&str>, max_batch: usize) -> anyhow::Result<Self> {
+        let db = BenchDb::create(admin_url).await?;
+        let mut settings = bench_settings(&db.url)?;
+        settings.billing.max_batch = max_batch;
+        settings.queue.sweep_interval_secs = 0;
+        let fee_cents = settings.billing.flat_run_fee_cents;
+        let app = Application::build(settings).await?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], app.port()));
+        let state = app.state().clone();
+        let handle = app.handle();
+        let server = actix_web::rt::spawn(app.run_until_stopped());
+        let tenant = crate::common::Tenant::create(&state.db).await?;
+        let funding = LedgerOp::credit(
+            EntryKind::Topup,
+            keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
+            Some(keel::domain::IdempotencyKey::payment("bench-funding")),
+            "bench funding",
+        );
+        state
+            .ledger
+            .submit(&tenant.org_id, funding)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Self {
+            db,
+            state,
+            handle,
+            server,
+            tenant,
+            addr,
+        })
+    }
+
+    /// Jobs in `status`.
+    async fn count(&self, status: &str) -> anyhow::Result<u64> {
+        Ok(training_job::Entity::find()
+            .filter(training_job::Column::Status.eq(status))
+            .count(&self.state.db)
+            .await?)
+    }
+
+    async fn stop(self) {
+        self.handle.stop(true).await;
+        let _ = self.server.await;
+        self.db.drop_now().await;
+    }
+}
+
 async fn run_one(
     bench: &QueueBench,
     database: &'static str,
@@ -150,64 +210,33 @@ async fn run_one(
     claim_limit: usize,
     max_batch: usize,
 ) -> anyhow::Result<Row> {
-    let db = BenchDb::create(admin_url).await?;
-    let mut settings = bench_settings(&db.url)?;
-    settings.billing.max_batch = max_batch;
-    settings.queue.sweep_interval_secs = 0;
-    let fee_cents = settings.billing.flat_run_fee_cents;
-    let app = Application::build(settings).await?;
-    let port = app.port();
-    let state = app.state().clone();
-    let handle = app.handle();
-    let server = actix_web::rt::spawn(app.run_until_stopped());
-
-    let tenant = crate::common::Tenant::create(&state.db).await?;
-    let funding = LedgerOp::credit(
-        EntryKind::Topup,
-        keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
-        Some(keel::domain::IdempotencyKey::payment("bench-funding")),
-        "bench funding",
-    );
-    state
-        .ledger
-        .submit(&tenant.org_id, funding)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-
+    let app = QueueApp::start(bench, admin_url, max_batch).await?;
+    let (addr, tenant) = (app.addr, &app.tenant);
     let enqueue = LoadRequest::json("/api/training/jobs", &tenant.key, &[])?
         .with_body(json!({"action": "tracer", "projectId": tenant.project_id}).to_string());
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let enqueued = run_load(addr, bench.concurrency, bench.jobs, move |_| enqueue.clone()).await;
     if enqueued.ok != bench.jobs {
         anyhow::bail!("only {} of {} jobs were enqueued", enqueued.ok, bench.jobs);
     }
 
     let (claim_latencies, elapsed) = run_workers(addr, bench.workers, claim_limit, bench.jobs).await?;
-    let succeeded = training_job::Entity::find()
-        .filter(training_job::Column::Status.eq("succeeded"))
-        .count(&state.db)
-        .await?;
+    let succeeded = app.count("succeeded").await?;
     if succeeded != bench.jobs as u64 {
         anyhow::bail!("{succeeded} of {} jobs succeeded", bench.jobs);
     }
     // The same number of jobs again, through the bulk route, in the batched mode.
     let batch_per_second = match claim_limit > 1 {
-        true => Some(enqueue_in_batches(addr, &tenant, bench).await?),
+        true => Some(enqueue_in_batches(addr, tenant, bench).await?),
         false => None,
     };
-    let queued = training_job::Entity::find()
-        .filter(training_job::Column::Status.eq("queued"))
-        .count(&state.db)
-        .await?;
+    let queued = app.count("queued").await?;
     if batch_per_second.is_some() && queued != (bench.jobs / BATCH * BATCH) as u64 {
         anyhow::bail!(
             "{queued} jobs queued by the batches, not {}",
             bench.jobs / BATCH * BATCH
         );
     }
-    handle.stop(true).await;
-    let _ = server.await;
-    db.drop_now().await;
+    app.stop().await;
     let percentile = |p: f64| {
         let idx = ((claim_latencies.len().max(1) - 1) as f64 * p).round() as usize;
         claim_latencies.get(idx).copied().unwrap_or_default()
@@ -235,29 +264,10 @@ async fn run_python(
     script_mode: &str,
     mode: &'static str,
 ) -> anyhow::Result<Row> {
-    let db = BenchDb::create(admin_url).await?;
-    let mut settings = bench_settings(&db.url)?;
-    settings.queue.sweep_interval_secs = 0;
-    let fee_cents = settings.billing.flat_run_fee_cents;
-    let app = Application::build(settings).await?;
-    let port = app.port();
-    let state = app.state().clone();
-    let handle = app.handle();
-    let server = actix_web::rt::spawn(app.run_until_stopped());
-    let tenant = crate::common::Tenant::create(&state.db).await?;
-    let funding = LedgerOp::credit(
-        EntryKind::Topup,
-        keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
-        Some(keel::domain::IdempotencyKey::payment("bench-funding")),
-        "bench funding",
-    );
-    state
-        .ledger
-        .submit(&tenant.org_id, funding)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let batch_per_second = enqueue_in_batches(addr, &tenant, bench).await?;
+    let app = QueueApp::start(bench, admin_url, 512).await?;
+    let (addr, tenant) = (app.addr, &app.tenant);
+    let port = addr.port();
+    let batch_per_second = enqueue_in_batches(addr, tenant, bench).await?;
     let total = (bench.jobs / BATCH * BATCH).max(BATCH) as u64;
 
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python_worker.py");
@@ -278,10 +288,7 @@ async fn run_python(
         );
     }
     let succeeded = loop {
-        let succeeded = training_job::Entity::find()
-            .filter(training_job::Column::Status.eq("succeeded"))
-            .count(&state.db)
-            .await?;
+        let succeeded = app.count("succeeded").await?;
         if succeeded >= total {
             break succeeded;
         }
@@ -310,9 +317,7 @@ async fn run_python(
         }
     })
     .await?;
-    handle.stop(true).await;
-    let _ = server.await;
-    db.drop_now().await;
+    app.stop().await;
     Ok(Row {
         database,
         mode,

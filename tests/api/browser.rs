@@ -10,7 +10,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::console::{traced_app, HOSTILE};
+use crate::console::{claim_and_fail, traced_app, HOSTILE};
 use crate::helpers::*;
 use crate::queue::{claim, tracer};
 
@@ -484,18 +484,6 @@ async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_
     browser.client.clone().close().await.unwrap();
 }
 
-/// Fails `job` as `worker` (which claimed it) with `error`.
-async fn fail(app: &TestApp, job: &str, worker: &str, error: &str) {
-    let failed = app
-        .post(
-            "/api/training/internal/jobs/failed",
-            INTERNAL_KEY,
-            &json!({"job_id": job, "worker_id": worker, "error": error}),
-        )
-        .await;
-    assert_eq!(failed.status(), StatusCode::OK);
-}
-
 #[actix_web::test]
 async fn an_operator_finds_failed_jobs_retries_two_at_once_and_reads_the_throughput_chart() {
     let Some(browser) = Browser::start().await else {
@@ -513,8 +501,7 @@ async fn an_operator_finds_failed_jobs_retries_two_at_once_and_reads_the_through
         app.fund(org, 1000).await;
         let project = app.create_project(org, "Vision").await;
         let job = tracer(&app, org, &project).await;
-        claim(&app, "worker-1", "tracer", 1).await;
-        fail(&app, &job, "worker-1", error).await;
+        claim_and_fail(&app, &job, "worker-1", error).await;
         failed.push(job);
     }
     browser.open(&app, "/console/login").await;

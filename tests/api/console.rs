@@ -1299,8 +1299,8 @@ async fn the_operator_pauses_and_resumes_actions_and_sees_each_organizations_sha
         .all(|a| a["paused"] == false));
 }
 
-/// Claims `job`'s action for `worker` (one job) and fails it with `error`.
-async fn claim_and_fail(app: &TestApp, job: &str, worker: &str, error: &str) {
+/// Claims `job` for `worker` (the only queued tracer job) and fails it with `error`.
+pub async fn claim_and_fail(app: &TestApp, job: &str, worker: &str, error: &str) {
     let claimed = claim(app, worker, "tracer", 1).await;
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0]["job_id"], job);
