@@ -24,3 +24,4 @@ pub mod queue;
 pub mod runs;
 pub mod serving;
 pub mod traces;
+pub mod webhooks;
