@@ -168,6 +168,9 @@ def main():
         KEEL__PROVIDERS__ANTHROPIC_URL=fake,
         KEEL__PROVIDERS__OPENROUTER_URL=fake,
         KEEL__PROVIDERS__GOOGLE_URL=fake,
+        # The fuzzing creates webhook endpoints at any https URL it likes: nothing is sent
+        # from this instance (nothing here calls the internet).
+        KEEL__WEBHOOKS__DISPATCHER="false",
         RUST_LOG="warn",
     )
     log = open(WORK / "keel.log", "w")

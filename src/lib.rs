@@ -25,6 +25,7 @@ pub mod system;
 pub mod telemetry;
 pub mod traces;
 pub mod upstream;
+pub mod webhooks;
 
 // The core's modules that the web crate uses as they are, under their usual paths.
 pub use keel_core::{cache, cluster, config, database, domain};

@@ -10,7 +10,9 @@
 use actix_web::web;
 
 use crate::http::resource;
-use crate::{auth, billing, evals, flash, orgs, projects, proxy, queue, runs, serving, system, traces};
+use crate::{
+    auth, billing, evals, flash, orgs, projects, proxy, queue, runs, serving, system, traces, webhooks,
+};
 
 /// `root "" { ... }`: paths mounted as written. `scope "/prefix" { ... }`: paths under it.
 /// Each line: `"path" => method handler, method handler;`.
@@ -97,6 +99,14 @@ route_table! {
     // The spec's path for sampling a served adapter: the serving domain's.
     root "" {
         "/api/sample" => post serving::routes::sample;
+    }
+    scope "/api/webhooks" {
+        "/endpoints" => post webhooks::routes::create_endpoint, get webhooks::routes::list_endpoints;
+        "/endpoints/{endpoint_id}" => get webhooks::routes::get_endpoint, patch webhooks::routes::update_endpoint, delete webhooks::routes::delete_endpoint;
+        "/endpoints/{endpoint_id}/rotate-secret" => post webhooks::routes::rotate_secret;
+        "/endpoints/{endpoint_id}/test" => post webhooks::routes::send_test;
+        "/endpoints/{endpoint_id}/deliveries" => get webhooks::routes::list_deliveries;
+        "/deliveries/{delivery_id}/retry" => post webhooks::routes::retry_delivery;
     }
     scope "/api/training" {
         "/jobs" => post queue::routes::create_job, get queue::routes::list_jobs;

@@ -25,6 +25,48 @@ pub enum JobAction {
     Training,
 }
 
+/// An event a webhook endpoint may subscribe to (`*`: every one).
+#[derive(Serialize, ToSchema)]
+pub enum WebhookEventName {
+    #[serde(rename = "*")]
+    All,
+    #[serde(rename = "billing.topup.succeeded")]
+    TopupSucceeded,
+    #[serde(rename = "billing.topup.failed")]
+    TopupFailed,
+    #[serde(rename = "billing.auto_topup.succeeded")]
+    AutoTopupSucceeded,
+    #[serde(rename = "billing.auto_topup.failed")]
+    AutoTopupFailed,
+    #[serde(rename = "billing.auto_topup.limit_reached")]
+    AutoTopupLimitReached,
+    #[serde(rename = "billing.balance.low")]
+    BalanceLow,
+    #[serde(rename = "billing.credit.expiring")]
+    CreditExpiring,
+    #[serde(rename = "billing.credit.expired")]
+    CreditExpired,
+    #[serde(rename = "job.succeeded")]
+    JobSucceeded,
+    #[serde(rename = "job.failed")]
+    JobFailed,
+    #[serde(rename = "job.blocked")]
+    JobBlocked,
+    #[serde(rename = "job.user_stopped")]
+    JobUserStopped,
+    #[serde(rename = "webhook.test")]
+    WebhookTest,
+}
+
+/// Where a webhook delivery stands.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    Pending,
+    Succeeded,
+    Failed,
+}
+
 /// A trace export's record shape.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -87,5 +129,34 @@ mod tests {
         })
         .unwrap_or_default();
         assert_eq!(counts, mirror);
+        let events = names(&[
+            WebhookEventName::TopupSucceeded,
+            WebhookEventName::TopupFailed,
+            WebhookEventName::AutoTopupSucceeded,
+            WebhookEventName::AutoTopupFailed,
+            WebhookEventName::AutoTopupLimitReached,
+            WebhookEventName::BalanceLow,
+            WebhookEventName::CreditExpiring,
+            WebhookEventName::CreditExpired,
+            WebhookEventName::JobSucceeded,
+            WebhookEventName::JobFailed,
+            WebhookEventName::JobBlocked,
+            WebhookEventName::JobUserStopped,
+            WebhookEventName::WebhookTest,
+        ]);
+        assert_eq!(events, keel_core::webhooks::EVENT_TYPES);
+        assert_eq!(names(&[WebhookEventName::All]), [keel_core::webhooks::ALL_EVENTS]);
+        assert_eq!(
+            names(&[
+                DeliveryStatus::Pending,
+                DeliveryStatus::Succeeded,
+                DeliveryStatus::Failed
+            ]),
+            [
+                keel_core::webhooks::repo::PENDING,
+                keel_core::webhooks::repo::SUCCEEDED,
+                keel_core::webhooks::repo::FAILED
+            ]
+        );
     }
 }

@@ -46,6 +46,7 @@ pub struct AppState {
     pub billing: keel_core::billing::Billing,
     pub jobs: keel_core::queue::Jobs,
     pub serving: keel_core::serving::Serving,
+    pub webhooks: keel_core::webhooks::Webhooks,
 }
 
 impl AppState {
@@ -131,6 +132,20 @@ impl AppState {
                 ));
             }
         }
+        let webhooks = keel_core::webhooks::Webhooks::new(
+            db.clone(),
+            secret_box.clone(),
+            keel_core::webhooks::destination::Rules {
+                allow_http: settings.webhooks.allow_http,
+                allow_private_destinations: settings.webhooks.allow_private_destinations,
+            },
+        );
+        if settings.webhooks.dispatcher {
+            actix::spawn(keel_core::webhooks::dispatcher::run(
+                webhooks.clone(),
+                cluster.stopping().clone(),
+            ));
+        }
         let serving = keel_core::serving::Serving {
             db: db.clone(),
             adapters: adapters.clone(),
@@ -142,6 +157,7 @@ impl AppState {
             billing,
             jobs,
             serving,
+            webhooks,
             upstreams: crate::upstream::UpstreamConfig::new(&settings, tls)?,
             proxy_cache,
             cluster,

@@ -54,6 +54,19 @@ pub struct Settings {
     pub traces: TraceSettings,
     pub secrets: SecretsSettings,
     pub console: ConsoleSettings,
+    pub webhooks: WebhookSettings,
+}
+
+/// Outbound webhooks (`[webhooks]`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct WebhookSettings {
+    /// Endpoints may be `http://` (default false: `https://` only).
+    pub allow_http: bool,
+    /// Endpoints may be at loopback, private, link-local and other non-public addresses
+    /// (default false).
+    pub allow_private_destinations: bool,
+    /// This instance sends due deliveries (default true; every instance may).
+    pub dispatcher: bool,
 }
 
 #[derive(Clone, Deserialize)]

@@ -21,6 +21,7 @@ mod m20261126_000003_job_priority_schedule;
 mod m20261126_000004_queue_pauses;
 mod m20261126_000005_queue_attempts_uniqueness;
 mod m20261126_000006_operator_queue_indexes;
+mod m20261126_000007_webhook_endpoints;
 
 pub struct Migrator;
 
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000004_queue_pauses::Migration),
             Box::new(m20261126_000005_queue_attempts_uniqueness::Migration),
             Box::new(m20261126_000006_operator_queue_indexes::Migration),
+            Box::new(m20261126_000007_webhook_endpoints::Migration),
         ]
     }
 }

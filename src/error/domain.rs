@@ -17,6 +17,7 @@ use keel_core::queue::JobError;
 use keel_core::runs::RunError;
 use keel_core::serving::ServingError;
 use keel_core::traces::TraceError;
+use keel_core::webhooks::WebhookError;
 
 /// An error whose `detail` is its own words, with `code`.
 fn coded(code: Code, err: impl std::fmt::Display) -> ApiError {
@@ -210,6 +211,25 @@ impl From<ServingError> for ApiError {
             }
             ServingError::Database(err) => err.into(),
             ServingError::CachedDatabase(err) => ApiError::database(err),
+        }
+    }
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(err: WebhookError) -> Self {
+        match err {
+            WebhookError::NotFound(what) => ApiError::not_found(what),
+            // A destination keel will not call is the URL's fault: a 422 naming it.
+            WebhookError::Destination(refused) => ApiError::Validation(vec![ValidationIssue::new(
+                vec![Value::from("body"), Value::from("url")],
+                "value_error",
+                refused.to_string(),
+            )]),
+            WebhookError::SecretsUnconfigured => {
+                ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
+            }
+            WebhookError::Sealing(err) => ApiError::Unexpected(err),
+            WebhookError::Database(err) => err.into(),
         }
     }
 }

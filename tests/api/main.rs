@@ -30,3 +30,4 @@ mod streams;
 mod system;
 mod traces;
 mod validation;
+mod webhooks;

@@ -1,11 +1,65 @@
-//! Outbound webhooks (issue 41), the parts that stand alone: the events an endpoint may
-//! subscribe to, Standard Webhooks signing and secrets, which destinations keel refuses to
-//! call, and the retry schedule. Endpoints, the transactional outbox and the dispatcher
-//! build on them.
+//! Outbound webhooks: an organization's endpoints, the events its changes announce (written
+//! in the change's transaction: the outbox), and the dispatcher that signs and sends them,
+//! at least once, to destinations keel may call.
 
 pub mod destination;
+pub mod dispatcher;
+pub mod repo;
 pub mod schedule;
+pub mod service;
 pub mod signing;
+
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+
+use crate::queue::secrets::SecretBox;
+
+/// What the webhook flows need: the database, the secrets' box (endpoint secrets are sealed
+/// like training secrets), the destination rules, and the dispatcher's wake-up.
+#[derive(Clone)]
+pub struct Webhooks {
+    pub db: DatabaseConnection,
+    pub secret_box: Option<SecretBox>,
+    pub rules: destination::Rules,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Webhooks {
+    pub fn new(db: DatabaseConnection, secret_box: Option<SecretBox>, rules: destination::Rules) -> Self {
+        Self {
+            db,
+            secret_box,
+            rules,
+            wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Tells this instance's dispatcher that deliveries were committed (call after the
+    /// commit); the others find them within a second.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+/// Why a webhook flow did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error(transparent)]
+    Destination(#[from] destination::Refused),
+    #[error("endpoint secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]
+    SecretsUnconfigured,
+    #[error("sealing a secret failed")]
+    Sealing(#[source] anyhow::Error),
+    #[error(transparent)]
+    Database(#[from] sea_orm::DbErr),
+}
 
 /// Every event an endpoint may subscribe to (`"*"`: all of them).
 pub const EVENT_TYPES: [&str; 13] = [

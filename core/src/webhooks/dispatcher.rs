@@ -1,0 +1,209 @@
+//! The dispatcher each instance runs: it claims due deliveries (on PostgreSQL skipping the
+//! ones another instance holds), signs and POSTs them, records each attempt and schedules the
+//! next. Woken by the commits of this instance; otherwise it looks every second, so a
+//! delivery any instance made due is sent within about a second.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use entities::webhook_delivery;
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::repo::{self, AttemptRecord, FAILED, PENDING, SUCCEEDED};
+use super::{destination, schedule, service, signing, Webhooks};
+
+/// How long a claimed delivery is this dispatcher's: if it dies meanwhile, the delivery is
+/// due again after that (so it is sent at least once, and never twice at once).
+const LEASE: Duration = Duration::from_secs(60);
+/// Deliveries claimed at once, and sent at once.
+const BATCH: u64 = 64;
+const IN_FLIGHT: usize = 16;
+/// A delivery's request, connection included.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of an answer's body that is read; the first 1 KiB of it is kept.
+const READ_AT_MOST: usize = 64 * 1024;
+const KEPT: usize = 1024;
+
+/// Resolves an endpoint's host and refuses it when an address it resolved to is not one
+/// keel may call (the request then connects to those same addresses).
+struct CheckedResolver {
+    rules: destination::Rules,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let rules = self.rules;
+        Box::pin(async move {
+            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let ips: Vec<IpAddr> = addresses.iter().map(SocketAddr::ip).collect();
+            destination::check_addresses(&ips, rules)?;
+            let addresses: reqwest::dns::Addrs = Box::new(addresses.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+/// The client deliveries go through: no redirects, the destination rules on every address.
+pub fn client(rules: destination::Rules) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .user_agent("keel-webhooks/1")
+        .dns_resolver(Arc::new(CheckedResolver { rules }))
+        .build()
+}
+
+/// Sends due deliveries until `stop`.
+pub async fn run(webhooks: Webhooks, stop: CancellationToken) {
+    let client = match client(webhooks.rules) {
+        Ok(client) => client,
+        Err(err) => {
+            tracing::error!(error = %err, "webhook dispatcher: no HTTP client; deliveries wait");
+            return;
+        }
+    };
+    loop {
+        let now = Utc::now();
+        let lease_until = now + chrono::Duration::from_std(LEASE).unwrap_or_default();
+        let claimed = match repo::claim_due(&webhooks.db, now, lease_until, BATCH).await {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                tracing::warn!(error = %err, "webhook dispatcher: claiming due deliveries failed");
+                Vec::new()
+            }
+        };
+        let full = claimed.len() as u64 == BATCH;
+        futures_util::stream::iter(claimed)
+            .for_each_concurrent(IN_FLIGHT, |delivery| deliver(&webhooks, &client, delivery))
+            .await;
+        if full {
+            continue;
+        }
+        tokio::select! {
+            _ = webhooks.woken() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Why an attempt did not reach an answer, with its causes (never a secret or the URL).
+fn failure(err: impl std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text.chars().take(500).collect()
+}
+
+async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhook_delivery::Model) {
+    let claimed_until = delivery.next_attempt_at;
+    let outcome = attempt(webhooks, client, &delivery).await;
+    let (record, succeeded) = match outcome {
+        Ok(record) => {
+            let ok = record.status_code.is_some_and(|s| (200..300).contains(&s));
+            (record, ok)
+        }
+        Err(record) => (record, false),
+    };
+    let (status, next) = match succeeded {
+        true => (SUCCEEDED, None),
+        false => match schedule::next_retry((delivery.attempts + 1) as u32) {
+            Some(wait) => (
+                PENDING,
+                Some(Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default()),
+            ),
+            None => (FAILED, None),
+        },
+    };
+    match repo::record_attempt(&webhooks.db, &delivery, claimed_until, record, status, next).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(delivery = %delivery.id, "webhook delivery changed while sent; its attempt is not recorded")
+        }
+        Err(err) => {
+            tracing::warn!(delivery = %delivery.id, error = %err, "recording a webhook attempt failed")
+        }
+    }
+}
+
+/// One attempt: the answer's status and the start of its body, or why there was none.
+async fn attempt(
+    webhooks: &Webhooks,
+    client: &reqwest::Client,
+    delivery: &webhook_delivery::Model,
+) -> Result<AttemptRecord, AttemptRecord> {
+    let attempted_at = Utc::now();
+    let started = Instant::now();
+    let failed = |error: String| AttemptRecord {
+        attempted_at,
+        status_code: None,
+        latency_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+        response: None,
+        error: Some(error),
+    };
+    let endpoint = match repo::find_endpoint(&webhooks.db, &delivery.endpoint_id).await {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => return Err(failed("the endpoint is gone".into())),
+        Err(err) => return Err(failed(failure(err))),
+    };
+    if !endpoint.enabled {
+        return Err(failed("the endpoint is disabled".into()));
+    }
+    let event = match repo::event(&webhooks.db, &delivery.event_id).await {
+        Ok(Some(event)) => event,
+        Ok(None) => return Err(failed("the event is gone".into())),
+        Err(err) => return Err(failed(failure(err))),
+    };
+    // The rules may have changed since the URL was saved; a literal address is checked here
+    // (a name's addresses are checked as it resolves).
+    if let Err(refused) = destination::check_url(&endpoint.url, webhooks.rules) {
+        return Err(failed(refused.to_string()));
+    }
+    let secrets = match service::open_secrets(webhooks, &endpoint, attempted_at) {
+        Ok(secrets) => secrets,
+        Err(err) => return Err(failed(failure(err))),
+    };
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let timestamp = attempted_at.timestamp();
+    let signature = match signing::signature_header(&secrets, &event.id, timestamp, event.body.as_bytes()) {
+        Ok(signature) => signature,
+        Err(err) => return Err(failed(failure(err))),
+    };
+    let sent = client
+        .post(&endpoint.url)
+        .header("content-type", "application/json")
+        .header("webhook-id", &event.id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(event.body)
+        .send()
+        .await;
+    let mut answer = match sent {
+        Ok(answer) => answer,
+        Err(err) => return Err(failed(failure(err.without_url()))),
+    };
+    let status_code = i32::from(answer.status().as_u16());
+    let mut body = Vec::new();
+    while body.len() < READ_AT_MOST {
+        match answer.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(READ_AT_MOST - body.len())]),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(KEPT);
+    Ok(AttemptRecord {
+        attempted_at,
+        status_code: Some(status_code),
+        latency_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+        response: Some(String::from_utf8_lossy(&body).into_owned()),
+        error: None,
+    })
+}

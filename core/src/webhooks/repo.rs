@@ -1,0 +1,318 @@
+//! Outbound webhooks' rows: endpoints, events, deliveries and their attempts.
+
+use chrono::{DateTime, Utc};
+use entities::{outbound_event, webhook_delivery, webhook_delivery_attempt, webhook_endpoint};
+use sea_orm::sea_query::{Condition, Expr};
+use sea_orm::ActiveValue::Set;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Statement, TransactionSession, Value,
+};
+
+use crate::domain::OrgId;
+
+pub const PENDING: &str = "pending";
+pub const SUCCEEDED: &str = "succeeded";
+pub const FAILED: &str = "failed";
+
+pub async fn insert_endpoint(
+    db: &impl ConnectionTrait,
+    endpoint: webhook_endpoint::Model,
+) -> Result<(), DbErr> {
+    webhook_endpoint::Entity::insert(webhook_endpoint::ActiveModel::from(endpoint))
+        .exec_without_returning(db)
+        .await?;
+    Ok(())
+}
+
+/// The organizations' endpoints, oldest first.
+pub async fn endpoints(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+) -> Result<Vec<webhook_endpoint::Model>, DbErr> {
+    if orgs.is_empty() {
+        return Ok(Vec::new());
+    }
+    webhook_endpoint::Entity::find()
+        .filter(webhook_endpoint::Column::OrgId.is_in(orgs.iter().cloned()))
+        .order_by_asc(webhook_endpoint::Column::CreatedAt)
+        .order_by_asc(webhook_endpoint::Column::Id)
+        .all(db)
+        .await
+}
+
+/// One of the organizations' endpoints (another organization's is none).
+pub async fn endpoint(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    id: &str,
+) -> Result<Option<webhook_endpoint::Model>, DbErr> {
+    Ok(find_endpoint(db, id).await?.filter(|e| orgs.contains(&e.org_id)))
+}
+
+pub async fn find_endpoint(
+    db: &impl ConnectionTrait,
+    id: &str,
+) -> Result<Option<webhook_endpoint::Model>, DbErr> {
+    webhook_endpoint::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+pub async fn save_endpoint(
+    db: &impl ConnectionTrait,
+    endpoint: webhook_endpoint::Model,
+) -> Result<(), DbErr> {
+    // Every column written (the model is the whole row as it should be).
+    let active = webhook_endpoint::ActiveModel::from(endpoint).reset_all();
+    webhook_endpoint::Entity::update(active).exec(db).await?;
+    Ok(())
+}
+
+/// Deletes an endpoint (its deliveries and their attempts go with it).
+pub async fn delete_endpoint(db: &impl ConnectionTrait, id: &str) -> Result<bool, DbErr> {
+    let deleted = webhook_endpoint::Entity::delete_by_id(id.to_owned())
+        .exec(db)
+        .await?;
+    Ok(deleted.rows_affected > 0)
+}
+
+/// An event and one pending delivery per endpoint, due now.
+pub async fn insert_event(
+    db: &impl ConnectionTrait,
+    event: outbound_event::Model,
+    endpoint_ids: &[String],
+) -> Result<Vec<String>, DbErr> {
+    let now = event.created_at;
+    let (event_id, org_id) = (event.id.clone(), event.org_id.clone());
+    outbound_event::Entity::insert(outbound_event::ActiveModel::from(event))
+        .exec_without_returning(db)
+        .await?;
+    let deliveries: Vec<webhook_delivery::ActiveModel> = endpoint_ids
+        .iter()
+        .map(|endpoint_id| webhook_delivery::ActiveModel {
+            id: Set(uuid::Uuid::new_v4().to_string()),
+            event_id: Set(event_id.clone()),
+            endpoint_id: Set(endpoint_id.clone()),
+            org_id: Set(org_id.clone()),
+            status: Set(PENDING.to_owned()),
+            attempts: Set(0),
+            next_attempt_at: Set(Some(now)),
+            created_at: Set(now),
+            updated_at: Set(now),
+        })
+        .collect();
+    let ids = deliveries
+        .iter()
+        .map(|d| d.id.clone().unwrap())
+        .collect::<Vec<_>>();
+    if !deliveries.is_empty() {
+        webhook_delivery::Entity::insert_many(deliveries)
+            .exec_without_returning(db)
+            .await?;
+    }
+    Ok(ids)
+}
+
+/// Claims up to `limit` due deliveries for this dispatcher: each is pushed to `lease_until`
+/// (so no other dispatcher takes it meanwhile; if this one dies, it is due again then).
+/// PostgreSQL skips rows another dispatcher has locked; SQLite has one writer.
+pub async fn claim_due(
+    db: &impl ConnectionTrait,
+    now: DateTime<Utc>,
+    lease_until: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<webhook_delivery::Model>, DbErr> {
+    let backend = db.get_database_backend();
+    let (lock, p) = match backend {
+        DbBackend::Postgres => (" FOR UPDATE SKIP LOCKED", ["$1", "$2", "$3"]),
+        _ => ("", ["?1", "?2", "?3"]),
+    };
+    let sql = format!(
+        "UPDATE webhook_deliveries SET next_attempt_at = {lease}, updated_at = {now} \
+         WHERE id IN (SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= {now} \
+         ORDER BY next_attempt_at LIMIT {limit}{lock}) AND status = 'pending' \
+         RETURNING id, event_id, endpoint_id, org_id, status, attempts, next_attempt_at, created_at, updated_at",
+        lease = p[0],
+        now = p[1],
+        limit = p[2],
+    );
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [
+                Value::from(lease_until),
+                Value::from(now),
+                Value::from(limit as i64),
+            ],
+        ))
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(webhook_delivery::Model {
+                id: row.try_get("", "id")?,
+                event_id: row.try_get("", "event_id")?,
+                endpoint_id: row.try_get("", "endpoint_id")?,
+                org_id: row.try_get("", "org_id")?,
+                status: row.try_get("", "status")?,
+                attempts: row.try_get("", "attempts")?,
+                next_attempt_at: row.try_get("", "next_attempt_at")?,
+                created_at: row.try_get("", "created_at")?,
+                updated_at: row.try_get("", "updated_at")?,
+            })
+        })
+        .collect()
+}
+
+pub async fn event(db: &impl ConnectionTrait, id: &str) -> Result<Option<outbound_event::Model>, DbErr> {
+    outbound_event::Entity::find_by_id(id.to_owned()).one(db).await
+}
+
+/// What an attempt came to.
+pub struct AttemptRecord {
+    pub attempted_at: DateTime<Utc>,
+    pub status_code: Option<i32>,
+    pub latency_ms: i32,
+    pub response: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Records attempt `delivery.attempts + 1` and moves the delivery on (to `status`, due
+/// again at `next_attempt_at` when pending), if it is still the claim this dispatcher made
+/// (`claimed_until`). Answers whether it was.
+pub async fn record_attempt(
+    db: &impl sea_orm::TransactionTrait,
+    delivery: &webhook_delivery::Model,
+    claimed_until: Option<DateTime<Utc>>,
+    record: AttemptRecord,
+    status: &str,
+    next_attempt_at: Option<DateTime<Utc>>,
+) -> Result<bool, DbErr> {
+    let txn = db.begin().await?;
+    let attempt = delivery.attempts + 1;
+    let moved = webhook_delivery::Entity::update_many()
+        .col_expr(webhook_delivery::Column::Status, Expr::value(status))
+        .col_expr(webhook_delivery::Column::Attempts, Expr::value(attempt))
+        .col_expr(
+            webhook_delivery::Column::NextAttemptAt,
+            Expr::value(next_attempt_at),
+        )
+        .col_expr(webhook_delivery::Column::UpdatedAt, Expr::value(Utc::now()))
+        .filter(webhook_delivery::Column::Id.eq(&delivery.id))
+        .filter(webhook_delivery::Column::Status.eq(PENDING))
+        .filter(webhook_delivery::Column::Attempts.eq(delivery.attempts))
+        .filter(match claimed_until {
+            Some(at) => webhook_delivery::Column::NextAttemptAt.eq(at),
+            None => webhook_delivery::Column::NextAttemptAt.is_null(),
+        })
+        .exec(&txn)
+        .await?;
+    if moved.rows_affected == 0 {
+        txn.rollback().await?;
+        return Ok(false);
+    }
+    webhook_delivery_attempt::Entity::insert(webhook_delivery_attempt::ActiveModel {
+        delivery_id: Set(delivery.id.clone()),
+        attempt: Set(attempt),
+        attempted_at: Set(record.attempted_at),
+        status_code: Set(record.status_code),
+        latency_ms: Set(record.latency_ms),
+        response: Set(record.response),
+        error: Set(record.error),
+    })
+    .exec_without_returning(&txn)
+    .await?;
+    txn.commit().await?;
+    Ok(true)
+}
+
+/// A page of an endpoint's deliveries, newest first, older than `before` when given.
+pub async fn deliveries(
+    db: &impl ConnectionTrait,
+    endpoint_id: &str,
+    status: Option<&str>,
+    before: Option<(DateTime<Utc>, String)>,
+    limit: u64,
+) -> Result<Vec<webhook_delivery::Model>, DbErr> {
+    let mut query =
+        webhook_delivery::Entity::find().filter(webhook_delivery::Column::EndpointId.eq(endpoint_id));
+    if let Some(status) = status {
+        query = query.filter(webhook_delivery::Column::Status.eq(status));
+    }
+    if let Some((at, id)) = before {
+        query = query.filter(
+            Condition::any()
+                .add(webhook_delivery::Column::CreatedAt.lt(at))
+                .add(
+                    Condition::all()
+                        .add(webhook_delivery::Column::CreatedAt.eq(at))
+                        .add(webhook_delivery::Column::Id.lt(id)),
+                ),
+        );
+    }
+    query
+        .order_by_desc(webhook_delivery::Column::CreatedAt)
+        .order_by_desc(webhook_delivery::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The deliveries' attempts, oldest first.
+pub async fn attempts(
+    db: &impl ConnectionTrait,
+    delivery_ids: &[String],
+) -> Result<Vec<webhook_delivery_attempt::Model>, DbErr> {
+    if delivery_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    webhook_delivery_attempt::Entity::find()
+        .filter(webhook_delivery_attempt::Column::DeliveryId.is_in(delivery_ids.iter().cloned()))
+        .order_by_asc(webhook_delivery_attempt::Column::DeliveryId)
+        .order_by_asc(webhook_delivery_attempt::Column::Attempt)
+        .all(db)
+        .await
+}
+
+/// The events' types, by id.
+pub async fn event_types(
+    db: &impl ConnectionTrait,
+    event_ids: &[String],
+) -> Result<Vec<(String, String)>, DbErr> {
+    if event_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    outbound_event::Entity::find()
+        .select_only()
+        .column(outbound_event::Column::Id)
+        .column(outbound_event::Column::EventType)
+        .filter(outbound_event::Column::Id.is_in(event_ids.iter().cloned()))
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// One of the organizations' deliveries.
+pub async fn delivery(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    id: &str,
+) -> Result<Option<webhook_delivery::Model>, DbErr> {
+    Ok(webhook_delivery::Entity::find_by_id(id.to_owned())
+        .one(db)
+        .await?
+        .filter(|d| orgs.contains(&d.org_id)))
+}
+
+/// Makes the delivery due now, whatever it came to (one more attempt; its attempts keep
+/// counting).
+pub async fn retry_delivery(db: &impl ConnectionTrait, id: &str) -> Result<(), DbErr> {
+    let now = Utc::now();
+    webhook_delivery::Entity::update_many()
+        .col_expr(webhook_delivery::Column::Status, Expr::value(PENDING))
+        .col_expr(webhook_delivery::Column::NextAttemptAt, Expr::value(now))
+        .col_expr(webhook_delivery::Column::UpdatedAt, Expr::value(now))
+        .filter(webhook_delivery::Column::Id.eq(id))
+        .exec(db)
+        .await?;
+    Ok(())
+}

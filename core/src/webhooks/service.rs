@@ -1,0 +1,307 @@
+//! Outbound webhooks' flows: an organization's endpoints, the events it is sent, its
+//! deliveries' log and replay.
+
+use chrono::{DateTime, Duration, Utc};
+use entities::{outbound_event, webhook_delivery, webhook_delivery_attempt, webhook_endpoint};
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use serde_json::{json, Value};
+
+use super::repo;
+use super::{destination, signing, WebhookError, Webhooks};
+use crate::domain::OrgId;
+
+/// How long a rotated-out secret keeps signing beside the new one.
+pub const ROTATION_OVERLAP_HOURS: i64 = 24;
+
+/// An endpoint as it is created.
+pub struct NewEndpoint {
+    pub url: String,
+    pub events: Vec<String>,
+    pub description: Option<String>,
+}
+
+/// What a change to an endpoint sets (`None`: unchanged; `Some(None)`: cleared).
+#[derive(Default)]
+pub struct EndpointChange {
+    pub url: Option<String>,
+    pub events: Option<Vec<String>>,
+    pub description: Option<Option<String>>,
+    pub enabled: Option<bool>,
+}
+
+fn seal(
+    webhooks: &Webhooks,
+    org_id: &OrgId,
+    endpoint_id: &str,
+    secret: &str,
+) -> Result<String, WebhookError> {
+    let secret_box = webhooks
+        .secret_box
+        .as_ref()
+        .ok_or(WebhookError::SecretsUnconfigured)?;
+    secret_box
+        .seal(org_id, &format!("webhook:{endpoint_id}"), secret)
+        .map_err(WebhookError::Sealing)
+}
+
+/// The live secrets of an endpoint, newest first (the rotated-out one while it still signs).
+pub(super) fn open_secrets(
+    webhooks: &Webhooks,
+    endpoint: &webhook_endpoint::Model,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, WebhookError> {
+    let secret_box = webhooks
+        .secret_box
+        .as_ref()
+        .ok_or(WebhookError::SecretsUnconfigured)?;
+    let name = format!("webhook:{}", endpoint.id);
+    let mut secrets = vec![secret_box
+        .open(&endpoint.org_id, &name, &endpoint.secret_sealed)
+        .map_err(WebhookError::Sealing)?];
+    if let (Some(old), Some(until)) = (&endpoint.old_secret_sealed, endpoint.old_secret_until) {
+        if until > now {
+            secrets.push(
+                secret_box
+                    .open(&endpoint.org_id, &name, old)
+                    .map_err(WebhookError::Sealing)?,
+            );
+        }
+    }
+    Ok(secrets)
+}
+
+/// An endpoint's subscribed events, as stored.
+pub fn events_of(endpoint: &webhook_endpoint::Model) -> Vec<String> {
+    serde_json::from_str(&endpoint.events).unwrap_or_default()
+}
+
+/// Creates an endpoint: its URL checked against the destination rules, a new secret (shown
+/// once: answered here, stored sealed).
+pub async fn create_endpoint(
+    webhooks: &Webhooks,
+    org_id: &OrgId,
+    new: NewEndpoint,
+) -> Result<(webhook_endpoint::Model, String), WebhookError> {
+    let url = destination::check_url(&new.url, webhooks.rules)?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let secret = signing::new_secret();
+    let now = Utc::now();
+    let endpoint = webhook_endpoint::Model {
+        secret_sealed: seal(webhooks, org_id, &id, &secret)?,
+        id,
+        org_id: org_id.clone(),
+        url: url.to_string(),
+        description: new.description,
+        events: json!(new.events).to_string(),
+        old_secret_sealed: None,
+        old_secret_until: None,
+        enabled: true,
+        disabled_reason: None,
+        created_at: now,
+        updated_at: now,
+    };
+    repo::insert_endpoint(&webhooks.db, endpoint.clone()).await?;
+    Ok((endpoint, secret))
+}
+
+/// The organizations' endpoints, oldest first.
+pub async fn endpoints(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+) -> Result<Vec<webhook_endpoint::Model>, WebhookError> {
+    Ok(repo::endpoints(&webhooks.db, orgs).await?)
+}
+
+/// One of the organizations' endpoints; another organization's is "not found".
+pub async fn endpoint(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    id: &str,
+) -> Result<webhook_endpoint::Model, WebhookError> {
+    repo::endpoint(&webhooks.db, orgs, id)
+        .await?
+        .ok_or(WebhookError::NotFound("endpoint"))
+}
+
+/// Changes an endpoint; enabling it again clears why it was disabled.
+pub async fn update_endpoint(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    id: &str,
+    change: EndpointChange,
+) -> Result<webhook_endpoint::Model, WebhookError> {
+    let mut endpoint = endpoint(webhooks, orgs, id).await?;
+    if let Some(url) = change.url {
+        endpoint.url = destination::check_url(&url, webhooks.rules)?.to_string();
+    }
+    if let Some(events) = change.events {
+        endpoint.events = json!(events).to_string();
+    }
+    if let Some(description) = change.description {
+        endpoint.description = description;
+    }
+    if let Some(enabled) = change.enabled {
+        endpoint.enabled = enabled;
+        if enabled {
+            endpoint.disabled_reason = None;
+        }
+    }
+    endpoint.updated_at = Utc::now();
+    repo::save_endpoint(&webhooks.db, endpoint.clone()).await?;
+    Ok(endpoint)
+}
+
+pub async fn delete_endpoint(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<(), WebhookError> {
+    let endpoint = endpoint(webhooks, orgs, id).await?;
+    match repo::delete_endpoint(&webhooks.db, &endpoint.id).await? {
+        true => Ok(()),
+        false => Err(WebhookError::NotFound("endpoint")),
+    }
+}
+
+/// A new secret for the endpoint (answered once) and until when the one it replaces keeps
+/// signing beside it (24 hours), so receivers can switch without missing a delivery.
+pub async fn rotate_secret(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    id: &str,
+) -> Result<(String, DateTime<Utc>), WebhookError> {
+    let mut endpoint = endpoint(webhooks, orgs, id).await?;
+    let secret = signing::new_secret();
+    let now = Utc::now();
+    let until = now + Duration::hours(ROTATION_OVERLAP_HOURS);
+    let sealed = seal(webhooks, &endpoint.org_id, &endpoint.id, &secret)?;
+    endpoint.old_secret_sealed = Some(std::mem::replace(&mut endpoint.secret_sealed, sealed));
+    endpoint.old_secret_until = Some(until);
+    endpoint.updated_at = now;
+    repo::save_endpoint(&webhooks.db, endpoint).await?;
+    Ok((secret, until))
+}
+
+/// An event's body: `{id, type, createdAt, orgId, data}`.
+fn event_row(org_id: &OrgId, event_type: &str, data: Value, now: DateTime<Utc>) -> outbound_event::Model {
+    let id = format!("evt_{}", uuid::Uuid::new_v4().simple());
+    let body = json!({
+        "id": id,
+        "type": event_type,
+        "createdAt": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "orgId": org_id,
+        "data": data,
+    });
+    outbound_event::Model {
+        id,
+        org_id: org_id.clone(),
+        event_type: event_type.to_owned(),
+        body: body.to_string(),
+        created_at: now,
+    }
+}
+
+/// Writes `event_type` for the organization's enabled endpoints subscribed to it, within the
+/// caller's transaction `db` (the outbox: committed with the change it announces, or not at
+/// all). Nothing is written when no endpoint listens. After the commit, call
+/// [`Webhooks::wake`].
+pub async fn emit(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    event_type: &str,
+    data: Value,
+) -> Result<usize, sea_orm::DbErr> {
+    let listening: Vec<String> = repo::endpoints(db, std::slice::from_ref(org_id))
+        .await?
+        .into_iter()
+        .filter(|e| e.enabled && super::subscribed(&events_of(e), event_type))
+        .map(|e| e.id)
+        .collect();
+    if listening.is_empty() {
+        return Ok(0);
+    }
+    let deliveries =
+        repo::insert_event(db, event_row(org_id, event_type, data, Utc::now()), &listening).await?;
+    Ok(deliveries.len())
+}
+
+/// Sends the endpoint a `webhook.test` event (whatever it subscribes to); answers the
+/// delivery's id.
+pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<String, WebhookError> {
+    let endpoint = endpoint(webhooks, orgs, id).await?;
+    let txn = webhooks.db.begin().await?;
+    let event = event_row(
+        &endpoint.org_id,
+        "webhook.test",
+        json!({"endpointId": endpoint.id}),
+        Utc::now(),
+    );
+    let delivery = repo::insert_event(&txn, event, std::slice::from_ref(&endpoint.id))
+        .await?
+        .pop()
+        .ok_or(WebhookError::NotFound("delivery"))?;
+    txn.commit().await?;
+    webhooks.wake();
+    Ok(delivery)
+}
+
+/// A delivery with its event's type and its attempts, as the log shows it.
+pub struct DeliveryLog {
+    pub delivery: webhook_delivery::Model,
+    pub event_type: String,
+    pub attempts: Vec<webhook_delivery_attempt::Model>,
+}
+
+/// A page of an endpoint's deliveries, newest first, and the cursor of the next page.
+pub async fn deliveries(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    endpoint_id: &str,
+    status: Option<&str>,
+    before: Option<(DateTime<Utc>, String)>,
+    limit: u64,
+) -> Result<(Vec<DeliveryLog>, Option<(DateTime<Utc>, String)>), WebhookError> {
+    let endpoint = endpoint(webhooks, orgs, endpoint_id).await?;
+    let mut page = repo::deliveries(&webhooks.db, &endpoint.id, status, before, limit + 1).await?;
+    let more = page.len() as u64 > limit;
+    page.truncate(limit as usize);
+    let next = more
+        .then(|| page.last().map(|d| (d.created_at, d.id.clone())))
+        .flatten();
+    let ids: Vec<String> = page.iter().map(|d| d.id.clone()).collect();
+    let event_ids: Vec<String> = page.iter().map(|d| d.event_id.clone()).collect();
+    let types = repo::event_types(&webhooks.db, &event_ids).await?;
+    let mut attempts = repo::attempts(&webhooks.db, &ids).await?;
+    let log = page
+        .into_iter()
+        .map(|delivery| {
+            let event_type = types
+                .iter()
+                .find(|(id, _)| *id == delivery.event_id)
+                .map(|(_, t)| t.clone())
+                .unwrap_or_default();
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                attempts.drain(..).partition(|a| a.delivery_id == delivery.id);
+            attempts = rest;
+            DeliveryLog {
+                delivery,
+                event_type,
+                attempts: mine,
+            }
+        })
+        .collect();
+    Ok((log, next))
+}
+
+/// Sends the organization's delivery again now (the same event id, so receivers can tell
+/// it is one they may have had).
+pub async fn retry_delivery(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    id: &str,
+) -> Result<webhook_delivery::Model, WebhookError> {
+    let delivery = repo::delivery(&webhooks.db, orgs, id)
+        .await?
+        .ok_or(WebhookError::NotFound("delivery"))?;
+    repo::retry_delivery(&webhooks.db, &delivery.id).await?;
+    webhooks.wake();
+    repo::delivery(&webhooks.db, orgs, id)
+        .await?
+        .ok_or(WebhookError::NotFound("delivery"))
+}

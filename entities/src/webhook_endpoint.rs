@@ -1,0 +1,28 @@
+use keel_domain::OrgId;
+use sea_orm::entity::prelude::*;
+
+/// Where an organization wants its events sent, signed with its secret (sealed at rest).
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "webhook_endpoints")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub org_id: OrgId,
+    pub url: String,
+    pub description: Option<String>,
+    /// A JSON array of event names (`"*"`: all).
+    pub events: String,
+    pub secret_sealed: String,
+    /// During a rotation, the previous secret, which keeps signing until `old_secret_until`.
+    pub old_secret_sealed: Option<String>,
+    pub old_secret_until: Option<DateTimeUtc>,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,5 @@
+//! Outbound webhooks: an organization's endpoints, their deliveries' log and replay.
+
+pub mod dto;
+pub mod routes;
+pub use keel_core::webhooks::{repo, service};

@@ -1,0 +1,260 @@
+//! `/api/webhooks/...`: any member manages its organization's endpoints (API keys included).
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::dto::{
+    DeliveryPage, DeliveryView, EndpointCreateBody, EndpointCreated, EndpointList, EndpointPatchBody,
+    EndpointView, RotatedSecret,
+};
+use crate::auth::{Caller, Member};
+use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
+use crate::http::extract::{path_str, ValidJson, ValidQuery};
+use crate::http::validate::{Checks, Validate};
+use keel_core::webhooks::service::{self, EndpointChange, NewEndpoint};
+
+/// The organizations whose endpoints the call may touch: the one it names, else all of the
+/// caller's.
+async fn orgs_of(caller: &Caller) -> ApiResult<Vec<crate::domain::OrgId>> {
+    match caller.named_org() {
+        true => Ok(vec![caller.member(None).await?.org_id]),
+        false => caller.organizations().await,
+    }
+}
+
+fn endpoint_id(raw: &str) -> ApiResult<String> {
+    path_str("endpoint_id", raw, 1, 64)
+}
+
+/// Create a webhook endpoint
+///
+/// Any member: keel will POST the organization's `events` (or `"*"`: all) to `url`, signed
+/// as Standard Webhooks. The answer carries the endpoint's `secret`, shown this once. The URL
+/// must be `https://` and must not point at a loopback, private, link-local or other
+/// non-public address (unless the operator allows them): 422 otherwise.
+#[utoipa::path(post, path = "/api/webhooks/endpoints", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    request_body = EndpointCreateBody,
+    responses((status = 201, body = EndpointCreated), (status = 403, body = ErrorBody),
+        (status = 422, body = ValidationErrorBody), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
+pub async fn create_endpoint(member: Member<ValidJson<EndpointCreateBody>>) -> ApiResult<HttpResponse> {
+    let body = member.input.0;
+    let new = NewEndpoint {
+        url: body.url,
+        events: body.events,
+        description: body.description,
+    };
+    let (endpoint, secret) =
+        service::create_endpoint(&member.state.webhooks, &member.access.org_id, new).await?;
+    Ok(HttpResponse::Created().json(EndpointCreated {
+        endpoint: EndpointView::from(endpoint),
+        secret,
+    }))
+}
+
+/// List webhook endpoints
+///
+/// The endpoints of the organization named by `orgId` or `X-Org-Id`, else of every
+/// organization the caller belongs to; oldest first.
+#[utoipa::path(get, path = "/api/webhooks/endpoints", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("orgId" = Option<String>, Query, description = "Only this organization's endpoints")),
+    responses((status = 200, body = EndpointList), (status = 403, body = ErrorBody)))]
+pub async fn list_endpoints(caller: Caller) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let endpoints = service::endpoints(&caller.state().webhooks, &orgs).await?;
+    Ok(HttpResponse::Ok().json(EndpointList {
+        endpoints: endpoints.into_iter().map(EndpointView::from).collect(),
+    }))
+}
+
+/// Read a webhook endpoint
+///
+/// One endpoint of the caller's organizations (another organization's is 404).
+#[utoipa::path(get, path = "/api/webhooks/endpoints/{endpoint_id}", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("endpoint_id" = String, Path)),
+    responses((status = 200, body = EndpointView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn get_endpoint(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let endpoint = service::endpoint(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
+    Ok(HttpResponse::Ok().json(EndpointView::from(endpoint)))
+}
+
+/// Change a webhook endpoint
+///
+/// Sets the fields given: `url` (checked as at creation), `events`, `description` (`null`
+/// clears it), `enabled` (false stops its deliveries; true resumes them and clears
+/// `disabledReason`).
+#[utoipa::path(patch, path = "/api/webhooks/endpoints/{endpoint_id}", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("endpoint_id" = String, Path)),
+    request_body = EndpointPatchBody,
+    responses((status = 200, body = EndpointView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn update_endpoint(
+    caller: Caller,
+    path: web::Path<String>,
+    body: ValidJson<EndpointPatchBody>,
+) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let body = body.0;
+    let change = EndpointChange {
+        url: body.url,
+        events: body.events,
+        description: body.description,
+        enabled: body.enabled,
+    };
+    let endpoint =
+        service::update_endpoint(&caller.state().webhooks, &orgs, &endpoint_id(&path)?, change).await?;
+    Ok(HttpResponse::Ok().json(EndpointView::from(endpoint)))
+}
+
+/// Delete a webhook endpoint
+///
+/// The endpoint and its delivery log go; nothing more is sent to it.
+#[utoipa::path(delete, path = "/api/webhooks/endpoints/{endpoint_id}", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("endpoint_id" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn delete_endpoint(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    service::delete_endpoint(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Rotate a webhook endpoint's secret
+///
+/// A new secret, shown this once; the one it replaces keeps signing beside it for 24 hours
+/// (two signatures in `webhook-signature`), so receivers switch without missing a delivery.
+#[utoipa::path(post, path = "/api/webhooks/endpoints/{endpoint_id}/rotate-secret", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("endpoint_id" = String, Path)),
+    responses((status = 200, body = RotatedSecret), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn rotate_secret(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let (secret, until) =
+        service::rotate_secret(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
+    Ok(HttpResponse::Ok().json(RotatedSecret {
+        secret,
+        previous_secret_until: until,
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryQueued {
+    pub delivery_id: String,
+}
+
+/// Send a test event
+///
+/// Queues a `webhook.test` event (`data: {endpointId}`) for the endpoint, whatever it
+/// subscribes to; its delivery shows in the endpoint's log.
+#[utoipa::path(post, path = "/api/webhooks/endpoints/{endpoint_id}/test", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("endpoint_id" = String, Path)),
+    responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn send_test(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let delivery_id = service::send_test(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
+    Ok(HttpResponse::Accepted().json(DeliveryQueued { delivery_id }))
+}
+
+/// A page of deliveries: `status` narrows them; `cursor` is the last page's `nextCursor`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveriesQuery {
+    /// `pending`, `succeeded` or `failed`.
+    #[param(value_type = Option<crate::schemas::DeliveryStatus>)]
+    pub status: Option<String>,
+    /// The previous page's `nextCursor`.
+    #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
+    pub cursor: Option<String>,
+    /// 1..100, default 50.
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<u64>,
+    /// The organization (else any of the caller's).
+    #[serde(rename = "orgId")]
+    pub org_id: Option<String>,
+}
+
+impl Validate for DeliveriesQuery {
+    fn validate(&self, c: &mut Checks) {
+        if let Some(status) = &self.status {
+            c.one_of("status", status, &["pending", "succeeded", "failed"]);
+        }
+        if let Some(limit) = self.limit {
+            if !(1..=100).contains(&limit) {
+                c.fail("limit", "less_than_equal", "1 to 100");
+            }
+        }
+        if let Some(cursor) = &self.cursor {
+            if decode_cursor(cursor).is_none() {
+                c.fail("cursor", "value_error", "not a cursor this listing gave");
+            }
+        }
+    }
+}
+
+/// A page's end: the last delivery's creation (seconds, nanoseconds) and id (32 hex).
+fn encode_cursor(at: DateTime<Utc>, id: &str) -> String {
+    let id = uuid::Uuid::parse_str(id)
+        .map(|u| u.simple().to_string())
+        .unwrap_or_default();
+    format!("{}-{:09}-{id}", at.timestamp(), at.timestamp_subsec_nanos())
+}
+
+fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
+    let mut parts = raw.splitn(3, '-');
+    let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits =
+        |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(secs, 12) || nanos.len() != 9 || !digits(nanos, 9) || id.len() != 32 {
+        return None;
+    }
+    let at = DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)?;
+    let id = uuid::Uuid::try_parse(id).ok()?;
+    Some((at, id.hyphenated().to_string()))
+}
+
+/// List an endpoint's deliveries
+///
+/// Newest first, each with its attempts (time, status code, latency, the first 1 KiB of the
+/// answer); `status` narrows them; `nextCursor` pages on.
+#[utoipa::path(get, path = "/api/webhooks/endpoints/{endpoint_id}/deliveries", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("endpoint_id" = String, Path), DeliveriesQuery),
+    responses((status = 200, body = DeliveryPage), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn list_deliveries(
+    caller: Caller,
+    path: web::Path<String>,
+    query: ValidQuery<DeliveriesQuery>,
+) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let query = query.0;
+    let before = query.cursor.as_deref().and_then(decode_cursor);
+    let (log, next) = service::deliveries(
+        &caller.state().webhooks,
+        &orgs,
+        &endpoint_id(&path)?,
+        query.status.as_deref(),
+        before,
+        query.limit.unwrap_or(50),
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(DeliveryPage {
+        deliveries: log.into_iter().map(DeliveryView::from).collect(),
+        next_cursor: next.map(|(at, id)| encode_cursor(at, &id)),
+    }))
+}
+
+/// Send a delivery again
+///
+/// Due now, whatever it came to (its attempts keep counting); the same event id, so a
+/// receiver can tell it may have had it.
+#[utoipa::path(post, path = "/api/webhooks/deliveries/{delivery_id}/retry", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
+    params(("delivery_id" = String, Path)),
+    responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn retry_delivery(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let orgs = orgs_of(&caller).await?;
+    let id = path_str("delivery_id", &path, 1, 64)?;
+    let delivery = service::retry_delivery(&caller.state().webhooks, &orgs, &id).await?;
+    Ok(HttpResponse::Accepted().json(DeliveryQueued {
+        delivery_id: delivery.id,
+    }))
+}

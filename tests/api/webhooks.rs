@@ -1,0 +1,470 @@
+//! Outbound webhooks: endpoints, their checks, signed deliveries, retries and the log.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::fakes::{FakeJson, Reply};
+use crate::helpers::*;
+
+/// An app whose endpoints may be plain http on this machine (as a receiver in a test is).
+async fn local_app() -> TestApp {
+    spawn_app_with(|s| {
+        s.webhooks.allow_http = true;
+        s.webhooks.allow_private_destinations = true;
+    })
+    .await
+}
+
+async fn create(app: &TestApp, org: &TestOrg, body: Value) -> Value {
+    json_of(
+        app.post("/api/webhooks/endpoints", &org.api_key, &body).await,
+        StatusCode::CREATED,
+    )
+    .await
+}
+
+async fn patch(app: &TestApp, org: &TestOrg, id: &str, body: Value) -> reqwest::Response {
+    app.request(
+        Method::PATCH,
+        &format!("/api/webhooks/endpoints/{id}"),
+        Some(&org.api_key),
+    )
+    .json(&body)
+    .send()
+    .await
+    .unwrap()
+}
+
+/// The 422's issue locations, as `body.field` strings.
+async fn issue_fields(response: reqwest::Response) -> Vec<String> {
+    let body = json_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    body["detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|issue| {
+            issue["loc"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned))
+                .collect::<Vec<_>>()
+                .join(".")
+        })
+        .collect()
+}
+
+#[actix_web::test]
+async fn members_create_read_change_rotate_and_delete_endpoints_and_see_the_secret_once() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let created = create(
+        &app,
+        &org,
+        json!({"url": "https://hooks.example.com/keel", "events": ["job.failed", "job.succeeded"], "description": "ops"}),
+    )
+    .await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    let secret = created["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_") && secret.len() > 40, "{secret}");
+    assert_eq!(created["events"], json!(["job.failed", "job.succeeded"]));
+    assert_eq!(created["enabled"], true);
+    assert_eq!(created["orgId"], org.org_id);
+
+    let listed = json_of(
+        app.get("/api/webhooks/endpoints", &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 1);
+    let read = json_of(
+        app.get(&format!("/api/webhooks/endpoints/{id}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(read.get("secret").is_none() && !read.to_string().contains(secret));
+    assert_eq!(read["description"], "ops");
+
+    let changed = json_of(
+        patch(
+            &app,
+            &org,
+            &id,
+            json!({"events": ["*"], "description": null, "enabled": false}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(changed["events"], json!(["*"]));
+    assert_eq!(changed["description"], Value::Null);
+    assert_eq!(changed["enabled"], false);
+    let changed = json_of(
+        patch(&app, &org, &id, json!({"enabled": true})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (changed["enabled"].clone(), changed["events"].clone()),
+        (json!(true), json!(["*"]))
+    );
+
+    let rotated = json_of(
+        app.post(
+            &format!("/api/webhooks/endpoints/{id}/rotate-secret"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let new_secret = rotated["secret"].as_str().unwrap();
+    assert!(new_secret.starts_with("whsec_") && new_secret != secret);
+    let until: chrono::DateTime<chrono::Utc> =
+        rotated["previousSecretUntil"].as_str().unwrap().parse().unwrap();
+    let hours = (until - chrono::Utc::now()).num_minutes() as f64 / 60.0;
+    assert!((23.9..=24.0).contains(&hours), "{hours}");
+
+    // Another organization's member sees none of it.
+    let other = app.create_org("Other").await;
+    for response in [
+        app.get(&format!("/api/webhooks/endpoints/{id}"), &other.api_key)
+            .await,
+        app.delete(&format!("/api/webhooks/endpoints/{id}"), &other.api_key)
+            .await,
+        app.post(
+            &format!("/api/webhooks/endpoints/{id}/test"),
+            &other.api_key,
+            &json!({}),
+        )
+        .await,
+    ] {
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+    let theirs = json_of(
+        app.get("/api/webhooks/endpoints", &other.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(theirs["endpoints"], json!([]));
+    // An API key naming another organization: 403, as everywhere.
+    let foreign = app
+        .post(
+            "/api/webhooks/endpoints",
+            &org.api_key,
+            &json!({"orgId": other.org_id, "url": "https://hooks.example.com/x", "events": ["*"]}),
+        )
+        .await;
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+
+    let deleted = app
+        .delete(&format!("/api/webhooks/endpoints/{id}"), &org.api_key)
+        .await;
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let gone = app
+        .get(&format!("/api/webhooks/endpoints/{id}"), &org.api_key)
+        .await;
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn bad_urls_private_destinations_and_unknown_events_are_422s_naming_the_field() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let send = |body: Value| app.post_later("/api/webhooks/endpoints", &org.api_key, &body);
+    for url in [
+        "http://hooks.example.com/keel",
+        "https://127.0.0.1/keel",
+        "https://[::1]/keel",
+        "https://localhost:8443/keel",
+        "https://169.254.169.254/latest",
+        "https://10.0.0.7/keel",
+        "https://user:pw@hooks.example.com/",
+        "ftp://hooks.example.com/keel",
+        "not a url at all",
+    ] {
+        let fields = issue_fields(send(json!({"url": url, "events": ["*"]})).await).await;
+        assert_eq!(fields, ["body.url"], "{url}");
+    }
+    let fields =
+        issue_fields(send(json!({"url": "https://hooks.example.com/k", "events": ["job.done"]})).await).await;
+    assert_eq!(fields, ["body.events.0"]);
+    let fields = issue_fields(send(json!({"url": "https://hooks.example.com/k", "events": []})).await).await;
+    assert_eq!(fields, ["body.events"]);
+    let created = create(
+        &app,
+        &org,
+        json!({"url": "https://hooks.example.com/k", "events": ["*"]}),
+    )
+    .await;
+    let id = created["endpointId"].as_str().unwrap();
+    let fields = issue_fields(patch(&app, &org, id, json!({"url": "https://192.168.1.1/x"})).await).await;
+    assert_eq!(fields, ["body.url"]);
+    let listed = json_of(
+        app.get("/api/webhooks/endpoints", &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["endpoints"][0]["url"], "https://hooks.example.com/k");
+}
+
+/// Waits until the receiver has `n` calls.
+async fn calls(receiver: &FakeJson, n: usize, within: Duration) -> Vec<crate::fakes::Call> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let calls = receiver.calls();
+        if calls.len() >= n || std::time::Instant::now() > deadline {
+            return calls;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn verified(secret: &str, call: &crate::fakes::Call) -> bool {
+    let mut headers = http::HeaderMap::new();
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        if let Some(value) = call.headers.get(name) {
+            headers.insert(name, value.parse().unwrap());
+        }
+    }
+    standardwebhooks::Webhook::new(secret)
+        .unwrap()
+        .verify(&call.raw, &headers)
+        .is_ok()
+}
+
+#[actix_web::test]
+async fn a_test_event_arrives_signed_and_a_500_is_retried_with_the_same_webhook_id() {
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = answers.clone();
+    let (receiver, url) =
+        FakeJson::start(
+            move |_| match counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Reply::Json(500, json!({"error": "<b>down</b>"})),
+                _ => Reply::Json(200, json!({"ok": true})),
+            },
+        );
+    let created = create(
+        &app,
+        &org,
+        json!({"url": format!("{url}/hooks"), "events": ["job.failed"]}),
+    )
+    .await;
+    let (id, secret) = (
+        created["endpointId"].as_str().unwrap().to_owned(),
+        created["secret"].as_str().unwrap().to_owned(),
+    );
+    let sent = json_of(
+        app.post(
+            &format!("/api/webhooks/endpoints/{id}/test"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let delivery = sent["deliveryId"].as_str().unwrap().to_owned();
+    // The first attempt within 2 s, the retry 5 s (±10%) after it.
+    let first = calls(&receiver, 1, Duration::from_secs(2)).await;
+    assert_eq!(first.len(), 1, "no delivery within 2 s");
+    let all = calls(&receiver, 2, Duration::from_secs(9)).await;
+    assert_eq!(all.len(), 2);
+    let event = &all[0].body;
+    assert_eq!(event["type"], "webhook.test");
+    assert_eq!(event["orgId"], org.org_id);
+    assert_eq!(event["data"], json!({"endpointId": id}));
+    assert!(event["id"].as_str().unwrap().starts_with("evt_"));
+    assert_eq!(all[0].headers["webhook-id"], event["id"].as_str().unwrap());
+    assert_eq!(all[0].headers["webhook-id"], all[1].headers["webhook-id"]);
+    assert_eq!(all[0].raw, all[1].raw);
+    assert_eq!(all[0].path, "/hooks");
+    for call in &all {
+        assert!(verified(&secret, call), "{:?}", call.headers);
+        assert!(!verified("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", call));
+    }
+
+    // The log: one delivery, two attempts (500 then 200), succeeded.
+    let mut log = Value::Null;
+    for _ in 0..40 {
+        log = json_of(
+            app.get(&format!("/api/webhooks/endpoints/{id}/deliveries"), &org.api_key)
+                .await,
+            StatusCode::OK,
+        )
+        .await;
+        if log["deliveries"][0]["status"] == "succeeded" {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    let only = &log["deliveries"][0];
+    assert_eq!(log["deliveries"].as_array().unwrap().len(), 1);
+    assert_eq!(only["deliveryId"], delivery);
+    assert_eq!(only["type"], "webhook.test");
+    assert_eq!(only["status"], "succeeded");
+    let codes: Vec<Value> = only["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["statusCode"].clone())
+        .collect();
+    assert_eq!(codes, [json!(500), json!(200)]);
+    assert!(only["attempts"][0]["response"]
+        .as_str()
+        .unwrap()
+        .contains("<b>down</b>"));
+    let failed_only = json_of(
+        app.get(
+            &format!("/api/webhooks/endpoints/{id}/deliveries?status=failed"),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(failed_only["deliveries"], json!([]));
+
+    // Replayed on request: the same webhook-id again.
+    let retried = app
+        .post(
+            &format!("/api/webhooks/deliveries/{delivery}/retry"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(retried.status(), StatusCode::ACCEPTED);
+    let all = calls(&receiver, 3, Duration::from_secs(3)).await;
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[2].headers["webhook-id"], all[0].headers["webhook-id"]);
+}
+
+#[actix_web::test]
+async fn a_rotation_signs_with_both_secrets_and_the_log_pages() {
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    let created = create(&app, &org, json!({"url": url, "events": ["*"]})).await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    let old = created["secret"].as_str().unwrap().to_owned();
+    let rotated = json_of(
+        app.post(
+            &format!("/api/webhooks/endpoints/{id}/rotate-secret"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let new = rotated["secret"].as_str().unwrap().to_owned();
+    for _ in 0..3 {
+        let sent = app
+            .post(
+                &format!("/api/webhooks/endpoints/{id}/test"),
+                &org.api_key,
+                &json!({}),
+            )
+            .await;
+        assert_eq!(sent.status(), StatusCode::ACCEPTED);
+    }
+    let all = calls(&receiver, 3, Duration::from_secs(5)).await;
+    assert_eq!(all.len(), 3);
+    for call in &all {
+        assert_eq!(call.headers["webhook-signature"].split(' ').count(), 2);
+        assert!(verified(&old, call) && verified(&new, call));
+    }
+    // Pages of two, newest first, no repeats.
+    let mut seen = Vec::new();
+    let mut path = format!("/api/webhooks/endpoints/{id}/deliveries?limit=2");
+    loop {
+        let page = json_of(app.get(&path, &org.api_key).await, StatusCode::OK).await;
+        seen.extend(
+            page["deliveries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["deliveryId"].clone()),
+        );
+        match page["nextCursor"].as_str() {
+            Some(cursor) => path = format!("/api/webhooks/endpoints/{id}/deliveries?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 3);
+    seen.dedup();
+    assert_eq!(seen.len(), 3);
+    let bad = app
+        .get(
+            &format!("/api/webhooks/endpoints/{id}/deliveries?cursor=zz"),
+            &org.api_key,
+        )
+        .await;
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[actix_web::test]
+async fn a_name_that_resolves_to_a_private_address_is_refused_when_it_is_called() {
+    // This machine's own name resolves to a loopback or private address.
+    let host = String::from_utf8(std::process::Command::new("hostname").output().unwrap().stdout).unwrap();
+    let host = host.trim().to_owned();
+    let private = tokio::net::lookup_host((host.as_str(), 0))
+        .await
+        .map(|mut addrs| {
+            addrs.all(|a| {
+                a.ip().is_loopback() || matches!(a.ip(), std::net::IpAddr::V4(v4) if v4.is_private())
+            })
+        })
+        .unwrap_or(false);
+    if host.is_empty() || private.eq(&false) {
+        eprintln!("skipped: this machine's name ({host:?}) does not resolve to a private address");
+        return;
+    }
+    let app = spawn_app_with(|s| s.webhooks.allow_http = true).await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(200, json!({})));
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    // Saved: a name is only resolved when it is called.
+    let created = create(
+        &app,
+        &org,
+        json!({"url": format!("http://{host}:{port}/"), "events": ["*"]}),
+    )
+    .await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    app.post(
+        &format!("/api/webhooks/endpoints/{id}/test"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await;
+    let mut attempt = Value::Null;
+    for _ in 0..60 {
+        let log = json_of(
+            app.get(&format!("/api/webhooks/endpoints/{id}/deliveries"), &org.api_key)
+                .await,
+            StatusCode::OK,
+        )
+        .await;
+        attempt = log["deliveries"][0]["attempts"][0].clone();
+        if !attempt.is_null() {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(attempt["statusCode"], Value::Null, "{attempt}");
+    assert!(
+        attempt["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("allow_private_destinations"),
+        "{attempt}"
+    );
+    assert!(receiver.calls().is_empty(), "the private address was called");
+}
