@@ -267,6 +267,16 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         ),
         (
             "post",
+            "/api/webhooks/endpoints",
+            json!({"url": "https://hooks.example.com/keel", "events": ["job.failed", "billing.balance.low"], "description": "on-call"}),
+        ),
+        (
+            "patch",
+            "/api/webhooks/endpoints/{endpoint_id}",
+            json!({"events": ["*"], "enabled": true}),
+        ),
+        (
+            "post",
             "/api/training/secrets",
             json!({"secrets": {"HF_TOKEN": "hf_example", "OLD_TOKEN": ""}}),
         ),
