@@ -190,6 +190,7 @@ pub fn document_json() -> serde_json::Value {
     refine::alternatives(&mut doc);
     refine::org_ids(&mut doc);
     refine::storable_strings(&mut doc);
+    refine::optional_bodies(&mut doc);
     refine::links(&mut doc);
     refine::request_examples(&mut doc, examples::request_examples());
     doc

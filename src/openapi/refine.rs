@@ -432,3 +432,42 @@ pub fn request_examples(doc: &mut Value, examples: Vec<(&str, &str, Value)>) {
         }
     }
 }
+
+/// A JSON body whose object has no required member may be left out: the service reads an
+/// empty body as `{}` (`ValidJson`), so the document says the body is not required.
+pub fn optional_bodies(doc: &mut Value) {
+    let components = doc.pointer("/components/schemas").cloned().unwrap_or_default();
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for item in paths.values_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in item.values_mut() {
+            let Some(body) = operation.get_mut("requestBody") else {
+                continue;
+            };
+            let schema = body
+                .pointer("/content/application~1json/schema")
+                .cloned()
+                .unwrap_or_default();
+            let object = match schema.get("$ref").and_then(Value::as_str) {
+                Some(reference) => components
+                    .get(reference.trim_start_matches("#/components/schemas/"))
+                    .cloned()
+                    .unwrap_or_default(),
+                None => schema,
+            };
+            let is_object =
+                object.get("type") == Some(&json!("object")) && object.get("properties").is_some();
+            let requires_none = object
+                .get("required")
+                .and_then(Value::as_array)
+                .is_none_or(|required| required.is_empty());
+            if is_object && requires_none {
+                body["required"] = json!(false);
+            }
+        }
+    }
+}

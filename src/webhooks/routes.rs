@@ -87,7 +87,7 @@ pub async fn get_endpoint(caller: Caller, path: web::Path<String>) -> ApiResult<
 /// `disabledReason`).
 #[utoipa::path(patch, path = "/api/webhooks/endpoints/{endpoint_id}", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
     params(("endpoint_id" = String, Path)),
-    request_body = EndpointPatchBody,
+    request_body(content = EndpointPatchBody, description = "Only the fields given change; an empty body changes nothing."),
     responses((status = 200, body = EndpointView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn update_endpoint(
     caller: Caller,
