@@ -191,8 +191,11 @@ impl Application {
         let stopping = self.state.cluster.stopping().clone();
         let grace = self.grace;
         let workers_stopping = self.workers_stopped.clone();
+        // Registered here, before anything waits on the runtime: a signal that comes before
+        // the task below first runs is still caught (not left to its default, which kills).
+        let mut signals = Signals::install();
         let stopping_task = tokio::spawn(async move {
-            wait_for_signal().await;
+            signals.recv().await;
             // From now on the HTTP workers may stop at any moment, and the connections they
             // opened with them: every connection is checked before it is used.
             workers_stopping.set();
@@ -204,7 +207,7 @@ impl Application {
             // A second signal (Ctrl-C again) skips the rest of the grace period.
             tokio::select! {
                 _ = tokio::time::sleep(grace) => {}
-                _ = wait_for_signal() => {}
+                _ = signals.recv() => {}
             }
             tracing::info!("no longer accepting; finishing in-flight requests");
             // Accepting stops first, while the workers still take the connections the
@@ -307,25 +310,49 @@ async fn answer_unavailable(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
-async fn wait_for_signal() {
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Self {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Self {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The next signal.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = next(&mut self.term) => {},
+                _ = next(&mut self.int) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
