@@ -433,8 +433,9 @@ pub fn request_examples(doc: &mut Value, examples: Vec<(&str, &str, Value)>) {
     }
 }
 
-/// A JSON body whose object has no required member may be left out: the service reads an
-/// empty body as `{}` (`ValidJson`), so the document says the body is not required.
+/// A JSON body whose object has no required member may be left out, or sent as `null`: the
+/// service reads both as `{}` (`ValidJson`), so the document says the body is not required
+/// and may be null.
 pub fn optional_bodies(doc: &mut Value) {
     let components = doc.pointer("/components/schemas").cloned().unwrap_or_default();
     let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
@@ -467,6 +468,10 @@ pub fn optional_bodies(doc: &mut Value) {
                 .is_none_or(|required| required.is_empty());
             if is_object && requires_none {
                 body["required"] = json!(false);
+                if let Some(schema) = body.pointer_mut("/content/application~1json/schema") {
+                    let object = schema.take();
+                    *schema = json!({"oneOf": [{"type": "null"}, object]});
+                }
             }
         }
     }
