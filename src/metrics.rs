@@ -14,5 +14,6 @@ pub async fn refresh(state: &AppState) {
         payments_pending: keel_core::billing::repo::pending_count(db).await.ok(),
         ledger_stalled: state.ledger.stalled_for(),
         trace_queue: state.traces.queue_depth(),
+        webhooks_pending: keel_core::webhooks::repo::pending_summary(db).await.ok(),
     });
 }

@@ -139,6 +139,7 @@ impl AppState {
                 allow_http: settings.webhooks.allow_http,
                 allow_private_destinations: settings.webhooks.allow_private_destinations,
             },
+            metrics.clone(),
         );
         if settings.webhooks.dispatcher {
             actix::spawn(keel_core::webhooks::dispatcher::run(

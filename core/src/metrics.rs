@@ -22,6 +22,9 @@ pub const LEDGER_OUTCOMES: [&str; 7] = [
     "unavailable",
 ];
 
+/// A webhook delivery attempt's outcome, as `keel_webhook_deliveries_total` labels it.
+pub const WEBHOOK_OUTCOMES: [&str; 3] = ["succeeded", "retrying", "failed"];
+
 /// Distinct model names `keel_proxy_tokens_total` keeps a series for.
 pub const MAX_TOKEN_MODELS: usize = 200;
 
@@ -63,6 +66,11 @@ pub struct Metrics {
     /// The models `tokens` has a series for (model names come from callers: at most
     /// [`MAX_TOKEN_MODELS`], the rest count as `other`).
     token_models: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    // Outbound webhooks.
+    webhook_deliveries: IntCounterVec,
+    webhook_seconds: Histogram,
+    webhook_pending: IntGauge,
+    webhook_oldest: Gauge,
     // The trace writer.
     pub trace_lag: Gauge,
     trace_queue: IntGauge,
@@ -179,6 +187,28 @@ impl Metrics {
                 &["action", "outcome"],
             )
             .unwrap_or_else(|_| unreachable!("a valid metric")),
+            webhook_deliveries: counter_vec(
+                "keel_webhook_deliveries_total",
+                "Webhook delivery attempts by outcome: succeeded (a 2xx), retrying (another attempt is scheduled), failed (no attempt left)",
+                &["outcome"],
+            ),
+            webhook_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "keel_webhook_delivery_seconds",
+                    "A webhook delivery attempt's time, from sending to the answer's end (or the failure)",
+                )
+                .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            webhook_pending: IntGauge::new(
+                "keel_webhook_outbox_pending",
+                "Webhook deliveries not yet succeeded or failed (read at scrape)",
+            )
+            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            webhook_oldest: gauge(
+                "keel_webhook_oldest_pending_seconds",
+                "Age of the oldest pending webhook delivery (read at scrape; 0 when none)",
+            ),
             queue_retries: counter_vec(
                 "keel_queue_retries_total",
                 "Retryable failures scheduled for another attempt, by action",
@@ -278,6 +308,9 @@ impl Metrics {
         for cache in CACHES {
             self.cache_loads.with_label_values(&[cache]);
         }
+        for outcome in WEBHOOK_OUTCOMES {
+            self.webhook_deliveries.with_label_values(&[outcome]);
+        }
         for action in JobAction::NAMES {
             self.queue_wait.with_label_values(&[action]);
             self.queue_retries.with_label_values(&[action]);
@@ -295,6 +328,13 @@ impl Metrics {
         self.queue_wait
             .with_label_values(&[action.as_str()])
             .observe(seconds.max(0.0));
+    }
+
+    /// A webhook delivery attempt ended `outcome` (one of [`WEBHOOK_OUTCOMES`]) after
+    /// `seconds`.
+    pub fn webhook_attempt(&self, outcome: &str, seconds: f64) {
+        self.webhook_deliveries.with_label_values(&[outcome]).inc();
+        self.webhook_seconds.observe(seconds.max(0.0));
     }
 
     /// An attempt at a job of `action` ended `outcome` after `seconds` since its claim;
@@ -338,6 +378,10 @@ impl Metrics {
             Box::new(self.queue_wait.clone()),
             Box::new(self.queue_run.clone()),
             Box::new(self.queue_retries.clone()),
+            Box::new(self.webhook_deliveries.clone()),
+            Box::new(self.webhook_seconds.clone()),
+            Box::new(self.webhook_pending.clone()),
+            Box::new(self.webhook_oldest.clone()),
             Box::new(self.queue_jobs.clone()),
             Box::new(self.queue_oldest.clone()),
             Box::new(self.auto_topups.clone()),
@@ -448,6 +492,13 @@ impl Metrics {
         }
         self.ledger_stalled.set(readings.ledger_stalled.as_secs_f64());
         self.trace_queue.set(readings.trace_queue as i64);
+        if let Some((pending, oldest)) = readings.webhooks_pending {
+            self.webhook_pending.set(pending);
+            let age = oldest.map_or(0.0, |at| {
+                (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
+            });
+            self.webhook_oldest.set(age);
+        }
     }
 
     /// Each action's queue wait and run time (every outcome) at the 50th, 90th and 99th
@@ -561,6 +612,8 @@ pub struct Readings {
     pub payments_pending: Option<u64>,
     pub ledger_stalled: std::time::Duration,
     pub trace_queue: usize,
+    /// Pending webhook deliveries and when the oldest was created.
+    pub webhooks_pending: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
 }
 
 impl Default for Metrics {

@@ -172,6 +172,45 @@ async fn members_create_read_change_rotate_and_delete_endpoints_and_see_the_secr
 }
 
 #[actix_web::test]
+async fn the_webhook_metrics_exist_from_start_up() {
+    let app = spawn_app_with(|s| s.webhooks.dispatcher = false).await;
+    let org = app.create_org("Acme").await;
+    let created = create(
+        &app,
+        &org,
+        json!({"url": "https://hooks.example.com/k", "events": ["*"]}),
+    )
+    .await;
+    let id = created["endpointId"].as_str().unwrap();
+    let before = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    for name in [
+        "keel_webhook_deliveries_total{outcome=\"succeeded\"} 0",
+        "keel_webhook_delivery_seconds_count 0",
+        "keel_webhook_outbox_pending 0",
+        "keel_webhook_oldest_pending_seconds 0",
+    ] {
+        assert!(before.contains(name), "{name} not in:\n{before}");
+    }
+    // With no dispatcher on this instance, a test event waits: pending, and ageing.
+    app.post(
+        &format!("/api/webhooks/endpoints/{id}/test"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await;
+    actix_web::rt::time::sleep(Duration::from_millis(1100)).await;
+    let after = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(after.contains("keel_webhook_outbox_pending 1"), "{after}");
+    let age: f64 = after
+        .lines()
+        .find_map(|l| l.strip_prefix("keel_webhook_oldest_pending_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(age >= 1.0, "{age}");
+}
+
+#[actix_web::test]
 async fn bad_urls_private_destinations_and_unknown_events_are_422s_naming_the_field() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
@@ -330,6 +369,19 @@ async fn a_test_event_arrives_signed_and_a_500_is_retried_with_the_same_webhook_
     )
     .await;
     assert_eq!(failed_only["deliveries"], json!([]));
+
+    // The metrics: one attempt retried, one succeeded, nothing pending.
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    for line in [
+        "keel_webhook_deliveries_total{outcome=\"succeeded\"} 1",
+        "keel_webhook_deliveries_total{outcome=\"retrying\"} 1",
+        "keel_webhook_deliveries_total{outcome=\"failed\"} 0",
+        "keel_webhook_outbox_pending 0",
+        "keel_webhook_oldest_pending_seconds 0",
+        "keel_webhook_delivery_seconds_count 2",
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
 
     // Replayed on request: the same webhook-id again.
     let retried = app

@@ -113,6 +113,7 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhoo
         }
         Err(record) => (record, false),
     };
+    let seconds = f64::from(record.latency_ms) / 1000.0;
     let (status, next) = match succeeded {
         true => (SUCCEEDED, None),
         false => match schedule::next_retry((delivery.attempts + 1) as u32) {
@@ -124,7 +125,14 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhoo
         },
     };
     match repo::record_attempt(&webhooks.db, &delivery, claimed_until, record, status, next).await {
-        Ok(true) => {}
+        Ok(true) => webhooks.metrics.webhook_attempt(
+            match status {
+                SUCCEEDED => "succeeded",
+                PENDING => "retrying",
+                _ => "failed",
+            },
+            seconds,
+        ),
         Ok(false) => {
             tracing::info!(delivery = %delivery.id, "webhook delivery changed while sent; its attempt is not recorded")
         }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
 
+use crate::metrics::Metrics;
 use crate::queue::secrets::SecretBox;
 
 /// What the webhook flows need: the database, the secrets' box (endpoint secrets are sealed
@@ -22,15 +23,22 @@ pub struct Webhooks {
     pub db: DatabaseConnection,
     pub secret_box: Option<SecretBox>,
     pub rules: destination::Rules,
+    pub metrics: Metrics,
     wake: Arc<tokio::sync::Notify>,
 }
 
 impl Webhooks {
-    pub fn new(db: DatabaseConnection, secret_box: Option<SecretBox>, rules: destination::Rules) -> Self {
+    pub fn new(
+        db: DatabaseConnection,
+        secret_box: Option<SecretBox>,
+        rules: destination::Rules,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             db,
             secret_box,
             rules,
+            metrics,
             wake: Arc::new(tokio::sync::Notify::new()),
         }
     }

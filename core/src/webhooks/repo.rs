@@ -5,8 +5,8 @@ use entities::{outbound_event, webhook_delivery, webhook_delivery_attempt, webho
 use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Statement, TransactionSession, Value,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter,
+    QueryOrder, QuerySelect, Statement, TransactionSession, Value,
 };
 
 use crate::domain::OrgId;
@@ -315,4 +315,17 @@ pub async fn retry_delivery(db: &impl ConnectionTrait, id: &str) -> Result<(), D
         .exec(db)
         .await?;
     Ok(())
+}
+
+/// Pending deliveries: how many, and when the oldest was created.
+pub async fn pending_summary(db: &impl ConnectionTrait) -> Result<(i64, Option<DateTime<Utc>>), DbErr> {
+    let row: Option<(i64, Option<DateTime<Utc>>)> = webhook_delivery::Entity::find()
+        .select_only()
+        .column_as(Expr::col(webhook_delivery::Column::Id).count(), "pending")
+        .column_as(Expr::col(webhook_delivery::Column::CreatedAt).min(), "oldest")
+        .filter(Expr::cust("status = 'pending'"))
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(row.unwrap_or((0, None)))
 }
