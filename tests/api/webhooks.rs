@@ -37,6 +37,20 @@ async fn patch(app: &TestApp, org: &TestOrg, id: &str, body: Value) -> reqwest::
     .unwrap()
 }
 
+/// POSTs `action` (`test`, `rotate-secret`) of the endpoint and answers its JSON.
+async fn act(app: &TestApp, org: &TestOrg, id: &str, action: &str, status: StatusCode) -> Value {
+    json_of(
+        app.post(
+            &format!("/api/webhooks/endpoints/{id}/{action}"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await,
+        status,
+    )
+    .await
+}
+
 /// The 422's issue locations, as `body.field` strings.
 async fn issue_fields(response: reqwest::Response) -> Vec<String> {
     let body = json_of(response, StatusCode::UNPROCESSABLE_ENTITY).await;
@@ -112,16 +126,7 @@ async fn members_create_read_change_rotate_and_delete_endpoints_and_see_the_secr
         (json!(true), json!(["*"]))
     );
 
-    let rotated = json_of(
-        app.post(
-            &format!("/api/webhooks/endpoints/{id}/rotate-secret"),
-            &org.api_key,
-            &json!({}),
-        )
-        .await,
-        StatusCode::OK,
-    )
-    .await;
+    let rotated = act(&app, &org, &id, "rotate-secret", StatusCode::OK).await;
     let new_secret = rotated["secret"].as_str().unwrap();
     assert!(new_secret.starts_with("whsec_") && new_secret != secret);
     let until: chrono::DateTime<chrono::Utc> =
@@ -299,16 +304,7 @@ async fn a_test_event_arrives_signed_and_a_500_is_retried_with_the_same_webhook_
         created["endpointId"].as_str().unwrap().to_owned(),
         created["secret"].as_str().unwrap().to_owned(),
     );
-    let sent = json_of(
-        app.post(
-            &format!("/api/webhooks/endpoints/{id}/test"),
-            &org.api_key,
-            &json!({}),
-        )
-        .await,
-        StatusCode::ACCEPTED,
-    )
-    .await;
+    let sent = act(&app, &org, &id, "test", StatusCode::ACCEPTED).await;
     let delivery = sent["deliveryId"].as_str().unwrap().to_owned();
     // The first attempt within 2 s, the retry 5 s (±10%) after it.
     let first = calls(&receiver, 1, Duration::from_secs(2)).await;
@@ -405,16 +401,7 @@ async fn a_rotation_signs_with_both_secrets_and_the_log_pages() {
     let created = create(&app, &org, json!({"url": url, "events": ["*"]})).await;
     let id = created["endpointId"].as_str().unwrap().to_owned();
     let old = created["secret"].as_str().unwrap().to_owned();
-    let rotated = json_of(
-        app.post(
-            &format!("/api/webhooks/endpoints/{id}/rotate-secret"),
-            &org.api_key,
-            &json!({}),
-        )
-        .await,
-        StatusCode::OK,
-    )
-    .await;
+    let rotated = act(&app, &org, &id, "rotate-secret", StatusCode::OK).await;
     let new = rotated["secret"].as_str().unwrap().to_owned();
     for _ in 0..3 {
         let sent = app
