@@ -253,8 +253,6 @@ pub async fn list_deliveries(
 pub async fn retry_delivery(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let orgs = orgs_of(&caller).await?;
     let id = path_str("delivery_id", &path, 1, 64)?;
-    let delivery = service::retry_delivery(&caller.state().webhooks, &orgs, &id).await?;
-    Ok(HttpResponse::Accepted().json(DeliveryQueued {
-        delivery_id: delivery.id,
-    }))
+    service::retry_delivery(&caller.state().webhooks, &orgs, &id).await?;
+    Ok(HttpResponse::Accepted().json(DeliveryQueued { delivery_id: id }))
 }

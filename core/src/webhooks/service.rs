@@ -1,6 +1,8 @@
 //! Outbound webhooks' flows: an organization's endpoints, the events it is sent, its
 //! deliveries' log and replay.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Duration, Utc};
 use entities::{outbound_event, webhook_delivery, webhook_delivery_attempt, webhook_endpoint};
 use sea_orm::{ConnectionTrait, TransactionTrait};
@@ -266,24 +268,23 @@ pub async fn deliveries(
         .flatten();
     let ids: Vec<String> = page.iter().map(|d| d.id.clone()).collect();
     let event_ids: Vec<String> = page.iter().map(|d| d.event_id.clone()).collect();
-    let types = repo::event_types(&webhooks.db, &event_ids).await?;
-    let mut attempts = repo::attempts(&webhooks.db, &ids).await?;
+    let types: HashMap<String, String> = repo::event_types(&webhooks.db, &event_ids)
+        .await?
+        .into_iter()
+        .collect();
+    let mut attempts: HashMap<String, Vec<webhook_delivery_attempt::Model>> = HashMap::new();
+    for attempt in repo::attempts(&webhooks.db, &ids).await? {
+        attempts
+            .entry(attempt.delivery_id.clone())
+            .or_default()
+            .push(attempt);
+    }
     let log = page
         .into_iter()
-        .map(|delivery| {
-            let event_type = types
-                .iter()
-                .find(|(id, _)| *id == delivery.event_id)
-                .map(|(_, t)| t.clone())
-                .unwrap_or_default();
-            let (mine, rest): (Vec<_>, Vec<_>) =
-                attempts.drain(..).partition(|a| a.delivery_id == delivery.id);
-            attempts = rest;
-            DeliveryLog {
-                delivery,
-                event_type,
-                attempts: mine,
-            }
+        .map(|delivery| DeliveryLog {
+            event_type: types.get(&delivery.event_id).cloned().unwrap_or_default(),
+            attempts: attempts.remove(&delivery.id).unwrap_or_default(),
+            delivery,
         })
         .collect();
     Ok((log, next))
@@ -291,17 +292,11 @@ pub async fn deliveries(
 
 /// Sends the organization's delivery again now (the same event id, so receivers can tell
 /// it is one they may have had).
-pub async fn retry_delivery(
-    webhooks: &Webhooks,
-    orgs: &[OrgId],
-    id: &str,
-) -> Result<webhook_delivery::Model, WebhookError> {
+pub async fn retry_delivery(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<(), WebhookError> {
     let delivery = repo::delivery(&webhooks.db, orgs, id)
         .await?
         .ok_or(WebhookError::NotFound("delivery"))?;
     repo::retry_delivery(&webhooks.db, &delivery.id).await?;
     webhooks.wake();
-    repo::delivery(&webhooks.db, orgs, id)
-        .await?
-        .ok_or(WebhookError::NotFound("delivery"))
+    Ok(())
 }
