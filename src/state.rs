@@ -12,7 +12,7 @@ use keel_core::billing::actor::{Ledger, LedgerConfig};
 use keel_core::billing::payments::Payments;
 use keel_core::orgs::adapters::AdapterDirectory;
 use keel_core::queue::actor::{QueueActor, QueueConfig};
-use keel_core::queue::secrets::SecretBox;
+use keel_core::secrets::SecretBox;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -65,6 +65,7 @@ impl AppState {
             LedgerConfig {
                 max_batch: settings.billing.max_batch,
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
+                low_balance: settings.billing.low_balance_cents,
             },
         );
         let proxy_cache = keel_core::proxy::cache::ProxyCache::new(
@@ -77,7 +78,11 @@ impl AppState {
         );
         let cluster = crate::cluster::Cluster::new(
             db.clone(),
-            vec![Box::new(proxy_cache.clone()), Box::new(adapters.clone())],
+            vec![
+                Box::new(proxy_cache.clone()),
+                Box::new(adapters.clone()),
+                Box::new(keel_core::webhooks::outbox::Waker),
+            ],
         );
         let queue_config = QueueConfig {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),

@@ -44,10 +44,12 @@ pub enum Event {
     AdapterChanged(String),
     /// Jobs were queued or requeued.
     JobsQueued(Wake),
+    /// Webhook deliveries were committed (sent by the committing transaction itself).
+    Outbox,
 }
 
 impl Event {
-    fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         let (kind, id) = self.parts();
         format!("{kind}:{id}")
     }
@@ -59,6 +61,7 @@ impl Event {
             Self::AdapterChanged(id) => ("adapter", id),
             Self::JobsQueued(Wake::Action(action)) => ("jobs", action.as_str()),
             Self::JobsQueued(Wake::Any) => ("jobs", "*"),
+            Self::Outbox => ("outbox", ""),
         }
     }
 
@@ -70,6 +73,7 @@ impl Event {
             "adapter" => Self::AdapterChanged(id.to_owned()),
             "jobs" if id == "*" => Self::JobsQueued(Wake::Any),
             "jobs" => Self::JobsQueued(Wake::Action(JobAction::parse(id)?)),
+            "outbox" => Self::Outbox,
             _ => return None,
         })
     }
@@ -276,6 +280,7 @@ mod tests {
             Event::AdapterChanged("acme/bot".into()),
             Event::JobsQueued(Wake::Action(JobAction::Training)),
             Event::JobsQueued(Wake::Any),
+            Event::Outbox,
         ] {
             assert_eq!(Event::decode(&event.encode()), Some(event));
         }

@@ -265,6 +265,9 @@ pub struct BillingSettings {
     pub actor_idle_secs: u64,
     pub stall_after_secs: u64,
     pub adapter_cache_ttl_ms: u64,
+    /// `billing.balance.low` is sent when a balance falls under this, for organizations
+    /// without an auto top-up threshold of their own.
+    pub low_balance_cents: Cents,
 }
 
 #[derive(Debug, Clone, Deserialize)]

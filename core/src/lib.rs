@@ -22,6 +22,7 @@ pub mod projects;
 pub mod proxy;
 pub mod queue;
 pub mod runs;
+pub mod secrets;
 pub mod serving;
 pub mod traces;
 pub mod webhooks;

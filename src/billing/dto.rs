@@ -460,3 +460,31 @@ pub struct TrainingCostView {
     #[schema(value_type = i64)]
     pub cost_cents: Cents,
 }
+
+#[cfg(test)]
+mod entry_tests {
+    use chrono::{TimeZone, Utc};
+    use entities::ledger_entry;
+    use keel_core::domain::{EntryKind, Microcents, OrgId};
+
+    use super::LedgerEntryView;
+
+    /// A top-up event's `data` is the ledger entry as the ledger page shows it.
+    #[test]
+    fn a_top_up_events_data_is_the_ledger_entry_view() {
+        let entry = ledger_entry::Model {
+            id: 42,
+            org_id: OrgId::parse("1b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap(),
+            kind: EntryKind::AutoTopup,
+            amount_microcents: Microcents(25_000_000),
+            balance_after_microcents: Microcents(26_500_000),
+            idempotency_key: Some("payment:pi_1".into()),
+            reason: "auto top-up pi_1".into(),
+            created_at: Utc.with_ymd_and_hms(2026, 11, 26, 12, 0, 0).unwrap(),
+        };
+        assert_eq!(
+            serde_json::to_value(LedgerEntryView::from(entry.clone())).unwrap(),
+            keel_core::billing::entry_data(&entry)
+        );
+    }
+}

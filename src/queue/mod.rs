@@ -4,7 +4,7 @@
 pub mod agent;
 pub mod internal;
 pub mod routes;
-pub use keel_core::queue::{actor, repo, secrets, service};
+pub use keel_core::queue::{actor, repo, service};
 
 use chrono::{DateTime, Utc};
 use entities::{training_job, training_job_attempt};
@@ -104,9 +104,7 @@ pub fn known_job(raw: &str) -> crate::error::ApiResult<crate::domain::JobId> {
     crate::domain::JobId::parse(raw).map_err(|_| crate::error::ApiError::not_found("job"))
 }
 
-pub fn parse_stored(text: Option<&str>) -> Option<Value> {
-    text.map(|t| serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_owned())))
-}
+pub use keel_core::queue::events::parse_stored;
 
 impl From<&training_job::Model> for JobView {
     fn from(job: &training_job::Model) -> Self {
@@ -132,5 +130,63 @@ impl From<&training_job::Model> for JobView {
             scheduled_at: job.scheduled_at,
             history: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use entities::{training_job, training_job_attempt};
+    use keel_core::domain::{AttemptOutcome, JobAction, JobId, JobStatus, OrgId, ProjectId};
+
+    use super::{AttemptView, JobView};
+
+    /// A job event's `data` is the job's view: the core builds it without the web layer's
+    /// types, so the two are held equal here, field for field.
+    #[test]
+    fn a_job_events_data_is_the_job_view() {
+        let at = |s: u32| Utc.with_ymd_and_hms(2026, 11, 26, 12, 0, s).unwrap();
+        let job = training_job::Model {
+            id: JobId::parse("0b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap(),
+            org_id: OrgId::parse("1b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap(),
+            project_id: ProjectId::parse("2b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap(),
+            training_task_id: Some("task-1".into()),
+            action: JobAction::Training,
+            status: JobStatus::Failed,
+            payload: "{}".into(),
+            worker_id: Some("w1".into()),
+            attempts: 2,
+            stop_requested: false,
+            live_status: Some(r#"{"step":3}"#.into()),
+            result: Some("not json".into()),
+            error: Some("boom".into()),
+            created_at: at(0),
+            updated_at: at(5),
+            claimed_at: Some(at(1)),
+            heartbeat_at: None,
+            finished_at: Some(at(5)),
+            priority: 3,
+            scheduled_at: None,
+            queued_at: Some(at(0)),
+            unique_key: None,
+            idempotency_key: None,
+            request_hash: None,
+            blocked_for_funds: false,
+        };
+        let attempt = training_job_attempt::Model {
+            job_id: job.id.clone(),
+            attempt: 1,
+            worker_id: Some("w1".into()),
+            claimed_at: Some(at(1)),
+            ended_at: at(2),
+            outcome: AttemptOutcome::Retried,
+            error: Some("transient".into()),
+        };
+        let mut view = JobView::from(&job);
+        view.history = vec![AttemptView::from(&attempt)];
+        assert_eq!(
+            serde_json::to_value(&view).unwrap(),
+            keel_core::queue::events::job_data(&job, &[attempt])
+        );
     }
 }

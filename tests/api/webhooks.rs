@@ -507,3 +507,249 @@ async fn a_name_that_resolves_to_a_private_address_is_refused_when_it_is_called(
     );
     assert!(receiver.calls().is_empty(), "the private address was called");
 }
+
+/// A receiver answering 204 to everything, and an endpoint of `org` subscribed to `events`
+/// pointing at it; answers the receiver and the endpoint's secret.
+async fn listening(app: &TestApp, org: &TestOrg, events: Value) -> (FakeJson, String) {
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    let created = create(app, org, json!({"url": format!("{url}/in"), "events": events})).await;
+    (receiver, created["secret"].as_str().unwrap().to_owned())
+}
+
+/// Waits for the receiver's `n`-th delivery; every one verified with the Standard Webhooks
+/// reference library. Answers the events, in the order they arrived.
+async fn events(receiver: &FakeJson, secret: &str, n: usize) -> Vec<Value> {
+    let calls = calls(receiver, n, Duration::from_secs(10)).await;
+    let bodies: Vec<Value> = calls.iter().map(|c| c.body.clone()).collect();
+    assert!(
+        calls.len() >= n,
+        "{} of {n} events arrived: {bodies:#?}",
+        calls.len()
+    );
+    for call in &calls {
+        assert!(verified(secret, call), "unverified: {:?}", call.headers);
+        assert_eq!(call.headers["webhook-id"], call.body["id"].as_str().unwrap());
+    }
+    bodies
+}
+
+fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == event_type).collect()
+}
+
+#[actix_web::test]
+async fn job_events_carry_the_job_view_and_only_subscribed_ones_are_sent() {
+    use crate::queue::{claim, funded, job, tracer, worker_post};
+    let app = local_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let (receiver, secret) = listening(
+        &app,
+        &org,
+        json!(["job.succeeded", "job.failed", "job.blocked", "job.user_stopped"]),
+    )
+    .await;
+    // Another endpoint of the organization listens to successes only.
+    let (successes, success_secret) = listening(&app, &org, json!(["job.succeeded"])).await;
+    let ids: Vec<String> = futures_util::future::join_all((0..3).map(|_| tracer(&app, &org, &project))).await;
+    let stopped = tracer(&app, &org, &project).await;
+    assert_eq!(
+        app.post(
+            &format!("/api/training/jobs/{stopped}/stop"),
+            &org.api_key,
+            &json!({})
+        )
+        .await
+        .status(),
+        StatusCode::OK
+    );
+    assert_eq!(claim(&app, "w", "tracer", 3).await.len(), 3);
+    let reports = [
+        (
+            "succeeded",
+            json!({"job_id": ids[0], "worker_id": "w", "result": {"loss": 0.25}}),
+        ),
+        (
+            "failed",
+            json!({"job_id": ids[1], "worker_id": "w", "error": "OOM"}),
+        ),
+        (
+            "blocked",
+            json!({"job_id": ids[2], "worker_id": "w", "reason": "needs approval"}),
+        ),
+    ];
+    for (route, body) in reports.clone() {
+        assert_eq!(worker_post(&app, route, body).await.status(), StatusCode::OK);
+    }
+    // A repeated report changes nothing and announces nothing again.
+    assert_eq!(
+        worker_post(&app, reports[0].0, reports[0].1.clone())
+            .await
+            .status(),
+        StatusCode::OK
+    );
+
+    let got = events(&receiver, &secret, 4).await;
+    actix_web::rt::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receiver.calls().len(), 4, "one event per ended job");
+    for (event_type, id) in [
+        ("job.succeeded", &ids[0]),
+        ("job.failed", &ids[1]),
+        ("job.blocked", &ids[2]),
+        ("job.user_stopped", &stopped),
+    ] {
+        let found = of_type(&got, event_type);
+        assert_eq!(found.len(), 1, "{event_type}: {got:#?}");
+        assert_eq!(found[0]["orgId"], org.org_id);
+        // The data is the job's view, as the API answers it.
+        assert_eq!(found[0]["data"], job(&app, &org, id).await, "{event_type}");
+    }
+    assert_eq!(
+        of_type(&got, "job.succeeded")[0]["data"]["result"],
+        json!({"loss": 0.25})
+    );
+    let only = events(&successes, &success_secret, 1).await;
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0]["type"], "job.succeeded");
+}
+
+#[actix_web::test]
+async fn billing_events_announce_top_ups_declines_low_balances_and_auto_top_ups() {
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, secret) = listening(&app, &org, json!(["*"])).await;
+    // A top-up: its ledger entry. From 0 to 10.00 crosses no threshold downwards.
+    app.fund(&org, 1000).await;
+    let got = events(&receiver, &secret, 1).await;
+    assert_eq!(got[0]["type"], "billing.topup.succeeded");
+    let ledger = app.billing(&org).await["recentLedger"][0].clone();
+    assert_eq!(got[0]["data"], ledger);
+    assert_eq!(got[0]["data"]["kind"], "topup");
+    assert_eq!(got[0]["data"]["amountMicrocents"], 1_000_000_000i64);
+
+    // A run fee takes the balance under billing.low_balance_cents (10.00): once.
+    for run in ["r1", "r2"] {
+        let debit = app
+            .post(
+                "/api/billing/debit",
+                &org.api_key,
+                &json!({"orgId": org.org_id, "runId": run}),
+            )
+            .await;
+        assert_eq!(debit.status(), StatusCode::OK);
+    }
+    let got = events(&receiver, &secret, 2).await;
+    assert_eq!(
+        got[1],
+        json!({"id": got[1]["id"], "type": "billing.balance.low", "createdAt": got[1]["createdAt"], "orgId": org.org_id,
+               "data": {"balanceMicrocents": 900_000_000i64, "thresholdCents": 1000}})
+    );
+
+    // With auto top-up, its threshold is the one: 7.50; the debit from 8.00 to 7.00 crosses
+    // it, and
+    // the auto top-up that follows is announced with its entry.
+    let settings = json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 750, "amountCents": 2000});
+    assert_eq!(
+        app.put("/api/billing/auto-topup", &org.api_key, &settings)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    let debit = app
+        .post(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": "r3"}),
+        )
+        .await;
+    assert_eq!(debit.status(), StatusCode::OK);
+    let got = events(&receiver, &secret, 4).await;
+    let low = of_type(&got, "billing.balance.low");
+    assert_eq!(low.len(), 2, "{got:#?}");
+    assert_eq!(
+        low[1]["data"],
+        json!({"balanceMicrocents": 700_000_000i64, "thresholdCents": 750})
+    );
+    let auto = of_type(&got, "billing.auto_topup.succeeded");
+    assert_eq!(auto.len(), 1, "{got:#?}");
+    assert_eq!(auto[0]["data"]["kind"], "auto_topup");
+    assert_eq!(auto[0]["data"]["amountMicrocents"], 2_000_000_000i64);
+    assert_eq!(auto[0]["data"]["balanceAfterMicrocents"], 2_700_000_000i64);
+
+    // A declined card: the top-up's failure, then an auto top-up's.
+    app.post(
+        "/api/billing/payment-method",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_chargeDeclined"}),
+    )
+    .await;
+    let declined = app
+        .post(
+            "/api/billing/topup",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "amountCents": 500}),
+        )
+        .await;
+    assert_eq!(declined.status(), StatusCode::PAYMENT_REQUIRED);
+    let got = events(&receiver, &secret, 5).await;
+    let failed = of_type(&got, "billing.topup.failed");
+    assert_eq!(failed.len(), 1, "{got:#?}");
+    assert_eq!(failed[0]["data"]["amountCents"], 500);
+    assert!(
+        failed[0]["data"]["paymentMethod"]
+            .as_str()
+            .unwrap()
+            .starts_with("pm_"),
+        "{}",
+        failed[0]
+    );
+    assert!(!failed[0]["data"]["reason"].as_str().unwrap().is_empty());
+    let settings = json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 5000, "amountCents": 1000});
+    assert_eq!(
+        app.put("/api/billing/auto-topup", &org.api_key, &settings)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    app.post(
+        "/api/billing/debit",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "runId": "r4"}),
+    )
+    .await;
+    let got = events(&receiver, &secret, 6).await;
+    let failed = of_type(&got, "billing.auto_topup.failed");
+    assert_eq!(failed.len(), 1, "{got:#?}");
+    assert_eq!(failed[0]["data"]["amountCents"], 1000);
+    app.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
+async fn nothing_is_written_for_organizations_without_endpoints_or_for_disabled_ones() {
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, _) = listening(&app, &org, json!(["*"])).await;
+    let id = json_of(
+        app.get("/api/webhooks/endpoints", &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await["endpoints"][0]["endpointId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        patch(&app, &org, &id, json!({"enabled": false})).await.status(),
+        StatusCode::OK
+    );
+    app.fund(&org, 500).await;
+    let quiet = app.create_org("Quiet").await;
+    app.fund(&quiet, 500).await;
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    assert_eq!(
+        entities::outbound_event::Entity::find().count(&db).await.unwrap(),
+        0
+    );
+    db.close().await.ok();
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    assert!(receiver.calls().is_empty());
+}

@@ -21,7 +21,7 @@ use super::ledger::{
     LedgerOp, Outcome,
 };
 use super::payments::Payments;
-use crate::domain::OrgId;
+use crate::domain::{Cents, OrgId};
 
 type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
 
@@ -31,6 +31,9 @@ pub struct LedgerConfig {
     pub max_batch: usize,
     /// An actor with nothing to do for this long stops.
     pub idle_after: Duration,
+    /// `billing.balance.low` fires when a balance falls under this, for organizations
+    /// without an auto top-up threshold (`billing.low_balance_cents`).
+    pub low_balance: crate::domain::Cents,
 }
 
 struct Shared {
@@ -70,12 +73,13 @@ impl Shared {
     /// Commits through the shared committer, which puts the batches of every organization
     /// waiting at that moment into one transaction.
     async fn commit(&self, org_id: OrgId, ops: Vec<LedgerOp>) -> BatchResult {
+        let low = self.config.low_balance;
         if self.config.max_batch <= 1 {
             // No batching at all (the benchmarks' baseline): each organization commits alone.
-            return commit_batch(&self.db, None, &self.held, &org_id, ops).await;
+            return commit_batch(&self.db, None, &self.held, low, &org_id, ops).await;
         }
         if lock(&self.held).contains(&org_id) {
-            return commit_batch(&self.db, Some(&self.cache), &self.held, &org_id, ops).await;
+            return commit_batch(&self.db, Some(&self.cache), &self.held, low, &org_id, ops).await;
         }
         let (reply, answer) = oneshot::channel();
         let pending = Pending { org_id, ops, reply };
@@ -84,6 +88,7 @@ impl Shared {
                 &self.db,
                 Some(&self.cache),
                 &self.held,
+                low,
                 &pending.org_id,
                 pending.ops,
             )
@@ -142,6 +147,7 @@ async fn run_committer(
     held: Arc<Mutex<HashSet<OrgId>>>,
     mut queue: mpsc::Receiver<Pending>,
     max_ops: usize,
+    low_balance: Cents,
 ) {
     while let Some(first) = queue.recv().await {
         let mut size = first.ops.len();
@@ -156,7 +162,13 @@ async fn run_committer(
             }
         }
         group.sort_by(|a, b| a.org_id.cmp(&b.org_id));
-        let commit = actix::spawn(commit_group(db.clone(), cache.clone(), held.clone(), group));
+        let commit = actix::spawn(commit_group(
+            db.clone(),
+            cache.clone(),
+            held.clone(),
+            low_balance,
+            group,
+        ));
         let _ = tokio::time::timeout(DETACH_AFTER, commit).await;
     }
 }
@@ -168,18 +180,19 @@ async fn commit_group(
     db: DatabaseConnection,
     cache: Arc<AccountCache>,
     held: Arc<Mutex<HashSet<OrgId>>>,
+    low_balance: Cents,
     mut group: Vec<Pending>,
 ) {
     if group.len() == 1 {
         if let Some(only) = group.pop() {
-            let result = commit_batch(&db, Some(&cache), &held, &only.org_id, only.ops).await;
+            let result = commit_batch(&db, Some(&cache), &held, low_balance, &only.org_id, only.ops).await;
             let _ = only.reply.send(result);
         }
         return;
     }
     let batches: Vec<(&OrgId, &[LedgerOp])> = group.iter().map(|p| (&p.org_id, p.ops.as_slice())).collect();
     let mut alone = Vec::new();
-    match apply_group(&db, Some(&cache), &batches).await {
+    match apply_group(&db, Some(&cache), low_balance, &batches).await {
         Ok(results) => {
             for (pending, result) in group.into_iter().zip(results) {
                 if matches!(result.outcomes.first(), Some(Err(LedgerError::Contended))) {
@@ -197,7 +210,7 @@ async fn commit_group(
     let commits = alone.into_iter().map(|pending| {
         let (db, cache, held) = (&db, &cache, &held);
         async move {
-            let result = commit_batch(db, Some(cache), held, &pending.org_id, pending.ops).await;
+            let result = commit_batch(db, Some(cache), held, low_balance, &pending.org_id, pending.ops).await;
             let _ = pending.reply.send(result);
         }
     });
@@ -348,11 +361,12 @@ async fn commit_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
     held: &Mutex<HashSet<OrgId>>,
+    low_balance: Cents,
     org_id: &OrgId,
     ops: Vec<LedgerOp>,
 ) -> BatchResult {
     let started = Instant::now();
-    match apply_batch(db, cache, org_id, &ops).await {
+    match apply_batch(db, cache, low_balance, org_id, &ops).await {
         Ok(result) => {
             tracing::debug!(
                 org_id = %org_id,
@@ -379,7 +393,7 @@ async fn commit_batch(
             let mut outcomes = Vec::with_capacity(ops.len());
             let mut account = None;
             for op in &ops {
-                match apply_batch(db, cache, org_id, std::slice::from_ref(op)).await {
+                match apply_batch(db, cache, low_balance, org_id, std::slice::from_ref(op)).await {
                     Ok(result) => {
                         outcomes.extend(result.outcomes);
                         account = result.account.or(account);
@@ -448,6 +462,7 @@ impl Ledger {
             held.clone(),
             queue,
             config.max_batch.max(1),
+            config.low_balance,
         ));
         Self {
             handle: arbiter.handle(),

@@ -17,6 +17,7 @@ use super::ledger::{EntryKind, LedgerError, LedgerOp, Outcome, SettledPayment, S
 use super::payments::{declined_intent_id, ChargeRequest, PaymentError, PaymentIntent, Payments};
 use super::repo;
 use crate::domain::{Cents, IdempotencyKey, OrgId, PaymentState};
+use crate::webhooks::outbox::{self, Announcement};
 
 /// What became of a charge.
 pub enum Charged {
@@ -125,21 +126,24 @@ async fn ask(payments: &Payments, pending: &pending_payment::Model) -> Result<Pa
 }
 
 /// Records a decline or a status to wait on (removing the pending row in the same
-/// transaction); a success becomes its credit.
+/// transaction, with a decline's webhook event); a success becomes its credit.
 async fn settle_answer(
     db: &DatabaseConnection,
     pending: &pending_payment::Model,
     answer: Result<PaymentIntent, PaymentError>,
 ) -> Result<Charged, ChargeError> {
     use sea_orm::TransactionTrait;
-    let record = |intent_id: String, status: PaymentState| async move {
+    let record = |intent_id: String, status: PaymentState, declined: Option<String>| async move {
         let txn = db.begin().await?;
-        repo::settle_pending(
+        let settled_here = repo::settle_pending(
             &txn,
             &pending.processor_key,
             payment_row(pending, &intent_id, status),
         )
         .await?;
+        if let (true, Some(reason)) = (settled_here, declined) {
+            outbox::emit(&txn, vec![declined_event(pending, reason)]).await?;
+        }
         txn.commit().await?;
         Ok::<_, DbErr>(intent_id)
     };
@@ -149,20 +153,41 @@ async fn settle_answer(
             Ok(Charged::Succeeded { intent, credit })
         }
         Ok(intent) => {
-            record(intent.id.clone(), intent.status.clone()).await?;
+            record(intent.id.clone(), intent.status.clone(), None).await?;
             Ok(Charged::Waiting(intent))
         }
         Err(PaymentError::Declined {
             message,
             payment_intent_id,
         }) => {
-            let id = record(declined_intent_id(payment_intent_id), PaymentState::Declined).await?;
+            let id = record(
+                declined_intent_id(payment_intent_id),
+                PaymentState::Declined,
+                Some(message.clone()),
+            )
+            .await?;
             Ok(Charged::Declined {
                 message,
                 payment_intent_id: id,
             })
         }
         Err(err) => Err(ChargeError::Processor(err)),
+    }
+}
+
+/// `billing.topup.failed` or `billing.auto_topup.failed`: `{amountCents, paymentMethod, reason}`.
+fn declined_event(pending: &pending_payment::Model, reason: String) -> Announcement {
+    Announcement {
+        org_id: pending.org_id.clone(),
+        event_type: match is_auto(pending) {
+            true => "billing.auto_topup.failed",
+            false => "billing.topup.failed",
+        },
+        data: serde_json::json!({
+            "amountCents": pending.amount_cents,
+            "paymentMethod": pending.payment_method_id,
+            "reason": reason.chars().take(1000).collect::<String>(),
+        }),
     }
 }
 

@@ -83,3 +83,16 @@ pub enum BillingError {
     #[error(transparent)]
     CachedDatabase(#[from] Arc<sea_orm::DbErr>),
 }
+
+/// A ledger entry as `GET /api/billing/ledger` shows it (the web layer's `LedgerEntryView`;
+/// a test there holds the two equal): the data of a top-up's webhook event.
+pub fn entry_data(entry: &entities::ledger_entry::Model) -> serde_json::Value {
+    serde_json::json!({
+        "id": entry.id,
+        "kind": entry.kind.to_string(),
+        "amountMicrocents": entry.amount_microcents,
+        "balanceAfterMicrocents": entry.balance_after_microcents,
+        "reason": entry.reason,
+        "createdAt": entry.created_at,
+    })
+}

@@ -245,17 +245,17 @@ pub async fn drop_pending_of_amount(
 }
 
 /// Records what became of a pending charge and forgets it as pending (the caller's
-/// transaction makes it one step).
+/// transaction makes it one step); answers whether it was still pending (settled here).
 pub async fn settle_pending(
     db: &impl ConnectionTrait,
     processor_key: &str,
     row: PaymentRow<'_>,
-) -> Result<(), DbErr> {
+) -> Result<bool, DbErr> {
     record_payment(db, row).await?;
-    pending_payment::Entity::delete_by_id(processor_key.to_owned())
+    let deleted = pending_payment::Entity::delete_by_id(processor_key.to_owned())
         .exec(db)
-        .await
-        .map(drop)
+        .await?;
+    Ok(deleted.rows_affected > 0)
 }
 
 /// Charges recorded as pending before `older_than`, oldest first.

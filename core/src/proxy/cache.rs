@@ -57,7 +57,7 @@ impl crate::cluster::Subscriber for ProxyCache {
         match event {
             Event::KeyRevoked(id) => self.forget_key(id),
             Event::OrgChanged(id) => self.forget_org(id),
-            Event::AdapterChanged(_) | Event::JobsQueued(_) => {}
+            Event::AdapterChanged(_) | Event::JobsQueued(_) | Event::Outbox => {}
         }
     }
 

@@ -2,8 +2,8 @@
 
 pub mod actor;
 pub mod agent;
+pub mod events;
 pub mod repo;
-pub mod secrets;
 pub mod service;
 pub mod shares;
 
@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 pub struct Jobs {
     pub db: DatabaseConnection,
     pub actor: actix::Addr<actor::QueueActor>,
-    pub secret_box: Option<secrets::SecretBox>,
+    pub secret_box: Option<crate::secrets::SecretBox>,
     pub cluster: Cluster,
     pub metrics: Metrics,
     /// A held job without a sign of life for this long is stale.

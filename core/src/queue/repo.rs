@@ -296,15 +296,16 @@ pub enum StopOutcome {
     NotFound,
 }
 
-/// queued or scheduled → user_stopped; running → stopping (the next heartbeat says so);
-/// stopping stays.
+/// queued or scheduled → user_stopped (announced to the organization's endpoints in the same
+/// transaction); running → stopping (the next heartbeat says so); stopping stays.
 pub async fn stop_job(
-    db: &impl ConnectionTrait,
+    db: &impl TransactionTrait,
     job_id: &JobId,
     reason: Option<&str>,
 ) -> Result<StopOutcome, DbErr> {
     let now = Utc::now();
-    training_job::Entity::update_many()
+    let txn = db.begin().await?;
+    let stopped = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
         .col_expr(training_job::Column::StopRequested, Expr::value(true))
         .col_expr(training_job::Column::Error, Expr::value(reason))
@@ -312,7 +313,7 @@ pub async fn stop_job(
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.eq(job_id))
         .filter(training_job::Column::Status.is_in([QUEUED, SCHEDULED]))
-        .exec(db)
+        .exec(&txn)
         .await?;
     training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(STOPPING))
@@ -320,9 +321,14 @@ pub async fn stop_job(
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.eq(job_id))
         .filter(training_job::Column::Status.eq(RUNNING))
-        .exec(db)
+        .exec(&txn)
         .await?;
-    Ok(match find_job(db, job_id).await? {
+    if stopped.rows_affected > 0 {
+        super::events::announce_ended(&txn, std::slice::from_ref(job_id)).await?;
+    }
+    let job = find_job(&txn, job_id).await?;
+    txn.commit().await?;
+    Ok(match job {
         None => StopOutcome::NotFound,
         Some(job)
             if job.status == JobStatus::Stopping
@@ -931,10 +937,12 @@ async fn retry_failures(
 }
 
 /// Applies many reports, every ended attempt written to its job's history with its status
-/// change; every job id appears at most once. Answers each report's outcome and the attempts
-/// that ended. On PostgreSQL a batch without retryable failures is one statement (the
-/// history rows inserted by a data-modifying CTE of the update); otherwise one transaction,
-/// the retryable failures first.
+/// change, and the job events its organization's webhook endpoints listen to written with
+/// them (the outbox); every job id appears at most once. Answers each report's outcome and
+/// the attempts that ended. On PostgreSQL the reports of jobs whose organization has no
+/// enabled endpoint, in a batch without retryable failures, are one statement (the history
+/// rows inserted by a data-modifying CTE of the update); the rest one transaction, the
+/// retryable failures first.
 pub async fn apply_reports(
     db: &DatabaseConnection,
     reports: &[Report],
@@ -949,10 +957,46 @@ pub async fn apply_reports(
         .any(|r| r.retryable && r.status == JobStatus::Failed);
     if db.get_database_backend() == DbBackend::Postgres && !retrying {
         let all: Vec<&Report> = reports.iter().collect();
-        let (ended, _) = end_reported(db, &all, now).await?;
-        let outcomes = outcomes_of(db, reports, &ended).await?;
+        let (mut ended, _) = end_reported(db, &all, now, Announced::NotHere).await?;
+        let done: std::collections::HashSet<JobId> = ended.iter().map(|e| e.row.job_id.clone()).collect();
+        let rest: Vec<Report> = reports
+            .iter()
+            .filter(|r| !done.contains(&r.job_id))
+            .cloned()
+            .collect();
+        if rest.is_empty() {
+            return Ok((vec![ReportOutcome::Applied; reports.len()], ended));
+        }
+        // Jobs of organizations with endpoints (or not held: the transaction tells which).
+        let (rest_outcomes, rest_ended) = apply_in_transaction(db, &rest, policy, now).await?;
+        ended.extend(rest_ended);
+        let mut by_id: HashMap<&JobId, ReportOutcome> =
+            rest.iter().map(|r| &r.job_id).zip(rest_outcomes).collect();
+        let outcomes = reports
+            .iter()
+            .map(|r| by_id.remove(&r.job_id).unwrap_or(ReportOutcome::Applied))
+            .collect();
         return Ok((outcomes, ended));
     }
+    apply_in_transaction(db, reports, policy, now).await
+}
+
+/// Whether `end_reported` ends jobs whose organization has an enabled webhook endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Announced {
+    /// Ends them too: the caller's transaction writes their events.
+    Here,
+    /// Leaves them (a statement on its own cannot write their events).
+    NotHere,
+}
+
+/// `apply_reports` in one transaction, the job events with the changes.
+async fn apply_in_transaction(
+    db: &DatabaseConnection,
+    reports: &[Report],
+    policy: &RetryPolicy,
+    now: DateTime<Utc>,
+) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
     let txn = db.begin().await?;
     let mut ended: Vec<EndedAttempt> = retry_failures(&txn, reports, policy, now)
         .await?
@@ -961,11 +1005,13 @@ pub async fn apply_reports(
         .collect();
     let retried: std::collections::HashSet<JobId> = ended.iter().map(|e| e.row.job_id.clone()).collect();
     let rest: Vec<&Report> = reports.iter().filter(|r| !retried.contains(&r.job_id)).collect();
-    let (reported, recorded) = end_reported(&txn, &rest, now).await?;
+    let (reported, recorded) = end_reported(&txn, &rest, now, Announced::Here).await?;
     record_attempts(&txn, &ended).await?;
     if !recorded {
         record_attempts(&txn, &reported).await?;
     }
+    let ended_ids: Vec<JobId> = reported.iter().map(|e| e.row.job_id.clone()).collect();
+    super::events::announce_ended(&txn, &ended_ids).await?;
     ended.extend(reported);
     let outcomes = outcomes_of(&txn, reports, &ended).await?;
     txn.commit().await?;
@@ -985,6 +1031,7 @@ async fn end_reported(
     db: &impl ConnectionTrait,
     reports: &[&Report],
     now: DateTime<Utc>,
+    announced: Announced,
 ) -> Result<(Vec<EndedAttempt>, bool), DbErr> {
     let backend = db.get_database_backend();
     let postgres = backend == DbBackend::Postgres;
@@ -1004,11 +1051,21 @@ async fn end_reported(
                  FROM jsonb_to_recordset($1) AS r(id text, worker_id text, status text, result text, error text) \
                  WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
                    AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
+                   {unannounced} \
                  RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error), \
                  h AS (INSERT INTO training_job_attempts (job_id, attempt, worker_id, claimed_at, ended_at, outcome, error) \
                     SELECT id, attempts, worker_id, claimed_at, $2, status, error FROM u \
                     ON CONFLICT (job_id, attempt) DO NOTHING) \
                  SELECT id, attempts, claimed_at, action FROM u",
+            )
+            .replace(
+                "{unannounced}",
+                match announced {
+                    Announced::Here => "",
+                    Announced::NotHere => {
+                        "AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.org_id = j.org_id AND e.enabled)"
+                    }
+                },
             ),
             vec![serde_json::Value::Array(rows).into(), now.into()],
         ),
@@ -1178,6 +1235,8 @@ pub async fn block_unpaid(
         })
         .collect();
     record_attempts(&txn, &ended).await?;
+    let ids: Vec<JobId> = blocked.iter().map(|job| job.id.clone()).collect();
+    super::events::announce_ended(&txn, &ids).await?;
     txn.commit().await?;
     Ok(ended)
 }
@@ -1341,6 +1400,8 @@ pub async fn requeue_stale(
         })
         .collect();
     record_attempts(&txn, &ended).await?;
+    let ended_ids: Vec<JobId> = stopped.iter().chain(&failed).map(|job| job.id.clone()).collect();
+    super::events::announce_ended(&txn, &ended_ids).await?;
     txn.commit().await?;
     Ok((
         SweepCounts {

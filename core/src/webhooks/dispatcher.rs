@@ -1,7 +1,7 @@
 //! The dispatcher each instance runs: it claims due deliveries (on PostgreSQL skipping the
 //! ones another instance holds), signs and POSTs them, records each attempt and schedules the
-//! next. Woken by the commits of this instance; otherwise it looks every second, so a
-//! delivery any instance made due is sent within about a second.
+//! next. Woken by the commits that write deliveries (on PostgreSQL, those of every instance:
+//! see [`super::outbox`]); otherwise it looks every second (retries fall due by the clock).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -66,6 +66,7 @@ pub async fn run(webhooks: Webhooks, stop: CancellationToken) {
             return;
         }
     };
+    let mut woken = super::outbox::subscribe();
     loop {
         let now = Utc::now();
         let lease_until = now + chrono::Duration::from_std(LEASE).unwrap_or_default();
@@ -84,7 +85,7 @@ pub async fn run(webhooks: Webhooks, stop: CancellationToken) {
             continue;
         }
         tokio::select! {
-            _ = webhooks.woken() => {}
+            _ = woken.changed() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.cancelled() => return,
         }

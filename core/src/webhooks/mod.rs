@@ -4,27 +4,25 @@
 
 pub mod destination;
 pub mod dispatcher;
+pub mod outbox;
 pub mod repo;
 pub mod schedule;
 pub mod service;
 pub mod signing;
 
-use std::sync::Arc;
-
 use sea_orm::DatabaseConnection;
 
 use crate::metrics::Metrics;
-use crate::queue::secrets::SecretBox;
+use crate::secrets::SecretBox;
 
 /// What the webhook flows need: the database, the secrets' box (endpoint secrets are sealed
-/// like training secrets), the destination rules, and the dispatcher's wake-up.
+/// like training secrets), the destination rules and the metrics.
 #[derive(Clone)]
 pub struct Webhooks {
     pub db: DatabaseConnection,
     pub secret_box: Option<SecretBox>,
     pub rules: destination::Rules,
     pub metrics: Metrics,
-    wake: Arc<tokio::sync::Notify>,
 }
 
 impl Webhooks {
@@ -39,18 +37,7 @@ impl Webhooks {
             secret_box,
             rules,
             metrics,
-            wake: Arc::new(tokio::sync::Notify::new()),
         }
-    }
-
-    /// Tells this instance's dispatcher that deliveries were committed (call after the
-    /// commit); the others find them within a second.
-    pub fn wake(&self) {
-        self.wake.notify_one();
-    }
-
-    async fn woken(&self) {
-        self.wake.notified().await;
     }
 }
 

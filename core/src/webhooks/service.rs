@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
-use entities::{outbound_event, webhook_delivery, webhook_delivery_attempt, webhook_endpoint};
-use sea_orm::{ConnectionTrait, TransactionTrait};
-use serde_json::{json, Value};
+use entities::{webhook_delivery, webhook_delivery_attempt, webhook_endpoint};
+use sea_orm::TransactionTrait;
+use serde_json::json;
 
 use super::repo;
-use super::{destination, signing, WebhookError, Webhooks};
+use super::{destination, outbox, signing, WebhookError, Webhooks};
 use crate::domain::OrgId;
 
 /// How long a rotated-out secret keeps signing beside the new one.
@@ -180,55 +180,12 @@ pub async fn rotate_secret(
     Ok((secret, until))
 }
 
-/// An event's body: `{id, type, createdAt, orgId, data}`.
-fn event_row(org_id: &OrgId, event_type: &str, data: Value, now: DateTime<Utc>) -> outbound_event::Model {
-    let id = format!("evt_{}", uuid::Uuid::new_v4().simple());
-    let body = json!({
-        "id": id,
-        "type": event_type,
-        "createdAt": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "orgId": org_id,
-        "data": data,
-    });
-    outbound_event::Model {
-        id,
-        org_id: org_id.clone(),
-        event_type: event_type.to_owned(),
-        body: body.to_string(),
-        created_at: now,
-    }
-}
-
-/// Writes `event_type` for the organization's enabled endpoints subscribed to it, within the
-/// caller's transaction `db` (the outbox: committed with the change it announces, or not at
-/// all). Nothing is written when no endpoint listens. After the commit, call
-/// [`Webhooks::wake`].
-pub async fn emit(
-    db: &impl ConnectionTrait,
-    org_id: &OrgId,
-    event_type: &str,
-    data: Value,
-) -> Result<usize, sea_orm::DbErr> {
-    let listening: Vec<String> = repo::endpoints(db, std::slice::from_ref(org_id))
-        .await?
-        .into_iter()
-        .filter(|e| e.enabled && super::subscribed(&events_of(e), event_type))
-        .map(|e| e.id)
-        .collect();
-    if listening.is_empty() {
-        return Ok(0);
-    }
-    let deliveries =
-        repo::insert_event(db, event_row(org_id, event_type, data, Utc::now()), &listening).await?;
-    Ok(deliveries.len())
-}
-
 /// Sends the endpoint a `webhook.test` event (whatever it subscribes to); answers the
 /// delivery's id.
 pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<String, WebhookError> {
     let endpoint = endpoint(webhooks, orgs, id).await?;
     let txn = webhooks.db.begin().await?;
-    let event = event_row(
+    let event = outbox::event_row(
         &endpoint.org_id,
         "webhook.test",
         json!({"endpointId": endpoint.id}),
@@ -239,7 +196,7 @@ pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<
         .pop()
         .ok_or(WebhookError::NotFound("delivery"))?;
     txn.commit().await?;
-    webhooks.wake();
+    outbox::signal();
     Ok(delivery)
 }
 
@@ -297,6 +254,6 @@ pub async fn retry_delivery(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Re
         .await?
         .ok_or(WebhookError::NotFound("delivery"))?;
     repo::retry_delivery(&webhooks.db, &delivery.id).await?;
-    webhooks.wake();
+    outbox::signal();
     Ok(())
 }

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::Utc;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, TransactionTrait};
 
-use crate::domain::OrgId;
+use crate::domain::{Cents, OrgId};
 
 pub use cache::AccountCache;
 pub use ops::{
@@ -30,10 +30,11 @@ pub use sql::{ensure_account, lock_account};
 pub async fn apply_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
+    low_balance: Cents,
     org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
-    let mut results = apply_group(db, cache, &[(org_id, ops)]).await?;
+    let mut results = apply_group(db, cache, low_balance, &[(org_id, ops)]).await?;
     Ok(results.pop().unwrap_or(BatchResult {
         outcomes: Vec::new(),
         account: None,
@@ -48,6 +49,7 @@ pub async fn apply_batch(
 pub async fn apply_group(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
+    low_balance: Cents,
     batches: &[(&OrgId, &[LedgerOp])],
 ) -> Result<Vec<BatchResult>, DbErr> {
     let distinct: HashSet<&OrgId> = batches.iter().map(|(org, _)| *org).collect();
@@ -59,15 +61,16 @@ pub async fn apply_group(
     }
     if db.get_database_backend() == DbBackend::Postgres {
         if let (Some(cache), [(org_id, ops)]) = (cache, batches) {
-            if let Some(result) = apply_cached(db, cache, org_id, ops).await? {
+            if let Some(result) = apply_cached(db, cache, low_balance, org_id, ops).await? {
                 return Ok(vec![result]);
             }
         }
-        if let Some(results) = apply_group_with(db, cache, batches, KeyCheck::Optimistic).await? {
+        if let Some(results) = apply_group_with(db, cache, low_balance, batches, KeyCheck::Optimistic).await?
+        {
             return Ok(results);
         }
     }
-    apply_group_with(db, cache, batches, KeyCheck::LookUp)
+    apply_group_with(db, cache, low_balance, batches, KeyCheck::LookUp)
         .await?
         .ok_or_else(|| DbErr::Custom("ledger entries skipped after their keys were looked up".into()))
 }
@@ -77,6 +80,7 @@ pub async fn apply_group(
 async fn apply_group_with(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
+    low_balance: Cents,
     batches: &[(&OrgId, &[LedgerOp])],
     check: KeyCheck,
 ) -> Result<Option<Vec<BatchResult>>, DbErr> {
@@ -122,7 +126,7 @@ async fn apply_group_with(
     let mut usage = sql::recorded_usage(&txn, usage_ids).await?;
 
     let now = Utc::now();
-    let mut writes = Writes::new(check);
+    let mut writes = Writes::new(check).low_balance(low_balance);
     let mut results = Vec::with_capacity(batches.len());
     for (org_id, ops) in batches {
         if contended.contains(*org_id) {
@@ -178,6 +182,7 @@ async fn apply_group_with(
 async fn apply_cached(
     db: &DatabaseConnection,
     cache: &AccountCache,
+    low_balance: Cents,
     org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<Option<BatchResult>, DbErr> {
@@ -185,7 +190,7 @@ async fn apply_cached(
         return Ok(None);
     };
     let now = Utc::now();
-    let mut writes = Writes::new(KeyCheck::Optimistic);
+    let mut writes = Writes::new(KeyCheck::Optimistic).low_balance(low_balance);
     let result = plan(
         org_id,
         &account,
@@ -194,8 +199,8 @@ async fn apply_cached(
         &mut HashMap::new(),
         &mut writes,
     );
-    // Only a batch whose account row it updates is checked by the guard; promo grants
-    // and settled top-ups write more than this statement does.
+    // Only a batch whose account row it updates is checked by the guard; promo grants,
+    // settled top-ups and webhook events write more than this statement does.
     let Some(after) = writes.balances.first().cloned() else {
         return Ok(None);
     };
@@ -203,6 +208,7 @@ async fn apply_cached(
         || !writes.promo_rows.is_empty()
         || !writes.settled_auto_topups.is_empty()
         || !writes.settled_payments.is_empty()
+        || !writes.events.is_empty()
     {
         return Ok(None);
     }

@@ -84,6 +84,28 @@ pub(super) struct Writes {
     pub settled_payments: Vec<SettledPayment>,
     /// An optimistic plan refused a keyed operation: its outcome needs the key looked up.
     pub keys_unchecked: bool,
+    /// What the batch announces to webhook endpoints (written by the same transaction).
+    pub events: Vec<LedgerEvent>,
+    /// The balance under which `billing.balance.low` fires for an organization without an
+    /// auto top-up threshold; none: never.
+    low_balance: Option<Cents>,
+}
+
+/// A webhook event a planned batch announces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum LedgerEvent {
+    /// A top-up or auto top-up was credited (its entry is found by its key once written).
+    Credited {
+        org_id: OrgId,
+        kind: crate::domain::EntryKind,
+        idempotency_key: String,
+    },
+    /// The balance fell from at or above the threshold to under it.
+    BalanceLow {
+        org_id: OrgId,
+        balance: Microcents,
+        threshold: Cents,
+    },
 }
 
 impl Writes {
@@ -98,7 +120,16 @@ impl Writes {
             settled_auto_topups: Vec::new(),
             settled_payments: Vec::new(),
             keys_unchecked: false,
+            events: Vec::new(),
+            low_balance: None,
         }
+    }
+
+    /// Announces `billing.balance.low` under `cents` (for organizations without their own
+    /// auto top-up threshold).
+    pub fn low_balance(mut self, cents: Cents) -> Self {
+        self.low_balance = Some(cents);
+        self
     }
 }
 
@@ -113,6 +144,11 @@ pub(super) fn plan(
     writes: &mut Writes,
 ) -> BatchResult {
     let mut balance = account.balance_microcents;
+    // The organization's auto top-up threshold when it has one, else the configured one.
+    let low_threshold = match (account.auto_topup_enabled, account.auto_topup_threshold_cents) {
+        (true, Some(threshold)) => Some(threshold),
+        _ => writes.low_balance,
+    };
     let mut starter_granted = account.starter_credit_granted;
     let mut changed = false;
     let mut outcomes = Vec::with_capacity(ops.len());
@@ -164,6 +200,26 @@ pub(super) fn plan(
             }
             outcomes.push(Err(refusal));
             continue;
+        }
+        if let Some(threshold) = low_threshold {
+            if balance >= threshold.micros() && after < threshold.micros() {
+                writes.events.push(LedgerEvent::BalanceLow {
+                    org_id: org_id.to_owned(),
+                    balance: after,
+                    threshold,
+                });
+            }
+        }
+        if let (crate::domain::EntryKind::Topup | crate::domain::EntryKind::AutoTopup, Some(key)) =
+            (op.kind, &op.idempotency_key)
+        {
+            if op.amount > Microcents::ZERO {
+                writes.events.push(LedgerEvent::Credited {
+                    org_id: org_id.to_owned(),
+                    kind: op.kind,
+                    idempotency_key: key.clone(),
+                });
+            }
         }
         balance = after;
         changed = true;

@@ -7,15 +7,17 @@ mod sqlite;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use entities::{billing_account, organization, promo_grant, serving_usage};
+use entities::{billing_account, ledger_entry, organization, promo_grant, serving_usage};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect,
 };
 use serde_json::json;
 
 use super::ops::ServingUsageRow;
-use super::planner::{Applied, Writes};
+use super::planner::{Applied, LedgerEvent, Writes};
+use crate::domain::EntryKind;
 use crate::domain::{Microcents, OrgId, PaymentState};
+use crate::webhooks::outbox::{self, Announcement};
 
 pub(super) use postgres::guarded_write;
 
@@ -265,7 +267,69 @@ pub(super) async fn flush(
             .exec(txn)
             .await?;
     }
+    announce(txn, writes.events).await?;
     Ok(versions)
+}
+
+/// Writes the batch's webhook events for the endpoints listening (the outbox): a credited
+/// top-up's data is its ledger entry, read back by its key; a low balance's the balance and
+/// the threshold it fell under.
+async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Result<(), DbErr> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut orgs: Vec<OrgId> = events
+        .iter()
+        .map(|event| match event {
+            LedgerEvent::Credited { org_id, .. } | LedgerEvent::BalanceLow { org_id, .. } => org_id.clone(),
+        })
+        .collect();
+    orgs.sort();
+    orgs.dedup();
+    let listeners = outbox::listeners(txn, &orgs).await?;
+    if listeners.is_empty() {
+        return Ok(());
+    }
+    let mut announcements = Vec::with_capacity(events.len());
+    for event in events {
+        match event {
+            LedgerEvent::Credited {
+                org_id,
+                kind,
+                idempotency_key,
+            } => {
+                let event_type = match kind {
+                    EntryKind::AutoTopup => "billing.auto_topup.succeeded",
+                    _ => "billing.topup.succeeded",
+                };
+                if listeners.of(&org_id, event_type).is_empty() {
+                    continue;
+                }
+                let entry = ledger_entry::Entity::find()
+                    .filter(ledger_entry::Column::OrgId.eq(org_id.clone()))
+                    .filter(ledger_entry::Column::IdempotencyKey.eq(idempotency_key))
+                    .one(txn)
+                    .await?
+                    .ok_or_else(|| DbErr::Custom("a credited top-up's entry is missing".into()))?;
+                announcements.push(Announcement {
+                    org_id,
+                    event_type,
+                    data: crate::billing::entry_data(&entry),
+                });
+            }
+            LedgerEvent::BalanceLow {
+                org_id,
+                balance,
+                threshold,
+            } => announcements.push(Announcement {
+                org_id,
+                event_type: "billing.balance.low",
+                data: json!({"balanceMicrocents": balance, "thresholdCents": threshold}),
+            }),
+        }
+    }
+    outbox::announce(txn, &listeners, announcements).await?;
+    Ok(())
 }
 
 /// The account row, locked for this transaction (`FOR UPDATE` on PostgreSQL; SQLite's

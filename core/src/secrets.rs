@@ -1,4 +1,4 @@
-//! Organization secrets for training workers: AES-256-GCM at rest, a random nonce per
+//! Organization secrets (training workers' secrets, webhook endpoints' signing secrets): AES-256-GCM at rest, a random nonce per
 //! value. The key is `secrets.encryption_key` (64 hex characters) or, when that is empty,
 //! derived from the session secret; with neither, secrets cannot be stored (503).
 
