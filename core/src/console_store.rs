@@ -2,7 +2,7 @@
 //! keys' secrets.
 
 use chrono::{DateTime, Utc};
-use entities::{console_reveal, console_session};
+use entities::{console_event, console_reveal, console_session};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, QueryFilter,
 };
@@ -74,4 +74,39 @@ pub async fn take_reveal(
         .exec(db)
         .await?;
     Ok((deleted.rows_affected == 1 && found.created_at >= since).then_some(found.sealed))
+}
+
+/// Records something keel did on its own that the organization's members should see.
+pub async fn insert_event(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    kind: &str,
+    message: String,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    console_event::Entity::insert(console_event::ActiveModel {
+        id: sea_orm::ActiveValue::Set(uuid::Uuid::new_v4().to_string()),
+        org_id: sea_orm::ActiveValue::Set(org_id.clone()),
+        kind: sea_orm::ActiveValue::Set(kind.to_owned()),
+        message: sea_orm::ActiveValue::Set(message),
+        created_at: sea_orm::ActiveValue::Set(at),
+    })
+    .exec_without_returning(db)
+    .await
+    .map(drop)
+}
+
+/// The organization's latest console events, newest first.
+pub async fn events(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    limit: u64,
+) -> Result<Vec<console_event::Model>, DbErr> {
+    use sea_orm::{QueryOrder, QuerySelect};
+    console_event::Entity::find()
+        .filter(console_event::Column::OrgId.eq(org_id.clone()))
+        .order_by_desc(console_event::Column::CreatedAt)
+        .limit(limit)
+        .all(db)
+        .await
 }

@@ -5,6 +5,7 @@ pub mod agent_log;
 pub mod agent_usage;
 pub mod api_key;
 pub mod billing_account;
+pub mod console_event;
 pub mod console_reveal;
 pub mod console_session;
 pub mod eval_case;

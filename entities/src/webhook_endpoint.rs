@@ -20,6 +20,10 @@ pub struct Model {
     pub disabled_reason: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// Since when every attempt at its deliveries failed (none since a success).
+    pub failing_since: Option<DateTimeUtc>,
+    /// When it was last disabled (by a member, or by keel after five days of failures).
+    pub disabled_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -5,6 +5,7 @@
 mod assets;
 mod chart;
 mod format;
+mod hooks;
 mod operator;
 mod org;
 mod pages;
@@ -79,6 +80,29 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/evals", web::get().to(work::evals))
             .route("/o/{org}/evals/{run}", web::get().to(work::eval_run))
             .route("/o/{org}/runs", web::get().to(work::runs))
+            .route("/o/{org}/webhooks", web::get().to(hooks::webhooks))
+            .route("/o/{org}/webhooks", web::post().to(hooks::create))
+            .route(
+                "/o/{org}/webhooks/deliveries/{delivery}/retry",
+                web::post().to(hooks::retry),
+            )
+            .route("/o/{org}/webhooks/{endpoint}", web::get().to(hooks::log))
+            .route(
+                "/o/{org}/webhooks/{endpoint}/enabled",
+                web::post().to(hooks::set_enabled),
+            )
+            .route(
+                "/o/{org}/webhooks/{endpoint}/test",
+                web::post().to(hooks::send_test),
+            )
+            .route(
+                "/o/{org}/webhooks/{endpoint}/rotate",
+                web::post().to(hooks::rotate),
+            )
+            .route(
+                "/o/{org}/webhooks/{endpoint}/delete",
+                web::post().to(hooks::delete),
+            )
             .route("/operator/queue", web::get().to(operator::queue))
             .route("/operator/requeue-stale", web::post().to(operator::requeue_stale))
             .route("/operator/queue/{action}/pause", web::post().to(operator::pause))
@@ -89,6 +113,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/operator/failed", web::get().to(operator::failed))
             .route("/operator/failed/retry", web::post().to(operator::retry_failed))
             .route("/operator/writer", web::get().to(operator::writer))
+            .route("/operator/webhooks", web::get().to(hooks::failing))
             .default_service(web::to(not_found)),
     );
 }

@@ -365,20 +365,8 @@ pub async fn keys(
     let org = viewer.org(&path).await?;
     let new_key = match query.reveal.as_deref().filter(|r| !r.is_empty()) {
         None => None,
-        Some(reveal) => {
-            let sealed = super::repo::take_reveal(&viewer.state.db, reveal, &viewer.sid, &org.org_id).await?;
-            // Shown once: a reload (or anyone else) finds it gone.
-            Some(match sealed {
-                Some(sealed) => Reveal::Key(
-                    viewer
-                        .state
-                        .console_box
-                        .open(&org.org_id, &format!("console-reveal/{reveal}"), &sealed)
-                        .map_err(ApiError::Unexpected)?,
-                ),
-                None => Reveal::Gone,
-            })
-        }
+        // Shown once: a reload (or anyone else) finds it gone.
+        Some(reveal) => Some(take_one_view(&viewer, &org.org_id, reveal).await?),
     };
     keys_page(&req, &viewer, &org, new_key).await
 }
@@ -470,16 +458,29 @@ async fn create_key_shown_once(
     use sea_orm::TransactionTrait;
     let txn = viewer.state.db.begin().await?;
     let created = crate::orgs::repo::create_api_key(&txn, org_id, name).await?;
+    let reveal = keep_for_one_view(viewer, &txn, org_id, &created.secret).await?;
+    txn.commit().await?;
+    Ok(reveal)
+}
+
+/// Keeps a secret, sealed, for one view by this session (`console_reveals`, within `db`'s
+/// transaction when it is one); answers the view's id, for the page's `?reveal=`.
+pub(super) async fn keep_for_one_view(
+    viewer: &Viewer,
+    db: &impl sea_orm::ConnectionTrait,
+    org_id: &OrgId,
+    secret: &str,
+) -> Result<String, ApiError> {
     let mut id = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::rng(), &mut id);
     let reveal = hex::encode(id);
     let sealed = viewer
         .state
         .console_box
-        .seal(org_id, &format!("console-reveal/{reveal}"), &created.secret)
+        .seal(org_id, &format!("console-reveal/{reveal}"), secret)
         .map_err(ApiError::Unexpected)?;
     super::repo::insert_reveal(
-        &txn,
+        db,
         entities::console_reveal::Model {
             id: reveal.clone(),
             session_id: viewer.sid.clone(),
@@ -489,8 +490,26 @@ async fn create_key_shown_once(
         },
     )
     .await?;
-    txn.commit().await?;
     Ok(reveal)
+}
+
+/// The secret kept for this session's one view `reveal`: `Reveal::Gone` once shown.
+pub(super) async fn take_one_view(
+    viewer: &Viewer,
+    org_id: &OrgId,
+    reveal: &str,
+) -> Result<Reveal, ConsoleError> {
+    let sealed = super::repo::take_reveal(&viewer.state.db, reveal, &viewer.sid, org_id).await?;
+    Ok(match sealed {
+        Some(sealed) => Reveal::Key(
+            viewer
+                .state
+                .console_box
+                .open(org_id, &format!("console-reveal/{reveal}"), &sealed)
+                .map_err(ApiError::Unexpected)?,
+        ),
+        None => Reveal::Gone,
+    })
 }
 
 #[derive(Deserialize)]

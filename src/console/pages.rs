@@ -499,3 +499,74 @@ pub struct WriterPage {
     pub l: Layout,
     pub figures: Vec<(&'static str, String)>,
 }
+
+pub struct EndpointRow {
+    pub id: String,
+    pub url: String,
+    pub description: String,
+    pub events: String,
+    pub enabled: bool,
+    /// enabled, disabled, or failing since when.
+    pub status: String,
+    pub disabled_reason: Option<String>,
+    pub created: String,
+}
+
+pub struct ConsoleEventRow {
+    pub at: String,
+    pub message: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/webhooks.html")]
+pub struct WebhooksPage {
+    pub l: Layout,
+    pub endpoints: Vec<EndpointRow>,
+    pub events: Vec<ConsoleEventRow>,
+    pub event_types: Vec<&'static str>,
+    /// A secret just made, shown this once.
+    pub new_secret: Option<String>,
+    pub secret_gone: bool,
+    pub can_act: bool,
+}
+
+pub struct HookDeliveryRow {
+    pub id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub status: String,
+    pub created: String,
+    pub attempts: usize,
+    pub last_code: String,
+    pub last_latency: String,
+    /// The start of the last answer (or why there was none): hostile text, escaped.
+    pub last_answer: String,
+    pub next_attempt: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/webhook_log.html")]
+pub struct WebhookLogPage {
+    pub l: Layout,
+    pub endpoint: EndpointRow,
+    pub deliveries: Vec<HookDeliveryRow>,
+    /// The cursor of the next (older) page.
+    pub older: Option<String>,
+    pub can_act: bool,
+}
+
+pub struct FailingEndpointRow {
+    pub org_id: String,
+    pub url: String,
+    pub failing_for: String,
+    pub status: String,
+    pub pending: u64,
+    pub log: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/operator_webhooks.html")]
+pub struct OperatorWebhooksPage {
+    pub l: Layout,
+    pub rows: Vec<FailingEndpointRow>,
+}

@@ -193,6 +193,7 @@ pub fn document_json() -> serde_json::Value {
     refine::optional_bodies(&mut doc);
     refine::links(&mut doc);
     refine::request_examples(&mut doc, examples::request_examples());
+    refine::webhooks(&mut doc, &keel_core::webhooks::EVENT_TYPES);
     doc
 }
 

@@ -476,3 +476,99 @@ pub fn optional_bodies(doc: &mut Value) {
         }
     }
 }
+
+/// What each event's `data` is, as a schema.
+fn event_data(event_type: &str) -> (Value, &'static str) {
+    let declined = json!({
+        "type": "object",
+        "required": ["amountCents", "paymentMethod", "reason"],
+        "properties": {
+            "amountCents": {"type": "integer"},
+            "paymentMethod": {"type": "string", "description": "The card's payment method id."},
+            "reason": {"type": "string", "description": "The processor's message (at most 1,000 characters)."}
+        }
+    });
+    match event_type {
+        t if t.starts_with("job.") => (
+            json!({"$ref": "#/components/schemas/JobView"}),
+            "A job ended so: `data` is the job's view, as `GET /api/training/jobs/{id}` answers it.",
+        ),
+        "billing.topup.succeeded" => (
+            json!({"$ref": "#/components/schemas/LedgerEntryView"}),
+            "A top-up was credited: `data` is its ledger entry.",
+        ),
+        "billing.auto_topup.succeeded" => (
+            json!({"$ref": "#/components/schemas/LedgerEntryView"}),
+            "An auto top-up was credited: `data` is its ledger entry.",
+        ),
+        "billing.topup.failed" => (declined, "A top-up's charge was declined."),
+        "billing.auto_topup.failed" => (declined, "An auto top-up's charge was declined."),
+        "billing.balance.low" => (
+            json!({
+                "type": "object",
+                "required": ["balanceMicrocents", "thresholdCents"],
+                "properties": {
+                    "balanceMicrocents": {"type": "integer"},
+                    "thresholdCents": {"type": "integer"}
+                }
+            }),
+            "The balance fell from at or above the organization's auto top-up threshold (or \
+             `billing.low_balance_cents` when it has none) to under it: once per crossing.",
+        ),
+        "webhook.test" => (
+            json!({
+                "type": "object",
+                "required": ["endpointId"],
+                "properties": {"endpointId": {"type": "string"}}
+            }),
+            "Sent by `POST /api/webhooks/endpoints/{id}/test`, whatever the endpoint subscribes to.",
+        ),
+        _ => (
+            json!({"type": "object"}),
+            "Reserved for credit grants and the monthly auto top-up cap: a valid subscription, \
+             not sent yet.",
+        ),
+    }
+}
+
+/// The `webhooks` section (OpenAPI 3.1): one operation per event keel sends, the request it
+/// makes to an endpoint: Standard Webhooks headers and `{id, type, createdAt, orgId, data}`.
+pub fn webhooks(doc: &mut Value, event_types: &[&str]) {
+    let header = |name: &str, description: &str| json!({"name": name, "in": "header", "required": true, "description": description, "schema": {"type": "string"}});
+    let mut section = Map::new();
+    for event_type in event_types {
+        let (data, description) = event_data(event_type);
+        let operation = json!({
+            "post": {
+                "operationId": format!("webhook_{}", event_type.replace('.', "_")),
+                "tags": ["webhooks"],
+                "summary": format!("`{event_type}`"),
+                "description": description,
+                "parameters": [
+                    header("webhook-id", "The event's id (`evt_…`): the same on every attempt, for deduplication."),
+                    header("webhook-timestamp", "Unix seconds when this attempt was signed."),
+                    header("webhook-signature", "`v1,<base64 HMAC-SHA256 of \"{id}.{timestamp}.{body}\">`, keyed by the endpoint secret's decoded bytes; two, space-separated, during a rotation."),
+                ],
+                "requestBody": {
+                    "required": true,
+                    "content": {"application/json": {"schema": {
+                        "type": "object",
+                        "required": ["id", "type", "createdAt", "orgId", "data"],
+                        "properties": {
+                            "id": {"type": "string"},
+                            "type": {"const": event_type},
+                            "createdAt": {"type": "string", "format": "date-time"},
+                            "orgId": {"type": "string"},
+                            "data": data
+                        }
+                    }}}
+                },
+                "responses": {
+                    "2XX": {"description": "Received. Any other answer, or none within 10 s, is retried after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h."}
+                }
+            }
+        });
+        section.insert((*event_type).to_owned(), operation);
+    }
+    doc["webhooks"] = Value::Object(section);
+}

@@ -2,4 +2,4 @@
 
 pub mod dto;
 pub mod routes;
-pub use keel_core::webhooks::{repo, service};
+pub use keel_core::webhooks::{repo, service, EVENT_TYPES};

@@ -193,14 +193,14 @@ impl Validate for DeliveriesQuery {
 }
 
 /// A page's end: the last delivery's creation (seconds, nanoseconds) and id (32 hex).
-fn encode_cursor(at: DateTime<Utc>, id: &str) -> String {
+pub(crate) fn encode_cursor(at: DateTime<Utc>, id: &str) -> String {
     let id = uuid::Uuid::parse_str(id)
         .map(|u| u.simple().to_string())
         .unwrap_or_default();
     format!("{}-{:09}-{id}", at.timestamp(), at.timestamp_subsec_nanos())
 }
 
-fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
+pub(crate) fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
     let mut parts = raw.splitn(3, '-');
     let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
     let digits =

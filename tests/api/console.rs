@@ -151,7 +151,16 @@ fn org_path(org: &TestOrg, rest: &str) -> String {
     format!("/console/o/{}{rest}", org.org_id)
 }
 
-const ORG_PAGES: &[&str] = &["", "/ledger", "/jobs", "/traces", "/evals", "/runs", "/keys"];
+const ORG_PAGES: &[&str] = &[
+    "",
+    "/ledger",
+    "/jobs",
+    "/traces",
+    "/evals",
+    "/runs",
+    "/keys",
+    "/webhooks",
+];
 
 #[actix_web::test]
 async fn the_sign_in_form_refuses_wrong_credentials_and_every_response_carries_the_security_headers() {

@@ -753,3 +753,261 @@ async fn nothing_is_written_for_organizations_without_endpoints_or_for_disabled_
     actix_web::rt::time::sleep(Duration::from_millis(300)).await;
     assert!(receiver.calls().is_empty());
 }
+
+#[actix_web::test]
+async fn the_openapi_document_describes_every_event_in_its_webhooks_section() {
+    let app = spawn_app().await;
+    let doc = app.openapi().await;
+    let section = doc["webhooks"].as_object().expect("a webhooks section");
+    let names: Vec<&str> = section.keys().map(String::as_str).collect();
+    let mut expected = keel::webhooks::EVENT_TYPES.to_vec();
+    expected.sort();
+    assert_eq!(names, expected);
+    let body =
+        |name: &str| section[name]["post"]["requestBody"]["content"]["application/json"]["schema"].clone();
+    assert_eq!(
+        body("job.failed")["properties"]["data"]["$ref"],
+        "#/components/schemas/JobView"
+    );
+    assert_eq!(
+        body("billing.topup.succeeded")["properties"]["data"]["$ref"],
+        "#/components/schemas/LedgerEntryView"
+    );
+    assert_eq!(
+        body("billing.balance.low")["properties"]["type"]["const"],
+        "billing.balance.low"
+    );
+    assert_eq!(
+        body("webhook.test")["required"],
+        json!(["id", "type", "createdAt", "orgId", "data"])
+    );
+    let headers: Vec<&str> = section["webhook.test"]["post"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(headers, ["webhook-id", "webhook-timestamp", "webhook-signature"]);
+    // Every reference resolves.
+    for (name, _) in section {
+        if let Some(reference) = body(name)["properties"]["data"]["$ref"].as_str() {
+            let component = reference.trim_start_matches("#/components/schemas/");
+            assert!(doc["components"]["schemas"][component].is_object(), "{reference}");
+        }
+    }
+}
+
+/// The text of the element that starts with `marker`, up to the next tag.
+fn text_after<'a>(html: &'a str, marker: &str) -> &'a str {
+    let start = html
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} not in:\n{html}"))
+        + marker.len();
+    &html[start..start + html[start..].find('<').unwrap()]
+}
+
+#[actix_web::test]
+async fn members_manage_endpoints_in_the_console_and_read_the_delivery_log() {
+    use crate::console::Console;
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(200, json!({"note": "<script>alert(1)</script>"})));
+    let member = Console::sign_in(&app, &org.member_token).await;
+    let page = format!("/console/o/{}/webhooks", org.org_id);
+    // Created with its secret shown once, on the page a redirect leads to.
+    let created = member
+        .post(
+            &page,
+            &[
+                ("url", &format!("{url}/hook")),
+                ("events", "job.failed"),
+                ("events", "webhook.test"),
+                ("description", "<i>ops</i>"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    let shown_at = created.headers()["location"].to_str().unwrap().to_owned();
+    let html = member.page(&shown_at).await;
+    let secret = text_after(&html, "<code id=\"new-secret\" class=\"secret\">").to_owned();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    assert!(html.contains("&#60;i&#62;ops&#60;/i&#62;") && !html.contains("<i>ops"));
+    assert!(!member.page(&shown_at).await.contains(&secret), "shown once");
+    let listed = json_of(
+        app.get("/api/webhooks/endpoints", &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    let id = listed["endpoints"][0]["endpointId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        listed["endpoints"][0]["events"],
+        json!(["job.failed", "webhook.test"])
+    );
+
+    // A test event arrives signed with that secret; the log shows it, the answer escaped.
+    let html = member.submit(&format!("{page}/{id}/test"), &[]).await;
+    assert!(html.contains("Test event queued"), "{html}");
+    let got = events(&receiver, &secret, 1).await;
+    assert_eq!(got[0]["type"], "webhook.test");
+    let mut log = String::new();
+    for _ in 0..40 {
+        log = member.page(&format!("{page}/{id}")).await;
+        if log.contains("<td class=\"status\">succeeded</td>") {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        log.contains("<td class=\"status\">succeeded</td>") && log.contains("webhook.test"),
+        "{log}"
+    );
+    assert!(
+        log.contains("&#60;script&#62;") && !log.contains("<script>alert"),
+        "{log}"
+    );
+    // Retry from the log: the same webhook-id again.
+    let delivery = json_of(
+        app.get(&format!("/api/webhooks/endpoints/{id}/deliveries"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let html = member
+        .submit(
+            &format!("{page}/deliveries/{delivery}/retry"),
+            &[("endpoint", &id)],
+        )
+        .await;
+    assert!(html.contains("sent again now"), "{html}");
+    let again = calls(&receiver, 2, Duration::from_secs(3)).await;
+    assert_eq!(again.len(), 2);
+    assert_eq!(again[1].headers["webhook-id"], again[0].headers["webhook-id"]);
+
+    // Disabled, then enabled again.
+    let html = member
+        .submit(&format!("{page}/{id}/enabled"), &[("enabled", "no")])
+        .await;
+    assert!(
+        html.contains("Endpoint disabled") && html.contains("<td class=\"status\">disabled"),
+        "{html}"
+    );
+    let html = member
+        .submit(&format!("{page}/{id}/enabled"), &[("enabled", "yes")])
+        .await;
+    assert!(html.contains("<td class=\"status\">enabled"), "{html}");
+
+    // A rotation asks first, then shows the new secret once.
+    let (asked, html) = member.confirm(&format!("{page}/{id}/rotate"), &[]).await;
+    assert!(asked.contains("24 hours"), "{asked}");
+    let rotated = text_after(&html, "<code id=\"new-secret\" class=\"secret\">").to_owned();
+    assert!(rotated.starts_with("whsec_") && rotated != secret);
+
+    // A bad URL or no event is said on the page; nothing is created.
+    let html = member
+        .submit(&page, &[("url", "ftp://example.com/x"), ("events", "job.failed")])
+        .await;
+    assert!(html.contains("flash error"), "{html}");
+    let html = member.submit(&page, &[("url", &format!("{url}/other"))]).await;
+    assert!(html.contains("choose at least one event"), "{html}");
+    let listed = json_of(
+        app.get("/api/webhooks/endpoints", &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 1);
+
+    // Deleted once confirmed.
+    let (asked, html) = member.confirm(&format!("{page}/{id}/delete"), &[]).await;
+    assert!(asked.contains(&format!("{url}/hook")), "{asked}");
+    assert!(
+        html.contains("Endpoint deleted.") && html.contains("No endpoints yet."),
+        "{html}"
+    );
+
+    // Another organization's member finds nothing there.
+    let other = app.create_org("Other").await;
+    let stranger = Console::sign_in(&app, &other.member_token).await;
+    assert_eq!(stranger.get(&page).await.status(), StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn an_endpoint_failing_for_five_days_is_disabled_and_the_console_says_so() {
+    use sea_orm::{ActiveModelTrait, EntityTrait, Set};
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(503, json!({"error": "down"})));
+    let created = create(&app, &org, json!({"url": format!("{url}/h"), "events": ["*"]})).await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    // A first failure starts the streak; a day's worth of failures does not disable.
+    act(&app, &org, &id, "test", StatusCode::ACCEPTED).await;
+    calls(&receiver, 1, Duration::from_secs(3)).await;
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let endpoint = || async {
+        entities::webhook_endpoint::Entity::find_by_id(id.clone())
+            .one(&db)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let mut since = None;
+    for _ in 0..40 {
+        since = endpoint().await.failing_since;
+        if since.is_some() {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(since.is_some(), "a failure starts the streak");
+    let mut row: entities::webhook_endpoint::ActiveModel = endpoint().await.into();
+    row.failing_since = Set(Some(chrono::Utc::now() - chrono::Duration::days(4)));
+    row.update(&db).await.unwrap();
+    act(&app, &org, &id, "test", StatusCode::ACCEPTED).await;
+    calls(&receiver, 2, Duration::from_secs(3)).await;
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    assert!(endpoint().await.enabled, "four days of failures: still enabled");
+    // Five days and more: the next failure disables it, once, and the console says so.
+    let mut row: entities::webhook_endpoint::ActiveModel = endpoint().await.into();
+    row.failing_since = Set(Some(
+        chrono::Utc::now() - chrono::Duration::days(5) - chrono::Duration::minutes(1),
+    ));
+    row.update(&db).await.unwrap();
+    act(&app, &org, &id, "test", StatusCode::ACCEPTED).await;
+    let mut read = Value::Null;
+    for _ in 0..60 {
+        read = json_of(
+            app.get(&format!("/api/webhooks/endpoints/{id}"), &org.api_key)
+                .await,
+            StatusCode::OK,
+        )
+        .await;
+        if read["enabled"] == false {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(read["enabled"], false, "{read}");
+    assert_eq!(read["disabledReason"], "every delivery failed for 5 days");
+    let member = crate::console::Console::sign_in(&app, &org.member_token).await;
+    let html = member.page(&format!("/console/o/{}/webhooks", org.org_id)).await;
+    assert!(
+        html.contains("was disabled: every delivery failed for 5 days"),
+        "{html}"
+    );
+    let operator = crate::console::Console::sign_in(&app, INTERNAL_KEY).await;
+    let failing = operator.page("/console/operator/webhooks").await;
+    assert!(
+        failing.contains(&format!("{url}/h")) && failing.contains("disabled: every delivery failed"),
+        "{failing}"
+    );
+    // Enabled again: a fresh start (no streak, no reason); a success keeps it clean.
+    assert_eq!(
+        patch(&app, &org, &id, json!({"enabled": true})).await.status(),
+        StatusCode::OK
+    );
+    let fresh = endpoint().await;
+    assert!(fresh.enabled && fresh.failing_since.is_none() && fresh.disabled_reason.is_none());
+    db.close().await.ok();
+}

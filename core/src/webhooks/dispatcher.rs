@@ -12,7 +12,7 @@ use entities::webhook_delivery;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::repo::{self, AttemptRecord, FAILED, PENDING, SUCCEEDED};
+use super::repo::{self, AttemptRecord, Health, FAILED, PENDING, SUCCEEDED};
 use super::{destination, schedule, service, signing, Webhooks};
 
 /// How long a claimed delivery is this dispatcher's: if it dies meanwhile, the delivery is
@@ -107,12 +107,13 @@ fn failure(err: impl std::error::Error) -> String {
 async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhook_delivery::Model) {
     let claimed_until = delivery.next_attempt_at;
     let outcome = attempt(webhooks, client, &delivery).await;
-    let (record, succeeded) = match outcome {
+    let (record, succeeded, health) = match outcome {
         Ok(record) => {
             let ok = record.status_code.is_some_and(|s| (200..300).contains(&s));
-            (record, ok)
+            let health = if ok { Health::Succeeded } else { Health::Failed };
+            (record, ok, health)
         }
-        Err(record) => (record, false),
+        Err((record, health)) => (record, false, health),
     };
     let seconds = f64::from(record.latency_ms) / 1000.0;
     let (status, next) = match succeeded {
@@ -125,7 +126,17 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhoo
             None => (FAILED, None),
         },
     };
-    match repo::record_attempt(&webhooks.db, &delivery, claimed_until, record, status, next).await {
+    match repo::record_attempt(
+        &webhooks.db,
+        &delivery,
+        claimed_until,
+        record,
+        status,
+        next,
+        health,
+    )
+    .await
+    {
         Ok(true) => webhooks.metrics.webhook_attempt(
             match status {
                 SUCCEEDED => "succeeded",
@@ -143,21 +154,23 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhoo
     }
 }
 
-/// One attempt: the answer's status and the start of its body, or why there was none.
+/// One attempt: the answer's status and the start of its body, or why there was none (and
+/// whether the endpoint was called at all).
 async fn attempt(
     webhooks: &Webhooks,
     client: &reqwest::Client,
     delivery: &webhook_delivery::Model,
-) -> Result<AttemptRecord, AttemptRecord> {
+) -> Result<AttemptRecord, (AttemptRecord, Health)> {
     let attempted_at = Utc::now();
     let started = Instant::now();
-    let failed = |error: String| AttemptRecord {
+    let record = |error: String| AttemptRecord {
         attempted_at,
         status_code: None,
         latency_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
         response: None,
         error: Some(error),
     };
+    let failed = |error: String| (record(error), Health::NotCalled);
     let endpoint = match repo::find_endpoint(&webhooks.db, &delivery.endpoint_id).await {
         Ok(Some(endpoint)) => endpoint,
         Ok(None) => return Err(failed("the endpoint is gone".into())),
@@ -197,7 +210,7 @@ async fn attempt(
         .await;
     let mut answer = match sent {
         Ok(answer) => answer,
-        Err(err) => return Err(failed(failure(err.without_url()))),
+        Err(err) => return Err((record(failure(err.without_url())), Health::Failed)),
     };
     let status_code = i32::from(answer.status().as_u16());
     let mut body = Vec::new();

@@ -186,6 +186,7 @@ pub async fn record_attempt(
     record: AttemptRecord,
     status: &str,
     next_attempt_at: Option<DateTime<Utc>>,
+    health: Health,
 ) -> Result<bool, DbErr> {
     let txn = db.begin().await?;
     let attempt = delivery.attempts + 1;
@@ -221,8 +222,88 @@ pub async fn record_attempt(
     })
     .exec_without_returning(&txn)
     .await?;
+    endpoint_health(&txn, &delivery.endpoint_id, health, record.attempted_at).await?;
     txn.commit().await?;
     Ok(true)
+}
+
+/// What an attempt says about its endpoint's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// The endpoint answered 2xx.
+    Succeeded,
+    /// It was called and failed (an answer other than 2xx, or none).
+    Failed,
+    /// It was not called (disabled, gone, refused before sending): says nothing.
+    NotCalled,
+}
+
+/// How long an endpoint's deliveries may all fail before keel disables it.
+pub const DISABLE_AFTER_DAYS: i64 = 5;
+
+/// Why keel disabled an endpoint.
+pub const DISABLED_FOR_FAILURES: &str = "every delivery failed for 5 days";
+
+/// A success clears the endpoint's failing streak; a failure starts it, and one that finds
+/// it [`DISABLE_AFTER_DAYS`] old disables the endpoint (once: the update is guarded by
+/// `enabled`) and records a console event for its organization.
+async fn endpoint_health(
+    txn: &impl ConnectionTrait,
+    endpoint_id: &str,
+    health: Health,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let by_id =
+        || webhook_endpoint::Entity::update_many().filter(webhook_endpoint::Column::Id.eq(endpoint_id));
+    match health {
+        Health::NotCalled => Ok(()),
+        Health::Succeeded => by_id()
+            .col_expr(
+                webhook_endpoint::Column::FailingSince,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .filter(webhook_endpoint::Column::FailingSince.is_not_null())
+            .exec(txn)
+            .await
+            .map(drop),
+        Health::Failed => {
+            by_id()
+                .col_expr(webhook_endpoint::Column::FailingSince, Expr::value(at))
+                .filter(webhook_endpoint::Column::FailingSince.is_null())
+                .exec(txn)
+                .await?;
+            let disabled = by_id()
+                .col_expr(webhook_endpoint::Column::Enabled, Expr::value(false))
+                .col_expr(
+                    webhook_endpoint::Column::DisabledReason,
+                    Expr::value(DISABLED_FOR_FAILURES),
+                )
+                .col_expr(webhook_endpoint::Column::DisabledAt, Expr::value(at))
+                .col_expr(webhook_endpoint::Column::UpdatedAt, Expr::value(at))
+                .filter(webhook_endpoint::Column::Enabled.eq(true))
+                .filter(
+                    webhook_endpoint::Column::FailingSince
+                        .lte(at - chrono::Duration::days(DISABLE_AFTER_DAYS)),
+                )
+                .exec_with_returning(txn)
+                .await?;
+            for endpoint in disabled {
+                tracing::warn!(endpoint = %endpoint.id, org_id = %endpoint.org_id, "webhook endpoint disabled: {DISABLED_FOR_FAILURES}");
+                crate::console_store::insert_event(
+                    txn,
+                    &endpoint.org_id,
+                    "webhook.endpoint_disabled",
+                    format!(
+                        "Webhook endpoint {} was disabled: {DISABLED_FOR_FAILURES}.",
+                        endpoint.url
+                    ),
+                    at,
+                )
+                .await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// A page of an endpoint's deliveries, newest first, older than `before` when given.
@@ -328,4 +409,47 @@ pub async fn pending_summary(db: &impl ConnectionTrait) -> Result<(i64, Option<D
         .one(db)
         .await?;
     Ok(row.unwrap_or((0, None)))
+}
+
+/// Endpoints of every organization whose deliveries keep failing, or that keel disabled for
+/// it: the longest failing first.
+pub async fn failing_endpoints(
+    db: &impl ConnectionTrait,
+    limit: u64,
+) -> Result<Vec<webhook_endpoint::Model>, DbErr> {
+    webhook_endpoint::Entity::find()
+        .filter(
+            Condition::any()
+                .add(webhook_endpoint::Column::FailingSince.is_not_null())
+                .add(webhook_endpoint::Column::DisabledReason.is_not_null()),
+        )
+        .order_by_asc(webhook_endpoint::Column::FailingSince)
+        .order_by_asc(webhook_endpoint::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Pending deliveries per endpoint, of `endpoint_ids`.
+pub async fn pending_by_endpoint(
+    db: &impl ConnectionTrait,
+    endpoint_ids: &[String],
+) -> Result<std::collections::HashMap<String, u64>, DbErr> {
+    if endpoint_ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let rows: Vec<(String, i64)> = webhook_delivery::Entity::find()
+        .select_only()
+        .column(webhook_delivery::Column::EndpointId)
+        .column_as(webhook_delivery::Column::Id.count(), "n")
+        .filter(webhook_delivery::Column::EndpointId.is_in(endpoint_ids.iter().cloned()))
+        .filter(webhook_delivery::Column::Status.eq(PENDING))
+        .group_by(webhook_delivery::Column::EndpointId)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, n)| (id, u64::try_from(n).unwrap_or(0)))
+        .collect())
 }

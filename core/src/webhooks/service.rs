@@ -101,6 +101,8 @@ pub async fn create_endpoint(
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        failing_since: None,
+        disabled_at: None,
     };
     repo::insert_endpoint(&webhooks.db, endpoint.clone()).await?;
     Ok((endpoint, secret))
@@ -143,10 +145,15 @@ pub async fn update_endpoint(
         endpoint.description = description;
     }
     if let Some(enabled) = change.enabled {
-        endpoint.enabled = enabled;
-        if enabled {
+        if enabled && !endpoint.enabled {
+            // A fresh start: the failures that disabled it no longer count.
             endpoint.disabled_reason = None;
+            endpoint.disabled_at = None;
+            endpoint.failing_since = None;
+        } else if !enabled && endpoint.enabled {
+            endpoint.disabled_at = Some(Utc::now());
         }
+        endpoint.enabled = enabled;
     }
     endpoint.updated_at = Utc::now();
     repo::save_endpoint(&webhooks.db, endpoint.clone()).await?;
@@ -256,4 +263,31 @@ pub async fn retry_delivery(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Re
     repo::retry_delivery(&webhooks.db, &delivery.id).await?;
     outbox::signal();
     Ok(())
+}
+
+/// Every organization's endpoints that keep failing or were disabled for it (the operator's
+/// view), with each one's pending deliveries.
+pub async fn failing_endpoints(
+    webhooks: &Webhooks,
+    limit: u64,
+) -> Result<Vec<(webhook_endpoint::Model, u64)>, WebhookError> {
+    let endpoints = repo::failing_endpoints(&webhooks.db, limit).await?;
+    let ids: Vec<String> = endpoints.iter().map(|e| e.id.clone()).collect();
+    let pending = repo::pending_by_endpoint(&webhooks.db, &ids).await?;
+    Ok(endpoints
+        .into_iter()
+        .map(|e| {
+            let n = pending.get(&e.id).copied().unwrap_or(0);
+            (e, n)
+        })
+        .collect())
+}
+
+/// What keel did on its own that the organization should see (an endpoint it disabled),
+/// newest first.
+pub async fn console_events(
+    webhooks: &Webhooks,
+    org_id: &OrgId,
+) -> Result<Vec<entities::console_event::Model>, WebhookError> {
+    Ok(crate::console_store::events(&webhooks.db, org_id, 20).await?)
 }

@@ -1,0 +1,374 @@
+//! The Webhooks page of an organization (its endpoints, each one's delivery log) and the
+//! operator's failing endpoints. Every action goes through the same service as the JSON API.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use super::org::{keep_for_one_view, org_layout, take_one_view, Reveal};
+use super::pages::{
+    ConsoleEventRow, EndpointRow, FailingEndpointRow, HookDeliveryRow, Layout, OperatorWebhooksPage,
+    WebhookLogPage, WebhooksPage,
+};
+use super::session::{OrgView, Viewer};
+use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
+use crate::domain::OrgId;
+use crate::error::ApiError;
+use crate::webhooks::service::{self, EndpointChange, NewEndpoint};
+
+/// Deliveries shown on one page of an endpoint's log.
+const LOG_PAGE: u64 = 50;
+
+#[derive(Deserialize)]
+pub struct RevealQuery {
+    reveal: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct EndpointPath {
+    org: String,
+    endpoint: String,
+}
+
+#[derive(Deserialize)]
+pub struct DeliveryPath {
+    org: String,
+    delivery: String,
+}
+
+#[derive(Deserialize)]
+pub struct LogQuery {
+    cursor: Option<String>,
+}
+
+fn events_issue(message: String) -> ApiError {
+    ApiError::validation(vec!["body".into(), "events".into()], "value_error", message)
+}
+
+fn orgs(org: &OrgView) -> &[OrgId] {
+    std::slice::from_ref(&org.org_id)
+}
+
+fn base(org_id: &OrgId) -> String {
+    format!("/console/o/{org_id}/webhooks")
+}
+
+fn endpoint_row(e: entities::webhook_endpoint::Model) -> EndpointRow {
+    EndpointRow {
+        events: service::events_of(&e).join(", "),
+        status: match (e.enabled, &e.failing_since) {
+            (false, _) => "disabled".into(),
+            (true, Some(since)) => format!("failing since {}", format::time(*since)),
+            (true, None) => "enabled".into(),
+        },
+        disabled_reason: e.disabled_reason.clone(),
+        description: e.description.clone().unwrap_or_default(),
+        created: format::time(e.created_at),
+        enabled: e.enabled,
+        url: e.url,
+        id: e.id,
+    }
+}
+
+/// The organization's endpoints, what keel did to them on its own, and the form to add one;
+/// a secret just made (a new endpoint's, a rotation's) is shown this once.
+pub async fn webhooks(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<RevealQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let reveal = match query.reveal.as_deref().filter(|r| !r.is_empty()) {
+        None => None,
+        Some(reveal) => Some(take_one_view(&viewer, &org.org_id, reveal).await?),
+    };
+    let webhooks = &viewer.state.webhooks;
+    let endpoints = service::endpoints(webhooks, orgs(&org))
+        .await
+        .map_err(ApiError::from)?
+        .into_iter()
+        .map(endpoint_row)
+        .collect();
+    let events = service::console_events(webhooks, &org.org_id)
+        .await
+        .map_err(ApiError::from)?
+        .into_iter()
+        .map(|e| ConsoleEventRow {
+            at: format::time(e.created_at),
+            message: e.message,
+        })
+        .collect();
+    Ok(page(
+        &req,
+        &WebhooksPage {
+            l: org_layout(&viewer, &org, "Webhooks", "webhooks", &req).await?,
+            endpoints,
+            events,
+            event_types: keel_core::webhooks::EVENT_TYPES.to_vec(),
+            secret_gone: matches!(reveal, Some(Reveal::Gone)),
+            new_secret: match reveal {
+                Some(Reveal::Key(secret)) => Some(secret),
+                _ => None,
+            },
+            can_act: org.can_act(),
+        },
+    ))
+}
+
+/// Adds an endpoint (the URL and events checked as the API checks them) and shows its secret
+/// once, on the page the redirect leads to.
+pub async fn create(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path, &form.csrf, false).await?;
+    let mut events: Vec<String> = form.all("events").into_iter().map(str::to_owned).collect();
+    if events.iter().any(|e| e == keel_core::webhooks::ALL_EVENTS) {
+        events = vec![keel_core::webhooks::ALL_EVENTS.to_owned()];
+    }
+    let new = (|| {
+        let url = form.get("url").unwrap_or_default().trim().to_owned();
+        if events.is_empty() {
+            return Err(events_issue("choose at least one event (or all of them)".into()));
+        }
+        if let Some(unknown) = events.iter().find(|e| !keel_core::webhooks::is_known_event(e)) {
+            return Err(events_issue(format!("{unknown} is no event keel sends")));
+        }
+        let description = form.get("description").map(|d| format::clip(d.trim(), 500));
+        Ok(NewEndpoint {
+            url,
+            events,
+            description,
+        })
+    })();
+    let new = match new {
+        Ok(new) => new,
+        Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
+    };
+    let created = service::create_endpoint(&viewer.state.webhooks, &org.org_id, new).await;
+    let (_, secret) = match created {
+        Ok(created) => created,
+        Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
+    };
+    // The secret waits, sealed, for the next page's one view (a reload never shows it again).
+    let reveal = keep_for_one_view(&viewer, &viewer.state.db, &org.org_id, &secret).await?;
+    Ok(redirect(&format!("{}?reveal={reveal}", base(&org.org_id))).finish())
+}
+
+/// Enables or disables an endpoint (`enabled=yes|no`).
+pub async fn set_enabled(
+    viewer: Viewer,
+    path: web::Path<EndpointPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let enabled = form.get("enabled") == Some("yes");
+    let change = EndpointChange {
+        enabled: Some(enabled),
+        ..EndpointChange::default()
+    };
+    let outcome = service::update_endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint, change).await;
+    after_form(&base(&org.org_id), outcome, |_| match enabled {
+        true => "Endpoint enabled: deliveries go out again.".into(),
+        false => "Endpoint disabled: nothing is sent to it until it is enabled.".into(),
+    })
+}
+
+/// Sends the endpoint a `webhook.test` event.
+pub async fn send_test(
+    viewer: Viewer,
+    path: web::Path<EndpointPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let outcome = service::send_test(&viewer.state.webhooks, orgs(&org), &path.endpoint).await;
+    after_form(
+        &format!("{}/{}", base(&org.org_id), path.endpoint),
+        outcome,
+        |_| "Test event queued: it shows in the log below once sent.".into(),
+    )
+}
+
+/// Asks first; then a new secret, shown once (the old one keeps signing for 24 hours).
+pub async fn rotate(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<EndpointPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let endpoint = service::endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint)
+        .await
+        .map_err(ApiError::from)?;
+    if !form.confirmed() {
+        return Ok(confirm_page(
+            org_layout(&viewer, &org, "Rotate the secret?", "webhooks", &req).await?,
+            Confirm {
+                title: "Rotate the secret?",
+                question: format!(
+                    "A new secret signs every delivery from now on; the current one signs beside it for {} hours, so the receiver can switch without missing one.",
+                    service::ROTATION_OVERLAP_HOURS
+                ),
+                details: vec![endpoint.url],
+                action: format!("{}/{}/rotate", base(&org.org_id), endpoint.id),
+                button: "Rotate secret",
+                back: base(&org.org_id),
+            },
+            form.carried(),
+        ));
+    }
+    let rotated = service::rotate_secret(&viewer.state.webhooks, orgs(&org), &endpoint.id).await;
+    let (secret, _) = match rotated {
+        Ok(rotated) => rotated,
+        Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
+    };
+    let reveal = keep_for_one_view(&viewer, &viewer.state.db, &org.org_id, &secret).await?;
+    Ok(redirect(&format!("{}?reveal={reveal}", base(&org.org_id))).finish())
+}
+
+/// Asks first; then deletes the endpoint with its deliveries.
+pub async fn delete(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<EndpointPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let endpoint = service::endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint)
+        .await
+        .map_err(ApiError::from)?;
+    if !form.confirmed() {
+        return Ok(confirm_page(
+            org_layout(&viewer, &org, "Delete the endpoint?", "webhooks", &req).await?,
+            Confirm {
+                title: "Delete the endpoint?",
+                question: "Nothing more is sent to it, and its delivery log goes with it.".into(),
+                details: vec![endpoint.url],
+                action: format!("{}/{}/delete", base(&org.org_id), endpoint.id),
+                button: "Delete endpoint",
+                back: base(&org.org_id),
+            },
+            form.carried(),
+        ));
+    }
+    let outcome = service::delete_endpoint(&viewer.state.webhooks, orgs(&org), &endpoint.id).await;
+    after_form(&base(&org.org_id), outcome, |()| "Endpoint deleted.".into())
+}
+
+/// An endpoint's delivery log, newest first, each delivery with its attempts.
+pub async fn log(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<EndpointPath>,
+    query: web::Query<LogQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path.org).await?;
+    let webhooks = &viewer.state.webhooks;
+    let endpoint = service::endpoint(webhooks, orgs(&org), &path.endpoint)
+        .await
+        .map_err(ApiError::from)?;
+    let before = match query.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(raw) => {
+            Some(crate::webhooks::routes::decode_cursor(raw).ok_or_else(|| super::unreadable("cursor"))?)
+        }
+    };
+    let (log, next) = service::deliveries(webhooks, orgs(&org), &endpoint.id, None, before, LOG_PAGE)
+        .await
+        .map_err(ApiError::from)?;
+    let deliveries = log
+        .into_iter()
+        .map(|entry| {
+            let last = entry.attempts.last();
+            HookDeliveryRow {
+                id: entry.delivery.id.clone(),
+                event_id: entry.delivery.event_id.clone(),
+                event_type: entry.event_type.clone(),
+                status: entry.delivery.status.clone(),
+                created: format::time(entry.delivery.created_at),
+                attempts: entry.attempts.len(),
+                last_code: last
+                    .and_then(|a| a.status_code)
+                    .map_or_else(|| "—".into(), |c| c.to_string()),
+                last_latency: last.map_or_else(|| "—".into(), |a| format!("{} ms", a.latency_ms)),
+                last_answer: last
+                    .and_then(|a| a.response.clone().or_else(|| a.error.clone()))
+                    .map(|text| format::clip(&text, 300))
+                    .unwrap_or_default(),
+                next_attempt: match entry.delivery.status.as_str() {
+                    "pending" => format::opt_time(entry.delivery.next_attempt_at),
+                    _ => "—".into(),
+                },
+            }
+        })
+        .collect();
+    Ok(page(
+        &req,
+        &WebhookLogPage {
+            l: org_layout(&viewer, &org, "Webhook deliveries", "webhooks", &req).await?,
+            endpoint: endpoint_row(endpoint),
+            deliveries,
+            older: next.map(|(at, id)| crate::webhooks::routes::encode_cursor(at, &id)),
+            can_act: org.can_act(),
+        },
+    ))
+}
+
+/// Sends a delivery again now (the same `webhook-id`).
+pub async fn retry(
+    viewer: Viewer,
+    path: web::Path<DeliveryPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let back = match form.get("endpoint") {
+        Some(endpoint) if uuid::Uuid::try_parse(endpoint).is_ok() => {
+            format!("{}/{endpoint}", base(&org.org_id))
+        }
+        _ => base(&org.org_id),
+    };
+    let outcome = service::retry_delivery(&viewer.state.webhooks, orgs(&org), &path.delivery).await;
+    after_form(&back, outcome, |()| {
+        "Delivery queued to be sent again now.".into()
+    })
+}
+
+/// Every organization's endpoints that keep failing or were disabled for it (operators).
+pub async fn failing(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
+    if !viewer.is_operator() {
+        return Err(ConsoleError::NotFound);
+    }
+    let now = chrono::Utc::now();
+    let rows = service::failing_endpoints(&viewer.state.webhooks, 200)
+        .await
+        .map_err(ApiError::from)?
+        .into_iter()
+        .map(|(e, pending)| FailingEndpointRow {
+            org_id: e.org_id.to_string(),
+            url: e.url.clone(),
+            failing_for: e
+                .failing_since
+                .map_or_else(|| "—".into(), |since| format::age(now - since)),
+            status: match e.enabled {
+                true => "enabled".into(),
+                false => format!("disabled: {}", e.disabled_reason.clone().unwrap_or_default()),
+            },
+            pending,
+            log: format!("/console/o/{}/webhooks/{}", e.org_id, e.id),
+        })
+        .collect();
+    Ok(page(
+        &req,
+        &OperatorWebhooksPage {
+            l: Layout::new("Failing webhook endpoints", &viewer, "hooks", Flash::read(&req)),
+            rows,
+        },
+    ))
+}
