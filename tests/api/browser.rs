@@ -647,3 +647,75 @@ async fn a_link_from_another_site_opens_the_console_signed_in() {
     assert!(browser.text("h1").await.contains("Overview"));
     browser.client.clone().close().await.unwrap();
 }
+
+#[actix_web::test]
+async fn a_member_adds_a_webhook_endpoint_sees_its_secret_once_and_a_test_delivery_in_the_log() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(|s| {
+        s.webhooks.allow_http = true;
+        s.webhooks.allow_private_destinations = true;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = crate::fakes::FakeJson::start(|_| crate::fakes::Reply::Json(200, json!({"ok": "<img src=x onerror=alert(1)>"})));
+    browser.open(&app, "/console").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(&app, &format!("/console/o/{}/webhooks", org.org_id))
+        .await;
+    assert_eq!(browser.text("h1").await, "Webhooks");
+    browser.fill("#url", &format!("{url}/keel")).await;
+    browser.click("input[value='webhook.test']").await;
+    browser.click("input[value='job.failed']").await;
+    browser.submit("#create-endpoint").await;
+    let secret = browser.text("#new-secret").await;
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    browser.shoot("webhooks").await;
+    browser.submit("#endpoints .send-test").await;
+    assert!(browser.text(".flash").await.contains("Test event queued"));
+    // The delivery arrives, signed with the secret the page showed.
+    let mut arrived = Vec::new();
+    for _ in 0..60 {
+        arrived = receiver.calls();
+        if !arrived.is_empty() {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(arrived.len(), 1);
+    let mut headers = http::HeaderMap::new();
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        headers.insert(name, arrived[0].headers[name].parse().unwrap());
+    }
+    assert!(standardwebhooks::Webhook::new(&secret)
+        .unwrap()
+        .verify(&arrived[0].raw, &headers)
+        .is_ok());
+    // The log shows it succeeded, the hostile answer as text.
+    let mut status = String::new();
+    for _ in 0..40 {
+        browser.client.refresh().await.unwrap();
+        status = browser.text("#deliveries td.status").await;
+        if status == "succeeded" {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "succeeded");
+    assert!(browser.text("#deliveries code.answer").await.contains("<img src=x"));
+    browser.assert_no_alert().await;
+    browser.shoot("webhook-log").await;
+    // Retry from the log.
+    browser.submit("#deliveries .retry").await;
+    assert!(browser.text(".flash").await.contains("sent again now"));
+    for _ in 0..60 {
+        if receiver.calls().len() == 2 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(receiver.calls().len(), 2);
+}

@@ -1004,3 +1004,73 @@ async fn a_client_that_leaves_a_silent_stream_closes_the_providers_connection_wi
         at.duration_since(left)
     );
 }
+
+/// The promise for outbound webhooks: a change acknowledged (committed) before a
+/// kill -9 is announced after the restart. The first process sends nothing (its dispatcher
+/// is off), so the crash falls between the commit and the delivery by construction. Runs on
+/// both databases (one process at a time).
+#[actix_web::test]
+async fn a_webhook_event_committed_before_a_kill_9_is_delivered_after_the_restart() {
+    use crate::fakes::{FakeJson, Reply};
+    let db = TestDb::new().await;
+    let hooks = [
+        ("KEEL__WEBHOOKS__ALLOW_HTTP", "true"),
+        ("KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS", "true"),
+    ];
+    let mut envs = hooks.to_vec();
+    envs.push(("KEEL__WEBHOOKS__DISPATCHER", "false"));
+    let mut instance = Instance::started(&db.url, &envs).await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(200, json!({})));
+    let http = client();
+    let (org_id, key) = org_with_key(&http, &instance.base, "announced").await;
+    let created: Value = http
+        .post(instance.url("/api/webhooks/endpoints"))
+        .bearer_auth(&key)
+        .json(&json!({"url": format!("{url}/in"), "events": ["billing.topup.succeeded"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let secret = created["secret"].as_str().expect("a secret").to_owned();
+    let saved = http
+        .post(instance.url("/api/billing/payment-method"))
+        .bearer_auth(&key)
+        .json(&json!({"orgId": org_id, "paymentMethodId": "pm_card_visa"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), StatusCode::OK);
+    let topped = http
+        .post(instance.url("/api/billing/topup"))
+        .bearer_auth(&key)
+        .json(&json!({"orgId": org_id, "amountCents": 1234}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(topped.status(), StatusCode::OK, "acknowledged");
+    instance.kill9();
+    assert!(receiver.calls().is_empty());
+
+    // Restarted with its dispatcher: the event arrives, signed, within 2 s of serving.
+    instance.envs.retain(|(k, _)| k != "KEEL__WEBHOOKS__DISPATCHER");
+    instance.restart(&[]).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while receiver.calls().is_empty() && Instant::now() < deadline {
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    let calls = receiver.calls();
+    assert_eq!(calls.len(), 1, "delivered once after the restart");
+    assert_eq!(calls[0].body["type"], "billing.topup.succeeded");
+    assert_eq!(calls[0].body["orgId"], org_id);
+    assert_eq!(calls[0].body["data"]["amountMicrocents"], 1_234_000_000i64);
+    let mut headers = http::HeaderMap::new();
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        headers.insert(name, calls[0].headers[name].parse().unwrap());
+    }
+    assert!(standardwebhooks::Webhook::new(&secret)
+        .unwrap()
+        .verify(&calls[0].raw, &headers)
+        .is_ok());
+}

@@ -1011,3 +1011,52 @@ async fn an_endpoint_failing_for_five_days_is_disabled_and_the_console_says_so()
     assert!(fresh.enabled && fresh.failing_since.is_none() && fresh.disabled_reason.is_none());
     db.close().await.ok();
 }
+
+#[actix_web::test]
+async fn two_instances_never_send_one_delivery_twice_at_once() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let first = local_app().await;
+    let mut settings = test_settings(&first.db_url);
+    settings.webhooks.allow_http = true;
+    settings.webhooks.allow_private_destinations = true;
+    let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
+    let org = first.create_org("Acme").await;
+    // A slow receiver, so that the two dispatchers' claims overlap.
+    let (receiver, url) = FakeJson::start(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        Reply::Json(200, json!({}))
+    });
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let created = create(&first, &org, json!({"url": format!("{url}/{i}"), "events": ["webhook.test"]})).await;
+        ids.push(created["endpointId"].as_str().unwrap().to_owned());
+    }
+    // 120 events, made through both instances at once.
+    let sends = (0..120).map(|i| {
+        let (app, id, org) = (if i % 2 == 0 { &first } else { &second }, &ids[i % ids.len()], &org);
+        async move { act(app, org, id, "test", StatusCode::ACCEPTED).await }
+    });
+    futures_util::future::join_all(sends).await;
+    let got = calls(&receiver, 120, Duration::from_secs(30)).await;
+    actix_web::rt::time::sleep(Duration::from_millis(1500)).await;
+    let got = receiver.calls().len().max(got.len());
+    assert_eq!(got, 120, "every delivery once");
+    let mut seen = std::collections::HashSet::new();
+    for call in receiver.calls() {
+        assert!(seen.insert(call.headers["webhook-id"].clone()), "sent twice: {}", call.headers["webhook-id"]);
+    }
+    // Each delivery's log has exactly one attempt.
+    for id in &ids {
+        let log = json_of(
+            first.get(&format!("/api/webhooks/endpoints/{id}/deliveries?limit=100"), &org.api_key).await,
+            StatusCode::OK,
+        )
+        .await;
+        for delivery in log["deliveries"].as_array().unwrap() {
+            assert_eq!(delivery["status"], "succeeded");
+            assert_eq!(delivery["attempts"].as_array().unwrap().len(), 1, "{delivery}");
+        }
+    }
+}
