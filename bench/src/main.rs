@@ -11,6 +11,7 @@ mod proxy;
 mod queue;
 mod relay;
 mod streams;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +48,25 @@ enum BenchTarget {
         #[arg(long)]
         skip_baseline: bool,
         /// With --postgres-url: measure PostgreSQL only.
+        #[arg(long)]
+        skip_sqlite: bool,
+    },
+    /// What the webhook outbox costs hot charges (an organization with a subscribed endpoint
+    /// against one without, interleaved) and the dispatcher's deliveries per second.
+    Webhooks {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        /// Charges per run.
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Runs of each organization, interleaved.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Events sent through the dispatcher.
+        #[arg(long, default_value_t = 5_000)]
+        deliveries: usize,
         #[arg(long)]
         skip_sqlite: bool,
     },
@@ -300,6 +320,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 skip_sqlite,
                 python,
                 python_workers,
+            })
+            .await
+        }
+        BenchTarget::Webhooks {
+            postgres_url,
+            requests,
+            concurrency,
+            rounds,
+            deliveries,
+            skip_sqlite,
+        } => {
+            crate::webhooks::run(crate::webhooks::WebhooksBench {
+                postgres_url,
+                requests,
+                concurrency,
+                rounds,
+                deliveries,
+                skip_sqlite,
             })
             .await
         }

@@ -2,4 +2,4 @@
 
 pub mod dto;
 pub mod routes;
-pub use keel_core::webhooks::{repo, service, EVENT_TYPES};
+pub use keel_core::webhooks::{outbox, repo, service, EVENT_TYPES};

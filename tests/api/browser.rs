@@ -659,7 +659,9 @@ async fn a_member_adds_a_webhook_endpoint_sees_its_secret_once_and_a_test_delive
     })
     .await;
     let org = app.create_org("Acme").await;
-    let (receiver, url) = crate::fakes::FakeJson::start(|_| crate::fakes::Reply::Json(200, json!({"ok": "<img src=x onerror=alert(1)>"})));
+    let (receiver, url) = crate::fakes::FakeJson::start(|_| {
+        crate::fakes::Reply::Json(200, json!({"ok": "<img src=x onerror=alert(1)>"}))
+    });
     browser.open(&app, "/console").await;
     browser.fill("#credential", &org.member_token).await;
     browser.submit("button[type=submit]").await;
@@ -698,14 +700,17 @@ async fn a_member_adds_a_webhook_endpoint_sees_its_secret_once_and_a_test_delive
     let mut status = String::new();
     for _ in 0..40 {
         browser.client.refresh().await.unwrap();
-        status = browser.text("#deliveries td.status").await;
+        status = browser.text("#deliveries .status").await;
         if status == "succeeded" {
             break;
         }
         actix_web::rt::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(status, "succeeded");
-    assert!(browser.text("#deliveries code.answer").await.contains("<img src=x"));
+    assert!(browser
+        .text("#deliveries code.answer")
+        .await
+        .contains("<img src=x"));
     browser.assert_no_alert().await;
     browser.shoot("webhook-log").await;
     // Retry from the log.

@@ -852,13 +852,13 @@ async fn members_manage_endpoints_in_the_console_and_read_the_delivery_log() {
     let mut log = String::new();
     for _ in 0..40 {
         log = member.page(&format!("{page}/{id}")).await;
-        if log.contains("<td class=\"status\">succeeded</td>") {
+        if log.contains("<span class=\"status\">succeeded</span>") {
             break;
         }
         actix_web::rt::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        log.contains("<td class=\"status\">succeeded</td>") && log.contains("webhook.test"),
+        log.contains("<span class=\"status\">succeeded</span>") && log.contains("webhook.test"),
         "{log}"
     );
     assert!(
@@ -891,13 +891,13 @@ async fn members_manage_endpoints_in_the_console_and_read_the_delivery_log() {
         .submit(&format!("{page}/{id}/enabled"), &[("enabled", "no")])
         .await;
     assert!(
-        html.contains("Endpoint disabled") && html.contains("<td class=\"status\">disabled"),
+        html.contains("Endpoint disabled") && html.contains("<span class=\"status\">disabled"),
         "{html}"
     );
     let html = member
         .submit(&format!("{page}/{id}/enabled"), &[("enabled", "yes")])
         .await;
-    assert!(html.contains("<td class=\"status\">enabled"), "{html}");
+    assert!(html.contains("<span class=\"status\">enabled"), "{html}");
 
     // A rotation asks first, then shows the new secret once.
     let (asked, html) = member.confirm(&format!("{page}/{id}/rotate"), &[]).await;
@@ -1030,12 +1030,21 @@ async fn two_instances_never_send_one_delivery_twice_at_once() {
     });
     let mut ids = Vec::new();
     for i in 0..4 {
-        let created = create(&first, &org, json!({"url": format!("{url}/{i}"), "events": ["webhook.test"]})).await;
+        let created = create(
+            &first,
+            &org,
+            json!({"url": format!("{url}/{i}"), "events": ["webhook.test"]}),
+        )
+        .await;
         ids.push(created["endpointId"].as_str().unwrap().to_owned());
     }
     // 120 events, made through both instances at once.
     let sends = (0..120).map(|i| {
-        let (app, id, org) = (if i % 2 == 0 { &first } else { &second }, &ids[i % ids.len()], &org);
+        let (app, id, org) = (
+            if i % 2 == 0 { &first } else { &second },
+            &ids[i % ids.len()],
+            &org,
+        );
         async move { act(app, org, id, "test", StatusCode::ACCEPTED).await }
     });
     futures_util::future::join_all(sends).await;
@@ -1045,12 +1054,21 @@ async fn two_instances_never_send_one_delivery_twice_at_once() {
     assert_eq!(got, 120, "every delivery once");
     let mut seen = std::collections::HashSet::new();
     for call in receiver.calls() {
-        assert!(seen.insert(call.headers["webhook-id"].clone()), "sent twice: {}", call.headers["webhook-id"]);
+        assert!(
+            seen.insert(call.headers["webhook-id"].clone()),
+            "sent twice: {}",
+            call.headers["webhook-id"]
+        );
     }
     // Each delivery's log has exactly one attempt.
     for id in &ids {
         let log = json_of(
-            first.get(&format!("/api/webhooks/endpoints/{id}/deliveries?limit=100"), &org.api_key).await,
+            first
+                .get(
+                    &format!("/api/webhooks/endpoints/{id}/deliveries?limit=100"),
+                    &org.api_key,
+                )
+                .await,
             StatusCode::OK,
         )
         .await;

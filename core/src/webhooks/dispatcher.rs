@@ -7,8 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use chrono::Utc;
-use entities::webhook_delivery;
+use entities::{outbound_event, webhook_delivery, webhook_endpoint};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -78,8 +80,18 @@ pub async fn run(webhooks: Webhooks, stop: CancellationToken) {
             }
         };
         let full = claimed.len() as u64 == BATCH;
+        // The batch's endpoints and events in two queries, not two per delivery.
+        let parts = match Parts::of(&webhooks, &claimed).await {
+            Ok(parts) => parts,
+            Err(err) => {
+                tracing::warn!(error = %err, "webhook dispatcher: reading the claimed deliveries' endpoints and events failed");
+                Parts::default()
+            }
+        };
         futures_util::stream::iter(claimed)
-            .for_each_concurrent(IN_FLIGHT, |delivery| deliver(&webhooks, &client, delivery))
+            .for_each_concurrent(IN_FLIGHT, |delivery| {
+                deliver(&webhooks, &client, &parts, delivery)
+            })
             .await;
         if full {
             continue;
@@ -104,9 +116,43 @@ fn failure(err: impl std::error::Error) -> String {
     text.chars().take(500).collect()
 }
 
-async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhook_delivery::Model) {
+/// The endpoints and events of a claimed batch, by id.
+#[derive(Default)]
+struct Parts {
+    endpoints: HashMap<String, webhook_endpoint::Model>,
+    events: HashMap<String, outbound_event::Model>,
+}
+
+impl Parts {
+    async fn of(webhooks: &Webhooks, claimed: &[webhook_delivery::Model]) -> Result<Self, sea_orm::DbErr> {
+        if claimed.is_empty() {
+            return Ok(Self::default());
+        }
+        let endpoint_ids: Vec<String> = claimed.iter().map(|d| d.endpoint_id.clone()).collect();
+        let event_ids: Vec<String> = claimed.iter().map(|d| d.event_id.clone()).collect();
+        Ok(Self {
+            endpoints: repo::endpoints_by_id(&webhooks.db, &endpoint_ids)
+                .await?
+                .into_iter()
+                .map(|e| (e.id.clone(), e))
+                .collect(),
+            events: repo::events_by_id(&webhooks.db, &event_ids)
+                .await?
+                .into_iter()
+                .map(|e| (e.id.clone(), e))
+                .collect(),
+        })
+    }
+}
+
+async fn deliver(
+    webhooks: &Webhooks,
+    client: &reqwest::Client,
+    parts: &Parts,
+    delivery: webhook_delivery::Model,
+) {
     let claimed_until = delivery.next_attempt_at;
-    let outcome = attempt(webhooks, client, &delivery).await;
+    let outcome = attempt(webhooks, client, parts, &delivery).await;
     let (record, succeeded, health) = match outcome {
         Ok(record) => {
             let ok = record.status_code.is_some_and(|s| (200..300).contains(&s));
@@ -159,6 +205,7 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, delivery: webhoo
 async fn attempt(
     webhooks: &Webhooks,
     client: &reqwest::Client,
+    parts: &Parts,
     delivery: &webhook_delivery::Model,
 ) -> Result<AttemptRecord, (AttemptRecord, Health)> {
     let attempted_at = Utc::now();
@@ -171,25 +218,21 @@ async fn attempt(
         error: Some(error),
     };
     let failed = |error: String| (record(error), Health::NotCalled);
-    let endpoint = match repo::find_endpoint(&webhooks.db, &delivery.endpoint_id).await {
-        Ok(Some(endpoint)) => endpoint,
-        Ok(None) => return Err(failed("the endpoint is gone".into())),
-        Err(err) => return Err(failed(failure(err))),
+    let Some(endpoint) = parts.endpoints.get(&delivery.endpoint_id) else {
+        return Err(failed("the endpoint is gone".into()));
     };
     if !endpoint.enabled {
         return Err(failed("the endpoint is disabled".into()));
     }
-    let event = match repo::event(&webhooks.db, &delivery.event_id).await {
-        Ok(Some(event)) => event,
-        Ok(None) => return Err(failed("the event is gone".into())),
-        Err(err) => return Err(failed(failure(err))),
+    let Some(event) = parts.events.get(&delivery.event_id) else {
+        return Err(failed("the event is gone".into()));
     };
     // The rules may have changed since the URL was saved; a literal address is checked here
     // (a name's addresses are checked as it resolves).
     if let Err(refused) = destination::check_url(&endpoint.url, webhooks.rules) {
         return Err(failed(refused.to_string()));
     }
-    let secrets = match service::open_secrets(webhooks, &endpoint, attempted_at) {
+    let secrets = match service::open_secrets(webhooks, endpoint, attempted_at) {
         Ok(secrets) => secrets,
         Err(err) => return Err(failed(failure(err))),
     };
@@ -205,7 +248,7 @@ async fn attempt(
         .header("webhook-id", &event.id)
         .header("webhook-timestamp", timestamp.to_string())
         .header("webhook-signature", signature)
-        .body(event.body)
+        .body(event.body.clone())
         .send()
         .await;
     let mut answer = match sent {

@@ -163,8 +163,32 @@ pub async fn claim_due(
         .collect()
 }
 
-pub async fn event(db: &impl ConnectionTrait, id: &str) -> Result<Option<outbound_event::Model>, DbErr> {
-    outbound_event::Entity::find_by_id(id.to_owned()).one(db).await
+/// The events of `ids` (repeats allowed).
+pub async fn events_by_id(
+    db: &impl ConnectionTrait,
+    ids: &[String],
+) -> Result<Vec<outbound_event::Model>, DbErr> {
+    let mut ids = ids.to_vec();
+    ids.sort();
+    ids.dedup();
+    outbound_event::Entity::find()
+        .filter(outbound_event::Column::Id.is_in(ids))
+        .all(db)
+        .await
+}
+
+/// The endpoints of `ids` (repeats allowed).
+pub async fn endpoints_by_id(
+    db: &impl ConnectionTrait,
+    ids: &[String],
+) -> Result<Vec<webhook_endpoint::Model>, DbErr> {
+    let mut ids = ids.to_vec();
+    ids.sort();
+    ids.dedup();
+    webhook_endpoint::Entity::find()
+        .filter(webhook_endpoint::Column::Id.is_in(ids))
+        .all(db)
+        .await
 }
 
 /// What an attempt came to.
