@@ -50,15 +50,6 @@ impl Listeners {
             .map(|(id, _)| id.clone())
             .collect()
     }
-
-    /// Whether any endpoint of `org_id` listens to an event whose name starts with `prefix`.
-    pub fn any_of(&self, org_id: &OrgId, prefix: &str) -> bool {
-        self.by_org.get(org_id).into_iter().flatten().any(|(_, events)| {
-            events
-                .iter()
-                .any(|e| e == super::ALL_EVENTS || e.starts_with(prefix))
-        })
-    }
 }
 
 /// The enabled endpoints of `org_ids` (one indexed query; none when the list is empty).
