@@ -179,6 +179,8 @@ fn entities_type_ids_and_money_with_the_domain_types() {
         ("run.rs", "status", None),
         ("payment.rs", "status", Some("PaymentState")),
         ("console_session.rs", "kind", None),
+        // What keel did on its own (`webhook.endpoint_disabled`), free text.
+        ("console_event.rs", "kind", None),
         // A webhook delivery's own states (pending, succeeded, failed), kept as text.
         ("webhook_delivery.rs", "status", None),
     ];
