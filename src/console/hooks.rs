@@ -148,13 +148,7 @@ pub async fn create(
         Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
     };
     let created = service::create_endpoint(&viewer.state.webhooks, &org.org_id, new).await;
-    let (_, secret) = match created {
-        Ok(created) => created,
-        Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
-    };
-    // The secret waits, sealed, for the next page's one view (a reload never shows it again).
-    let reveal = keep_for_one_view(&viewer, &viewer.state.db, &org.org_id, &secret).await?;
-    Ok(redirect(&format!("{}?reveal={reveal}", base(&org.org_id))).finish())
+    show_once(&viewer, &org.org_id, created.map(|(_, secret)| secret)).await
 }
 
 /// Enables or disables an endpoint (`enabled=yes|no`).
@@ -193,6 +187,53 @@ pub async fn send_test(
     )
 }
 
+/// The endpoint a destructive form names, its organization and the form; unless the form
+/// is confirmed, the page that asks first (`verb` is the form's last path segment).
+async fn endpoint_to_act_on(
+    req: &HttpRequest,
+    viewer: &Viewer,
+    path: &EndpointPath,
+    body: &[u8],
+    verb: &str,
+    ask: Confirm,
+) -> Result<Result<(OrgView, entities::webhook_endpoint::Model), HttpResponse>, ConsoleError> {
+    let form = FormFields::parse(body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let endpoint = service::endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint)
+        .await
+        .map_err(ApiError::from)?;
+    if form.confirmed() {
+        return Ok(Ok((org, endpoint)));
+    }
+    let confirm = Confirm {
+        details: vec![endpoint.url.clone()],
+        action: format!("{}/{}/{verb}", base(&org.org_id), endpoint.id),
+        back: base(&org.org_id),
+        ..ask
+    };
+    Ok(Err(confirm_page(
+        org_layout(viewer, &org, confirm.title, "webhooks", req).await?,
+        confirm,
+        form.carried(),
+    )))
+}
+
+/// A secret just made (a new endpoint's, a rotation's), kept for one view on the page the
+/// redirect leads to; a refusal is said on the Webhooks page.
+async fn show_once<E: Into<ApiError>>(
+    viewer: &Viewer,
+    org_id: &OrgId,
+    secret: Result<String, E>,
+) -> Result<HttpResponse, ConsoleError> {
+    let secret = match secret {
+        Ok(secret) => secret,
+        Err(err) => return after_form(&base(org_id), Err::<(), _>(err), |_| String::new()),
+    };
+    // Sealed until that view (a reload never shows it again).
+    let reveal = keep_for_one_view(viewer, &viewer.state.db, org_id, &secret).await?;
+    Ok(redirect(&format!("{}?reveal={reveal}", base(org_id))).finish())
+}
+
 /// Asks first; then a new secret, shown once (the old one keeps signing for 24 hours).
 pub async fn rotate(
     req: HttpRequest,
@@ -200,35 +241,23 @@ pub async fn rotate(
     path: web::Path<EndpointPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let endpoint = service::endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint)
-        .await
-        .map_err(ApiError::from)?;
-    if !form.confirmed() {
-        return Ok(confirm_page(
-            org_layout(&viewer, &org, "Rotate the secret?", "webhooks", &req).await?,
-            Confirm {
-                title: "Rotate the secret?",
-                question: format!(
-                    "A new secret signs every delivery from now on; the current one signs beside it for {} hours, so the receiver can switch without missing one.",
-                    service::ROTATION_OVERLAP_HOURS
-                ),
-                details: vec![endpoint.url],
-                action: format!("{}/{}/rotate", base(&org.org_id), endpoint.id),
-                button: "Rotate secret",
-                back: base(&org.org_id),
-            },
-            form.carried(),
-        ));
-    }
-    let rotated = service::rotate_secret(&viewer.state.webhooks, orgs(&org), &endpoint.id).await;
-    let (secret, _) = match rotated {
-        Ok(rotated) => rotated,
-        Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
+    let ask = Confirm {
+        title: "Rotate the secret?",
+        question: format!(
+            "A new secret signs every delivery from now on; the current one signs beside it for {} hours, so the receiver can switch without missing one.",
+            service::ROTATION_OVERLAP_HOURS
+        ),
+        details: Vec::new(),
+        action: String::new(),
+        button: "Rotate secret",
+        back: String::new(),
     };
-    let reveal = keep_for_one_view(&viewer, &viewer.state.db, &org.org_id, &secret).await?;
-    Ok(redirect(&format!("{}?reveal={reveal}", base(&org.org_id))).finish())
+    let (org, endpoint) = match endpoint_to_act_on(&req, &viewer, &path, &body, "rotate", ask).await? {
+        Ok(confirmed) => confirmed,
+        Err(asked) => return Ok(asked),
+    };
+    let rotated = service::rotate_secret(&viewer.state.webhooks, orgs(&org), &endpoint.id).await;
+    show_once(&viewer, &org.org_id, rotated.map(|(secret, _)| secret)).await
 }
 
 /// Asks first; then deletes the endpoint with its deliveries.
@@ -238,25 +267,18 @@ pub async fn delete(
     path: web::Path<EndpointPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let endpoint = service::endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint)
-        .await
-        .map_err(ApiError::from)?;
-    if !form.confirmed() {
-        return Ok(confirm_page(
-            org_layout(&viewer, &org, "Delete the endpoint?", "webhooks", &req).await?,
-            Confirm {
-                title: "Delete the endpoint?",
-                question: "Nothing more is sent to it, and its delivery log goes with it.".into(),
-                details: vec![endpoint.url],
-                action: format!("{}/{}/delete", base(&org.org_id), endpoint.id),
-                button: "Delete endpoint",
-                back: base(&org.org_id),
-            },
-            form.carried(),
-        ));
-    }
+    let ask = Confirm {
+        title: "Delete the endpoint?",
+        question: "Nothing more is sent to it, and its delivery log goes with it.".into(),
+        details: Vec::new(),
+        action: String::new(),
+        button: "Delete endpoint",
+        back: String::new(),
+    };
+    let (org, endpoint) = match endpoint_to_act_on(&req, &viewer, &path, &body, "delete", ask).await? {
+        Ok(confirmed) => confirmed,
+        Err(asked) => return Ok(asked),
+    };
     let outcome = service::delete_endpoint(&viewer.state.webhooks, orgs(&org), &endpoint.id).await;
     after_form(&base(&org.org_id), outcome, |()| "Endpoint deleted.".into())
 }
