@@ -77,6 +77,7 @@ route_table! {
     }
     scope "/api/billing" {
         "" => get billing::routes::get_billing;
+        "/grants" => get billing::routes::list_grants;
         "/setup-intent" => post billing::routes::setup_intent;
         "/payment-method" => post billing::routes::save_payment_method, delete billing::routes::delete_payment_method;
         "/customer" => delete billing::routes::delete_customer;

@@ -65,7 +65,11 @@ impl AppState {
             LedgerConfig {
                 max_batch: settings.billing.max_batch,
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
-                low_balance: settings.billing.low_balance_cents,
+                policy: keel_core::billing::ledger::LedgerPolicy {
+                    low_balance: settings.billing.low_balance_cents,
+                    promotional_priority: settings.billing.promotional_priority,
+                    paid_priority: settings.billing.paid_priority,
+                },
             },
         );
         let proxy_cache = keel_core::proxy::cache::ProxyCache::new(

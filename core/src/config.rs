@@ -268,6 +268,18 @@ pub struct BillingSettings {
     /// `billing.balance.low` is sent when a balance falls under this, for organizations
     /// without an auto top-up threshold of their own.
     pub low_balance_cents: Cents,
+    /// Credit grants' default priorities (lower is drawn first): starter credit, promo codes
+    /// and manual grants...
+    pub promotional_priority: i32,
+    /// ...and top-ups, auto top-ups, refunds and migrated balances.
+    pub paid_priority: i32,
+    /// Days until starter credit expires (0: never).
+    pub starter_credit_expires_days: u32,
+    /// Days until a promo code's credit expires, by code (absent: never).
+    #[serde(default)]
+    pub promo_expires_days: BTreeMap<String, u32>,
+    /// How often each instance expires lapsed grants, in seconds.
+    pub expiry_sweep_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

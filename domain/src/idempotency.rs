@@ -48,6 +48,11 @@ impl IdempotencyKey {
         Self(format!("payment:{payment_intent_id}"))
     }
 
+    /// A credit grant's expiry: once per grant.
+    pub fn expiry(grant_id: &str) -> Self {
+        Self(format!("expiry:{grant_id}"))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

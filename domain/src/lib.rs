@@ -13,7 +13,7 @@ pub mod payment;
 pub use idempotency::IdempotencyKey;
 pub use ids::{ApiKeyId, IdError, JobId, OrgId, ProjectId, RunId, TraceId, UserId};
 pub use job::{AttemptOutcome, JobAction, JobStatus};
-pub use ledger::EntryKind;
+pub use ledger::{EntryKind, GrantKind};
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
 pub use payment::PaymentState;
 

@@ -24,6 +24,10 @@ pub struct Model {
     /// Set while an auto top-up charge is in flight (one at a time per organization).
     pub auto_topup_started_at: Option<DateTimeUtc>,
     pub starter_credit_granted: bool,
+    /// The most auto top-ups may charge in a UTC month (none: no cap).
+    pub auto_topup_monthly_limit_cents: Option<Cents>,
+    /// The UTC month (`YYYY-MM`) whose `billing.auto_topup.limit_reached` was sent.
+    pub auto_topup_limit_notified_month: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -16,6 +16,8 @@ pub struct Model {
     pub balance_after_microcents: Microcents,
     pub idempotency_key: Option<String>,
     pub reason: String,
+    /// JSON: the credit grants the entry changed, `[{grantId, microcents}]` (signed).
+    pub grants: Option<String>,
     pub created_at: DateTimeUtc,
 }
 

@@ -8,6 +8,7 @@ pub mod billing_account;
 pub mod console_event;
 pub mod console_reveal;
 pub mod console_session;
+pub mod credit_grant;
 pub mod eval_case;
 pub mod eval_run;
 pub mod flash_checkpoint;

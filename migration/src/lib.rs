@@ -23,6 +23,7 @@ mod m20261126_000005_queue_attempts_uniqueness;
 mod m20261126_000006_operator_queue_indexes;
 mod m20261126_000007_webhook_endpoints;
 mod m20261126_000008_webhook_endpoint_health;
+mod m20261126_000009_credit_grants;
 
 pub struct Migrator;
 
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000006_operator_queue_indexes::Migration),
             Box::new(m20261126_000007_webhook_endpoints::Migration),
             Box::new(m20261126_000008_webhook_endpoint_health::Migration),
+            Box::new(m20261126_000009_credit_grants::Migration),
         ]
     }
 }

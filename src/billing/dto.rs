@@ -1,7 +1,7 @@
 //! Billing's bodies (with their bounds) and views.
 
 use chrono::{DateTime, Utc};
-use entities::{billing_account, ledger_entry};
+use entities::{credit_grant, ledger_entry};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -290,10 +290,67 @@ pub struct BillingView {
     pub auto_topup_paused: bool,
     pub starter_credit_granted: bool,
     pub recent_ledger: Vec<LedgerEntryView>,
+    /// The active credit grants (something left), in the order debits draw from them.
+    pub grants: Vec<GrantView>,
+    /// The soonest expiry of an active grant and what lapses then; null when none expires.
+    pub next_expiry: Option<NextExpiryView>,
+}
+
+/// A credit: what it was, what is left, the order it is drawn in, when it lapses.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantView {
+    pub grant_id: String,
+    /// starter, promo, topup, auto_topup, manual, refund or migrated.
+    pub kind: String,
+    #[schema(value_type = i64)]
+    pub original_microcents: Microcents,
+    #[schema(value_type = i64)]
+    pub remaining_microcents: Microcents,
+    /// Lower is drawn first.
+    pub priority: i32,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<credit_grant::Model> for GrantView {
+    fn from(g: credit_grant::Model) -> Self {
+        Self {
+            grant_id: g.id,
+            kind: g.kind.to_string(),
+            original_microcents: g.original_microcents,
+            remaining_microcents: g.remaining_microcents,
+            priority: g.priority,
+            expires_at: g.expires_at,
+            created_at: g.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NextExpiryView {
+    pub at: DateTime<Utc>,
+    #[schema(value_type = i64)]
+    pub microcents: Microcents,
+}
+
+/// An organization's grants: the active ones first, in draw order, then the rest.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GrantsPage {
+    pub grants: Vec<GrantView>,
 }
 
 impl BillingView {
-    pub fn new(account: billing_account::Model, recent: Vec<ledger_entry::Model>) -> Self {
+    pub fn new(overview: keel_core::billing::service::Overview) -> Self {
+        let next_expiry = overview
+            .next_expiry()
+            .map(|(at, microcents)| NextExpiryView { at, microcents });
+        let keel_core::billing::service::Overview {
+            account,
+            recent,
+            grants,
+        } = overview;
         let balance = account.balance_microcents;
         let payment_method = match (&account.payment_method_id, account.pm_brand, account.pm_last4) {
             (Some(_), Some(brand), Some(last4)) => Some(CardView {
@@ -319,6 +376,8 @@ impl BillingView {
                 && account.auto_topup_declines >= MAX_AUTO_TOPUP_DECLINES,
             starter_credit_granted: account.starter_credit_granted,
             recent_ledger: recent.into_iter().map(LedgerEntryView::from).collect(),
+            grants: grants.into_iter().map(GrantView::from).collect(),
+            next_expiry,
         }
     }
 }
@@ -480,6 +539,7 @@ mod entry_tests {
             balance_after_microcents: Microcents(26_500_000),
             idempotency_key: Some("payment:pi_1".into()),
             reason: "auto top-up pi_1".into(),
+            grants: None,
             created_at: Utc.with_ymd_and_hms(2026, 11, 26, 12, 0, 0).unwrap(),
         };
         assert_eq!(

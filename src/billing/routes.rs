@@ -1,4 +1,4 @@
-//! The sixteen billing routes of the spec.
+//! The billing routes: the spec's sixteen, and the credit grants' listing.
 
 use actix_web::{web, HttpResponse};
 
@@ -20,8 +20,24 @@ use crate::state::AppState;
     responses((status = 200, body = BillingView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn get_billing(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
-    let (account, recent) = service::overview(&member.state.billing, &member.access.org_id).await?;
-    Ok(HttpResponse::Ok().json(BillingView::new(account, recent)))
+    let overview = service::overview(&member.state.billing, &member.access.org_id).await?;
+    Ok(HttpResponse::Ok().json(BillingView::new(overview)))
+}
+
+/// List an organization's credit grants
+///
+/// Every credit is a grant. The active ones (something left) come first, in the order debits
+/// draw from them (lower priority, then the soonest expiry, then the oldest), then the spent
+/// and expired ones, newest first.
+#[utoipa::path(get, path = "/api/billing/grants", tag = "billing", security(("apiKey" = []), ("session" = [])),
+    params(OrgQuery),
+    responses((status = 200, body = GrantsPage), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn list_grants(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<HttpResponse> {
+    let grants = service::grants(&member.state.billing, &member.access.org_id).await?;
+    Ok(HttpResponse::Ok().json(GrantsPage {
+        grants: grants.into_iter().map(GrantView::from).collect(),
+    }))
 }
 
 /// Start saving a card

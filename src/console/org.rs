@@ -57,7 +57,7 @@ pub async fn overview(
     let org = viewer.org(&path).await?;
     let l = org_layout(&viewer, &org, "Overview", "overview", &req).await?;
     let state = &viewer.state;
-    let (account, recent) = service::overview(&state.billing, &org.org_id).await?;
+    let service::Overview { account, recent, .. } = service::overview(&state.billing, &org.org_id).await?;
     let spent = service::spending(&state.billing, &org.org_id, PERIOD_DAYS).await?;
     let series = [
         Series {

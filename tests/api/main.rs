@@ -17,6 +17,7 @@ mod contract;
 mod errors;
 mod export;
 mod flash;
+mod grants;
 mod logs;
 mod operator;
 mod projects;

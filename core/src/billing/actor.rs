@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::auto_topup;
 use super::ledger::{
     apply_batch, apply_group, is_lock_timeout, AccountAfter, AccountCache, BatchResult, LedgerError,
-    LedgerOp, Outcome,
+    LedgerOp, LedgerPolicy, Outcome,
 };
 use super::payments::Payments;
-use crate::domain::{Cents, OrgId};
+use crate::domain::OrgId;
 
 type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
 
@@ -31,9 +31,8 @@ pub struct LedgerConfig {
     pub max_batch: usize,
     /// An actor with nothing to do for this long stops.
     pub idle_after: Duration,
-    /// `billing.balance.low` fires when a balance falls under this, for organizations
-    /// without an auto top-up threshold (`billing.low_balance_cents`).
-    pub low_balance: crate::domain::Cents,
+    /// Grants' default priorities and the low-balance threshold.
+    pub policy: super::ledger::LedgerPolicy,
 }
 
 struct Shared {
@@ -73,7 +72,7 @@ impl Shared {
     /// Commits through the shared committer, which puts the batches of every organization
     /// waiting at that moment into one transaction.
     async fn commit(&self, org_id: OrgId, ops: Vec<LedgerOp>) -> BatchResult {
-        let low = self.config.low_balance;
+        let low = self.config.policy;
         if self.config.max_batch <= 1 {
             // No batching at all (the benchmarks' baseline): each organization commits alone.
             return commit_batch(&self.db, None, &self.held, low, &org_id, ops).await;
@@ -147,7 +146,7 @@ async fn run_committer(
     held: Arc<Mutex<HashSet<OrgId>>>,
     mut queue: mpsc::Receiver<Pending>,
     max_ops: usize,
-    low_balance: Cents,
+    policy: LedgerPolicy,
 ) {
     while let Some(first) = queue.recv().await {
         let mut size = first.ops.len();
@@ -166,7 +165,7 @@ async fn run_committer(
             db.clone(),
             cache.clone(),
             held.clone(),
-            low_balance,
+            policy,
             group,
         ));
         let _ = tokio::time::timeout(DETACH_AFTER, commit).await;
@@ -180,19 +179,19 @@ async fn commit_group(
     db: DatabaseConnection,
     cache: Arc<AccountCache>,
     held: Arc<Mutex<HashSet<OrgId>>>,
-    low_balance: Cents,
+    policy: LedgerPolicy,
     mut group: Vec<Pending>,
 ) {
     if group.len() == 1 {
         if let Some(only) = group.pop() {
-            let result = commit_batch(&db, Some(&cache), &held, low_balance, &only.org_id, only.ops).await;
+            let result = commit_batch(&db, Some(&cache), &held, policy, &only.org_id, only.ops).await;
             let _ = only.reply.send(result);
         }
         return;
     }
     let batches: Vec<(&OrgId, &[LedgerOp])> = group.iter().map(|p| (&p.org_id, p.ops.as_slice())).collect();
     let mut alone = Vec::new();
-    match apply_group(&db, Some(&cache), low_balance, &batches).await {
+    match apply_group(&db, Some(&cache), policy, &batches).await {
         Ok(results) => {
             for (pending, result) in group.into_iter().zip(results) {
                 if matches!(result.outcomes.first(), Some(Err(LedgerError::Contended))) {
@@ -210,7 +209,7 @@ async fn commit_group(
     let commits = alone.into_iter().map(|pending| {
         let (db, cache, held) = (&db, &cache, &held);
         async move {
-            let result = commit_batch(db, Some(cache), held, low_balance, &pending.org_id, pending.ops).await;
+            let result = commit_batch(db, Some(cache), held, policy, &pending.org_id, pending.ops).await;
             let _ = pending.reply.send(result);
         }
     });
@@ -361,12 +360,12 @@ async fn commit_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
     held: &Mutex<HashSet<OrgId>>,
-    low_balance: Cents,
+    policy: LedgerPolicy,
     org_id: &OrgId,
     ops: Vec<LedgerOp>,
 ) -> BatchResult {
     let started = Instant::now();
-    match apply_batch(db, cache, low_balance, org_id, &ops).await {
+    match apply_batch(db, cache, policy, org_id, &ops).await {
         Ok(result) => {
             tracing::debug!(
                 org_id = %org_id,
@@ -393,7 +392,7 @@ async fn commit_batch(
             let mut outcomes = Vec::with_capacity(ops.len());
             let mut account = None;
             for op in &ops {
-                match apply_batch(db, cache, low_balance, org_id, std::slice::from_ref(op)).await {
+                match apply_batch(db, cache, policy, org_id, std::slice::from_ref(op)).await {
                     Ok(result) => {
                         outcomes.extend(result.outcomes);
                         account = result.account.or(account);
@@ -462,7 +461,7 @@ impl Ledger {
             held.clone(),
             queue,
             config.max_batch.max(1),
-            config.low_balance,
+            config.policy,
         ));
         Self {
             handle: arbiter.handle(),

@@ -83,7 +83,7 @@ async fn try_charge(
     match charged {
         Ok(Charged::Succeeded { intent, credit }) => {
             tracing::info!(org_id = %org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
-            Ok(Some(credit))
+            Ok(Some(*credit))
         }
         // Not settled synchronously: the webhook credits it when it succeeds.
         Ok(Charged::Waiting(_)) => Ok(None),

@@ -22,7 +22,10 @@ use crate::webhooks::outbox::{self, Announcement};
 /// What became of a charge.
 pub enum Charged {
     /// Succeeded: the credit to apply, which settles the payment in its transaction.
-    Succeeded { intent: PaymentIntent, credit: LedgerOp },
+    Succeeded {
+        intent: PaymentIntent,
+        credit: Box<LedgerOp>,
+    },
     /// The processor still works on it (`processing`, `requires_action`); recorded, and
     /// credited by the webhook once it succeeds.
     Waiting(PaymentIntent),
@@ -149,7 +152,7 @@ async fn settle_answer(
     };
     match answer {
         Ok(intent) if intent.status.is_succeeded() => {
-            let credit = credit_op(pending, &intent.id);
+            let credit = Box::new(credit_op(pending, &intent.id));
             Ok(Charged::Succeeded { intent, credit })
         }
         Ok(intent) => {
@@ -274,7 +277,7 @@ pub async fn reconcile(
         let answer = ask(payments, &pending).await;
         let outcome = match settle_answer(db, &pending, answer).await {
             Ok(Charged::Succeeded { intent, credit: op }) => {
-                match credit(db, ledger, &pending, &intent.id, op).await {
+                match credit(db, ledger, &pending, &intent.id, *op).await {
                     Ok(_) => {
                         tracing::info!(org_id = %pending.org_id, payment_intent = %intent.id, amount_cents = pending.amount_cents.get(), "pending payment credited");
                         done.credited += 1;

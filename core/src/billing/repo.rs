@@ -2,7 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use entities::{
-    billing_account, ledger_entry, payment, pending_payment, serving_usage, training_run_cost, webhook_event,
+    billing_account, credit_grant, ledger_entry, payment, pending_payment, serving_usage, training_run_cost,
+    webhook_event,
 };
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
@@ -514,4 +515,34 @@ pub async fn last_ledger_activity(db: &impl ConnectionTrait) -> Result<Vec<(OrgI
         .into_tuple()
         .all(db)
         .await
+}
+
+/// The organization's grants: active ones (something left) first, in draw order (priority,
+/// soonest expiry, oldest); then the rest, newest first.
+pub async fn grants(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<credit_grant::Model>, DbErr> {
+    let mut all = credit_grant::Entity::find()
+        .filter(credit_grant::Column::OrgId.eq(org_id.clone()))
+        .all(db)
+        .await?;
+    all.sort_by(|a, b| {
+        let active = |g: &credit_grant::Model| g.remaining_microcents > Microcents::ZERO;
+        active(b).cmp(&active(a)).then_with(|| match active(a) {
+            true => (
+                a.priority,
+                a.expires_at.is_none(),
+                a.expires_at,
+                a.created_at,
+                &a.id,
+            )
+                .cmp(&(
+                    b.priority,
+                    b.expires_at.is_none(),
+                    b.expires_at,
+                    b.created_at,
+                    &b.id,
+                )),
+            false => b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)),
+        })
+    });
+    Ok(all)
 }

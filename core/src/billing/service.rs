@@ -3,12 +3,13 @@
 //! harmless.
 
 use chrono::Utc;
-use entities::{billing_account, ledger_entry, payment};
+use entities::{billing_account, credit_grant, ledger_entry, payment};
 use serde_json::Value;
 
 use super::charges;
 use super::ledger::{
-    EntryKind, LedgerError, LedgerOp, Outcome, ServingUsageRow, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+    EntryKind, GrantTerms, LedgerError, LedgerOp, Outcome, ServingUsageRow, SideEffect,
+    MAX_AUTO_TOPUP_DECLINES,
 };
 use super::payments::Card;
 use super::repo;
@@ -26,14 +27,42 @@ pub async fn account_of(billing: &Billing, org_id: &OrgId) -> Result<billing_acc
         .ok_or(BillingError::OrgNotFound)
 }
 
-/// The account with its most recent ledger entries.
-pub async fn overview(
-    billing: &Billing,
-    org_id: &OrgId,
-) -> Result<(billing_account::Model, Vec<ledger_entry::Model>), BillingError> {
+/// An account as its billing page shows it.
+pub struct Overview {
+    pub account: billing_account::Model,
+    /// The most recent ledger entries, newest first.
+    pub recent: Vec<ledger_entry::Model>,
+    /// The active grants (something left), in draw order.
+    pub grants: Vec<credit_grant::Model>,
+}
+
+impl Overview {
+    /// The soonest expiry of an active grant, and what lapses then.
+    pub fn next_expiry(&self) -> Option<(chrono::DateTime<Utc>, Microcents)> {
+        let at = self.grants.iter().filter_map(|g| g.expires_at).min()?;
+        let lapsing = self
+            .grants
+            .iter()
+            .filter(|g| g.expires_at == Some(at))
+            .fold(Microcents::ZERO, |sum, g| sum + g.remaining_microcents);
+        Some((at, lapsing))
+    }
+}
+
+/// The account with its most recent ledger entries and its active grants.
+pub async fn overview(billing: &Billing, org_id: &OrgId) -> Result<Overview, BillingError> {
     let account = account_of(billing, org_id).await?;
     let recent = repo::recent_ledger(&billing.db, org_id, RECENT_ENTRIES).await?;
-    Ok((account, recent))
+    let grants = repo::grants(&billing.db, org_id)
+        .await?
+        .into_iter()
+        .filter(|g| g.remaining_microcents > Microcents::ZERO)
+        .collect();
+    Ok(Overview {
+        account,
+        recent,
+        grants,
+    })
 }
 
 /// The processor's customer of the account, created on first use.
@@ -210,7 +239,8 @@ pub async fn topup(
         })?;
     match charged {
         charges::Charged::Succeeded { intent, credit } => {
-            let outcome = charges::credit(&billing.db, &billing.ledger, &pending, &intent.id, credit).await?;
+            let outcome =
+                charges::credit(&billing.db, &billing.ledger, &pending, &intent.id, *credit).await?;
             Ok(Topup {
                 status: intent.status,
                 payment_intent_id: intent.id,
@@ -280,6 +310,18 @@ async fn settle_topup(
     Ok(billing.ledger.submit(org_id, op).await?.balance)
 }
 
+/// When a credit granted now with `days` to live expires (0: never).
+fn expires_after(days: u32) -> Option<chrono::DateTime<Utc>> {
+    (days > 0).then(|| Utc::now() + chrono::Duration::days(i64::from(days)))
+}
+
+/// The organization's grants: the active ones first (in draw order), then the spent and
+/// expired ones, newest first.
+pub async fn grants(billing: &Billing, org_id: &OrgId) -> Result<Vec<credit_grant::Model>, BillingError> {
+    account_of(billing, org_id).await?;
+    Ok(repo::grants(&billing.db, org_id).await?)
+}
+
 /// Grants the configured starter credit, once per organization (a repeat is 409).
 pub async fn grant_starter_credit(
     billing: &Billing,
@@ -293,7 +335,11 @@ pub async fn grant_starter_credit(
         "starter credit",
     )
     .once_only()
-    .with_side(SideEffect::StarterCredit);
+    .with_side(SideEffect::StarterCredit)
+    .granting(GrantTerms {
+        expires_at: expires_after(billing.settings.starter_credit_expires_days),
+        ..GrantTerms::default()
+    });
     let outcome = billing.ledger.submit(org_id, op).await.map_err(|err| match err {
         LedgerError::Duplicate => BillingError::StarterCreditGranted,
         other => other.into(),
@@ -332,6 +378,15 @@ pub async fn redeem_promo(
     .with_side(SideEffect::PromoGrant {
         code: code.clone(),
         cents,
+    })
+    .granting(GrantTerms {
+        expires_at: billing
+            .settings
+            .promo_expires_days
+            .iter()
+            .find(|(known, _)| known.to_uppercase() == code)
+            .and_then(|(_, days)| expires_after(*days)),
+        ..GrantTerms::default()
     });
     let outcome = billing.ledger.submit(org_id, op).await.map_err(|err| match err {
         LedgerError::Duplicate => BillingError::PromoRedeemed(code.clone()),

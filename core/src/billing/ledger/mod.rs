@@ -6,6 +6,7 @@
 //! (a module per dialect), `cache` keeps PostgreSQL's last committed rows.
 
 mod cache;
+pub mod grants;
 mod ops;
 mod planner;
 mod sql;
@@ -15,12 +16,12 @@ use std::collections::{HashMap, HashSet};
 use chrono::Utc;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr, TransactionTrait};
 
-use crate::domain::{Cents, OrgId};
+use crate::domain::OrgId;
 
 pub use cache::AccountCache;
 pub use ops::{
-    outcome_label, AccountAfter, AutoTopup, BatchResult, EntryKind, LedgerError, LedgerOp, OnDuplicate,
-    Outcome, ServingUsageRow, SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+    outcome_label, AccountAfter, AutoTopup, BatchResult, EntryKind, GrantTerms, LedgerError, LedgerOp,
+    LedgerPolicy, OnDuplicate, Outcome, ServingUsageRow, SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
 use planner::{plan, KeyCheck, Writes};
 pub use sql::{ensure_account, lock_account};
@@ -30,11 +31,11 @@ pub use sql::{ensure_account, lock_account};
 pub async fn apply_batch(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    low_balance: Cents,
+    policy: LedgerPolicy,
     org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<BatchResult, DbErr> {
-    let mut results = apply_group(db, cache, low_balance, &[(org_id, ops)]).await?;
+    let mut results = apply_group(db, cache, policy, &[(org_id, ops)]).await?;
     Ok(results.pop().unwrap_or(BatchResult {
         outcomes: Vec::new(),
         account: None,
@@ -49,7 +50,7 @@ pub async fn apply_batch(
 pub async fn apply_group(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    low_balance: Cents,
+    policy: LedgerPolicy,
     batches: &[(&OrgId, &[LedgerOp])],
 ) -> Result<Vec<BatchResult>, DbErr> {
     let distinct: HashSet<&OrgId> = batches.iter().map(|(org, _)| *org).collect();
@@ -61,16 +62,15 @@ pub async fn apply_group(
     }
     if db.get_database_backend() == DbBackend::Postgres {
         if let (Some(cache), [(org_id, ops)]) = (cache, batches) {
-            if let Some(result) = apply_cached(db, cache, low_balance, org_id, ops).await? {
+            if let Some(result) = apply_cached(db, cache, policy, org_id, ops).await? {
                 return Ok(vec![result]);
             }
         }
-        if let Some(results) = apply_group_with(db, cache, low_balance, batches, KeyCheck::Optimistic).await?
-        {
+        if let Some(results) = apply_group_with(db, cache, policy, batches, KeyCheck::Optimistic).await? {
             return Ok(results);
         }
     }
-    apply_group_with(db, cache, low_balance, batches, KeyCheck::LookUp)
+    apply_group_with(db, cache, policy, batches, KeyCheck::LookUp)
         .await?
         .ok_or_else(|| DbErr::Custom("ledger entries skipped after their keys were looked up".into()))
 }
@@ -80,13 +80,15 @@ pub async fn apply_group(
 async fn apply_group_with(
     db: &DatabaseConnection,
     cache: Option<&AccountCache>,
-    low_balance: Cents,
+    policy: LedgerPolicy,
     batches: &[(&OrgId, &[LedgerOp])],
     check: KeyCheck,
 ) -> Result<Option<Vec<BatchResult>>, DbErr> {
     let txn = db.begin().await?;
     let org_ids: Vec<OrgId> = batches.iter().map(|(org, _)| (*org).clone()).collect();
     let sql::Locked { accounts, contended } = sql::lock_accounts(&txn, &org_ids).await?;
+    // Read under the accounts' locks: every change of a grant holds its account's.
+    let mut grants = sql::active_grants(&txn, &org_ids).await?;
 
     let mut applied = match check {
         KeyCheck::Optimistic => HashMap::new(),
@@ -126,7 +128,7 @@ async fn apply_group_with(
     let mut usage = sql::recorded_usage(&txn, usage_ids).await?;
 
     let now = Utc::now();
-    let mut writes = Writes::new(check).low_balance(low_balance);
+    let mut writes = Writes::new(check).policy(policy);
     let mut results = Vec::with_capacity(batches.len());
     for (org_id, ops) in batches {
         if contended.contains(*org_id) {
@@ -143,10 +145,27 @@ async fn apply_group_with(
             });
             continue;
         };
-        results.push(plan(org_id, account, ops, &mut applied, &mut usage, &mut writes));
+        let held = grants.remove(*org_id).unwrap_or_default();
+        results.push(plan(
+            org_id,
+            account,
+            &held,
+            ops,
+            &mut applied,
+            &mut usage,
+            &mut writes,
+            now,
+        ));
     }
     // What the cache learns from this commit (the flush consumes the writes).
-    let after = cache.map(|_| (writes.balances.clone(), writes.settled_auto_topups.clone()));
+    let after = cache.map(|_| {
+        let grants: HashMap<OrgId, Vec<grants::Grant>> = writes.grants_after.iter().cloned().collect();
+        (
+            writes.balances.clone(),
+            writes.settled_auto_topups.clone(),
+            grants,
+        )
+    });
     let versions = match writes.keys_unchecked {
         true => None,
         false => sql::flush(writes, &txn, now).await?,
@@ -157,7 +176,7 @@ async fn apply_group_with(
         return Ok(None);
     };
     txn.commit().await?;
-    if let (Some(cache), Some((balances, settled))) = (cache, after) {
+    if let (Some(cache), Some((balances, settled, mut grants))) = (cache, after) {
         // What this transaction left is what the next batch of these organizations may
         // plan on (unless another writer moves the row first, which its version shows).
         // Settling a top-up also changes fields the plan does not track: not kept.
@@ -167,7 +186,8 @@ async fn apply_group_with(
         let versions: HashMap<OrgId, String> = versions.into_iter().collect();
         for row in balances.iter().filter(|row| !settled.contains(&row.org_id)) {
             if let (Some(account), Some(version)) = (accounts.get(&row.org_id), versions.get(&row.org_id)) {
-                cache.put(row.account_after(account, now), version.clone());
+                let held = grants.remove(&row.org_id).unwrap_or_default();
+                cache.put(row.account_after(account, now), held, version.clone());
             }
         }
     }
@@ -182,25 +202,28 @@ async fn apply_group_with(
 async fn apply_cached(
     db: &DatabaseConnection,
     cache: &AccountCache,
-    low_balance: Cents,
+    policy: LedgerPolicy,
     org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<Option<BatchResult>, DbErr> {
-    let Some((account, version)) = cache.get(org_id) else {
+    let Some((account, held, version)) = cache.get(org_id) else {
         return Ok(None);
     };
     let now = Utc::now();
-    let mut writes = Writes::new(KeyCheck::Optimistic).low_balance(low_balance);
+    let mut writes = Writes::new(KeyCheck::Optimistic).policy(policy);
     let result = plan(
         org_id,
         &account,
+        &held,
         ops,
         &mut HashMap::new(),
         &mut HashMap::new(),
         &mut writes,
+        now,
     );
     // Only a batch whose account row it updates is checked by the guard; promo grants,
-    // settled top-ups and webhook events write more than this statement does.
+    // settled top-ups, webhook events and new grants write more than this statement does
+    // (changes of existing grants it writes, under the same guard).
     let Some(after) = writes.balances.first().cloned() else {
         return Ok(None);
     };
@@ -209,6 +232,7 @@ async fn apply_cached(
         || !writes.settled_auto_topups.is_empty()
         || !writes.settled_payments.is_empty()
         || !writes.events.is_empty()
+        || !writes.new_grants.is_empty()
     {
         return Ok(None);
     }
@@ -217,7 +241,8 @@ async fn apply_cached(
     let Some(version) = written? else {
         return Ok(None);
     };
-    cache.put(after.account_after(&account, now), version);
+    let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
+    cache.put(after.account_after(&account, now), held, version);
     Ok(Some(result))
 }
 

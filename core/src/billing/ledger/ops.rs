@@ -28,6 +28,57 @@ pub enum SideEffect {
     StarterCredit,
     /// The credit of an auto top-up: ends the one in flight and clears the declines.
     AutoTopupCredited,
+    /// Ends a grant: its remainder (found when planned) becomes an `expiry` entry.
+    Expire {
+        grant_id: String,
+    },
+}
+
+/// What a credit's grant is, beyond its amount (all optional: the kind follows the entry's,
+/// the priority the policy's default for the kind, and it never expires).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GrantTerms {
+    pub kind: Option<crate::domain::GrantKind>,
+    pub priority: Option<i32>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// A manual grant's maker (the internal key's label), key and body hash.
+    pub created_by: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Option<String>,
+}
+
+/// Default grant priorities (lower is drawn first) and the low-balance threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerPolicy {
+    /// `billing.balance.low` is sent under this, for organizations without an auto top-up
+    /// threshold of their own.
+    pub low_balance: Cents,
+    /// Starter credit, promo codes and manual grants.
+    pub promotional_priority: i32,
+    /// Top-ups, auto top-ups, refunds and migrated balances.
+    pub paid_priority: i32,
+}
+
+impl Default for LedgerPolicy {
+    fn default() -> Self {
+        Self {
+            low_balance: Cents(1000),
+            promotional_priority: 10,
+            paid_priority: 50,
+        }
+    }
+}
+
+impl LedgerPolicy {
+    pub fn priority(&self, kind: crate::domain::GrantKind) -> i32 {
+        use crate::domain::GrantKind;
+        match kind {
+            GrantKind::Starter | GrantKind::Promo | GrantKind::Manual => self.promotional_priority,
+            GrantKind::Topup | GrantKind::AutoTopup | GrantKind::Refund | GrantKind::Migrated => {
+                self.paid_priority
+            }
+        }
+    }
 }
 
 /// One metered serving request (a row of `serving_usage`; its JSON is the row's insert).
@@ -57,6 +108,8 @@ pub struct LedgerOp {
     pub side: SideEffect,
     /// The payment this credit settles: written in the credit's transaction.
     pub payment: Option<Arc<SettledPayment>>,
+    /// A credit's grant terms (none: the defaults).
+    pub grant: Option<Box<GrantTerms>>,
 }
 
 /// A succeeded charge settled by its credit: its payment row is recorded as succeeded and its
@@ -89,7 +142,29 @@ impl LedgerOp {
             may_overdraw: false,
             side: SideEffect::None,
             payment: None,
+            grant: None,
         }
+    }
+
+    /// Ends grant `grant_id` of the organization: its remainder becomes an `expiry` entry,
+    /// once (keyed by the grant).
+    pub fn expiry(grant_id: &str) -> Self {
+        Self::credit(
+            EntryKind::Expiry,
+            Microcents::ZERO,
+            Some(IdempotencyKey::expiry(grant_id)),
+            format!("credit grant {grant_id} expired"),
+        )
+        .once_only()
+        .with_side(SideEffect::Expire {
+            grant_id: grant_id.to_owned(),
+        })
+    }
+
+    /// The credit's grant terms.
+    pub fn granting(mut self, terms: GrantTerms) -> Self {
+        self.grant = Some(Box::new(terms));
+        self
     }
 
     pub fn debit(

@@ -7,11 +7,12 @@ use chrono::{DateTime, Utc};
 use entities::billing_account;
 use serde::Serialize;
 
+use super::grants::{Book, Draw, Grant};
 use super::ops::{
-    AccountAfter, AutoTopup, BatchResult, LedgerError, LedgerOp, OnDuplicate, Outcome, ServingUsageRow,
-    SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
+    AccountAfter, AutoTopup, BatchResult, LedgerError, LedgerOp, LedgerPolicy, OnDuplicate, Outcome,
+    ServingUsageRow, SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
-use crate::domain::{Cents, Microcents, OrgId};
+use crate::domain::{Cents, EntryKind, GrantKind, Microcents, OrgId};
 
 /// How a group finds the idempotency keys it repeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,34 @@ pub(super) struct EntryRow {
     pub balance_after: Microcents,
     pub idempotency_key: Option<String>,
     pub reason: String,
+    /// The grants the entry changed, `[{grantId, microcents}]` (JSON text; none: none).
+    pub grants: Option<String>,
+}
+
+/// A grant a credit makes (its JSON is the row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct GrantRow {
+    pub id: String,
+    pub org_id: OrgId,
+    pub kind: &'static str,
+    pub original: Microcents,
+    /// What is left once the batch is applied.
+    pub remaining: Microcents,
+    pub priority: i32,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub reason: String,
+    pub created_by: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Option<String>,
+}
+
+/// An existing grant as the batch leaves it (its JSON is the row of the update).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct GrantChange {
+    pub id: String,
+    pub remaining: Microcents,
+    /// The expiry sweep ended it.
+    pub expired: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,9 +115,14 @@ pub(super) struct Writes {
     pub keys_unchecked: bool,
     /// What the batch announces to webhook endpoints (written by the same transaction).
     pub events: Vec<LedgerEvent>,
-    /// The balance under which `billing.balance.low` fires for an organization without an
-    /// auto top-up threshold; none: never.
-    low_balance: Option<Cents>,
+    /// Grants the batch's credits make, and existing grants it changed.
+    pub new_grants: Vec<GrantRow>,
+    pub grant_changes: Vec<GrantChange>,
+    /// Each organization's active grants once the batch is applied (the account cache's).
+    pub grants_after: Vec<(OrgId, Vec<Grant>)>,
+    /// Default priorities, and the balance under which `billing.balance.low` fires for an
+    /// organization without an auto top-up threshold (none: never).
+    policy: Option<LedgerPolicy>,
 }
 
 /// A webhook event a planned batch announces.
@@ -121,33 +155,47 @@ impl Writes {
             settled_payments: Vec::new(),
             keys_unchecked: false,
             events: Vec::new(),
-            low_balance: None,
+            new_grants: Vec::new(),
+            grant_changes: Vec::new(),
+            grants_after: Vec::new(),
+            policy: None,
         }
     }
 
-    /// Announces `billing.balance.low` under `cents` (for organizations without their own
-    /// auto top-up threshold).
-    pub fn low_balance(mut self, cents: Cents) -> Self {
-        self.low_balance = Some(cents);
+    /// Plans with `policy`: its grant priorities and its low-balance threshold.
+    pub fn policy(mut self, policy: LedgerPolicy) -> Self {
+        self.policy = Some(policy);
         self
     }
 }
 
+fn draws_json(draws: &[Draw]) -> Option<String> {
+    (!draws.is_empty()).then(|| serde_json::to_string(draws).unwrap_or_default())
+}
+
 /// Decides every operation of one organization, in order, against its locked account.
 /// `applied` and `usage` are what is already recorded; both learn this batch's writes.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn plan(
     org_id: &OrgId,
     account: &billing_account::Model,
+    grants: &[Grant],
     ops: &[LedgerOp],
     applied: &mut Applied,
     usage: &mut HashMap<String, ServingUsageRow>,
     writes: &mut Writes,
+    now: DateTime<Utc>,
 ) -> BatchResult {
     let mut balance = account.balance_microcents;
+    let mut book = Book::new(grants.to_vec(), balance);
+    let before: HashMap<&str, Microcents> = grants.iter().map(|g| (g.id.as_str(), g.remaining)).collect();
+    let mut made: Vec<usize> = Vec::new();
+    let mut expired: HashSet<String> = HashSet::new();
+    let policy = writes.policy.unwrap_or_default();
     // The organization's auto top-up threshold when it has one, else the configured one.
     let low_threshold = match (account.auto_topup_enabled, account.auto_topup_threshold_cents) {
         (true, Some(threshold)) => Some(threshold),
-        _ => writes.low_balance,
+        _ => writes.policy.map(|p| p.low_balance),
     };
     let mut starter_granted = account.starter_credit_granted;
     let mut changed = false;
@@ -181,13 +229,35 @@ pub(super) fn plan(
             });
             continue;
         }
-        let after = balance + op.amount;
+        let amount = match &op.side {
+            SideEffect::Expire { grant_id } => -book.remaining(grant_id).unwrap_or(Microcents::ZERO),
+            _ => op.amount,
+        };
+        if let SideEffect::Expire { grant_id } = &op.side {
+            expired.insert(grant_id.clone());
+            if amount == Microcents::ZERO {
+                // Nothing left of it (or not active): ended without an entry.
+                book.expire(grant_id);
+                outcomes.push(Ok(Outcome {
+                    amount,
+                    balance,
+                    replayed: false,
+                    serving: None,
+                }));
+                continue;
+            }
+        }
+        let after = balance + amount;
         let refusal = if matches!(op.side, SideEffect::StarterCredit) && starter_granted {
             Some(LedgerError::Duplicate)
-        } else if op.amount < Microcents::ZERO && !op.may_overdraw && after < Microcents::ZERO {
+        } else if amount < Microcents::ZERO
+            && !op.may_overdraw
+            && !matches!(op.side, SideEffect::Expire { .. })
+            && after < Microcents::ZERO
+        {
             Some(LedgerError::InsufficientFunds {
                 balance,
-                needed: -op.amount,
+                needed: -amount,
             })
         } else {
             None
@@ -210,10 +280,8 @@ pub(super) fn plan(
                 });
             }
         }
-        if let (crate::domain::EntryKind::Topup | crate::domain::EntryKind::AutoTopup, Some(key)) =
-            (op.kind, &op.idempotency_key)
-        {
-            if op.amount > Microcents::ZERO {
+        if let (EntryKind::Topup | EntryKind::AutoTopup, Some(key)) = (op.kind, &op.idempotency_key) {
+            if amount > Microcents::ZERO {
                 writes.events.push(LedgerEvent::Credited {
                     org_id: org_id.to_owned(),
                     kind: op.kind,
@@ -223,23 +291,65 @@ pub(super) fn plan(
         }
         balance = after;
         changed = true;
+        // What the entry does to the grants: a credit makes one (paying any overdraft first),
+        // a debit draws in order, an expiry ends its grant.
+        let draws = if let SideEffect::Expire { grant_id } = &op.side {
+            book.expire(grant_id);
+            vec![Draw {
+                grant_id: grant_id.clone(),
+                microcents: amount,
+            }]
+        } else if amount > Microcents::ZERO {
+            let terms = op.grant.as_deref().cloned().unwrap_or_default();
+            let kind = terms.kind.unwrap_or_else(|| GrantKind::of_entry(op.kind));
+            let id = uuid::Uuid::new_v4().to_string();
+            let priority = terms.priority.unwrap_or_else(|| policy.priority(kind));
+            let kept = book.credit(Grant {
+                id: id.clone(),
+                remaining: amount,
+                priority,
+                expires_at: terms.expires_at,
+                created_at: now,
+            });
+            made.push(writes.new_grants.len());
+            writes.new_grants.push(GrantRow {
+                id: id.clone(),
+                org_id: org_id.to_owned(),
+                kind: kind.as_str(),
+                original: amount,
+                remaining: kept,
+                priority,
+                expires_at: terms.expires_at,
+                reason: op.reason.clone(),
+                created_by: terms.created_by,
+                idempotency_key: terms.idempotency_key,
+                request_hash: terms.request_hash,
+            });
+            vec![Draw {
+                grant_id: id,
+                microcents: kept,
+            }]
+        } else {
+            book.debit(-amount)
+        };
         writes.entries.push(EntryRow {
             org_id: org_id.to_owned(),
             kind: op.kind.as_str(),
-            amount: op.amount,
+            amount,
             balance_after: balance,
             idempotency_key: op.idempotency_key.clone(),
             reason: op.reason.clone(),
+            grants: draws_json(&draws),
         });
         if let Some(key) = key {
-            applied.insert(key, op.amount);
+            applied.insert(key, amount);
         }
         if let Some(payment) = &op.payment {
             writes.settled_payments.push((**payment).clone());
         }
         let mut serving = None;
         match &op.side {
-            SideEffect::None => {}
+            SideEffect::None | SideEffect::Expire { .. } => {}
             SideEffect::ServingUsage(row) => {
                 if writes.seen_requests.insert(row.request_id.clone()) {
                     writes.usage_rows.push(row.clone());
@@ -256,12 +366,41 @@ pub(super) fn plan(
             SideEffect::AutoTopupCredited => writes.settled_auto_topups.push(org_id.to_owned()),
         }
         outcomes.push(Ok(Outcome {
-            amount: op.amount,
+            amount,
             balance,
             replayed: false,
             serving,
         }));
     }
+    // The grants as the batch leaves them: new ones with what they kept, changed ones.
+    for i in made {
+        let row = &mut writes.new_grants[i];
+        row.remaining = book.remaining(&row.id).unwrap_or(Microcents::ZERO);
+    }
+    for grant in grants {
+        let now_left = book.remaining(&grant.id).unwrap_or(Microcents::ZERO);
+        let ended = expired.contains(&grant.id);
+        if before.get(grant.id.as_str()) != Some(&now_left) || ended {
+            writes.grant_changes.push(GrantChange {
+                id: grant.id.clone(),
+                remaining: now_left,
+                expired: ended,
+            });
+        }
+    }
+    for id in &expired {
+        // An expiry of a grant that was not active (spent already): still marked ended.
+        if !before.contains_key(id.as_str()) {
+            writes.grant_changes.push(GrantChange {
+                id: id.clone(),
+                remaining: Microcents::ZERO,
+                expired: true,
+            });
+        }
+    }
+    writes
+        .grants_after
+        .push((org_id.to_owned(), book.grants().to_vec()));
     if changed {
         writes.balances.push(BalanceRow {
             org_id: org_id.to_owned(),
@@ -319,6 +458,8 @@ mod tests {
             auto_topup_declines: 0,
             auto_topup_started_at: None,
             starter_credit_granted: false,
+            auto_topup_monthly_limit_cents: None,
+            auto_topup_limit_notified_month: None,
             created_at: now,
             updated_at: now,
         }
@@ -397,7 +538,27 @@ mod tests {
         usage: &mut HashMap<String, ServingUsageRow>,
     ) -> Planned {
         let mut writes = Writes::new(KeyCheck::LookUp);
-        let result = plan(&org(), &account(start), ops, applied, usage, &mut writes);
+        // A positive start is one paid grant (as the migration makes it).
+        let grants: Vec<Grant> = (start > 0)
+            .then(|| Grant {
+                id: "migrated".into(),
+                remaining: Microcents(start),
+                priority: 50,
+                expires_at: None,
+                created_at: Utc::now(),
+            })
+            .into_iter()
+            .collect();
+        let result = plan(
+            &org(),
+            &account(start),
+            &grants,
+            ops,
+            applied,
+            usage,
+            &mut writes,
+            Utc::now(),
+        );
         let balance = result.account.map(|a| a.balance).unwrap_or_default();
         Planned {
             outcomes: result.outcomes,
@@ -490,21 +651,32 @@ mod tests {
             let batch = plan_all(start, &ops, &mut HashMap::new(), &mut HashMap::new());
             let (mut applied, mut usage) = (HashMap::new(), HashMap::new());
             let mut account_now = account(start);
+            let mut grants_now: Vec<Grant> = (start > 0)
+                .then(|| Grant { id: "migrated".into(), remaining: Microcents(start), priority: 50, expires_at: None, created_at: Utc::now() })
+                .into_iter()
+                .collect();
             let mut outcomes = Vec::new();
             let mut entries = Vec::new();
             let mut usage_rows = Vec::new();
             for op in &ops {
                 let mut writes = Writes::new(KeyCheck::LookUp);
-                let result = plan(&org(), &account_now, std::slice::from_ref(op), &mut applied, &mut usage, &mut writes);
+                let result = plan(&org(), &account_now, &grants_now, std::slice::from_ref(op), &mut applied, &mut usage, &mut writes, Utc::now());
                 if let Some(row) = writes.balances.first() {
                     account_now = row.account_after(&account_now, account_now.updated_at);
+                }
+                if let Some((_, after)) = writes.grants_after.pop() {
+                    grants_now = after;
                 }
                 outcomes.extend(result.outcomes);
                 entries.extend(writes.entries);
                 usage_rows.extend(writes.usage_rows);
             }
+            // A credit's grant id is new each time it is planned: compare the rest.
+            let strip = |entries: Vec<EntryRow>| -> Vec<EntryRow> {
+                entries.into_iter().map(|e| EntryRow { grants: None, ..e }).collect()
+            };
             prop_assert_eq!(outcomes, batch.outcomes);
-            prop_assert_eq!(entries, batch.writes.entries);
+            prop_assert_eq!(strip(entries), strip(batch.writes.entries));
             prop_assert_eq!(usage_rows, batch.writes.usage_rows);
             prop_assert_eq!(account_now.balance_microcents, batch.balance);
         }
@@ -522,10 +694,12 @@ mod tests {
         let result = plan(
             &org(),
             &account(0),
+            &[],
             &[fee],
             &mut HashMap::new(),
             &mut HashMap::new(),
             &mut writes,
+            Utc::now(),
         );
         assert!(matches!(
             result.outcomes[0],

@@ -7,15 +7,16 @@ mod sqlite;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use entities::{billing_account, ledger_entry, organization, promo_grant, serving_usage};
+use entities::{billing_account, credit_grant, ledger_entry, organization, promo_grant, serving_usage};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect,
 };
 use serde_json::json;
 
+use super::grants::Grant;
 use super::ops::ServingUsageRow;
-use super::planner::{Applied, LedgerEvent, Writes};
-use crate::domain::EntryKind;
+use super::planner::{Applied, GrantRow, LedgerEvent, Writes};
+use crate::domain::{EntryKind, GrantKind};
 use crate::domain::{Microcents, OrgId, PaymentState};
 use crate::webhooks::outbox::{self, Announcement};
 
@@ -40,6 +41,7 @@ const LEDGER_ROWS: JsonRows = JsonRows {
         ("balance_after", "bigint"),
         ("idempotency_key", "text"),
         ("reason", "text"),
+        ("grants", "text"),
     ],
     skip_conflicts_on: None,
 };
@@ -51,7 +53,7 @@ const LEDGER_ROWS_SKIPPING_APPLIED: JsonRows = JsonRows {
 };
 
 const LEDGER_COLUMNS: &str =
-    "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason";
+    "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason, grants";
 
 const USAGE_ROWS: JsonRows = JsonRows {
     table: "serving_usage",
@@ -267,8 +269,64 @@ pub(super) async fn flush(
             .exec(txn)
             .await?;
     }
+    if !writes.new_grants.is_empty() {
+        insert_grants(txn, &writes.new_grants, now).await?;
+    }
     announce(txn, writes.events).await?;
     Ok(versions)
+}
+
+/// The active grants (something left) of `org_ids`, by organization.
+pub(super) async fn active_grants(
+    txn: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+) -> Result<HashMap<OrgId, Vec<Grant>>, DbErr> {
+    let rows = credit_grant::Entity::find()
+        .filter(credit_grant::Column::OrgId.is_in(org_ids.iter().cloned()))
+        // As the partial index states it (a bound 0 would not match it in a generic plan).
+        .filter(sea_orm::sea_query::Expr::cust("remaining_microcents > 0"))
+        .all(txn)
+        .await?;
+    let mut by_org: HashMap<OrgId, Vec<Grant>> = HashMap::new();
+    for row in rows {
+        by_org.entry(row.org_id.clone()).or_default().push(Grant {
+            id: row.id,
+            remaining: row.remaining_microcents,
+            priority: row.priority,
+            expires_at: row.expires_at,
+            created_at: row.created_at,
+        });
+    }
+    Ok(by_org)
+}
+
+/// The grants the batch's credits made (through the entity, so both dialects store their
+/// times alike).
+async fn insert_grants(
+    txn: &impl ConnectionTrait,
+    rows: &[GrantRow],
+    now: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let models = rows.iter().map(|row| credit_grant::ActiveModel {
+        id: Set(row.id.clone()),
+        org_id: Set(row.org_id.clone()),
+        kind: Set(GrantKind::parse(row.kind).unwrap_or(GrantKind::Refund)),
+        original_microcents: Set(row.original),
+        remaining_microcents: Set(row.remaining),
+        priority: Set(row.priority),
+        expires_at: Set(row.expires_at),
+        reason: Set(row.reason.clone()),
+        created_by: Set(row.created_by.clone()),
+        idempotency_key: Set(row.idempotency_key.clone()),
+        request_hash: Set(row.request_hash.clone()),
+        expiring_notified_at: Set(None),
+        expired_at: Set(None),
+        created_at: Set(now),
+    });
+    credit_grant::Entity::insert_many(models)
+        .exec_without_returning(txn)
+        .await
+        .map(drop)
 }
 
 /// Writes the batch's webhook events for the endpoints listening (the outbox): a credited
@@ -375,6 +433,8 @@ pub async fn ensure_account(db: &impl ConnectionTrait, org_id: &OrgId) -> Result
         auto_topup_declines: Set(0),
         auto_topup_started_at: Set(None),
         starter_credit_granted: Set(false),
+        auto_topup_monthly_limit_cents: Set(None),
+        auto_topup_limit_notified_month: Set(None),
         created_at: Set(now),
         updated_at: Set(now),
     })

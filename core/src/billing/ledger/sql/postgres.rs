@@ -72,12 +72,28 @@ impl JsonRows {
     }
 }
 
-/// A group's entries (`$1`), usage rows (`$2`) and balances (`$3`), stamped `$4`, written
-/// by one statement; it answers how many entries and usage rows it inserted, and each
-/// updated account's new row version (`xmin`) as a JSON list of `[org_id, version]`.
+/// The update of the grants a batch changed (`$changes`: `[{id, remaining, expired}]`),
+/// stamped `$now`, only if `guard` holds.
+fn grant_changes(changes: usize, now: usize, guard: &str) -> String {
+    let guard = match guard {
+        "" => String::new(),
+        g => format!(" AND {}", g.trim_start_matches("WHERE ")),
+    };
+    format!(
+        "UPDATE credit_grants AS g SET remaining_microcents = x.remaining, \
+            expired_at = CASE WHEN x.expired THEN ${now} ELSE g.expired_at END \
+         FROM jsonb_to_recordset(${changes}) AS x(id text, remaining bigint, expired boolean) \
+         WHERE g.id = x.id{guard}"
+    )
+}
+
+/// A group's entries (`$1`), usage rows (`$2`), balances (`$3`) and grant changes (`$5`),
+/// stamped `$4`, written by one statement; it answers how many entries and usage rows it
+/// inserted, and each updated account's new row version (`xmin`) as a JSON list of
+/// `[org_id, version]`.
 fn pg_writes(entries: &JsonRows, usage: &JsonRows) -> String {
     format!(
-        "WITH e AS ({} RETURNING 1), u AS ({} RETURNING 1), \
+        "WITH e AS ({} RETURNING 1), u AS ({} RETURNING 1), g AS ({}), \
               balances AS (UPDATE billing_accounts AS b SET balance_microcents = x.balance, \
                       starter_credit_granted = x.starter, updated_at = $4 \
                     FROM jsonb_to_recordset($3) AS x(org_id text, balance bigint, starter boolean) \
@@ -85,7 +101,8 @@ fn pg_writes(entries: &JsonRows, usage: &JsonRows) -> String {
          SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM u), \
                 (SELECT json_agg(json_build_array(org_id, version))::text FROM balances)",
         entries.pg_insert(1, 4, ""),
-        usage.pg_insert(2, 4, "")
+        usage.pg_insert(2, 4, ""),
+        grant_changes(5, 4, "")
     )
 }
 
@@ -98,7 +115,7 @@ static PG_WRITES_SKIPPING_APPLIED: LazyLock<String> =
 
 /// [`guarded_write`]'s one autocommit statement: the account `$3` takes balance `$5` and
 /// starter flag `$6` only if its row version is still `$7`; the entries (`$1`) and usage
-/// rows (`$2`), stamped `$4`, are inserted only if it did (no conflict clause: a key
+/// rows (`$2`), stamped `$4`, are inserted (and the grant changes `$8` made) only if it did (no conflict clause: a key
 /// already taken fails the whole statement, so they insert every row or none). Answers
 /// one row with the account's new version, or no row if it had moved (nothing written).
 static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
@@ -107,10 +124,11 @@ static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
         "WITH balances AS (UPDATE billing_accounts SET balance_microcents = $5, \
                   starter_credit_granted = $6, updated_at = $4 \
                 WHERE org_id = $3 AND xmin = $7::text::xid RETURNING xmin::text AS version), \
-              e AS ({}), u AS ({}) \
+              e AS ({}), u AS ({}), g AS ({}) \
          SELECT version FROM balances",
         LEDGER_ROWS.pg_insert(1, 4, guard),
-        USAGE_ROWS.pg_insert(2, 4, guard)
+        USAGE_ROWS.pg_insert(2, 4, guard),
+        grant_changes(8, 4, guard)
     )
 });
 
@@ -126,6 +144,7 @@ pub(super) async fn write_group(
         Value::from(json_param(&writes.usage_rows)?),
         Value::from(json_param(&writes.balances)?),
         Value::from(now),
+        Value::from(json_param(&writes.grant_changes)?),
     ];
     let sql = match writes.check {
         KeyCheck::LookUp => &*PG_WRITES,
@@ -166,6 +185,7 @@ pub(in crate::billing::ledger) async fn guarded_write(
         Value::from(after.balance.get()),
         Value::from(after.starter),
         Value::from(version),
+        Value::from(json_param(&writes.grant_changes)?),
     ];
     let answer = db
         .query_one_raw(Statement::from_sql_and_values(

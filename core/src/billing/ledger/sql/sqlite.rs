@@ -93,5 +93,15 @@ pub(super) async fn write_group(
         txn.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, params))
             .await?;
     }
+    if !writes.grant_changes.is_empty() {
+        let sql = "UPDATE credit_grants SET remaining_microcents = x.remaining, \
+                    expired_at = CASE WHEN x.expired THEN ? ELSE credit_grants.expired_at END \
+                 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.remaining') AS remaining, \
+                              json_extract(value, '$.expired') AS expired FROM json_each(?)) AS x \
+                 WHERE credit_grants.id = x.id";
+        let params = [Value::from(now), Value::from(json_text(&writes.grant_changes)?)];
+        txn.execute_raw(Statement::from_sql_and_values(DbBackend::Sqlite, sql, params))
+            .await?;
+    }
     Ok(Some(Vec::new()))
 }

@@ -1,0 +1,242 @@
+//! Credit grants: every credit is one; debits draw from them in order; the billing view
+//! shows the active ones and the next expiry.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+async fn grants(app: &TestApp, org: &TestOrg) -> Vec<Value> {
+    json_of(
+        app.get(&format!("/api/billing/grants?orgId={}", org.org_id), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await["grants"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn days_from_now(value: &Value) -> f64 {
+    let at: chrono::DateTime<chrono::Utc> = value.as_str().unwrap().parse().unwrap();
+    (at - chrono::Utc::now()).num_minutes() as f64 / (24.0 * 60.0)
+}
+
+#[actix_web::test]
+async fn a_debit_spanning_three_grants_draws_in_order_and_the_view_shows_what_is_left() {
+    let app = spawn_app_with(|s| {
+        s.billing.starter_credit_cents = keel::domain::Cents(500);
+        s.billing.starter_credit_expires_days = 30;
+        s.billing.promo_expires_days.insert("WELCOME10".into(), 7);
+        s.billing.flat_run_fee_cents = keel::domain::Cents(1600);
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let ok = |r: reqwest::Response| async move {
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap())
+    };
+    ok(app
+        .post(
+            "/api/billing/starter-credit",
+            &org.api_key,
+            &json!({"orgId": org.org_id}),
+        )
+        .await)
+    .await;
+    ok(app
+        .post(
+            "/api/billing/promo-code",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "code": "WELCOME10"}),
+        )
+        .await)
+    .await;
+    app.fund(&org, 2000).await;
+
+    // Promotional credit first (the promo expires sooner than the starter credit), paid last.
+    let listed = grants(&app, &org).await;
+    let kinds: Vec<&str> = listed.iter().map(|g| g["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["promo", "starter", "topup"]);
+    assert_eq!(listed[0]["priority"], 10);
+    assert_eq!(listed[2]["priority"], 50);
+    assert!((6.9..=7.0).contains(&days_from_now(&listed[0]["expiresAt"])));
+    assert!((29.9..=30.0).contains(&days_from_now(&listed[1]["expiresAt"])));
+    assert_eq!(listed[2]["expiresAt"], Value::Null);
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["balanceMicrocents"], 3_500_000_000i64);
+    assert_eq!(billing["grants"].as_array().unwrap().len(), 3);
+    assert_eq!(billing["nextExpiry"]["microcents"], 1_000_000_000i64);
+    assert_eq!(billing["nextExpiry"]["at"], listed[0]["expiresAt"]);
+
+    // A fee of 16.00: the promo's 10.00, the starter's 5.00, then 1.00 of the top-up.
+    let debit = app
+        .post(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": "r1"}),
+        )
+        .await;
+    assert_eq!(debit.status(), StatusCode::OK);
+    let listed = grants(&app, &org).await;
+    let left: Vec<(&str, i64)> = listed
+        .iter()
+        .map(|g| {
+            (
+                g["kind"].as_str().unwrap(),
+                g["remainingMicrocents"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // The active one first; the spent ones after it, newest first.
+    assert_eq!(left, [("topup", 1_900_000_000), ("promo", 0), ("starter", 0)]);
+    assert_eq!(listed[1]["originalMicrocents"], 1_000_000_000i64);
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["balanceMicrocents"], 1_900_000_000i64);
+    let active: Vec<&str> = billing["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(active, ["topup"]);
+    assert_eq!(billing["nextExpiry"], Value::Null, "what is left never expires");
+
+    // The ledger row of the fee records the three draws, in order.
+    use sea_orm::{EntityTrait, QueryOrder};
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let fee = entities::ledger_entry::Entity::find()
+        .order_by_desc(entities::ledger_entry::Column::Id)
+        .one(&db)
+        .await
+        .unwrap()
+        .unwrap();
+    let draws: Vec<Value> = serde_json::from_str(fee.grants.as_deref().unwrap()).unwrap();
+    let amounts: Vec<i64> = draws.iter().map(|d| d["microcents"].as_i64().unwrap()).collect();
+    assert_eq!(amounts, [-1_000_000_000, -500_000_000, -100_000_000]);
+    let ids: Vec<&str> = draws.iter().map(|d| d["grantId"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            listed[1]["grantId"].as_str().unwrap(),
+            listed[2]["grantId"].as_str().unwrap(),
+            listed[0]["grantId"].as_str().unwrap()
+        ]
+    );
+    db.close().await.ok();
+    app.assert_ledger_invariant(&org.org_id).await;
+
+    // Another organization's grants are not this key's to read.
+    let other = app.create_org("Other").await;
+    let refused = app
+        .get(
+            &format!("/api/billing/grants?orgId={}", other.org_id),
+            &org.api_key,
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+}
+
+/// A database from before credit grants: each positive balance becomes one `migrated` grant
+/// (paid priority, never expires); a negative balance stays an overdraft, paid first by the
+/// next credit.
+#[actix_web::test]
+async fn balances_from_before_grants_become_one_migrated_grant_each() {
+    use migration::{Migrator, MigratorTrait};
+    use sea_orm::{ConnectionTrait, Statement};
+    let db_handle = TestDb::new().await;
+    let db = sea_orm::Database::connect(&db_handle.url).await.unwrap();
+    let before_grants = Migrator::migrations().len() as u32 - 1;
+    Migrator::up(&db, Some(before_grants)).await.unwrap();
+    let backend = db.get_database_backend();
+    let (rich, poor) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
+    let now = chrono::Utc::now();
+    for (id, balance) in [(&rich, 1_234_000_000i64), (&poor, -50_000_000)] {
+        let sql = match backend {
+            sea_orm::DbBackend::Postgres => [
+                "INSERT INTO organizations (id, name, slug, created_at) VALUES ($1, $2, $3, $4)",
+                "INSERT INTO billing_accounts (org_id, balance_microcents, auto_topup_enabled, auto_topup_declines, \
+                 starter_credit_granted, created_at, updated_at) VALUES ($1, $2, false, 0, false, $3, $3)",
+            ],
+            _ => [
+                "INSERT INTO organizations (id, name, slug, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO billing_accounts (org_id, balance_microcents, auto_topup_enabled, auto_topup_declines, \
+                 starter_credit_granted, created_at, updated_at) VALUES (?, ?, false, 0, false, ?, ?)",
+            ],
+        };
+        db.execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql[0],
+            [
+                id.as_str().into(),
+                "Old".into(),
+                format!("old-{id}").into(),
+                now.into(),
+            ],
+        ))
+        .await
+        .unwrap();
+        let values: Vec<sea_orm::Value> = match backend {
+            sea_orm::DbBackend::Postgres => vec![id.as_str().into(), balance.into(), now.into()],
+            _ => vec![id.as_str().into(), balance.into(), now.into(), now.into()],
+        };
+        db.execute_raw(Statement::from_sql_and_values(backend, sql[1], values))
+            .await
+            .unwrap();
+    }
+    Migrator::up(&db, None).await.unwrap();
+    let mut keys = std::collections::HashMap::new();
+    for id in [&rich, &poor] {
+        let org_id = keel::domain::OrgId::parse(id).unwrap();
+        let key = keel::orgs::repo::create_api_key(&db, &org_id, Some("test"))
+            .await
+            .unwrap();
+        keys.insert(id.clone(), key.secret);
+    }
+    db.close().await.ok();
+
+    let app = spawn_on(TestDb::reuse(&db_handle.url), test_settings(&db_handle.url)).await;
+    let rows = |org: &str| {
+        let (app, key, org) = (&app, keys[org].clone(), org.to_owned());
+        async move {
+            json_of(
+                app.get(&format!("/api/billing/grants?orgId={org}"), &key).await,
+                StatusCode::OK,
+            )
+            .await["grants"]
+                .as_array()
+                .unwrap()
+                .clone()
+        }
+    };
+    let migrated = rows(&rich).await;
+    assert_eq!(migrated.len(), 1);
+    assert_eq!(migrated[0]["kind"], "migrated");
+    assert_eq!(migrated[0]["remainingMicrocents"], 1_234_000_000i64);
+    assert_eq!(migrated[0]["originalMicrocents"], 1_234_000_000i64);
+    assert_eq!(migrated[0]["priority"], 50);
+    assert_eq!(migrated[0]["expiresAt"], Value::Null);
+    assert!(rows(&poor).await.is_empty(), "an overdraft is no grant");
+    // The next credit of the overdrawn organization pays its overdraft first.
+    let credited = app
+        .post(
+            "/api/billing/starter-credit",
+            &keys[&poor],
+            &json!({"orgId": poor}),
+        )
+        .await;
+    assert_eq!(
+        credited.status(),
+        StatusCode::OK,
+        "{}",
+        credited.text().await.unwrap()
+    );
+    let starter = rows(&poor).await;
+    assert_eq!(starter[0]["kind"], "starter");
+    assert_eq!(starter[0]["originalMicrocents"], 500_000_000i64);
+    assert_eq!(
+        starter[0]["remainingMicrocents"], 450_000_000i64,
+        "0.50 paid the overdraft"
+    );
+    drop(db_handle);
+}
