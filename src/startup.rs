@@ -65,6 +65,7 @@ impl Application {
         let state = AppState::new(db, settings)?;
         state.cluster.start_listener(&state.settings.database.url);
         tokio::spawn(crate::billing::service::run_reconciler(state.billing.clone()));
+        tokio::spawn(keel_core::billing::expiry::run(state.billing.clone()));
         let registry = prometheus::Registry::new();
         state
             .traces

@@ -55,6 +55,11 @@ pub struct Metrics {
     /// A ledger operation's time from its submission to its commit (or refusal).
     pub ledger_seconds: Histogram,
     pub auto_topups: IntCounterVec,
+    /// Credit grants the expiry sweep ended with something left, and how much.
+    pub credit_grants_expired: IntCounter,
+    pub credit_expired_microcents: IntCounter,
+    /// Auto top-ups not charged because the month's cap would be passed.
+    pub auto_topup_limit_reached: IntCounter,
     pub payments_reconciled: IntCounterVec,
     payments_pending: IntGauge,
     ledger_stalled: Gauge,
@@ -241,6 +246,18 @@ impl Metrics {
                 "Auto top-ups, by outcome (charged, declined, waiting, failed)",
                 &["outcome"],
             ),
+            credit_grants_expired: counter(
+                "keel_credit_grants_expired_total",
+                "Credit grants expired with something left (their remainder became an expiry entry)",
+            ),
+            credit_expired_microcents: counter(
+                "keel_credit_expired_microcents_total",
+                "Microcents of credit that expired",
+            ),
+            auto_topup_limit_reached: counter(
+                "keel_auto_topup_limit_reached_total",
+                "Auto top-ups not charged because the month's cap would be passed",
+            ),
             payments_reconciled: counter_vec(
                 "keel_payments_reconciled_total",
                 "Pending charges the reconciler settled, by outcome (credited, declined, waiting, failed)",
@@ -385,6 +402,9 @@ impl Metrics {
             Box::new(self.queue_jobs.clone()),
             Box::new(self.queue_oldest.clone()),
             Box::new(self.auto_topups.clone()),
+            Box::new(self.credit_grants_expired.clone()),
+            Box::new(self.credit_expired_microcents.clone()),
+            Box::new(self.auto_topup_limit_reached.clone()),
             Box::new(self.payments_reconciled.clone()),
             Box::new(self.payments_pending.clone()),
             Box::new(self.ledger_stalled.clone()),

@@ -287,6 +287,9 @@ async fn metrics_show_the_queue_the_money_and_the_proxy() {
         "keel_trace_writer_queue",
         "keel_queue_requeued_total",
         "keel_queue_attempts_exhausted_total",
+        "keel_credit_grants_expired_total",
+        "keel_credit_expired_microcents_total",
+        "keel_auto_topup_limit_reached_total",
     ] {
         assert!(text.contains(&format!("# TYPE {name}")), "{name}:\n{text}");
     }

@@ -240,3 +240,108 @@ async fn balances_from_before_grants_become_one_migrated_grant_each() {
     );
     drop(db_handle);
 }
+
+#[actix_web::test]
+async fn a_lapsed_grant_expires_once_into_an_expiry_entry_and_both_events_are_sent() {
+    use crate::fakes::{FakeJson, Reply};
+    use sea_orm::{ActiveModelTrait, EntityTrait, Set};
+    let app = spawn_app_with(|s| {
+        s.billing.promo_expires_days.insert("WELCOME10".into(), 7);
+        s.billing.expiry_sweep_secs = 1;
+        s.webhooks.allow_http = true;
+        s.webhooks.allow_private_destinations = true;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    let created = app
+        .post(
+            "/api/webhooks/endpoints",
+            &org.api_key,
+            &json!({"url": format!("{url}/in"), "events": ["billing.credit.expiring", "billing.credit.expired"]}),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    app.post(
+        "/api/billing/promo-code",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "code": "WELCOME10"}),
+    )
+    .await;
+    app.fund(&org, 500).await;
+    let fee = app
+        .post(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": "r1"}),
+        )
+        .await;
+    assert_eq!(fee.status(), StatusCode::OK);
+    let promo = grants(&app, &org).await[0].clone();
+    assert_eq!(
+        (promo["kind"].as_str(), promo["remainingMicrocents"].as_i64()),
+        (Some("promo"), Some(900_000_000))
+    );
+
+    // Within 7 days of its expiry: announced once.
+    assert!(
+        eventually(|| async { receiver.calls().len() == 1 }).await,
+        "billing.credit.expiring sent"
+    );
+    let expiring = &receiver.calls()[0].body;
+    assert_eq!(expiring["type"], "billing.credit.expiring");
+    assert_eq!(expiring["data"]["grantId"], promo["grantId"]);
+    assert_eq!(expiring["data"]["remainingMicrocents"], 900_000_000i64);
+
+    // Its time comes: the remainder becomes one expiry entry.
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let id = promo["grantId"].as_str().unwrap().to_owned();
+    let mut row: entities::credit_grant::ActiveModel = entities::credit_grant::Entity::find_by_id(id.clone())
+        .one(&db)
+        .await
+        .unwrap()
+        .unwrap()
+        .into();
+    row.expires_at = Set(Some(chrono::Utc::now() - chrono::Duration::minutes(1)));
+    row.update(&db).await.unwrap();
+    assert!(
+        eventually(|| async { app.balance_microcents(&org).await == 500_000_000 }).await,
+        "the promo's 9.00 expired"
+    );
+    assert!(
+        eventually(|| async { receiver.calls().len() == 2 }).await,
+        "billing.credit.expired sent"
+    );
+    let expired = &receiver.calls()[1].body;
+    assert_eq!(expired["type"], "billing.credit.expired");
+    assert_eq!(
+        expired["data"],
+        json!({"grantId": id, "expiredMicrocents": 900_000_000i64})
+    );
+    let ledger = app.billing(&org).await["recentLedger"].clone();
+    assert_eq!(ledger[0]["kind"], "expiry");
+    assert_eq!(ledger[0]["amountMicrocents"], -900_000_000i64);
+    let grant = entities::credit_grant::Entity::find_by_id(id.clone())
+        .one(&db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(grant.remaining_microcents.get(), 0);
+    assert!(grant.expired_at.is_some());
+    // Later passes change nothing: one entry, one event of each.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(app.balance_microcents(&org).await, 500_000_000);
+    assert_eq!(receiver.calls().len(), 2);
+    let (_, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!(entries, 4, "promo, top-up, fee, expiry");
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(
+        metrics.contains("keel_credit_grants_expired_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("keel_credit_expired_microcents_total 900000000"),
+        "{metrics}"
+    );
+    db.close().await.ok();
+}

@@ -3,6 +3,7 @@
 pub mod actor;
 pub mod auto_topup;
 pub mod charges;
+pub mod expiry;
 pub mod ledger;
 pub mod payments;
 pub mod repo;

@@ -134,6 +134,12 @@ pub(super) enum LedgerEvent {
         kind: crate::domain::EntryKind,
         idempotency_key: String,
     },
+    /// What was left of a grant expired.
+    CreditExpired {
+        org_id: OrgId,
+        grant_id: String,
+        microcents: Microcents,
+    },
     /// The balance fell from at or above the threshold to under it.
     BalanceLow {
         org_id: OrgId,
@@ -295,6 +301,11 @@ pub(super) fn plan(
         // a debit draws in order, an expiry ends its grant.
         let draws = if let SideEffect::Expire { grant_id } = &op.side {
             book.expire(grant_id);
+            writes.events.push(LedgerEvent::CreditExpired {
+                org_id: org_id.to_owned(),
+                grant_id: grant_id.clone(),
+                microcents: -amount,
+            });
             vec![Draw {
                 grant_id: grant_id.clone(),
                 microcents: amount,

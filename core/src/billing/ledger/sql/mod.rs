@@ -339,7 +339,9 @@ async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Resul
     let mut orgs: Vec<OrgId> = events
         .iter()
         .map(|event| match event {
-            LedgerEvent::Credited { org_id, .. } | LedgerEvent::BalanceLow { org_id, .. } => org_id.clone(),
+            LedgerEvent::Credited { org_id, .. }
+            | LedgerEvent::BalanceLow { org_id, .. }
+            | LedgerEvent::CreditExpired { org_id, .. } => org_id.clone(),
         })
         .collect();
     orgs.sort();
@@ -375,6 +377,15 @@ async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Resul
                     data: crate::billing::entry_data(&entry),
                 });
             }
+            LedgerEvent::CreditExpired {
+                org_id,
+                grant_id,
+                microcents,
+            } => announcements.push(Announcement {
+                org_id,
+                event_type: "billing.credit.expired",
+                data: json!({"grantId": grant_id, "expiredMicrocents": microcents}),
+            }),
             LedgerEvent::BalanceLow {
                 org_id,
                 balance,
