@@ -136,6 +136,7 @@ route_table! {
         "/queue" => get queue::internal::queue_state;
         "/queue/{action}/pause" => post queue::internal::pause_action;
         "/queue/{action}/resume" => post queue::internal::resume_action;
+        "/billing/grants" => post billing::routes::manual_grant;
     }
     scope "/api/api-keys" {
         "" => get orgs::routes::list_keys, post orgs::routes::create_key;

@@ -48,6 +48,11 @@ impl IdempotencyKey {
         Self(format!("payment:{payment_intent_id}"))
     }
 
+    /// An operator's manual grant, by the client's key.
+    pub fn manual_grant(key: &str) -> Self {
+        Self(format!("manual:{key}"))
+    }
+
     /// A credit grant's expiry: once per grant.
     pub fn expiry(grant_id: &str) -> Self {
         Self(format!("expiry:{grant_id}"))

@@ -335,6 +335,46 @@ pub struct NextExpiryView {
     pub microcents: Microcents,
 }
 
+/// An operator's goodwill credit or refund.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManualGrantBody {
+    #[schema(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    #[schema(value_type = i64, minimum = 1, maximum = 100000000)]
+    pub amount_cents: Cents,
+    /// Why (shown with the grant and its ledger entry).
+    #[schema(min_length = 1, max_length = 500)]
+    pub reason: String,
+    /// When it lapses (in the future); absent: never.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Lower is drawn first; absent: the promotional priority (`billing.promotional_priority`).
+    #[schema(minimum = 0, maximum = 1000)]
+    pub priority: Option<i32>,
+}
+
+impl Validate for ManualGrantBody {
+    fn validate(&self, c: &mut Checks) {
+        if self.reason.trim().is_empty() {
+            c.fail("reason", "value_error", "the reason must not be blank");
+        }
+        if self.expires_at.is_some_and(|at| at <= Utc::now()) {
+            c.fail("expiresAt", "value_error", "expiresAt must be in the future");
+        }
+    }
+}
+
+/// A manual grant as made, with who made it and why.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManualGrantView {
+    #[serde(flatten)]
+    pub grant: GrantView,
+    pub reason: String,
+    /// The internal key's label (`internal:` and 12 hex digits of its SHA-256).
+    pub created_by: Option<String>,
+}
+
 /// An organization's grants: the active ones first, in draw order, then the rest.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GrantsPage {

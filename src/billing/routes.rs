@@ -24,6 +24,54 @@ pub async fn get_billing(member: Member<ValidQuery<OrgQuery>>) -> ApiResult<Http
     Ok(HttpResponse::Ok().json(BillingView::new(overview)))
 }
 
+/// Grant credit by hand (operators)
+///
+/// A goodwill credit or a refund: a grant of kind `manual` with its reason and who made it
+/// (the internal key's label), drawn by `priority` (default: the promotional one) and lapsing
+/// at `expiresAt` if given. The `Idempotency-Key` header is required: a repeat answers the
+/// original grant; the same key with another body is 409.
+#[utoipa::path(post, path = "/api/internal/billing/grants", tag = "billing", security(("internalKey" = [])),
+    request_body = ManualGrantBody,
+    params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 200, pattern = "^[!-~]+$",
+        description = "Required: one grant per key")),
+    responses((status = 201, body = ManualGrantView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The Idempotency-Key was used with another body", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody)))]
+pub async fn manual_grant(
+    caller: crate::auth::InternalCaller,
+    key: IdempotencyKeyHeader,
+    body: ValidJson<ManualGrantBody>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let key = key.0.ok_or_else(|| {
+        ApiError::validation(
+            vec!["header".into(), "Idempotency-Key".into()],
+            "missing",
+            "Field required",
+        )
+    })?;
+    let body = body.0;
+    let grant = service::manual_grant(
+        &state.billing,
+        &body.org_id,
+        service::ManualGrant {
+            amount: body.amount_cents,
+            reason: body.reason.trim().to_owned(),
+            expires_at: body.expires_at,
+            priority: body.priority,
+            key,
+            created_by: caller.label,
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Created().json(ManualGrantView {
+        reason: grant.reason.clone(),
+        created_by: grant.created_by.clone(),
+        grant: GrantView::from(grant),
+    }))
+}
+
 /// List an organization's credit grants
 ///
 /// Every credit is a grant. The active ones (something left) come first, in the order debits

@@ -72,7 +72,7 @@ impl From<BillingError> for ApiError {
             E::AdapterNotFound => Some(Code::AdapterNotFound),
             E::ModelNotPriced(_) => Some(Code::ModelNotPriced),
             E::CardNeededForAutoTopup | E::CardNeededForTopup => Some(Code::PaymentMethodRequired),
-            E::KeyReused { .. } => Some(Code::IdempotencyKeyReused),
+            E::KeyReused { .. } | E::GrantKeyReused => Some(Code::IdempotencyKeyReused),
             E::StarterCreditGranted | E::PromoRedeemed(_) => Some(Code::AlreadyApplied),
             E::AdapterOfAnotherOrg => Some(Code::AdapterOrganizationMismatch),
             E::Declined(_) | E::DeclinedBefore => Some(Code::CardDeclined),

@@ -44,6 +44,11 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         ("post", "/api/billing/starter-credit", json!({"orgId": ORG})),
         (
             "post",
+            "/api/internal/billing/grants",
+            json!({"orgId": ORG, "amountCents": 2500, "reason": "goodwill: the outage of 2026-11-20", "expiresAt": "2099-01-01T00:00:00Z", "priority": 10}),
+        ),
+        (
+            "post",
             "/api/billing/topup",
             json!({"orgId": ORG, "amountCents": 2500}),
         ),

@@ -345,3 +345,88 @@ async fn a_lapsed_grant_expires_once_into_an_expiry_entry_and_both_events_are_se
     );
     db.close().await.ok();
 }
+
+#[actix_web::test]
+async fn operators_grant_by_hand_once_per_key_with_reason_and_maker() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let grant = |key: Option<&str>, body: Value| {
+        let mut request = app
+            .request(
+                reqwest::Method::POST,
+                "/api/internal/billing/grants",
+                Some(INTERNAL_KEY),
+            )
+            .json(&body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send()
+    };
+    let body = json!({"orgId": org.org_id, "amountCents": 2500, "reason": "refund: the outage", "priority": 5,
+        "expiresAt": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339()});
+    let made = json_of(
+        grant(Some("g-1"), body.clone()).await.unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(made["kind"], "manual");
+    assert_eq!(made["originalMicrocents"], 2_500_000_000i64);
+    assert_eq!(made["priority"], 5);
+    assert_eq!(made["reason"], "refund: the outage");
+    let maker = made["createdBy"].as_str().unwrap();
+    assert!(
+        maker.starts_with("internal:") && maker.len() == "internal:".len() + 12,
+        "{maker}"
+    );
+    assert!(!maker.contains(INTERNAL_KEY));
+    // A repeat answers the original, and credits nothing more.
+    let again = json_of(
+        grant(Some("g-1"), body.clone()).await.unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(again["grantId"], made["grantId"]);
+    assert_eq!(app.balance_microcents(&org).await, 2_500_000_000);
+    assert_eq!(app.billing(&org).await["recentLedger"][0]["kind"], "manual");
+    assert_eq!(
+        app.billing(&org).await["recentLedger"][0]["reason"],
+        "refund: the outage"
+    );
+    // The same key with another body: 409; nothing written.
+    let mut other = body.clone();
+    other["amountCents"] = json!(2600);
+    assert_error(grant(Some("g-1"), other).await.unwrap(), StatusCode::CONFLICT).await;
+    assert_eq!(app.balance_microcents(&org).await, 2_500_000_000);
+    // Bad input: 422 naming what; a missing key is 422 too.
+    let issues = validation_issues(grant(None, body.clone()).await.unwrap()).await;
+    assert_eq!(issues[0]["loc"], json!(["header", "Idempotency-Key"]));
+    for (field, value) in [
+        ("expiresAt", json!("2020-01-01T00:00:00Z")),
+        ("amountCents", json!(0)),
+        ("reason", json!("  ")),
+        ("priority", json!(-1)),
+    ] {
+        let mut bad = body.clone();
+        bad[field] = value;
+        let issues = validation_issues(grant(Some("g-2"), bad).await.unwrap()).await;
+        assert_eq!(issues[0]["loc"], json!(["body", field]), "{field}: {issues:?}");
+    }
+    // Not for members; an unknown organization is 404.
+    let refused = app
+        .request(
+            reqwest::Method::POST,
+            "/api/internal/billing/grants",
+            Some(&org.api_key),
+        )
+        .header("Idempotency-Key", "g-3")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let mut unknown = body.clone();
+    unknown["orgId"] = json!(uuid::Uuid::new_v4().to_string());
+    assert_error(grant(Some("g-4"), unknown).await.unwrap(), StatusCode::NOT_FOUND).await;
+    app.assert_ledger_invariant(&org.org_id).await;
+}

@@ -51,6 +51,9 @@ pub enum BillingError {
         "this Idempotency-Key was used for a top-up of {first_cents} cents; use a new key for another amount"
     )]
     KeyReused { first_cents: Cents },
+    /// The Idempotency-Key of a manual grant already stands for another grant.
+    #[error("this Idempotency-Key was used for a grant with another body; use a new key for another grant")]
+    GrantKeyReused,
     /// The processor declined the card (its message).
     #[error("{0}")]
     Declined(String),

@@ -546,3 +546,16 @@ pub async fn grants(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<cre
     });
     Ok(all)
 }
+
+/// The organization's manual grant made with `key`.
+pub async fn grant_by_key(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    key: &str,
+) -> Result<Option<credit_grant::Model>, DbErr> {
+    credit_grant::Entity::find()
+        .filter(credit_grant::Column::OrgId.eq(org_id.clone()))
+        .filter(credit_grant::Column::IdempotencyKey.eq(key))
+        .one(db)
+        .await
+}

@@ -322,6 +322,64 @@ pub async fn grants(billing: &Billing, org_id: &OrgId) -> Result<Vec<credit_gran
     Ok(repo::grants(&billing.db, org_id).await?)
 }
 
+/// An operator's goodwill credit or refund.
+pub struct ManualGrant {
+    pub amount: Cents,
+    pub reason: String,
+    pub expires_at: Option<chrono::DateTime<Utc>>,
+    pub priority: Option<i32>,
+    /// The client's `Idempotency-Key` (required).
+    pub key: String,
+    /// Who makes it (the internal key's label).
+    pub created_by: String,
+}
+
+/// Grants `grant` once per key: a repeat answers the original grant; the same key with
+/// another body is [`BillingError::GrantKeyReused`].
+pub async fn manual_grant(
+    billing: &Billing,
+    org_id: &OrgId,
+    grant: ManualGrant,
+) -> Result<credit_grant::Model, BillingError> {
+    use sha2::Digest;
+    account_of(billing, org_id).await?;
+    let body = serde_json::json!([
+        org_id,
+        grant.amount,
+        grant.reason,
+        grant.expires_at,
+        grant.priority
+    ]);
+    let hash = hex::encode(sha2::Sha256::digest(body.to_string().as_bytes()));
+    let original = |found: credit_grant::Model| match found.request_hash.as_deref() == Some(hash.as_str()) {
+        true => Ok(found),
+        false => Err(BillingError::GrantKeyReused),
+    };
+    if let Some(found) = repo::grant_by_key(&billing.db, org_id, &grant.key).await? {
+        return original(found);
+    }
+    let op = LedgerOp::credit(
+        EntryKind::Manual,
+        grant.amount.micros(),
+        Some(IdempotencyKey::manual_grant(&grant.key)),
+        grant.reason.clone(),
+    )
+    .granting(GrantTerms {
+        kind: Some(crate::domain::GrantKind::Manual),
+        priority: grant.priority,
+        expires_at: grant.expires_at,
+        created_by: Some(grant.created_by),
+        idempotency_key: Some(grant.key.clone()),
+        request_hash: Some(hash.clone()),
+    });
+    // A race with the same key: the ledger's key makes the second a replay.
+    billing.ledger.submit(org_id, op).await?;
+    let found = repo::grant_by_key(&billing.db, org_id, &grant.key)
+        .await?
+        .ok_or_else(|| BillingError::Database(sea_orm::DbErr::RecordNotFound("the manual grant".into())))?;
+    original(found)
+}
+
 /// Grants the configured starter credit, once per organization (a repeat is 409).
 pub async fn grant_starter_credit(
     billing: &Billing,
