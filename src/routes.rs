@@ -78,6 +78,8 @@ route_table! {
     scope "/api/billing" {
         "" => get billing::routes::get_billing;
         "/grants" => get billing::routes::list_grants;
+        "/statement" => get billing::routes::statement;
+        "/ledger.csv" => get billing::routes::ledger_csv;
         "/setup-intent" => post billing::routes::setup_intent;
         "/payment-method" => post billing::routes::save_payment_method, delete billing::routes::delete_payment_method;
         "/customer" => delete billing::routes::delete_customer;

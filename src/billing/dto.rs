@@ -27,6 +27,109 @@ pub struct OrgQuery {
 
 impl Validate for OrgQuery {}
 
+/// A month's statement: `month` is `YYYY-MM` (UTC).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct StatementQuery {
+    /// The organization (UUID).
+    #[param(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    /// The UTC month, `YYYY-MM`.
+    #[param(pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")]
+    pub month: String,
+}
+
+impl Validate for StatementQuery {
+    fn validate(&self, c: &mut Checks) {
+        if keel_core::billing::statement::month_bounds(&self.month).is_none() {
+            c.fail("month", "value_error", "month must be YYYY-MM");
+        }
+    }
+}
+
+/// The ledger as CSV: entries created from `from` (inclusive) to `to` (exclusive), either
+/// open; each an RFC 3339 date-time or a date (`YYYY-MM-DD`, its start in UTC).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct LedgerCsvQuery {
+    /// The organization (UUID).
+    #[param(value_type = String, min_length = 1, max_length = 100)]
+    pub org_id: OrgId,
+    #[param(max_length = 64)]
+    pub from: Option<String>,
+    #[param(max_length = 64)]
+    pub to: Option<String>,
+}
+
+/// An RFC 3339 date-time, or a date's start in UTC.
+pub fn instant(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|t| t.and_utc())
+        })
+}
+
+impl Validate for LedgerCsvQuery {
+    fn validate(&self, c: &mut Checks) {
+        for (name, value) in [("from", &self.from), ("to", &self.to)] {
+            if value
+                .as_deref()
+                .is_some_and(|v| !v.is_empty() && instant(v).is_none())
+            {
+                c.fail(
+                    name,
+                    "value_error",
+                    "an RFC 3339 date-time or a date (YYYY-MM-DD)",
+                );
+            }
+        }
+        if let (Some(from), Some(to)) = (
+            self.from.as_deref().and_then(instant),
+            self.to.as_deref().and_then(instant),
+        ) {
+            if from > to {
+                c.fail("to", "value_error", "to must not be before from");
+            }
+        }
+    }
+}
+
+/// A UTC month's statement, in microcents: `openingMicrocents + Σ credits − Σ debits −
+/// expiredMicrocents = closingMicrocents`, exactly.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatementView {
+    pub month: String,
+    pub opening_microcents: i64,
+    /// Credits by ledger kind (positive).
+    pub credits: std::collections::BTreeMap<String, i64>,
+    /// Debits by ledger kind (positive).
+    pub debits: std::collections::BTreeMap<String, i64>,
+    /// Credit that expired (positive).
+    pub expired_microcents: i64,
+    pub closing_microcents: i64,
+}
+
+impl From<keel_core::billing::statement::Statement> for StatementView {
+    fn from(s: keel_core::billing::statement::Statement) -> Self {
+        Self {
+            month: s.month,
+            opening_microcents: s.opening,
+            credits: s.credits,
+            debits: s.debits,
+            expired_microcents: s.expired,
+            closing_microcents: s.closing,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrgBody {
@@ -208,6 +311,8 @@ impl Validate for TrainingCostBody {}
 
 crate::org_scoped!(
     OrgQuery,
+    StatementQuery,
+    LedgerCsvQuery,
     OrgBody,
     PaymentMethodBody,
     TopupBody,

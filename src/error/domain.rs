@@ -65,7 +65,7 @@ impl From<BillingError> for ApiError {
     fn from(err: BillingError) -> Self {
         use BillingError as E;
         let code = match &err {
-            E::Ledger(_) | E::Payment(_) | E::Database(_) | E::CachedDatabase(_) => None,
+            E::Ledger(_) | E::Payment(_) | E::Database(_) | E::CachedDatabase(_) | E::NotAMonth => None,
             E::OrgNotFound => Some(Code::OrganizationNotFound),
             E::NoSavedCard => Some(Code::PaymentMethodNotFound),
             E::UnknownPromoCode => Some(Code::PromoCodeNotFound),
@@ -88,6 +88,11 @@ impl From<BillingError> for ApiError {
             E::Payment(err) => err.into(),
             E::Database(err) => err.into(),
             E::CachedDatabase(err) => ApiError::database(err),
+            E::NotAMonth => ApiError::validation(
+                vec!["query".into(), "month".into()],
+                "value_error",
+                "month must be YYYY-MM",
+            ),
             _ => ApiError::Unexpected(anyhow::anyhow!("unmapped billing error")),
         }
     }

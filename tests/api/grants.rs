@@ -430,3 +430,253 @@ async fn operators_grant_by_hand_once_per_key_with_reason_and_maker() {
     assert_error(grant(Some("g-4"), unknown).await.unwrap(), StatusCode::NOT_FOUND).await;
     app.assert_ledger_invariant(&org.org_id).await;
 }
+
+/// Last month's first day at noon (UTC).
+fn last_month() -> chrono::DateTime<chrono::Utc> {
+    use chrono::Datelike;
+    let now = chrono::Utc::now();
+    let first = now.date_naive().with_day(1).unwrap();
+    (first - chrono::Duration::days(1))
+        .with_day(15)
+        .unwrap()
+        .and_hms_opt(12, 0, 0)
+        .unwrap()
+        .and_utc()
+}
+
+async fn statement(app: &TestApp, org: &TestOrg, month: &str) -> Value {
+    json_of(
+        app.get(
+            &format!("/api/billing/statement?orgId={}&month={month}", org.org_id),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn a_credit_expiring_mid_month_leaves_the_balance_and_the_statements_consistent() {
+    use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+    let app = spawn_app_with(|s| {
+        s.billing.promo_expires_days.insert("WELCOME10".into(), 30);
+        s.billing.expiry_sweep_secs = 1;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    app.post(
+        "/api/billing/promo-code",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "code": "WELCOME10"}),
+    )
+    .await;
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    // The promo was credited last month.
+    let promo_entry = entities::ledger_entry::Entity::find()
+        .filter(entities::ledger_entry::Column::OrgId.eq(keel::domain::OrgId::parse(&org.org_id).unwrap()))
+        .one(&db)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut row: entities::ledger_entry::ActiveModel = promo_entry.into();
+    row.created_at = Set(last_month());
+    row.update(&db).await.unwrap();
+    app.fund(&org, 500).await;
+    app.post(
+        "/api/billing/debit",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "runId": "r1"}),
+    )
+    .await;
+    // This month the promo lapses with 9.00 left.
+    let promo = grants(&app, &org)
+        .await
+        .into_iter()
+        .find(|g| g["kind"] == "promo")
+        .unwrap();
+    let mut grant: entities::credit_grant::ActiveModel =
+        entities::credit_grant::Entity::find_by_id(promo["grantId"].as_str().unwrap().to_owned())
+            .one(&db)
+            .await
+            .unwrap()
+            .unwrap()
+            .into();
+    grant.expires_at = Set(Some(chrono::Utc::now() - chrono::Duration::seconds(1)));
+    grant.update(&db).await.unwrap();
+    assert!(eventually(|| async { app.balance_microcents(&org).await == 500_000_000 }).await);
+    db.close().await.ok();
+
+    let previous = last_month().format("%Y-%m").to_string();
+    let current = chrono::Utc::now().format("%Y-%m").to_string();
+    assert_eq!(
+        statement(&app, &org, &previous).await,
+        json!({"month": previous, "openingMicrocents": 0, "credits": {"promo": 1_000_000_000i64}, "debits": {},
+               "expiredMicrocents": 0, "closingMicrocents": 1_000_000_000i64})
+    );
+    assert_eq!(
+        statement(&app, &org, &current).await,
+        json!({"month": current, "openingMicrocents": 1_000_000_000i64, "credits": {"topup": 500_000_000i64},
+               "debits": {"run_fee": 100_000_000i64}, "expiredMicrocents": 900_000_000i64,
+               "closingMicrocents": 500_000_000i64})
+    );
+    assert_eq!(app.balance_microcents(&org).await, 500_000_000);
+    app.assert_ledger_invariant(&org.org_id).await;
+    // A month with nothing in it opens and closes on the balance before it.
+    let empty = statement(&app, &org, "2001-01").await;
+    assert_eq!(
+        (
+            empty["openingMicrocents"].clone(),
+            empty["closingMicrocents"].clone()
+        ),
+        (json!(0), json!(0))
+    );
+
+    // Bad months and dates: 422 naming the parameter.
+    for (query, field) in [
+        ("month=2026-13", "month"),
+        ("month=2026-1", "month"),
+        ("month=", "month"),
+        ("", "month"),
+    ] {
+        let issues = validation_issues(
+            app.get(
+                &format!("/api/billing/statement?orgId={}&{query}", org.org_id),
+                &org.api_key,
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(issues.len(), 1, "{query}: {issues:?}");
+        assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}: {issues:?}");
+    }
+    for (query, field) in [
+        ("from=yesterday", "from"),
+        ("to=2026-02-30", "to"),
+        ("from=2026-02-01&to=2026-01-01", "to"),
+    ] {
+        let issues = validation_issues(
+            app.get(
+                &format!("/api/billing/ledger.csv?orgId={}&{query}", org.org_id),
+                &org.api_key,
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}: {issues:?}");
+    }
+}
+
+#[actix_web::test]
+async fn the_ledger_csv_streams_every_one_of_100000_rows() {
+    use sea_orm::EntityTrait;
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let org_id = keel::domain::OrgId::parse(&org.org_id).unwrap();
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let start = chrono::Utc::now() - chrono::Duration::days(3);
+    let mut balance = 0i64;
+    for chunk in 0..100 {
+        let rows: Vec<entities::ledger_entry::ActiveModel> = (0..1000)
+            .map(|i| {
+                let n = chunk * 1000 + i;
+                let amount = if n % 3 == 0 { 1_234_567 } else { -345_678 };
+                balance += amount;
+                entities::ledger_entry::ActiveModel {
+                    org_id: sea_orm::Set(org_id.clone()),
+                    kind: sea_orm::Set(if amount > 0 {
+                        keel::domain::EntryKind::Manual
+                    } else {
+                        keel::domain::EntryKind::RunFee
+                    }),
+                    amount_microcents: sea_orm::Set(keel::domain::Microcents(amount)),
+                    balance_after_microcents: sea_orm::Set(keel::domain::Microcents(balance)),
+                    idempotency_key: sea_orm::Set(None),
+                    reason: sea_orm::Set(if n == 7 {
+                        "a \"quoted\", reason\nover two lines".into()
+                    } else {
+                        format!("row {n}")
+                    }),
+                    created_at: sea_orm::Set(start + chrono::Duration::milliseconds(n as i64)),
+                    grants: sea_orm::Set(None),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        entities::ledger_entry::Entity::insert_many(rows)
+            .exec_without_returning(&db)
+            .await
+            .unwrap();
+    }
+    db.close().await.ok();
+    let response = app
+        .get(
+            &format!("/api/billing/ledger.csv?orgId={}", org.org_id),
+            &org.api_key,
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    // Streamed: sent in chunks, its length not known before.
+    assert!(response.headers().get("content-length").is_none());
+    let body = response.bytes().await.unwrap();
+    let mut reader = csv::Reader::from_reader(body.as_ref());
+    assert_eq!(
+        reader.headers().unwrap().iter().collect::<Vec<_>>(),
+        [
+            "id",
+            "created_at",
+            "kind",
+            "amount_cents",
+            "balance_after_cents",
+            "reason",
+            "idempotency_key"
+        ]
+    );
+    let mut rows = 0;
+    let mut sum = 0i64;
+    let mut last_id = 0i64;
+    for record in reader.records() {
+        let record = record.unwrap();
+        let id: i64 = record[0].parse().unwrap();
+        assert!(id > last_id, "oldest first, each once");
+        last_id = id;
+        let (whole, micros) = record[3].trim_start_matches('-').split_once('.').unwrap();
+        assert_eq!(micros.len(), 6);
+        let value = whole.parse::<i64>().unwrap() * 1_000_000 + micros.parse::<i64>().unwrap();
+        sum += if record[3].starts_with('-') { -value } else { value };
+        if rows == 7 {
+            assert_eq!(&record[5], "a \"quoted\", reason\nover two lines");
+        }
+        rows += 1;
+    }
+    assert_eq!(rows, 100_000);
+    assert_eq!(
+        sum, balance,
+        "the amounts add up to the balance, to the microcent"
+    );
+    // A window: from and to.
+    let from = (start + chrono::Duration::seconds(10)).to_rfc3339();
+    let to = (start + chrono::Duration::seconds(20)).to_rfc3339();
+    let windowed = app
+        .request(
+            reqwest::Method::GET,
+            "/api/billing/ledger.csv",
+            Some(&org.api_key),
+        )
+        .query(&[("orgId", org.org_id.as_str()), ("from", &from), ("to", &to)])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        windowed.lines().count(),
+        1 + 10_000,
+        "10 s of rows, one a millisecond"
+    );
+}

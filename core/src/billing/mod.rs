@@ -8,6 +8,7 @@ pub mod ledger;
 pub mod payments;
 pub mod repo;
 pub mod service;
+pub mod statement;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -54,6 +55,9 @@ pub enum BillingError {
     /// The Idempotency-Key of a manual grant already stands for another grant.
     #[error("this Idempotency-Key was used for a grant with another body; use a new key for another grant")]
     GrantKeyReused,
+    /// Not a month (`YYYY-MM`).
+    #[error("month must be YYYY-MM")]
+    NotAMonth,
     /// The processor declined the card (its message).
     #[error("{0}")]
     Declined(String),

@@ -559,3 +559,65 @@ pub async fn grant_by_key(
         .one(db)
         .await
 }
+
+/// The organization's entries after id `after` (all: none), oldest first, created in
+/// `[from, to)` where given; at most `limit`.
+pub async fn ledger_after(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    after: Option<i64>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    limit: u64,
+) -> Result<Vec<ledger_entry::Model>, DbErr> {
+    let mut query = ledger_entry::Entity::find().filter(ledger_entry::Column::OrgId.eq(org_id.clone()));
+    if let Some(after) = after {
+        query = query.filter(ledger_entry::Column::Id.gt(after));
+    }
+    if let Some(from) = from {
+        query = query.filter(ledger_entry::Column::CreatedAt.gte(from));
+    }
+    if let Some(to) = to {
+        query = query.filter(ledger_entry::Column::CreatedAt.lt(to));
+    }
+    query
+        .order_by_asc(ledger_entry::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// Sums of the organization's entries created before `before` (all of them) and, in
+/// `[from, before)`, per (kind, whether a credit).
+pub async fn month_sums(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    from: DateTime<Utc>,
+    before: DateTime<Utc>,
+) -> Result<(i64, Vec<(EntryKind, bool, i64)>), DbErr> {
+    let opening: Option<i64> = ledger_entry::Entity::find()
+        .select_only()
+        .column_as(
+            Expr::cust("CAST(COALESCE(SUM(amount_microcents), 0) AS BIGINT)"),
+            "total",
+        )
+        .filter(ledger_entry::Column::OrgId.eq(org_id.clone()))
+        .filter(ledger_entry::Column::CreatedAt.lt(from))
+        .into_tuple()
+        .one(db)
+        .await?;
+    let rows: Vec<(EntryKind, bool, i64)> = ledger_entry::Entity::find()
+        .select_only()
+        .column(ledger_entry::Column::Kind)
+        .column_as(Expr::cust("amount_microcents > 0"), "credit")
+        .column_as(Expr::cust("CAST(SUM(amount_microcents) AS BIGINT)"), "total")
+        .filter(ledger_entry::Column::OrgId.eq(org_id.clone()))
+        .filter(ledger_entry::Column::CreatedAt.gte(from))
+        .filter(ledger_entry::Column::CreatedAt.lt(before))
+        .group_by(ledger_entry::Column::Kind)
+        .group_by(Expr::cust("amount_microcents > 0"))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok((opening.unwrap_or(0), rows))
+}
