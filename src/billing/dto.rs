@@ -177,6 +177,20 @@ pub struct AutoTopupBody {
     /// Required when enabled: how much each top-up charges.
     #[schema(value_type = Option<i64>, minimum = 100, maximum = 1000000)]
     pub amount_cents: Option<Cents>,
+    /// The most auto top-ups may charge in a UTC month; absent or null: no cap.
+    #[schema(value_type = Option<i64>, minimum = 100, maximum = 100000000)]
+    pub monthly_limit_cents: Option<Cents>,
+}
+
+impl AutoTopupBody {
+    pub fn settings(&self) -> keel_core::billing::service::AutoTopupSettings {
+        keel_core::billing::service::AutoTopupSettings {
+            enabled: self.enabled,
+            threshold: self.threshold_cents,
+            amount: self.amount_cents,
+            monthly_limit: self.monthly_limit_cents,
+        }
+    }
 }
 
 impl Validate for AutoTopupBody {
@@ -352,6 +366,12 @@ pub struct AutoTopupView {
     pub threshold_cents: Option<Cents>,
     #[schema(value_type = Option<i64>)]
     pub amount_cents: Option<Cents>,
+    /// The most auto top-ups may charge in a UTC month (null: no cap).
+    #[schema(value_type = Option<i64>)]
+    pub monthly_limit_cents: Option<Cents>,
+    /// What auto top-ups have charged this UTC month.
+    #[schema(value_type = i64)]
+    pub charged_this_month_cents: Cents,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -495,6 +515,7 @@ impl BillingView {
             account,
             recent,
             grants,
+            auto_topup_charged,
         } = overview;
         let balance = account.balance_microcents;
         let payment_method = match (&account.payment_method_id, account.pm_brand, account.pm_last4) {
@@ -516,6 +537,8 @@ impl BillingView {
                 enabled: account.auto_topup_enabled,
                 threshold_cents: account.auto_topup_threshold_cents,
                 amount_cents: account.auto_topup_amount_cents,
+                monthly_limit_cents: account.auto_topup_monthly_limit_cents,
+                charged_this_month_cents: auto_topup_charged,
             },
             auto_topup_paused: account.auto_topup_enabled
                 && account.auto_topup_declines >= MAX_AUTO_TOPUP_DECLINES,

@@ -298,18 +298,14 @@ pub async fn topup(
         (status = 422, body = ValidationErrorBody)))]
 pub async fn put_auto_topup(member: Member<ValidJson<AutoTopupBody>>) -> ApiResult<HttpResponse> {
     let body = &member.input.0;
-    service::set_auto_topup(
-        &member.state.billing,
-        &member.access.org_id,
-        body.enabled,
-        body.threshold_cents,
-        body.amount_cents,
-    )
-    .await?;
+    let charged =
+        service::set_auto_topup(&member.state.billing, &member.access.org_id, body.settings()).await?;
     Ok(HttpResponse::Ok().json(AutoTopupView {
         enabled: body.enabled,
         threshold_cents: body.threshold_cents,
         amount_cents: body.amount_cents,
+        monthly_limit_cents: body.monthly_limit_cents,
+        charged_this_month_cents: charged,
     }))
 }
 

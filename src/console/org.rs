@@ -200,14 +200,7 @@ pub async fn auto_topup(
     let org = viewer.act_in(&path, &form.csrf, false).await?;
     let outcome = async {
         let body: AutoTopupBody = form.body(&org.org_id)?;
-        service::set_auto_topup(
-            &viewer.state.billing,
-            &org.org_id,
-            body.enabled,
-            body.threshold_cents,
-            body.amount_cents,
-        )
-        .await?;
+        service::set_auto_topup(&viewer.state.billing, &org.org_id, body.settings()).await?;
         Ok::<_, ApiError>(body.enabled)
     }
     .await;

@@ -24,7 +24,8 @@ async fn a_new_organization_starts_at_zero() {
     assert_eq!(billing["paymentMethod"], Value::Null);
     assert_eq!(
         billing["autoTopup"],
-        json!({"enabled": false, "thresholdCents": null, "amountCents": null})
+        json!({"enabled": false, "thresholdCents": null, "amountCents": null, "monthlyLimitCents": null,
+               "chargedThisMonthCents": 0})
     );
     assert_eq!(billing["starterCreditGranted"], false);
     assert_eq!(billing["recentLedger"], json!([]));
@@ -845,7 +846,8 @@ async fn auto_top_up_needs_a_card_and_complete_settings() {
     .await;
     assert_eq!(
         saved,
-        json!({"enabled": true, "thresholdCents": 500, "amountCents": 1000})
+        json!({"enabled": true, "thresholdCents": 500, "amountCents": 1000, "monthlyLimitCents": null,
+               "chargedThisMonthCents": 0})
     );
     // Disabling needs no card; removing the card turns auto top-up off.
     let removed = json_of(

@@ -680,3 +680,166 @@ async fn the_ledger_csv_streams_every_one_of_100000_rows() {
         "10 s of rows, one a millisecond"
     );
 }
+
+#[actix_web::test]
+async fn a_monthly_cap_stops_the_auto_top_up_that_would_pass_it_and_says_so_once() {
+    use crate::fakes::{FakeJson, Reply};
+    let app = spawn_app_with(|s| {
+        s.billing.flat_run_fee_cents = keel::domain::Cents(500);
+        s.webhooks.allow_http = true;
+        s.webhooks.allow_private_destinations = true;
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    app.post(
+        "/api/webhooks/endpoints",
+        &org.api_key,
+        &json!({"url": format!("{url}/in"), "events": ["billing.auto_topup.limit_reached"]}),
+    )
+    .await;
+    app.fund(&org, 1000).await;
+    let settings = json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 950, "amountCents": 1000,
+        "monthlyLimitCents": 2500});
+    let saved = json_of(
+        app.put("/api/billing/auto-topup", &org.api_key, &settings).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(saved["monthlyLimitCents"], 2500);
+    assert_eq!(saved["chargedThisMonthCents"], 0);
+    let fee = |run: String| {
+        let app = &app;
+        let org_id = org.org_id.clone();
+        let key = org.api_key.clone();
+        async move {
+            app.post(
+                "/api/billing/debit",
+                &key,
+                &json!({"orgId": org_id, "runId": run}),
+            )
+            .await
+        }
+    };
+    let balance_is = |cents: i64| {
+        let app = &app;
+        let org = &org;
+        async move { eventually(|| async { app.balance_microcents(org).await == cents * 1_000_000 }).await }
+    };
+    // 10.00 → 5.00: under 9.50, one auto top-up of 10.00; twice.
+    assert_eq!(fee("r1".into()).await.status(), StatusCode::OK);
+    assert!(balance_is(1500).await, "the first auto top-up");
+    assert_eq!(fee("r2".into()).await.status(), StatusCode::OK);
+    assert_eq!(fee("r3".into()).await.status(), StatusCode::OK);
+    assert!(balance_is(1500).await, "the second auto top-up");
+    // The third would charge 30.00 this month, past the cap of 25.00: none.
+    assert_eq!(fee("r4".into()).await.status(), StatusCode::OK);
+    assert_eq!(fee("r5".into()).await.status(), StatusCode::OK);
+    assert!(balance_is(500).await);
+    assert!(
+        eventually(|| async { receiver.calls().len() == 1 }).await,
+        "limit_reached sent"
+    );
+    let event = &receiver.calls()[0].body;
+    assert_eq!(event["type"], "billing.auto_topup.limit_reached");
+    assert_eq!(event["data"]["monthlyLimitCents"], 2500);
+    assert_eq!(event["data"]["chargedCents"], 2000);
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(app.balance_microcents(&org).await, 500_000_000, "no third charge");
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["autoTopup"]["chargedThisMonthCents"], 2000);
+    // As if auto top-up were off: a fee past the balance is refused, an estimate is not covered.
+    assert_eq!(fee("r6".into()).await.status(), StatusCode::OK);
+    assert_eq!(fee("r7".into()).await.status(), StatusCode::PAYMENT_REQUIRED);
+    let precheck = app
+        .post(
+            "/api/billing/training-usage/precheck",
+            INTERNAL_KEY,
+            &json!({"orgId": org.org_id, "estimateCents": 400}),
+        )
+        .await;
+    assert_eq!(precheck.status(), StatusCode::PAYMENT_REQUIRED);
+    // Said once a month, however often the cap stops a charge.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(receiver.calls().len(), 1);
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(
+        metric(&metrics, "keel_auto_topup_limit_reached_total") >= 1.0,
+        "{metrics}"
+    );
+    // Raising the cap lets it charge again.
+    let mut raised = settings.clone();
+    raised["monthlyLimitCents"] = json!(5000);
+    assert_eq!(
+        app.put("/api/billing/auto-topup", &org.api_key, &raised)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    // The next refused fee finds the balance under the threshold: the third auto top-up now.
+    assert_eq!(fee("r8".into()).await.status(), StatusCode::PAYMENT_REQUIRED);
+    assert!(balance_is(1000).await, "charged under the raised cap");
+    assert_eq!(
+        app.billing(&org).await["autoTopup"]["chargedThisMonthCents"],
+        3000
+    );
+    app.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
+async fn two_instances_under_concurrent_debits_never_charge_past_the_cap() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let first = spawn_app_with(|s| s.billing.flat_run_fee_cents = keel::domain::Cents(100)).await;
+    let mut settings = test_settings(&first.db_url);
+    settings.billing.flat_run_fee_cents = keel::domain::Cents(100);
+    let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
+    let org = first.create_org("Acme").await;
+    first.fund(&org, 1000).await;
+    let capped = json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 950, "amountCents": 1000,
+        "monthlyLimitCents": 2500});
+    assert_eq!(
+        first
+            .put("/api/billing/auto-topup", &org.api_key, &capped)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    // Four waves of 20 fees of 1.00 at once, half through each instance: each wave takes the
+    // balance under 9.50, and each instance's ledger may start an auto top-up.
+    for wave in 0..4 {
+        let fees = (0..20).map(|i| {
+            let (app, org) = (if i % 2 == 0 { &first } else { &second }, &org);
+            async move {
+                app.post(
+                    "/api/billing/debit",
+                    &org.api_key,
+                    &json!({"orgId": org.org_id, "runId": format!("w{wave}-r{i}")}),
+                )
+                .await
+                .status()
+            }
+        });
+        futures_util::future::join_all(fees).await;
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(800)).await;
+    }
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let db = sea_orm::Database::connect(&first.db_url).await.unwrap();
+    let auto: Vec<entities::payment::Model> = entities::payment::Entity::find()
+        .filter(entities::payment::Column::Kind.eq(keel::domain::EntryKind::AutoTopup))
+        .all(&db)
+        .await
+        .unwrap();
+    db.close().await.ok();
+    let charged: i64 = auto.iter().map(|p| p.amount_cents.get()).sum();
+    assert_eq!(
+        charged, 2000,
+        "two auto top-ups of 10.00, the third stopped by the cap: {auto:?}"
+    );
+    assert_eq!(
+        first.billing(&org).await["autoTopup"]["chargedThisMonthCents"],
+        2000
+    );
+    first.assert_ledger_invariant(&org.org_id).await;
+}

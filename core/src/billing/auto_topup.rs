@@ -15,6 +15,38 @@ use crate::domain::{Cents, OrgId};
 /// A claim older than this is taken to be abandoned (the instance died mid-charge).
 const CLAIM_EXPIRY_MINUTES: i64 = 10;
 
+/// Counts an auto top-up the cap stopped, and announces the month's first one
+/// (`billing.auto_topup.limit_reached`, written with the mark that it was sent).
+async fn limit_reached(
+    db: &DatabaseConnection,
+    metrics: &crate::metrics::Metrics,
+    account: &entities::billing_account::Model,
+    charged: Cents,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), DbErr> {
+    use sea_orm::TransactionTrait;
+    metrics.auto_topup_limit_reached.inc();
+    let month = now.format("%Y-%m").to_string();
+    let txn = db.begin().await?;
+    if repo::mark_limit_notified(&txn, &account.org_id, &month).await? {
+        tracing::info!(org_id = %account.org_id, %month, "auto top-up reached its monthly cap");
+        crate::webhooks::outbox::emit(
+            &txn,
+            vec![crate::webhooks::outbox::Announcement {
+                org_id: account.org_id.clone(),
+                event_type: "billing.auto_topup.limit_reached",
+                data: serde_json::json!({
+                    "month": month,
+                    "monthlyLimitCents": account.auto_topup_monthly_limit_cents,
+                    "chargedCents": charged,
+                }),
+            }],
+        )
+        .await?;
+    }
+    txn.commit().await
+}
+
 /// Charges the card; answers the credit to apply when the charge succeeded.
 pub async fn charge(
     db: &DatabaseConnection,
@@ -60,6 +92,16 @@ async fn try_charge(
     if !below {
         repo::release_auto_topup_claim(db, org_id).await?;
         return Ok(None);
+    }
+    // The month's cap, checked under the claim (one auto top-up at a time per organization,
+    // across instances): a charge that would pass it is not made.
+    if account.auto_topup_monthly_limit_cents.is_some() {
+        let charged = repo::auto_topup_charged(db, org_id, super::service::month_start(now)).await?;
+        if !super::service::under_cap(&account, charged, amount) {
+            limit_reached(db, metrics, &account, charged, now).await?;
+            repo::release_auto_topup_claim(db, org_id).await?;
+            return Ok(None);
+        }
     }
     let processor_key = format!("keel-auto-topup-{org_id}-{}", now.timestamp_millis());
     // Recorded before the card is charged: a crash after the charge is settled on restart.

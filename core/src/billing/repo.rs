@@ -123,19 +123,24 @@ pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &OrgId) -> Result
 pub async fn save_auto_topup(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
-    enabled: bool,
-    threshold: Option<Cents>,
-    amount: Option<Cents>,
+    settings: super::service::AutoTopupSettings,
 ) -> Result<(), DbErr> {
     billing_account::Entity::update_many()
-        .col_expr(billing_account::Column::AutoTopupEnabled, Expr::value(enabled))
+        .col_expr(
+            billing_account::Column::AutoTopupEnabled,
+            Expr::value(settings.enabled),
+        )
         .col_expr(
             billing_account::Column::AutoTopupThresholdCents,
-            Expr::value(threshold.map(Cents::get)),
+            Expr::value(settings.threshold.map(Cents::get)),
         )
         .col_expr(
             billing_account::Column::AutoTopupAmountCents,
-            Expr::value(amount.map(Cents::get)),
+            Expr::value(settings.amount.map(Cents::get)),
+        )
+        .col_expr(
+            billing_account::Column::AutoTopupMonthlyLimitCents,
+            Expr::value(settings.monthly_limit.map(Cents::get)),
         )
         .col_expr(billing_account::Column::AutoTopupDeclines, Expr::value(0))
         .col_expr(billing_account::Column::UpdatedAt, Expr::value(Utc::now()))
@@ -620,4 +625,57 @@ pub async fn month_sums(
         .all(db)
         .await?;
     Ok((opening.unwrap_or(0), rows))
+}
+
+/// What auto top-ups of the organization have charged since `since` (the start of a UTC
+/// month): succeeded and still-processing payments, and charges recorded but not settled.
+pub async fn auto_topup_charged(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    since: DateTime<Utc>,
+) -> Result<Cents, DbErr> {
+    let sum = || Expr::cust("CAST(COALESCE(SUM(amount_cents), 0) AS BIGINT)");
+    let paid: Option<i64> = payment::Entity::find()
+        .select_only()
+        .column_as(sum(), "total")
+        .filter(payment::Column::OrgId.eq(org_id.clone()))
+        .filter(payment::Column::Kind.eq(EntryKind::AutoTopup))
+        .filter(payment::Column::Status.ne(PaymentState::Declined))
+        .filter(payment::Column::CreatedAt.gte(since))
+        .into_tuple()
+        .one(db)
+        .await?;
+    let pending: Option<i64> = pending_payment::Entity::find()
+        .select_only()
+        .column_as(sum(), "total")
+        .filter(pending_payment::Column::OrgId.eq(org_id.clone()))
+        .filter(pending_payment::Column::Kind.eq(EntryKind::AutoTopup))
+        .filter(pending_payment::Column::CreatedAt.gte(since))
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(Cents(paid.unwrap_or(0) + pending.unwrap_or(0)))
+}
+
+/// Marks the month whose `billing.auto_topup.limit_reached` is sent; answers whether this
+/// call marked it (once per organization and month, across instances).
+pub async fn mark_limit_notified(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    month: &str,
+) -> Result<bool, DbErr> {
+    let marked = billing_account::Entity::update_many()
+        .col_expr(
+            billing_account::Column::AutoTopupLimitNotifiedMonth,
+            Expr::value(month),
+        )
+        .filter(billing_account::Column::OrgId.eq(org_id.clone()))
+        .filter(
+            Expr::col(billing_account::Column::AutoTopupLimitNotifiedMonth)
+                .is_null()
+                .or(Expr::col(billing_account::Column::AutoTopupLimitNotifiedMonth).ne(month)),
+        )
+        .exec(db)
+        .await?;
+    Ok(marked.rows_affected == 1)
 }

@@ -34,6 +34,8 @@ pub struct Overview {
     pub recent: Vec<ledger_entry::Model>,
     /// The active grants (something left), in draw order.
     pub grants: Vec<credit_grant::Model>,
+    /// What auto top-ups have charged this UTC month.
+    pub auto_topup_charged: Cents,
 }
 
 impl Overview {
@@ -58,10 +60,12 @@ pub async fn overview(billing: &Billing, org_id: &OrgId) -> Result<Overview, Bil
         .into_iter()
         .filter(|g| g.remaining_microcents > Microcents::ZERO)
         .collect();
+    let auto_topup_charged = repo::auto_topup_charged(&billing.db, org_id, month_start(Utc::now())).await?;
     Ok(Overview {
         account,
         recent,
         grants,
+        auto_topup_charged,
     })
 }
 
@@ -169,20 +173,45 @@ pub async fn delete_customer(billing: &Billing, org_id: &OrgId) -> Result<Custom
     }
 }
 
+/// Auto top-up's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoTopupSettings {
+    pub enabled: bool,
+    pub threshold: Option<Cents>,
+    pub amount: Option<Cents>,
+    /// The most its charges may come to in a UTC month (none: no cap).
+    pub monthly_limit: Option<Cents>,
+}
+
 /// Saves auto top-up settings (which lifts a pause after declines); enabling needs a card.
+/// Answers what auto top-up has charged this UTC month.
 pub async fn set_auto_topup(
     billing: &Billing,
     org_id: &OrgId,
-    enabled: bool,
-    threshold: Option<Cents>,
-    amount: Option<Cents>,
-) -> Result<(), BillingError> {
+    settings: AutoTopupSettings,
+) -> Result<Cents, BillingError> {
     let account = account_of(billing, org_id).await?;
-    if enabled && account.payment_method_id.is_none() {
+    if settings.enabled && account.payment_method_id.is_none() {
         return Err(BillingError::CardNeededForAutoTopup);
     }
-    repo::save_auto_topup(&billing.db, org_id, enabled, threshold, amount).await?;
-    Ok(())
+    repo::save_auto_topup(&billing.db, org_id, settings).await?;
+    Ok(repo::auto_topup_charged(&billing.db, org_id, month_start(Utc::now())).await?)
+}
+
+/// The first instant of `at`'s UTC month.
+pub fn month_start(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    use chrono::Datelike;
+    at.date_naive()
+        .with_day(1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map_or(at, |d| d.and_utc())
+}
+
+/// Whether auto top-up may charge `amount` more this month under its cap.
+pub fn under_cap(account: &billing_account::Model, charged: Cents, amount: Cents) -> bool {
+    account
+        .auto_topup_monthly_limit_cents
+        .is_none_or(|limit| charged.get() + amount.get() <= limit.get())
 }
 
 /// What a top-up came to.
@@ -668,9 +697,19 @@ pub async fn precheck_training(
 ) -> Result<(), BillingError> {
     let account = account_of(billing, org_id).await?;
     let covered_by_balance = account.balance_microcents >= estimate.micros();
+    // A card under a cap the month has reached covers nothing (as if auto top-up were off).
+    let charged = match account.auto_topup_monthly_limit_cents {
+        Some(_) => repo::auto_topup_charged(&billing.db, org_id, month_start(Utc::now())).await?,
+        None => Cents(0),
+    };
     let covered_by_card = account.payment_method_id.is_some()
         && account.auto_topup_enabled
-        && account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES;
+        && account.auto_topup_declines < MAX_AUTO_TOPUP_DECLINES
+        && under_cap(
+            &account,
+            charged,
+            account.auto_topup_amount_cents.unwrap_or(Cents(0)),
+        );
     if !(covered_by_balance || covered_by_card) {
         return Err(BillingError::CannotCoverEstimate);
     }
