@@ -1074,3 +1074,90 @@ async fn a_webhook_event_committed_before_a_kill_9_is_delivered_after_the_restar
         .verify(&calls[0].raw, &headers)
         .is_ok());
 }
+
+/// Credit grants expire once whatever a kill -9 interrupts: 100 organizations' lapsed grants,
+/// the process killed while its first sweep runs, restarted; every grant then has exactly one
+/// expiry entry, every balance is its ledger's sum and nothing of the grants remains. Both
+/// databases (one process at a time).
+#[actix_web::test]
+async fn kill_9_during_an_expiry_sweep_loses_and_doubles_nothing() {
+    use sea_orm::{ConnectionTrait, EntityTrait, Statement};
+    let db = TestDb::new().await;
+    let mut instance = Instance::started(&db.url, &[("KEEL__BILLING__EXPIRY_SWEEP_SECS", "3600")]).await;
+    let http = client();
+    let mut orgs = Vec::new();
+    for i in 0..100 {
+        let (org_id, _) = org_with_key(&http, &instance.base, &format!("lapsing {i}")).await;
+        for (n, cents) in [(0, 700), (1, 300)] {
+            let made = http
+                .post(instance.url("/api/internal/billing/grants"))
+                .bearer_auth(INTERNAL_KEY)
+                .header("Idempotency-Key", format!("g-{i}-{n}"))
+                .json(
+                    &json!({"orgId": org_id, "amountCents": cents, "reason": "goodwill",
+                    "expiresAt": (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339()}),
+                )
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(made.status(), StatusCode::CREATED);
+        }
+        orgs.push(org_id);
+    }
+    instance.kill9();
+    // Every grant lapsed a minute ago.
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    let backend = conn.get_database_backend();
+    let sql = match backend {
+        sea_orm::DbBackend::Postgres => "UPDATE credit_grants SET expires_at = $1",
+        _ => "UPDATE credit_grants SET expires_at = ?",
+    };
+    conn.execute_raw(Statement::from_sql_and_values(
+        backend,
+        sql,
+        [(chrono::Utc::now() - chrono::Duration::minutes(1)).into()],
+    ))
+    .await
+    .unwrap();
+    // Started with a sweep at once, killed while it runs, started again.
+    instance
+        .restart(&[("KEEL__BILLING__EXPIRY_SWEEP_SECS", "1")])
+        .await;
+    actix_web::rt::time::sleep(Duration::from_millis(40)).await;
+    instance.kill9();
+    let expired_at_kill = entities::credit_grant::Entity::find()
+        .all(&conn)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|g| g.expired_at.is_some())
+        .count();
+    // Where the kill fell (the end state must be exact wherever it did).
+    eprintln!("expiry sweep killed with {expired_at_kill} of 200 grants expired");
+    instance.restart(&[]).await;
+    let all_expired = || async {
+        let grants = entities::credit_grant::Entity::find().all(&conn).await.unwrap();
+        grants
+            .iter()
+            .all(|g| g.remaining_microcents.get() == 0 && g.expired_at.is_some())
+    };
+    assert!(
+        eventually(all_expired).await,
+        "every grant expired after the restart"
+    );
+    let entries = entities::ledger_entry::Entity::find().all(&conn).await.unwrap();
+    let grants = entities::credit_grant::Entity::find().all(&conn).await.unwrap();
+    for grant in &grants {
+        let expiries: Vec<_> = entries
+            .iter()
+            .filter(|e| e.idempotency_key.as_deref() == Some(&format!("expiry:{}", grant.id)))
+            .collect();
+        assert_eq!(expiries.len(), 1, "one expiry entry for {}", grant.id);
+        assert_eq!(expiries[0].amount_microcents, -grant.original_microcents);
+    }
+    for org_id in &orgs {
+        let (balance, count) = ledger_invariant(&db.url, org_id).await;
+        assert_eq!((balance, count), (0, 4), "two grants and their two expiries");
+    }
+    conn.close().await.ok();
+}
