@@ -100,80 +100,14 @@ pub async fn statement(member: Member<ValidQuery<StatementQuery>>) -> ApiResult<
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn ledger_csv(member: Member<ValidQuery<LedgerCsvQuery>>) -> ApiResult<HttpResponse> {
-    use futures_util::StreamExt;
     let query = &member.input.0;
     service::account_of(&member.state.billing, &member.access.org_id).await?;
-    let pages = keel_core::billing::statement::entries(
+    Ok(super::export::ledger_csv(
         &member.state.billing,
         member.access.org_id.clone(),
         query.from.as_deref().and_then(instant),
         query.to.as_deref().and_then(instant),
-    );
-    let header = futures_util::stream::once(async { Ok(csv_rows(&[], true)) });
-    let body = header.chain(pages.map(|page| match page {
-        Ok(page) => Ok(csv_rows(&page, false)),
-        Err(err) => {
-            // The status is sent: the body ends short, and the log says why.
-            tracing::error!(error = %err, "ledger export failed");
-            Err(actix_web::error::ErrorInternalServerError("ledger export failed"))
-        }
-    }));
-    Ok(HttpResponse::Ok()
-        .content_type("text/csv; charset=utf-8")
-        .insert_header((
-            actix_web::http::header::CONTENT_DISPOSITION,
-            "attachment; filename=\"ledger.csv\"",
-        ))
-        .streaming(body))
-}
-
-/// Microcents as cents with six decimals: `-12.345678`.
-fn cents_exact(microcents: i64) -> String {
-    let sign = if microcents < 0 { "-" } else { "" };
-    let abs = microcents.unsigned_abs();
-    format!("{sign}{}.{:06}", abs / 1_000_000, abs % 1_000_000)
-}
-
-/// A page of entries as CSV rows (RFC 4180, by the `csv` crate), with the header first.
-fn csv_rows(entries: &[entities::ledger_entry::Model], header: bool) -> actix_web::web::Bytes {
-    let mut writer = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::CRLF)
-        .from_writer(Vec::with_capacity(entries.len() * 96));
-    let mut row = |fields: [&str; 7]| {
-        // Writing to a Vec cannot fail.
-        let _ = writer.write_record(fields);
-    };
-    if header {
-        row([
-            "id",
-            "created_at",
-            "kind",
-            "amount_cents",
-            "balance_after_cents",
-            "reason",
-            "idempotency_key",
-        ]);
-    }
-    for e in entries {
-        let (id, at) = (
-            e.id.to_string(),
-            e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-        );
-        let (amount, after) = (
-            cents_exact(e.amount_microcents.get()),
-            cents_exact(e.balance_after_microcents.get()),
-        );
-        row([
-            &id,
-            &at,
-            e.kind.as_str(),
-            &amount,
-            &after,
-            &e.reason,
-            e.idempotency_key.as_deref().unwrap_or(""),
-        ]);
-    }
-    actix_web::web::Bytes::from(writer.into_inner().unwrap_or_default())
+    ))
 }
 
 /// List an organization's credit grants

@@ -66,6 +66,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/promo", web::post().to(org::promo))
             .route("/o/{org}/starter-credit", web::post().to(org::starter_credit))
             .route("/o/{org}/ledger", web::get().to(org::ledger))
+            .route("/o/{org}/ledger.csv", web::get().to(org::ledger_csv))
             .route("/o/{org}/keys", web::get().to(org::keys))
             .route("/o/{org}/keys", web::post().to(org::create_key))
             .route("/o/{org}/keys/{key}/revoke", web::post().to(org::revoke_key))
@@ -114,6 +115,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/operator/failed/retry", web::post().to(operator::retry_failed))
             .route("/operator/writer", web::get().to(operator::writer))
             .route("/operator/webhooks", web::get().to(hooks::failing))
+            .route("/operator/grants", web::get().to(operator::grants))
+            .route("/operator/grants", web::post().to(operator::grant))
             .default_service(web::to(not_found)),
     );
 }

@@ -6,7 +6,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::chart::{self, Series};
 use super::pages::{
-    CountRow, FailedPage, FailedRow, HeldJob, HeldRow, LatencyRow, Layout, OrgShareRow, QueuePage, WriterPage,
+    CountRow, FailedPage, FailedRow, GrantPage, HeldJob, HeldRow, LatencyRow, Layout, OrgShareRow, QueuePage,
+    WriterPage,
 };
 use super::session::Viewer;
 use super::{after_form, confirm_page, format, page, Confirm, ConsoleError, Flash, FormFields};
@@ -465,4 +466,129 @@ pub async fn writer(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Co
             figures,
         },
     ))
+}
+
+/// The form to grant credit by hand (a goodwill credit or a refund).
+pub async fn grants(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
+    operator_only(&viewer)?;
+    Ok(page(
+        &req,
+        &GrantPage {
+            l: Layout::new("Grant credit", &viewer, "grants", Flash::read(&req)),
+            key: uuid::Uuid::new_v4().to_string(),
+        },
+    ))
+}
+
+/// Grants credit once confirmed: the same flow as `POST /api/internal/billing/grants`, the
+/// form's key making a resubmitted form one grant.
+pub async fn grant(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, ConsoleError> {
+    let form = operator_form(&viewer, &body)?;
+    let back = "/console/operator/grants";
+    let parsed = (|| {
+        let org = form.get("orgId").unwrap_or_default().trim();
+        let org_id = OrgId::parse(org).map_err(|_| {
+            crate::error::ApiError::validation(
+                vec!["body".into(), "orgId".into()],
+                "value_error",
+                "not an organization id",
+            )
+        })?;
+        let amount: i64 = form
+            .get("amountCents")
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .map_err(|_| {
+                crate::error::ApiError::validation(
+                    vec!["body".into(), "amountCents".into()],
+                    "int_parsing",
+                    "a whole number of cents",
+                )
+            })?;
+        let reason = form.get("reason").unwrap_or_default().trim().to_owned();
+        let expires_at = match form.get("expiresOn").filter(|d| !d.trim().is_empty()) {
+            None => None,
+            Some(day) => Some(crate::billing::dto::instant(day.trim()).ok_or_else(|| {
+                crate::error::ApiError::validation(
+                    vec!["body".into(), "expiresOn".into()],
+                    "value_error",
+                    "a date (YYYY-MM-DD)",
+                )
+            })?),
+        };
+        let priority = match form.get("priority").filter(|p| !p.trim().is_empty()) {
+            None => None,
+            Some(p) => Some(
+                p.trim()
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|p| (0..=1000).contains(p))
+                    .ok_or_else(|| {
+                        crate::error::ApiError::validation(
+                            vec!["body".into(), "priority".into()],
+                            "value_error",
+                            "0 to 1000",
+                        )
+                    })?,
+            ),
+        };
+        if !(1..=100_000_000).contains(&amount)
+            || reason.is_empty()
+            || expires_at.is_some_and(|at| at <= chrono::Utc::now())
+        {
+            return Err(crate::error::ApiError::validation(
+                vec!["body".into()],
+                "value_error",
+                "an amount of 1 to 100,000,000 cents, a reason, and an expiry (if any) in the future",
+            ));
+        }
+        Ok((org_id, crate::domain::Cents(amount), reason, expires_at, priority))
+    })();
+    let (org_id, amount, reason, expires_at, priority) = match parsed {
+        Ok(parsed) => parsed,
+        Err(err) => return after_form(back, Err::<(), _>(err), |_| String::new()),
+    };
+    if !form.confirmed() {
+        return Ok(confirm_page(
+            Layout::new("Grant credit?", &viewer, "grants", None),
+            Confirm {
+                title: "Grant credit?",
+                question: format!(
+                    "{} is credited to the organization now, as a manual grant{}.",
+                    format::cents(amount.get()),
+                    expires_at
+                        .map(|at| format!(" that expires {}", format::time(at)))
+                        .unwrap_or_default()
+                ),
+                details: vec![format!("organization {org_id}"), format!("reason: {reason}")],
+                action: back.into(),
+                button: "Grant credit",
+                back: back.into(),
+            },
+            form.carried(),
+        ));
+    }
+    let key = form.get("key").unwrap_or_default().to_owned();
+    let outcome = crate::billing::service::manual_grant(
+        &viewer.state.billing,
+        &org_id,
+        crate::billing::service::ManualGrant {
+            amount,
+            reason,
+            expires_at,
+            priority,
+            key,
+            created_by: viewer.operator_label(),
+        },
+    )
+    .await;
+    after_form(back, outcome, |grant| {
+        format!(
+            "{} granted to {} (grant {}).",
+            format::dollars(grant.original_microcents),
+            grant.org_id,
+            grant.id
+        )
+    })
 }

@@ -7,7 +7,9 @@ use entities::ledger_entry;
 use serde::Deserialize;
 
 use super::chart::{self, Series};
-use super::pages::{KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow};
+use super::pages::{
+    CreditRow, KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow,
+};
 use super::session::{OrgView, Viewer};
 use super::{after_form, format, page, redirect, ConsoleError, Flash, FormFields};
 use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
@@ -49,6 +51,20 @@ fn ledger_row(e: &ledger_entry::Model) -> LedgerRow {
     }
 }
 
+/// A grant's kind as the overview names it.
+fn credit_kind(kind: crate::domain::GrantKind) -> &'static str {
+    use crate::domain::GrantKind as K;
+    match kind {
+        K::Starter => "starter credit",
+        K::Promo => "promotional credit",
+        K::Topup => "top-up",
+        K::AutoTopup => "auto top-up",
+        K::Manual => "credit granted by keel",
+        K::Refund => "refund",
+        K::Migrated => "balance before credit grants",
+    }
+}
+
 pub async fn overview(
     req: HttpRequest,
     viewer: Viewer,
@@ -57,7 +73,28 @@ pub async fn overview(
     let org = viewer.org(&path).await?;
     let l = org_layout(&viewer, &org, "Overview", "overview", &req).await?;
     let state = &viewer.state;
-    let service::Overview { account, recent, .. } = service::overview(&state.billing, &org.org_id).await?;
+    let service::Overview {
+        account,
+        recent,
+        grants,
+        auto_topup_charged,
+    } = service::overview(&state.billing, &org.org_id).await?;
+    let now = chrono::Utc::now();
+    let credits = grants
+        .iter()
+        .map(|g| CreditRow {
+            left: format::dollars(g.remaining_microcents),
+            left_exact: format::exact(g.remaining_microcents),
+            kind: credit_kind(g.kind).to_owned(),
+            expires: match g.expires_at {
+                Some(at) if at > now => {
+                    format!("expires in {} ({})", format::age(at - now), format::time(at))
+                }
+                Some(at) => format!("expired {} (being swept)", format::time(at)),
+                None => "never expires".to_owned(),
+            },
+        })
+        .collect();
     let spent = service::spending(&state.billing, &org.org_id, PERIOD_DAYS).await?;
     let series = [
         Series {
@@ -132,6 +169,12 @@ pub async fn overview(
                 .auto_topup_amount_cents
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
+            auto_limit: account
+                .auto_topup_monthly_limit_cents
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            auto_charged: format::cents(auto_topup_charged.get()),
+            credits,
             starter_granted: account.starter_credit_granted,
             starter_amount: format::cents(state.settings.billing.starter_credit_cents.get()),
             chart_summary: format!(
@@ -299,6 +342,8 @@ pub async fn starter_credit(
 pub struct LedgerQuery {
     kind: Option<String>,
     before: Option<i64>,
+    /// The statement's month, `YYYY-MM` (default: this one).
+    month: Option<String>,
 }
 
 pub async fn ledger(
@@ -319,6 +364,13 @@ pub async fn ledger(
                 .ok_or_else(|| super::unknown_choice("kind", k, EntryKind::ALL.iter().map(|e| e.as_str())))?,
         ),
     };
+    let month = match query.month.as_deref().filter(|m| !m.is_empty()) {
+        None => chrono::Utc::now().format("%Y-%m").to_string(),
+        Some(m) if keel_core::billing::statement::month_bounds(m).is_some() => m.to_owned(),
+        Some(_) => return Err(super::unreadable("month")),
+    };
+    let statement =
+        keel_core::billing::statement::statement(&viewer.state.billing, &org.org_id, &month).await?;
     let mut entries =
         repo::ledger_page(&viewer.state.db, &org.org_id, kind, query.before, LEDGER_PAGE + 1).await?;
     let next = (entries.len() as u64 > LEDGER_PAGE).then(|| {
@@ -339,7 +391,57 @@ pub async fn ledger(
             kind: kind.unwrap_or_default().to_owned(),
             entries: entries.iter().map(ledger_row).collect(),
             next,
+            statement: statement_rows(&statement),
+            month,
         },
+    ))
+}
+
+/// A statement as the ledger page lists it: (what, amount, exact amount).
+fn statement_rows(s: &keel_core::billing::statement::Statement) -> Vec<(String, String, String)> {
+    let money = |v: i64| (format::dollars(Microcents(v)), format::exact(Microcents(v)));
+    let mut rows = Vec::new();
+    let mut push = |what: String, v: i64| {
+        let (shown, exact) = money(v);
+        rows.push((what, shown, exact));
+    };
+    push("Opening balance".into(), s.opening);
+    for (kind, v) in &s.credits {
+        push(format!("Credits: {kind}"), *v);
+    }
+    for (kind, v) in &s.debits {
+        push(format!("Debits: {kind}"), -*v);
+    }
+    push("Expired credit".into(), -s.expired);
+    push("Closing balance".into(), s.closing);
+    rows
+}
+
+#[derive(Deserialize)]
+pub struct CsvQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// The ledger as CSV (what `GET /api/billing/ledger.csv` streams), for the page's download.
+pub async fn ledger_csv(
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<CsvQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let bound = |value: &Option<String>, name: &str| match value.as_deref().filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => crate::billing::dto::instant(v)
+            .map(Some)
+            .ok_or_else(|| super::unreadable(name)),
+    };
+    let (from, to) = (bound(&query.from, "from")?, bound(&query.to, "to")?);
+    Ok(crate::billing::export::ledger_csv(
+        &viewer.state.billing,
+        org.org_id,
+        from,
+        to,
     ))
 }
 

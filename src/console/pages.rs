@@ -134,6 +134,11 @@ pub struct OverviewPage {
     pub auto_paused: bool,
     pub auto_threshold: String,
     pub auto_amount: String,
+    /// The monthly cap in cents (empty: none), and what auto top-up charged this month.
+    pub auto_limit: String,
+    pub auto_charged: String,
+    /// The active credit grants, in the order debits draw from them.
+    pub credits: Vec<CreditRow>,
     pub starter_granted: bool,
     pub starter_amount: String,
     pub chart: String,
@@ -144,6 +149,14 @@ pub struct OverviewPage {
     pub test_cards: Vec<(&'static str, &'static str)>,
 }
 
+/// One active credit grant, as people read it: "$10.00 promotional credit expires in 5 days".
+pub struct CreditRow {
+    pub left: String,
+    pub left_exact: String,
+    pub kind: String,
+    pub expires: String,
+}
+
 #[derive(Template)]
 #[template(path = "console/ledger.html")]
 pub struct LedgerPage {
@@ -152,6 +165,9 @@ pub struct LedgerPage {
     pub kind: String,
     pub entries: Vec<LedgerRow>,
     pub next: Option<String>,
+    /// The month's statement: (what, amount, exact amount).
+    pub statement: Vec<(String, String, String)>,
+    pub month: String,
 }
 
 pub struct KeyRow {
@@ -569,4 +585,12 @@ pub struct FailingEndpointRow {
 pub struct OperatorWebhooksPage {
     pub l: Layout,
     pub rows: Vec<FailingEndpointRow>,
+}
+
+#[derive(Template)]
+#[template(path = "console/operator_grants.html")]
+pub struct GrantPage {
+    pub l: Layout,
+    /// The form's idempotency key: a resubmitted form makes one grant.
+    pub key: String,
 }

@@ -297,6 +297,17 @@ impl OrgView {
 }
 
 impl Viewer {
+    /// What a change made in an operator's session records as its maker: `console:` and the
+    /// start of the session's key fingerprint (never the key).
+    pub fn operator_label(&self) -> String {
+        match &self.standing {
+            Standing::Operator { fingerprint } => {
+                format!("console:{}", fingerprint.chars().take(12).collect::<String>())
+            }
+            _ => "console".into(),
+        }
+    }
+
     pub fn is_operator(&self) -> bool {
         matches!(self.standing, Standing::Operator { .. })
     }

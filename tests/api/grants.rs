@@ -843,3 +843,126 @@ async fn two_instances_under_concurrent_debits_never_charge_past_the_cap() {
     );
     first.assert_ledger_invariant(&org.org_id).await;
 }
+
+#[actix_web::test]
+async fn the_console_shows_credits_the_cap_the_statement_and_the_csv_and_operators_grant_once_confirmed() {
+    use crate::console::Console;
+    let app = spawn_app_with(|s| {
+        s.billing.promo_expires_days.insert("WELCOME10".into(), 5);
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    app.post(
+        "/api/billing/promo-code",
+        &org.api_key,
+        &json!({"orgId": org.org_id, "code": "WELCOME10"}),
+    )
+    .await;
+    app.fund(&org, 2000).await;
+    let settings = json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 500, "amountCents": 1000,
+        "monthlyLimitCents": 5000});
+    app.put("/api/billing/auto-topup", &org.api_key, &settings).await;
+    let member = Console::sign_in(&app, &org.api_key).await;
+    let home = format!("/console/o/{}", org.org_id);
+    let overview = member.page(&home).await;
+    assert!(
+        overview.contains("$10.00</span> promotional credit expires in 4 d 23 h")
+            || overview.contains("$10.00</span> promotional credit expires in 5 d 0 h"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("$20.00</span> top-up never expires"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("Charged this month: $0.00 of a 5000-cent cap"),
+        "{overview}"
+    );
+    assert!(overview.contains("name=\"monthlyLimitCents\""));
+    // The cap is saved from the form too.
+    let html = member
+        .submit(
+            &format!("{home}/auto-topup"),
+            &[
+                ("enabled", "true"),
+                ("thresholdCents", "500"),
+                ("amountCents", "1000"),
+                ("monthlyLimitCents", "3000"),
+            ],
+        )
+        .await;
+    assert!(html.contains("of a 3000-cent cap"), "{html}");
+
+    // The ledger page: this month's statement, and the CSV the API streams.
+    let month = chrono::Utc::now().format("%Y-%m").to_string();
+    let ledger = member.page(&format!("{home}/ledger")).await;
+    assert!(ledger.contains(&format!("value=\"{month}\"")), "{ledger}");
+    assert!(
+        ledger
+            .contains("<td>Credits: promo</td><td class=\"num\" title=\"1000000000 microcents\">$10.00</td>"),
+        "{ledger}"
+    );
+    assert!(
+        ledger.contains(
+            "<td>Closing balance</td><td class=\"num\" title=\"3000000000 microcents\">$30.00</td>"
+        ),
+        "{ledger}"
+    );
+    let old = member.page(&format!("{home}/ledger?month=2001-01")).await;
+    assert!(
+        old.contains("<td>Closing balance</td><td class=\"num\" title=\"0 microcents\">$0.00</td>"),
+        "{old}"
+    );
+    assert_eq!(
+        member.get(&format!("{home}/ledger?month=2001-13")).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    let csv = member.get(&format!("{home}/ledger.csv")).await;
+    assert_eq!(csv.status(), StatusCode::OK);
+    let csv = csv.text().await.unwrap();
+    let api = app
+        .get(
+            &format!("/api/billing/ledger.csv?orgId={}", org.org_id),
+            &org.api_key,
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(csv, api);
+    assert_eq!(csv.lines().count(), 3, "a header, the promo and the top-up");
+
+    // The operator grants by hand, once confirmed; a resubmitted form grants once.
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let form = operator.page("/console/operator/grants").await;
+    let marker = "name=\"key\" value=\"";
+    let start = form.find(marker).unwrap() + marker.len();
+    let key = form[start..start + 36].to_owned();
+    let fields = [
+        ("orgId", org.org_id.as_str()),
+        ("amountCents", "750"),
+        ("reason", "refund: <b>outage</b>"),
+        ("key", key.as_str()),
+    ];
+    let (asked, done) = operator.confirm("/console/operator/grants", &fields).await;
+    assert!(
+        asked.contains("$7.50 is credited") && asked.contains("&#60;b&#62;outage"),
+        "{asked}"
+    );
+    assert!(done.contains("$7.50 granted to"), "{done}");
+    let mut again = fields.to_vec();
+    again.push(("confirmed", "yes"));
+    operator.submit("/console/operator/grants", &again).await;
+    assert_eq!(app.balance_microcents(&org).await, 3_750_000_000);
+    let manual: Vec<Value> = grants(&app, &org)
+        .await
+        .into_iter()
+        .filter(|g| g["kind"] == "manual")
+        .collect();
+    assert_eq!(manual.len(), 1);
+    // Members cannot.
+    assert_eq!(
+        member.post("/console/operator/grants", &fields).await.status(),
+        StatusCode::NOT_FOUND
+    );
+}
