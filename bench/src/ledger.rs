@@ -25,6 +25,10 @@ pub struct LedgerBench {
     pub skip_baseline: bool,
     /// With a PostgreSQL URL: measure PostgreSQL only.
     pub skip_sqlite: bool,
+    /// Active credit grants each organization holds before the run (0: none made).
+    pub grants: usize,
+    /// Only the one-organization scenario.
+    pub hot_only: bool,
 }
 
 struct Row {
@@ -49,7 +53,11 @@ pub async fn run(bench: LedgerBench) -> anyhow::Result<()> {
     }
     let mut rows = Vec::new();
     for (database, admin_url) in databases {
-        for orgs in [1, bench.spread_orgs] {
+        let scenarios: &[usize] = match bench.hot_only {
+            true => &[1],
+            false => &[1, bench.spread_orgs],
+        };
+        for &orgs in scenarios {
             for (mode, max_batch) in [("group commit (actor)", 512), ("baseline: 1 txn per charge", 1)] {
                 if bench.skip_baseline && max_batch == 1 {
                     continue;
@@ -129,6 +137,23 @@ async fn run_one(
         )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // Grants of 1,000.00 each, expiring on different days (the draw order has work to do).
+        for g in 0..bench.grants {
+            keel::billing::service::manual_grant(
+                &state.billing,
+                &org.org_id,
+                keel::billing::service::ManualGrant {
+                    amount: keel::domain::Cents(100_000),
+                    reason: "bench".into(),
+                    expires_at: Some(chrono::Utc::now() + chrono::Duration::days(30 + g as i64)),
+                    priority: None,
+                    key: format!("bench-{g}"),
+                    created_by: "bench".into(),
+                },
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         let adapter = format!("bench-adapter-{i}");
         upsert_adapter(
             &state.db,

@@ -50,6 +50,12 @@ enum BenchTarget {
         /// With --postgres-url: measure PostgreSQL only.
         #[arg(long)]
         skip_sqlite: bool,
+        /// Active credit grants each organization holds before the run.
+        #[arg(long, default_value_t = 0)]
+        grants: usize,
+        /// Only the one-organization (hot) scenario.
+        #[arg(long)]
+        hot_only: bool,
     },
     /// What the webhook outbox costs hot charges (an organization with a subscribed endpoint
     /// against one without, interleaved) and the dispatcher's deliveries per second.
@@ -260,6 +266,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             orgs,
             skip_baseline,
             skip_sqlite,
+            grants,
+            hot_only,
         } => {
             crate::ledger::run(crate::ledger::LedgerBench {
                 postgres_url,
@@ -268,6 +276,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 spread_orgs: orgs,
                 skip_baseline,
                 skip_sqlite,
+                grants,
+                hot_only,
             })
             .await
         }
