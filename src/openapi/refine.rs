@@ -515,6 +515,39 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             "The balance fell from at or above the organization's auto top-up threshold (or \
              `billing.low_balance_cents` when it has none) to under it: once per crossing.",
         ),
+        "billing.credit.expiring" => (
+            json!({
+                "type": "object",
+                "required": ["grantId", "kind", "remainingMicrocents", "expiresAt"],
+                "properties": {
+                    "grantId": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "remainingMicrocents": {"type": "integer"},
+                    "expiresAt": {"type": "string", "format": "date-time"}
+                }
+            }),
+            "A credit grant expires within 7 days (sent once per grant).",
+        ),
+        "billing.credit.expired" => (
+            json!({
+                "type": "object",
+                "required": ["grantId", "expiredMicrocents"],
+                "properties": {"grantId": {"type": "string"}, "expiredMicrocents": {"type": "integer"}}
+            }),
+            "A credit grant expired: what was left of it became an `expiry` ledger entry.",
+        ),
+        "billing.auto_topup.limit_reached" => (
+            json!({
+                "type": "object",
+                "required": ["month", "monthlyLimitCents", "chargedCents"],
+                "properties": {
+                    "month": {"type": "string", "description": "YYYY-MM (UTC)"},
+                    "monthlyLimitCents": {"type": "integer"},
+                    "chargedCents": {"type": "integer"}
+                }
+            }),
+            "An auto top-up was not charged: it would have taken the month past its cap (sent once a month).",
+        ),
         "webhook.test" => (
             json!({
                 "type": "object",
@@ -523,11 +556,7 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             }),
             "Sent by `POST /api/webhooks/endpoints/{id}/test`, whatever the endpoint subscribes to.",
         ),
-        _ => (
-            json!({"type": "object"}),
-            "Reserved for credit grants and the monthly auto top-up cap: a valid subscription, \
-             not sent yet.",
-        ),
+        _ => (json!({"type": "object"}), "An event keel sends."),
     }
 }
 
