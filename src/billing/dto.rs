@@ -49,7 +49,7 @@ impl Validate for StatementQuery {
 }
 
 /// The ledger as CSV: entries created from `from` (inclusive) to `to` (exclusive), either
-/// open; each an RFC 3339 date-time or a date (`YYYY-MM-DD`, its start in UTC).
+/// open; each an RFC 3339 date-time.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
@@ -57,23 +57,19 @@ pub struct LedgerCsvQuery {
     /// The organization (UUID).
     #[param(value_type = String, min_length = 1, max_length = 100)]
     pub org_id: OrgId,
-    #[param(max_length = 64)]
+    /// Entries created at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     pub from: Option<String>,
-    #[param(max_length = 64)]
+    /// Entries created before this time (RFC 3339).
+    #[param(format = DateTime)]
     pub to: Option<String>,
 }
 
-/// An RFC 3339 date-time, or a date's start in UTC.
+/// An RFC 3339 date-time.
 pub fn instant(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .ok()
-        .or_else(|| {
-            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map(|t| t.and_utc())
-        })
 }
 
 impl Validate for LedgerCsvQuery {
@@ -83,11 +79,7 @@ impl Validate for LedgerCsvQuery {
                 .as_deref()
                 .is_some_and(|v| !v.is_empty() && instant(v).is_none())
             {
-                c.fail(
-                    name,
-                    "value_error",
-                    "an RFC 3339 date-time or a date (YYYY-MM-DD)",
-                );
+                c.fail(name, "value_error", "an RFC 3339 date-time");
             }
         }
         if let (Some(from), Some(to)) = (
@@ -480,9 +472,6 @@ pub struct ManualGrantBody {
 
 impl Validate for ManualGrantBody {
     fn validate(&self, c: &mut Checks) {
-        if self.reason.trim().is_empty() {
-            c.fail("reason", "value_error", "the reason must not be blank");
-        }
         if self.expires_at.is_some_and(|at| at <= Utc::now()) {
             c.fail("expiresAt", "value_error", "expiresAt must be in the future");
         }

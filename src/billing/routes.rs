@@ -57,7 +57,7 @@ pub async fn manual_grant(
         &body.org_id,
         service::ManualGrant {
             amount: body.amount_cents,
-            reason: body.reason.trim().to_owned(),
+            reason: body.reason,
             expires_at: body.expires_at,
             priority: body.priority,
             key,
@@ -93,7 +93,7 @@ pub async fn statement(member: Member<ValidQuery<StatementQuery>>) -> ApiResult<
 /// The ledger as CSV
 ///
 /// Every entry (no row limit), oldest first, streamed: RFC 4180, a header row, amounts in
-/// cents with six decimals (exact). `from` and `to` (RFC 3339 or `YYYY-MM-DD`) narrow it.
+/// cents with six decimals (exact). `from` and `to` (RFC 3339) narrow it.
 #[utoipa::path(get, path = "/api/billing/ledger.csv", tag = "billing", security(("apiKey" = []), ("session" = [])),
     params(LedgerCsvQuery),
     responses((status = 200, description = "text/csv", content_type = "text/csv", body = String),

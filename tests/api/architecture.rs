@@ -181,6 +181,8 @@ fn entities_type_ids_and_money_with_the_domain_types() {
         ("console_session.rs", "kind", None),
         // What keel did on its own (`webhook.endpoint_disabled`), free text.
         ("console_event.rs", "kind", None),
+        // A credit grant's kind is a grant kind (starter, promo, ...), not a ledger entry's.
+        ("credit_grant.rs", "kind", Some("GrantKind")),
         // A webhook delivery's own states (pending, succeeded, failed), kept as text.
         ("webhook_delivery.rs", "status", None),
     ];

