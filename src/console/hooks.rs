@@ -98,6 +98,7 @@ pub async fn webhooks(
             message: e.message,
         })
         .collect();
+    let (new_secret, secret_gone) = Reveal::shown(reveal);
     Ok(page(
         &req,
         &WebhooksPage {
@@ -105,11 +106,8 @@ pub async fn webhooks(
             endpoints,
             events,
             event_types: keel_core::webhooks::EVENT_TYPES.to_vec(),
-            secret_gone: matches!(reveal, Some(Reveal::Gone)),
-            new_secret: match reveal {
-                Some(Reveal::Key(secret)) => Some(secret),
-                _ => None,
-            },
+            secret_gone,
+            new_secret,
             can_act: org.can_act(),
         },
     ))

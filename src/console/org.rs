@@ -474,6 +474,18 @@ pub enum Reveal {
     Gone,
 }
 
+impl Reveal {
+    /// What a page shows of an asked-for view: the secret (this once), and whether it is
+    /// gone.
+    pub fn shown(reveal: Option<Self>) -> (Option<String>, bool) {
+        match reveal {
+            Some(Self::Key(secret)) => (Some(secret), false),
+            Some(Self::Gone) => (None, true),
+            None => (None, false),
+        }
+    }
+}
+
 async fn keys_page(
     req: &HttpRequest,
     viewer: &Viewer,
@@ -502,17 +514,15 @@ async fn keys_page(
             since: format::time(m.created_at),
         })
         .collect();
+    let (new_key, key_gone) = Reveal::shown(new_key);
     Ok(page(
         req,
         &KeysPage {
             l,
             keys,
             members,
-            key_gone: matches!(new_key, Some(Reveal::Gone)),
-            new_key: match new_key {
-                Some(Reveal::Key(key)) => Some(key),
-                _ => None,
-            },
+            key_gone,
+            new_key,
             is_owner: org.is_owner(),
         },
     ))
