@@ -9,6 +9,7 @@ pub mod error;
 pub mod evals;
 pub mod flash;
 pub mod http;
+pub mod keys;
 pub mod metrics;
 pub mod openapi;
 pub mod orgs;

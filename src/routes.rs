@@ -11,7 +11,7 @@ use actix_web::web;
 
 use crate::http::resource;
 use crate::{
-    auth, billing, evals, flash, orgs, projects, proxy, queue, runs, serving, system, traces, webhooks,
+    auth, billing, evals, flash, keys, orgs, projects, proxy, queue, runs, serving, system, traces, webhooks,
 };
 
 /// `root "" { ... }`: paths mounted as written. `scope "/prefix" { ... }`: paths under it.
@@ -141,8 +141,8 @@ route_table! {
         "/billing/grants" => post billing::routes::manual_grant;
     }
     scope "/api/api-keys" {
-        "" => get orgs::routes::list_keys, post orgs::routes::create_key;
-        "/{api_key_id}" => delete orgs::routes::revoke_key;
+        "" => get keys::routes::list_keys, post keys::routes::create_key;
+        "/{api_key_id}" => patch keys::routes::patch_key, delete keys::routes::revoke_key;
     }
     scope "/api/projects" {
         "" => get projects::routes::list_projects, post projects::routes::create_project;

@@ -36,6 +36,8 @@ pub struct AppState {
     pub upstreams: crate::upstream::UpstreamConfig,
     pub proxy_cache: keel_core::proxy::cache::ProxyCache,
     pub traces: keel_core::traces::writer::TraceWriter,
+    /// API keys' limits (requests a minute, tokens a day, open streams) and usage counts.
+    pub limiter: keel_core::keys::Limiter,
     /// The operator's figures on `/metrics`.
     pub metrics: keel_core::metrics::Metrics,
     /// Cache invalidations and job wake-ups shared with the other instances.
@@ -80,10 +82,12 @@ impl AppState {
             Duration::from_millis(settings.billing.adapter_cache_ttl_ms),
             &metrics,
         );
+        let limiter = keel_core::keys::Limiter::new(db.clone(), keel_core::keys::UsageBook::default());
         let cluster = crate::cluster::Cluster::new(
             db.clone(),
             vec![
                 Box::new(proxy_cache.clone()),
+                Box::new(limiter.clone()),
                 Box::new(adapters.clone()),
                 Box::new(keel_core::webhooks::outbox::Waker),
             ],
@@ -156,6 +160,13 @@ impl AppState {
                 cluster.stopping().clone(),
             ));
         }
+        actix::spawn(limiter.clone().run(cluster.stopping().clone()));
+        actix::spawn(
+            limiter
+                .usage()
+                .clone()
+                .run(db.clone(), cluster.stopping().clone()),
+        );
         let serving = keel_core::serving::Serving {
             db: db.clone(),
             adapters: adapters.clone(),
@@ -170,6 +181,7 @@ impl AppState {
             webhooks,
             upstreams: crate::upstream::UpstreamConfig::new(&settings, tls)?,
             proxy_cache,
+            limiter,
             cluster,
             metrics,
             traces,
@@ -201,6 +213,8 @@ impl AppState {
         let _ = self.queue.send(keel_core::queue::actor::Shutdown).await;
         self.ledger.drain().await;
         self.traces.drain().await;
+        // The tokens the last traces counted, and every call's count, are written.
+        self.limiter.usage().flush(&self.db).await;
         if let Err(err) = self.db.clone().close().await {
             tracing::warn!(error = %err, "closing the database pool");
         }

@@ -125,6 +125,11 @@ enum BenchTarget {
         /// instant), instead of each stream on its own clock with spread phases.
         #[arg(long)]
         aligned: bool,
+        /// Instead of recording off, the third phase of each round records through a second
+        /// API key with every limit set (requestsPerMinute, tokensPerDay, concurrentStreams)
+        /// high enough never to refuse: a limited key against a plain one, interleaved.
+        #[arg(long)]
+        key_limits: bool,
         /// Also run on PostgreSQL (an admin URL; a scratch database is created and dropped).
         #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
         postgres_url: Option<String>,
@@ -241,6 +246,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             workers,
             postgres_url,
             skip_sqlite,
+            key_limits,
             ..
         } => {
             crate::proxy::run(crate::proxy::ProxyBench {
@@ -256,6 +262,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 workers,
                 postgres_url,
                 skip_sqlite,
+                key_limits,
             })
             .await
         }

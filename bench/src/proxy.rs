@@ -41,6 +41,9 @@ pub struct ProxyBench {
     /// Also on PostgreSQL (an admin URL; a scratch database is created and dropped).
     pub postgres_url: Option<String>,
     pub skip_sqlite: bool,
+    /// The third phase records through a key with every limit set high instead of recording
+    /// off.
+    pub key_limits: bool,
 }
 
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
@@ -435,9 +438,30 @@ async fn run_one(
                 .body(REQUEST)
         }
     };
-    let through_keel = |record: bool| {
+    // With --key-limits, a second key of the tenant with every limit set, none ever reached.
+    let limited_key = match bench.key_limits {
+        true => {
+            let settings = keel::keys::KeySettings {
+                limits: keel::keys::Limits {
+                    requests_per_minute: Some(1_000_000),
+                    tokens_per_day: Some(1_000_000_000_000),
+                    concurrent_streams: Some(10_000),
+                },
+                ..Default::default()
+            };
+            keel::keys::repo::insert(&state.db, &tenant.org_id, Some("limited"), &settings)
+                .await?
+                .secret
+        }
+        false => tenant.key.clone(),
+    };
+    let third = match bench.key_limits {
+        true => "limited key",
+        false => "recording off",
+    };
+    let through_keel = |key: &str, record: bool| {
         let (client, url) = (client.clone(), format!("{base}/v1/chat/completions"));
-        let (api_key, project_id) = (tenant.key.clone(), tenant.project_id.clone());
+        let (api_key, project_id) = (key.to_owned(), tenant.project_id.clone());
         move || {
             let request = client
                 .post(&url)
@@ -453,7 +477,10 @@ async fn run_one(
             }
         }
     };
-    let (proxied, unrecorded) = (through_keel(true), through_keel(false));
+    let (proxied, unrecorded) = (
+        through_keel(&tenant.key, true),
+        through_keel(&limited_key, bench.key_limits),
+    );
     let rss_before = proc_kib("self", "VmRSS:").unwrap_or(0);
     // Warm both paths (connections, caches, prepared statements).
     let warm = OpenLoop {
@@ -468,7 +495,7 @@ async fn run_one(
     // the first run at a rate pays for opening them, the next ones do not).
 
     let mut out = std::io::stdout().lock();
-    writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed | recording off: added p50 ms | added p99 ms |")?;
+    writeln!(out, "| load | direct p50 ms | direct p99 ms | proxied p50 ms | proxied p99 ms | added p50 ms | added p99 ms | proxied ok/failed | {third}: added p50 ms | added p99 ms |")?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
     for &rate in &bench.rates {
         let load = OpenLoop {
@@ -480,7 +507,7 @@ async fn run_one(
         for round in 1..=bench.rounds {
             let d = measured(load, "direct", direct.clone()).await;
             let p = measured(load, "recording on", proxied.clone()).await;
-            let u = measured(load, "recording off", unrecorded.clone()).await;
+            let u = measured(load, third, unrecorded.clone()).await;
             let row = rate_row(
                 &format!("{rate}/s for {}s, round {round}", bench.seconds),
                 &d,
@@ -511,13 +538,15 @@ async fn run_one(
     ];
     let proxied = LoadRequest::json(path, &tenant.key, &proxy_headers)?.with_body(REQUEST);
     let mut unrecorded_headers = proxy_headers.to_vec();
-    unrecorded_headers.push(("x-service-record", "false"));
-    let unrecorded = LoadRequest::json(path, &tenant.key, &unrecorded_headers)?.with_body(REQUEST);
+    if !bench.key_limits {
+        unrecorded_headers.push(("x-service-record", "false"));
+    }
+    let unrecorded = LoadRequest::json(path, &limited_key, &unrecorded_headers)?.with_body(REQUEST);
     let on_postgres = admin_url.is_some();
     writeln!(out)?;
     writeln!(
         out,
-        "| saturation, {c} in flight, {n} requests each | direct requests/s | recording on requests/s (until every trace is written) | recording off requests/s | on / direct | keel's CPU µs/request, on / off | trace writer µs/trace | PostgreSQL µs/trace | failed |"
+        "| saturation, {c} in flight, {n} requests each | direct requests/s | recording on requests/s (until every trace is written) | {third} requests/s | on / direct | keel's CPU µs/request, on / {third} | trace writer µs/trace | PostgreSQL µs/trace | failed |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
     let mut rounds = Vec::with_capacity(bench.rounds);
@@ -548,7 +577,14 @@ async fn run_one(
         let postgres_cpu = crate::common::postgres_cpu().saturating_sub(postgres_cpu);
         let written = state.traces.metrics.written.get() - written;
         let cpu = proc_cpu("self");
+        let started = Instant::now();
         let u = run_load(keel_addr, c, n, move |_| unrecorded.clone()).await;
+        // A limited key records too: its phase, like the first, lasts until its traces are
+        // written.
+        if bench.key_limits {
+            state.traces.drain().await;
+        }
+        let third_elapsed = started.elapsed();
         let cpu_unrecorded = proc_cpu("self").saturating_sub(cpu);
 
         let micros = |cpu: Duration, per: usize| cpu.as_secs_f64() * 1e6 / per.max(1) as f64;
@@ -557,7 +593,10 @@ async fn run_one(
         let figures = Saturation {
             direct: d.per_second(),
             on,
-            off: u.per_second(),
+            off: match bench.key_limits {
+                true => u.ok as f64 / third_elapsed.as_secs_f64(),
+                false => u.per_second(),
+            },
             ratio: on / d.per_second(),
             keel_on: micros(cpu_recorded, n) - baseline,
             keel_off: micros(cpu_unrecorded, n) - baseline,

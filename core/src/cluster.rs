@@ -36,8 +36,8 @@ pub const CHANNEL: &str = "keel_events";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// An API key was revoked.
-    KeyRevoked(ApiKeyId),
+    /// An API key was revoked or its settings changed.
+    KeyChanged(ApiKeyId),
     /// An organization was deleted or its memberships changed.
     OrgChanged(OrgId),
     /// An adapter was registered, re-attributed, changed liveness or was removed.
@@ -56,7 +56,7 @@ impl Event {
 
     fn parts(&self) -> (&'static str, &str) {
         match self {
-            Self::KeyRevoked(id) => ("key", id.as_str()),
+            Self::KeyChanged(id) => ("key", id.as_str()),
             Self::OrgChanged(id) => ("org", id.as_str()),
             Self::AdapterChanged(id) => ("adapter", id),
             Self::JobsQueued(Wake::Action(action)) => ("jobs", action.as_str()),
@@ -68,7 +68,7 @@ impl Event {
     fn decode(payload: &str) -> Option<Self> {
         let (kind, id) = payload.split_once(':')?;
         Some(match kind {
-            "key" => Self::KeyRevoked(ApiKeyId::parse(id).ok()?),
+            "key" => Self::KeyChanged(ApiKeyId::parse(id).ok()?),
             "org" => Self::OrgChanged(OrgId::parse(id).ok()?),
             "adapter" => Self::AdapterChanged(id.to_owned()),
             "jobs" if id == "*" => Self::JobsQueued(Wake::Any),
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn events_survive_the_channel() {
         for event in [
-            Event::KeyRevoked(ApiKeyId::parse("3f2c0a1e-4b5d-4c6e-8f90-a1b2c3d4e5f6").unwrap()),
+            Event::KeyChanged(ApiKeyId::parse("3f2c0a1e-4b5d-4c6e-8f90-a1b2c3d4e5f6").unwrap()),
             Event::OrgChanged(OrgId::parse("0b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap()),
             Event::AdapterChanged("acme/bot".into()),
             Event::JobsQueued(Wake::Action(JobAction::Training)),

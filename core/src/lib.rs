@@ -15,6 +15,7 @@ pub mod database;
 pub use keel_domain as domain;
 pub mod evals;
 pub mod flash;
+pub mod keys;
 pub mod metrics;
 pub mod orgs;
 pub mod peer;

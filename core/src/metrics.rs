@@ -60,6 +60,8 @@ pub struct Metrics {
     pub credit_expired_microcents: IntCounter,
     /// Auto top-ups not charged because the month's cap would be passed.
     pub auto_topup_limit_reached: IntCounter,
+    /// Proxied and relayed calls an API key's limit refused, by limit.
+    proxy_limited: IntCounterVec,
     pub payments_reconciled: IntCounterVec,
     payments_pending: IntGauge,
     ledger_stalled: Gauge,
@@ -258,6 +260,18 @@ impl Metrics {
                 "keel_auto_topup_limit_reached_total",
                 "Auto top-ups not charged because the month's cap would be passed",
             ),
+            proxy_limited: {
+                let limited = counter_vec(
+                    "keel_proxy_limited_total",
+                    "Proxied and relayed calls an API key's limit refused (429), by limit",
+                    &["limit"],
+                );
+                // Every series exists from start-up.
+                for kind in crate::keys::LimitKind::ALL {
+                    limited.with_label_values(&[kind.as_str()]);
+                }
+                limited
+            },
             payments_reconciled: counter_vec(
                 "keel_payments_reconciled_total",
                 "Pending charges the reconciler settled, by outcome (credited, declined, waiting, failed)",
@@ -405,6 +419,7 @@ impl Metrics {
             Box::new(self.credit_grants_expired.clone()),
             Box::new(self.credit_expired_microcents.clone()),
             Box::new(self.auto_topup_limit_reached.clone()),
+            Box::new(self.proxy_limited.clone()),
             Box::new(self.payments_reconciled.clone()),
             Box::new(self.payments_pending.clone()),
             Box::new(self.ledger_stalled.clone()),
@@ -455,6 +470,11 @@ impl Metrics {
         {
             counter.inc();
         }
+    }
+
+    /// Counts a call an API key's limit refused.
+    pub fn limited(&self, limit: crate::keys::LimitKind) {
+        self.proxy_limited.with_label_values(&[limit.as_str()]).inc();
     }
 
     /// Counts a provider's stream that failed after its head (cut, stalled, ended early).

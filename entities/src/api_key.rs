@@ -14,6 +14,15 @@ pub struct Model {
     pub key_hash: String,
     pub created_at: DateTimeUtc,
     pub revoked_at: Option<DateTimeUtc>,
+    /// `api`, `inference` or both, comma-separated (`keel_core::keys::Scopes`).
+    pub scopes: String,
+    pub requests_per_minute: Option<i32>,
+    pub tokens_per_day: Option<i64>,
+    pub concurrent_streams: Option<i32>,
+    /// The models the key may call through the proxy and relay: a JSON array; `None` is any.
+    pub models: Option<String>,
+    pub expires_at: Option<DateTimeUtc>,
+    pub last_used_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

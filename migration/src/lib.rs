@@ -24,6 +24,7 @@ mod m20261126_000006_operator_queue_indexes;
 mod m20261126_000007_webhook_endpoints;
 mod m20261126_000008_webhook_endpoint_health;
 mod m20261126_000009_credit_grants;
+mod m20261127_000001_api_key_limits;
 
 pub struct Migrator;
 
@@ -53,6 +54,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000007_webhook_endpoints::Migration),
             Box::new(m20261126_000008_webhook_endpoint_health::Migration),
             Box::new(m20261126_000009_credit_grants::Migration),
+            Box::new(m20261127_000001_api_key_limits::Migration),
         ]
     }
 }

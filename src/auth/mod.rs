@@ -37,6 +37,9 @@ pub enum UserPrincipal {
 pub enum Principal {
     Internal,
     User(UserPrincipal),
+    /// A valid API key whose scopes do not hold `api`: every route that needs a principal
+    /// refuses it (403 `scope_not_allowed`).
+    OutOfScope,
 }
 
 /// The organization a user call acts in, and with what right.
@@ -75,6 +78,9 @@ pub async fn resolve(state: &AppState, token: &str) -> ApiResult<Option<Principa
     if keys::looks_like_api_key(token) {
         let hash = keys::hash_api_key(token);
         return Ok(repo::active_api_key(&state.db, &hash).await?.map(|key| {
+            if !keel_core::keys::KeySettings::of(&key).scopes.api {
+                return Principal::OutOfScope;
+            }
             Principal::User(UserPrincipal::ApiKey {
                 key_id: key.id,
                 org_id: key.org_id,
@@ -130,6 +136,12 @@ async fn principal_of(req: &HttpRequest) -> ApiResult<(web::Data<AppState>, Prin
         }
     }
     .ok_or_else(unauthenticated)?;
+    if let Principal::OutOfScope = principal {
+        return Err(ApiError::Coded(
+            Code::ScopeNotAllowed,
+            "this API key's scopes do not include api (it may only call the proxy and the relay)".into(),
+        ));
+    }
     if let Principal::User(UserPrincipal::ApiKey { org_id, .. }) = &principal {
         let query = form_urlencoded::parse(req.query_string().as_bytes())
             .filter(|(name, _)| name == "orgId" || name == "org_id")
@@ -174,7 +186,7 @@ impl FromRequest for Internal {
         Box::pin(async move {
             match principal_of(&req).await?.1 {
                 Principal::Internal => Ok(Internal),
-                Principal::User(_) => Err(ApiError::Coded(
+                Principal::User(_) | Principal::OutOfScope => Err(ApiError::Coded(
                     Code::InternalKeyRequired,
                     "this route needs the internal key".into(),
                 )),
@@ -225,7 +237,7 @@ impl FromRequest for Caller {
             let (state, principal) = principal_of(&req).await?;
             let principal = match principal {
                 Principal::User(user) => user,
-                Principal::Internal => {
+                Principal::Internal | Principal::OutOfScope => {
                     return Err(ApiError::Forbidden(
                         "the internal key cannot act as a user".into(),
                     ))

@@ -61,6 +61,13 @@ pub async fn verify(caller: AnyPrincipal) -> ApiResult<HttpResponse> {
             user_id: None,
             api_key_id: Some(key_id.into_string()),
         },
+        // Refused before it gets here (403 scope_not_allowed).
+        Principal::OutOfScope => {
+            return Err(crate::error::ApiError::Coded(
+                crate::error::Code::ScopeNotAllowed,
+                "this API key's scopes do not include api".into(),
+            ))
+        }
         Principal::User(UserPrincipal::Session { user_id }) => {
             let orgs: BTreeMap<String, Role> = repo::memberships_of(&caller.state.db, &user_id)
                 .await?

@@ -88,3 +88,30 @@ mod tests {
         assert_eq!(clip("abc", 3), "abc");
     }
 }
+
+/// A count with thousands separators (`100,000`).
+pub fn count(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(super::count(0), "0");
+        assert_eq!(super::count(999), "999");
+        assert_eq!(super::count(100_000), "100,000");
+        assert_eq!(super::count(-1_234_567), "-1,234,567");
+    }
+}

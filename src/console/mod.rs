@@ -70,6 +70,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/keys", web::get().to(org::keys))
             .route("/o/{org}/keys", web::post().to(org::create_key))
             .route("/o/{org}/keys/{key}/revoke", web::post().to(org::revoke_key))
+            .route("/o/{org}/keys/{key}/edit", web::post().to(org::edit_key))
             .route("/o/{org}/jobs", web::get().to(work::jobs))
             .route("/o/{org}/jobs/{job}", web::get().to(work::job))
             .route("/o/{org}/jobs/{job}/stop", web::post().to(work::stop_job))
@@ -167,6 +168,7 @@ console_error_from!(
     keel_core::billing::BillingError,
     keel_core::queue::JobError,
     keel_core::orgs::OrgError,
+    keel_core::keys::KeyError,
     keel_core::projects::ProjectError,
     keel_core::traces::TraceError,
     keel_core::evals::EvalError,

@@ -493,16 +493,11 @@ async fn keys_page(
     new_key: Option<Reveal>,
 ) -> Result<HttpResponse, ConsoleError> {
     let l = org_layout(viewer, org, "API keys and members", "keys", req).await?;
-    let keys = crate::orgs::repo::api_keys_of(&viewer.state.db, &org.org_id)
+    let now = Utc::now();
+    let keys = keel_core::keys::service::list(&viewer.state.db, &org.org_id, now)
         .await?
         .into_iter()
-        .map(|k| KeyRow {
-            id: k.id.into(),
-            name: k.name.unwrap_or_default(),
-            prefix: k.prefix,
-            created: format::time(k.created_at),
-            revoked: k.revoked_at.map(format::time),
-        })
+        .map(|k| key_row(k, now))
         .collect();
     let members = crate::orgs::repo::members_of(&viewer.state.db, &org.org_id)
         .await?
@@ -528,6 +523,129 @@ async fn keys_page(
     ))
 }
 
+/// A key as the keys page shows it: settings, and today's use against each limit.
+fn key_row(k: keel_core::keys::service::KeyUse, now: chrono::DateTime<Utc>) -> KeyRow {
+    let keel_core::keys::service::KeyUse {
+        key,
+        settings,
+        requests_today,
+        tokens_today,
+    } = k;
+    let limits = settings.limits;
+    let text = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_default();
+    KeyRow {
+        id: key.id.into(),
+        name: key.name.unwrap_or_default(),
+        prefix: key.prefix,
+        created: format::time(key.created_at),
+        revoked: key.revoked_at.map(format::time),
+        scopes: {
+            let mut names = Vec::new();
+            if settings.scopes.inference {
+                names.push("inference");
+            }
+            if settings.scopes.api {
+                names.push("api");
+            }
+            names.join(", ")
+        },
+        inference: settings.scopes.inference,
+        api: settings.scopes.api,
+        models: settings.models.as_ref().map(|m| m.join(", ")).unwrap_or_default(),
+        rpm: text(limits.requests_per_minute.map(u64::from)),
+        tokens_per_day: text(limits.tokens_per_day),
+        streams: text(limits.concurrent_streams.map(u64::from)),
+        requests_today: format::count(requests_today),
+        requests_limit: limits
+            .requests_per_minute
+            .map(|n| format!("at most {} a minute", format::count(i64::from(n))))
+            .unwrap_or_default(),
+        tokens_today: format::count(tokens_today),
+        tokens_limit: limits
+            .tokens_per_day
+            .map(|n| format!("of {}", format::count(i64::try_from(n).unwrap_or(i64::MAX))))
+            .unwrap_or_default(),
+        streams_limit: limits
+            .concurrent_streams
+            .map(|n| format!("{n} at once"))
+            .unwrap_or_default(),
+        expires: format::opt_time(settings.expires_at),
+        expires_input: settings
+            .expires_at
+            .map(|at| at.format("%Y-%m-%dT%H:%M").to_string())
+            .unwrap_or_default(),
+        expired: settings.expired(now),
+        last_used: format::opt_time(key.last_used_at),
+    }
+}
+
+/// The keys page's form as the API's body: each limit a number (empty: none), the scopes'
+/// boxes, models comma-separated (empty: any), the expiry a UTC `datetime-local` (empty:
+/// never). `clearing` sends `null` for what is empty (an edit), else leaves it out (a new key).
+fn key_settings_json(form: &FormFields, clearing: bool) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let absent = || if clearing { Some(Value::Null) } else { None };
+    let number = |name: &str| match form.get(name) {
+        // Not a number: passed on as text, for the body's own 422.
+        Some(text) => Some(
+            text.trim()
+                .parse::<i64>()
+                .map_or_else(|_| json!(text), Value::from),
+        ),
+        None => absent(),
+    };
+    let mut limits = Map::new();
+    for (field, api) in [
+        ("requestsPerMinute", "requestsPerMinute"),
+        ("tokensPerDay", "tokensPerDay"),
+        ("concurrentStreams", "concurrentStreams"),
+    ] {
+        if let Some(value) = number(field) {
+            limits.insert(api.into(), value);
+        }
+    }
+    let mut body = Map::new();
+    if let Some(name) = form.get("name").map(Value::from).or_else(absent) {
+        body.insert("name".into(), name);
+    }
+    if !limits.is_empty() {
+        body.insert("limits".into(), Value::Object(limits));
+    }
+    // The boxes, when the form has them (`scopes-shown`): none ticked is an empty list (422).
+    if form.get("scopes-shown").is_some() {
+        body.insert("scopes".into(), json!(form.all("scope")));
+    } else if clearing {
+        body.insert("scopes".into(), Value::Null);
+    }
+    let models: Vec<&str> = form
+        .get("models")
+        .unwrap_or_default()
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .collect();
+    if !models.is_empty() {
+        body.insert("models".into(), json!(models));
+    } else if clearing {
+        body.insert("models".into(), Value::Null);
+    }
+    match form.get("expiresOn") {
+        // `datetime-local` has no zone: the page says it is UTC.
+        Some(at) => {
+            let at = match at.len() {
+                16 => format!("{at}:00Z"),
+                _ => format!("{at}Z"),
+            };
+            body.insert("expiresAt".into(), Value::from(at));
+        }
+        None if clearing => {
+            body.insert("expiresAt".into(), Value::Null);
+        }
+        None => {}
+    }
+    Value::Object(body)
+}
+
 /// Creates a key (owners only) and shows it this once, on the page that answers the form.
 pub async fn create_key(
     viewer: Viewer,
@@ -536,7 +654,8 @@ pub async fn create_key(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path, &form.csrf, true).await?;
-    let body: Result<crate::orgs::dto::ApiKeyBody, ApiError> = form.plain_body();
+    let json = key_settings_json(&form, false).to_string();
+    let body = crate::http::extract::parse_checked_body::<crate::keys::dto::CreateKeyBody>(json.as_bytes());
     let body = match body {
         Ok(body) => body,
         Err(err) => {
@@ -549,8 +668,48 @@ pub async fn create_key(
     };
     // Answered with a redirect (a reload repeats the GET, never the creation); the secret
     // waits, sealed, for that page's one view.
-    let reveal = create_key_shown_once(&viewer, &org.org_id, body.name.as_deref()).await?;
+    let reveal = match create_key_shown_once(&viewer, &org.org_id, &body).await {
+        Ok(reveal) => reveal,
+        Err(err) => {
+            return after_form(
+                &format!("/console/o/{}/keys", org.org_id),
+                Err::<(), _>(err),
+                |_| String::new(),
+            )
+        }
+    };
     Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())
+}
+
+/// Changes a key's settings (owners only): the edit form's empty fields clear theirs.
+pub async fn edit_key(
+    viewer: Viewer,
+    path: web::Path<KeyPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, true).await?;
+    let json = key_settings_json(&form, true).to_string();
+    let outcome = async {
+        let body =
+            crate::http::extract::parse_checked_body::<crate::keys::dto::PatchKeyBody>(json.as_bytes())?;
+        let key_id =
+            crate::domain::ApiKeyId::parse(&path.key).map_err(|_| keel_core::keys::KeyError::NotFound)?;
+        keel_core::keys::service::update(
+            &viewer.state.db,
+            &viewer.state.cluster,
+            &org.org_id,
+            &key_id,
+            &body.change(),
+            Utc::now(),
+        )
+        .await?;
+        Ok::<_, ApiError>(())
+    }
+    .await;
+    after_form(&format!("/console/o/{}/keys", org.org_id), outcome, |()| {
+        "API key changed.".into()
+    })
 }
 
 /// Creates an API key and its one-time view (`console_reveals`), in one transaction: a key
@@ -558,11 +717,13 @@ pub async fn create_key(
 async fn create_key_shown_once(
     viewer: &Viewer,
     org_id: &OrgId,
-    name: Option<&str>,
+    body: &crate::keys::dto::CreateKeyBody,
 ) -> Result<String, ApiError> {
     use sea_orm::TransactionTrait;
+    let settings = body.settings();
+    settings.check_new(Utc::now())?;
     let txn = viewer.state.db.begin().await?;
-    let created = crate::orgs::repo::create_api_key(&txn, org_id, name).await?;
+    let created = keel_core::keys::repo::insert(&txn, org_id, body.name.as_deref(), &settings).await?;
     let reveal = keep_for_one_view(viewer, &txn, org_id, &created.secret).await?;
     txn.commit().await?;
     Ok(reveal)

@@ -176,6 +176,28 @@ pub struct KeyRow {
     pub prefix: String,
     pub created: String,
     pub revoked: Option<String>,
+    /// `inference, api`.
+    pub scopes: String,
+    pub inference: bool,
+    pub api: bool,
+    /// The models it may call, comma-separated; empty: any.
+    pub models: String,
+    /// Limits as the edit form shows them (empty: none).
+    pub rpm: String,
+    pub tokens_per_day: String,
+    pub streams: String,
+    /// Today's requests, and against the limit (`/ 60 a minute`).
+    pub requests_today: String,
+    pub requests_limit: String,
+    /// Today's tokens, and against the limit (`of 100,000`).
+    pub tokens_today: String,
+    pub tokens_limit: String,
+    pub streams_limit: String,
+    pub expires: String,
+    /// The expiry as the edit form's `datetime-local` takes it (UTC).
+    pub expires_input: String,
+    pub expired: bool,
+    pub last_used: String,
 }
 
 pub struct MemberRow {

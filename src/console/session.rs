@@ -26,7 +26,8 @@ pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standi
         return Ok(None);
     }
     Ok(match auth::resolve(state, credential).await? {
-        None => None,
+        // A key without the `api` scope cannot use the console either.
+        None | Some(Principal::OutOfScope) => None,
         Some(Principal::Internal) => {
             let digest: [u8; 32] = <Sha256 as sha2::Digest>::digest(credential.as_bytes()).into();
             Some(Standing::Operator {
@@ -231,7 +232,10 @@ async fn still_stands(
         Standing::Key { key_id, org_id } => {
             let key = auth::repo::active_api_key_by_id(&state.db, key_id).await?;
             match key {
-                Some(key) if key.org_id == *org_id => Ok(Some(Role::Member)),
+                // A key whose scopes lost `api` can no longer use the console.
+                Some(key) if key.org_id == *org_id && keel_core::keys::KeySettings::of(&key).scopes.api => {
+                    Ok(Some(Role::Member))
+                }
                 _ => Err(ConsoleError::signed_out()),
             }
         }

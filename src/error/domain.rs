@@ -10,6 +10,8 @@ use keel_core::billing::payments::PaymentError;
 use keel_core::billing::BillingError;
 use keel_core::evals::EvalError;
 use keel_core::flash::FlashError;
+use keel_core::keys::limiter::Limited;
+use keel_core::keys::KeyError;
 use keel_core::orgs::OrgError;
 use keel_core::projects::ProjectError;
 use keel_core::queue::actor::QueueError;
@@ -153,6 +155,33 @@ impl From<OrgError> for ApiError {
     }
 }
 
+impl From<KeyError> for ApiError {
+    fn from(err: KeyError) -> Self {
+        match err {
+            KeyError::NotFound => coded(Code::ApiKeyNotFound, err),
+            KeyError::OrgNotFound => coded(Code::OrganizationNotFound, err),
+            KeyError::ExpiryInPast => ApiError::validation(
+                vec![Value::from("body"), Value::from("expiresAt")],
+                "value_error",
+                "expiresAt must be in the future",
+            ),
+            KeyError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<Limited> for ApiError {
+    fn from(err: Limited) -> Self {
+        match err {
+            Limited::Refused(refusal) => ApiError::Limited {
+                detail: refusal.message(),
+                retry_after_secs: refusal.retry_after_secs,
+            },
+            Limited::Database(err) => err.into(),
+        }
+    }
+}
+
 impl From<ProjectError> for ApiError {
     fn from(err: ProjectError) -> Self {
         match err {
@@ -211,6 +240,7 @@ impl From<ServingError> for ApiError {
             ServingError::NotOwner => coded(Code::AdapterNotOwned, err),
             ServingError::UnknownModel => coded(Code::AdapterNotFound, err),
             ServingError::InvalidApiKey => coded(Code::InvalidApiKey, err),
+            ServingError::ScopeNotAllowed => coded(Code::ScopeNotAllowed, err),
             ServingError::NotConfigured => {
                 ApiError::unavailable(Code::ServingLayerNotConfigured, &err.to_string())
             }

@@ -109,6 +109,9 @@ pub enum ApiError {
     /// An error with a code of its own; `detail` is the text as given.
     #[error("{1}")]
     Coded(Code, String),
+    /// A limit refused the call: 429 with `Retry-After` (seconds).
+    #[error("{detail}")]
+    Limited { detail: String, retry_after_secs: u64 },
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
 }
@@ -151,6 +154,7 @@ impl ApiError {
             Self::PayloadTooLarge(_) => Code::PayloadTooLarge,
             Self::Unavailable(_) => Code::Unavailable,
             Self::Coded(code, _) => *code,
+            Self::Limited { .. } => Code::RateLimitExceeded,
             Self::Unexpected(_) => Code::InternalError,
         }
     }
@@ -214,6 +218,12 @@ impl ResponseError for ApiError {
                 tracing::error!(error = ?err, "request failed");
                 HttpResponse::build(status).json(ErrorBody::new(code, "internal server error"))
             }
+            Self::Limited {
+                detail,
+                retry_after_secs,
+            } => HttpResponse::build(status)
+                .insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()))
+                .json(ErrorBody::new(code, detail.clone())),
             other => HttpResponse::build(status).json(ErrorBody::new(code, other.to_string())),
         }
     }
@@ -241,10 +251,15 @@ impl ApiError {
             400 | 404 | 413 | 422 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
+            429 => "rate_limit_exceeded",
             _ => "api_error",
         };
         let code = self.code();
-        HttpResponse::build(status).json(serde_json::json!({
+        let mut reply = HttpResponse::build(status);
+        if let Self::Limited { retry_after_secs, .. } = self {
+            reply.insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()));
+        }
+        reply.json(serde_json::json!({
             "detail": message,
             "code": code,
             "error": {"message": message, "type": kind, "param": null, "code": code},

@@ -18,7 +18,18 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
             "/api/agent-logs",
             json!({"content": "step 120: loss 0.42"}),
         ),
-        ("post", "/api/api-keys", json!({"name": "ci"})),
+        (
+            "post",
+            "/api/api-keys",
+            json!({"name": "eval harness", "scopes": ["inference"], "models": ["gpt-4o-mini"],
+            "limits": {"requestsPerMinute": 60, "tokensPerDay": 200000, "concurrentStreams": 4},
+            "expiresAt": "2031-01-31T00:00:00Z"}),
+        ),
+        (
+            "patch",
+            "/api/api-keys/{api_key_id}",
+            json!({"limits": {"requestsPerMinute": 120, "tokensPerDay": null}}),
+        ),
         (
             "put",
             "/api/billing/auto-topup",

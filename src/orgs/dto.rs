@@ -2,7 +2,6 @@
 
 use std::sync::LazyLock;
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -118,23 +117,6 @@ pub struct AdapterView {
     pub org_id: String,
     pub base_model: String,
     pub live: bool,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ApiKeyView {
-    pub api_key_id: String,
-    pub org_id: String,
-    pub name: Option<String>,
-    /// The first characters of the key, for recognizing it.
-    pub prefix: String,
-    pub created_at: DateTime<Utc>,
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ApiKeyList {
-    pub keys: Vec<ApiKeyView>,
 }
 
 crate::org_scoped!(unnamed: ApiKeyBody);

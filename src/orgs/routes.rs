@@ -5,7 +5,7 @@ use actix_web::{web, HttpResponse};
 use keel_core::orgs::service;
 
 use super::dto::*;
-use crate::auth::{Internal, MemberOf, Owner, OwnerOf};
+use crate::auth::Internal;
 use crate::domain::{ApiKeyId, UserId};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_id, path_org, path_str, ValidJson};
@@ -175,62 +175,4 @@ pub async fn delete_adapter(
 ) -> ApiResult<HttpResponse> {
     service::delete_adapter(&state.db, &state.cluster, &path).await?;
     Ok(HttpResponse::Ok().json(Deleted { deleted: true }))
-}
-
-/// List API keys
-///
-/// The organization's API keys (never their secrets): id, name, prefix, creation and revocation
-/// times.
-#[utoipa::path(get, path = "/api/api-keys", tag = "api-keys", security(("apiKey" = []), ("session" = [])),
-    params(("orgId" = Option<String>, Query)),
-    responses((status = 200, body = ApiKeyList), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_keys(member: MemberOf, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    let keys = service::api_keys_of(&state.db, &member.0.org_id)
-        .await?
-        .into_iter()
-        .map(|k| ApiKeyView {
-            api_key_id: k.id.into(),
-            org_id: k.org_id.into(),
-            name: k.name,
-            prefix: k.prefix,
-            created_at: k.created_at,
-            revoked_at: k.revoked_at,
-        })
-        .collect();
-    Ok(HttpResponse::Ok().json(ApiKeyList { keys }))
-}
-
-/// Create an API key
-///
-/// Owner's session: creates an API key for the organization. The key is shown once, in this
-/// answer; keel keeps only its hash.
-#[utoipa::path(post, path = "/api/api-keys", tag = "api-keys", security(("session" = [])),
-    params(("orgId" = Option<String>, Query)),
-    request_body(content = Option<ApiKeyBody>, description = "Optional; an empty body is allowed"),
-    responses((status = 201, body = CreatedKeyResponse), (status = 403, description = "Not an owner's session", body = ErrorBody),
-        (status = 422, body = ValidationErrorBody)))]
-pub async fn create_key(owner: Owner<ValidJson<ApiKeyBody>>) -> ApiResult<HttpResponse> {
-    let name = owner.input.0.name.as_deref();
-    let created = service::create_api_key(&owner.state.db, &owner.access.org_id, name).await?;
-    Ok(HttpResponse::Created().json(CreatedKeyResponse {
-        api_key_id: created.api_key_id.into(),
-        key: created.secret,
-    }))
-}
-
-/// Revoke an API key
-///
-/// Owner's session: revokes one of the organization's keys; it stops working at once. Another
-/// organization's key is 404.
-#[utoipa::path(delete, path = "/api/api-keys/{api_key_id}", tag = "api-keys", security(("session" = [])),
-    params(("api_key_id" = String, Path), ("orgId" = Option<String>, Query)),
-    responses((status = 200, body = Revoked), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn revoke_key(
-    owner: OwnerOf,
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-) -> ApiResult<HttpResponse> {
-    let key_id = ApiKeyId::parse(&path).map_err(|_| keel_core::orgs::OrgError::KeyNotFound)?;
-    service::revoke_key(&state.db, &state.cluster, &owner.0.org_id, &key_id).await?;
-    Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }

@@ -171,6 +171,7 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest)).await?;
         Ok::<_, sea_orm::DbErr>(key.map(|key| {
             Arc::new(KeyOwner {
+                settings: keel_core::keys::KeySettings::of(&key),
                 key_id: key.id,
                 org_id: key.org_id,
             })
@@ -183,7 +184,46 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         .await
         .map_err(ApiError::database)?
         .ok_or_else(unauthorized)?;
+    // A key held by the cache may have expired since it was read.
+    if owner.settings.expires_at.is_some() && owner.settings.expired(Utc::now()) {
+        return Err(unauthorized());
+    }
+    if !owner.settings.scopes.inference {
+        return Err(ApiError::Coded(
+            Code::ScopeNotAllowed,
+            "this API key's scopes do not include inference (the proxy and the relay)".into(),
+        ));
+    }
     Ok((token, owner))
+}
+
+/// Lets the call through the key's `models` list and limits (every key's call is counted);
+/// a stream's permit is held until it ends.
+async fn admit(
+    state: &AppState,
+    owner: &KeyOwner,
+    model: keel_core::keys::service::CallModel<'_>,
+    stream: bool,
+) -> ApiResult<Option<keel_core::keys::StreamPermit>> {
+    use keel_core::keys::service::{admit, Denied};
+    let now = Utc::now();
+    if owner.settings.is_plain() {
+        state.limiter.usage().request(&owner.key_id, now);
+        return Ok(None);
+    }
+    admit(&state.limiter, &owner.key_id, &owner.settings, model, stream, now)
+        .await
+        .map_err(|denied| match denied {
+            Denied::ModelNotAllowed(_) | Denied::ModelUnknown => {
+                ApiError::Coded(Code::ModelNotAllowed, denied.to_string())
+            }
+            Denied::Limited(limited) => {
+                if let keel_core::keys::limiter::Limited::Refused(refusal) = &limited {
+                    state.metrics.limited(refusal.limit);
+                }
+                limited.into()
+            }
+        })
 }
 
 /// The recording project: it must be the caller's organization's (404 otherwise; never created).
@@ -304,6 +344,8 @@ struct Recording {
     draft: TraceDraft,
     writer: TraceWriter,
     secrets: [String; 2],
+    /// Where the call's tokens are counted for its key (`tokensPerDay`, today's usage).
+    usage: (keel_core::keys::UsageBook, crate::domain::ApiKeyId),
 }
 
 impl Recording {
@@ -327,6 +369,7 @@ impl Recording {
             draft,
             writer,
             secrets,
+            usage,
         } = self;
         writer.record_pending(Box::new(move || {
             let redactor = Redactor::new(&[secrets[0].as_str(), secrets[1].as_str()]);
@@ -367,7 +410,10 @@ impl Recording {
                     ending.complete = false;
                 }
             }
-            draft.finish(ending, response)
+            let trace = draft.finish(ending, response);
+            let tokens = trace.prompt_tokens.unwrap_or(0) + trace.completion_tokens.unwrap_or(0);
+            usage.0.tokens(&usage.1, tokens, trace.created_at);
+            trace
         }));
     }
 }
@@ -454,6 +500,17 @@ async fn proxy_chat(
         (body, scan.head)
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let model = request.get("model").and_then(Value::as_str);
+    let permit = admit(
+        &state,
+        &owner,
+        model.map_or(
+            keel_core::keys::service::CallModel::Unnamed,
+            keel_core::keys::service::CallModel::Named,
+        ),
+        stream,
+    )
+    .await?;
     // Every streamed call asks the provider for its usage (most SDK streams do not), so the
     // trace has its tokens; when the client did not ask, the usage chunk is taken out of
     // what it receives, which is then what the provider would have sent it.
@@ -485,6 +542,7 @@ async fn proxy_chat(
         },
         writer: state.traces.clone(),
         secrets: [keel_key.to_owned(), provider_key.to_owned()],
+        usage: (state.limiter.usage().clone(), owner.key_id.clone()),
     });
 
     let mut upstream = http::Request::new(http_body_util::Full::new(upstream_body));
@@ -565,6 +623,7 @@ async fn proxy_chat(
                 request_id: request_id_of(&req),
                 line: None,
             },
+            _permit: permit,
         };
         let mut relay = relay;
         let line = crate::telemetry::DeferredLine::default();
@@ -720,6 +779,8 @@ struct Relay {
     /// Whether the client takes what it is given (`proxy.client_write_timeout_secs`).
     stuck: Option<std::sync::Arc<stuck::Watch>>,
     failures: StreamFailures,
+    /// The stream's place under its key's `concurrentStreams`, given back when it ends.
+    _permit: Option<keel_core::keys::StreamPermit>,
 }
 
 /// A non-event-stream answer to a streamed request: its content type and its first

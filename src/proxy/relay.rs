@@ -39,7 +39,7 @@ async fn relay_call(
     body: DeferredBody,
 ) -> ApiResult<HttpResponse> {
     let started = Instant::now();
-    let (keel_key, _owner) = authenticate(state, req).await?;
+    let (keel_key, owner) = authenticate(state, req).await?;
     let (provider_index, provider_key) = provider_of(req)?;
     // Read only now: a caller without a valid key waited for nothing.
     let body = body.read().await?;
@@ -58,6 +58,12 @@ async fn relay_call(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
         .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+    // The model and stream flag of a JSON body, read only for a key whose settings ask.
+    let facts = match owner.settings.is_plain() {
+        true => CallFacts::default(),
+        false => CallFacts::of(req.method(), is_json, &body),
+    };
+    let permit = super::admit(state, &owner, facts.model(), facts.stream).await?;
     let body = if is_json && !body.is_empty() {
         redacted(&body, &[keel_key, provider_key])
     } else {
@@ -92,8 +98,62 @@ async fn relay_call(
         .metrics
         .proxied(provider_index, sent_at.elapsed(), started.elapsed());
     let (_, mut reply) = relayed_head(&head);
-    // Streamed as it arrives (a hang-up drops it, and with it the provider's call).
-    Ok(reply.streaming(body))
+    // Streamed as it arrives (a hang-up drops it, and with it the provider's call); a stream's
+    // place under its key's `concurrentStreams` is given back when the body ends.
+    match permit {
+        None => Ok(reply.streaming(body)),
+        Some(permit) => Ok(reply.streaming(futures_util::StreamExt::map(body, move |chunk| {
+            let _held = &permit;
+            chunk
+        }))),
+    }
+}
+
+/// What a relayed call's key settings need to know of it.
+#[derive(Debug, Default)]
+struct CallFacts {
+    /// Whether the call can run a model: anything but a read.
+    runs_model: bool,
+    model: Option<String>,
+    stream: bool,
+}
+
+impl CallFacts {
+    fn of(method: &actix_web::http::Method, is_json: bool, body: &Bytes) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            model: Option<Value>,
+            stream: Option<Value>,
+        }
+        use actix_web::http::Method;
+        let runs_model = !matches!(
+            *method,
+            Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
+        );
+        let head = is_json
+            .then(|| serde_json::from_slice::<Head>(body).ok())
+            .flatten();
+        let (model, stream) = head.map_or((None, false), |head| {
+            (
+                head.model.and_then(|m| m.as_str().map(str::to_owned)),
+                head.stream.and_then(|s| s.as_bool()) == Some(true),
+            )
+        });
+        Self {
+            runs_model,
+            model,
+            stream,
+        }
+    }
+
+    fn model(&self) -> keel_core::keys::service::CallModel<'_> {
+        use keel_core::keys::service::CallModel;
+        match (&self.model, self.runs_model) {
+            (Some(model), _) => CallModel::Named(model),
+            (None, true) => CallModel::Unnamed,
+            (None, false) => CallModel::NoModel,
+        }
+    }
 }
 
 /// Whether `text`, or its percent-decoding, holds one of `secrets`.

@@ -18,6 +18,7 @@ mod errors;
 mod export;
 mod flash;
 mod grants;
+mod keys;
 mod logs;
 mod operator;
 mod projects;

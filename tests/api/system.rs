@@ -354,6 +354,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/api/internal/adapters/{adapter_id}"),
     ("get", "/api/api-keys"),
     ("post", "/api/api-keys"),
+    ("patch", "/api/api-keys/{api_key_id}"),
     ("delete", "/api/api-keys/{api_key_id}"),
     ("get", "/api/projects"),
     ("post", "/api/projects"),

@@ -6,7 +6,14 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 
 use super::Role;
 
-/// An active (not revoked) API key by the hash of its secret.
+/// A key that has not expired (or never does).
+fn unexpired() -> sea_orm::Condition {
+    sea_orm::Condition::any()
+        .add(api_key::Column::ExpiresAt.is_null())
+        .add(api_key::Column::ExpiresAt.gt(chrono::Utc::now()))
+}
+
+/// An active (not revoked, not expired) API key by the hash of its secret.
 pub async fn active_api_key(
     db: &impl ConnectionTrait,
     hash: &str,
@@ -14,6 +21,7 @@ pub async fn active_api_key(
     api_key::Entity::find()
         .filter(api_key::Column::KeyHash.eq(hash))
         .filter(api_key::Column::RevokedAt.is_null())
+        .filter(unexpired())
         .one(db)
         .await
 }
@@ -47,13 +55,14 @@ pub async fn role_in(
         .and_then(|m| Role::parse(&m.role)))
 }
 
-/// An active (not revoked) API key by its id.
+/// An active (not revoked, not expired) API key by its id.
 pub async fn active_api_key_by_id(
     db: &impl ConnectionTrait,
     key_id: &ApiKeyId,
 ) -> Result<Option<api_key::Model>, sea_orm::DbErr> {
     api_key::Entity::find_by_id(key_id.clone())
         .filter(api_key::Column::RevokedAt.is_null())
+        .filter(unexpired())
         .one(db)
         .await
 }

@@ -69,7 +69,7 @@ impl crate::cluster::Subscriber for AdapterDirectory {
         match event {
             Event::OrgChanged(id) => self.invalidate_org(id),
             Event::AdapterChanged(id) => self.invalidate(id),
-            Event::KeyRevoked(_) | Event::JobsQueued(_) | Event::Outbox => {}
+            Event::KeyChanged(_) | Event::JobsQueued(_) | Event::Outbox => {}
         }
     }
 

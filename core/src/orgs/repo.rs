@@ -8,7 +8,6 @@ use sea_orm::{
     QueryTrait, SqlErr, TransactionSession, TransactionTrait,
 };
 
-use crate::auth::keys::mint_api_key;
 use crate::auth::Role;
 use crate::domain::{ApiKeyId, OrgId, UserId};
 
@@ -121,33 +120,14 @@ pub async fn set_role(
     Ok(())
 }
 
-pub struct CreatedKey {
-    pub api_key_id: ApiKeyId,
-    pub secret: String,
-}
+pub use crate::keys::repo::CreatedKey;
 
 pub async fn create_api_key(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     name: Option<&str>,
 ) -> Result<CreatedKey, DbErr> {
-    let minted = mint_api_key();
-    let api_key_id = ApiKeyId::generate();
-    api_key::Entity::insert(api_key::ActiveModel {
-        id: Set(api_key_id.clone()),
-        org_id: Set(org_id.to_owned()),
-        name: Set(name.map(str::to_owned)),
-        prefix: Set(minted.prefix),
-        key_hash: Set(minted.hash),
-        created_at: Set(Utc::now()),
-        revoked_at: Set(None),
-    })
-    .exec_without_returning(db)
-    .await?;
-    Ok(CreatedKey {
-        api_key_id,
-        secret: minted.secret,
-    })
+    crate::keys::repo::insert(db, org_id, name, &crate::keys::KeySettings::default()).await
 }
 
 /// Revokes a key; `false` when there is no such key. Revoking twice is harmless.

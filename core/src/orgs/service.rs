@@ -70,7 +70,7 @@ pub async fn revoke_key(
     if !belongs || !repo::revoke_api_key(db, key_id).await? {
         return Err(OrgError::KeyNotFound);
     }
-    cluster.publish(Event::KeyRevoked(key_id.clone())).await;
+    cluster.publish(Event::KeyChanged(key_id.clone())).await;
     Ok(())
 }
 
@@ -127,7 +127,7 @@ pub async fn revoke_any_key(
     if !repo::revoke_api_key(db, key_id).await? {
         return Err(OrgError::KeyNotFound);
     }
-    cluster.publish(Event::KeyRevoked(key_id.clone())).await;
+    cluster.publish(Event::KeyChanged(key_id.clone())).await;
     Ok(())
 }
 

@@ -15,6 +15,8 @@ use crate::metrics::Metrics;
 pub struct KeyOwner {
     pub key_id: ApiKeyId,
     pub org_id: OrgId,
+    /// Its scopes, models, expiry and limits.
+    pub settings: crate::keys::KeySettings,
 }
 
 #[derive(Clone)]
@@ -55,7 +57,7 @@ impl crate::cluster::Subscriber for ProxyCache {
     fn apply(&self, event: &crate::cluster::Event) {
         use crate::cluster::Event;
         match event {
-            Event::KeyRevoked(id) => self.forget_key(id),
+            Event::KeyChanged(id) => self.forget_key(id),
             Event::OrgChanged(id) => self.forget_org(id),
             Event::AdapterChanged(_) | Event::JobsQueued(_) | Event::Outbox => {}
         }

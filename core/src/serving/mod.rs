@@ -71,6 +71,9 @@ pub enum ServingError {
     UnknownModel,
     #[error("invalid API key")]
     InvalidApiKey,
+    /// The key's scopes do not hold `inference`.
+    #[error("this API key's scopes do not include inference")]
+    ScopeNotAllowed,
     #[error("no serving layer is configured (KEEL_SERVING_URL)")]
     NotConfigured,
     #[error(transparent)]

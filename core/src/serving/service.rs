@@ -37,6 +37,9 @@ pub async fn authorize(
         None
     };
     let key = key.ok_or(ServingError::InvalidApiKey)?;
+    if !crate::keys::KeySettings::of(&key).scopes.inference {
+        return Err(ServingError::ScopeNotAllowed);
+    }
     let base_model = resolve_model(serving, &key.org_id, model).await?;
     Ok((key.org_id, base_model))
 }

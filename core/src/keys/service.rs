@@ -1,0 +1,140 @@
+//! Key flows shared by the JSON API and the console: minting a key with its settings,
+//! changing them, listing keys with what they used today.
+
+use chrono::{DateTime, Utc};
+use entities::api_key;
+use sea_orm::DatabaseConnection;
+
+use super::repo::CreatedKey;
+use super::{day_of, repo, KeyError, KeySettings, Limiter, SettingsChange, StreamPermit};
+use crate::cluster::{Cluster, Event};
+use crate::domain::{ApiKeyId, OrgId};
+
+/// Mints a key of the organization with `settings`; its secret is in the answer only.
+pub async fn create(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    name: Option<&str>,
+    settings: &KeySettings,
+    now: DateTime<Utc>,
+) -> Result<CreatedKey, KeyError> {
+    settings.check_new(now)?;
+    if !repo::org_exists(db, org_id).await? {
+        return Err(KeyError::OrgNotFound);
+    }
+    Ok(repo::insert(db, org_id, name, settings).await?)
+}
+
+/// Changes an active key's settings; every instance forgets what it held of the key.
+pub async fn update(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    org_id: &OrgId,
+    key_id: &ApiKeyId,
+    change: &SettingsChange,
+    now: DateTime<Utc>,
+) -> Result<KeyUse, KeyError> {
+    if change.expires_at.flatten().is_some_and(|at| at <= now) {
+        return Err(KeyError::ExpiryInPast);
+    }
+    let active = repo::key_of(db, org_id, key_id)
+        .await?
+        .is_some_and(|key| key.revoked_at.is_none());
+    if !active || !repo::apply(db, org_id, key_id, change).await? {
+        return Err(KeyError::NotFound);
+    }
+    cluster.publish(Event::KeyChanged(key_id.clone())).await;
+    let key = repo::key_of(db, org_id, key_id)
+        .await?
+        .ok_or(KeyError::NotFound)?;
+    let (requests, tokens) = repo::usage_on(db, key_id, &day_of(now)).await?;
+    Ok(KeyUse::new(key, requests, tokens))
+}
+
+/// A key with its settings and what it used today (UTC).
+#[derive(Debug, Clone)]
+pub struct KeyUse {
+    pub key: api_key::Model,
+    pub settings: KeySettings,
+    pub requests_today: i64,
+    pub tokens_today: i64,
+}
+
+impl KeyUse {
+    fn new(key: api_key::Model, requests_today: i64, tokens_today: i64) -> Self {
+        Self {
+            settings: KeySettings::of(&key),
+            key,
+            requests_today,
+            tokens_today,
+        }
+    }
+}
+
+/// The organization's keys, newest first, with today's usage.
+pub async fn list(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    now: DateTime<Utc>,
+) -> Result<Vec<KeyUse>, KeyError> {
+    let keys = repo::keys_of(db, org_id).await?;
+    let ids: Vec<ApiKeyId> = keys.iter().map(|k| k.id.clone()).collect();
+    let usage = repo::usage_of_keys(db, &ids, &day_of(now)).await?;
+    Ok(keys
+        .into_iter()
+        .map(|key| {
+            let used = usage.iter().find(|u| u.key_id == key.id);
+            let (requests, tokens) = used.map_or((0, 0), |u| (u.requests, u.tokens));
+            KeyUse::new(key, requests, tokens)
+        })
+        .collect())
+}
+
+/// The model a proxied or relayed call names, as far as the key's `models` list cares.
+#[derive(Debug, Clone, Copy)]
+pub enum CallModel<'a> {
+    /// The call names this model.
+    Named(&'a str),
+    /// The call would run a model but names none keel can read (a batch, a multipart upload).
+    Unnamed,
+    /// The call runs no model (a read: listing models, fetching a file).
+    NoModel,
+}
+
+/// Why a call of a key was not let through.
+#[derive(Debug, thiserror::Error)]
+pub enum Denied {
+    #[error("this API key may not call model {0:?}")]
+    ModelNotAllowed(String),
+    #[error("this API key may only call the models it lists, and this call names none keel can read")]
+    ModelUnknown,
+    #[error(transparent)]
+    Limited(#[from] super::limiter::Limited),
+}
+
+/// Lets a call of a key through its `models` list and limits, before any provider is called:
+/// the model first, then (for a stream) `concurrentStreams`, then `tokensPerDay` and
+/// `requestsPerMinute`. The call is counted; a stream holds the permit it answers until it ends.
+pub async fn admit(
+    limiter: &Limiter,
+    key_id: &ApiKeyId,
+    settings: &KeySettings,
+    model: CallModel<'_>,
+    stream: bool,
+    now: DateTime<Utc>,
+) -> Result<Option<StreamPermit>, Denied> {
+    if settings.models.is_some() {
+        match model {
+            CallModel::Named(name) if settings.allows_model(name) => {}
+            CallModel::Named(name) => return Err(Denied::ModelNotAllowed(name.chars().take(200).collect())),
+            CallModel::Unnamed => return Err(Denied::ModelUnknown),
+            CallModel::NoModel => {}
+        }
+    }
+    let permit = match settings.limits.concurrent_streams {
+        Some(limit) if stream => Some(limiter.open_stream(key_id, limit).await?),
+        _ => None,
+    };
+    limiter.admit(key_id, &settings.limits, now).await?;
+    Ok(permit)
+}
