@@ -724,3 +724,86 @@ async fn a_member_adds_a_webhook_endpoint_sees_its_secret_once_and_a_test_delive
     }
     assert_eq!(receiver.calls().len(), 2);
 }
+
+#[actix_web::test]
+async fn an_owner_makes_a_limited_key_sees_its_use_and_edits_its_limit() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (app, _provider) = crate::proxy::proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "browser").await;
+    browser.open(&app, "/console").await;
+    browser.fill("#credential", &org.owner_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(&app, &format!("/console/o/{}/keys", org.org_id))
+        .await;
+    browser.fill("#name", "eval harness").await;
+    browser.fill("#requestsPerMinute", "5").await;
+    browser.fill("#tokensPerDay", "1000").await;
+    browser.fill("#models", "gpt-4o-mini").await;
+    // For the proxy only.
+    browser.click("#new-key-form input[value='api']").await;
+    browser.submit("#new-key-form button[type=submit]").await;
+    let secret = browser.text("#new-key").await;
+    assert!(secret.starts_with("keel_sk_"), "{secret}");
+    let caller = TestOrg {
+        org_id: org.org_id.clone(),
+        slug: org.slug.clone(),
+        owner_id: org.owner_id.clone(),
+        owner_token: org.owner_token.clone(),
+        member_id: org.member_id.clone(),
+        member_token: org.member_token.clone(),
+        api_key: secret.clone(),
+        api_key_id: String::new(),
+    };
+    let call = crate::proxy::sdk_request(
+        &app,
+        &caller,
+        Some(&project),
+        &crate::proxy::chat("gpt-4o-mini", "hi"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(call.status(), StatusCode::OK);
+    assert_eq!(
+        app.get("/api/projects", &secret).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    // Today's use against the limits, once written.
+    let mut tokens = String::new();
+    for _ in 0..60 {
+        browser
+            .open(&app, &format!("/console/o/{}/keys", org.org_id))
+            .await;
+        tokens = browser.text("#keys tbody tr:first-child .tokens").await;
+        if tokens.starts_with("32") {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(tokens, "32 of 1,000");
+    assert!(browser
+        .text("#keys tbody tr:first-child .requests")
+        .await
+        .contains("at most 5 a minute"));
+    assert_ne!(browser.text("#keys tbody tr:first-child .last-used").await, "—");
+    browser.shoot("keys-limits").await;
+    // Edit its limit.
+    browser
+        .click("#keys tbody tr:first-child details.edit-key summary")
+        .await;
+    browser
+        .fill("#keys tbody tr:first-child input[name=requestsPerMinute]", "50")
+        .await;
+    browser
+        .submit("#keys tbody tr:first-child details.edit-key button[type=submit]")
+        .await;
+    assert!(browser.text(".flash").await.contains("API key changed"));
+    assert!(browser
+        .text("#keys tbody tr:first-child .requests")
+        .await
+        .contains("at most 50 a minute"));
+}

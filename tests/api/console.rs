@@ -147,7 +147,7 @@ fn next_link(html: &str) -> Option<String> {
     Some(html[start..end].replace("&#38;", "&").replace("&amp;", "&"))
 }
 
-fn org_path(org: &TestOrg, rest: &str) -> String {
+pub fn org_path(org: &TestOrg, rest: &str) -> String {
     format!("/console/o/{}{rest}", org.org_id)
 }
 

@@ -753,3 +753,131 @@ async fn two_instances_share_a_keys_limits() {
     drop(open);
     second.stop().await;
 }
+
+#[actix_web::test]
+async fn the_console_creates_and_edits_a_keys_settings_and_shows_its_use_against_them() {
+    use crate::console::{org_path, Console};
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "console").await;
+    let owner = Console::sign_in(&app, &org.owner_token).await;
+    let created = owner
+        .post(
+            &org_path(&org, "/keys"),
+            &[
+                ("name", "harness"),
+                ("requestsPerMinute", "5"),
+                ("tokensPerDay", "1000"),
+                ("concurrentStreams", ""),
+                ("scopes-shown", "1"),
+                ("scope", "inference"),
+                ("models", "gpt-4o-mini, gpt-4o"),
+                ("expiresOn", "2031-01-31T12:30"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    let shown_at = created.headers()["location"].to_str().unwrap().to_owned();
+    let html = owner.page(&shown_at).await;
+    let secret = html
+        .split("id=\"new-key\" class=\"secret\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .expect("the new key")
+        .to_owned();
+    let list = json_of(app.get("/api/api-keys", &org.owner_token).await, StatusCode::OK).await;
+    let key = list["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "harness")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        key["limits"],
+        json!({"requestsPerMinute": 5, "tokensPerDay": 1000, "concurrentStreams": null})
+    );
+    assert_eq!(key["scopes"], json!(["inference"]));
+    assert_eq!(key["models"], json!(["gpt-4o-mini", "gpt-4o"]));
+    assert_eq!(key["expiresAt"], "2031-01-31T12:30:00Z");
+    let key_id = key["apiKeyId"].as_str().unwrap().to_owned();
+
+    // A call with it: the page shows today's use against the limits, and the last use.
+    let call = sdk_request(
+        &app,
+        &as_key(&org, &secret),
+        Some(&project),
+        &chat("gpt-4o-mini", "hi"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(call.status(), StatusCode::OK);
+    assert!(
+        eventually(|| async {
+            let view = key_view(&app, &org, &key_id).await;
+            view["usageToday"]["tokens"] == 32 && view["lastUsedAt"].is_string()
+        })
+        .await
+    );
+    let html = owner.page(&org_path(&org, "/keys")).await;
+    let row = html
+        .split(&format!("data-key=\"{key_id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap()
+        .to_owned();
+    assert!(row.contains("at most 5 a minute"), "{row}");
+    assert!(row.contains("32 <span class=\"muted\">of 1,000</span>"), "{row}");
+    assert!(row.contains("gpt-4o-mini, gpt-4o"), "{row}");
+    assert!(!row.contains("<td class=\"last-used\">—</td>"), "{row}");
+
+    // Edited: the empty fields clear theirs.
+    let edited = owner
+        .post(
+            &org_path(&org, &format!("/keys/{key_id}/edit")),
+            &[
+                ("name", "harness"),
+                ("requestsPerMinute", "10"),
+                ("tokensPerDay", ""),
+                ("scopes-shown", "1"),
+                ("scope", "inference"),
+                ("scope", "api"),
+                ("models", ""),
+                ("expiresOn", ""),
+            ],
+        )
+        .await;
+    assert_eq!(edited.status(), StatusCode::SEE_OTHER);
+    let view = key_view(&app, &org, &key_id).await;
+    assert_eq!(
+        view["limits"],
+        json!({"requestsPerMinute": 10, "tokensPerDay": null, "concurrentStreams": null})
+    );
+    assert_eq!(view["scopes"], json!(["inference", "api"]));
+    assert_eq!(view["models"], Value::Null);
+    assert_eq!(view["expiresAt"], Value::Null);
+    // A bad setting is said on the page, and changes nothing.
+    let page = owner
+        .submit(
+            &org_path(&org, &format!("/keys/{key_id}/edit")),
+            &[
+                ("requestsPerMinute", "0"),
+                ("scopes-shown", "1"),
+                ("scope", "api"),
+            ],
+        )
+        .await;
+    assert!(
+        page.contains("flash error") && page.contains("requestsPerMinute"),
+        "the refusal is shown"
+    );
+    assert_eq!(
+        key_view(&app, &org, &key_id).await["limits"]["requestsPerMinute"],
+        10
+    );
+    // A member sees the page but no forms.
+    let member = Console::sign_in(&app, &org.member_token).await;
+    let html = member.page(&org_path(&org, "/keys")).await;
+    assert!(!html.contains("/edit\""), "a member gets no edit form");
+}
