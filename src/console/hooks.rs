@@ -40,10 +40,6 @@ pub struct LogQuery {
     cursor: Option<String>,
 }
 
-fn events_issue(message: String) -> ApiError {
-    ApiError::validation(vec!["body".into(), "events".into()], "value_error", message)
-}
-
 fn orgs(org: &OrgView) -> &[OrgId] {
     std::slice::from_ref(&org.org_id)
 }
@@ -126,19 +122,21 @@ pub async fn create(
     if events.iter().any(|e| e == keel_core::webhooks::ALL_EVENTS) {
         events = vec![keel_core::webhooks::ALL_EVENTS.to_owned()];
     }
+    // The form as the API's body, held to that body's bounds and rules (one place for them).
     let new = (|| {
-        let url = form.get("url").unwrap_or_default().trim().to_owned();
-        if events.is_empty() {
-            return Err(events_issue("choose at least one event (or all of them)".into()));
+        let mut body = serde_json::Map::new();
+        body.insert("url".into(), form.get("url").unwrap_or_default().trim().into());
+        body.insert("events".into(), events.into());
+        if let Some(description) = form.get("description") {
+            body.insert("description".into(), description.trim().into());
         }
-        if let Some(unknown) = events.iter().find(|e| !keel_core::webhooks::is_known_event(e)) {
-            return Err(events_issue(format!("{unknown} is no event keel sends")));
-        }
-        let description = form.get("description").map(|d| format::clip(d.trim(), 500));
-        Ok(NewEndpoint {
-            url,
-            events,
-            description,
+        let json = serde_json::Value::Object(body).to_string();
+        let body: crate::webhooks::dto::EndpointCreateBody =
+            crate::http::extract::parse_checked_body(json.as_bytes())?;
+        Ok::<_, ApiError>(NewEndpoint {
+            url: body.url,
+            events: body.events,
+            description: body.description,
         })
     })();
     let new = match new {

@@ -430,6 +430,16 @@ impl FormFields {
         self.all(name).into_iter().next()
     }
 
+    /// A field as a JSON number for an API body, or as the text it is (for that body's own
+    /// 422) when it is not one; `None` when absent.
+    fn number(&self, name: &str) -> Option<serde_json::Value> {
+        self.get(name).map(|text| {
+            text.trim()
+                .parse::<i64>()
+                .map_or_else(|_| serde_json::Value::from(text), serde_json::Value::from)
+        })
+    }
+
     /// The form carries the confirmation its destructive action asks for first.
     fn confirmed(&self) -> bool {
         self.get("confirmed") == Some("yes")

@@ -485,65 +485,37 @@ pub async fn grants(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Co
 pub async fn grant(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, ConsoleError> {
     let form = operator_form(&viewer, &body)?;
     let back = "/console/operator/grants";
+    // The form as the API's body, held to that body's bounds and rules (one place for them):
+    // the date input's day is its first instant (UTC).
     let parsed = (|| {
-        let org = form.get("orgId").unwrap_or_default().trim();
-        let org_id = OrgId::parse(org).map_err(|_| {
-            crate::error::ApiError::validation(
-                vec!["body".into(), "orgId".into()],
-                "value_error",
-                "not an organization id",
-            )
-        })?;
-        let amount: i64 = form
-            .get("amountCents")
-            .unwrap_or_default()
-            .trim()
-            .parse()
-            .map_err(|_| {
-                crate::error::ApiError::validation(
-                    vec!["body".into(), "amountCents".into()],
-                    "int_parsing",
-                    "a whole number of cents",
-                )
-            })?;
-        let reason = form.get("reason").unwrap_or_default().trim().to_owned();
-        let expires_at = match form.get("expiresOn").filter(|d| !d.trim().is_empty()) {
-            None => None,
-            Some(day) => Some(crate::billing::dto::instant(day.trim()).ok_or_else(|| {
-                crate::error::ApiError::validation(
-                    vec!["body".into(), "expiresOn".into()],
-                    "value_error",
-                    "a date (YYYY-MM-DD)",
-                )
-            })?),
-        };
-        let priority = match form.get("priority").filter(|p| !p.trim().is_empty()) {
-            None => None,
-            Some(p) => Some(
-                p.trim()
-                    .parse::<i32>()
-                    .ok()
-                    .filter(|p| (0..=1000).contains(p))
-                    .ok_or_else(|| {
-                        crate::error::ApiError::validation(
-                            vec!["body".into(), "priority".into()],
-                            "value_error",
-                            "0 to 1000",
-                        )
-                    })?,
-            ),
-        };
-        if !(1..=100_000_000).contains(&amount)
-            || reason.is_empty()
-            || expires_at.is_some_and(|at| at <= chrono::Utc::now())
-        {
-            return Err(crate::error::ApiError::validation(
-                vec!["body".into()],
-                "value_error",
-                "an amount of 1 to 100,000,000 cents, a reason, and an expiry (if any) in the future",
-            ));
+        let mut body = serde_json::Map::new();
+        if let Some(org) = form.get("orgId") {
+            body.insert("orgId".into(), org.trim().into());
         }
-        Ok((org_id, crate::domain::Cents(amount), reason, expires_at, priority))
+        if let Some(amount) = form.number("amountCents") {
+            body.insert("amountCents".into(), amount);
+        }
+        if let Some(reason) = form.get("reason") {
+            body.insert("reason".into(), reason.trim().into());
+        }
+        if let Some(priority) = form.number("priority") {
+            body.insert("priority".into(), priority);
+        }
+        if let Some(day) = form.get("expiresOn") {
+            let at = crate::billing::dto::instant(day.trim())
+                .map_or_else(|| day.into(), |at| at.to_rfc3339().into());
+            body.insert("expiresAt".into(), at);
+        }
+        let json = serde_json::Value::Object(body).to_string();
+        let body: crate::billing::dto::ManualGrantBody =
+            crate::http::extract::parse_checked_body(json.as_bytes())?;
+        Ok::<_, crate::error::ApiError>((
+            body.org_id,
+            body.amount_cents,
+            body.reason,
+            body.expires_at,
+            body.priority,
+        ))
     })();
     let (org_id, amount, reason, expires_at, priority) = match parsed {
         Ok(parsed) => parsed,

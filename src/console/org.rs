@@ -585,15 +585,8 @@ fn key_row(k: keel_core::keys::service::KeyUse, now: chrono::DateTime<Utc>) -> K
 fn key_settings_json(form: &FormFields, clearing: bool) -> serde_json::Value {
     use serde_json::{json, Map, Value};
     let absent = || if clearing { Some(Value::Null) } else { None };
-    let number = |name: &str| match form.get(name) {
-        // Not a number: passed on as text, for the body's own 422.
-        Some(text) => Some(
-            text.trim()
-                .parse::<i64>()
-                .map_or_else(|_| json!(text), Value::from),
-        ),
-        None => absent(),
-    };
+    // Not a number: passed on as text, for the body's own 422.
+    let number = |name: &str| form.number(name).or_else(absent);
     let mut limits = Map::new();
     for (field, api) in [
         ("requestsPerMinute", "requestsPerMinute"),

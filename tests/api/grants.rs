@@ -944,6 +944,29 @@ async fn the_console_shows_credits_the_cap_the_statement_and_the_csv_and_operato
         .filter(|g| g["kind"] == "manual")
         .collect();
     assert_eq!(manual.len(), 1);
+    // The form is held to the API body's bounds and rules: each refusal names its field, and
+    // nothing is granted.
+    for (field, value) in [
+        ("amountCents", "0"),
+        ("amountCents", "many"),
+        ("priority", "1001"),
+        ("expiresOn", "2020-01-01"),
+        ("expiresOn", "soon"),
+    ] {
+        let mut bad: Vec<(&str, &str)> = fields
+            .iter()
+            .filter(|(name, _)| *name != field)
+            .copied()
+            .collect();
+        bad.push((field, value));
+        let page = operator.submit("/console/operator/grants", &bad).await;
+        let api_field = if field == "expiresOn" { "expiresAt" } else { field };
+        assert!(
+            page.contains("flash error") && page.contains(api_field),
+            "{field}={value}: {page}"
+        );
+    }
+    assert_eq!(app.balance_microcents(&org).await, 3_750_000_000);
     // Members cannot.
     assert_eq!(
         member.post("/console/operator/grants", &fields).await.status(),
