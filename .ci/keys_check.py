@@ -192,6 +192,8 @@ def check_one_instance(base: str, env: Dict[str, str], label: str) -> None:
         time.sleep(0.1)
     else:
         raise AssertionError("tokensPerDay never refused")
+    # ...and the relay is refused too, once the day's tokens are used.
+    raises(openai.RateLimitError, lambda: embed(tokens))
 
     # concurrentStreams: one stream open; a second is refused until the first ends.
     streams = s.client(base, s.key(limits={"concurrentStreams": 1}))
@@ -200,6 +202,8 @@ def check_one_instance(base: str, env: Dict[str, str], label: str) -> None:
     next(iter(first))
     raises(openai.RateLimitError, lambda: streams.chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "count"}], stream=True))
+    # A relayed stream (the Responses API) takes a place too.
+    raises(openai.RateLimitError, lambda: streams.responses.create(model="gpt-4o-mini", input="count", stream=True))
     first.close()
     for _ in range(100):
         try:

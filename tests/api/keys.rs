@@ -625,6 +625,17 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
         metric(&metrics, "keel_proxy_limited_total{limit=\"tokens_per_day\"}"),
         1.0
     );
+    // Last use is written at most once a minute per key and instance: later calls within the
+    // minute (counted, once the next second's flush has run) leave it as it was.
+    let first_use = key_view(&app, &org, &key_id).await["lastUsedAt"].clone();
+    relay(&app, &key, Method::GET, "/v1/models").send().await.unwrap();
+    assert!(
+        eventually(|| async {
+            key_view(&app, &org, &key_id).await["usageToday"]["requests"].as_i64() == Some(passed + 1)
+        })
+        .await
+    );
+    assert_eq!(key_view(&app, &org, &key_id).await["lastUsedAt"], first_use);
     // Raising the limit lets it through again at once.
     json_of(
         patch_key(

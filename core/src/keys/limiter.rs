@@ -3,12 +3,16 @@
 //! - `requestsPerMinute`: a token bucket (capacity a minute's requests, refilled
 //!   continuously) in one row per key. An instance draws requests from it by compare-and-set
 //!   and spends them locally: one at a time up to 1,199 a minute (every call draws, so the
-//!   key is never over its limit); a tenth of a second's worth at a time above (drawn ahead,
-//!   before the last runs out, so no call waits for the database), kept at most a second.
+//!   key is never over its limit); a tenth of a second's worth at a time above (the next
+//!   batch drawn as soon as one is begun, so no call waits for the database), kept at most a
+//!   second.
 //! - `tokensPerDay`: the day's tokens in the database plus those counted here and not yet
 //!   written; read again at least every second, and at every call past half the limit.
 //! - `concurrentStreams`: each instance's open streams of the key in a row it refreshes; a
 //!   stream opens if the live rows' total stays within the limit.
+//!
+//! On SQLite (one instance) the bucket and the open streams are kept in memory: exact, and
+//! no write competes with the ledger's and the trace writer's for SQLite's one writer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,15 +79,24 @@ struct TokensSeen {
     day: String,
     tokens: i64,
     read: Instant,
+    /// A read is in flight.
+    refreshing: Arc<AtomicBool>,
 }
 
 struct Inner {
     db: DatabaseConnection,
+    /// Whether other instances share the database (PostgreSQL): the requests' buckets and the
+    /// open streams are then kept in it; on SQLite (one instance) in memory.
+    shared: bool,
     /// This process's name in the stream rows.
     instance: String,
     usage: UsageBook,
     leases: Mutex<HashMap<ApiKeyId, Arc<Lease>>>,
     tokens: Mutex<HashMap<ApiKeyId, TokensSeen>>,
+    /// One instance's buckets: level in millionths of a request, and when (Unix µs).
+    buckets: Mutex<HashMap<ApiKeyId, (i64, i64)>>,
+    /// One instance's open streams by key.
+    streams: Mutex<HashMap<ApiKeyId, u32>>,
 }
 
 /// The limits of every key, as this instance enforces them.
@@ -99,6 +112,11 @@ pub fn batch(rpm: u32) -> u64 {
 
 fn unix_us(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
+}
+
+/// Whole seconds (at least 1) of a wait in microseconds, for `Retry-After`.
+fn retry_secs(wait_us: i64) -> u64 {
+    u64::try_from(wait_us).unwrap_or(0).div_ceil(1_000_000).max(1)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -118,6 +136,9 @@ impl Limiter {
     pub fn new(db: DatabaseConnection, usage: UsageBook) -> Self {
         Self {
             inner: Arc::new(Inner {
+                shared: db.get_database_backend() == sea_orm::DbBackend::Postgres,
+                buckets: Mutex::new(HashMap::new()),
+                streams: Mutex::new(HashMap::new()),
                 db,
                 instance: uuid::Uuid::new_v4().to_string(),
                 usage,
@@ -150,29 +171,44 @@ impl Limiter {
         Ok(())
     }
 
-    /// The key's tokens today: the database's (as read at most a second ago, or now once
-    /// past half the limit) and those counted here since.
+    /// The key's tokens today: the database's as last read, and those counted here since.
+    /// Below half the limit a read older than a second is refreshed in the background (one
+    /// read at a time; calls meanwhile use the last one); past half, or on a new day, each
+    /// call reads.
     async fn tokens_today(&self, key_id: &ApiKeyId, limit: u64, now: DateTime<Utc>) -> Result<i64, DbErr> {
         let day = day_of(now);
         let pending = self.inner.usage.pending_tokens(key_id, &day);
         let half = i64::try_from(limit / 2).unwrap_or(i64::MAX);
         let seen = lock(&self.inner.tokens).get(key_id).cloned();
-        if let Some(seen) = seen {
-            if seen.day == day && seen.read.elapsed() < TOKENS_TTL && seen.tokens + pending < half {
-                return Ok(seen.tokens + pending);
+        if let Some(seen) = seen.filter(|seen| seen.day == day && seen.tokens + pending < half) {
+            if seen.read.elapsed() >= TOKENS_TTL && !seen.refreshing.swap(true, Ordering::AcqRel) {
+                let (limiter, key_id) = (self.clone(), key_id.clone());
+                tokio::spawn(async move {
+                    if let Err(err) = limiter.read_tokens(&key_id, &day).await {
+                        tracing::warn!(error = %err, key_id = %key_id, "could not read an API key's tokens today");
+                    }
+                    seen.refreshing.store(false, Ordering::Release);
+                });
             }
+            return Ok(seen.tokens + pending);
         }
-        let (_, tokens) = repo::usage_on(&self.inner.db, key_id, &day).await?;
+        let tokens = self.read_tokens(key_id, &day).await?;
+        // Counted here since the read began: still pending, or written and read.
+        Ok(tokens + self.inner.usage.pending_tokens(key_id, &day))
+    }
+
+    async fn read_tokens(&self, key_id: &ApiKeyId, day: &str) -> Result<i64, DbErr> {
+        let (_, tokens) = repo::usage_on(&self.inner.db, key_id, day).await?;
         lock(&self.inner.tokens).insert(
             key_id.clone(),
             TokensSeen {
-                day: day.clone(),
+                day: day.to_owned(),
                 tokens,
                 read: Instant::now(),
+                refreshing: Arc::new(AtomicBool::new(false)),
             },
         );
-        // Counted here since the read began: still pending, or written and read.
-        Ok(tokens + self.inner.usage.pending_tokens(key_id, &day))
+        Ok(tokens)
     }
 
     fn lease(&self, key_id: &ApiKeyId) -> Arc<Lease> {
@@ -191,7 +227,28 @@ impl Limiter {
             .clone()
     }
 
+    /// One instance's bucket, in memory: exact, and free of writes.
+    fn take_local(&self, key_id: &ApiKeyId, rpm: u32, now: DateTime<Utc>) -> Result<(), Limited> {
+        let now_us = unix_us(now);
+        let mut buckets = lock(&self.inner.buckets);
+        let capacity = i64::from(rpm) * repo::MICRO;
+        let (level, updated_us) = buckets.entry(key_id.clone()).or_insert((capacity, now_us));
+        let current = repo::level_at(*level, *updated_us, now_us, rpm);
+        if current < repo::MICRO {
+            return Err(Limited::Refused(Refusal {
+                limit: LimitKind::RequestsPerMinute,
+                retry_after_secs: retry_secs(repo::wait_us(current, rpm)),
+            }));
+        }
+        *level = current - repo::MICRO;
+        *updated_us = now_us.max(*updated_us);
+        Ok(())
+    }
+
     async fn take_request(&self, key_id: &ApiKeyId, rpm: u32, now: DateTime<Utc>) -> Result<(), Limited> {
+        if !self.inner.shared {
+            return self.take_local(key_id, rpm, now);
+        }
         let lease = self.lease(key_id);
         let size = batch(rpm);
         let mut state = lease.state.lock().await;
@@ -202,21 +259,18 @@ impl Limiter {
         if state.tokens == 0 {
             let draw = repo::draw(&self.inner.db, key_id, rpm, size, unix_us(now)).await?;
             if draw.granted == 0 {
-                let secs = u64::try_from(draw.wait_us)
-                    .unwrap_or(0)
-                    .div_ceil(1_000_000)
-                    .max(1);
                 return Err(Limited::Refused(Refusal {
                     limit: LimitKind::RequestsPerMinute,
-                    retry_after_secs: secs,
+                    retry_after_secs: retry_secs(draw.wait_us),
                 }));
             }
             state.tokens = draw.granted;
             state.expires = Instant::now() + LEASE_TTL;
         }
         state.tokens -= 1;
-        // Draw the next batch before this one runs out (large limits only).
-        if size > 1 && state.tokens < size / 2 && !lease.refilling.swap(true, Ordering::AcqRel) {
+        // Draw the next batch as soon as this one is begun (large limits only): a slow
+        // database then has a whole batch's time before a call waits for it.
+        if size > 1 && state.tokens < size && !lease.refilling.swap(true, Ordering::AcqRel) {
             let (limiter, key_id, lease) = (self.clone(), key_id.clone(), lease.clone());
             tokio::spawn(async move {
                 let drawn = repo::draw(&limiter.inner.db, &key_id, rpm, size, unix_us(Utc::now())).await;
@@ -239,13 +293,19 @@ impl Limiter {
     /// Opens a stream of a key under its `concurrentStreams`; the permit closes it when
     /// dropped.
     pub async fn open_stream(&self, key_id: &ApiKeyId, limit: u32) -> Result<StreamPermit, Limited> {
-        let opened =
-            repo::open_stream(&self.inner.db, key_id, &self.inner.instance, limit, Utc::now()).await?;
-        if !opened {
-            return Err(Limited::Refused(Refusal {
-                limit: LimitKind::ConcurrentStreams,
-                retry_after_secs: 1,
-            }));
+        let refused = Limited::Refused(Refusal {
+            limit: LimitKind::ConcurrentStreams,
+            retry_after_secs: 1,
+        });
+        if !self.inner.shared {
+            let mut streams = lock(&self.inner.streams);
+            let open = streams.entry(key_id.clone()).or_insert(0);
+            if *open >= limit {
+                return Err(refused);
+            }
+            *open += 1;
+        } else if !repo::open_stream(&self.inner.db, key_id, &self.inner.instance, limit, Utc::now()).await? {
+            return Err(refused);
         }
         Ok(StreamPermit {
             limiter: self.clone(),
@@ -282,6 +342,13 @@ pub struct StreamPermit {
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
+        if !self.limiter.inner.shared {
+            let mut streams = lock(&self.limiter.inner.streams);
+            if let Some(open) = streams.get_mut(&self.key_id) {
+                *open = open.saturating_sub(1);
+            }
+            return;
+        }
         let (inner, key_id) = (self.limiter.inner.clone(), self.key_id.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

@@ -238,6 +238,13 @@ pub fn level_at(level: i64, updated_us: i64, now_us: i64, rpm: u32) -> i64 {
     i64::try_from((i128::from(level) + refill).min(i128::from(capacity))).unwrap_or(capacity)
 }
 
+/// Microseconds until a bucket at `level` holds one whole request again.
+pub fn wait_us(level: i64, rpm: u32) -> i64 {
+    let missing = i128::from(MICRO - std::cmp::Ord::max(level, 0));
+    let rate = i128::from(rpm.max(1));
+    i64::try_from((missing * 60 + rate - 1) / rate).unwrap_or(i64::MAX)
+}
+
 /// Draws up to `want` requests from a key's shared bucket of `rpm` a minute at `now_us`
 /// (Unix microseconds): a compare-and-set on its row, retried when another instance drew
 /// in between, so no two instances spend the same request.
@@ -270,11 +277,10 @@ pub async fn draw(
         let whole = u64::try_from(level / MICRO).unwrap_or(0);
         let granted = whole.min(want);
         if granted == 0 {
-            // Until the missing part has refilled.
-            let missing = i128::from(MICRO - level.max(0));
-            let rate = i128::from(rpm);
-            let wait_us = i64::try_from((missing * 60 + rate - 1) / rate).unwrap_or(i64::MAX);
-            return Ok(Draw { granted: 0, wait_us });
+            return Ok(Draw {
+                granted: 0,
+                wait_us: wait_us(level, rpm),
+            });
         }
         let left = level - i64::try_from(granted).unwrap_or(0) * MICRO;
         let swapped = api_key_bucket::Entity::update_many()
