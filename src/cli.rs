@@ -97,6 +97,12 @@ pub enum TracesAction {
         /// Only traces of this model.
         #[arg(long)]
         model: Option<String>,
+        /// Only traces with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// `NAME:VALUE`: only traces whose score NAME is at least VALUE.
+        #[arg(long)]
+        min_score: Option<String>,
         /// Output file, written as FILE.part and renamed at the end (an existing FILE stays
         /// as it was if the export fails); standard output when absent.
         #[arg(long)]
@@ -200,6 +206,8 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     since,
                     until,
                     model,
+                    tag,
+                    min_score,
                     out,
                     base_url,
                     api_key,
@@ -213,6 +221,8 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                 since,
                 until,
                 model,
+                tag,
+                min_score,
                 base_url,
                 api_key,
             };

@@ -146,7 +146,7 @@ route_table! {
     }
     scope "/api/projects" {
         "" => get projects::routes::list_projects, post projects::routes::create_project;
-        "/{project_id}" => get projects::routes::get_project;
+        "/{project_id}" => get projects::routes::get_project, patch projects::routes::patch_project;
     }
     scope "/api/runs" {
         "" => post runs::routes::create_run;
@@ -171,6 +171,11 @@ route_table! {
     scope "/api/traces" {
         "/projects" => get traces::routes::trace_projects;
         "/export" => get traces::routes::export_project, post traces::routes::export_selection;
+        "" => get traces::routes::list_traces;
+        "/tags" => post traces::routes::tag_traces;
+        "/{trace_id}" => get traces::routes::get_trace;
+        "/{trace_id}/tags" => post traces::routes::tag_trace;
+        "/{trace_id}/scores/{name}" => put traces::routes::put_score, delete traces::routes::delete_score;
     }
     scope "/api/evals" {
         "/runs" => post evals::routes::upload_eval_run;

@@ -161,6 +161,12 @@ impl AppState {
             ));
         }
         actix::spawn(limiter.clone().run(cluster.stopping().clone()));
+        actix::spawn(keel_core::traces::retention::run(
+            db.clone(),
+            Duration::from_secs(settings.traces.retention_sweep_secs.max(1)),
+            metrics.traces_expired.clone(),
+            cluster.stopping().clone(),
+        ));
         actix::spawn(
             limiter
                 .usage()

@@ -199,6 +199,9 @@ async fn run_one(
                     usage_estimated: Set(false),
                     error: Set(None),
                     created_at: Set(spread(i, bench.traces)),
+                    search_text: Set(Some("capital of france paris".into())),
+                    preview_input: Set(Some("Capital of France?".into())),
+                    preview_output: Set(Some("Paris.".into())),
                 }
             })
             .collect();

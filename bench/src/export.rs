@@ -116,6 +116,11 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
                 usage_estimated: false,
                 error: None,
                 created_at: now - chrono::Duration::milliseconds((bench.traces - i) as i64),
+                search_text: Some(format!(
+                    "customer question number {i} where is my order and when does it arrive your order left our warehouse yesterday"
+                )),
+                preview_input: Some(format!("Customer question number {i}: where is my order and when does it arrive?")),
+                preview_output: Some("Your order left our warehouse yesterday and should arrive within two to three business days.".into()),
             })
             .collect();
         keel::traces::repo::insert_traces(&conn, &rows).await?;

@@ -346,6 +346,9 @@ pub struct TraceSettings {
     /// A page of a trace export ends once its records reach this many bytes (its
     /// `nextCursor` goes on from there); a selection past it is refused.
     pub export_max_page_bytes: usize,
+    /// How often each instance deletes the traces older than their project's
+    /// `traceRetentionDays`, in seconds.
+    pub retention_sweep_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

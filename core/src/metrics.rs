@@ -60,6 +60,8 @@ pub struct Metrics {
     pub credit_expired_microcents: IntCounter,
     /// Auto top-ups not charged because the month's cap would be passed.
     pub auto_topup_limit_reached: IntCounter,
+    /// Traces a project's retention deleted.
+    pub traces_expired: IntCounter,
     /// Proxied and relayed calls an API key's limit refused, by limit.
     proxy_limited: IntCounterVec,
     pub payments_reconciled: IntCounterVec,
@@ -260,6 +262,10 @@ impl Metrics {
                 "keel_auto_topup_limit_reached_total",
                 "Auto top-ups not charged because the month's cap would be passed",
             ),
+            traces_expired: counter(
+                "keel_traces_expired_total",
+                "Traces deleted because they passed their project's traceRetentionDays",
+            ),
             proxy_limited: {
                 let limited = counter_vec(
                     "keel_proxy_limited_total",
@@ -419,6 +425,7 @@ impl Metrics {
             Box::new(self.credit_grants_expired.clone()),
             Box::new(self.credit_expired_microcents.clone()),
             Box::new(self.auto_topup_limit_reached.clone()),
+            Box::new(self.traces_expired.clone()),
             Box::new(self.proxy_limited.clone()),
             Box::new(self.payments_reconciled.clone()),
             Box::new(self.payments_pending.clone()),

@@ -37,6 +37,8 @@ pub mod run;
 pub mod run_checkpoint;
 pub mod serving_usage;
 pub mod trace;
+pub mod trace_score;
+pub mod trace_tag;
 pub mod training_job;
 pub mod training_job_attempt;
 pub mod training_run_cost;

@@ -14,6 +14,8 @@ pub struct Model {
     pub description: Option<String>,
     pub active: bool,
     pub created_at: DateTimeUtc,
+    /// Its traces are deleted this many days after they were recorded; `None`: kept.
+    pub trace_retention_days: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

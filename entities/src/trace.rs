@@ -25,6 +25,12 @@ pub struct Model {
     pub usage_estimated: bool,
     pub error: Option<String>,
     pub created_at: DateTimeUtc,
+    /// Its searchable words (user and assistant messages, the reply; as stored), lowercase,
+    /// space-separated (`keel_core::traces::search`).
+    pub search_text: Option<String>,
+    /// The last user message and the reply, 200 characters each.
+    pub preview_input: Option<String>,
+    pub preview_output: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

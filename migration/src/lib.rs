@@ -25,6 +25,7 @@ mod m20261126_000007_webhook_endpoints;
 mod m20261126_000008_webhook_endpoint_health;
 mod m20261126_000009_credit_grants;
 mod m20261127_000001_api_key_limits;
+mod m20261127_000002_trace_search_tags;
 
 pub struct Migrator;
 
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000008_webhook_endpoint_health::Migration),
             Box::new(m20261126_000009_credit_grants::Migration),
             Box::new(m20261127_000001_api_key_limits::Migration),
+            Box::new(m20261127_000002_trace_search_tags::Migration),
         ]
     }
 }

@@ -61,6 +61,7 @@ error_codes! {
     OrganizationNotFound = ("organization_not_found", 404, "No such organization."),
     ProjectNotFound = ("project_not_found", 404, "No such project in the caller's organizations (or not active, for the control plane)."),
     JobNotFound = ("job_not_found", 404, "No such job in the caller's organizations."),
+    TraceNotFound = ("trace_not_found", 404, "No such trace in the caller's organizations."),
     RunNotFound = ("run_not_found", 404, "No such run in the caller's organizations."),
     AdapterNotFound = ("adapter_not_found", 404, "No such adapter, and no priced base model of that name."),
     ApiKeyNotFound = ("api_key_not_found", 404, "No such API key in the organization."),

@@ -132,6 +132,15 @@ impl From<TraceError> for ApiError {
     fn from(err: TraceError) -> Self {
         match err {
             TraceError::ProjectNotFound => coded(Code::ProjectNotFound, err),
+            TraceError::TraceNotFound => coded(Code::TraceNotFound, err),
+            TraceError::TooManyMarks { what, .. } => ApiError::validation(
+                vec![
+                    Value::from("body"),
+                    Value::from(if what == "tags" { "add" } else { "value" }),
+                ],
+                "too_long",
+                err.to_string(),
+            ),
             TraceError::SelectionTooLarge { .. } => ApiError::validation(
                 vec![Value::from("body"), Value::from("traceIds")],
                 "too_large",

@@ -204,6 +204,26 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         ),
         (
             "post",
+            "/api/traces/{trace_id}/tags",
+            json!({"add": ["good", "refund:v2"], "remove": ["to-review"]}),
+        ),
+        (
+            "post",
+            "/api/traces/tags",
+            json!({"traceIds": ["0193c2f0-7a1e-7c55-9b1d-3e4f5a6b7c8d"], "add": ["batch-1"]}),
+        ),
+        (
+            "put",
+            "/api/traces/{trace_id}/scores/{name}",
+            json!({"value": 0.9, "comment": "accurate and polite"}),
+        ),
+        (
+            "patch",
+            "/api/projects/{project_id}",
+            json!({"traceRetentionDays": 30}),
+        ),
+        (
+            "post",
             "/api/training/internal/agent-logs",
             json!({"org_id": ORG, "job_id": JOB, "content": "claimed by worker-a100-01"}),
         ),

@@ -59,6 +59,22 @@ pub struct ProjectView {
     pub description: Option<String>,
     pub active: bool,
     pub created_at: DateTime<Utc>,
+    /// Its traces are deleted this many days after they were recorded; null: kept.
+    pub trace_retention_days: Option<i32>,
+}
+
+/// A change to a project: how long it keeps its traces.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectPatchBody {
+    /// Days (1 to 3650) its traces are kept; `null`: forever (the default).
+    #[serde(deserialize_with = "crate::http::extract::present")]
+    #[schema(value_type = Option<i32>, minimum = 1, maximum = 3650, required = true)]
+    pub trace_retention_days: Option<Option<i32>>,
+}
+
+impl crate::http::validate::Validate for ProjectPatchBody {
+    fn validate(&self, _c: &mut crate::http::validate::Checks) {}
 }
 
 impl From<project::Model> for ProjectView {
@@ -71,6 +87,7 @@ impl From<project::Model> for ProjectView {
             description: p.description,
             active: p.active,
             created_at: p.created_at,
+            trace_retention_days: p.trace_retention_days,
         }
     }
 }

@@ -1,6 +1,6 @@
-//! `GET/POST /api/projects`, `GET /api/projects/{project_id}`.
+//! `GET/POST /api/projects`, `GET|PATCH /api/projects/{project_id}`.
 
-use super::dto::{ProjectCreateBody, ProjectCreated, ProjectView};
+use super::dto::{ProjectCreateBody, ProjectCreated, ProjectPatchBody, ProjectView};
 use crate::auth::{Caller, Member};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_id, ValidJson};
@@ -65,5 +65,27 @@ pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<H
     let project_id = path_id("project_id", &path, crate::domain::ProjectId::parse)?;
     let orgs = caller.organizations().await?;
     let project = service::project_of(&caller.state().db, &orgs, &project_id).await?;
+    Ok(HttpResponse::Ok().json(ProjectView::from(project)))
+}
+
+/// Change a project
+///
+/// Any member: sets how many days the project keeps its traces (`traceRetentionDays`, 1 to
+/// 3650; `null` keeps them forever). A sweep on every instance deletes older traces in batches.
+/// Another organization's project is 404.
+#[utoipa::path(patch, path = "/api/projects/{project_id}", tag = "projects", security(("apiKey" = []), ("session" = [])),
+    params(("project_id" = String, Path, format = Uuid)),
+    request_body = ProjectPatchBody,
+    responses((status = 200, body = ProjectView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn patch_project(
+    caller: Caller,
+    path: web::Path<String>,
+    body: ValidJson<ProjectPatchBody>,
+) -> ApiResult<HttpResponse> {
+    let project_id = path_id("project_id", &path, crate::domain::ProjectId::parse)?;
+    let orgs = caller.organizations().await?;
+    let days = body.0.trace_retention_days.flatten();
+    let project = service::set_trace_retention(&caller.state().db, &orgs, &project_id, days).await?;
     Ok(HttpResponse::Ok().json(ProjectView::from(project)))
 }

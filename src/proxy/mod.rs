@@ -288,6 +288,12 @@ impl TraceDraft {
                 usage("total_tokens"),
             ),
         };
+        // What the trace is found and shown by, from what is stored (redacted).
+        let indexed = {
+            let request: Value = serde_json::from_slice(&self.request).unwrap_or(Value::Null);
+            let reply: Option<Value> = response.as_ref().and_then(|r| serde_json::from_str(&r.text).ok());
+            keel_core::traces::search::index(&request, reply.as_ref())
+        };
         trace::Model {
             // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
             // instead of landing on a random page of it per row.
@@ -309,6 +315,9 @@ impl TraceDraft {
             ttfb_ms: ending.first_byte.map(millis),
             error: ending.error,
             created_at: ending.at,
+            search_text: Some(indexed.search_text),
+            preview_input: indexed.preview_input,
+            preview_output: indexed.preview_output,
         }
     }
 }

@@ -25,6 +25,9 @@ pub struct ExportArgs {
     pub since: Option<String>,
     pub until: Option<String>,
     pub model: Option<String>,
+    pub tag: Option<String>,
+    /// `NAME:VALUE`.
+    pub min_score: Option<String>,
     pub base_url: String,
     pub api_key: String,
 }
@@ -243,6 +246,8 @@ async fn walk(args: &ExportArgs, sink: &mut dyn Sink, start: Option<Checkpoint>)
             ("since", &args.since),
             ("until", &args.until),
             ("model", &args.model),
+            ("tag", &args.tag),
+            ("minScore", &args.min_score),
         ] {
             if let Some(value) = value {
                 query.push((name, value.clone()));

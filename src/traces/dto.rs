@@ -52,6 +52,16 @@ pub struct ExportQuery {
     /// `ok` (a 2xx answer) or `error` (any other).
     #[param(pattern = "^(ok|error)$")]
     pub status: Option<String>,
+    /// Only traces with this tag.
+    #[param(pattern = "^[a-z0-9_.:-]{1,50}$")]
+    pub tag: Option<String>,
+    /// `NAME:VALUE`: only traces whose score `NAME` is at least `VALUE`.
+    #[serde(rename = "minScore")]
+    #[param(
+        rename = "minScore",
+        pattern = r"^[a-z0-9_.:-]{1,50}:-?[0-9]{1,15}(\.[0-9]{1,15})?$"
+    )]
+    pub min_score: Option<String>,
 }
 
 impl ExportQuery {
@@ -62,6 +72,8 @@ impl ExportQuery {
             until: self.until.clone(),
             model: self.model.clone(),
             status: self.status.clone(),
+            tag: self.tag.clone(),
+            min_score: self.min_score.clone(),
         }
     }
 }
@@ -81,6 +93,13 @@ pub struct ExportFilters {
     /// `ok` (a 2xx answer) or `error` (any other).
     #[schema(pattern = "^(ok|error)$")]
     pub status: Option<String>,
+    /// Only traces with this tag.
+    #[schema(pattern = "^[a-z0-9_.:-]{1,50}$")]
+    pub tag: Option<String>,
+    /// `NAME:VALUE`: only traces whose score `NAME` is at least `VALUE`.
+    #[serde(rename = "minScore")]
+    #[schema(pattern = r"^[a-z0-9_.:-]{1,50}:-?[0-9]{1,15}(\.[0-9]{1,15})?$")]
+    pub min_score: Option<String>,
 }
 
 fn rfc3339(value: &str) -> Option<DateTime<Utc>> {
@@ -103,6 +122,9 @@ impl ExportFilters {
         if let Some(status) = &self.status {
             c.one_of("status", status, &["ok", "error"]);
         }
+        if self.min_score.as_deref().is_some_and(|m| min_score(m).is_none()) {
+            c.fail("minScore", "value_error", "Value error, minScore is NAME:VALUE");
+        }
     }
 
     /// The repository's filter (the values were checked).
@@ -113,6 +135,9 @@ impl ExportFilters {
             before: None,
             since: self.since.as_deref().and_then(rfc3339),
             until: self.until.as_deref().and_then(rfc3339),
+            tag: self.tag.clone(),
+            min_score: self.min_score.as_deref().and_then(min_score),
+            search: None,
         }
     }
 }
@@ -181,5 +206,318 @@ impl Validate for TraceSelectionBody {
             c.one_of("format", format, Format::NAMES);
         }
         self.filters.check(c);
+    }
+}
+
+/// A tag or a score's name: 1 to 50 of `a-z0-9_.:-`.
+pub struct TagName;
+
+impl utoipa::PartialSchema for TagName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(keel_core::traces::marks::NAME_PATTERN))
+            .into()
+    }
+}
+
+impl ToSchema for TagName {}
+
+/// `minScore`: a score's name and the least value, `NAME:VALUE`.
+pub const MIN_SCORE_PATTERN: &str = r"^[a-z0-9_.:-]{1,50}:-?[0-9]{1,15}(\.[0-9]{1,15})?$";
+
+/// `NAME:VALUE` as the name and the value (the pattern was checked).
+pub fn min_score(raw: &str) -> Option<(String, f64)> {
+    let (name, value) = raw.rsplit_once(':')?;
+    let value: f64 = value.parse().ok()?;
+    (keel_core::traces::marks::is_name(name) && value.is_finite()).then(|| (name.to_owned(), value))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceListQuery {
+    /// The project (of the caller's organizations; another's is 404).
+    #[param(min_length = 1, max_length = 100)]
+    pub project_id: String,
+    /// Words and "quoted phrases" of the user and assistant messages, all required; keel
+    /// tokenizes it (punctuation separates words; nothing is an operator).
+    #[param(max_length = 500)]
+    pub q: Option<String>,
+    #[param(min_length = 1, max_length = 200)]
+    pub model: Option<String>,
+    /// `ok` (complete, 2xx, no error) or `error`.
+    #[param(pattern = "^(ok|error)$")]
+    pub status: Option<String>,
+    /// Recorded at or after (RFC 3339).
+    #[param(format = DateTime)]
+    pub since: Option<String>,
+    /// Recorded before (RFC 3339).
+    #[param(format = DateTime)]
+    pub until: Option<String>,
+    /// Only traces with this tag.
+    #[param(pattern = "^[a-z0-9_.:-]{1,50}$")]
+    pub tag: Option<String>,
+    /// `NAME:VALUE`: only traces whose score `NAME` is at least `VALUE`.
+    #[param(pattern = r"^[a-z0-9_.:-]{1,50}:-?[0-9]{1,15}(\.[0-9]{1,15})?$")]
+    pub min_score: Option<String>,
+    /// The previous page's `nextCursor`.
+    #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
+    pub cursor: Option<String>,
+    /// 1..200, default 50.
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<i64>,
+}
+
+impl Validate for TraceListQuery {
+    fn validate(&self, c: &mut Checks) {
+        if self
+            .cursor
+            .as_deref()
+            .is_some_and(|cursor| super::service::Cursor::decode(cursor).is_none())
+        {
+            c.fail(
+                "cursor",
+                "value_error",
+                "Value error, not a cursor a list answered",
+            );
+        }
+        self.filters().check(c);
+    }
+}
+
+impl TraceListQuery {
+    fn filters(&self) -> ExportFilters {
+        ExportFilters {
+            since: self.since.clone(),
+            until: self.until.clone(),
+            model: self.model.clone(),
+            status: self.status.clone(),
+            tag: self.tag.clone(),
+            min_score: self.min_score.clone(),
+        }
+    }
+
+    /// The repository's filter (the values were checked), with the search.
+    pub fn to_filter(&self) -> super::repo::TraceFilter {
+        let mut filter = self.filters().to_filter();
+        filter.search = self
+            .q
+            .as_deref()
+            .map(keel_core::traces::search::Query::parse)
+            .filter(|q| !q.is_empty());
+        filter
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TracePreview {
+    /// The last user message (200 characters at most).
+    pub input: Option<String>,
+    /// The reply (200 characters at most).
+    pub output: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScoreView {
+    pub value: f64,
+    pub comment: Option<String>,
+}
+
+fn scores_view(
+    scores: std::collections::BTreeMap<String, keel_core::traces::marks::Score>,
+) -> std::collections::BTreeMap<String, ScoreView> {
+    scores
+        .into_iter()
+        .map(|(name, s)| {
+            (
+                name,
+                ScoreView {
+                    value: s.value,
+                    comment: s.comment,
+                },
+            )
+        })
+        .collect()
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceView {
+    pub trace_id: String,
+    pub project_id: String,
+    pub created_at: DateTime<Utc>,
+    pub provider: String,
+    pub model: Option<String>,
+    /// `ok` (complete, 2xx, no error) or `error`.
+    pub status: String,
+    pub latency_ms: i64,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub streamed: bool,
+    pub preview: TracePreview,
+    pub tags: Vec<String>,
+    pub scores: std::collections::BTreeMap<String, ScoreView>,
+}
+
+impl From<keel_core::traces::browse::Listed> for TraceView {
+    fn from(l: keel_core::traces::browse::Listed) -> Self {
+        let t = l.trace;
+        Self {
+            status: keel_core::traces::browse::status_of(t.status_code, t.complete, t.error.as_deref())
+                .into(),
+            trace_id: t.id.into(),
+            project_id: t.project_id.into(),
+            created_at: t.created_at,
+            provider: t.provider,
+            model: t.model,
+            latency_ms: t.latency_ms,
+            prompt_tokens: t.prompt_tokens,
+            completion_tokens: t.completion_tokens,
+            streamed: t.stream,
+            preview: TracePreview {
+                input: t.preview_input,
+                output: t.preview_output,
+            },
+            tags: l.marks.tags,
+            scores: scores_view(l.marks.scores),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceList {
+    pub traces: Vec<TraceView>,
+    /// The next page's `cursor`; null at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// A trace whole: its view, and its request and response as stored (redacted).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TraceDetail {
+    #[serde(flatten)]
+    pub view: TraceView,
+    #[schema(value_type = Object)]
+    pub request: Value,
+    #[schema(value_type = Option<Object>)]
+    pub response: Option<Value>,
+}
+
+impl TraceDetail {
+    pub fn of(t: entities::trace::Model, marks: keel_core::traces::marks::Marks) -> Self {
+        let request = serde_json::from_str(&t.request).unwrap_or(Value::String(t.request.clone()));
+        let response = t
+            .response
+            .as_deref()
+            .map(|r| serde_json::from_str(r).unwrap_or_else(|_| Value::String(r.to_owned())));
+        let listed = keel_core::traces::browse::Listed {
+            trace: keel_core::traces::repo::ListedTrace {
+                id: t.id,
+                project_id: t.project_id,
+                provider: t.provider,
+                model: t.model,
+                status_code: t.status_code,
+                stream: t.stream,
+                complete: t.complete,
+                error: t.error,
+                latency_ms: t.latency_ms,
+                prompt_tokens: t.prompt_tokens,
+                completion_tokens: t.completion_tokens,
+                preview_input: t.preview_input,
+                preview_output: t.preview_output,
+                created_at: t.created_at,
+            },
+            marks,
+        };
+        Self {
+            view: TraceView::from(listed),
+            request,
+            response,
+        }
+    }
+}
+
+/// Tags to add and to remove (at least one of them).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TagsBody {
+    #[schema(value_type = Option<Vec<TagName>>, max_items = 20)]
+    pub add: Option<Vec<String>>,
+    #[schema(value_type = Option<Vec<TagName>>, max_items = 20)]
+    pub remove: Option<Vec<String>>,
+}
+
+fn check_tags(c: &mut Checks, add: &Option<Vec<String>>, remove: &Option<Vec<String>>) {
+    if add.as_ref().is_none_or(Vec::is_empty) && remove.as_ref().is_none_or(Vec::is_empty) {
+        c.fail("add", "missing", "Field required: add or remove at least one tag");
+    }
+}
+
+impl Validate for TagsBody {
+    fn validate(&self, c: &mut Checks) {
+        check_tags(c, &self.add, &self.remove);
+    }
+}
+
+/// The same change of tags on many traces, all or nothing.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BulkTagsBody {
+    #[schema(value_type = Vec<uuid::Uuid>, min_items = 1, max_items = 1000)]
+    pub trace_ids: Vec<TraceId>,
+    #[schema(value_type = Option<Vec<TagName>>, max_items = 20)]
+    pub add: Option<Vec<String>>,
+    #[schema(value_type = Option<Vec<TagName>>, max_items = 20)]
+    pub remove: Option<Vec<String>>,
+}
+
+impl Validate for BulkTagsBody {
+    fn validate(&self, c: &mut Checks) {
+        for (i, id) in self.trace_ids.iter().enumerate() {
+            if uuid::Uuid::parse_str(id).is_err() {
+                c.fail_item("traceIds", i, "uuid_parsing", "Input should be a valid UUID");
+            }
+        }
+        check_tags(c, &self.add, &self.remove);
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TagsView {
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkTagged {
+    /// Traces changed.
+    pub updated: usize,
+    /// Asked ids that are not traces of the caller's organizations.
+    pub not_found: usize,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreBody {
+    pub value: f64,
+    #[schema(max_length = 1000)]
+    pub comment: Option<String>,
+}
+
+impl Validate for ScoreBody {
+    fn validate(&self, _c: &mut Checks) {}
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScoresView {
+    pub scores: std::collections::BTreeMap<String, ScoreView>,
+}
+
+impl ScoresView {
+    pub fn of(scores: std::collections::BTreeMap<String, keel_core::traces::marks::Score>) -> Self {
+        Self {
+            scores: scores_view(scores),
+        }
     }
 }

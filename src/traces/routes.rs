@@ -1,14 +1,16 @@
-//! `GET /api/traces/projects`, `GET` and `POST /api/traces/export`.
+//! `GET /api/traces/projects`, `GET` and `POST /api/traces/export`; the list, one trace, its
+//! tags and scores.
 
-use actix_web::HttpResponse;
+use actix_web::{web, HttpResponse};
 
 use super::dto::{
-    ExportQuery, TraceProject, TraceProjectsResponse, TraceSelectionBody, TracesExportResponse,
+    BulkTagged, BulkTagsBody, ExportQuery, ScoreBody, ScoresView, TagsBody, TagsView, TraceDetail, TraceList,
+    TraceListQuery, TraceProject, TraceProjectsResponse, TraceSelectionBody, TraceView, TracesExportResponse,
 };
 use super::export::Format;
 use super::{repo, service, MAX_EXPORT};
 use crate::auth::Caller;
-use crate::domain::ProjectId;
+use crate::domain::{ProjectId, TraceId};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
 
@@ -152,4 +154,180 @@ fn envelope_end(
     out.extend_from_slice(b"],");
     out.extend_from_slice(tail.get(1..).unwrap_or_default());
     Ok(HttpResponse::Ok().content_type("application/json").body(out))
+}
+
+fn trace_id(raw: &str) -> Result<TraceId, keel_core::traces::TraceError> {
+    TraceId::parse(raw)
+        .ok()
+        .filter(|id| uuid::Uuid::parse_str(id).is_ok())
+        .ok_or(keel_core::traces::TraceError::TraceNotFound)
+}
+
+/// List a project's traces
+///
+/// Newest first, with previews (the last user message and the reply, 200 characters each),
+/// tags and scores. `q` searches the words of the user and assistant messages (all words
+/// required; "quoted phrases"); `model`, `status`, `since`, `until`, `tag` and `minScore`
+/// narrow the list. Follow `nextCursor` (as `cursor`) for the next page.
+#[utoipa::path(get, path = "/api/traces", tag = "traces", security(("apiKey" = []), ("session" = [])),
+    params(TraceListQuery),
+    responses(
+        (status = 200, body = TraceList),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, description = "No such project in the caller's organizations", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody),
+    ))]
+pub async fn list_traces(caller: Caller, query: ValidQuery<TraceListQuery>) -> ApiResult<HttpResponse> {
+    let query = query.0;
+    let orgs = caller.organizations().await?;
+    let project_id =
+        ProjectId::parse(&query.project_id).map_err(|_| keel_core::traces::TraceError::ProjectNotFound)?;
+    let cursor = query.cursor.as_deref().and_then(service::Cursor::decode);
+    let limit = query.limit.map_or(50, |l| l as u64);
+    let page = keel_core::traces::browse::list(
+        &caller.state().db,
+        &orgs,
+        &project_id,
+        query.to_filter(),
+        cursor,
+        limit,
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(TraceList {
+        traces: page.traces.into_iter().map(TraceView::from).collect(),
+        next_cursor: page.next_cursor.map(|c| c.encode()),
+    }))
+}
+
+/// Read a trace
+///
+/// One trace whole: the list's view with its request and response as stored (redacted).
+/// Another organization's trace is 404.
+#[utoipa::path(get, path = "/api/traces/{trace_id}", tag = "traces", security(("apiKey" = []), ("session" = [])),
+    params(("trace_id" = String, Path)),
+    responses((status = 200, body = TraceDetail), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn get_trace(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let id = trace_id(&path)?;
+    let orgs = caller.organizations().await?;
+    let (trace, marks) = keel_core::traces::browse::get(&caller.state().db, &orgs, &id).await?;
+    Ok(HttpResponse::Ok().json(TraceDetail::of(trace, marks)))
+}
+
+/// Tag a trace
+///
+/// Adds and removes tags (1 to 50 of `a-z0-9_.:-`; at most 20 a trace); answers its tags.
+#[utoipa::path(post, path = "/api/traces/{trace_id}/tags", tag = "traces", security(("apiKey" = []), ("session" = [])),
+    params(("trace_id" = String, Path)),
+    request_body = TagsBody,
+    responses((status = 200, body = TagsView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn tag_trace(
+    caller: Caller,
+    path: web::Path<String>,
+    body: ValidJson<TagsBody>,
+) -> ApiResult<HttpResponse> {
+    let id = trace_id(&path)?;
+    let orgs = caller.organizations().await?;
+    let body = body.0;
+    let db = &caller.state().db;
+    let tagged = keel_core::traces::marks::change_tags(
+        db,
+        &orgs,
+        std::slice::from_ref(&id),
+        &body.add.unwrap_or_default(),
+        &body.remove.unwrap_or_default(),
+    )
+    .await?;
+    if tagged.updated == 0 {
+        return Err(keel_core::traces::TraceError::TraceNotFound.into());
+    }
+    let tags = keel_core::traces::marks::marks_of(db, std::slice::from_ref(&id))
+        .await?
+        .remove(&id)
+        .unwrap_or_default()
+        .tags;
+    Ok(HttpResponse::Ok().json(TagsView { tags }))
+}
+
+/// Tag many traces
+///
+/// The same change of tags on up to 1,000 traces, all or nothing; ids that are not traces of
+/// the caller's organizations are counted, not changed.
+#[utoipa::path(post, path = "/api/traces/tags", tag = "traces", security(("apiKey" = []), ("session" = [])),
+    request_body = BulkTagsBody,
+    responses((status = 200, body = BulkTagged), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ValidationErrorBody)))]
+pub async fn tag_traces(caller: Caller, body: ValidJson<BulkTagsBody>) -> ApiResult<HttpResponse> {
+    let orgs = caller.organizations().await?;
+    let body = body.0;
+    let tagged = keel_core::traces::marks::change_tags(
+        &caller.state().db,
+        &orgs,
+        &body.trace_ids,
+        &body.add.unwrap_or_default(),
+        &body.remove.unwrap_or_default(),
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(BulkTagged {
+        updated: tagged.updated,
+        not_found: tagged.not_found,
+    }))
+}
+
+fn score_name(raw: &str) -> ApiResult<String> {
+    if keel_core::traces::marks::is_name(raw) {
+        Ok(raw.to_owned())
+    } else {
+        Err(crate::error::ApiError::validation(
+            vec!["path".into(), "name".into()],
+            "string_pattern_mismatch",
+            format!(
+                "String should match pattern '{}'",
+                keel_core::traces::marks::NAME_PATTERN
+            ),
+        ))
+    }
+}
+
+/// Score a trace
+///
+/// Sets the trace's score `name` (1 to 50 of `a-z0-9_.:-`; at most 20 a trace) to a number,
+/// with an optional comment; answers its scores.
+#[utoipa::path(put, path = "/api/traces/{trace_id}/scores/{name}", tag = "traces", security(("apiKey" = []), ("session" = [])),
+    params(("trace_id" = String, Path), ("name" = String, Path, pattern = "^[a-z0-9_.:-]{1,50}$")),
+    request_body = ScoreBody,
+    responses((status = 200, body = ScoresView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn put_score(
+    caller: Caller,
+    path: web::Path<(String, String)>,
+    body: ValidJson<ScoreBody>,
+) -> ApiResult<HttpResponse> {
+    let (id, name) = path.into_inner();
+    let name = score_name(&name)?;
+    let id = trace_id(&id)?;
+    let orgs = caller.organizations().await?;
+    let body = body.0;
+    let scores =
+        keel_core::traces::marks::set_score(&caller.state().db, &orgs, &id, &name, body.value, body.comment)
+            .await?;
+    Ok(HttpResponse::Ok().json(ScoresView::of(scores)))
+}
+
+/// Delete a trace's score
+///
+/// Removes the score `name` (none is no error); answers the trace's scores.
+#[utoipa::path(delete, path = "/api/traces/{trace_id}/scores/{name}", tag = "traces", security(("apiKey" = []), ("session" = [])),
+    params(("trace_id" = String, Path), ("name" = String, Path, pattern = "^[a-z0-9_.:-]{1,50}$")),
+    responses((status = 200, body = ScoresView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+pub async fn delete_score(caller: Caller, path: web::Path<(String, String)>) -> ApiResult<HttpResponse> {
+    let (id, name) = path.into_inner();
+    let name = score_name(&name)?;
+    let id = trace_id(&id)?;
+    let orgs = caller.organizations().await?;
+    let scores = keel_core::traces::marks::delete_score(&caller.state().db, &orgs, &id, &name).await?;
+    Ok(HttpResponse::Ok().json(ScoresView::of(scores)))
 }

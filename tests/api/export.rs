@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 
 /// A stored trace of `project`: a lone turn answered in text, or an error answer.
-fn trace(
+pub fn trace(
     id: String,
     org: &TestOrg,
     project: &str,
@@ -44,6 +44,9 @@ fn trace(
         usage_estimated: false,
         error: None,
         created_at: at,
+        search_text: Some(format!("question {id} answer {id}")),
+        preview_input: Some(format!("question {id}")),
+        preview_output: None,
     }
 }
 

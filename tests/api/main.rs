@@ -30,6 +30,7 @@ mod runs;
 mod serving;
 mod streams;
 mod system;
+mod trace_browse;
 mod traces;
 mod validation;
 mod webhooks;

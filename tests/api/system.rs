@@ -359,6 +359,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/projects"),
     ("post", "/api/projects"),
     ("get", "/api/projects/{project_id}"),
+    ("patch", "/api/projects/{project_id}"),
     ("get", "/api/billing"),
     ("post", "/api/billing/setup-intent"),
     ("post", "/api/billing/payment-method"),
@@ -417,6 +418,12 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/traces/projects"),
     ("get", "/api/traces/export"),
     ("post", "/api/traces/export"),
+    ("get", "/api/traces"),
+    ("post", "/api/traces/tags"),
+    ("get", "/api/traces/{trace_id}"),
+    ("post", "/api/traces/{trace_id}/tags"),
+    ("put", "/api/traces/{trace_id}/scores/{name}"),
+    ("delete", "/api/traces/{trace_id}/scores/{name}"),
     ("post", "/api/evals/runs"),
 ];
 

@@ -513,6 +513,9 @@ async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
         usage_estimated: false,
         error: Some(format!("{hostile}\n\\.")),
         created_at: created_at(123_456_789),
+        search_text: Some("every word".into()),
+        preview_input: Some("every".into()),
+        preview_output: Some("word".into()),
     };
     let empty = entities::trace::Model {
         id: TraceId::parse("00000000-0000-4000-8000-00000000a002").unwrap(),
@@ -533,6 +536,9 @@ async fn a_trace_is_written_exactly_as_it_was_whatever_it_holds() {
         usage_estimated: false,
         error: None,
         created_at: created_at(0),
+        search_text: None,
+        preview_input: None,
+        preview_output: None,
     };
     for trace in [&full, &empty] {
         let trace = trace.clone();
@@ -589,6 +595,7 @@ async fn own_writer(
             batch_interval_ms,
             queue_capacity: capacity,
             export_max_page_bytes: 1 << 25,
+            retention_sweep_secs: 300,
         },
         keel::metrics::Metrics::new(),
     );
@@ -631,6 +638,9 @@ fn pending_trace(label: String, org_id: &str, project_id: &str) -> keel::traces:
         usage_estimated: false,
         error: None,
         created_at: chrono::Utc::now(),
+        search_text: None,
+        preview_input: None,
+        preview_output: None,
     })
 }
 

@@ -23,6 +23,7 @@ pub async fn insert(
         description: description.map(str::to_owned),
         active: true,
         created_at: Utc::now(),
+        trace_retention_days: None,
     };
     project::Entity::insert(project::ActiveModel {
         id: Set(row.id.clone()),
@@ -32,6 +33,7 @@ pub async fn insert(
         description: Set(row.description.clone()),
         active: Set(row.active),
         created_at: Set(row.created_at),
+        trace_retention_days: Set(None),
     })
     .exec_without_returning(db)
     .await?;
@@ -102,4 +104,21 @@ pub async fn find(
     project_id: &ProjectId,
 ) -> Result<Option<project::Model>, DbErr> {
     project::Entity::find_by_id(project_id.clone()).one(db).await
+}
+
+/// Sets how many days the project keeps its traces (`None`: forever).
+pub async fn set_trace_retention(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+    days: Option<i32>,
+) -> Result<(), DbErr> {
+    project::Entity::update_many()
+        .col_expr(
+            project::Column::TraceRetentionDays,
+            sea_orm::sea_query::Expr::value(days),
+        )
+        .filter(project::Column::Id.eq(project_id))
+        .exec(db)
+        .await?;
+    Ok(())
 }

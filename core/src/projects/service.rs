@@ -52,3 +52,15 @@ pub async fn project_of(
         .await?
         .ok_or(ProjectError::NotFound)
 }
+
+/// Sets how many days a project of `orgs` keeps its traces (`None`: forever); answers it.
+pub async fn set_trace_retention(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    project_id: &ProjectId,
+    days: Option<i32>,
+) -> Result<project::Model, ProjectError> {
+    project_of(db, orgs, project_id).await?;
+    repo::set_trace_retention(db, project_id, days).await?;
+    project_of(db, orgs, project_id).await
+}

@@ -108,9 +108,11 @@ pub fn output_of(status_code: i32, response: &Value) -> Option<Value> {
     message.get("content").and_then(text_of).map(Value::String)
 }
 
-/// The stored trace, as `raw` exports it.
-pub fn raw_of(t: &trace::Model) -> Value {
+/// The stored trace, as `raw` exports it, with its tags and scores.
+pub fn raw_of(t: &trace::Model, marks: &super::marks::Marks) -> Value {
     json!({
+        "tags": marks.tags,
+        "scores": marks.scores,
         "id": t.id,
         "projectId": t.project_id,
         "provider": t.provider,
@@ -140,9 +142,9 @@ pub fn is_clean(t: &trace::Model) -> bool {
 }
 
 /// One trace in `format`, or `None` when it is skipped.
-pub fn convert(t: &trace::Model, format: Format) -> Option<Value> {
+pub fn convert(t: &trace::Model, format: Format, marks: &super::marks::Marks) -> Option<Value> {
     if format == Format::Raw {
-        return Some(raw_of(t));
+        return Some(raw_of(t, marks));
     }
     // A stream that broke, or an answer carrying an error, is never a training example.
     if !is_clean(t) {

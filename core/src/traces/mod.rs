@@ -1,7 +1,11 @@
 //! Traces: the recorded calls of a project, written in batches and exported as datasets.
 
+pub mod browse;
 pub mod export;
+pub mod marks;
 pub mod repo;
+pub mod retention;
+pub mod search;
 pub mod service;
 pub mod writer;
 
@@ -10,6 +14,14 @@ pub mod writer;
 pub enum TraceError {
     #[error("project not found")]
     ProjectNotFound,
+    #[error("trace not found")]
+    TraceNotFound,
+    /// A trace would hold more than 20 tags (or scores).
+    #[error("trace {trace_id} would hold more than 20 {what}")]
+    TooManyMarks {
+        trace_id: crate::domain::TraceId,
+        what: &'static str,
+    },
     /// A selection's records pass `traces.export_max_page_bytes`: it has no cursor to go on
     /// with, so the caller selects fewer.
     #[error(

@@ -94,11 +94,22 @@ pub struct TraceFilter {
     pub since: Option<DateTime<Utc>>,
     /// ...and before this one.
     pub until: Option<DateTime<Utc>>,
+    /// Only traces with this tag.
+    pub tag: Option<String>,
+    /// Only traces with a score of this name at or above this value.
+    pub min_score: Option<(String, f64)>,
+    /// Only traces whose words match (`search::Query`, never empty here).
+    pub search: Option<super::search::Query>,
 }
 
 /// The project's traces that `filter` keeps (newest first is the caller's order).
-fn filtered(project_id: &ProjectId, filter: &TraceFilter) -> sea_orm::Select<trace::Entity> {
+fn filtered(
+    backend: DbBackend,
+    project_id: &ProjectId,
+    filter: &TraceFilter,
+) -> sea_orm::Select<trace::Entity> {
     kept_by(
+        backend,
         trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id)),
         filter,
     )
@@ -108,10 +119,49 @@ fn filtered(project_id: &ProjectId, filter: &TraceFilter) -> sea_orm::Select<tra
 
 /// `query` narrowed to the traces `filter` keeps.
 fn kept_by(
+    backend: DbBackend,
     mut query: sea_orm::Select<trace::Entity>,
     filter: &TraceFilter,
 ) -> sea_orm::Select<trace::Entity> {
-    use sea_orm::sea_query::Condition;
+    use entities::{trace_score, trace_tag};
+    use sea_orm::sea_query::{Condition, Query};
+    if let Some(tag) = &filter.tag {
+        query = query.filter(
+            trace::Column::Id.in_subquery(
+                Query::select()
+                    .column(trace_tag::Column::TraceId)
+                    .from(trace_tag::Entity)
+                    .and_where(trace_tag::Column::Tag.eq(tag.as_str()))
+                    .to_owned(),
+            ),
+        );
+    }
+    if let Some((name, value)) = &filter.min_score {
+        query = query.filter(
+            trace::Column::Id.in_subquery(
+                Query::select()
+                    .column(trace_score::Column::TraceId)
+                    .from(trace_score::Entity)
+                    .and_where(trace_score::Column::Name.eq(name.as_str()))
+                    .and_where(trace_score::Column::Value.gte(*value))
+                    .to_owned(),
+            ),
+        );
+    }
+    if let Some(search) = filter.search.as_ref().filter(|q| !q.is_empty()) {
+        query = query.filter(match backend {
+            // The words' own query (letters, digits, `&`, `<->`, parentheses), bound as a value;
+            // each backend's placeholder (`$1` numbered on PostgreSQL, `?` on SQLite).
+            DbBackend::Postgres => Expr::cust_with_expr(
+                "\"traces\".\"search\" @@ to_tsquery('simple', $1)",
+                Expr::val(search.tsquery()),
+            ),
+            _ => Expr::cust_with_expr(
+                "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
+                Expr::val(search.fts5()),
+            ),
+        });
+    }
     if let Some(model) = &filter.model {
         query = query.filter(trace::Column::Model.eq(model.as_str()));
     }
@@ -159,7 +209,10 @@ pub async fn export_page(
     filter: &TraceFilter,
     limit: u64,
 ) -> Result<Vec<trace::Model>, DbErr> {
-    filtered(project_id, filter).limit(limit).all(db).await
+    filtered(db.get_database_backend(), project_id, filter)
+        .limit(limit)
+        .all(db)
+        .await
 }
 
 /// The next `limit` traces of the export walk, newest first, without their content: each
@@ -176,7 +229,7 @@ pub async fn export_sizes(
         Expr::from(Func::char_length(Expr::col(trace::Column::Response))),
         Expr::val(0),
     ]));
-    filtered(project_id, filter)
+    filtered(db.get_database_backend(), project_id, filter)
         .select_only()
         .column(trace::Column::Id)
         .column(trace::Column::CreatedAt)
@@ -202,7 +255,7 @@ pub async fn page_of_project(
     filter: &TraceFilter,
     limit: u64,
 ) -> Result<Vec<TraceRow>, DbErr> {
-    filtered(project_id, filter)
+    filtered(db.get_database_backend(), project_id, filter)
         .select_only()
         .columns([
             trace::Column::Id,
@@ -222,6 +275,95 @@ pub async fn page_of_project(
         .into_model::<TraceRow>()
         .all(db)
         .await
+}
+
+/// A trace as the list shows it: its figures and previews, no request or response body.
+#[derive(Debug, Clone, sea_orm::FromQueryResult)]
+pub struct ListedTrace {
+    pub id: TraceId,
+    pub project_id: ProjectId,
+    pub provider: String,
+    pub model: Option<String>,
+    pub status_code: i32,
+    pub stream: bool,
+    pub complete: bool,
+    pub error: Option<String>,
+    pub latency_ms: i64,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub preview_input: Option<String>,
+    pub preview_output: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A page of the project's traces that `filter` keeps, newest first.
+pub async fn list_page(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+    filter: &TraceFilter,
+    limit: u64,
+) -> Result<Vec<ListedTrace>, DbErr> {
+    filtered(db.get_database_backend(), project_id, filter)
+        .select_only()
+        .columns([
+            trace::Column::Id,
+            trace::Column::ProjectId,
+            trace::Column::Provider,
+            trace::Column::Model,
+            trace::Column::StatusCode,
+            trace::Column::Stream,
+            trace::Column::Complete,
+            trace::Column::Error,
+            trace::Column::LatencyMs,
+            trace::Column::PromptTokens,
+            trace::Column::CompletionTokens,
+            trace::Column::PreviewInput,
+            trace::Column::PreviewOutput,
+            trace::Column::CreatedAt,
+        ])
+        .limit(limit)
+        .into_model::<ListedTrace>()
+        .all(db)
+        .await
+}
+
+/// The projects that keep their traces a number of days: `(project, days)`.
+pub async fn retained_projects(db: &impl ConnectionTrait) -> Result<Vec<(ProjectId, i32)>, DbErr> {
+    let rows: Vec<(ProjectId, Option<i32>)> = project::Entity::find()
+        .select_only()
+        .column(project::Column::Id)
+        .column(project::Column::TraceRetentionDays)
+        .filter(project::Column::TraceRetentionDays.is_not_null())
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, days)| days.map(|d| (id, d)))
+        .collect())
+}
+
+/// Deletes up to `batch` of the project's traces recorded before `before`; answers how many
+/// (a statement of its own: no lock is held between batches).
+pub async fn delete_older(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+    before: DateTime<Utc>,
+    batch: u64,
+) -> Result<u64, DbErr> {
+    use sea_orm::sea_query::Query;
+    let ids = Query::select()
+        .column(trace::Column::Id)
+        .from(trace::Entity)
+        .and_where(trace::Column::ProjectId.eq(project_id))
+        .and_where(trace::Column::CreatedAt.lt(before))
+        .limit(batch)
+        .to_owned();
+    Ok(trace::Entity::delete_many()
+        .filter(trace::Column::Id.in_subquery(ids))
+        .exec(db)
+        .await?
+        .rows_affected)
 }
 
 /// The models a project's traces name, alphabetically (for a filter's choices).
@@ -252,7 +394,7 @@ pub async fn find_in_orgs(
     let query = trace::Entity::find()
         .filter(trace::Column::Id.is_in(ids.iter().cloned()))
         .filter(trace::Column::OrgId.is_in(orgs.iter().map(OrgId::to_string)));
-    kept_by(query, filter).all(db).await
+    kept_by(db.get_database_backend(), query, filter).all(db).await
 }
 
 /// Inserts traces (at most a batch), all or nothing, in one commit.
@@ -266,7 +408,7 @@ pub async fn insert_traces(db: &DatabaseConnection, traces: &[trace::Model]) -> 
 }
 
 /// The traces table's columns, in the order [`push_values`] gives a trace's values.
-const COLUMNS: [trace::Column; 18] = [
+const COLUMNS: [trace::Column; 21] = [
     trace::Column::Id,
     trace::Column::OrgId,
     trace::Column::ProjectId,
@@ -285,6 +427,9 @@ const COLUMNS: [trace::Column; 18] = [
     trace::Column::UsageEstimated,
     trace::Column::Error,
     trace::Column::CreatedAt,
+    trace::Column::SearchText,
+    trace::Column::PreviewInput,
+    trace::Column::PreviewOutput,
 ];
 
 /// A trace's values, copied into the statement's in [`COLUMNS`] order (once per attempt, as
@@ -310,6 +455,9 @@ fn push_values(trace: &trace::Model, values: &mut Vec<Value>) {
         usage_estimated,
         error,
         created_at,
+        search_text,
+        preview_input,
+        preview_output,
     } = trace;
     values.extend([
         id.clone().into(),
@@ -330,6 +478,9 @@ fn push_values(trace: &trace::Model, values: &mut Vec<Value>) {
         (*usage_estimated).into(),
         error.clone().into(),
         (*created_at).into(),
+        search_text.clone().into(),
+        preview_input.clone().into(),
+        preview_output.clone().into(),
     ]);
 }
 
@@ -436,6 +587,9 @@ mod tests {
                 usage_estimated: false,
                 error: (i % 7 == 0).then(|| "upstream answered 500".into()),
                 created_at: chrono::Utc::now(),
+                search_text: (i % 2 == 0).then(|| "capital of france".into()),
+                preview_input: Some("Capital of France?".into()),
+                preview_output: None,
             })
             .collect()
     }
@@ -487,5 +641,26 @@ mod tests {
             statement_sizes(500).collect::<Vec<_>>(),
             vec![256, 128, 64, 32, 16, 4]
         );
+    }
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::*;
+    use sea_orm::QueryTrait;
+
+    #[test]
+    fn a_search_is_bound_as_a_value_never_written_into_the_sql() {
+        let project = ProjectId::parse("00000000-0000-4000-8000-00000000000a").unwrap();
+        let filter = TraceFilter {
+            search: Some(crate::traces::search::Query::parse("refund \"late delivery\"")),
+            ..TraceFilter::default()
+        };
+        for backend in [DbBackend::Sqlite, DbBackend::Postgres] {
+            let statement = filtered(backend, &project, &filter).build(backend);
+            assert!(!statement.sql.contains("refund"), "{}", statement.sql);
+            let values = format!("{:?}", statement.values);
+            assert!(values.contains("refund"), "{values}");
+        }
     }
 }

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use entities::trace;
 
 use super::export::{self, Format};
+use super::marks::{self, Marks};
 use super::repo;
 use super::TraceError;
 use crate::domain::{OrgId, ProjectId, TraceId};
@@ -27,12 +28,13 @@ const CHUNK_CHARS: i64 = 4 << 20;
 /// Writes one trace's record after `sep` (none before the first), or counts it skipped.
 fn write_record(
     t: &trace::Model,
+    marks: Option<&Marks>,
     format: Format,
     out: &mut Vec<u8>,
     sep: &[u8],
     stats: &mut PageStats,
 ) -> Result<(), TraceError> {
-    match export::convert(t, format) {
+    match export::convert(t, format, marks.unwrap_or(&Marks::default())) {
         Some(record) => {
             if stats.count > 0 {
                 out.extend_from_slice(sep);
@@ -135,13 +137,18 @@ pub async fn export_project(
             .into_iter()
             .map(|t| (t.id.clone(), t))
             .collect();
+        // `raw` carries each trace's tags and scores.
+        let marked = match format {
+            Format::Raw => marks::marks_of(db, &ids).await?,
+            _ => HashMap::new(),
+        };
         for (id, at, _) in &sizes[next..end] {
             if out.len() - start >= max_bytes {
                 break 'page;
             }
             // A trace deleted since the page was sized is simply gone.
             if let Some(t) = found.remove(id) {
-                write_record(&t, format, out, sep, &mut stats)?;
+                write_record(&t, marked.get(id), format, out, sep, &mut stats)?;
             }
             last = Some(Cursor {
                 at: *at,
@@ -193,6 +200,10 @@ pub async fn export_selection(
             .into_iter()
             .map(|t| (t.id.clone(), t))
             .collect();
+        let marked = match format {
+            Format::Raw => marks::marks_of(db, ids).await?,
+            _ => HashMap::new(),
+        };
         for id in ids {
             let Some(t) = found.remove(id) else { continue };
             exported += 1;
@@ -200,7 +211,7 @@ pub async fn export_selection(
                 None => Some(t.project_id.clone()),
                 Some(p) => p.filter(|p| *p == t.project_id),
             });
-            write_record(&t, format, out, sep, &mut stats)?;
+            write_record(&t, marked.get(id), format, out, sep, &mut stats)?;
             if out.len() - start > max_bytes {
                 return Err(TraceError::SelectionTooLarge { max_bytes });
             }

@@ -1,0 +1,54 @@
+//! A project's trace retention: a sweep on every instance deletes each such project's traces
+//! older than its `traceRetentionDays`, 1,000 at a time (each batch its own statement, so no
+//! lock is held long and two instances sweeping at once only share the work).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use sea_orm::{DatabaseConnection, DbErr};
+use tokio_util::sync::CancellationToken;
+
+use super::repo;
+
+/// Traces deleted by one statement.
+pub const BATCH: u64 = 1_000;
+
+/// One pass: every retained project's old traces; answers how many were deleted.
+pub async fn sweep(db: &DatabaseConnection, expired: &prometheus::IntCounter) -> Result<u64, DbErr> {
+    let mut deleted = 0;
+    for (project_id, days) in repo::retained_projects(db).await? {
+        let before = Utc::now() - chrono::Duration::days(i64::from(days));
+        loop {
+            let gone = repo::delete_older(db, &project_id, before, BATCH).await?;
+            deleted += gone;
+            expired.inc_by(gone);
+            if gone < BATCH {
+                break;
+            }
+            // Room for the writers between batches.
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Sweeps every `every` until `stop`.
+pub async fn run(
+    db: DatabaseConnection,
+    every: Duration,
+    expired: prometheus::IntCounter,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {
+                match sweep(&db, &expired).await {
+                    Ok(0) => {}
+                    Ok(deleted) => tracing::info!(deleted, "trace retention: old traces deleted"),
+                    Err(err) => tracing::warn!(error = %err, "trace retention sweep failed; it runs again"),
+                }
+            }
+        }
+    }
+}

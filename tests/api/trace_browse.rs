@@ -1,0 +1,529 @@
+//! Traces as data (issue 44): the list (previews, search, filters, paging), one trace, tags
+//! and scores (filtering the list and the export), and a project's retention.
+
+use std::collections::HashSet;
+
+use chrono::Utc;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+use crate::proxy::{chat, proxy_app, raw_traces, sdk_request};
+
+async fn list(app: &TestApp, org: &TestOrg, query: &str) -> Value {
+    json_of(
+        app.get(&format!("/api/traces?{query}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["traceId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn q(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+#[actix_web::test]
+async fn recorded_calls_are_listed_with_previews_found_by_their_words_and_read_whole() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "support").await;
+    let asks = [
+        "Where is my refund-8c2b? It was a late delivery.",
+        "How do I reset my password?",
+        // A secret in a message: redacted before anything is stored, so never searchable.
+        &format!("my key is {} please keep it", org.api_key),
+    ];
+    for ask in asks {
+        let call = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", ask))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(call.status(), StatusCode::OK);
+    }
+    raw_traces(&app, &org, &project, asks.len()).await;
+
+    let all = list(&app, &org, &format!("projectId={project}")).await;
+    let traces = all["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 3);
+    assert_eq!(all["nextCursor"], Value::Null);
+    // Newest first, with previews of the last user message and the reply.
+    assert_eq!(traces[2]["preview"]["input"], asks[0]);
+    assert_eq!(traces[2]["preview"]["output"], "Paris is the capital of France.");
+    assert_eq!(traces[2]["status"], "ok");
+    assert_eq!(traces[2]["promptTokens"], 24);
+    assert_eq!(traces[2]["streamed"], false);
+    assert_eq!(traces[2]["tags"], json!([]));
+    assert_eq!(traces[2]["scores"], json!({}));
+    assert!(
+        !all.to_string().contains(&org.api_key),
+        "the list shows no secret"
+    );
+    let refund_id = traces[2]["traceId"].as_str().unwrap().to_owned();
+
+    // Search: a word only in one trace finds it alone; hyphens, operators and stray quotes
+    // are words and separators, never errors.
+    for search in [
+        "refund",
+        "REFUND-8c2b",
+        "8c2b refund",
+        "\"late delivery\"",
+        "refund \"late",
+        "refund* OR (x",
+    ] {
+        let found = list(&app, &org, &format!("projectId={project}&q={}", q(search))).await;
+        let expected: Vec<String> = match search {
+            "refund* OR (x" => vec![],
+            _ => vec![refund_id.clone()],
+        };
+        assert_eq!(ids(&found), expected, "q={search}");
+    }
+    assert!(ids(&list(
+        &app,
+        &org,
+        &format!("projectId={project}&q={}", q("\"delivery late\""))
+    )
+    .await)
+    .is_empty());
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&q=paris")).await).len(),
+        3
+    );
+    let secret_tail = &org.api_key[8..];
+    let leaked = list(&app, &org, &format!("projectId={project}&q={}", q(secret_tail))).await;
+    assert!(ids(&leaked).is_empty(), "a redacted secret is not searchable");
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&q=redacted+keep")).await).len(),
+        1
+    );
+    // Punctuation alone searches nothing: the whole list.
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&q={}", q("*** :: \"\""))).await).len(),
+        3
+    );
+
+    // One trace, whole: request and response as stored (redacted).
+    let one = json_of(
+        app.get(&format!("/api/traces/{refund_id}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(one["traceId"], refund_id.as_str());
+    assert_eq!(one["request"]["messages"][0]["content"], asks[0]);
+    assert_eq!(
+        one["response"]["choices"][0]["message"]["content"],
+        "Paris is the capital of France."
+    );
+    // Another organization's trace, or a project, is 404.
+    let other = app.create_org("Globex").await;
+    assert_error(
+        app.get(&format!("/api/traces/{refund_id}"), &other.api_key).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_error(
+        app.get(&format!("/api/traces?projectId={project}"), &other.api_key)
+            .await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_error(
+        app.get("/api/traces/not-a-trace", &org.api_key).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+}
+
+#[actix_web::test]
+async fn cursor_paging_over_2500_traces_returns_each_once_and_bad_queries_are_422() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "many").await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let newest = Utc::now();
+    let mut expected = HashSet::new();
+    for chunk in 0..5 {
+        let rows: Vec<_> = (0..500)
+            .map(|i| {
+                let id = uuid::Uuid::new_v4().to_string();
+                expected.insert(id.clone());
+                // Two to a millisecond: ties are broken by id.
+                let at = newest - chrono::Duration::milliseconds(((chunk * 500 + i) / 2) as i64);
+                crate::export::trace(id, &org, &project, "m-ok", 200, at)
+            })
+            .collect();
+        keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+    }
+    db.close().await.ok();
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut query = format!("projectId={project}&limit=200");
+        if let Some(cursor) = &cursor {
+            query.push_str(&format!("&cursor={cursor}"));
+        }
+        let page = list(&app, &org, &query).await;
+        for id in ids(&page) {
+            assert!(seen.insert(id), "a trace came twice");
+        }
+        pages += 1;
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+    assert_eq!(pages, 13);
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}")).await).len(),
+        50
+    );
+
+    for bad in [
+        "limit=0",
+        "limit=201",
+        "minScore=quality",
+        "minScore=quality:high",
+        "minScore=Quality:1",
+        "tag=Not%20a%20tag",
+        "tag=",
+        "cursor=nonsense",
+        "status=fine",
+        "since=yesterday",
+    ] {
+        let response = app
+            .get(&format!("/api/traces?projectId={project}&{bad}"), &org.api_key)
+            .await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
+}
+
+#[actix_web::test]
+async fn tags_and_scores_round_trip_filter_the_list_and_the_export_and_are_bounded() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "graded").await;
+    for ask in ["one", "two", "three"] {
+        sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", ask))
+            .send()
+            .await
+            .unwrap();
+    }
+    raw_traces(&app, &org, &project, 3).await;
+    let all = ids(&list(&app, &org, &format!("projectId={project}")).await);
+    let (a, b) = (&all[0], &all[1]);
+
+    let tagged = json_of(
+        app.post(
+            &format!("/api/traces/{a}/tags"),
+            &org.api_key,
+            &json!({"add": ["good", "refund:v2"]}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(tagged["tags"], json!(["good", "refund:v2"]));
+    let tagged = json_of(
+        app.post(
+            &format!("/api/traces/{a}/tags"),
+            &org.api_key,
+            &json!({"remove": ["refund:v2"]}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(tagged["tags"], json!(["good"]));
+    let bulk = json_of(
+        app.post(
+            "/api/traces/tags",
+            &org.api_key,
+            &json!({"traceIds": [a, b, uuid::Uuid::new_v4().to_string()], "add": ["batch-1"]}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(bulk, json!({"updated": 2, "notFound": 1}));
+
+    let scored = json_of(
+        app.put(
+            &format!("/api/traces/{a}/scores/quality"),
+            &org.api_key,
+            &json!({"value": 0.9, "comment": "<b>crisp</b>"}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        scored["scores"],
+        json!({"quality": {"value": 0.9, "comment": "<b>crisp</b>"}})
+    );
+    app.put(
+        &format!("/api/traces/{b}/scores/quality"),
+        &org.api_key,
+        &json!({"value": 0.2}),
+    )
+    .await;
+    app.put(
+        &format!("/api/traces/{b}/scores/tone"),
+        &org.api_key,
+        &json!({"value": -1}),
+    )
+    .await;
+    let deleted = json_of(
+        app.delete(&format!("/api/traces/{b}/scores/tone"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        deleted["scores"],
+        json!({"quality": {"value": 0.2, "comment": null}})
+    );
+
+    // They show in the list and filter it...
+    let page = list(&app, &org, &format!("projectId={project}&tag=good")).await;
+    assert_eq!(ids(&page), vec![a.clone()]);
+    assert_eq!(page["traces"][0]["tags"], json!(["batch-1", "good"]));
+    assert_eq!(page["traces"][0]["scores"]["quality"]["value"], 0.9);
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&tag=batch-1")).await).len(),
+        2
+    );
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&minScore=quality:0.5")).await),
+        vec![a.clone()]
+    );
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&minScore=quality:0")).await).len(),
+        2
+    );
+    // ...and the export, whose raw rows carry them.
+    let export = json_of(
+        app.get(
+            &format!("/api/traces/export?project_id={project}&format=raw&tag=batch-1&minScore=quality:0.5"),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(export["count"], 1);
+    assert_eq!(export["records"][0]["id"], a.as_str());
+    assert_eq!(export["records"][0]["tags"], json!(["batch-1", "good"]));
+    assert_eq!(
+        export["records"][0]["scores"]["quality"]["comment"],
+        "<b>crisp</b>"
+    );
+    let selection = json_of(
+        app.post(
+            "/api/traces/export",
+            &org.api_key,
+            &json!({"traceIds": [a, b], "format": "raw", "tag": "good"}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(selection["count"], 1);
+
+    // Bounds: a bad tag or name, nothing to change, the 21st tag or score: 422; another
+    // organization's trace: 404.
+    for body in [
+        json!({"add": ["Bad Tag"]}),
+        json!({}),
+        json!({"add": [], "remove": []}),
+        json!({"add": ["x".repeat(51)]}),
+    ] {
+        let response = app
+            .post(&format!("/api/traces/{a}/tags"), &org.api_key, &body)
+            .await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    }
+    let twenty: Vec<String> = (0..18).map(|i| format!("t{i}")).collect();
+    json_of(
+        app.post(
+            &format!("/api/traces/{a}/tags"),
+            &org.api_key,
+            &json!({"add": twenty}),
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let over = app
+        .post(
+            &format!("/api/traces/{a}/tags"),
+            &org.api_key,
+            &json!({"add": ["one-more"]}),
+        )
+        .await;
+    assert_eq!(over.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let tags = json_of(
+        app.get(&format!("/api/traces/{a}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await["tags"]
+        .clone();
+    assert_eq!(
+        tags.as_array().unwrap().len(),
+        20,
+        "a refused change changes nothing"
+    );
+    for i in 0..19 {
+        app.put(
+            &format!("/api/traces/{b}/scores/s{i}"),
+            &org.api_key,
+            &json!({"value": i}),
+        )
+        .await;
+    }
+    let over = app
+        .put(
+            &format!("/api/traces/{b}/scores/s-extra"),
+            &org.api_key,
+            &json!({"value": 1}),
+        )
+        .await;
+    assert_eq!(over.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let bad_name = app
+        .put(
+            &format!("/api/traces/{a}/scores/Bad%20Name"),
+            &org.api_key,
+            &json!({"value": 1}),
+        )
+        .await;
+    assert_eq!(bad_name.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let not_a_number = app
+        .put(
+            &format!("/api/traces/{a}/scores/q"),
+            &org.api_key,
+            &json!({"value": "high"}),
+        )
+        .await;
+    assert_eq!(not_a_number.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let other = app.create_org("Globex").await;
+    let foreign = app
+        .post(
+            &format!("/api/traces/{a}/tags"),
+            &other.api_key,
+            &json!({"add": ["mine"]}),
+        )
+        .await;
+    assert_eq!(foreign.status(), StatusCode::NOT_FOUND);
+    let foreign = app
+        .put(
+            &format!("/api/traces/{a}/scores/q"),
+            &other.api_key,
+            &json!({"value": 1}),
+        )
+        .await;
+    assert_eq!(foreign.status(), StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn retention_deletes_only_traces_older_than_the_projects_days() {
+    let app = spawn_app_with(|s| s.traces.retention_sweep_secs = 1).await;
+    let org = app.create_org("Acme").await;
+    let kept = app.create_project(&org, "kept").await;
+    let short = app.create_project(&org, "short").await;
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let now = Utc::now();
+    let mut rows = Vec::new();
+    let mut young = Vec::new();
+    for (project, age_days) in [(&kept, 40), (&short, 40), (&short, 31), (&short, 29), (&short, 0)] {
+        let id = uuid::Uuid::new_v4().to_string();
+        if !(project == &short && age_days > 30) {
+            young.push(id.clone());
+        }
+        rows.push(crate::export::trace(
+            id,
+            &org,
+            project,
+            "m",
+            200,
+            now - chrono::Duration::days(age_days),
+        ));
+    }
+    keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+    db.close().await.ok();
+
+    let patched = app
+        .request(
+            Method::PATCH,
+            &format!("/api/projects/{short}"),
+            Some(&org.member_token),
+        )
+        .header("X-Org-Id", &org.org_id)
+        .json(&json!({"traceRetentionDays": 30}))
+        .send()
+        .await
+        .unwrap();
+    let view = json_of(patched, StatusCode::OK).await;
+    assert_eq!(view["traceRetentionDays"], 30);
+    let project = json_of(
+        app.get(&format!("/api/projects/{kept}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(project["traceRetentionDays"], Value::Null);
+    assert!(
+        eventually(|| async {
+            let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+            metric(&metrics, "keel_traces_expired_total") == 2.0
+        })
+        .await
+    );
+    let left: HashSet<String> = ids(&list(&app, &org, &format!("projectId={short}")).await)
+        .into_iter()
+        .chain(ids(&list(&app, &org, &format!("projectId={kept}")).await))
+        .collect();
+    assert_eq!(left.len(), 3);
+    for id in &young {
+        assert!(left.contains(id), "a trace younger than the limit was deleted");
+    }
+    // Bounds and null.
+    for bad in [
+        json!({"traceRetentionDays": 0}),
+        json!({"traceRetentionDays": 3651}),
+        json!({}),
+    ] {
+        let response = app
+            .request(
+                Method::PATCH,
+                &format!("/api/projects/{short}"),
+                Some(&org.api_key),
+            )
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
+    let cleared = app
+        .request(
+            Method::PATCH,
+            &format!("/api/projects/{short}"),
+            Some(&org.api_key),
+        )
+        .json(&json!({"traceRetentionDays": null}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(cleared, StatusCode::OK).await["traceRetentionDays"],
+        Value::Null
+    );
+}
