@@ -75,9 +75,10 @@ pub enum TracesAction {
         /// The project's id.
         #[arg(long)]
         project: String,
-        /// records ({input, output}), prompts ({input}), raw (stored traces) or openai-chat
-        /// (OpenAI's fine-tuning format: {"messages": [...]} with the reply last).
-        #[arg(long, default_value = "records", value_parser = ["records", "prompts", "raw", "openai-chat"])]
+        /// records ({input, output}), prompts ({input}), raw (stored traces), openai-chat
+        /// (OpenAI's fine-tuning format: {"messages": [...]} with the reply last) or otlp-json
+        /// (OTLP/JSON ExportTraceServiceRequest lines, a span per trace, GenAI conventions).
+        #[arg(long, default_value = "records", value_parser = ["records", "prompts", "raw", "openai-chat", "otlp-json"])]
         format: String,
         /// Newest traces to export (with --all: traces per page), 1..1000.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]

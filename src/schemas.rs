@@ -74,6 +74,9 @@ pub enum Format {
     Records,
     Prompts,
     Raw,
+    /// OTLP/JSON `ExportTraceServiceRequest`s (a page's spans, one per trace).
+    #[serde(rename = "otlp-json")]
+    OtlpJson,
 }
 
 /// What a stale sweep did.
@@ -118,8 +121,13 @@ mod tests {
             names(&CoreAction::ALL)
         );
         assert_eq!(
-            names(&[Format::Records, Format::Prompts, Format::Raw]),
-            names(&[CoreFormat::Records, CoreFormat::Prompts, CoreFormat::Raw])
+            names(&[Format::Records, Format::Prompts, Format::Raw, Format::OtlpJson]),
+            names(&[
+                CoreFormat::Records,
+                CoreFormat::Prompts,
+                CoreFormat::Raw,
+                CoreFormat::OtlpJson
+            ])
         );
         let counts = serde_json::to_value(keel_core::queue::repo::SweepCounts::default()).unwrap_or_default();
         let mirror = serde_json::to_value(SweepCounts {

@@ -27,7 +27,17 @@
     }
     setTimeout(tick, every);
   }
+  // A checkbox that selects (or clears) every box of its form named by data-select-all.
+  function selectAll(box) {
+    box.addEventListener("change", function () {
+      var name = box.getAttribute("data-select-all");
+      box.form.querySelectorAll("input[type=checkbox][name='" + name + "']").forEach(function (other) {
+        other.checked = box.checked;
+      });
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-refresh]").forEach(refresh);
+    document.querySelectorAll("[data-select-all]").forEach(selectAll);
   });
 })();

@@ -10,6 +10,7 @@ mod ledger;
 mod proxy;
 mod queue;
 mod relay;
+mod search;
 mod streams;
 mod webhooks;
 
@@ -166,6 +167,22 @@ enum BenchTarget {
         #[arg(long)]
         skip_sqlite: bool,
     },
+    /// Full-text search of 1,000,000 traces on PostgreSQL (p50/p95), and the trace writer's
+    /// throughput with the search index against without, interleaved.
+    Search {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        traces: usize,
+        /// Traces each writer round inserts.
+        #[arg(long, default_value_t = 20_000)]
+        writes: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Timed runs of each query.
+        #[arg(long, default_value_t = 100)]
+        queries: usize,
+    },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
         #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
@@ -285,6 +302,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 skip_sqlite,
                 grants,
                 hot_only,
+            })
+            .await
+        }
+        BenchTarget::Search {
+            postgres_url,
+            traces,
+            writes,
+            rounds,
+            queries,
+        } => {
+            crate::search::run(crate::search::SearchBench {
+                postgres_url,
+                traces,
+                writes,
+                rounds,
+                queries,
             })
             .await
         }

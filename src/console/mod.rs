@@ -79,6 +79,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/projects/{project}/traces", web::get().to(work::traces))
             .route("/o/{org}/projects/{project}/export", web::post().to(work::export))
             .route("/o/{org}/traces/{trace}", web::get().to(work::trace))
+            .route("/o/{org}/traces/{trace}/tags", web::post().to(work::trace_tags))
+            .route("/o/{org}/traces/{trace}/scores", web::post().to(work::set_score))
+            .route(
+                "/o/{org}/traces/{trace}/scores/{name}/delete",
+                web::post().to(work::delete_score),
+            )
+            .route(
+                "/o/{org}/projects/{project}/tag",
+                web::post().to(work::tag_traces),
+            )
+            .route(
+                "/o/{org}/projects/{project}/retention",
+                web::post().to(work::set_retention),
+            )
             .route("/o/{org}/evals", web::get().to(work::evals))
             .route("/o/{org}/evals/{run}", web::get().to(work::eval_run))
             .route("/o/{org}/runs", web::get().to(work::runs))

@@ -327,6 +327,16 @@ pub struct TraceRow {
     pub ttfb: String,
     pub tokens: String,
     pub stream: bool,
+    /// The last user message and the reply (200 characters each).
+    pub preview_input: String,
+    pub preview_output: String,
+    pub tags: Vec<String>,
+}
+
+pub struct ScoreRow {
+    pub name: String,
+    pub value: String,
+    pub comment: String,
 }
 
 #[derive(Template)]
@@ -338,8 +348,15 @@ pub struct TracesPage {
     pub models: Vec<String>,
     pub model: String,
     pub status: String,
+    /// The search box, tag and date range as typed.
+    pub q: String,
+    pub tag: String,
+    pub since: String,
+    pub until: String,
     pub traces: Vec<TraceRow>,
     pub next: Option<String>,
+    /// Days the project keeps its traces; empty: forever.
+    pub retention_days: String,
 }
 
 pub struct Part {
@@ -364,6 +381,7 @@ pub struct TracePage {
     pub request: String,
     pub response: String,
     pub error: Option<String>,
+    pub scores: Vec<ScoreRow>,
 }
 
 pub struct EvalRow {

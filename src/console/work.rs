@@ -9,14 +9,15 @@ use serde_json::Value;
 use super::org::org_layout;
 use super::pages::{
     AttemptRow, CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage,
-    JobsTable, Message, Part, ProjectRow, RunRow, RunsPage, SuiteChart, TracePage, TraceProjectsPage,
-    TraceRow, TracesPage,
+    JobsTable, Message, Part, ProjectRow, RunRow, RunsPage, ScoreRow, SuiteChart, TracePage,
+    TraceProjectsPage, TraceRow, TracesPage,
 };
 use super::session::{OrgView, Viewer};
 use super::{
     after_form, chart, confirm_page, format, html, page, wants_partial, Confirm, ConsoleError, FormFields,
 };
 use crate::domain::{JobAction, JobStatus};
+use crate::error::ApiError;
 use crate::queue::repo::JobFilter;
 use crate::traces::export::Format;
 use crate::traces::repo::TraceFilter;
@@ -418,11 +419,17 @@ pub struct TracesQuery {
     model: Option<String>,
     status: Option<String>,
     before: Option<String>,
+    /// The search box.
+    q: Option<String>,
+    tag: Option<String>,
+    /// Days (`YYYY-MM-DD`), both included.
+    since: Option<String>,
+    until: Option<String>,
 }
 
-fn trace_row(t: &crate::traces::repo::TraceRow) -> TraceRow {
+fn trace_row(t: &crate::traces::repo::ListedTrace, marks: &crate::traces::marks::Marks) -> TraceRow {
     TraceRow {
-        id: t.id.clone(),
+        id: t.id.to_string(),
         at: format::time(t.created_at),
         provider: t.provider.clone(),
         model: t.model.clone().unwrap_or_default(),
@@ -432,12 +439,25 @@ fn trace_row(t: &crate::traces::repo::TraceRow) -> TraceRow {
         ttfb: t.ttfb_ms.map(|v| format!("{v} ms")).unwrap_or_else(|| "—".into()),
         tokens: match (t.prompt_tokens, t.completion_tokens) {
             (Some(p), Some(c)) => format!("{p} / {c}"),
-            _ => t
-                .total_tokens
-                .map(|t| t.to_string())
-                .unwrap_or_else(|| "—".into()),
+            (Some(p), None) => format!("{p} / —"),
+            _ => "—".into(),
         },
         stream: t.stream,
+        preview_input: t.preview_input.clone().unwrap_or_default(),
+        preview_output: t.preview_output.clone().unwrap_or_default(),
+        tags: marks.tags.clone(),
+    }
+}
+
+/// A day typed in a date input (`YYYY-MM-DD`), as its first instant (UTC).
+fn day_start(raw: Option<&str>, name: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, ConsoleError> {
+    match raw.map(str::trim).filter(|d| !d.is_empty()) {
+        None => Ok(None),
+        Some(day) => chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|d| Some(d.and_utc()))
+            .ok_or_else(|| super::unreadable(name)),
     }
 }
 
@@ -468,23 +488,46 @@ pub async fn traces(
         }
         status => status,
     };
+    let q = query.q.clone().filter(|q| !q.trim().is_empty());
+    let tag = query.tag.clone().filter(|t| !t.is_empty());
+    if tag.as_deref().is_some_and(|t| !crate::traces::marks::is_name(t)) {
+        return Err(super::unreadable("tag"));
+    }
+    let since = day_start(query.since.as_deref(), "since")?;
+    // `until` is a day included: the filter stops at the next day's start.
+    let until = day_start(query.until.as_deref(), "until")?.map(|d| d + chrono::Duration::days(1));
     let filter = TraceFilter {
         model: model.clone(),
         ok: status.as_deref().map(|s| s == "ok"),
         before: page_cursor(query.before.as_deref(), crate::domain::TraceId::parse)?,
+        since,
+        until,
+        tag: tag.clone(),
+        search: q
+            .as_deref()
+            .map(crate::traces::search::Query::parse)
+            .filter(|q| !q.is_empty()),
         ..TraceFilter::default()
     };
     let db = &viewer.state.db;
-    let mut rows = crate::traces::repo::page_of_project(db, &project.id, &filter, PAGE + 1).await?;
+    let mut rows = crate::traces::repo::list_page(db, &project.id, &filter, PAGE + 1).await?;
     let more = rows.len() as u64 > PAGE;
     rows.truncate(PAGE as usize);
+    let ids: Vec<crate::domain::TraceId> = rows.iter().map(|t| t.id.clone()).collect();
+    let marks = crate::traces::marks::marks_of(db, &ids).await?;
     let next = more.then(|| rows.last()).flatten().map(|last| {
         let mut link = form_urlencoded::Serializer::new(String::new());
-        if let Some(model) = &model {
-            link.append_pair("model", model);
-        }
-        if let Some(status) = &status {
-            link.append_pair("status", status);
+        for (name, value) in [
+            ("model", &model),
+            ("status", &status),
+            ("q", &q),
+            ("tag", &tag),
+            ("since", &query.since),
+            ("until", &query.until),
+        ] {
+            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                link.append_pair(name, value);
+            }
         }
         link.append_pair("before", &cursor_of(last.created_at, &last.id));
         format!(
@@ -511,8 +554,19 @@ pub async fn traces(
             project_name: project.name,
             model: model.unwrap_or_default(),
             status: status.unwrap_or_default(),
-            traces: rows.iter().map(trace_row).collect(),
+            q: q.unwrap_or_default(),
+            tag: tag.unwrap_or_default(),
+            since: query.since.clone().unwrap_or_default(),
+            until: query.until.clone().unwrap_or_default(),
+            traces: rows
+                .iter()
+                .map(|t| trace_row(t, marks.get(&t.id).unwrap_or(&Default::default())))
+                .collect(),
             next,
+            retention_days: project
+                .trace_retention_days
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
         },
     ))
 }
@@ -697,16 +751,12 @@ pub async fn trace(
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
     let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
-    let t = crate::traces::repo::find_in_orgs(
-        &viewer.state.db,
-        &[id],
-        std::slice::from_ref(&org.org_id),
-        &TraceFilter::default(),
-    )
-    .await?
-    .into_iter()
-    .next()
-    .ok_or(ConsoleError::NotFound)?;
+    let (t, marks) = crate::traces::browse::get(&viewer.state.db, std::slice::from_ref(&org.org_id), &id)
+        .await
+        .map_err(|err| match err {
+            keel_core::traces::TraceError::TraceNotFound => ConsoleError::NotFound,
+            other => other.into(),
+        })?;
     let request: Value = serde_json::from_str(&t.request).unwrap_or(Value::Null);
     let response: Value = t
         .response
@@ -729,26 +779,21 @@ pub async fn trace(
                 .collect()
         })
         .unwrap_or_default();
-    let row = crate::traces::repo::TraceRow {
-        id: t.id.to_string(),
-        provider: t.provider.clone(),
-        model: t.model.clone(),
-        status_code: t.status_code,
-        stream: t.stream,
-        complete: t.complete,
-        latency_ms: t.latency_ms,
-        ttfb_ms: t.ttfb_ms,
-        prompt_tokens: t.prompt_tokens,
-        completion_tokens: t.completion_tokens,
-        total_tokens: t.total_tokens,
-        created_at: t.created_at,
-    };
     let l = org_layout(&viewer, &org, &format!("Trace {}", t.id), "traces", &req).await?;
     Ok(page(
         &req,
         &TracePage {
             l,
-            row: trace_row(&row),
+            row: trace_row(&crate::traces::repo::ListedTrace::of(&t), &marks),
+            scores: marks
+                .scores
+                .iter()
+                .map(|(name, score)| ScoreRow {
+                    name: name.clone(),
+                    value: score.value.to_string(),
+                    comment: score.comment.clone().unwrap_or_default(),
+                })
+                .collect(),
             project_id: t.project_id.to_string(),
             conversation,
             reply,
@@ -949,4 +994,180 @@ pub async fn runs(
         .collect();
     let l = org_layout(&viewer, &org, "Runs", "runs", &req).await?;
     Ok(page(&req, &RunsPage { l, runs: rows }))
+}
+
+/// Tags the selected traces of a project (any member): the form's tag added to each.
+pub async fn tag_traces(
+    viewer: Viewer,
+    path: web::Path<ProjectPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let project = project_of(&viewer, &org.org_id, &path.project).await?;
+    let back = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
+    // Held to the API's body: the same bounds, in one place.
+    let json = serde_json::json!({
+        "traceIds": form.all("traceIds"),
+        "add": form.get("bulkTag").map(|t| vec![t.trim()]).unwrap_or_default(),
+    })
+    .to_string();
+    let outcome = async {
+        let body =
+            crate::http::extract::parse_checked_body::<crate::traces::dto::BulkTagsBody>(json.as_bytes())?;
+        Ok::<_, ApiError>(
+            crate::traces::marks::change_tags(
+                &viewer.state.db,
+                std::slice::from_ref(&org.org_id),
+                &body.trace_ids,
+                &body.add.unwrap_or_default(),
+                &[],
+            )
+            .await?,
+        )
+    }
+    .await;
+    after_form(&back, outcome, |tagged| {
+        format!("Tagged {} traces.", tagged.updated)
+    })
+}
+
+/// Sets how long a project keeps its traces (any member; empty: forever).
+pub async fn set_retention(
+    viewer: Viewer,
+    path: web::Path<ProjectPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let project = project_of(&viewer, &org.org_id, &path.project).await?;
+    let back = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
+    let json = serde_json::json!({
+        "traceRetentionDays": form.number("retentionDays").unwrap_or(serde_json::Value::Null),
+    })
+    .to_string();
+    let outcome = async {
+        let body = crate::http::extract::parse_checked_body::<crate::projects::dto::ProjectPatchBody>(
+            json.as_bytes(),
+        )?;
+        Ok::<_, ApiError>(
+            keel_core::projects::service::set_trace_retention(
+                &viewer.state.db,
+                std::slice::from_ref(&org.org_id),
+                &project.id,
+                body.trace_retention_days.flatten(),
+            )
+            .await?,
+        )
+    }
+    .await;
+    after_form(&back, outcome, |project| match project.trace_retention_days {
+        Some(days) => format!("Traces of this project are kept {days} days."),
+        None => "Traces of this project are kept forever.".into(),
+    })
+}
+
+/// Adds (`add`) or removes (`remove`) a tag of a trace (any member).
+pub async fn trace_tags(
+    viewer: Viewer,
+    path: web::Path<TracePath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
+    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    let one = |name: &str| form.get(name).map(|t| vec![t.trim()]);
+    let json = serde_json::json!({"add": one("add"), "remove": one("remove")}).to_string();
+    let outcome = async {
+        let body = crate::http::extract::parse_checked_body::<crate::traces::dto::TagsBody>(json.as_bytes())?;
+        let tagged = crate::traces::marks::change_tags(
+            &viewer.state.db,
+            std::slice::from_ref(&org.org_id),
+            std::slice::from_ref(&id),
+            &body.add.unwrap_or_default(),
+            &body.remove.unwrap_or_default(),
+        )
+        .await?;
+        match tagged.updated {
+            0 => Err(ApiError::from(keel_core::traces::TraceError::TraceNotFound)),
+            _ => Ok(()),
+        }
+    }
+    .await;
+    after_form(&back, outcome, |()| "Tags saved.".into())
+}
+
+#[derive(Deserialize)]
+pub struct ScorePath {
+    org: String,
+    trace: String,
+    name: String,
+}
+
+/// Sets a score of a trace (any member): `name`, `value`, `comment`.
+pub async fn set_score(
+    viewer: Viewer,
+    path: web::Path<TracePath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
+    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    let name = form.get("name").unwrap_or_default().trim().to_owned();
+    let value = form.get("value").map(|v| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .map_or_else(|| serde_json::Value::from(v), serde_json::Value::from)
+    });
+    let json = serde_json::json!({"value": value, "comment": form.get("comment")}).to_string();
+    let outcome = async {
+        if !crate::traces::marks::is_name(&name) {
+            return Err(ApiError::validation(
+                vec!["path".into(), "name".into()],
+                "string_pattern_mismatch",
+                format!(
+                    "String should match pattern '{}'",
+                    crate::traces::marks::NAME_PATTERN
+                ),
+            ));
+        }
+        let body =
+            crate::http::extract::parse_checked_body::<crate::traces::dto::ScoreBody>(json.as_bytes())?;
+        crate::traces::marks::set_score(
+            &viewer.state.db,
+            std::slice::from_ref(&org.org_id),
+            &id,
+            &name,
+            body.value,
+            body.comment,
+        )
+        .await?;
+        Ok(())
+    }
+    .await;
+    after_form(&back, outcome, |()| "Score saved.".into())
+}
+
+/// Deletes a score of a trace (any member).
+pub async fn delete_score(
+    viewer: Viewer,
+    path: web::Path<ScorePath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
+    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    let outcome = crate::traces::marks::delete_score(
+        &viewer.state.db,
+        std::slice::from_ref(&org.org_id),
+        &id,
+        &path.name,
+    )
+    .await;
+    after_form(&back, outcome, |_| "Score deleted.".into())
 }

@@ -25,6 +25,30 @@ fn scopes_of(list: &[Scope]) -> Scopes {
     }
 }
 
+/// `T` from a JSON object only: serde's derive also reads a struct from an array of its
+/// fields in order, which the schema (an object) does not allow.
+fn object<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    match Option::<serde_json::Map<String, serde_json::Value>>::deserialize(de)? {
+        None => Ok(None),
+        Some(map) => serde_json::from_value(serde_json::Value::Object(map))
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// As [`object`], for a field where `null` clears (`present`).
+fn present_object<'de, D, T>(de: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    object(de).map(Some)
+}
+
 /// A key's limits; each absent (or null) is no limit.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -51,6 +75,7 @@ pub struct LimitsBody {
 pub struct CreateKeyBody {
     #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "object")]
     pub limits: Option<LimitsBody>,
     /// Default: both.
     #[schema(min_items = 1, max_items = 2)]
@@ -105,7 +130,7 @@ pub struct PatchKeyBody {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, min_length = 1, max_length = 200)]
     pub name: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_object")]
     #[schema(value_type = Option<LimitsBody>)]
     pub limits: Option<Option<LimitsBody>>,
     #[serde(default, deserialize_with = "present")]

@@ -267,7 +267,14 @@ async fn walk(args: &ExportArgs, sink: &mut dyn Sink, start: Option<Checkpoint>)
             match line {
                 Some(line) => {
                     sink.line(&line)?;
-                    done.written += 1;
+                    // An OTLP document holds a page of traces, a span each.
+                    done.written += match args.format.as_str() {
+                        "otlp-json" => line
+                            .pointer("/resourceSpans/0/scopeSpans/0/spans")
+                            .and_then(Value::as_array)
+                            .map_or(0, |spans| spans.len() as u64),
+                        _ => 1,
+                    };
                 }
                 None => done.skipped += 1,
             }

@@ -412,22 +412,7 @@ impl TraceDetail {
             .as_deref()
             .map(|r| serde_json::from_str(r).unwrap_or_else(|_| Value::String(r.to_owned())));
         let listed = keel_core::traces::browse::Listed {
-            trace: keel_core::traces::repo::ListedTrace {
-                id: t.id,
-                project_id: t.project_id,
-                provider: t.provider,
-                model: t.model,
-                status_code: t.status_code,
-                stream: t.stream,
-                complete: t.complete,
-                error: t.error,
-                latency_ms: t.latency_ms,
-                prompt_tokens: t.prompt_tokens,
-                completion_tokens: t.completion_tokens,
-                preview_input: t.preview_input,
-                preview_output: t.preview_output,
-                created_at: t.created_at,
-            },
+            trace: keel_core::traces::repo::ListedTrace::of(&t),
             marks,
         };
         Self {

@@ -807,3 +807,70 @@ async fn an_owner_makes_a_limited_key_sees_its_use_and_edits_its_limit() {
         .await
         .contains("at most 50 a minute"));
 }
+
+#[actix_web::test]
+async fn a_member_searches_traces_selects_all_tags_them_scores_one_and_exports_the_tagged() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (app, _provider, org, project, traces) = traced_app().await;
+    let org_home = format!("/console/o/{}", org.org_id);
+    browser.open(&app, "/console").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(&app, &format!("{org_home}/projects/{project}/traces"))
+        .await;
+    // Search.
+    browser.fill("#q", "weather").await;
+    browser.submit("#trace-filters button[type=submit]").await;
+    let rows = browser
+        .client
+        .find_all(Locator::Css("#traces input[name=traceIds]"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(browser
+        .text("#traces .preview-input")
+        .await
+        .contains("Weather in Paris?"));
+    browser.shoot("traces-search").await;
+    // Every trace: select all, tag them.
+    browser
+        .open(&app, &format!("{org_home}/projects/{project}/traces"))
+        .await;
+    browser.click("#select-all").await;
+    browser.fill("#bulk-tag", "golden").await;
+    browser.submit("#tag-selected").await;
+    assert!(browser.text(".flash").await.contains("Tagged 3 traces."));
+    // Score one on its page.
+    let first = traces[0]["id"].as_str().unwrap();
+    browser.open(&app, &format!("{org_home}/traces/{first}")).await;
+    browser.fill("#score-name", "quality").await;
+    browser.fill("#score-value", "0.8").await;
+    browser.submit("#set-score button[type=submit]").await;
+    assert!(browser.text(".flash").await.contains("Score saved."));
+    assert!(browser.text("#scores").await.contains("0.8"));
+    assert!(browser.text("#trace-tags").await.contains("golden"));
+    browser.shoot("trace-marks").await;
+    // The tagged traces, exported.
+    browser
+        .open(&app, &format!("{org_home}/projects/{project}/traces?tag=golden"))
+        .await;
+    browser.click("#select-all").await;
+    browser
+        .client
+        .find(Locator::Css("#format"))
+        .await
+        .unwrap()
+        .select_by_value("raw")
+        .await
+        .unwrap();
+    browser.click("#export-selected").await;
+    let file = browser.downloaded().await;
+    let lines: Vec<Value> = file.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines.iter().all(|l| l["tags"] == json!(["golden"])));
+    let scored = lines.iter().find(|l| l["id"] == first).unwrap();
+    assert_eq!(scored["scores"]["quality"]["value"], 0.8);
+}

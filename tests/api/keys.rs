@@ -234,6 +234,9 @@ async fn bad_settings_are_422() {
         json!({"limits": {"concurrentStreams": -1}}),
         json!({"limits": {"tokensPerDay": "many"}}),
         json!({"limits": {"perHour": 5}}),
+        // An array is no object, whatever serde would make of it.
+        json!({"limits": [5, null, null]}),
+        json!({"limits": [null, null]}),
         json!({"models": []}),
         json!({"models": [""]}),
         json!({"expiresAt": past}),

@@ -527,3 +527,181 @@ async fn retention_deletes_only_traces_older_than_the_projects_days() {
         Value::Null
     );
 }
+
+#[actix_web::test]
+async fn the_export_writes_a_page_as_one_otlp_document_a_span_per_trace() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "otlp").await;
+    for ask in ["one", "two"] {
+        sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", ask))
+            .send()
+            .await
+            .unwrap();
+    }
+    raw_traces(&app, &org, &project, 2).await;
+    let export = json_of(
+        app.get(
+            &format!("/api/traces/export?project_id={project}&format=otlp-json"),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(export["format"], "otlp-json");
+    assert_eq!(export["count"], 2);
+    let records = export["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "one document for the page");
+    let spans = records[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        .as_array()
+        .unwrap();
+    assert_eq!(spans.len(), 2);
+    for span in spans {
+        let hex = span["traceId"].as_str().unwrap();
+        assert_eq!(hex.len(), 32);
+        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(span["spanId"].as_str().unwrap().len(), 16);
+        assert_eq!(span["kind"], 3);
+        let attribute = |key: &str| {
+            span["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["key"] == key)
+                .map(|a| a["value"].clone())
+                .unwrap_or_else(|| panic!("{key} is missing"))
+        };
+        assert_eq!(attribute("gen_ai.operation.name"), json!({"stringValue": "chat"}));
+        assert_eq!(
+            attribute("gen_ai.provider.name"),
+            json!({"stringValue": "openai"})
+        );
+        assert_eq!(
+            attribute("gen_ai.request.model"),
+            json!({"stringValue": "gpt-4o-mini"})
+        );
+        assert_eq!(attribute("gen_ai.usage.input_tokens"), json!({"intValue": "24"}));
+        assert_eq!(attribute("gen_ai.usage.output_tokens"), json!({"intValue": "8"}));
+        let input: Value = serde_json::from_str(
+            attribute("gen_ai.input.messages")["stringValue"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(input[0]["role"], "user");
+        assert_eq!(span["status"]["code"], 1);
+    }
+}
+
+#[actix_web::test]
+async fn the_console_searches_tags_scores_and_sets_retention() {
+    use crate::console::{org_path, traced_app, Console};
+    let (app, _provider, org, project, traces) = traced_app().await;
+    let console = Console::sign_in(&app, &org.member_token).await;
+    let base = org_path(&org, &format!("/projects/{project}/traces"));
+    // Previews and a search.
+    let list = console.page(&base).await;
+    assert!(
+        list.contains("Capital of France?") && list.contains("Weather in Paris?"),
+        "{list}"
+    );
+    let found = console.page(&format!("{base}?q=weather")).await;
+    assert_eq!(found.matches("name=\"traceIds\"").count(), 1, "{found}");
+    assert!(found.contains("Weather in Paris?"));
+    let today = Utc::now().format("%Y-%m-%d").to_string();
+    let dated = console.page(&format!("{base}?since={today}&until={today}")).await;
+    assert_eq!(dated.matches("name=\"traceIds\"").count(), 3);
+    let long_ago = console.page(&format!("{base}?until=2020-01-01")).await;
+    assert_eq!(long_ago.matches("name=\"traceIds\"").count(), 0);
+    // Bulk tag the selected two; the tag filter finds them.
+    let (first, second) = (
+        traces[0]["id"].as_str().unwrap(),
+        traces[1]["id"].as_str().unwrap(),
+    );
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/projects/{project}/tag")),
+            &[("traceIds", first), ("traceIds", second), ("bulkTag", "golden")],
+        )
+        .await;
+    assert!(html.contains("Tagged 2 traces."), "{html}");
+    let tagged = console.page(&format!("{base}?tag=golden")).await;
+    assert_eq!(tagged.matches("name=\"traceIds\"").count(), 2);
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/projects/{project}/tag")),
+            &[("traceIds", first), ("bulkTag", "Bad Tag")],
+        )
+        .await;
+    assert!(html.contains("flash error"), "{html}");
+    // The trace page: add and remove a tag, set and delete a score.
+    let page = org_path(&org, &format!("/traces/{first}"));
+    let html = console
+        .submit(&format!("{page}/tags"), &[("add", "reviewed")])
+        .await;
+    assert!(
+        html.contains("Tags saved.") && html.contains(">reviewed<"),
+        "{html}"
+    );
+    let html = console
+        .submit(&format!("{page}/tags"), &[("remove", "golden")])
+        .await;
+    assert!(!html.contains(">golden<"), "{html}");
+    let html = console
+        .submit(
+            &format!("{page}/scores"),
+            &[("name", "quality"), ("value", "0.75"), ("comment", "<b>ok</b>")],
+        )
+        .await;
+    assert!(
+        html.contains("Score saved.") && html.contains("0.75") && html.contains("&#60;b&#62;ok"),
+        "{html}"
+    );
+    let api = json_of(
+        app.get(&format!("/api/traces/{first}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(api["tags"], json!(["reviewed"]));
+    assert_eq!(api["scores"]["quality"]["value"], 0.75);
+    let html = console
+        .submit(&format!("{page}/scores"), &[("name", "Bad Name"), ("value", "1")])
+        .await;
+    assert!(html.contains("flash error"), "{html}");
+    let html = console
+        .submit(&format!("{page}/scores/quality/delete"), &[])
+        .await;
+    assert!(
+        html.contains("Score deleted.") && html.contains("No scores."),
+        "{html}"
+    );
+    // Retention.
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/projects/{project}/retention")),
+            &[("retentionDays", "14")],
+        )
+        .await;
+    assert!(html.contains("kept 14 days"), "{html}");
+    let view = json_of(
+        app.get(&format!("/api/projects/{project}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(view["traceRetentionDays"], 14);
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/projects/{project}/retention")),
+            &[("retentionDays", "0")],
+        )
+        .await;
+    assert!(html.contains("flash error"), "{html}");
+    let html = console
+        .submit(
+            &org_path(&org, &format!("/projects/{project}/retention")),
+            &[("retentionDays", "")],
+        )
+        .await;
+    assert!(html.contains("kept forever"), "{html}");
+}

@@ -18,16 +18,20 @@ pub enum Format {
     Records,
     Prompts,
     Raw,
+    /// OTLP/JSON: a page's traces as one `ExportTraceServiceRequest`, a span each.
+    #[serde(rename = "otlp-json")]
+    OtlpJson,
 }
 
 impl Format {
-    pub const NAMES: &'static [&'static str] = &["records", "prompts", "raw"];
+    pub const NAMES: &'static [&'static str] = &["records", "prompts", "raw", "otlp-json"];
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "records" => Some(Self::Records),
             "prompts" => Some(Self::Prompts),
             "raw" => Some(Self::Raw),
+            "otlp-json" => Some(Self::OtlpJson),
             _ => None,
         }
     }
@@ -37,6 +41,7 @@ impl Format {
             Self::Records => "records",
             Self::Prompts => "prompts",
             Self::Raw => "raw",
+            Self::OtlpJson => "otlp-json",
         }
     }
 }
@@ -143,8 +148,10 @@ pub fn is_clean(t: &trace::Model) -> bool {
 
 /// One trace in `format`, or `None` when it is skipped.
 pub fn convert(t: &trace::Model, format: Format, marks: &super::marks::Marks) -> Option<Value> {
-    if format == Format::Raw {
-        return Some(raw_of(t, marks));
+    match format {
+        Format::Raw => return Some(raw_of(t, marks)),
+        Format::OtlpJson => return Some(super::otlp::span(t, marks)),
+        _ => {}
     }
     // A stream that broke, or an answer carrying an error, is never a training example.
     if !is_clean(t) {

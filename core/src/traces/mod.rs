@@ -3,6 +3,7 @@
 pub mod browse;
 pub mod export;
 pub mod marks;
+pub mod otlp;
 pub mod repo;
 pub mod retention;
 pub mod search;

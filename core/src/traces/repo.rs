@@ -289,11 +289,35 @@ pub struct ListedTrace {
     pub complete: bool,
     pub error: Option<String>,
     pub latency_ms: i64,
+    pub ttfb_ms: Option<i64>,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub preview_input: Option<String>,
     pub preview_output: Option<String>,
     pub created_at: DateTime<Utc>,
+}
+
+impl ListedTrace {
+    /// A whole trace as the list shows it.
+    pub fn of(t: &trace::Model) -> Self {
+        Self {
+            id: t.id.clone(),
+            project_id: t.project_id.clone(),
+            provider: t.provider.clone(),
+            model: t.model.clone(),
+            status_code: t.status_code,
+            stream: t.stream,
+            complete: t.complete,
+            error: t.error.clone(),
+            latency_ms: t.latency_ms,
+            ttfb_ms: t.ttfb_ms,
+            prompt_tokens: t.prompt_tokens,
+            completion_tokens: t.completion_tokens,
+            preview_input: t.preview_input.clone(),
+            preview_output: t.preview_output.clone(),
+            created_at: t.created_at,
+        }
+    }
 }
 
 /// A page of the project's traces that `filter` keeps, newest first.
@@ -315,6 +339,7 @@ pub async fn list_page(
             trace::Column::Complete,
             trace::Column::Error,
             trace::Column::LatencyMs,
+            trace::Column::TtfbMs,
             trace::Column::PromptTokens,
             trace::Column::CompletionTokens,
             trace::Column::PreviewInput,

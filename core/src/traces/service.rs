@@ -7,6 +7,7 @@ use entities::trace;
 
 use super::export::{self, Format};
 use super::marks::{self, Marks};
+use super::otlp;
 use super::repo;
 use super::TraceError;
 use crate::domain::{OrgId, ProjectId, TraceId};
@@ -36,8 +37,12 @@ fn write_record(
 ) -> Result<(), TraceError> {
     match export::convert(t, format, marks.unwrap_or(&Marks::default())) {
         Some(record) => {
-            if stats.count > 0 {
-                out.extend_from_slice(sep);
+            // OTLP: the page's spans make one document (`finish_page` closes it).
+            match (format, stats.count) {
+                (Format::OtlpJson, 0) => out.extend_from_slice(otlp::document_head().as_bytes()),
+                (Format::OtlpJson, _) => out.push(b','),
+                (_, 0) => {}
+                _ => out.extend_from_slice(sep),
             }
             serde_json::to_writer(&mut *out, &record)?;
             stats.count += 1;
@@ -45,6 +50,13 @@ fn write_record(
         None => stats.skipped += 1,
     }
     Ok(())
+}
+
+/// Ends a page's records: an OTLP document is closed.
+fn finish_page(format: Format, out: &mut Vec<u8>, stats: &PageStats) {
+    if format == Format::OtlpJson && stats.count > 0 {
+        out.extend_from_slice(otlp::DOCUMENT_TAIL.as_bytes());
+    }
 }
 
 /// Where an export walk stands: the last trace it gave, `(created_at, id)`, exact to the
@@ -139,7 +151,7 @@ pub async fn export_project(
             .collect();
         // `raw` carries each trace's tags and scores.
         let marked = match format {
-            Format::Raw => marks::marks_of(db, &ids).await?,
+            Format::Raw | Format::OtlpJson => marks::marks_of(db, &ids).await?,
             _ => HashMap::new(),
         };
         for (id, at, _) in &sizes[next..end] {
@@ -157,6 +169,7 @@ pub async fn export_project(
             next += 1;
         }
     }
+    finish_page(format, out, &stats);
     stats.next_cursor = if more || next < sizes.len() { last } else { None };
     Ok(stats)
 }
@@ -201,7 +214,7 @@ pub async fn export_selection(
             .map(|t| (t.id.clone(), t))
             .collect();
         let marked = match format {
-            Format::Raw => marks::marks_of(db, ids).await?,
+            Format::Raw | Format::OtlpJson => marks::marks_of(db, ids).await?,
             _ => HashMap::new(),
         };
         for id in ids {
@@ -217,6 +230,7 @@ pub async fn export_selection(
             }
         }
     }
+    finish_page(format, out, &stats);
     Ok(Selection {
         not_found: wanted.len() - exported,
         project_id: project.flatten(),

@@ -1,0 +1,151 @@
+"""Traces exported as OTLP/JSON (issue 44), checked with the OpenTelemetry reference package
+(`opentelemetry-proto`'s generated classes and protobuf's JSON parser), not keel's code:
+calls recorded through keel (the OpenAI SDK), one tagged and scored, then
+`keel traces export --format otlp-json --all --tag ... --min-score ...` and the unfiltered
+export; every line must parse as an `ExportTraceServiceRequest` and carry the GenAI
+semantic-convention attributes.
+
+Usage: otlp_check.py KEEL_BINARY
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Dict, List
+
+import httpx
+from google.protobuf.json_format import Parse
+from openai import OpenAI
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+BINARY = sys.argv[1]
+COMPLETION = {
+    "id": "chatcmpl-otlp", "object": "chat.completion", "created": 1763683200, "model": "gpt-4o-mini-2024-07-18",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 24, "completion_tokens": 8, "total_tokens": 32},
+}
+
+
+class Provider(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        data = json.dumps(COMPLETION).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def attributes(span: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for kv in span.attributes:
+        kind = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, kind)
+    return out
+
+
+def spans_of(path: Path) -> List[Any]:
+    spans = []
+    for line in path.read_text().splitlines():
+        request = Parse(line, ExportTraceServiceRequest())
+        for resource in request.resource_spans:
+            assert any(a.key == "service.name" for a in resource.resource.attributes)
+            for scope in resource.scope_spans:
+                spans.extend(scope.spans)
+    return spans
+
+
+def main() -> None:
+    provider = ThreadingHTTPServer(("127.0.0.1", 0), Provider)
+    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    with tempfile.TemporaryDirectory() as scratch:
+        port = free_port()
+        env = dict(os.environ, KEEL_DATABASE_URL=f"sqlite://{scratch}/keel.db?mode=rwc", KEEL_LISTEN=f"127.0.0.1:{port}",
+                   KEEL_INTERNAL_KEYS="otlp-check-internal", KEEL_SESSION_SECRET="otlp-check-session-secret-0123456789",
+                   KEEL__PROVIDERS__OPENAI_URL=f"http://127.0.0.1:{provider.server_address[1]}/v1", RUST_LOG="warn")
+        keel = subprocess.Popen([BINARY, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(600):
+                try:
+                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+            boot = json.loads(subprocess.run([BINARY, "admin", "bootstrap", "--org", "Otlp", "--owner", "otlp-owner"],
+                                             env=env, check=True, capture_output=True, text=True).stdout)
+            api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {boot['apiKey']}"}, timeout=30)
+            project = api.post("/api/projects", json={"name": "otlp"}).json()["id"]
+            client = OpenAI(base_url=base + "/v1", api_key=boot["apiKey"], max_retries=0, default_headers={
+                "X-Service-Provider": "openai", "X-Service-Provider-Key": "sk-otlp", "X-Service-Project-Id": project})
+            for question in ["Capital of France?", "Capital of Italy?", "Capital of Spain?"]:
+                client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+            traces: List[Dict[str, Any]] = []
+            for _ in range(100):
+                traces = api.get("/api/traces", params={"projectId": project}).json()["traces"]
+                if len(traces) == 3:
+                    break
+                time.sleep(0.1)
+            assert len(traces) == 3, traces
+            chosen = traces[0]["traceId"]
+            assert api.post(f"/api/traces/{chosen}/tags", json={"add": ["golden"]}).status_code == 200
+            assert api.put(f"/api/traces/{chosen}/scores/quality", json={"value": 0.9}).status_code == 200
+
+            cli_env = dict(env, KEEL_URL=base, KEEL_API_KEY=boot["apiKey"])
+            every = Path(scratch) / "all.jsonl"
+            subprocess.run([BINARY, "traces", "export", "--project", project, "--format", "otlp-json", "--all",
+                            "--out", str(every)], env=cli_env, check=True, capture_output=True)
+            spans = spans_of(every)
+            assert len(spans) == 3, spans
+            for span in spans:
+                a = attributes(span)
+                assert a["gen_ai.operation.name"] == "chat", a
+                assert a["gen_ai.provider.name"] == "openai", a
+                assert a["gen_ai.request.model"] == "gpt-4o-mini", a
+                assert a["gen_ai.response.model"] == "gpt-4o-mini-2024-07-18", a
+                assert a["gen_ai.usage.input_tokens"] == 24 and a["gen_ai.usage.output_tokens"] == 8, a
+                inputs = json.loads(a["gen_ai.input.messages"])
+                assert inputs[0]["role"] == "user" and inputs[0]["parts"][0]["type"] == "text", inputs
+                outputs = json.loads(a["gen_ai.output.messages"])
+                assert outputs == [{"role": "assistant", "parts": [{"type": "text", "content": "Paris."}],
+                                    "finish_reason": "stop"}], outputs
+                assert span.kind == span.SPAN_KIND_CLIENT and span.end_time_unix_nano > span.start_time_unix_nano
+
+            chosen_only = Path(scratch) / "golden.jsonl"
+            subprocess.run([BINARY, "traces", "export", "--project", project, "--format", "otlp-json", "--all",
+                            "--tag", "golden", "--min-score", "quality:0.5", "--out", str(chosen_only)],
+                           env=cli_env, check=True, capture_output=True)
+            golden = spans_of(chosen_only)
+            assert len(golden) == 1, golden
+            a = attributes(golden[0])
+            assert a["keel.trace_id"] == chosen and a["keel.score.quality"] == 0.9, a
+            print(f"   otlp-json: {len(spans)} spans parsed by opentelemetry-proto with the GenAI attributes; "
+                  "tag and minScore select the export")
+        finally:
+            keel.kill()
+            keel.wait()
+            provider.shutdown()
+
+
+if __name__ == "__main__":
+    main()
