@@ -47,7 +47,8 @@ fn trace_of(tenant: &Tenant, i: usize, words: &mut Words) -> trace::Model {
     if i % 2 == 0 {
         text[3] = COMMON.into();
     }
-    if i % 10_000 == 7 {
+    // Every rare trace also holds the common word.
+    if i % 10_000 == 8 {
         text[11] = RARE.into();
     }
     let question = text[..20].join(" ");

@@ -44,7 +44,12 @@ pub fn trace(
         usage_estimated: false,
         error: None,
         created_at: at,
-        search_text: Some(format!("question {id} answer {id}")),
+        // As the writer indexes them: keel's words.
+        search_text: Some(
+            keel::traces::search::words(&format!("question {id} answer {id}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
         preview_input: Some(format!("question {id}")),
         preview_output: None,
     }

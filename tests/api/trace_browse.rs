@@ -183,6 +183,30 @@ async fn cursor_paging_over_2500_traces_returns_each_once_and_bad_queries_are_42
     }
     assert_eq!(seen, expected);
     assert_eq!(pages, 13);
+    // The same walk with a search every trace matches (more matches than the search's probe:
+    // the newest-first walk) and with one only a few match (the probe's ids).
+    for (q, count) in [("question", 2500), ("question answer", 2500)] {
+        let mut seen = HashSet::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut query = format!("projectId={project}&limit=200&q={q}");
+            if let Some(cursor) = &cursor {
+                query.push_str(&format!("&cursor={cursor}"));
+            }
+            let page = list(&app, &org, &query.replace(' ', "+")).await;
+            for id in ids(&page) {
+                assert!(seen.insert(id), "a trace came twice");
+            }
+            match page["nextCursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), count, "q={q}");
+    }
+    let one = expected.iter().next().unwrap().replace('-', " ");
+    let found = list(&app, &org, &format!("projectId={project}&q={}", q(&one))).await;
+    assert_eq!(ids(&found).len(), 1, "the words of one trace's id find it alone");
     assert_eq!(
         ids(&list(&app, &org, &format!("projectId={project}")).await).len(),
         50
