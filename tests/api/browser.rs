@@ -748,16 +748,7 @@ async fn an_owner_makes_a_limited_key_sees_its_use_and_edits_its_limit() {
     browser.submit("#new-key-form button[type=submit]").await;
     let secret = browser.text("#new-key").await;
     assert!(secret.starts_with("keel_sk_"), "{secret}");
-    let caller = TestOrg {
-        org_id: org.org_id.clone(),
-        slug: org.slug.clone(),
-        owner_id: org.owner_id.clone(),
-        owner_token: org.owner_token.clone(),
-        member_id: org.member_id.clone(),
-        member_token: org.member_token.clone(),
-        api_key: secret.clone(),
-        api_key_id: String::new(),
-    };
+    let caller = org.with_key(&secret);
     let call = crate::proxy::sdk_request(
         &app,
         &caller,

@@ -196,6 +196,22 @@ pub struct TestOrg {
     pub api_key_id: String,
 }
 
+impl TestOrg {
+    /// The same organization, calling with another of its API keys.
+    pub fn with_key(&self, key: &str) -> TestOrg {
+        TestOrg {
+            org_id: self.org_id.clone(),
+            slug: self.slug.clone(),
+            owner_id: self.owner_id.clone(),
+            owner_token: self.owner_token.clone(),
+            member_id: self.member_id.clone(),
+            member_token: self.member_token.clone(),
+            api_key: key.to_owned(),
+            api_key_id: String::new(),
+        }
+    }
+}
+
 pub fn session_token(user_id: &str) -> String {
     SessionKeys::new(SESSION_SECRET)
         .expect("secret")

@@ -31,16 +31,7 @@ async fn key_with(app: &TestApp, org: &TestOrg, settings: Value) -> (String, Str
 
 /// `org` calling with another of its keys.
 fn as_key(org: &TestOrg, key: &str) -> TestOrg {
-    TestOrg {
-        org_id: org.org_id.clone(),
-        slug: org.slug.clone(),
-        owner_id: org.owner_id.clone(),
-        owner_token: org.owner_token.clone(),
-        member_id: org.member_id.clone(),
-        member_token: org.member_token.clone(),
-        api_key: key.to_owned(),
-        api_key_id: String::new(),
-    }
+    org.with_key(key)
 }
 
 async fn key_view(app: &TestApp, org: &TestOrg, key_id: &str) -> Value {

@@ -324,6 +324,60 @@ impl ListedTrace {
 /// [`list_page`]).
 const SEARCH_PROBE: u64 = 2_000;
 
+/// A word in at least this share of traces (PostgreSQL's statistics of the search column) is
+/// common: a search of common words only walks the project newest first without a probe
+/// (whose bitmap of half a million matches would cost more than the walk).
+const COMMON_SHARE: f64 = 0.01;
+
+/// The statistics' most common words and their shares, read at most once a minute.
+async fn common_words(
+    db: &impl ConnectionTrait,
+) -> Result<std::sync::Arc<std::collections::HashMap<String, f64>>, DbErr> {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    type Seen = Option<(Instant, Arc<std::collections::HashMap<String, f64>>)>;
+    static SEEN: Mutex<Seen> = Mutex::new(None);
+    if let Some((at, words)) = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+    {
+        if at.elapsed() < Duration::from_secs(60) {
+            return Ok(words.clone());
+        }
+    }
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT array_to_json(most_common_elems::text::text[])::text AS words, \
+             array_to_json(most_common_elem_freqs)::text AS shares \
+             FROM pg_stats WHERE tablename = 'traces' AND attname = 'search' LIMIT 1",
+        ))
+        .await?;
+    let mut words = std::collections::HashMap::new();
+    if let Some(row) = row {
+        let text = |name: &str| row.try_get::<Option<String>>("", name).ok().flatten();
+        let names: Vec<String> = text("words")
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let shares: Vec<f64> = text("shares")
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        words.extend(names.into_iter().zip(shares));
+    }
+    let words = Arc::new(words);
+    *SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((Instant::now(), words.clone()));
+    Ok(words)
+}
+
+/// Whether every word of the search is common (see [`COMMON_SHARE`]).
+async fn all_words_common(db: &impl ConnectionTrait, query: &super::search::Query) -> Result<bool, DbErr> {
+    let common = common_words(db).await?;
+    Ok(query
+        .words()
+        .all(|word| common.get(word).is_some_and(|share| *share >= COMMON_SHARE)))
+}
+
 /// A page of the project's traces that `filter` keeps, newest first.
 pub async fn list_page(
     db: &impl ConnectionTrait,
@@ -338,7 +392,12 @@ pub async fn list_page(
     // every trace. So the matches are probed first through the GIN index, a few more than
     // [`SEARCH_PROBE`] at most: when that is all of them, the page is taken from those ids;
     // when there are more, matches are dense and the newest-first walk finds a page soon.
-    if backend == DbBackend::Postgres && filter.search.as_ref().is_some_and(|q| !q.is_empty()) {
+    let search = filter.search.as_ref().filter(|q| !q.is_empty());
+    let dense = match search {
+        Some(q) if backend == DbBackend::Postgres => all_words_common(db, q).await?,
+        _ => false,
+    };
+    if backend == DbBackend::Postgres && search.is_some() && !dense {
         // No order: any `SEARCH_PROBE + 1` matches tell whether there are more.
         let unordered = trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id));
         let probe: Vec<TraceId> = kept_by(backend, unordered, filter)

@@ -150,6 +150,11 @@ impl Query {
         self.terms.is_empty()
     }
 
+    /// Every word of every term.
+    pub fn words(&self) -> impl Iterator<Item = &str> {
+        self.terms.iter().flatten().map(String::as_str)
+    }
+
     /// As an FTS5 `MATCH` expression: each term a quoted string (a phrase), all required.
     /// The words hold only letters and digits, so no quote or operator can be in them.
     pub fn fts5(&self) -> String {
