@@ -44,7 +44,7 @@ impl Words {
 
 fn trace_of(tenant: &Tenant, i: usize, words: &mut Words) -> trace::Model {
     let mut text: Vec<String> = (0..30).map(|_| words.word()).collect();
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         text[3] = COMMON.into();
     }
     // Every rare trace also holds the common word.
@@ -161,7 +161,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
             keel::traces::repo::insert_traces(&conn, batch).await?;
         }
         done += n;
-        if done % 100_000 == 0 {
+        if done.is_multiple_of(100_000) {
             eprintln!("{done} traces written ({:.0} s)", started.elapsed().as_secs_f64());
         }
     }

@@ -996,16 +996,42 @@ pub async fn runs(
     Ok(page(&req, &RunsPage { l, runs: rows }))
 }
 
+/// A member's form about a project's traces: its fields, the organization, the project, and
+/// the traces page it returns to.
+async fn project_form(
+    viewer: &Viewer,
+    path: &ProjectPath,
+    body: &[u8],
+) -> Result<(FormFields, OrgView, entities::project::Model, String), ConsoleError> {
+    let form = FormFields::parse(body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let project = project_of(viewer, &org.org_id, &path.project).await?;
+    let back = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
+    Ok((form, org, project, back))
+}
+
+/// A member's form about one trace: its fields, the organization, the trace's id, and the
+/// trace's page it returns to.
+async fn trace_form(
+    viewer: &Viewer,
+    org: &str,
+    trace: &str,
+    body: &[u8],
+) -> Result<(FormFields, OrgView, crate::domain::TraceId, String), ConsoleError> {
+    let form = FormFields::parse(body);
+    let org = viewer.act_in(org, &form.csrf, false).await?;
+    let id = crate::domain::TraceId::parse(trace).map_err(|_| ConsoleError::NotFound)?;
+    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    Ok((form, org, id, back))
+}
+
 /// Tags the selected traces of a project (any member): the form's tag added to each.
 pub async fn tag_traces(
     viewer: Viewer,
     path: web::Path<ProjectPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let project = project_of(&viewer, &org.org_id, &path.project).await?;
-    let back = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
+    let (form, org, _project, back) = project_form(&viewer, &path, &body).await?;
     // Held to the API's body: the same bounds, in one place.
     let json = serde_json::json!({
         "traceIds": form.all("traceIds"),
@@ -1038,10 +1064,7 @@ pub async fn set_retention(
     path: web::Path<ProjectPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let project = project_of(&viewer, &org.org_id, &path.project).await?;
-    let back = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
+    let (form, org, project, back) = project_form(&viewer, &path, &body).await?;
     let json = serde_json::json!({
         "traceRetentionDays": form.number("retentionDays").unwrap_or(serde_json::Value::Null),
     })
@@ -1073,10 +1096,7 @@ pub async fn trace_tags(
     path: web::Path<TracePath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
-    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    let (form, org, id, back) = trace_form(&viewer, &path.org, &path.trace, &body).await?;
     let one = |name: &str| form.get(name).map(|t| vec![t.trim()]);
     let json = serde_json::json!({"add": one("add"), "remove": one("remove")}).to_string();
     let outcome = async {
@@ -1111,10 +1131,7 @@ pub async fn set_score(
     path: web::Path<TracePath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
-    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    let (form, org, id, back) = trace_form(&viewer, &path.org, &path.trace, &body).await?;
     let name = form.get("name").unwrap_or_default().trim().to_owned();
     let value = form.get("value").map(|v| {
         v.trim()
@@ -1158,10 +1175,7 @@ pub async fn delete_score(
     path: web::Path<ScorePath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = FormFields::parse(&body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
-    let back = format!("/console/o/{}/traces/{}", org.org_id, id);
+    let (_form, org, id, back) = trace_form(&viewer, &path.org, &path.trace, &body).await?;
     let outcome = crate::traces::marks::delete_score(
         &viewer.state.db,
         std::slice::from_ref(&org.org_id),

@@ -26,18 +26,7 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 
 /// A message's text: a string as is, content parts' `text` blocks joined by spaces.
 fn text_of(content: &Value) -> Option<String> {
-    match content {
-        Value::String(text) => Some(text.clone()),
-        Value::Array(parts) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str).is_none_or(|t| t == "text"))
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect();
-            (!texts.is_empty()).then(|| texts.join(" "))
-        }
-        _ => None,
-    }
+    super::export::texts_of(content).map(|texts| texts.join(" "))
 }
 
 /// The texts of the request's user and assistant messages, in order.
