@@ -539,16 +539,7 @@ fn key_row(k: keel_core::keys::service::KeyUse, now: chrono::DateTime<Utc>) -> K
         prefix: key.prefix,
         created: format::time(key.created_at),
         revoked: key.revoked_at.map(format::time),
-        scopes: {
-            let mut names = Vec::new();
-            if settings.scopes.inference {
-                names.push("inference");
-            }
-            if settings.scopes.api {
-                names.push("api");
-            }
-            names.join(", ")
-        },
+        scopes: settings.scopes.names().join(", "),
         inference: settings.scopes.inference,
         api: settings.scopes.api,
         models: settings.models.as_ref().map(|m| m.join(", ")).unwrap_or_default(),

@@ -160,6 +160,15 @@ impl ApiError {
     }
 
     /// A database error shared by the callers of one look-up (`cache::LoadCache`).
+    /// An answer of `status` with the headers this error carries (a limit's `Retry-After`).
+    fn reply(&self, status: StatusCode) -> actix_web::HttpResponseBuilder {
+        let mut reply = HttpResponse::build(status);
+        if let Self::Limited { retry_after_secs, .. } = self {
+            reply.insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()));
+        }
+        reply
+    }
+
     pub fn database(err: std::sync::Arc<sea_orm::DbErr>) -> Self {
         Self::Unexpected(anyhow::Error::new(err).context("database"))
     }
@@ -218,12 +227,7 @@ impl ResponseError for ApiError {
                 tracing::error!(error = ?err, "request failed");
                 HttpResponse::build(status).json(ErrorBody::new(code, "internal server error"))
             }
-            Self::Limited {
-                detail,
-                retry_after_secs,
-            } => HttpResponse::build(status)
-                .insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()))
-                .json(ErrorBody::new(code, detail.clone())),
+            Self::Limited { detail, .. } => self.reply(status).json(ErrorBody::new(code, detail.clone())),
             other => HttpResponse::build(status).json(ErrorBody::new(code, other.to_string())),
         }
     }
@@ -255,11 +259,7 @@ impl ApiError {
             _ => "api_error",
         };
         let code = self.code();
-        let mut reply = HttpResponse::build(status);
-        if let Self::Limited { retry_after_secs, .. } = self {
-            reply.insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()));
-        }
-        reply.json(serde_json::json!({
+        self.reply(status).json(serde_json::json!({
             "detail": message,
             "code": code,
             "error": {"message": message, "type": kind, "param": null, "code": code},

@@ -223,9 +223,6 @@ impl utoipa::PartialSchema for TagName {
 
 impl ToSchema for TagName {}
 
-/// `minScore`: a score's name and the least value, `NAME:VALUE`.
-pub const MIN_SCORE_PATTERN: &str = r"^[a-z0-9_.:-]{1,50}:-?[0-9]{1,15}(\.[0-9]{1,15})?$";
-
 /// `NAME:VALUE` as the name and the value (the pattern was checked).
 pub fn min_score(raw: &str) -> Option<(String, f64)> {
     let (name, value) = raw.rsplit_once(':')?;

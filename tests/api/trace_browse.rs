@@ -729,3 +729,31 @@ async fn the_console_searches_tags_scores_and_sets_retention() {
         .await;
     assert!(html.contains("kept forever"), "{html}");
 }
+
+/// The document's patterns of a tag and of `minScore` (what the API holds input to) are the
+/// core's, which the console and the routes check names with.
+#[actix_web::test]
+async fn the_documents_tag_and_min_score_patterns_are_the_cores() {
+    let app = spawn_app().await;
+    let doc = app.openapi().await;
+    let param = |path: &str, method: &str, name: &str| {
+        doc["paths"][path][method]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{method} {path} {name}"))["schema"]["pattern"]
+            .clone()
+    };
+    use keel::traces::marks::{MIN_SCORE_PATTERN, NAME_PATTERN};
+    for path in ["/api/traces", "/api/traces/export"] {
+        assert_eq!(param(path, "get", "tag"), NAME_PATTERN, "{path}");
+        assert_eq!(param(path, "get", "minScore"), MIN_SCORE_PATTERN, "{path}");
+    }
+    for method in ["put", "delete"] {
+        assert_eq!(
+            param("/api/traces/{trace_id}/scores/{name}", method, "name"),
+            NAME_PATTERN
+        );
+    }
+}

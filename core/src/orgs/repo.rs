@@ -190,15 +190,6 @@ pub async fn upsert_adapter(
         .ok_or_else(|| DbErr::RecordNotFound(adapter_id.to_owned()))
 }
 
-/// The organization's API keys, newest first (hashes only; no secret is stored).
-pub async fn api_keys_of(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<api_key::Model>, DbErr> {
-    api_key::Entity::find()
-        .filter(api_key::Column::OrgId.eq(org_id))
-        .order_by_desc(api_key::Column::CreatedAt)
-        .all(db)
-        .await
-}
-
 /// Whether the API key exists and belongs to the organization.
 pub async fn api_key_belongs(
     db: &impl ConnectionTrait,

@@ -1,7 +1,7 @@
 //! Organization flows shared by the JSON API, the console and the CLI.
 
 use chrono::Utc;
-use entities::{adapter, api_key, organization};
+use entities::{adapter, organization};
 use sea_orm::{ActiveValue::Set, DatabaseConnection, EntityTrait, TransactionSession, TransactionTrait};
 
 use super::repo::{self, CreatedKey, CreatedOrg};
@@ -111,11 +111,6 @@ pub async fn create_api_key(
         return Err(OrgError::OrgNotFound);
     }
     Ok(repo::create_api_key(db, org_id, name).await?)
-}
-
-/// The organization's API keys (never their secrets).
-pub async fn api_keys_of(db: &DatabaseConnection, org_id: &OrgId) -> Result<Vec<api_key::Model>, OrgError> {
-    Ok(repo::api_keys_of(db, org_id).await?)
 }
 
 /// Revokes any organization's API key (the operator's route); every instance forgets it.

@@ -8,7 +8,7 @@ use chrono::Utc;
 use entities::{trace, trace_score, trace_tag};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
     TransactionSession, TransactionTrait,
 };
 
@@ -21,6 +21,8 @@ pub const MAX_PER_TRACE: usize = 20;
 pub const MAX_NAME_CHARS: usize = 50;
 /// The pattern of a tag or a score's name.
 pub const NAME_PATTERN: &str = "^[a-z0-9_.:-]{1,50}$";
+/// The pattern of `minScore`: a score's name and the least value, `NAME:VALUE`.
+pub const MIN_SCORE_PATTERN: &str = r"^[a-z0-9_.:-]{1,50}:-?[0-9]{1,15}(\.[0-9]{1,15})?$";
 
 /// Whether `name` is a tag or score name: 1 to 50 of `a-z0-9_.:-`.
 pub fn is_name(name: &str) -> bool {
@@ -91,8 +93,6 @@ async fn owned(db: &impl ConnectionTrait, ids: &[TraceId], orgs: &[OrgId]) -> Re
     }
     Ok(found)
 }
-
-use sea_orm::QuerySelect;
 
 /// What a change of tags did: the traces changed, and the asked ids that are not traces of
 /// the caller's organizations.

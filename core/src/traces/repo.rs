@@ -64,23 +64,6 @@ pub async fn projects_with_traces(
     Ok(projects)
 }
 
-/// A trace as a list shows it: no request or response body.
-#[derive(Debug, Clone, sea_orm::FromQueryResult)]
-pub struct TraceRow {
-    pub id: String,
-    pub provider: String,
-    pub model: Option<String>,
-    pub status_code: i32,
-    pub stream: bool,
-    pub complete: bool,
-    pub latency_ms: i64,
-    pub ttfb_ms: Option<i64>,
-    pub prompt_tokens: Option<i64>,
-    pub completion_tokens: Option<i64>,
-    pub total_tokens: Option<i64>,
-    pub created_at: DateTime<Utc>,
-}
-
 /// Which of a project's traces to list.
 #[derive(Debug, Default, Clone)]
 pub struct TraceFilter {
@@ -244,35 +227,6 @@ pub async fn export_sizes(
 pub async fn by_ids(db: &impl ConnectionTrait, ids: &[TraceId]) -> Result<Vec<trace::Model>, DbErr> {
     trace::Entity::find()
         .filter(trace::Column::Id.is_in(ids.iter().cloned()))
-        .all(db)
-        .await
-}
-
-/// A page of the project's traces, newest first.
-pub async fn page_of_project(
-    db: &impl ConnectionTrait,
-    project_id: &ProjectId,
-    filter: &TraceFilter,
-    limit: u64,
-) -> Result<Vec<TraceRow>, DbErr> {
-    filtered(db.get_database_backend(), project_id, filter)
-        .select_only()
-        .columns([
-            trace::Column::Id,
-            trace::Column::Provider,
-            trace::Column::Model,
-            trace::Column::StatusCode,
-            trace::Column::Stream,
-            trace::Column::Complete,
-            trace::Column::LatencyMs,
-            trace::Column::TtfbMs,
-            trace::Column::PromptTokens,
-            trace::Column::CompletionTokens,
-            trace::Column::TotalTokens,
-            trace::Column::CreatedAt,
-        ])
-        .limit(limit)
-        .into_model::<TraceRow>()
         .all(db)
         .await
 }
