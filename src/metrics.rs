@@ -15,5 +15,6 @@ pub async fn refresh(state: &AppState) {
         ledger_stalled: state.ledger.stalled_for(),
         trace_queue: state.traces.queue_depth(),
         webhooks_pending: keel_core::webhooks::repo::pending_summary(db).await.ok(),
+        traces_unindexed: keel_core::traces::repo::oldest_unindexed(db).await.ok(),
     });
 }

@@ -161,6 +161,13 @@ impl AppState {
             ));
         }
         actix::spawn(limiter.clone().run(cluster.stopping().clone()));
+        if settings.traces.search_indexer {
+            actix::spawn(keel_core::traces::indexer::run(
+                db.clone(),
+                metrics.traces_indexed.clone(),
+                cluster.stopping().clone(),
+            ));
+        }
         actix::spawn(keel_core::traces::retention::run(
             db.clone(),
             Duration::from_secs(settings.traces.retention_sweep_secs.max(1)),

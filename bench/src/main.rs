@@ -182,6 +182,9 @@ enum BenchTarget {
         /// Timed runs of each query.
         #[arg(long, default_value_t = 100)]
         queries: usize,
+        /// Traces written, and left unindexed, before the last searches.
+        #[arg(long, default_value_t = 20_000)]
+        tail: usize,
     },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
@@ -311,6 +314,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             writes,
             rounds,
             queries,
+            tail,
         } => {
             crate::search::run(crate::search::SearchBench {
                 postgres_url,
@@ -318,6 +322,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 writes,
                 rounds,
                 queries,
+                tail,
             })
             .await
         }

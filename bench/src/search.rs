@@ -1,9 +1,10 @@
 //! `keel-bench search`: full-text search of traces on PostgreSQL (issue 44). A project of
 //! 1,000,000 traces (30 words each from a 5,000-word vocabulary; one word in every other
 //! trace, a rare one in one of 10,000) is searched through the list's own query, `q` of the
-//! rare and the common word together, and each alone: p50 and p95 of warm runs. Beside it, in
-//! the same run, the trace writer's insert throughput (its statements, 256 rows each) into a
-//! database with the search column and its GIN index, against one without them, interleaved.
+//! rare and the common word together, and each alone: p50 and p95 of warm runs, once all is
+//! indexed and again with an unindexed tail. Beside it, in the same run, the trace writer's
+//! insert throughput (its statements, 256 rows each) into a database with the search column,
+//! its GIN index and the search indexer running, against one without them, interleaved.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -20,6 +21,8 @@ pub struct SearchBench {
     pub writes: usize,
     pub rounds: usize,
     pub queries: usize,
+    /// Traces written after the index is built and left unindexed for the last searches.
+    pub tail: usize,
 }
 
 const RARE: &str = "zyxwvut";
@@ -102,62 +105,125 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[at].as_secs_f64() * 1000.0
 }
 
+/// Until the search indexer has reached every trace; answers how long that took.
+async fn indexed(conn: &DatabaseConnection) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    while keel::traces::repo::oldest_unindexed(conn).await?.is_some() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(started.elapsed())
+}
+
+/// The first page of `q`'s matches, `runs` warm times: (matches on the page, p50, p95 ms).
+async fn search(
+    conn: &DatabaseConnection,
+    tenant: &Tenant,
+    q: &str,
+    runs: usize,
+) -> anyhow::Result<(usize, f64, f64)> {
+    let orgs = vec![tenant.org_id.clone()];
+    let filter = keel::traces::repo::TraceFilter {
+        search: Some(keel::traces::search::Query::parse(q)),
+        ..Default::default()
+    };
+    let mut times = Vec::with_capacity(runs);
+    let mut found = 0;
+    for run in 0..runs + 5 {
+        let started = Instant::now();
+        let page =
+            keel::traces::browse::list(conn, &orgs, &tenant.project_id, filter.clone(), None, 50).await?;
+        // The first few warm the cache.
+        if run >= 5 {
+            times.push(started.elapsed());
+        }
+        found = page.traces.len();
+    }
+    times.sort();
+    Ok((found, percentile(&times, 0.5), percentile(&times, 0.95)))
+}
+
 pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
     let admin = Some(bench.postgres_url.as_str());
     let mut out = std::io::stdout().lock();
 
-    // The writer with the index against without, interleaved.
+    // The writer into a database with the search column, its GIN index and the indexer
+    // running (as every instance runs it), against one without all three, interleaved.
     let (with_db, without_db) = (BenchDb::create(admin).await?, BenchDb::create(admin).await?);
     let (with, without) = (migrated(&with_db).await?, migrated(&without_db).await?);
     without
-        .execute_unprepared("DROP INDEX idx_traces_search; ALTER TABLE traces DROP COLUMN search")
+        .execute_unprepared(
+            "DROP INDEX idx_traces_search; DROP INDEX idx_traces_unindexed; \
+             ALTER TABLE traces DROP COLUMN search",
+        )
         .await?;
     let (with_tenant, without_tenant) = (Tenant::create(&with).await?, Tenant::create(&without).await?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let indexed_total = prometheus::IntCounter::new("indexed", "traces indexed")?;
+    let indexer = tokio::spawn(keel::traces::indexer::run(
+        with.clone(),
+        indexed_total.clone(),
+        stop.clone(),
+    ));
     let mut words = Words(0x9e37_79b9_7f4a_7c15);
     writeln!(
         out,
-        "| round | writer traces/s, with the search index | without | with / without |"
+        "| round | writer traces/s, with the search index | without | with / without | indexer done after the writer, ms |"
     )?;
-    writeln!(out, "|---|---|---|---|")?;
+    writeln!(out, "|---|---|---|---|---|")?;
     let (mut with_rates, mut without_rates) = (Vec::new(), Vec::new());
     for round in 1..=bench.rounds {
         let a = write(&with, &with_tenant, bench.writes, &mut words).await?;
+        let behind = indexed(&with).await?;
         let b = write(&without, &without_tenant, bench.writes, &mut words).await?;
         let (ra, rb) = (
             bench.writes as f64 / a.as_secs_f64(),
             bench.writes as f64 / b.as_secs_f64(),
         );
-        writeln!(out, "| {round} | {ra:.0} | {rb:.0} | {:.0}% |", 100.0 * ra / rb)?;
-        eprintln!("writer round {round}: with {ra:.0}/s, without {rb:.0}/s");
+        writeln!(
+            out,
+            "| {round} | {ra:.0} | {rb:.0} | {:.0}% | {:.0} |",
+            100.0 * ra / rb,
+            behind.as_secs_f64() * 1000.0
+        )?;
+        eprintln!("writer round {round}: with {ra:.0}/s, without {rb:.0}/s, indexer {behind:?} behind");
         with_rates.push(ra);
         without_rates.push(rb);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     writeln!(
         out,
-        "| **mean** | {:.0} | {:.0} | {:.0}% |\n",
+        "| **mean** | {:.0} | {:.0} | {:.0}% | |\n",
         mean(&with_rates),
         mean(&without_rates),
         100.0 * mean(&with_rates) / mean(&without_rates)
     )?;
+    writeln!(
+        out,
+        "The indexer indexed {} traces during the rounds.\n",
+        indexed_total.get()
+    )?;
+    stop.cancel();
+    indexer.await?;
     with.close().await.ok();
     without.close().await.ok();
     with_db.drop_now().await;
     without_db.drop_now().await;
 
-    // A million traces, searched.
+    // A million traces, indexed, searched; then searched again with an unindexed tail.
     let db = BenchDb::create(admin).await?;
     let conn = migrated(&db).await?;
     let tenant = Tenant::create(&conn).await?;
     let started = Instant::now();
     let mut words = Words(0x2545_f491_4f6c_dd1d);
     let mut done = 0;
+    let write_all = |from: usize, to: usize, words: &mut Words| {
+        (from..to)
+            .map(|i| trace_of(&tenant, i, words))
+            .collect::<Vec<_>>()
+    };
     while done < bench.traces {
         let n = (bench.traces - done).min(10_000);
-        let rows: Vec<trace::Model> = (done..done + n)
-            .map(|i| trace_of(&tenant, i, &mut words))
-            .collect();
-        for batch in rows.chunks(256) {
+        for batch in write_all(done, done + n, &mut words).chunks(256) {
             keel::traces::repo::insert_traces(&conn, batch).await?;
         }
         done += n;
@@ -165,45 +231,54 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
             eprintln!("{done} traces written ({:.0} s)", started.elapsed().as_secs_f64());
         }
     }
+    let written = started.elapsed();
+    let counter = prometheus::IntCounter::new("indexed", "traces indexed")?;
+    let started = Instant::now();
+    keel::traces::indexer::catch_up(&conn, &counter).await?;
+    let indexing = started.elapsed();
     conn.execute_unprepared("ANALYZE traces").await?;
     writeln!(
         out,
-        "{} traces in one project, written in {:.0} s.\n",
+        "{} traces in one project, written in {:.0} s, then indexed in {:.0} s ({:.0} traces/s).\n",
         bench.traces,
-        started.elapsed().as_secs_f64()
+        written.as_secs_f64(),
+        indexing.as_secs_f64(),
+        counter.get() as f64 / indexing.as_secs_f64()
     )?;
-    writeln!(out, "| q | matches (first page of 50) | p50 ms | p95 ms | runs |")?;
-    writeln!(out, "|---|---|---|---|---|")?;
-    let orgs = vec![tenant.org_id.clone()];
-    for q in [
+    let queries = [
         format!("{RARE} {COMMON}"),
         RARE.to_owned(),
         COMMON.to_owned(),
         format!("\"{COMMON} w1\""),
-    ] {
-        let filter = keel::traces::repo::TraceFilter {
-            search: Some(keel::traces::search::Query::parse(&q)),
-            ..Default::default()
-        };
-        let mut times = Vec::with_capacity(bench.queries);
-        let mut found = 0;
-        for run in 0..bench.queries + 5 {
-            let started = Instant::now();
-            let page = keel::traces::browse::list(&conn, &orgs, &tenant.project_id, filter.clone(), None, 50)
-                .await?;
-            // The first few warm the cache.
-            if run >= 5 {
-                times.push(started.elapsed());
-            }
-            found = page.traces.len();
-        }
-        times.sort();
+    ];
+    writeln!(out, "| q | matches (first page of 50) | p50 ms | p95 ms | runs |")?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for q in &queries {
+        let (found, p50, p95) = search(&conn, &tenant, q, bench.queries).await?;
         writeln!(
             out,
-            "| `{q}` | {found} | {:.1} | {:.1} | {} |",
-            percentile(&times, 0.5),
-            percentile(&times, 0.95),
-            times.len()
+            "| `{q}` | {found} | {p50:.1} | {p95:.1} | {} |",
+            bench.queries
+        )?;
+    }
+    // A tail the indexer has not reached (its batches never run here): the writer's traces
+    // of about a second at full speed.
+    let tail = bench.tail;
+    for batch in write_all(done, done + tail, &mut words).chunks(256) {
+        keel::traces::repo::insert_traces(&conn, batch).await?;
+    }
+    writeln!(
+        out,
+        "\nThe same searches with {tail} more traces written and not yet indexed:\n"
+    )?;
+    writeln!(out, "| q | matches (first page of 50) | p50 ms | p95 ms | runs |")?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for q in &queries {
+        let (found, p50, p95) = search(&conn, &tenant, q, bench.queries).await?;
+        writeln!(
+            out,
+            "| `{q}` | {found} | {p50:.1} | {p95:.1} | {} |",
+            bench.queries
         )?;
     }
     conn.close().await.ok();

@@ -349,6 +349,9 @@ pub struct TraceSettings {
     /// How often each instance deletes the traces older than their project's
     /// `traceRetentionDays`, in seconds.
     pub retention_sweep_secs: u64,
+    /// Whether this instance runs the search indexer (PostgreSQL: it fills the `search`
+    /// column of newly written traces; instances that run it share the work).
+    pub search_indexer: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

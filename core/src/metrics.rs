@@ -62,6 +62,9 @@ pub struct Metrics {
     pub auto_topup_limit_reached: IntCounter,
     /// Traces a project's retention deleted.
     pub traces_expired: IntCounter,
+    /// Traces the search indexer indexed (PostgreSQL).
+    pub traces_indexed: IntCounter,
+    traces_index_lag: Gauge,
     /// Proxied and relayed calls an API key's limit refused, by limit.
     proxy_limited: IntCounterVec,
     pub payments_reconciled: IntCounterVec,
@@ -266,6 +269,14 @@ impl Metrics {
                 "keel_traces_expired_total",
                 "Traces deleted because they passed their project's traceRetentionDays",
             ),
+            traces_indexed: counter(
+                "keel_traces_indexed_total",
+                "Traces the search indexer made searchable through the GIN index (PostgreSQL)",
+            ),
+            traces_index_lag: gauge(
+                "keel_traces_index_lag_seconds",
+                "Age of the oldest trace the search indexer has not reached (read at scrape; 0 when none)",
+            ),
             proxy_limited: {
                 let limited = counter_vec(
                     "keel_proxy_limited_total",
@@ -426,6 +437,8 @@ impl Metrics {
             Box::new(self.credit_expired_microcents.clone()),
             Box::new(self.auto_topup_limit_reached.clone()),
             Box::new(self.traces_expired.clone()),
+            Box::new(self.traces_indexed.clone()),
+            Box::new(self.traces_index_lag.clone()),
             Box::new(self.proxy_limited.clone()),
             Box::new(self.payments_reconciled.clone()),
             Box::new(self.payments_pending.clone()),
@@ -546,6 +559,12 @@ impl Metrics {
             });
             self.webhook_oldest.set(age);
         }
+        if let Some(oldest) = readings.traces_unindexed {
+            let age = oldest.map_or(0.0, |at| {
+                (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
+            });
+            self.traces_index_lag.set(age);
+        }
     }
 
     /// Each action's queue wait and run time (every outcome) at the 50th, 90th and 99th
@@ -661,6 +680,8 @@ pub struct Readings {
     pub trace_queue: usize,
     /// Pending webhook deliveries and when the oldest was created.
     pub webhooks_pending: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
+    /// When the oldest trace the search indexer has not reached was recorded.
+    pub traces_unindexed: Option<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl Default for Metrics {

@@ -26,6 +26,7 @@ mod m20261126_000008_webhook_endpoint_health;
 mod m20261126_000009_credit_grants;
 mod m20261127_000001_api_key_limits;
 mod m20261127_000002_trace_search_tags;
+mod m20261127_000003_trace_search_indexer;
 
 pub struct Migrator;
 
@@ -57,6 +58,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_000009_credit_grants::Migration),
             Box::new(m20261127_000001_api_key_limits::Migration),
             Box::new(m20261127_000002_trace_search_tags::Migration),
+            Box::new(m20261127_000003_trace_search_indexer::Migration),
         ]
     }
 }

@@ -14,6 +14,11 @@ pub const PROVIDER_KEY: &str = "sk-proj-provider-secret-0123456789";
 
 /// An app whose four providers all point at one fake, under a path per provider.
 pub async fn proxy_app() -> (TestApp, FakeProvider) {
+    proxy_app_with(|_| {}).await
+}
+
+/// [`proxy_app`] with more settings of the test's own.
+pub async fn proxy_app_with(configure: impl FnOnce(&mut keel::config::Settings)) -> (TestApp, FakeProvider) {
     let (provider, url) = FakeProvider::start();
     let app = spawn_app_with(|s| {
         s.providers.openai_url = format!("{url}/openai/v1");
@@ -22,6 +27,7 @@ pub async fn proxy_app() -> (TestApp, FakeProvider) {
         s.providers.google_url = format!("{url}/google/v1beta/openai");
         s.traces.flush_ms = 20;
         s.proxy.read_timeout_secs = 1;
+        configure(s);
     })
     .await;
     (app, provider)

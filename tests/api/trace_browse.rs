@@ -8,7 +8,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::helpers::*;
-use crate::proxy::{chat, proxy_app, raw_traces, sdk_request};
+use crate::proxy::{chat, proxy_app, proxy_app_with, raw_traces, sdk_request};
 
 async fn list(app: &TestApp, org: &TestOrg, query: &str) -> Value {
     json_of(
@@ -31,25 +31,76 @@ fn q(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
-#[actix_web::test]
-async fn recorded_calls_are_listed_with_previews_found_by_their_words_and_read_whole() {
-    let (app, _provider) = proxy_app().await;
-    let org = app.create_org("Acme").await;
-    let project = app.create_project(&org, "support").await;
+/// Three calls through the proxy, recorded: a refund, a password reset, one with a secret.
+async fn record_three(app: &TestApp, org: &TestOrg, project: &str) -> [String; 3] {
     let asks = [
-        "Where is my refund-8c2b? It was a late delivery.",
-        "How do I reset my password?",
+        "Where is my refund-8c2b? It was a late delivery.".to_owned(),
+        "How do I reset my password?".to_owned(),
         // A secret in a message: redacted before anything is stored, so never searchable.
-        &format!("my key is {} please keep it", org.api_key),
+        format!("my key is {} please keep it", org.api_key),
     ];
-    for ask in asks {
-        let call = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", ask))
+    for ask in &asks {
+        let call = sdk_request(app, org, Some(project), &chat("gpt-4o-mini", ask))
             .send()
             .await
             .unwrap();
         assert_eq!(call.status(), StatusCode::OK);
     }
-    raw_traces(&app, &org, &project, asks.len()).await;
+    raw_traces(app, org, project, asks.len()).await;
+    asks
+}
+
+/// The searches of [`recorded_calls_are_listed_with_previews_found_by_their_words_and_read_whole`]'s
+/// three calls: a word only in one trace finds it alone; hyphens, operators and stray quotes
+/// are words and separators, never errors; a phrase is its words in order; a redacted secret
+/// is not searchable.
+async fn searches_find_the_refund_alone(app: &TestApp, org: &TestOrg, project: &str, refund_id: &str) {
+    for search in [
+        "refund",
+        "REFUND-8c2b",
+        "8c2b refund",
+        "\"late delivery\"",
+        "refund \"late",
+        "refund* OR (x",
+    ] {
+        let found = list(app, org, &format!("projectId={project}&q={}", q(search))).await;
+        let expected: Vec<String> = match search {
+            "refund* OR (x" => vec![],
+            _ => vec![refund_id.to_owned()],
+        };
+        assert_eq!(ids(&found), expected, "q={search}");
+    }
+    assert!(ids(&list(
+        app,
+        org,
+        &format!("projectId={project}&q={}", q("\"delivery late\""))
+    )
+    .await)
+    .is_empty());
+    assert_eq!(
+        ids(&list(app, org, &format!("projectId={project}&q=paris")).await).len(),
+        3
+    );
+    let secret_tail = &org.api_key[8..];
+    let leaked = list(app, org, &format!("projectId={project}&q={}", q(secret_tail))).await;
+    assert!(ids(&leaked).is_empty(), "a redacted secret is not searchable");
+    assert_eq!(
+        ids(&list(app, org, &format!("projectId={project}&q=redacted+keep")).await).len(),
+        1
+    );
+    // Punctuation alone searches nothing: the whole list.
+    assert_eq!(
+        ids(&list(app, org, &format!("projectId={project}&q={}", q("*** :: \"\""))).await).len(),
+        3
+    );
+}
+
+#[actix_web::test]
+async fn recorded_calls_are_listed_with_previews_found_by_their_words_and_read_whole() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "support").await;
+    let asks = record_three(&app, &org, &project).await;
 
     let all = list(&app, &org, &format!("projectId={project}")).await;
     let traces = all["traces"].as_array().unwrap();
@@ -69,46 +120,7 @@ async fn recorded_calls_are_listed_with_previews_found_by_their_words_and_read_w
     );
     let refund_id = traces[2]["traceId"].as_str().unwrap().to_owned();
 
-    // Search: a word only in one trace finds it alone; hyphens, operators and stray quotes
-    // are words and separators, never errors.
-    for search in [
-        "refund",
-        "REFUND-8c2b",
-        "8c2b refund",
-        "\"late delivery\"",
-        "refund \"late",
-        "refund* OR (x",
-    ] {
-        let found = list(&app, &org, &format!("projectId={project}&q={}", q(search))).await;
-        let expected: Vec<String> = match search {
-            "refund* OR (x" => vec![],
-            _ => vec![refund_id.clone()],
-        };
-        assert_eq!(ids(&found), expected, "q={search}");
-    }
-    assert!(ids(&list(
-        &app,
-        &org,
-        &format!("projectId={project}&q={}", q("\"delivery late\""))
-    )
-    .await)
-    .is_empty());
-    assert_eq!(
-        ids(&list(&app, &org, &format!("projectId={project}&q=paris")).await).len(),
-        3
-    );
-    let secret_tail = &org.api_key[8..];
-    let leaked = list(&app, &org, &format!("projectId={project}&q={}", q(secret_tail))).await;
-    assert!(ids(&leaked).is_empty(), "a redacted secret is not searchable");
-    assert_eq!(
-        ids(&list(&app, &org, &format!("projectId={project}&q=redacted+keep")).await).len(),
-        1
-    );
-    // Punctuation alone searches nothing: the whole list.
-    assert_eq!(
-        ids(&list(&app, &org, &format!("projectId={project}&q={}", q("*** :: \"\""))).await).len(),
-        3
-    );
+    searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
 
     // One trace, whole: request and response as stored (redacted).
     let one = json_of(
@@ -140,6 +152,54 @@ async fn recorded_calls_are_listed_with_previews_found_by_their_words_and_read_w
         StatusCode::NOT_FOUND,
     )
     .await;
+}
+
+#[actix_web::test]
+async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
+    // This instance runs no search indexer: on PostgreSQL its traces stay unindexed, found
+    // by their words alone (SQLite indexes on insert).
+    let (app, _provider) = proxy_app_with(|s| s.traces.search_indexer = false).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "support").await;
+    record_three(&app, &org, &project).await;
+    let all = list(&app, &org, &format!("projectId={project}")).await;
+    let refund_id = all["traces"][2]["traceId"].as_str().unwrap().to_owned();
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert_eq!(metric(&metrics, "keel_traces_indexed_total"), 0.0);
+    if postgres() {
+        assert!(
+            metric(&metrics, "keel_traces_index_lag_seconds") > 0.0,
+            "{metrics}"
+        );
+    }
+    searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
+
+    if !postgres_or_skip() {
+        return; // The indexer is PostgreSQL's.
+    }
+    // A second instance runs the indexer: it indexes the three, and the same searches now
+    // go through the GIN index with the same answers.
+    let indexing = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    let mut waited = 0;
+    loop {
+        let metrics = indexing.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+        if metric(&metrics, "keel_traces_indexed_total") == 3.0
+            && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0
+        {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 200, "the indexer never caught up:\n{metrics}");
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric(
+            &app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap(),
+            "keel_traces_index_lag_seconds"
+        ),
+        0.0
+    );
+    searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
 }
 
 #[actix_web::test]

@@ -596,6 +596,7 @@ async fn own_writer(
             queue_capacity: capacity,
             export_max_page_bytes: 1 << 25,
             retention_sweep_secs: 300,
+            search_indexer: true,
         },
         keel::metrics::Metrics::new(),
     );

@@ -2,6 +2,7 @@
 
 pub mod browse;
 pub mod export;
+pub mod indexer;
 pub mod marks;
 pub mod otlp;
 pub mod repo;

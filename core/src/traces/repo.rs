@@ -133,12 +133,29 @@ fn kept_by(
     }
     if let Some(search) = filter.search.as_ref().filter(|q| !q.is_empty()) {
         query = query.filter(match backend {
-            // The words' own query (letters, digits, `&`, `<->`, parentheses), bound as a value;
-            // each backend's placeholder (`$1` numbered on PostgreSQL, `?` on SQLite).
-            DbBackend::Postgres => Expr::cust_with_expr(
-                "\"traces\".\"search\" @@ to_tsquery('simple', $1)",
-                Expr::val(search.tsquery()),
-            ),
+            // The words' own queries, bound as values (each backend's placeholder: `$1`
+            // numbered on PostgreSQL, `?` on SQLite). On PostgreSQL an indexed trace matches
+            // by its `search` column (the GIN index; a phrase's order then on its words), one
+            // the indexer has not reached yet by its words alone (the unindexed tail's partial
+            // index finds those; see `super::indexer`).
+            DbBackend::Postgres => {
+                use sea_orm::sea_query::ExprTrait as _;
+                let words = || Expr::cust("' ' || \"traces\".\"search_text\" || ' '");
+                let mut indexed = Condition::all().add(Expr::cust_with_expr(
+                    "\"traces\".\"search\" @@ CAST($1 AS tsquery)",
+                    Expr::val(search.tsquery()),
+                ));
+                for phrase in search.phrase_patterns() {
+                    indexed = indexed.add(words().like(phrase));
+                }
+                let mut tail = Condition::all()
+                    .add(Expr::cust("\"traces\".\"search\" IS NULL"))
+                    .add(trace::Column::SearchText.is_not_null());
+                for term in search.patterns() {
+                    tail = tail.add(words().like(term));
+                }
+                Condition::any().add(indexed).add(tail).into()
+            }
             _ => Expr::cust_with_expr(
                 "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
                 Expr::val(search.fts5()),
@@ -390,6 +407,41 @@ pub async fn list_page(
         .limit(limit)
         .into_model::<ListedTrace>()
         .all(db)
+        .await
+}
+
+/// Sets the search column of up to `limit` traces the indexer has not reached, oldest first
+/// (PostgreSQL only); rows another instance's indexer holds are skipped, not waited for.
+/// Answers how many were indexed.
+pub async fn index_unindexed(db: &impl ConnectionTrait, limit: u64) -> Result<u64, DbErr> {
+    let done = db
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "UPDATE traces SET search = array_to_tsvector(array_remove(string_to_array(search_text, ' '), '')) \
+             WHERE id IN \
+             (SELECT id FROM traces WHERE search IS NULL AND search_text IS NOT NULL \
+             ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            [(limit as i64).into()],
+        ))
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// When the oldest trace the indexer has not reached was recorded (PostgreSQL; SQLite indexes
+/// on insert, so none).
+pub async fn oldest_unindexed(db: &impl ConnectionTrait) -> Result<Option<DateTime<Utc>>, DbErr> {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Ok(None);
+    }
+    trace::Entity::find()
+        .select_only()
+        .column(trace::Column::CreatedAt)
+        .filter(Expr::cust("\"traces\".\"search\" IS NULL"))
+        .filter(trace::Column::SearchText.is_not_null())
+        .order_by_asc(trace::Column::CreatedAt)
+        .order_by_asc(trace::Column::Id)
+        .into_tuple()
+        .one(db)
         .await
 }
 

@@ -1,7 +1,8 @@
 //! Full-text search of traces, tokenized by keel itself: a word is a run of letters and
 //! digits (any script), compared lowercase. A trace's words (its user and assistant
 //! messages and its reply, as stored: redacted) are kept in `search_text`, which PostgreSQL
-//! indexes as a `tsvector` (GIN) and SQLite as an FTS5 table. A query's words and
+//! indexes as a `tsvector` of those very words (GIN; filled by `super::indexer`) and SQLite
+//! as an FTS5 table. A query's words and
 //! `"quoted phrases"` are made into each database's query syntax from those words alone, so
 //! nothing a caller types is ever read as an operator: `refund-8c2b` is two words, a stray
 //! `*`, `(` or `:` is a separator, and a quote without its pair is just a character.
@@ -154,17 +155,35 @@ impl Query {
             .join(" AND ")
     }
 
-    /// As a PostgreSQL `to_tsquery('simple', ...)` text: words joined by `&`, a phrase's
-    /// words by `<->`. The words hold only letters and digits.
+    /// As PostgreSQL `tsquery` input (cast, not parsed by a text search configuration): every
+    /// word, quoted, joined by `&`. A trace's `search` column holds its words as they are, so
+    /// the lexemes on both sides are keel's own words; a phrase's order is checked on the
+    /// words themselves ([`Query::phrase_patterns`]). The words hold only letters and
+    /// digits, so no quote or operator can be in them.
     pub fn tsquery(&self) -> String {
-        self.terms
+        let mut words: Vec<&str> = self.words().collect();
+        words.sort_unstable();
+        words.dedup();
+        words
             .iter()
-            .map(|term| match term.as_slice() {
-                [word] => word.clone(),
-                words => format!("({})", words.join(" <-> ")),
-            })
+            .map(|word| format!("'{word}'"))
             .collect::<Vec<_>>()
             .join(" & ")
+    }
+
+    /// Each term as a `LIKE` pattern of its words in a row, for `' ' || search_text || ' '`
+    /// (a trace's words, space-separated): `% late delivery %`. The words hold no `%`, `_`
+    /// or `\`.
+    pub fn patterns(&self) -> impl Iterator<Item = String> + '_ {
+        self.terms.iter().map(|term| format!("% {} %", term.join(" ")))
+    }
+
+    /// [`Query::patterns`] of the phrases only (the terms of more than one word).
+    pub fn phrase_patterns(&self) -> impl Iterator<Item = String> + '_ {
+        self.terms
+            .iter()
+            .filter(|term| term.len() > 1)
+            .map(|term| format!("% {} %", term.join(" ")))
     }
 }
 
@@ -176,23 +195,29 @@ mod tests {
     #[test]
     fn punctuation_and_operators_are_separators_and_quotes_make_phrases() {
         assert_eq!(Query::parse("refund-8c2b").fts5(), "\"refund\" AND \"8c2b\"");
-        assert_eq!(Query::parse("refund-8c2b").tsquery(), "refund & 8c2b");
+        assert_eq!(Query::parse("refund-8c2b").tsquery(), "'8c2b' & 'refund'");
+        let phrase = Query::parse("\"late delivery\" Refund");
+        assert_eq!(phrase.tsquery(), "'delivery' & 'late' & 'refund'");
         assert_eq!(
-            Query::parse("\"late delivery\" Refund").tsquery(),
-            "(late <-> delivery) & refund"
+            phrase.patterns().collect::<Vec<_>>(),
+            ["% late delivery %", "% refund %"]
+        );
+        assert_eq!(
+            phrase.phrase_patterns().collect::<Vec<_>>(),
+            ["% late delivery %"]
         );
         assert_eq!(
             Query::parse("a OR b NOT c*").fts5(),
             "\"a\" AND \"or\" AND \"b\" AND \"not\" AND \"c\""
         );
         // A quote without its pair is a character: the words around it are words.
-        assert_eq!(Query::parse("refund \"late").tsquery(), "refund & late");
-        assert_eq!(Query::parse("\"a b\" \"c").tsquery(), "(a <-> b) & c");
+        assert_eq!(Query::parse("refund \"late").tsquery(), "'late' & 'refund'");
+        assert_eq!(Query::parse("\"a b\" \"c").fts5(), "\"a b\" AND \"c\"");
         assert!(Query::parse("*** \"\" :: ()").is_empty());
-        assert_eq!(Query::parse("Café naïve").tsquery(), "café & naïve");
+        assert_eq!(Query::parse("Café naïve").tsquery(), "'café' & 'naïve'");
         assert_eq!(
             Query::parse("'; DROP TABLE traces; --").tsquery(),
-            "drop & table & traces"
+            "'drop' & 'table' & 'traces'"
         );
     }
 

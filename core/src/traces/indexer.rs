@@ -1,0 +1,55 @@
+//! PostgreSQL's search index, kept off the trace writer's path. The writer inserts a trace's
+//! words (`search_text`); this indexer, on every instance, makes them the `search` column's
+//! `tsvector` (the words themselves, no parsing; and so enters them in its GIN index) in batches, oldest first, claiming rows
+//! with `FOR UPDATE SKIP LOCKED` so instances share the work. Until a trace is indexed a
+//! search still finds it: the search's predicate reads the unindexed tail's words directly
+//! (`repo::kept_by`). Parsing the words and entering them in the GIN index cost the writer
+//! more than half its throughput when done on insert (docs/BENCHMARKS.md). SQLite needs none
+//! of this: its FTS5 table is kept by triggers in the writer's own transaction.
+
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr};
+use tokio_util::sync::CancellationToken;
+
+use super::repo;
+
+/// Traces indexed by one statement.
+pub const BATCH: u64 = 1_000;
+
+/// How long the indexer rests after it found less than a batch to do.
+const IDLE: Duration = Duration::from_millis(500);
+
+/// Indexes until nothing is left (or only rows other instances hold); answers how many.
+pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounter) -> Result<u64, DbErr> {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Ok(0);
+    }
+    let mut total = 0;
+    loop {
+        let done = repo::index_unindexed(db, BATCH).await?;
+        indexed.inc_by(done);
+        total += done;
+        if done < BATCH {
+            return Ok(total);
+        }
+        // Room for the writers between batches.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Indexes what the writers add until `stop` (PostgreSQL only; returns at once on SQLite).
+pub async fn run(db: DatabaseConnection, indexed: prometheus::IntCounter, stop: CancellationToken) {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return;
+    }
+    loop {
+        if let Err(err) = catch_up(&db, &indexed).await {
+            tracing::warn!(error = %err, "trace search indexer failed; it tries again");
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(IDLE) => {}
+        }
+    }
+}
