@@ -174,8 +174,8 @@ enum BenchTarget {
         postgres_url: String,
         #[arg(long, default_value_t = 1_000_000)]
         traces: usize,
-        /// Traces each writer round inserts.
-        #[arg(long, default_value_t = 20_000)]
+        /// Traces each writer round inserts (each of its three parts).
+        #[arg(long, default_value_t = 100_000)]
         writes: usize,
         #[arg(long, default_value_t = 3)]
         rounds: usize,
