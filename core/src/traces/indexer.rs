@@ -1,11 +1,12 @@
 //! PostgreSQL's search index, kept off the trace writer's path. The writer inserts a trace's
 //! words (`search_text`); this indexer, on every instance, makes them the `search` column's
-//! `tsvector` (the words themselves, no parsing; and so enters them in its GIN index) in batches, oldest first, claiming rows
-//! with `FOR UPDATE SKIP LOCKED` so instances share the work. Until a trace is indexed a
-//! search still finds it: the search's predicate reads the unindexed tail's words directly
-//! (`repo::kept_by`). Parsing the words and entering them in the GIN index cost the writer
-//! more than half its throughput when done on insert (docs/BENCHMARKS.md). SQLite needs none
-//! of this: its FTS5 table is kept by triggers in the writer's own transaction.
+//! `tsvector` (the words themselves, no parser), which enters them in its GIN index, in
+//! batches, oldest first, claiming rows with `FOR UPDATE SKIP LOCKED` so instances share the
+//! work. Until a trace is indexed a search still finds it: the search's predicate reads the
+//! unindexed tail's words directly (`repo::kept_by`). Parsing the words and entering them in
+//! the GIN index on insert cost the writer more than half its throughput (docs/BENCHMARKS.md,
+//! docs/DECISIONS.md 119). SQLite needs none of this: its FTS5 table is kept by triggers in
+//! the writer's own transaction.
 
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ pub const BATCH: u64 = 1_000;
 
 /// How long the indexer rests after it found less than a batch to do.
 const IDLE: Duration = Duration::from_millis(500);
+/// How long it rests after a failure (the database down, say): the tail stays searchable
+/// meanwhile, and `keel_traces_index_lag_seconds` grows.
+const AFTER_FAILURE: Duration = Duration::from_secs(5);
 
 /// Indexes until nothing is left (or only rows other instances hold); answers how many.
 pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounter) -> Result<u64, DbErr> {
@@ -44,12 +48,16 @@ pub async fn run(db: DatabaseConnection, indexed: prometheus::IntCounter, stop: 
         return;
     }
     loop {
-        if let Err(err) = catch_up(&db, &indexed).await {
-            tracing::warn!(error = %err, "trace search indexer failed; it tries again");
-        }
+        let rest = match catch_up(&db, &indexed).await {
+            Ok(_) => IDLE,
+            Err(err) => {
+                tracing::warn!(error = %err, "trace search indexer failed; it tries again in 5 s");
+                AFTER_FAILURE
+            }
+        };
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(IDLE) => {}
+            () = tokio::time::sleep(rest) => {}
         }
     }
 }

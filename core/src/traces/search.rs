@@ -2,10 +2,10 @@
 //! digits (any script), compared lowercase. A trace's words (its user and assistant
 //! messages and its reply, as stored: redacted) are kept in `search_text`, which PostgreSQL
 //! indexes as a `tsvector` of those very words (GIN; filled by `super::indexer`) and SQLite
-//! as an FTS5 table. A query's words and
-//! `"quoted phrases"` are made into each database's query syntax from those words alone, so
-//! nothing a caller types is ever read as an operator: `refund-8c2b` is two words, a stray
-//! `*`, `(` or `:` is a separator, and a quote without its pair is just a character.
+//! as an FTS5 table. A query's words and `"quoted phrases"` are made into each database's
+//! query syntax from those words alone, so nothing a caller types is ever read as an
+//! operator: `refund-8c2b` is two words, a stray `*`, `(` or `:` is a separator, and a quote
+//! without its pair is just a character.
 
 use serde_json::Value;
 
@@ -175,16 +175,18 @@ impl Query {
     /// (a trace's words, space-separated): `% late delivery %`. The words hold no `%`, `_`
     /// or `\`.
     pub fn patterns(&self) -> impl Iterator<Item = String> + '_ {
-        self.terms.iter().map(|term| format!("% {} %", term.join(" ")))
+        self.terms.iter().map(|term| pattern(term))
     }
 
     /// [`Query::patterns`] of the phrases only (the terms of more than one word).
     pub fn phrase_patterns(&self) -> impl Iterator<Item = String> + '_ {
-        self.terms
-            .iter()
-            .filter(|term| term.len() > 1)
-            .map(|term| format!("% {} %", term.join(" ")))
+        self.terms.iter().filter(|term| term.len() > 1).map(|term| pattern(term))
     }
+}
+
+/// A term's words in a row as a `LIKE` pattern of space-separated words.
+fn pattern(term: &[String]) -> String {
+    format!("% {} %", term.join(" "))
 }
 
 #[cfg(test)]
