@@ -350,7 +350,8 @@ pub struct TraceSettings {
     /// `traceRetentionDays`, in seconds.
     pub retention_sweep_secs: u64,
     /// Whether this instance runs the search indexer (PostgreSQL: it fills the `search`
-    /// column of newly written traces; instances that run it share the work).
+    /// column of newly written traces; instances that run it share the work; both
+    /// databases: it gives traces recorded before keel kept their words those words).
     pub search_indexer: bool,
 }
 

@@ -27,6 +27,7 @@ mod m20261126_000009_credit_grants;
 mod m20261127_000001_api_key_limits;
 mod m20261127_000002_trace_search_tags;
 mod m20261127_000003_trace_search_indexer;
+mod m20261127_000004_trace_words_backfill;
 
 pub struct Migrator;
 
@@ -59,6 +60,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000001_api_key_limits::Migration),
             Box::new(m20261127_000002_trace_search_tags::Migration),
             Box::new(m20261127_000003_trace_search_indexer::Migration),
+            Box::new(m20261127_000004_trace_words_backfill::Migration),
         ]
     }
 }

@@ -203,6 +203,80 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
 }
 
 #[actix_web::test]
+async fn traces_recorded_before_words_were_kept_get_them_and_their_previews() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "support").await;
+    // Two traces as an older keel wrote them: no words, no previews.
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    let mut old = Vec::new();
+    for (n, ask) in ["my parcel 77x went missing", "unrelated question"]
+        .iter()
+        .enumerate()
+    {
+        let mut trace = crate::export::trace(
+            uuid::Uuid::new_v4().to_string(),
+            &org,
+            &project,
+            "m",
+            200,
+            Utc::now() - chrono::Duration::days(2 - n as i64),
+        );
+        trace.request = json!({"model": "m", "messages": [
+            {"role": "system", "content": "hidden instructions"},
+            {"role": "user", "content": ask},
+        ]})
+        .to_string();
+        trace.response = Some(
+            json!({"choices": [{"message": {"role": "assistant", "content": format!("About: {ask}")}}]})
+                .to_string(),
+        );
+        (trace.search_text, trace.preview_input, trace.preview_output) = (None, None, None);
+        old.push(trace);
+    }
+    keel::traces::repo::insert_traces(&db, &old).await.unwrap();
+    db.close().await.ok();
+    let parcel = old[0].id.to_string();
+
+    // The indexer gives them their words (and on PostgreSQL indexes them): found by a word of
+    // the question and a phrase of the reply, never by the system prompt; previews shown.
+    let mut waited = 0;
+    let found = loop {
+        let found = list(&app, &org, &format!("projectId={project}&q=parcel")).await;
+        let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+        if !ids(&found).is_empty() && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0 {
+            break found;
+        }
+        waited += 1;
+        assert!(waited < 200, "the old traces never got their words: {found}");
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(ids(&found), [parcel.clone()]);
+    assert_eq!(
+        found["traces"][0]["preview"]["input"],
+        "my parcel 77x went missing"
+    );
+    assert_eq!(
+        found["traces"][0]["preview"]["output"],
+        "About: my parcel 77x went missing"
+    );
+    assert_eq!(
+        ids(&list(
+            &app,
+            &org,
+            &format!("projectId={project}&q={}", q("\"about my parcel\""))
+        )
+        .await),
+        [parcel]
+    );
+    assert!(ids(&list(&app, &org, &format!("projectId={project}&q=hidden")).await).is_empty());
+    assert_eq!(
+        ids(&list(&app, &org, &format!("projectId={project}&q=question")).await).len(),
+        1
+    );
+}
+
+#[actix_web::test]
 async fn cursor_paging_over_2500_traces_returns_each_once_and_bad_queries_are_422() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;

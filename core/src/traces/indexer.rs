@@ -7,10 +7,15 @@
 //! the GIN index on insert cost the writer more than half its throughput (docs/BENCHMARKS.md,
 //! docs/DECISIONS.md 119). SQLite needs none of this: its FTS5 table is kept by triggers in
 //! the writer's own transaction.
+//!
+//! On both databases it first gives traces recorded before keel kept their words (no
+//! `search_text`) those words and their previews, made from their stored (redacted) request
+//! and response as the writer makes them, 100 at a time.
 
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, TransactionSession, TransactionTrait};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::repo;
@@ -23,6 +28,40 @@ const IDLE: Duration = Duration::from_millis(500);
 /// How long it rests after a failure (the database down, say): the tail stays searchable
 /// meanwhile, and `keel_traces_index_lag_seconds` grows.
 const AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// Traces given their words by one transaction.
+pub const WORDS_BATCH: u64 = 100;
+
+/// Gives every trace without words (recorded before keel kept them) its words and previews;
+/// answers how many. Two instances at it at once may make a trace's words twice; only the
+/// first sets them.
+pub async fn backfill_words<C>(db: &C) -> Result<u64, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let mut total = 0;
+    loop {
+        // Read outside the transaction: on SQLite a transaction that reads first cannot
+        // always become the writer.
+        let rows = repo::unworded(db, WORDS_BATCH).await?;
+        let found = rows.len() as u64;
+        if found == 0 {
+            return Ok(total);
+        }
+        let txn = db.begin().await?;
+        for (id, request, response) in rows {
+            let request: Value = serde_json::from_str(&request).unwrap_or(Value::Null);
+            let reply: Option<Value> = response.and_then(|r| serde_json::from_str(&r).ok());
+            repo::set_words(&txn, &id, super::search::index(&request, reply.as_ref())).await?;
+        }
+        txn.commit().await?;
+        total += found;
+        if found < WORDS_BATCH {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
 
 /// Indexes until nothing is left (or only rows other instances hold); answers how many.
 pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounter) -> Result<u64, DbErr> {
@@ -42,13 +81,21 @@ pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounte
     }
 }
 
-/// Indexes what the writers add until `stop` (PostgreSQL only; returns at once on SQLite).
+/// Gives old traces their words, then (PostgreSQL) indexes what the writers add, until
+/// `stop`.
 pub async fn run(db: DatabaseConnection, indexed: prometheus::IntCounter, stop: CancellationToken) {
-    if db.get_database_backend() != DbBackend::Postgres {
-        return;
-    }
     loop {
-        let rest = match catch_up(&db, &indexed).await {
+        let work = async {
+            let worded = backfill_words(&db).await?;
+            if worded > 0 {
+                tracing::info!(
+                    traces = worded,
+                    "words and previews made for traces recorded without them"
+                );
+            }
+            catch_up(&db, &indexed).await
+        };
+        let rest = match work.await {
             Ok(_) => IDLE,
             Err(err) => {
                 tracing::warn!(error = %err, "trace search indexer failed; it tries again in 5 s");

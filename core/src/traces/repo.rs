@@ -427,6 +427,42 @@ pub async fn index_unindexed(db: &impl ConnectionTrait, limit: u64) -> Result<u6
     Ok(done.rows_affected())
 }
 
+/// Up to `limit` traces recorded before keel kept their words (`search_text` null), oldest
+/// first: their ids, requests and responses as stored.
+pub async fn unworded(
+    db: &impl ConnectionTrait,
+    limit: u64,
+) -> Result<Vec<(TraceId, String, Option<String>)>, DbErr> {
+    trace::Entity::find()
+        .select_only()
+        .columns([trace::Column::Id, trace::Column::Request, trace::Column::Response])
+        .filter(trace::Column::SearchText.is_null())
+        .order_by_asc(trace::Column::CreatedAt)
+        .order_by_asc(trace::Column::Id)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// Sets a trace's words and previews, unless it has words already (another instance was
+/// first).
+pub async fn set_words(
+    db: &impl ConnectionTrait,
+    id: &TraceId,
+    words: super::search::Indexed,
+) -> Result<(), DbErr> {
+    trace::Entity::update_many()
+        .col_expr(trace::Column::SearchText, Expr::value(words.search_text))
+        .col_expr(trace::Column::PreviewInput, Expr::value(words.preview_input))
+        .col_expr(trace::Column::PreviewOutput, Expr::value(words.preview_output))
+        .filter(trace::Column::Id.eq(id))
+        .filter(trace::Column::SearchText.is_null())
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
 /// When the oldest trace the indexer has not reached was recorded (PostgreSQL; SQLite indexes
 /// on insert, so none).
 pub async fn oldest_unindexed(db: &impl ConnectionTrait) -> Result<Option<DateTime<Utc>>, DbErr> {

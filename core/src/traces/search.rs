@@ -180,7 +180,10 @@ impl Query {
 
     /// [`Query::patterns`] of the phrases only (the terms of more than one word).
     pub fn phrase_patterns(&self) -> impl Iterator<Item = String> + '_ {
-        self.terms.iter().filter(|term| term.len() > 1).map(|term| pattern(term))
+        self.terms
+            .iter()
+            .filter(|term| term.len() > 1)
+            .map(|term| pattern(term))
     }
 }
 
