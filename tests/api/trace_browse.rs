@@ -251,7 +251,7 @@ async fn traces_recorded_before_words_were_kept_get_them_and_their_previews() {
         assert!(waited < 200, "the old traces never got their words: {found}");
         actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
     };
-    assert_eq!(ids(&found), [parcel.clone()]);
+    assert_eq!(ids(&found), std::slice::from_ref(&parcel));
     assert_eq!(
         found["traces"][0]["preview"]["input"],
         "my parcel 77x went missing"
