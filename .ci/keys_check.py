@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Tuple
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Callable, Dict, List
 
 import httpx
 import openai
 from openai import OpenAI
+
+from harness import bootstrap, create_database, drop_database, serve, start_keel, stop_keel
 
 BINARY, ADMIN_URL = sys.argv[1], sys.argv[2]
 INTERNAL_KEY = "keys-check-internal-key"
@@ -33,12 +32,6 @@ COMPLETION = {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 24, "completion_tokens": 8, "total_tokens": 32},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Provider(BaseHTTPRequestHandler):
@@ -88,22 +81,6 @@ class Provider(BaseHTTPRequestHandler):
         pass
 
 
-def start_keel(env: Dict[str, str]) -> Tuple[subprocess.Popen, str]:
-    port = free_port()
-    keel = subprocess.Popen([BINARY, "serve"], env=dict(env, KEEL_LISTEN=f"127.0.0.1:{port}"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                return keel, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    keel.kill()
-    raise AssertionError(f"keel did not start: {keel.stderr.read().decode() if keel.stderr else ''}")
-
-
 def raises(kind: type, call: Callable[[], Any]) -> Any:
     try:
         call()
@@ -115,8 +92,7 @@ def raises(kind: type, call: Callable[[], Any]) -> Any:
 class Session:
     def __init__(self, base: str, env: Dict[str, str]) -> None:
         tag = uuid.uuid4().hex[:8]
-        boot = json.loads(subprocess.run([BINARY, "admin", "bootstrap", "--org", f"Keys {tag}", "--owner", f"owner-{tag}"],
-                                         env=env, check=True, capture_output=True, text=True).stdout)
+        boot = bootstrap(BINARY, env, f"Keys {tag}", f"owner-{tag}")
         self.org_id = boot["orgId"]
         self.owner = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {boot['sessionToken']}",
                                                           "X-Org-Id": boot["orgId"]}, timeout=30)
@@ -234,36 +210,31 @@ def check_two_instances(bases: List[str], env: Dict[str, str]) -> None:
 
 
 def main() -> None:
-    provider = ThreadingHTTPServer(("127.0.0.1", 0), Provider)
-    threading.Thread(target=provider.serve_forever, daemon=True).start()
-    fake = f"http://127.0.0.1:{provider.server_address[1]}/v1"
+    provider, fake_base = serve(Provider)
+    fake = fake_base + "/v1"
     base_env = dict(os.environ, KEEL_INTERNAL_KEYS=INTERNAL_KEY, KEEL_SESSION_SECRET=SESSION_SECRET,
                     KEEL__PROVIDERS__OPENAI_URL=fake, RUST_LOG="warn")
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(base_env, KEEL_DATABASE_URL=f"sqlite://{scratch}/keel.db?mode=rwc")
-        keel, base = start_keel(env)
+        keel, base = start_keel(BINARY, env)
         try:
             check_one_instance(base, env, "SQLite")
         finally:
-            keel.kill()
-            keel.wait()
+            stop_keel(keel)
 
     database = f"keel_keys_{uuid.uuid4().hex[:12]}"
-    subprocess.run(["psql", ADMIN_URL, "-q", "-c", f'CREATE DATABASE "{database}"'], check=True, capture_output=True)
-    env = dict(base_env, KEEL_DATABASE_URL=ADMIN_URL.rsplit("/", 1)[0] + "/" + database)
+    env = dict(base_env, KEEL_DATABASE_URL=create_database(ADMIN_URL, database))
     instances = []
     try:
-        instances.append(start_keel(env))
-        instances.append(start_keel(env))
+        instances.append(start_keel(BINARY, env))
+        instances.append(start_keel(BINARY, env))
         check_one_instance(instances[0][1], env, "PostgreSQL")
         check_two_instances([base for _, base in instances], env)
     finally:
         for keel, _ in instances:
-            keel.kill()
-            keel.wait()
+            stop_keel(keel)
         provider.shutdown()
-        subprocess.run(["psql", ADMIN_URL, "-q", "-c", f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'],
-                       check=False, capture_output=True)
+        drop_database(ADMIN_URL, database)
 
 
 if __name__ == "__main__":

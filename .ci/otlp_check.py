@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -26,6 +24,8 @@ import httpx
 from google.protobuf.json_format import Parse
 from openai import OpenAI
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from harness import bootstrap, serve, start_keel, stop_keel
 
 BINARY = sys.argv[1]
 COMPLETION = {
@@ -49,12 +49,6 @@ class Provider(BaseHTTPRequestHandler):
         pass
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def attributes(span: Any) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for kv in span.attributes:
@@ -75,25 +69,14 @@ def spans_of(path: Path) -> List[Any]:
 
 
 def main() -> None:
-    provider = ThreadingHTTPServer(("127.0.0.1", 0), Provider)
-    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    provider, fake = serve(Provider)
     with tempfile.TemporaryDirectory() as scratch:
-        port = free_port()
-        env = dict(os.environ, KEEL_DATABASE_URL=f"sqlite://{scratch}/keel.db?mode=rwc", KEEL_LISTEN=f"127.0.0.1:{port}",
+        env = dict(os.environ, KEEL_DATABASE_URL=f"sqlite://{scratch}/keel.db?mode=rwc",
                    KEEL_INTERNAL_KEYS="otlp-check-internal", KEEL_SESSION_SECRET="otlp-check-session-secret-0123456789",
-                   KEEL__PROVIDERS__OPENAI_URL=f"http://127.0.0.1:{provider.server_address[1]}/v1", RUST_LOG="warn")
-        keel = subprocess.Popen([BINARY, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   KEEL__PROVIDERS__OPENAI_URL=f"{fake}/v1", RUST_LOG="warn")
+        keel, base = start_keel(BINARY, env)
         try:
-            base = f"http://127.0.0.1:{port}"
-            for _ in range(600):
-                try:
-                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
-            boot = json.loads(subprocess.run([BINARY, "admin", "bootstrap", "--org", "Otlp", "--owner", "otlp-owner"],
-                                             env=env, check=True, capture_output=True, text=True).stdout)
+            boot = bootstrap(BINARY, env, "Otlp", "otlp-owner")
             api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {boot['apiKey']}"}, timeout=30)
             project = api.post("/api/projects", json={"name": "otlp"}).json()["id"]
             client = OpenAI(base_url=base + "/v1", api_key=boot["apiKey"], max_retries=0, default_headers={
@@ -142,8 +125,7 @@ def main() -> None:
             print(f"   otlp-json: {len(spans)} spans parsed by opentelemetry-proto with the GenAI attributes; "
                   "tag and minScore select the export")
         finally:
-            keel.kill()
-            keel.wait()
+            stop_keel(keel)
             provider.shutdown()
 
 

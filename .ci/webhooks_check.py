@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List, Tuple
 
 import httpx
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from harness import bootstrap, create_database, drop_database, serve, start_keel, stop_keel
+
 BINARY, ADMIN_URL = sys.argv[1], sys.argv[2]
 INTERNAL_KEY = "webhooks-check-internal-key"
 Received = Tuple[bytes, Dict[str, str]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -68,33 +62,21 @@ def ok(answer: httpx.Response) -> Any:
 
 def main() -> None:
     database = f"keel_webhooks_{uuid.uuid4().hex[:12]}"
-    subprocess.run(["psql", ADMIN_URL, "-q", "-c", f'CREATE DATABASE "{database}"'], check=True, capture_output=True)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    hook_url = f"http://127.0.0.1:{server.server_address[1]}/keel"
-    port = free_port()
+    server, receiver = serve(Receiver)
+    hook_url = f"{receiver}/keel"
     env = dict(
         os.environ,
-        KEEL_DATABASE_URL=ADMIN_URL.rsplit("/", 1)[0] + "/" + database,
-        KEEL_LISTEN=f"127.0.0.1:{port}",
+        KEEL_DATABASE_URL=create_database(ADMIN_URL, database),
         KEEL_INTERNAL_KEYS=INTERNAL_KEY,
         KEEL_SESSION_SECRET="webhooks-check-session-secret",
         KEEL__WEBHOOKS__ALLOW_HTTP="true",
         KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS="true",
         RUST_LOG="warn",
     )
-    keel = subprocess.Popen([BINARY, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    keel = None
     try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        boot = json.loads(subprocess.run([BINARY, "admin", "bootstrap", "--org", "Hooks", "--owner", "hooks-owner"],
-                                         env=env, check=True, capture_output=True, text=True).stdout)
+        keel, base = start_keel(BINARY, env)
+        boot = bootstrap(BINARY, env, "Hooks", "hooks-owner")
         org_id = boot["orgId"]
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {boot['apiKey']}"}, timeout=30)
         internal = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {INTERNAL_KEY}"}, timeout=30)
@@ -147,11 +129,10 @@ def main() -> None:
             assert Webhook(key).verify(body, headers)["type"] == "webhook.test"
         print(f"webhooks: {len(expected) + 1} deliveries verified with standardwebhooks; forgeries refused")
     finally:
-        keel.kill()
-        keel.wait()
+        if keel is not None:
+            stop_keel(keel)
         server.shutdown()
-        subprocess.run(["psql", ADMIN_URL, "-q", "-c", f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'],
-                       check=False, capture_output=True)
+        drop_database(ADMIN_URL, database)
 
 
 if __name__ == "__main__":
