@@ -185,6 +185,13 @@ enum BenchTarget {
         /// Traces written, and left unindexed, before the last searches.
         #[arg(long, default_value_t = 20_000)]
         tail: usize,
+        /// Steady writer rates (traces/s, comma-separated) at which the indexer's lag is
+        /// sampled...
+        #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000")]
+        paced_rates: Vec<u64>,
+        /// ...each for this many seconds.
+        #[arg(long, default_value_t = 10)]
+        paced_secs: u64,
     },
     /// Enqueue jobs, then workers claim and report them: batched against one job per claim.
     Queue {
@@ -315,6 +322,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             rounds,
             queries,
             tail,
+            paced_rates,
+            paced_secs,
         } => {
             crate::search::run(crate::search::SearchBench {
                 postgres_url,
@@ -323,6 +332,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 rounds,
                 queries,
                 tail,
+                paced_rates,
+                paced_secs,
             })
             .await
         }

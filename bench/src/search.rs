@@ -24,6 +24,10 @@ pub struct SearchBench {
     pub queries: usize,
     /// Traces written after the index is built and left unindexed for the last searches.
     pub tail: usize,
+    /// Steady writer rates (traces/s) at which the indexer's lag is sampled...
+    pub paced_rates: Vec<u64>,
+    /// ...each for this many seconds.
+    pub paced_secs: u64,
 }
 
 const RARE: &str = "zyxwvut";
@@ -113,6 +117,74 @@ async fn indexed(conn: &DatabaseConnection) -> anyhow::Result<Duration> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(started.elapsed())
+}
+
+/// The writer at steady rates below its full speed (a batch of 256 at each tick), the indexer
+/// running: how far behind the indexer is, sampled every 100 ms.
+async fn paced(
+    out: &mut impl Write,
+    conn: &DatabaseConnection,
+    tenant: &Tenant,
+    bench: &SearchBench,
+    words: &mut Words,
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "| rate, traces/s | written | seconds | index lag p50 ms | p99 ms | max ms |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
+    for &rate in &bench.paced_rates {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let counter = prometheus::IntCounter::new("indexed", "traces indexed")?;
+        let indexer = tokio::spawn(keel::traces::indexer::run(conn.clone(), counter, stop.clone()));
+        let sampling = stop.child_token();
+        let sampler = {
+            let (conn, sampling) = (conn.clone(), sampling.clone());
+            tokio::spawn(async move {
+                let mut lags = Vec::new();
+                while !sampling.is_cancelled() {
+                    if let Ok(oldest) = keel::traces::repo::oldest_unindexed(&conn).await {
+                        let lag = oldest.map_or(0, |at| (Utc::now() - at).num_milliseconds().max(0));
+                        lags.push(Duration::from_millis(lag as u64));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                lags
+            })
+        };
+        let total = (rate * bench.paced_secs) as usize;
+        let tick = Duration::from_secs_f64(256.0 / rate as f64);
+        let mut ticks = tokio::time::interval(tick);
+        let started = Instant::now();
+        for from in (0..total).step_by(256) {
+            ticks.tick().await;
+            // Made at its tick: a trace's time is when the writer got it.
+            let batch: Vec<trace::Model> = (from..(from + 256).min(total))
+                .map(|i| trace_of(tenant, i, words))
+                .collect();
+            keel::traces::repo::insert_traces(conn, &batch).await?;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        indexed(conn).await?;
+        sampling.cancel();
+        let mut lags = sampler.await?;
+        stop.cancel();
+        indexer.await?;
+        if lags.is_empty() {
+            lags.push(Duration::ZERO);
+        }
+        lags.sort();
+        let max = lags.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        writeln!(
+            out,
+            "| {rate} | {total} | {seconds:.1} | {:.0} | {:.0} | {max:.0} |",
+            percentile(&lags, 0.5),
+            percentile(&lags, 0.99),
+        )?;
+        eprintln!("paced {rate}/s: lag max {max:.0} ms");
+    }
+    writeln!(out)?;
+    Ok(())
 }
 
 /// The first page of `q`'s matches, `runs` warm times: (matches on the page, p50, p95 ms).
@@ -207,6 +279,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
         100.0 * paused / without_rate,
         100.0 * running / without_rate,
     )?;
+    paced(&mut out, &with, &with_tenant, &bench, &mut words).await?;
     with.close().await.ok();
     without.close().await.ok();
     with_db.drop_now().await;
