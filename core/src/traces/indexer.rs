@@ -85,23 +85,24 @@ pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounte
 /// `stop`.
 pub async fn run(db: DatabaseConnection, indexed: prometheus::IntCounter, stop: CancellationToken) {
     loop {
-        let work = async {
-            let worded = backfill_words(&db).await?;
-            if worded > 0 {
-                tracing::info!(
-                    traces = worded,
-                    "words and previews made for traces recorded without them"
-                );
-            }
-            catch_up(&db, &indexed).await
-        };
-        let rest = match work.await {
-            Ok(_) => IDLE,
+        // Each part on its own: old traces that cannot be given words never hold up the index.
+        let mut failed = false;
+        match backfill_words(&db).await {
+            Ok(0) => {}
+            Ok(worded) => tracing::info!(
+                traces = worded,
+                "words and previews made for traces recorded without them"
+            ),
             Err(err) => {
-                tracing::warn!(error = %err, "trace search indexer failed; it tries again in 5 s");
-                AFTER_FAILURE
+                tracing::warn!(error = %err, "giving old traces their words failed; it tries again in 5 s");
+                failed = true;
             }
-        };
+        }
+        if let Err(err) = catch_up(&db, &indexed).await {
+            tracing::warn!(error = %err, "trace search indexer failed; it tries again in 5 s");
+            failed = true;
+        }
+        let rest = if failed { AFTER_FAILURE } else { IDLE };
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(rest) => {}
