@@ -187,6 +187,23 @@ async fn paced(
     Ok(())
 }
 
+/// A table of each query's first page: matches, p50 and p95 of `runs` warm runs.
+async fn search_table(
+    out: &mut impl Write,
+    conn: &DatabaseConnection,
+    tenant: &Tenant,
+    queries: &[String],
+    runs: usize,
+) -> anyhow::Result<()> {
+    writeln!(out, "| q | matches (first page of 50) | p50 ms | p95 ms | runs |")?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    for q in queries {
+        let (found, p50, p95) = search(conn, tenant, q, runs).await?;
+        writeln!(out, "| `{q}` | {found} | {p50:.1} | {p95:.1} | {runs} |")?;
+    }
+    Ok(())
+}
+
 /// The first page of `q`'s matches, `runs` warm times: (matches on the page, p50, p95 ms).
 async fn search(
     conn: &DatabaseConnection,
@@ -327,16 +344,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
         COMMON.to_owned(),
         format!("\"{COMMON} w1\""),
     ];
-    writeln!(out, "| q | matches (first page of 50) | p50 ms | p95 ms | runs |")?;
-    writeln!(out, "|---|---|---|---|---|")?;
-    for q in &queries {
-        let (found, p50, p95) = search(&conn, &tenant, q, bench.queries).await?;
-        writeln!(
-            out,
-            "| `{q}` | {found} | {p50:.1} | {p95:.1} | {} |",
-            bench.queries
-        )?;
-    }
+    search_table(&mut out, &conn, &tenant, &queries, bench.queries).await?;
     // A tail the indexer has not reached (its batches never run here): the writer's traces
     // of about a second at full speed.
     let tail = bench.tail;
@@ -347,16 +355,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
         out,
         "\nThe same searches with {tail} more traces written and not yet indexed:\n"
     )?;
-    writeln!(out, "| q | matches (first page of 50) | p50 ms | p95 ms | runs |")?;
-    writeln!(out, "|---|---|---|---|---|")?;
-    for q in &queries {
-        let (found, p50, p95) = search(&conn, &tenant, q, bench.queries).await?;
-        writeln!(
-            out,
-            "| `{q}` | {found} | {p50:.1} | {p95:.1} | {} |",
-            bench.queries
-        )?;
-    }
+    search_table(&mut out, &conn, &tenant, &queries, bench.queries).await?;
     conn.close().await.ok();
     db.drop_now().await;
     Ok(())
