@@ -180,18 +180,17 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
     // A second instance runs the indexer: it indexes the three, and the same searches now
     // go through the GIN index with the same answers.
     let indexing = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
-    let mut waited = 0;
-    loop {
-        let metrics = indexing.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
-        if metric(&metrics, "keel_traces_indexed_total") == 3.0
-            && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0
-        {
-            break;
-        }
-        waited += 1;
-        assert!(waited < 200, "the indexer never caught up:\n{metrics}");
-        actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let metrics = || async { indexing.get("/metrics", INTERNAL_KEY).await.text().await.unwrap() };
+    assert!(
+        eventually(|| async {
+            let metrics = metrics().await;
+            metric(&metrics, "keel_traces_indexed_total") == 3.0
+                && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0
+        })
+        .await,
+        "the indexer never caught up:\n{}",
+        metrics().await
+    );
     assert_eq!(
         metric(
             &app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap(),
@@ -240,17 +239,17 @@ async fn traces_recorded_before_words_were_kept_get_them_and_their_previews() {
 
     // The indexer gives them their words (and on PostgreSQL indexes them): found by a word of
     // the question and a phrase of the reply, never by the system prompt; previews shown.
-    let mut waited = 0;
-    let found = loop {
-        let found = list(&app, &org, &format!("projectId={project}&q=parcel")).await;
-        let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
-        if !ids(&found).is_empty() && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0 {
-            break found;
-        }
-        waited += 1;
-        assert!(waited < 200, "the old traces never got their words: {found}");
-        actix_web::rt::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let query = format!("projectId={project}&q=parcel");
+    let search = || list(&app, &org, &query);
+    assert!(
+        eventually(|| async {
+            let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+            !ids(&search().await).is_empty() && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0
+        })
+        .await,
+        "the old traces never got their words"
+    );
+    let found = search().await;
     assert_eq!(ids(&found), std::slice::from_ref(&parcel));
     assert_eq!(
         found["traces"][0]["preview"]["input"],
