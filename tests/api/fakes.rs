@@ -625,7 +625,30 @@ impl RawProvider {
             }
             _ => b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_vec(),
         };
-        let _ = stream.write_all(&answer).await;
+        let _ = stream.write_all(&closing(answer)).await;
         let _ = stream.shutdown().await;
     }
+}
+
+/// `answer` saying `connection: close` (unless it does already): this fake ends every
+/// connection after one answer, and a server that does must say so (RFC 9112, 9.6), or a
+/// client's pool may send its next request into the closing connection.
+fn closing(answer: Vec<u8>) -> Vec<u8> {
+    let Some(line_end) = answer.windows(2).position(|w| w == b"\r\n") else {
+        return answer;
+    };
+    let head_end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    if String::from_utf8_lossy(&answer[..head_end])
+        .to_lowercase()
+        .contains("\r\nconnection:")
+    {
+        return answer;
+    }
+    let mut closing = answer[..line_end + 2].to_vec();
+    closing.extend_from_slice(b"connection: close\r\n");
+    closing.extend_from_slice(&answer[line_end + 2..]);
+    closing
 }
