@@ -105,7 +105,11 @@ async fn write(
     Ok(started.elapsed())
 }
 
+/// The `p` percentile of `sorted` in milliseconds (0 of none).
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
     let at = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[at].as_secs_f64() * 1000.0
 }
@@ -170,9 +174,6 @@ async fn paced(
         let mut lags = sampler.await?;
         stop.cancel();
         indexer.await?;
-        if lags.is_empty() {
-            lags.push(Duration::ZERO);
-        }
         lags.sort();
         let max = lags.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0);
         writeln!(

@@ -68,6 +68,16 @@ impl MigratorTrait for Migrator {
 /// Column helpers shared by the migrations, so every table spells time and ids alike.
 pub(crate) mod cols {
     use sea_orm_migration::prelude::*;
+    use sea_orm_migration::sea_orm::ConnectionTrait;
+
+    /// Runs `statements` in order (raw SQL a schema builder does not express).
+    pub async fn execute_all(manager: &SchemaManager<'_>, statements: &[&str]) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        for statement in statements {
+            db.execute_unprepared(statement).await?;
+        }
+        Ok(())
+    }
 
     /// A string primary key (UUIDs and caller-chosen ids).
     pub fn id(name: &'static str) -> ColumnDef {

@@ -126,13 +126,15 @@ impl MigrationTrait for Migration {
                     .await?;
             }
             _ => {
-                for statement in [
-                    "DROP TRIGGER IF EXISTS traces_fts_insert",
-                    "DROP TRIGGER IF EXISTS traces_fts_delete",
-                    "DROP TABLE IF EXISTS traces_fts",
-                ] {
-                    db.execute_unprepared(statement).await?;
-                }
+                crate::cols::execute_all(
+                    manager,
+                    &[
+                        "DROP TRIGGER IF EXISTS traces_fts_insert",
+                        "DROP TRIGGER IF EXISTS traces_fts_delete",
+                        "DROP TABLE IF EXISTS traces_fts",
+                    ],
+                )
+                .await?
             }
         }
         for column in TRACE_COLUMNS {

@@ -7,7 +7,9 @@
 //! is unchanged: its FTS5 table is kept by triggers.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm_migration::sea_orm::DbBackend;
+
+use crate::cols::execute_all;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -18,35 +20,35 @@ impl MigrationTrait for Migration {
         if manager.get_database_backend() != DbBackend::Postgres {
             return Ok(());
         }
-        let db = manager.get_connection();
-        for statement in [
-            "DROP INDEX IF EXISTS idx_traces_search",
-            "ALTER TABLE traces DROP COLUMN IF EXISTS search",
-            "ALTER TABLE traces ADD COLUMN search tsvector",
-            "CREATE INDEX idx_traces_search ON traces USING GIN (search) WHERE search IS NOT NULL",
-            "CREATE INDEX idx_traces_unindexed ON traces (created_at, id) \
+        execute_all(
+            manager,
+            &[
+                "DROP INDEX IF EXISTS idx_traces_search",
+                "ALTER TABLE traces DROP COLUMN IF EXISTS search",
+                "ALTER TABLE traces ADD COLUMN search tsvector",
+                "CREATE INDEX idx_traces_search ON traces USING GIN (search) WHERE search IS NOT NULL",
+                "CREATE INDEX idx_traces_unindexed ON traces (created_at, id) \
              WHERE search IS NULL AND search_text IS NOT NULL",
-        ] {
-            db.execute_unprepared(statement).await?;
-        }
-        Ok(())
+            ],
+        )
+        .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         if manager.get_database_backend() != DbBackend::Postgres {
             return Ok(());
         }
-        let db = manager.get_connection();
-        for statement in [
-            "DROP INDEX IF EXISTS idx_traces_unindexed",
-            "DROP INDEX IF EXISTS idx_traces_search",
-            "ALTER TABLE traces DROP COLUMN IF EXISTS search",
-            "ALTER TABLE traces ADD COLUMN search tsvector \
+        execute_all(
+            manager,
+            &[
+                "DROP INDEX IF EXISTS idx_traces_unindexed",
+                "DROP INDEX IF EXISTS idx_traces_search",
+                "ALTER TABLE traces DROP COLUMN IF EXISTS search",
+                "ALTER TABLE traces ADD COLUMN search tsvector \
              GENERATED ALWAYS AS (to_tsvector('simple', coalesce(search_text, ''))) STORED",
-            "CREATE INDEX idx_traces_search ON traces USING GIN (search)",
-        ] {
-            db.execute_unprepared(statement).await?;
-        }
-        Ok(())
+                "CREATE INDEX idx_traces_search ON traces USING GIN (search)",
+            ],
+        )
+        .await
     }
 }

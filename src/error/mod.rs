@@ -159,7 +159,6 @@ impl ApiError {
         }
     }
 
-    /// A database error shared by the callers of one look-up (`cache::LoadCache`).
     /// An answer of `status` with the headers this error carries (a limit's `Retry-After`).
     fn reply(&self, status: StatusCode) -> actix_web::HttpResponseBuilder {
         let mut reply = HttpResponse::build(status);
@@ -169,6 +168,7 @@ impl ApiError {
         reply
     }
 
+    /// A database error shared by the callers of one look-up (`cache::LoadCache`).
     pub fn database(err: std::sync::Arc<sea_orm::DbErr>) -> Self {
         Self::Unexpected(anyhow::Error::new(err).context("database"))
     }

@@ -29,11 +29,6 @@ async fn key_with(app: &TestApp, org: &TestOrg, settings: Value) -> (String, Str
     )
 }
 
-/// `org` calling with another of its keys.
-fn as_key(org: &TestOrg, key: &str) -> TestOrg {
-    org.with_key(key)
-}
-
 async fn key_view(app: &TestApp, org: &TestOrg, key_id: &str) -> Value {
     let list = json_of(
         app.get(&format!("/api/api-keys?orgId={}", org.org_id), &org.owner_token)
@@ -275,7 +270,7 @@ async fn scopes_hold_on_the_json_api_the_proxy_the_relay_serving_and_the_console
     // inference only: the proxy and the relay, not the JSON API (403 scope_not_allowed).
     let proxied = sdk_request(
         &app,
-        &as_key(&org, &inference),
+        &org.with_key(&inference),
         Some(&project),
         &chat("gpt-4o-mini", "hi"),
     )
@@ -302,7 +297,7 @@ async fn scopes_hold_on_the_json_api_the_proxy_the_relay_serving_and_the_console
     let (status, kind, code, _) = openai_error(
         sdk_request(
             &app,
-            &as_key(&org, &api),
+            &org.with_key(&api),
             Some(&project),
             &chat("gpt-4o-mini", "hi"),
         )
@@ -368,7 +363,7 @@ async fn an_expired_key_is_401_everywhere() {
     // Works until then (and is cached by the proxy meanwhile).
     let ok = sdk_request(
         &app,
-        &as_key(&org, &key),
+        &org.with_key(&key),
         Some(&project),
         &chat("gpt-4o-mini", "hi"),
     )
@@ -383,7 +378,7 @@ async fn an_expired_key_is_401_everywhere() {
     let (status, kind, _, _) = openai_error(
         sdk_request(
             &app,
-            &as_key(&org, &key),
+            &org.with_key(&key),
             Some(&project),
             &chat("gpt-4o-mini", "hi"),
         )
@@ -450,7 +445,7 @@ async fn a_model_list_admits_only_its_models_on_the_proxy_and_the_relay() {
         json!({"models": ["gpt-4o-mini", "text-embedding-3-small"]}),
     )
     .await;
-    let caller = as_key(&org, &key);
+    let caller = org.with_key(&key);
     let ok = sdk_request(&app, &caller, Some(&project), &chat("gpt-4o-mini", "hi"))
         .send()
         .await
@@ -517,7 +512,7 @@ async fn requests_per_minute_is_a_shared_bucket_over_the_proxy_and_the_relay() {
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "limited").await;
     let (_, key) = key_with(&app, &org, json!({"limits": {"requestsPerMinute": 3}})).await;
-    let caller = as_key(&org, &key);
+    let caller = org.with_key(&key);
     for _ in 0..2 {
         let ok = sdk_request(&app, &caller, Some(&project), &chat("gpt-4o-mini", "hi"))
             .send()
@@ -576,7 +571,7 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
     let project = app.create_project(&org, "tokens").await;
     // The fake's plain completion uses 32 tokens: two calls pass 40.
     let (key_id, key) = key_with(&app, &org, json!({"limits": {"tokensPerDay": 40}})).await;
-    let caller = as_key(&org, &key);
+    let caller = org.with_key(&key);
     let first = sdk_request(&app, &caller, Some(&project), &chat("gpt-4o-mini", "hi"))
         .send()
         .await
@@ -656,7 +651,7 @@ async fn concurrent_streams_are_counted_until_they_end() {
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "streams").await;
     let (_, key) = key_with(&app, &org, json!({"limits": {"concurrentStreams": 1}})).await;
-    let caller = as_key(&org, &key);
+    let caller = org.with_key(&key);
     let streamed = |model: &str| {
         let mut body = chat(model, "count");
         body["stream"] = json!(true);
@@ -713,7 +708,7 @@ async fn two_instances_share_a_keys_limits() {
         json!({"limits": {"requestsPerMinute": 5, "concurrentStreams": 1}}),
     )
     .await;
-    let caller = as_key(&org, &key);
+    let caller = org.with_key(&key);
 
     // Twenty calls alternating between the instances, four at a time: five pass.
     let mut calls = Vec::new();
@@ -740,7 +735,7 @@ async fn two_instances_share_a_keys_limits() {
 
     // A stream open on one instance counts on the other.
     let (_, streamer) = key_with(&first, &org, json!({"limits": {"concurrentStreams": 1}})).await;
-    let streamer = as_key(&org, &streamer);
+    let streamer = org.with_key(&streamer);
     let mut body = chat("stream-endless", "count");
     body["stream"] = json!(true);
     let open = sdk_request(&first, &streamer, Some(&project), &body)
@@ -810,7 +805,7 @@ async fn the_console_creates_and_edits_a_keys_settings_and_shows_its_use_against
     // A call with it: the page shows today's use against the limits, and the last use.
     let call = sdk_request(
         &app,
-        &as_key(&org, &secret),
+        &org.with_key(&secret),
         Some(&project),
         &chat("gpt-4o-mini", "hi"),
     )

@@ -316,8 +316,9 @@ async fn cursor_paging_over_2500_traces_returns_each_once_and_bad_queries_are_42
     }
     assert_eq!(seen, expected);
     assert_eq!(pages, 13);
-    // The same walk with a search every trace matches (more matches than the search's probe:
-    // the newest-first walk) and with one only a few match (the probe's ids).
+    // The same walk with searches every trace matches, one word and two (more matches than
+    // the search's probe: the newest-first walk); then the words of one trace's id, which
+    // only it holds (the probe's ids).
     for (q, count) in [("question", 2500), ("question answer", 2500)] {
         let mut seen = HashSet::new();
         let mut cursor: Option<String> = None;
@@ -889,4 +890,31 @@ async fn the_documents_tag_and_min_score_patterns_are_the_cores() {
             NAME_PATTERN
         );
     }
+}
+
+/// The search migrations (tags and scores, the indexer's column, the words' backfill) undo
+/// and redo cleanly on a database that has them.
+#[actix_web::test]
+async fn the_search_migrations_go_down_and_up_again() {
+    use migration::{Migrator, MigratorTrait};
+    let db_handle = TestDb::new().await;
+    let db = sea_orm::Database::connect(&db_handle.url).await.unwrap();
+    Migrator::up(&db, None).await.unwrap();
+    let names: Vec<String> = Migrator::migrations()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    let first = names
+        .iter()
+        .position(|n| n == "m20261127_000002_trace_search_tags")
+        .expect("the search migration");
+    let undone = (names.len() - first) as u32;
+    Migrator::down(&db, Some(undone)).await.unwrap();
+    assert_eq!(
+        Migrator::get_pending_migrations(&db).await.unwrap().len(),
+        undone as usize
+    );
+    Migrator::up(&db, None).await.unwrap();
+    assert!(Migrator::get_pending_migrations(&db).await.unwrap().is_empty());
+    db.close().await.ok();
 }

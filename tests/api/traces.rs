@@ -596,9 +596,8 @@ async fn own_writer(
             flush_ms: 600_000,
             batch_interval_ms,
             queue_capacity: capacity,
-            export_max_page_bytes: 1 << 25,
-            retention_sweep_secs: 300,
-            search_indexer: true,
+            // The rest (none of it the writer's) as configured by default.
+            ..keel::config::Settings::defaults().expect("defaults").traces
         },
         keel::metrics::Metrics::new(),
     );

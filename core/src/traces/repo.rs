@@ -64,6 +64,10 @@ pub async fn projects_with_traces(
     Ok(projects)
 }
 
+/// A trace the search indexer has not reached (PostgreSQL): the predicate of the partial
+/// index `idx_traces_unindexed`, which the indexer and a search's tail read through.
+const UNINDEXED: &str = "\"traces\".\"search\" IS NULL AND \"traces\".\"search_text\" IS NOT NULL";
+
 /// Which of a project's traces to list.
 #[derive(Debug, Default, Clone)]
 pub struct TraceFilter {
@@ -148,9 +152,7 @@ fn kept_by(
                 for phrase in search.phrase_patterns() {
                     indexed = indexed.add(words().like(phrase));
                 }
-                let mut tail = Condition::all()
-                    .add(Expr::cust("\"traces\".\"search\" IS NULL"))
-                    .add(trace::Column::SearchText.is_not_null());
+                let mut tail = Condition::all().add(Expr::cust(UNINDEXED));
                 for term in search.patterns() {
                     tail = tail.add(words().like(term));
                 }
@@ -414,13 +416,15 @@ pub async fn list_page(
 /// (PostgreSQL only); rows another instance's indexer holds are skipped, not waited for.
 /// Answers how many were indexed.
 pub async fn index_unindexed(db: &impl ConnectionTrait, limit: u64) -> Result<u64, DbErr> {
+    let sql = format!(
+        "UPDATE traces SET search = array_to_tsvector(array_remove(string_to_array(search_text, ' '), '')) \
+         WHERE id IN (SELECT id FROM traces WHERE {UNINDEXED} \
+         ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)"
+    );
     let done = db
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "UPDATE traces SET search = array_to_tsvector(array_remove(string_to_array(search_text, ' '), '')) \
-             WHERE id IN \
-             (SELECT id FROM traces WHERE search IS NULL AND search_text IS NOT NULL \
-             ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            sql,
             [(limit as i64).into()],
         ))
         .await?;
@@ -472,8 +476,7 @@ pub async fn oldest_unindexed(db: &impl ConnectionTrait) -> Result<Option<DateTi
     trace::Entity::find()
         .select_only()
         .column(trace::Column::CreatedAt)
-        .filter(Expr::cust("\"traces\".\"search\" IS NULL"))
-        .filter(trace::Column::SearchText.is_not_null())
+        .filter(Expr::cust(UNINDEXED))
         .order_by_asc(trace::Column::CreatedAt)
         .order_by_asc(trace::Column::Id)
         .into_tuple()
