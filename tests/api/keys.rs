@@ -614,17 +614,15 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
         metric(&metrics, "keel_proxy_limited_total{limit=\"tokens_per_day\"}"),
         1.0
     );
-    // Last use is written at most once a minute per key and instance: later calls within the
-    // minute (counted, once the next second's flush has run) leave it as it was.
+    // The day's tokens are used: the relay is refused too, once they are written (a limit
+    // read then adds nothing counted here), and a refused call counts for nothing.
     let first_use = key_view(&app, &org, &key_id).await["lastUsedAt"].clone();
-    relay(&app, &key, Method::GET, "/v1/models").send().await.unwrap();
-    assert!(
-        eventually(|| async {
-            key_view(&app, &org, &key_id).await["usageToday"]["requests"].as_i64() == Some(passed + 1)
-        })
-        .await
+    let models = relay(&app, &key, Method::GET, "/v1/models").send().await.unwrap();
+    let (status, kind, _, _) = openai_error(models).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded")
     );
-    assert_eq!(key_view(&app, &org, &key_id).await["lastUsedAt"], first_use);
     // Raising the limit lets it through again at once.
     json_of(
         patch_key(
@@ -638,11 +636,24 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
         StatusCode::OK,
     )
     .await;
-    let again = sdk_request(&app, &caller, Some(&project), &chat("gpt-4o-mini", "hi"))
-        .send()
-        .await
-        .unwrap();
+    let again = relay(&app, &key, Method::GET, "/v1/models").send().await.unwrap();
     assert_eq!(again.status(), StatusCode::OK);
+    // Last use is written at most once a minute per key and instance: later calls within the
+    // minute (counted, once the next second's flush has run) leave it as it was.
+    assert!(
+        eventually(|| async {
+            key_view(&app, &org, &key_id).await["usageToday"]["requests"].as_i64() == Some(passed + 1)
+        })
+        .await
+    );
+    assert_eq!(key_view(&app, &org, &key_id).await["lastUsedAt"], first_use);
+    assert_eq!(
+        metric(
+            &app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap(),
+            "keel_proxy_limited_total{limit=\"tokens_per_day\"}"
+        ),
+        2.0
+    );
 }
 
 #[actix_web::test]

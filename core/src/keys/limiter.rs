@@ -6,8 +6,9 @@
 //!   key is never over its limit); a tenth of a second's worth at a time above (the next
 //!   batch drawn as soon as one is begun, so no call waits for the database), kept at most a
 //!   second.
-//! - `tokensPerDay`: the day's tokens in the database plus those counted here and not yet
-//!   written; read again at least every second, and at every call past half the limit.
+//! - `tokensPerDay`: the day's tokens in the database plus those counted here that the read
+//!   may not include (pending, being written, or written since; see [`UsageBook`]); read
+//!   again at least every second, and at every call past half the limit.
 //! - `concurrentStreams`: each instance's open streams of the key in a row it refreshes; a
 //!   stream opens if the live rows' total stays within the limit.
 //!
@@ -78,6 +79,8 @@ struct LeaseState {
 struct TokensSeen {
     day: String,
     tokens: i64,
+    /// The usage book's mark taken before the read ([`UsageBook::mark`]).
+    mark: i64,
     read: Instant,
     /// A read is in flight.
     refreshing: Arc<AtomicBool>,
@@ -177,10 +180,16 @@ impl Limiter {
     /// call reads.
     async fn tokens_today(&self, key_id: &ApiKeyId, limit: u64, now: DateTime<Utc>) -> Result<i64, DbErr> {
         let day = day_of(now);
-        let pending = self.inner.usage.pending_tokens(key_id, &day);
         let half = i64::try_from(limit / 2).unwrap_or(i64::MAX);
-        let seen = lock(&self.inner.tokens).get(key_id).cloned();
-        if let Some(seen) = seen.filter(|seen| seen.day == day && seen.tokens + pending < half) {
+        let seen = lock(&self.inner.tokens)
+            .get(key_id)
+            .filter(|seen| seen.day == day)
+            .cloned();
+        let seen = seen.map(|seen| {
+            let used = seen.tokens + self.inner.usage.tokens_beyond(key_id, &day, seen.mark);
+            (seen, used)
+        });
+        if let Some((seen, used)) = seen.filter(|(_, used)| *used < half) {
             if seen.read.elapsed() >= TOKENS_TTL && !seen.refreshing.swap(true, Ordering::AcqRel) {
                 let (limiter, key_id) = (self.clone(), key_id.clone());
                 tokio::spawn(async move {
@@ -190,25 +199,28 @@ impl Limiter {
                     seen.refreshing.store(false, Ordering::Release);
                 });
             }
-            return Ok(seen.tokens + pending);
+            return Ok(used);
         }
-        let tokens = self.read_tokens(key_id, &day).await?;
-        // Counted here since the read began: still pending, or written and read.
-        Ok(tokens + self.inner.usage.pending_tokens(key_id, &day))
+        let (tokens, mark) = self.read_tokens(key_id, &day).await?;
+        Ok(tokens + self.inner.usage.tokens_beyond(key_id, &day, mark))
     }
 
-    async fn read_tokens(&self, key_id: &ApiKeyId, day: &str) -> Result<i64, DbErr> {
+    /// Reads the key's tokens on `day` from the database; answers them and the usage book's
+    /// mark taken before the read.
+    async fn read_tokens(&self, key_id: &ApiKeyId, day: &str) -> Result<(i64, i64), DbErr> {
+        let mark = self.inner.usage.mark(key_id, day);
         let (_, tokens) = repo::usage_on(&self.inner.db, key_id, day).await?;
         lock(&self.inner.tokens).insert(
             key_id.clone(),
             TokensSeen {
                 day: day.to_owned(),
                 tokens,
+                mark,
                 read: Instant::now(),
                 refreshing: Arc::new(AtomicBool::new(false)),
             },
         );
-        Ok(tokens)
+        Ok((tokens, mark))
     }
 
     fn lease(&self, key_id: &ApiKeyId) -> Arc<Lease> {
