@@ -255,7 +255,15 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             let created = orgs::service::create_org(&db, &org, None, &owner_id, email.as_deref())
                 .await
                 .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
-            let key = orgs::repo::create_api_key(&db, &created.org_id, Some("bootstrap")).await?;
+            let key = keel_core::keys::service::create(
+                &db,
+                &created.org_id,
+                Some("bootstrap"),
+                &keel_core::keys::KeySettings::default(),
+                chrono::Utc::now(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
             let session_token = match crate::auth::session::SessionKeys::new(&settings.auth.session_secret) {
                 Some(keys) => Some(keys.issue(&owner, settings.auth.session_ttl_secs)?),
                 None => {

@@ -98,7 +98,7 @@ impl Tenant {
         let org = keel::orgs::service::create_org(conn, "bench", None, &owner, None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let key = keel::orgs::repo::create_api_key(conn, &org.org_id, Some("bench")).await?;
+        let key = keel::keys::repo::insert(conn, &org.org_id, Some("bench"), &Default::default()).await?;
         let project = keel::projects::repo::insert(conn, &org.org_id, "bench", "bench", None).await?;
         Ok(Self {
             org_id: org.org_id,

@@ -284,7 +284,7 @@ impl Metrics {
                     &["limit"],
                 );
                 // Every series exists from start-up.
-                for kind in crate::keys::LimitKind::ALL {
+                for kind in crate::domain::LimitKind::ALL {
                     limited.with_label_values(&[kind.as_str()]);
                 }
                 limited
@@ -493,7 +493,7 @@ impl Metrics {
     }
 
     /// Counts a call an API key's limit refused.
-    pub fn limited(&self, limit: crate::keys::LimitKind) {
+    pub fn limited(&self, limit: crate::domain::LimitKind) {
         self.proxy_limited.with_label_values(&[limit.as_str()]).inc();
     }
 

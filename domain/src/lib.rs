@@ -7,6 +7,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod job;
 pub mod ledger;
+pub mod limit;
 pub mod money;
 pub mod payment;
 
@@ -14,6 +15,7 @@ pub use idempotency::IdempotencyKey;
 pub use ids::{ApiKeyId, IdError, JobId, OrgId, ProjectId, RunId, TraceId, UserId};
 pub use job::{AttemptOutcome, JobAction, JobStatus};
 pub use ledger::{EntryKind, GrantKind};
+pub use limit::LimitKind;
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
 pub use payment::PaymentState;
 

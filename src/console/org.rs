@@ -777,10 +777,10 @@ pub async fn revoke_key(
     let org = viewer.act_in(&path.org, &form.csrf, true).await?;
     let outcome = match crate::domain::ApiKeyId::parse(&path.key) {
         Ok(key_id) => {
-            crate::orgs::service::revoke_key(&viewer.state.db, &viewer.state.cluster, &org.org_id, &key_id)
+            keel_core::keys::service::revoke(&viewer.state.db, &viewer.state.cluster, &org.org_id, &key_id)
                 .await
         }
-        Err(_) => Err(keel_core::orgs::OrgError::KeyNotFound),
+        Err(_) => Err(keel_core::keys::KeyError::NotFound),
     };
     after_form(&format!("/console/o/{}/keys", org.org_id), outcome, |()| {
         "API key revoked.".into()

@@ -157,7 +157,6 @@ impl From<OrgError> for ApiError {
         match err {
             OrgError::OrgNotFound => coded(Code::OrganizationNotFound, err),
             OrgError::AdapterNotFound => coded(Code::AdapterNotFound, err),
-            OrgError::KeyNotFound => coded(Code::ApiKeyNotFound, err),
             OrgError::SlugTaken(_) | OrgError::NoFreeSlug => coded(Code::SlugTaken, err),
             OrgError::Database(err) => err.into(),
         }

@@ -97,6 +97,6 @@ pub async fn revoke_key(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    keel_core::orgs::service::revoke_key(&state.db, &state.cluster, &owner.0.org_id, &key_id(&path)?).await?;
+    service::revoke(&state.db, &state.cluster, &owner.0.org_id, &key_id(&path)?).await?;
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }

@@ -103,7 +103,14 @@ pub async fn create_api_key(
     body: ValidJson<ApiKeyBody>,
 ) -> ApiResult<HttpResponse> {
     let org_id = path_org("org_id", &path)?;
-    let created = service::create_api_key(&state.db, &org_id, body.0.name.as_deref()).await?;
+    let created = keel_core::keys::service::create(
+        &state.db,
+        &org_id,
+        body.0.name.as_deref(),
+        &keel_core::keys::KeySettings::default(),
+        chrono::Utc::now(),
+    )
+    .await?;
     Ok(HttpResponse::Created().json(CreatedKeyResponse {
         api_key_id: created.api_key_id.into(),
         key: created.secret,
@@ -122,8 +129,8 @@ pub async fn revoke_api_key(
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     // Not an id keel gave out: no such key.
-    let key_id = ApiKeyId::parse(&path).map_err(|_| keel_core::orgs::OrgError::KeyNotFound)?;
-    service::revoke_any_key(&state.db, &state.cluster, &key_id).await?;
+    let key_id = ApiKeyId::parse(&path).map_err(|_| keel_core::keys::KeyError::NotFound)?;
+    keel_core::keys::service::revoke_any(&state.db, &state.cluster, &key_id).await?;
     Ok(HttpResponse::Ok().json(Revoked { revoked: true }))
 }
 

@@ -192,7 +192,7 @@ async fn balances_from_before_grants_become_one_migrated_grant_each() {
     let mut keys = std::collections::HashMap::new();
     for id in [&rich, &poor] {
         let org_id = keel::domain::OrgId::parse(id).unwrap();
-        let key = keel::orgs::repo::create_api_key(&db, &org_id, Some("test"))
+        let key = keel::keys::repo::insert(&db, &org_id, Some("test"), &Default::default())
             .await
             .unwrap();
         keys.insert(id.clone(), key.secret);

@@ -11,6 +11,7 @@ pub mod usage;
 use chrono::{DateTime, Utc};
 use entities::api_key;
 
+pub use crate::domain::LimitKind;
 pub use limiter::{Limiter, Refusal, StreamPermit};
 pub use usage::UsageBook;
 
@@ -94,30 +95,6 @@ pub struct Limits {
 impl Limits {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
-    }
-}
-
-/// Which limit refused a call (the `limit` label of `keel_proxy_limited_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitKind {
-    RequestsPerMinute,
-    TokensPerDay,
-    ConcurrentStreams,
-}
-
-impl LimitKind {
-    pub const ALL: [Self; 3] = [
-        Self::RequestsPerMinute,
-        Self::TokensPerDay,
-        Self::ConcurrentStreams,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::RequestsPerMinute => "requests_per_minute",
-            Self::TokensPerDay => "tokens_per_day",
-            Self::ConcurrentStreams => "concurrent_streams",
-        }
     }
 }
 

@@ -58,11 +58,27 @@ pub async fn insert(
     })
 }
 
-pub async fn org_exists(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<bool, DbErr> {
-    Ok(entities::organization::Entity::find_by_id(org_id.clone())
+/// Revokes a key; `false` when there is no such key. Revoking twice is harmless. Console
+/// sessions signed in with the key end with it.
+pub async fn revoke(db: &impl ConnectionTrait, key_id: &ApiKeyId) -> Result<bool, DbErr> {
+    if api_key::Entity::find_by_id(key_id.clone())
         .one(db)
         .await?
-        .is_some())
+        .is_none()
+    {
+        return Ok(false);
+    }
+    api_key::Entity::update_many()
+        .col_expr(api_key::Column::RevokedAt, Expr::value(Utc::now()))
+        .filter(api_key::Column::Id.eq(key_id))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .exec(db)
+        .await?;
+    entities::console_session::Entity::delete_many()
+        .filter(entities::console_session::Column::KeyId.eq(key_id))
+        .exec(db)
+        .await?;
+    Ok(true)
 }
 
 /// The organization's keys, newest first.

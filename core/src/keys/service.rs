@@ -19,10 +19,37 @@ pub async fn create(
     now: DateTime<Utc>,
 ) -> Result<CreatedKey, KeyError> {
     settings.check_new(now)?;
-    if !repo::org_exists(db, org_id).await? {
+    if !crate::orgs::repo::org_exists(db, org_id).await? {
         return Err(KeyError::OrgNotFound);
     }
     Ok(repo::insert(db, org_id, name, settings).await?)
+}
+
+/// Revokes one of the organization's keys; not found when it is another organization's or
+/// unknown. Every instance's proxy forgets it at once.
+pub async fn revoke(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    org_id: &OrgId,
+    key_id: &ApiKeyId,
+) -> Result<(), KeyError> {
+    if repo::key_of(db, org_id, key_id).await?.is_none() {
+        return Err(KeyError::NotFound);
+    }
+    revoke_any(db, cluster, key_id).await
+}
+
+/// Revokes any organization's key (the operator's route); every instance forgets it.
+pub async fn revoke_any(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    key_id: &ApiKeyId,
+) -> Result<(), KeyError> {
+    if !repo::revoke(db, key_id).await? {
+        return Err(KeyError::NotFound);
+    }
+    cluster.publish(Event::KeyChanged(key_id.clone())).await;
+    Ok(())
 }
 
 /// Changes an active key's settings; every instance forgets what it held of the key.

@@ -15,8 +15,6 @@ pub enum OrgError {
     SlugTaken(String),
     #[error("could not find a free organization slug")]
     NoFreeSlug,
-    #[error("API key not found")]
-    KeyNotFound,
     #[error(transparent)]
     Database(#[from] sea_orm::DbErr),
 }

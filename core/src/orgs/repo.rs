@@ -1,7 +1,7 @@
-//! Organizations, their members, API keys and adapters.
+//! Organizations, their members and adapters.
 
 use chrono::Utc;
-use entities::{adapter, api_key, membership, organization, user};
+use entities::{adapter, membership, organization, user};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -9,7 +9,7 @@ use sea_orm::{
 };
 
 use crate::auth::Role;
-use crate::domain::{ApiKeyId, OrgId, UserId};
+use crate::domain::{OrgId, UserId};
 
 pub fn is_unique_violation(err: &DbErr) -> bool {
     matches!(err.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
@@ -76,7 +76,6 @@ pub async fn org_exists(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<boo
         .is_some())
 }
 
-/// Deletes an organization; every row of it goes with it (foreign keys cascade).
 /// Deletes the organization and, by its foreign keys' cascades, everything it owns; its jobs'
 /// attempts (a table without a foreign key, for the report path's sake) go in the same
 /// transaction.
@@ -120,38 +119,6 @@ pub async fn set_role(
     Ok(())
 }
 
-pub use crate::keys::repo::CreatedKey;
-
-pub async fn create_api_key(
-    db: &impl ConnectionTrait,
-    org_id: &OrgId,
-    name: Option<&str>,
-) -> Result<CreatedKey, DbErr> {
-    crate::keys::repo::insert(db, org_id, name, &crate::keys::KeySettings::default()).await
-}
-
-/// Revokes a key; `false` when there is no such key. Revoking twice is harmless.
-pub async fn revoke_api_key(db: &impl ConnectionTrait, api_key_id: &ApiKeyId) -> Result<bool, DbErr> {
-    let Some(_) = api_key::Entity::find_by_id(api_key_id.to_owned()).one(db).await? else {
-        return Ok(false);
-    };
-    api_key::Entity::update_many()
-        .col_expr(
-            api_key::Column::RevokedAt,
-            sea_orm::sea_query::Expr::value(Utc::now()),
-        )
-        .filter(api_key::Column::Id.eq(api_key_id))
-        .filter(api_key::Column::RevokedAt.is_null())
-        .exec(db)
-        .await?;
-    // Console sessions signed in with the key end with it.
-    entities::console_session::Entity::delete_many()
-        .filter(entities::console_session::Column::KeyId.eq(api_key_id))
-        .exec(db)
-        .await?;
-    Ok(true)
-}
-
 /// Creates or re-attributes an adapter. `live: None` keeps the stored value (false when new).
 pub async fn upsert_adapter(
     db: &impl ConnectionTrait,
@@ -188,18 +155,6 @@ pub async fn upsert_adapter(
         .one(db)
         .await?
         .ok_or_else(|| DbErr::RecordNotFound(adapter_id.to_owned()))
-}
-
-/// Whether the API key exists and belongs to the organization.
-pub async fn api_key_belongs(
-    db: &impl ConnectionTrait,
-    api_key_id: &ApiKeyId,
-    org_id: &OrgId,
-) -> Result<bool, DbErr> {
-    Ok(api_key::Entity::find_by_id(api_key_id.to_owned())
-        .one(db)
-        .await?
-        .is_some_and(|k| k.org_id == *org_id))
 }
 
 pub async fn find_adapter(

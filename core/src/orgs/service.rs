@@ -4,11 +4,11 @@ use chrono::Utc;
 use entities::{adapter, organization};
 use sea_orm::{ActiveValue::Set, DatabaseConnection, EntityTrait, TransactionSession, TransactionTrait};
 
-use super::repo::{self, CreatedKey, CreatedOrg};
+use super::repo::{self, CreatedOrg};
 use super::OrgError;
 use crate::auth::Role;
 use crate::cluster::{Cluster, Event};
-use crate::domain::{ApiKeyId, OrgId, UserId};
+use crate::domain::{OrgId, UserId};
 
 /// Creates an organization with its owner. An explicit slug already taken is 409; a
 /// slug derived from the name gets a short suffix instead.
@@ -58,22 +58,6 @@ pub async fn create_org(
     Err(OrgError::NoFreeSlug)
 }
 
-/// Revokes the organization's API key; not found when it is another organization's or
-/// unknown. Every instance's proxy forgets it at once.
-pub async fn revoke_key(
-    db: &DatabaseConnection,
-    cluster: &Cluster,
-    org_id: &OrgId,
-    key_id: &ApiKeyId,
-) -> Result<(), OrgError> {
-    let belongs = repo::api_key_belongs(db, key_id, org_id).await?;
-    if !belongs || !repo::revoke_api_key(db, key_id).await? {
-        return Err(OrgError::KeyNotFound);
-    }
-    cluster.publish(Event::KeyChanged(key_id.clone())).await;
-    Ok(())
-}
-
 /// Deletes an organization with everything it owns; every instance forgets it at once.
 pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &OrgId) -> Result<(), OrgError> {
     if !repo::delete_org(db, org_id).await? {
@@ -98,31 +82,6 @@ pub async fn set_member(
     repo::upsert_user(db, user_id, email).await?;
     repo::set_role(db, org_id, user_id, role).await?;
     cluster.publish(Event::OrgChanged(org_id.clone())).await;
-    Ok(())
-}
-
-/// Mints an API key for the organization; its secret is in the answer only.
-pub async fn create_api_key(
-    db: &DatabaseConnection,
-    org_id: &OrgId,
-    name: Option<&str>,
-) -> Result<CreatedKey, OrgError> {
-    if !repo::org_exists(db, org_id).await? {
-        return Err(OrgError::OrgNotFound);
-    }
-    Ok(repo::create_api_key(db, org_id, name).await?)
-}
-
-/// Revokes any organization's API key (the operator's route); every instance forgets it.
-pub async fn revoke_any_key(
-    db: &DatabaseConnection,
-    cluster: &Cluster,
-    key_id: &ApiKeyId,
-) -> Result<(), OrgError> {
-    if !repo::revoke_api_key(db, key_id).await? {
-        return Err(OrgError::KeyNotFound);
-    }
-    cluster.publish(Event::KeyChanged(key_id.clone())).await;
     Ok(())
 }
 
