@@ -596,12 +596,7 @@ async fn precheck_verifies_without_moving_money() {
     )
     .await;
     // A card with auto top-up covers any estimate.
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_visa").await;
     let card_only = app
         .post("/api/billing/training-usage/precheck", INTERNAL_KEY, &too_much)
         .await;
@@ -736,58 +731,22 @@ async fn cards_and_top_ups_with_the_simulated_processor() {
     assert!(intent["clientSecret"].as_str().unwrap().contains("_secret_"));
     assert!(intent["customerId"].is_string());
 
-    let no_card = app
-        .post(
-            "/api/billing/topup",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "amountCents": 1000}),
-        )
-        .await;
+    let no_card = app.topup(&org, 1000).await;
     assert_error(no_card, StatusCode::CONFLICT).await;
-    let unknown = app
-        .post(
-            "/api/billing/payment-method",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "paymentMethodId": "pm_nope"}),
-        )
-        .await;
+    let unknown = app.save_card(&org, "pm_nope").await;
     assert_error(unknown, StatusCode::NOT_FOUND).await;
-    let card = json_of(
-        app.post(
-            "/api/billing/payment-method",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-        )
-        .await,
-        StatusCode::OK,
-    )
-    .await;
+    let card = json_of(app.save_card(&org, "pm_card_visa").await, StatusCode::OK).await;
     assert_eq!(card["brand"], "visa");
     assert_eq!(card["last4"], "4242");
 
     for bad in [99, 1_000_001] {
-        let response = app
-            .post(
-                "/api/billing/topup",
-                &org.api_key,
-                &json!({"orgId": org.org_id, "amountCents": bad}),
-            )
-            .await;
+        let response = app.topup(&org, bad).await;
         assert_eq!(
             validation_issues(response).await[0]["loc"],
             json!(["body", "amountCents"])
         );
     }
-    let topped = json_of(
-        app.post(
-            "/api/billing/topup",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "amountCents": 2500}),
-        )
-        .await,
-        StatusCode::OK,
-    )
-    .await;
+    let topped = json_of(app.topup(&org, 2500).await, StatusCode::OK).await;
     assert_eq!(topped["status"], "succeeded");
     assert_eq!(topped["balanceCents"], 2500);
     assert!(topped["paymentIntentId"].as_str().unwrap().starts_with("pi_"));
@@ -796,19 +755,8 @@ async fn cards_and_top_ups_with_the_simulated_processor() {
     assert_eq!(billing["paymentMethod"]["last4"], "4242");
 
     // A declining card saves, but its charges answer 402 and move nothing.
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_chargeDeclined"}),
-    )
-    .await;
-    let declined = app
-        .post(
-            "/api/billing/topup",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "amountCents": 500}),
-        )
-        .await;
+    app.save_card(&org, "pm_card_chargeDeclined").await;
+    let declined = app.topup(&org, 500).await;
     assert_error(declined, StatusCode::PAYMENT_REQUIRED).await;
     assert_eq!(app.balance_microcents(&org).await, 2_500_000_000);
     app.assert_ledger_invariant(&org.org_id).await;
@@ -824,12 +772,7 @@ async fn auto_top_up_needs_a_card_and_complete_settings() {
         StatusCode::CONFLICT,
     )
     .await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_visa").await;
     let incomplete = app
         .put(
             "/api/billing/auto-topup",
@@ -1011,12 +954,7 @@ async fn auto_top_up_pauses_after_three_declines_until_saved_again() {
         &json!({"orgId": org.org_id, "code": "WELCOME10"}),
     )
     .await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_chargeDeclined"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_chargeDeclined").await;
     let settings = json!({"orgId": org.org_id, "enabled": true, "thresholdCents": 5000, "amountCents": 1000});
     app.put("/api/billing/auto-topup", &org.api_key, &settings).await;
     let declines = || async {
@@ -1180,12 +1118,7 @@ async fn deleting_the_customer_is_owner_gated_and_best_effort() {
     })
     .await;
     let org = app.create_org("Acme").await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_mastercard"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_mastercard").await;
     let path = format!("/api/billing/customer?orgId={}", org.org_id);
     assert_error(app.delete(&path, &org.member_token).await, StatusCode::FORBIDDEN).await;
     assert_error(app.delete(&path, &org.api_key).await, StatusCode::FORBIDDEN).await;
@@ -1215,27 +1148,12 @@ async fn the_stripe_processor_gets_form_requests_with_idempotency_keys() {
     })
     .await;
     let org = app.create_org("Acme").await;
-    let card = json_of(
-        app.post(
-            "/api/billing/payment-method",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_mastercard"}),
-        )
-        .await,
-        StatusCode::OK,
-    )
-    .await;
+    let card = json_of(app.save_card(&org, "pm_card_mastercard").await, StatusCode::OK).await;
     assert_eq!(
         card,
         json!({"brand": "mastercard", "last4": "4444", "expMonth": 1, "expYear": 2031})
     );
-    let unknown = app
-        .post(
-            "/api/billing/payment-method",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "paymentMethodId": "pm_unknown_1"}),
-        )
-        .await;
+    let unknown = app.save_card(&org, "pm_unknown_1").await;
     assert_error(unknown, StatusCode::NOT_FOUND).await;
 
     // A retried top-up with the same Idempotency-Key charges and credits once.
@@ -1276,19 +1194,8 @@ async fn the_stripe_processor_gets_form_requests_with_idempotency_keys() {
         .any(|r| r.path == "/v1/payment_methods/pm_card_mastercard/attach"));
 
     // A decline is a 402.
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_decline"}),
-    )
-    .await;
-    let declined = app
-        .post(
-            "/api/billing/topup",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "amountCents": 500}),
-        )
-        .await;
+    app.save_card(&org, "pm_decline").await;
+    let declined = app.topup(&org, 500).await;
     assert_error(declined, StatusCode::PAYMENT_REQUIRED).await;
     assert_eq!(app.balance_microcents(&org).await, 1_500_000_000);
     // The replaced card was detached.
@@ -1370,13 +1277,7 @@ async fn instances_taking_turns_on_one_organization_each_see_the_others_charges(
 
     // A card and auto top-up saved outside the ledger: the next charge through the first
     // instance (whose last view of the account has neither) must see them and top up.
-    first
-        .post(
-            "/api/billing/payment-method",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-        )
-        .await;
+    first.save_card(&org, "pm_card_visa").await;
     let saved = first
         .put(
             "/api/billing/auto-topup",
@@ -1438,12 +1339,7 @@ fn keyed_topup(app: &TestApp, org: &TestOrg, key: &str, cents: i64) -> reqwest::
 async fn a_retried_top_up_with_the_same_idempotency_key_charges_and_credits_once() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_visa").await;
     let mut answers = Vec::new();
     for _ in 0..3 {
         answers.push(
@@ -1487,12 +1383,7 @@ async fn a_retried_top_up_with_the_same_idempotency_key_charges_and_credits_once
 async fn racing_top_ups_with_one_key_and_different_amounts_credit_the_first_and_refuse_the_others() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_visa").await;
     for round in 0..3 {
         let key = format!("mixed-{round}");
         let racing = join_all((0..10).map(|i| {
@@ -1527,12 +1418,7 @@ async fn racing_top_ups_with_one_key_and_different_amounts_credit_the_first_and_
 async fn a_declined_top_up_retried_with_its_key_is_declined_again_without_a_new_charge() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_chargeDeclined"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_chargeDeclined").await;
     for _ in 0..2 {
         assert_error(
             keyed_topup(&app, &org, "declined-1", 100).send().await.unwrap(),
@@ -1550,12 +1436,7 @@ async fn a_declined_top_up_retried_with_its_key_is_declined_again_without_a_new_
 async fn an_idempotency_key_out_of_bounds_is_a_422_naming_the_header() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-    )
-    .await;
+    app.save_card(&org, "pm_card_visa").await;
     for key in ["k".repeat(201), String::new(), "two words".into()] {
         let issues = validation_issues(keyed_topup(&app, &org, &key, 100).send().await.unwrap()).await;
         assert_eq!(issues[0]["loc"], json!(["header", "Idempotency-Key"]), "{key:?}");

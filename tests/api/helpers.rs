@@ -391,24 +391,30 @@ pub async fn assert_error(response: Response, expected: StatusCode) -> String {
 }
 
 impl TestApp {
+    /// Saves the card `payment_method` for the organization (with its API key).
+    pub async fn save_card(&self, org: &TestOrg, payment_method: &str) -> Response {
+        self.post(
+            "/api/billing/payment-method",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "paymentMethodId": payment_method}),
+        )
+        .await
+    }
+
+    /// Tops up `cents` from the saved card (with the organization's API key).
+    pub async fn topup(&self, org: &TestOrg, cents: i64) -> Response {
+        self.post(
+            "/api/billing/topup",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "amountCents": cents}),
+        )
+        .await
+    }
+
     /// Saves the simulated good card and tops up `cents`.
     pub async fn fund(&self, org: &TestOrg, cents: i64) {
-        let saved = self
-            .post(
-                "/api/billing/payment-method",
-                &org.api_key,
-                &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_visa"}),
-            )
-            .await;
-        assert_eq!(saved.status(), StatusCode::OK);
-        let topped = self
-            .post(
-                "/api/billing/topup",
-                &org.api_key,
-                &json!({"orgId": org.org_id, "amountCents": cents}),
-            )
-            .await;
-        json_of(topped, StatusCode::OK).await;
+        assert_eq!(self.save_card(org, "pm_card_visa").await.status(), StatusCode::OK);
+        json_of(self.topup(org, cents).await, StatusCode::OK).await;
     }
 
     pub async fn billing(&self, org: &TestOrg) -> Value {

@@ -676,19 +676,8 @@ async fn billing_events_announce_top_ups_declines_low_balances_and_auto_top_ups(
     assert_eq!(auto[0]["data"]["balanceAfterMicrocents"], 2_700_000_000i64);
 
     // A declined card: the top-up's failure, then an auto top-up's.
-    app.post(
-        "/api/billing/payment-method",
-        &org.api_key,
-        &json!({"orgId": org.org_id, "paymentMethodId": "pm_card_chargeDeclined"}),
-    )
-    .await;
-    let declined = app
-        .post(
-            "/api/billing/topup",
-            &org.api_key,
-            &json!({"orgId": org.org_id, "amountCents": 500}),
-        )
-        .await;
+    app.save_card(&org, "pm_card_chargeDeclined").await;
+    let declined = app.topup(&org, 500).await;
     assert_eq!(declined.status(), StatusCode::PAYMENT_REQUIRED);
     let got = events(&receiver, &secret, 5).await;
     let failed = of_type(&got, "billing.topup.failed");
