@@ -137,7 +137,7 @@ async fn a_key_revoked_on_one_instance_is_refused_by_the_other_within_a_second()
         refused_after < Duration::from_secs(1),
         "refused after {refused_after:?}"
     );
-    let text = second.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = second.metrics_text().await;
     assert!(metric(&text, "keel_cache_invalidations_received_total{kind=\"key\"}") >= 1.0);
 }
 
@@ -243,7 +243,7 @@ async fn metrics_show_the_queue_the_money_and_the_proxy() {
         .unwrap();
     assert_eq!(answered.status(), StatusCode::OK);
 
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     assert_eq!(
         metric(&text, "keel_queue_jobs{action=\"tracer\",status=\"queued\"}"),
         1.0,
@@ -296,14 +296,14 @@ async fn metrics_show_the_queue_the_money_and_the_proxy() {
     // Tokens are counted once the trace writer has the call.
     assert!(
         eventually(|| async {
-            let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+            let text = app.metrics_text().await;
             text.contains(
                 "keel_proxy_tokens_total{kind=\"prompt\",model=\"gpt-4o-mini\",provider=\"openai\"}",
             )
         })
         .await,
         "{}",
-        app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap()
+        app.metrics_text().await
     );
 }
 
@@ -327,7 +327,7 @@ async fn a_lost_listener_connection_clears_the_caches_and_reconnects() {
     .unwrap();
     db.close().await.ok();
     let reconnected = || async {
-        let text = second.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+        let text = second.metrics_text().await;
         metric(&text, "keel_cluster_listener_reconnects_total") >= 1.0
     };
     assert!(eventually(reconnected).await, "the loss was noticed");
@@ -381,7 +381,7 @@ async fn a_ledger_that_commits_nothing_while_work_waits_fails_healthz() {
                 == json!({"ok": false, "database": true, "ledger": false})
     };
     assert!(eventually(stalled).await, "healthz reports the stalled ledger");
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     assert!(metric(&text, "keel_ledger_stalled_seconds") >= 1.0);
     txn.rollback().await.unwrap();
     assert_eq!(waiting.await.unwrap().status(), StatusCode::OK);

@@ -338,7 +338,7 @@ async fn a_lapsed_grant_expires_once_into_an_expiry_entry_and_both_events_are_se
     assert_eq!(receiver.calls().len(), 2);
     let (_, entries) = app.assert_ledger_invariant(&org.org_id).await;
     assert_eq!(entries, 4, "promo, top-up, fee, expiry");
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("keel_credit_grants_expired_total 1"),
         "{metrics}"
@@ -746,7 +746,7 @@ async fn a_monthly_cap_stops_the_auto_top_up_that_would_pass_it_and_says_so_once
     // Said once a month, however often the cap stops a charge.
     actix_web::rt::time::sleep(std::time::Duration::from_millis(1500)).await;
     assert_eq!(receiver.calls().len(), 1);
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metric(&metrics, "keel_auto_topup_limit_reached_total") >= 1.0,
         "{metrics}"

@@ -391,6 +391,15 @@ pub async fn assert_error(response: Response, expected: StatusCode) -> String {
 }
 
 impl TestApp {
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics_text(&self) -> String {
+        self.get("/metrics", INTERNAL_KEY)
+            .await
+            .text()
+            .await
+            .expect("the metrics' text")
+    }
+
     /// Saves the card `payment_method` for the organization (with its API key).
     pub async fn save_card(&self, org: &TestOrg, payment_method: &str) -> Response {
         self.post(

@@ -550,7 +550,7 @@ async fn requests_per_minute_is_a_shared_bucket_over_the_proxy_and_the_relay() {
         .await
         .unwrap();
     assert_eq!(free.status(), StatusCode::OK);
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert_eq!(
         metric(
             &metrics,
@@ -609,7 +609,7 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
         "{}",
         key_view(&app, &org, &key_id).await
     );
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert_eq!(
         metric(&metrics, "keel_proxy_limited_total{limit=\"tokens_per_day\"}"),
         1.0
@@ -649,7 +649,7 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
     assert_eq!(key_view(&app, &org, &key_id).await["lastUsedAt"], first_use);
     assert_eq!(
         metric(
-            &app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap(),
+            &app.metrics_text().await,
             "keel_proxy_limited_total{limit=\"tokens_per_day\"}"
         ),
         2.0
@@ -693,7 +693,7 @@ async fn concurrent_streams_are_counted_until_they_end() {
         })
         .await
     );
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(metric(&metrics, "keel_proxy_limited_total{limit=\"concurrent_streams\"}") >= 1.0);
 }
 

@@ -799,7 +799,7 @@ async fn calls_that_miss_the_cache_at_once_share_one_look_up() {
     let project = app.create_project(&org, "Support").await;
     let loads =
         |text: &str, cache: &str| metric(text, &format!("keel_cache_loads_total{{cache=\"{cache}\"}}"));
-    let before = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let before = app.metrics_text().await;
 
     // On PostgreSQL the key's table is locked, so every call's look-up is in flight at once
     // (on SQLite the calls merely arrive together).
@@ -835,7 +835,7 @@ async fn calls_that_miss_the_cache_at_once_share_one_look_up() {
         assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
     }
 
-    let after = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let after = app.metrics_text().await;
     for cache in ["api_keys", "projects"] {
         assert_eq!(
             loads(&after, cache) - loads(&before, cache),
@@ -849,7 +849,7 @@ async fn calls_that_miss_the_cache_at_once_share_one_look_up() {
         .await
         .unwrap();
     assert_eq!(next.status(), StatusCode::OK);
-    let last = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let last = app.metrics_text().await;
     assert_eq!(loads(&last, "api_keys"), loads(&after, "api_keys"));
     assert_eq!(loads(&last, "adapters"), 0.0);
 }

@@ -109,7 +109,7 @@ async fn a_retryable_failure_is_scheduled_after_a_backoff_until_its_attempts_are
     assert_eq!(before - app.balance_microcents(&org).await, 100_000_000);
     app.assert_ledger_invariant(&org.org_id).await;
 
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     assert_eq!(metric(&text, "keel_queue_retries_total{action=\"tracer\"}"), 2.0);
     assert_eq!(
         metric(
@@ -803,12 +803,12 @@ async fn a_scheduled_job_waits_from_when_it_came_due() {
     let id = enqueue_at(&app, &org, &project, due).await;
     assert!(eventually(|| async { job(&app, &org, &id).await["status"] == "queued" }).await);
     // Created over 1.5 s ago, queued just now: the gauge counts from the latter.
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     let oldest = metric(&text, "keel_queue_oldest_queued_seconds{action=\"draft\"}");
     assert!(oldest < 1.4, "oldest queued {oldest}");
     let claimed = claim(&app, "w", "draft", 1).await;
     assert_eq!(claimed.len(), 1);
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     assert_eq!(
         metric(&text, "keel_queue_wait_seconds_count{action=\"draft\"}"),
         1.0

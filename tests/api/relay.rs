@@ -132,7 +132,7 @@ async fn embeddings_models_streams_and_uploads_reach_the_provider_and_nothing_is
     }
 
     // Not recorded: the trace writer was never handed anything.
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(metrics.contains("keel_traces_recorded_total 0"), "{metrics}");
 }
 

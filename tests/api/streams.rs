@@ -90,7 +90,7 @@ async fn a_cut_stream_ends_with_an_error_event_and_an_aborted_body_and_is_record
             "tok0 tok1 tok2 "
         );
     }
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert_eq!(
         metric(
             &metrics,
@@ -321,7 +321,7 @@ async fn every_stream_records_its_usage_and_the_client_sees_what_it_asked_for() 
         prompt + completion
     );
     // The token metric counts the streams too.
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metric(
             &metrics,

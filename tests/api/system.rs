@@ -67,7 +67,7 @@ async fn invented_methods_and_paths_add_no_metric_series() {
     .await;
     // A first scrape makes /metrics' own series.
     app.get("/metrics", INTERNAL_KEY).await;
-    let before = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let before = app.metrics_text().await;
     let series = |text: &str| text.lines().filter(|l| l.starts_with("keel_http_")).count();
 
     let mut flood = String::new();
@@ -84,7 +84,7 @@ async fn invented_methods_and_paths_add_no_metric_series() {
         &answers[..answers.len().min(2000)]
     );
 
-    let after = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let after = app.metrics_text().await;
     assert_eq!(series(&before), series(&after), "new series:\n{after}");
     assert!(!after.contains("M0000"), "an invented method became a label");
     assert!(!after.contains("nowhere"), "an unmatched path became a label");
@@ -97,7 +97,7 @@ async fn invented_methods_and_paths_add_no_metric_series() {
 #[actix_web::test]
 async fn every_queue_series_exists_from_start_and_ledger_operations_are_timed() {
     let app = spawn_app().await;
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     for action in ["tracer", "draft", "optimize", "training"] {
         for status in [
             "queued",
@@ -123,7 +123,7 @@ async fn every_queue_series_exists_from_start_and_ledger_operations_are_timed() 
 
     let org = app.create_org("Timed").await;
     app.fund(&org, 500).await;
-    let text = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     assert!(
         metric(&text, "keel_ledger_operation_seconds_count") >= 1.0,
         "{text}"

@@ -164,7 +164,7 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
     record_three(&app, &org, &project).await;
     let all = list(&app, &org, &format!("projectId={project}")).await;
     let refund_id = all["traces"][2]["traceId"].as_str().unwrap().to_owned();
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert_eq!(metric(&metrics, "keel_traces_indexed_total"), 0.0);
     if postgres() {
         assert!(
@@ -180,7 +180,7 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
     // A second instance runs the indexer: it indexes the three, and the same searches now
     // go through the GIN index with the same answers.
     let indexing = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
-    let metrics = || async { indexing.get("/metrics", INTERNAL_KEY).await.text().await.unwrap() };
+    let metrics = || async { indexing.metrics_text().await };
     assert!(
         eventually(|| async {
             let metrics = metrics().await;
@@ -192,10 +192,7 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
         metrics().await
     );
     assert_eq!(
-        metric(
-            &app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap(),
-            "keel_traces_index_lag_seconds"
-        ),
+        metric(&app.metrics_text().await, "keel_traces_index_lag_seconds"),
         0.0
     );
     searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
@@ -243,7 +240,7 @@ async fn traces_recorded_before_words_were_kept_get_them_and_their_previews() {
     let search = || list(&app, &org, &query);
     assert!(
         eventually(|| async {
-            let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+            let metrics = app.metrics_text().await;
             !ids(&search().await).is_empty() && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0
         })
         .await,
@@ -639,7 +636,7 @@ async fn retention_deletes_only_traces_older_than_the_projects_days() {
     assert_eq!(project["traceRetentionDays"], Value::Null);
     assert!(
         eventually(|| async {
-            let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+            let metrics = app.metrics_text().await;
             metric(&metrics, "keel_traces_expired_total") == 2.0
         })
         .await

@@ -233,7 +233,7 @@ async fn trace_projects_count_each_projects_traces() {
     )
     .await;
     assert_eq!(body["projects"], json!([]));
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(metrics.contains("keel_traces_written_total 3"), "{metrics}");
     assert!(metrics.contains("keel_traces_dropped_total 0"), "{metrics}");
     assert!(metrics.contains("keel_trace_batches_written_total "), "{metrics}");
@@ -395,7 +395,7 @@ async fn a_deleted_organizations_traces_are_dropped_and_counted_and_everyone_els
         "still within the batch window"
     );
     raw_traces(&app, &acme, &acme_project, 2).await;
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     assert!(metrics.contains("keel_traces_written_total 2"), "{metrics}");
     assert!(metrics.contains("keel_traces_refused_total 1"), "{metrics}");
     assert!(

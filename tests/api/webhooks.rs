@@ -187,7 +187,7 @@ async fn the_webhook_metrics_exist_from_start_up() {
     )
     .await;
     let id = created["endpointId"].as_str().unwrap();
-    let before = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let before = app.metrics_text().await;
     for name in [
         "keel_webhook_deliveries_total{outcome=\"succeeded\"} 0",
         "keel_webhook_delivery_seconds_count 0",
@@ -204,7 +204,7 @@ async fn the_webhook_metrics_exist_from_start_up() {
     )
     .await;
     actix_web::rt::time::sleep(Duration::from_millis(1100)).await;
-    let after = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let after = app.metrics_text().await;
     assert!(after.contains("keel_webhook_outbox_pending 1"), "{after}");
     let age: f64 = after
         .lines()
@@ -367,7 +367,7 @@ async fn a_test_event_arrives_signed_and_a_500_is_retried_with_the_same_webhook_
     assert_eq!(failed_only["deliveries"], json!([]));
 
     // The metrics: one attempt retried, one succeeded, nothing pending.
-    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    let metrics = app.metrics_text().await;
     for line in [
         "keel_webhook_deliveries_total{outcome=\"succeeded\"} 1",
         "keel_webhook_deliveries_total{outcome=\"retrying\"} 1",
