@@ -1,5 +1,5 @@
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::helpers::*;
 
@@ -267,6 +267,21 @@ async fn owner_gated_routes_need_an_owner_session() {
     assert_error(app.delete(&path, &org.member_token).await, StatusCode::FORBIDDEN).await;
     assert_eq!(app.delete(&path, &org.owner_token).await.status(), StatusCode::OK);
     assert_error(app.get("/api/auth/verify", key).await, StatusCode::UNAUTHORIZED).await;
+    // Revoking again is harmless and keeps the time it was revoked.
+    let revoked_at = |listed: Value| {
+        listed["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["apiKeyId"] == created["apiKeyId"])
+            .unwrap()["revokedAt"]
+            .clone()
+    };
+    let first = revoked_at(json_of(app.get("/api/api-keys", &org.owner_token).await, StatusCode::OK).await);
+    assert!(first.is_string(), "{first}");
+    assert_eq!(app.delete(&path, &org.owner_token).await.status(), StatusCode::OK);
+    let again = revoked_at(json_of(app.get("/api/api-keys", &org.owner_token).await, StatusCode::OK).await);
+    assert_eq!(again, first);
 }
 
 #[actix_web::test]

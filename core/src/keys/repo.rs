@@ -2,10 +2,10 @@
 
 use chrono::{DateTime, Duration, Utc};
 use entities::{api_key, api_key_bucket, api_key_stream, api_key_usage};
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::{Expr, Func, OnConflict};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter,
-    QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
+    QueryOrder, QuerySelect, QueryTrait, TransactionSession, TransactionTrait,
 };
 
 use super::{KeySettings, SettingsChange};
@@ -58,27 +58,37 @@ pub async fn insert(
     })
 }
 
-/// Revokes a key; `false` when there is no such key. Revoking twice is harmless. Console
-/// sessions signed in with the key end with it.
-pub async fn revoke(db: &impl ConnectionTrait, key_id: &ApiKeyId) -> Result<bool, DbErr> {
-    if api_key::Entity::find_by_id(key_id.clone())
-        .one(db)
-        .await?
-        .is_none()
-    {
-        return Ok(false);
-    }
-    api_key::Entity::update_many()
-        .col_expr(api_key::Column::RevokedAt, Expr::value(Utc::now()))
+/// Revokes a key (of `org_id`, when given); `false` when there is no such key. Revoking
+/// twice is harmless. Console sessions signed in with the key end with it, in the same
+/// transaction.
+pub async fn revoke(
+    db: &impl TransactionTrait,
+    org_id: Option<&OrgId>,
+    key_id: &ApiKeyId,
+) -> Result<bool, DbErr> {
+    let txn = db.begin().await?;
+    let found = api_key::Entity::update_many()
+        .col_expr(
+            api_key::Column::RevokedAt,
+            // A key revoked already keeps its time (and still counts as found).
+            Func::coalesce([Expr::col(api_key::Column::RevokedAt), Expr::value(Utc::now())]).into(),
+        )
         .filter(api_key::Column::Id.eq(key_id))
-        .filter(api_key::Column::RevokedAt.is_null())
-        .exec(db)
-        .await?;
-    entities::console_session::Entity::delete_many()
-        .filter(entities::console_session::Column::KeyId.eq(key_id))
-        .exec(db)
-        .await?;
-    Ok(true)
+        .apply_if(org_id, |update, org_id| {
+            update.filter(api_key::Column::OrgId.eq(org_id))
+        })
+        .exec(&txn)
+        .await?
+        .rows_affected
+        > 0;
+    if found {
+        entities::console_session::Entity::delete_many()
+            .filter(entities::console_session::Column::KeyId.eq(key_id))
+            .exec(&txn)
+            .await?;
+    }
+    txn.commit().await?;
+    Ok(found)
 }
 
 /// The organization's keys, newest first.

@@ -33,10 +33,7 @@ pub async fn revoke(
     org_id: &OrgId,
     key_id: &ApiKeyId,
 ) -> Result<(), KeyError> {
-    if repo::key_of(db, org_id, key_id).await?.is_none() {
-        return Err(KeyError::NotFound);
-    }
-    revoke_any(db, cluster, key_id).await
+    revoked(db, cluster, Some(org_id), key_id).await
 }
 
 /// Revokes any organization's key (the operator's route); every instance forgets it.
@@ -45,7 +42,16 @@ pub async fn revoke_any(
     cluster: &Cluster,
     key_id: &ApiKeyId,
 ) -> Result<(), KeyError> {
-    if !repo::revoke(db, key_id).await? {
+    revoked(db, cluster, None, key_id).await
+}
+
+async fn revoked(
+    db: &DatabaseConnection,
+    cluster: &Cluster,
+    org_id: Option<&OrgId>,
+    key_id: &ApiKeyId,
+) -> Result<(), KeyError> {
+    if !repo::revoke(db, org_id, key_id).await? {
         return Err(KeyError::NotFound);
     }
     cluster.publish(Event::KeyChanged(key_id.clone())).await;

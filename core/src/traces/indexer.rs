@@ -8,9 +8,9 @@
 //! docs/DECISIONS.md 119). SQLite needs none of this: its FTS5 table is kept by triggers in
 //! the writer's own transaction.
 //!
-//! On both databases it first gives traces recorded before keel kept their words (no
+//! On both databases it also gives traces recorded before keel kept their words (no
 //! `search_text`) those words and their previews, made from their stored (redacted) request
-//! and response as the writer makes them, 100 at a time.
+//! and response as the writer makes them, 100 at a time, taking turns with the indexing.
 
 use std::time::Duration;
 
@@ -32,35 +32,28 @@ const AFTER_FAILURE: Duration = Duration::from_secs(5);
 /// Traces given their words by one transaction.
 pub const WORDS_BATCH: u64 = 100;
 
-/// Gives every trace without words (recorded before keel kept them) its words and previews;
-/// answers how many. Two instances at it at once may make a trace's words twice; only the
-/// first sets them.
-pub async fn backfill_words<C>(db: &C) -> Result<u64, DbErr>
+/// Gives up to [`WORDS_BATCH`] traces without words (recorded before keel kept them) their
+/// words and previews, in one transaction; answers how many. Two instances at it at once may
+/// make a trace's words twice; only the first sets them.
+pub async fn word_batch<C>(db: &C) -> Result<u64, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let mut total = 0;
-    loop {
-        // Read outside the transaction: on SQLite a transaction that reads first cannot
-        // always become the writer.
-        let rows = repo::unworded(db, WORDS_BATCH).await?;
-        let found = rows.len() as u64;
-        if found == 0 {
-            return Ok(total);
-        }
-        let txn = db.begin().await?;
-        for (id, request, response) in rows {
-            let request: Value = serde_json::from_str(&request).unwrap_or(Value::Null);
-            let reply: Option<Value> = response.and_then(|r| serde_json::from_str(&r).ok());
-            repo::set_words(&txn, &id, super::search::index(&request, reply.as_ref())).await?;
-        }
-        txn.commit().await?;
-        total += found;
-        if found < WORDS_BATCH {
-            return Ok(total);
-        }
-        tokio::task::yield_now().await;
+    // Read outside the transaction: on SQLite a transaction that reads first cannot always
+    // become the writer.
+    let rows = repo::unworded(db, WORDS_BATCH).await?;
+    let found = rows.len() as u64;
+    if found == 0 {
+        return Ok(0);
     }
+    let txn = db.begin().await?;
+    for (id, request, response) in rows {
+        let request: Value = serde_json::from_str(&request).unwrap_or(Value::Null);
+        let reply: Option<Value> = response.and_then(|r| serde_json::from_str(&r).ok());
+        repo::set_words(&txn, &id, super::search::index(&request, reply.as_ref())).await?;
+    }
+    txn.commit().await?;
+    Ok(found)
 }
 
 /// Indexes until nothing is left (or only rows other instances hold); answers how many.
@@ -81,18 +74,27 @@ pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounte
     }
 }
 
-/// Gives old traces their words, then (PostgreSQL) indexes what the writers add, until
-/// `stop`.
+/// Gives old traces their words and (PostgreSQL) indexes what the writers add, until
+/// `stop`. The two take turns: a backlog of old traces is worded a batch at a time, with the
+/// new traces indexed between batches, so neither holds the other up.
 pub async fn run(db: DatabaseConnection, indexed: prometheus::IntCounter, stop: CancellationToken) {
+    // Old traces worded since the backlog was last found empty (for one line in the log).
+    let mut worded = 0;
     loop {
-        // Each part on its own: old traces that cannot be given words never hold up the index.
         let mut failed = false;
-        match backfill_words(&db).await {
-            Ok(0) => {}
-            Ok(worded) => tracing::info!(
-                traces = worded,
-                "words and previews made for traces recorded without them"
-            ),
+        let mut backlog = false;
+        match word_batch(&db).await {
+            Ok(found) => {
+                worded += found;
+                backlog = found == WORDS_BATCH;
+                if !backlog && worded > 0 {
+                    tracing::info!(
+                        traces = worded,
+                        "words and previews made for traces recorded without them"
+                    );
+                    worded = 0;
+                }
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "giving old traces their words failed; it tries again in 5 s");
                 failed = true;
@@ -102,7 +104,12 @@ pub async fn run(db: DatabaseConnection, indexed: prometheus::IntCounter, stop: 
             tracing::warn!(error = %err, "trace search indexer failed; it tries again in 5 s");
             failed = true;
         }
-        let rest = if failed { AFTER_FAILURE } else { IDLE };
+        let rest = match (failed, backlog) {
+            (true, _) => AFTER_FAILURE,
+            // More old traces to word: at once, after room for the writers.
+            (false, true) => Duration::ZERO,
+            (false, false) => IDLE,
+        };
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(rest) => {}
