@@ -185,6 +185,7 @@ impl AppState {
             adapters: adapters.clone(),
             pricing: Arc::new(settings.pricing.clone()),
             cluster: cluster.clone(),
+            limiter: limiter.clone(),
             layer: keel_core::serving::client::ServingLayer::new(&http, &settings.serving, &settings.auth),
         };
         Ok(Self {

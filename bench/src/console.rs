@@ -165,6 +165,8 @@ async fn run_one(
                     idempotency_key: Set(None),
                     request_hash: Set(None),
                     blocked_for_funds: Set(false),
+                    refusals: Set(0),
+                    stop_reason: Set(None),
                 }
             })
             .collect();

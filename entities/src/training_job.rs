@@ -42,6 +42,10 @@ pub struct Model {
     /// Blocked at its claim because the organization could not pay the run fee: queued
     /// again at the organization's next credit.
     pub blocked_for_funds: bool,
+    /// Claims refused for want of funds (each gave its attempt back).
+    pub refusals: i32,
+    /// Why the user stopped it (the worker's own report text stays in `error`).
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

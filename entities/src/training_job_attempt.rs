@@ -7,14 +7,18 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub job_id: JobId,
-    /// 1 for the first claim; the job's `attempts` when this one ended.
+    /// The row's place in the job's history (1 for the first): the job's `attempts` plus
+    /// its `refusals` when the row was written.
     #[sea_orm(primary_key, auto_increment = false)]
-    pub attempt: i32,
+    pub ordinal: i32,
     pub worker_id: Option<String>,
     pub claimed_at: Option<DateTimeUtc>,
     pub ended_at: DateTimeUtc,
     pub outcome: AttemptOutcome,
     pub error: Option<String>,
+    /// 1 for the first claim handed to a worker; a claim refused for funds has the number
+    /// it would have had.
+    pub attempt: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -28,6 +28,8 @@ mod m20261127_000001_api_key_limits;
 mod m20261127_000002_trace_search_tags;
 mod m20261127_000003_trace_search_indexer;
 mod m20261127_000004_trace_words_backfill;
+mod m20261128_000001_claim_refusals;
+mod m20261128_000002_job_stop_reason;
 
 pub struct Migrator;
 
@@ -61,6 +63,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000002_trace_search_tags::Migration),
             Box::new(m20261127_000003_trace_search_indexer::Migration),
             Box::new(m20261127_000004_trace_words_backfill::Migration),
+            Box::new(m20261128_000001_claim_refusals::Migration),
+            Box::new(m20261128_000002_job_stop_reason::Migration),
         ]
     }
 }

@@ -295,6 +295,8 @@ pub struct JobDetail {
     pub can_stop: bool,
     pub can_retry: bool,
     pub stop_requested: bool,
+    /// The user's reason for stopping it.
+    pub stop_reason: Option<String>,
     pub timeline: Vec<Event>,
     pub live_status: Option<String>,
     pub result: Option<String>,

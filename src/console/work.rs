@@ -262,6 +262,7 @@ pub async fn job(
         can_retry: org.can_act()
             && [JobStatus::Failed, JobStatus::Blocked, JobStatus::UserStopped].contains(&job.status),
         stop_requested: job.stop_requested,
+        stop_reason: job.stop_reason.clone(),
         timeline,
         live_status: job.live_status.as_deref().map(format::pretty_json),
         result: job.result.as_deref().map(format::pretty_json),

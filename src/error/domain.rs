@@ -249,6 +249,8 @@ impl From<ServingError> for ApiError {
             ServingError::UnknownModel => coded(Code::AdapterNotFound, err),
             ServingError::InvalidApiKey => coded(Code::InvalidApiKey, err),
             ServingError::ScopeNotAllowed => coded(Code::ScopeNotAllowed, err),
+            ServingError::ModelNotAllowed(_) => coded(Code::ModelNotAllowed, err),
+            ServingError::Limited(limited) => limited.into(),
             ServingError::NotConfigured => {
                 ApiError::unavailable(Code::ServingLayerNotConfigured, &err.to_string())
             }

@@ -3,6 +3,7 @@
 //! provider with the caller's provider key, answers the provider's response unchanged (a
 //! stream frame by frame, as it arrives), and records the call as a trace afterwards.
 
+pub mod meter;
 pub mod redact;
 pub mod relay;
 pub mod sse;
@@ -354,7 +355,11 @@ struct Recording {
     writer: TraceWriter,
     secrets: [String; 2],
     /// Where the call's tokens are counted for its key (`tokensPerDay`, today's usage).
-    usage: (keel_core::keys::UsageBook, crate::domain::ApiKeyId),
+    meter: meter::Meter,
+    /// The provider's usage was counted on the call's path as its answer ended; the trace
+    /// writer counts only an estimate (a stream without usage), or, for a key without a
+    /// `tokensPerDay` to hold, a JSON answer's usage off the path.
+    counted: bool,
 }
 
 impl Recording {
@@ -378,7 +383,8 @@ impl Recording {
             draft,
             writer,
             secrets,
-            usage,
+            meter,
+            counted,
         } = self;
         writer.record_pending(Box::new(move || {
             let redactor = Redactor::new(&[secrets[0].as_str(), secrets[1].as_str()]);
@@ -420,8 +426,9 @@ impl Recording {
                 }
             }
             let trace = draft.finish(ending, response);
-            let tokens = trace.prompt_tokens.unwrap_or(0) + trace.completion_tokens.unwrap_or(0);
-            usage.0.tokens(&usage.1, tokens, trace.created_at);
+            if !counted || trace.usage_estimated {
+                meter.count(trace.prompt_tokens.unwrap_or(0) + trace.completion_tokens.unwrap_or(0));
+            }
             trace
         }));
     }
@@ -531,6 +538,10 @@ async fn proxy_chat(
         (upstream_body.clone(), upstream_body)
     };
 
+    let meter = meter::Meter::new(state.limiter.usage().clone(), owner.key_id.clone());
+    // A key with a day's tokens to hold has a JSON answer's usage read on the path (else
+    // the trace writer reads it, off the path); unrecorded calls are read on the path.
+    let json_on_path = owner.settings.limits.tokens_per_day.is_some() || project_id.is_none();
     let recording = project_id.map(|project_id| Recording {
         draft: TraceDraft {
             org_id: owner.org_id.clone(),
@@ -551,7 +562,8 @@ async fn proxy_chat(
         },
         writer: state.traces.clone(),
         secrets: [keel_key.to_owned(), provider_key.to_owned()],
-        usage: (state.limiter.usage().clone(), owner.key_id.clone()),
+        meter: meter.clone(),
+        counted: json_on_path,
     });
 
     let mut upstream = http::Request::new(http_body_util::Full::new(upstream_body));
@@ -619,7 +631,8 @@ async fn proxy_chat(
                 content_type: content_type.chars().take(100).collect(),
                 kept: Vec::new(),
             }),
-            recording,
+            recording: recording.map(|r| Recording { counted: true, ..r }),
+            meter: Some(meter),
             status: status.as_u16(),
             first_byte,
             finished: false,
@@ -655,6 +668,11 @@ async fn proxy_chat(
         .proxied(provider_index, sent_at.elapsed(), started.elapsed());
     match collected {
         Ok(bytes) => {
+            if json_on_path {
+                if let Some(tokens) = meter::tokens_in_json(&bytes) {
+                    meter.count(tokens);
+                }
+            }
             if let Some(recording) = recording {
                 // A 200 with an error body (a streamed request answered in JSON, say) is
                 // found on the writer's task, off this path (`Recording::record`).
@@ -777,6 +795,8 @@ struct Relay {
     /// The answer is anything else: what is kept of it.
     other: Option<OtherBody>,
     recording: Option<Recording>,
+    /// Where the stream's tokens are counted when it ends (taken then).
+    meter: Option<meter::Meter>,
     status: u16,
     first_byte: Duration,
     finished: bool,
@@ -829,6 +849,20 @@ impl Relay {
         if let Some(line) = self.failures.line.take() {
             line.log(self.status, error.as_deref());
         }
+        if self.other.is_none() {
+            let assembler = &mut self.assembler;
+            self.parser.finish(&mut |data| assembler.on_data(data));
+        }
+        // Counted before the stream's end reaches the client.
+        if let Some(meter) = self.meter.take() {
+            let tokens = match &self.other {
+                Some(other) => meter::tokens_in_json(&other.kept),
+                None => self.assembler.usage().and_then(meter::tokens_of),
+            };
+            if let Some(tokens) = tokens {
+                meter.count(tokens);
+            }
+        }
         if let Some(recording) = self.recording.take() {
             if let Some(other) = self.other.take() {
                 let bytes = Bytes::from(other.kept);
@@ -852,8 +886,6 @@ impl Relay {
                 );
                 return;
             }
-            let assembler = &mut self.assembler;
-            self.parser.finish(&mut |data| assembler.on_data(data));
             let error = error.or_else(|| self.assembler.error().map(|e| format!("upstream error: {e}")));
             // An error frame, even one followed by `[DONE]`, is no complete answer.
             let complete = complete && self.assembler.is_done() && error.is_none();
@@ -922,14 +954,14 @@ impl Stream for Relay {
         loop {
             match Pin::new(&mut this.upstream).poll_next(cx) {
                 Poll::Ready(Some(Ok(bytes))) => {
-                    if this.recording.is_some() {
-                        if let Some(other) = &mut this.other {
-                            let room = KEPT_OTHER_BYTES.saturating_sub(other.kept.len());
-                            other.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
-                        } else {
-                            let assembler = &mut this.assembler;
-                            this.parser.push(&bytes, &mut |data| assembler.on_data(data));
-                        }
+                    if let Some(other) = &mut this.other {
+                        let room = KEPT_OTHER_BYTES.saturating_sub(other.kept.len());
+                        other.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                    } else {
+                        // Read whether recorded or not: its end (`[DONE]`, a finish reason)
+                        // tells a whole stream from a cut one, and its usage is counted.
+                        let assembler = &mut this.assembler;
+                        this.parser.push(&bytes, &mut |data| assembler.on_data(data));
                     }
                     let bytes = match this.strip_usage {
                         true => sse::without_usage_chunks(&mut this.pending, bytes),

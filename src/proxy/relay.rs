@@ -60,7 +60,7 @@ async fn relay_call(
         .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
     // The model and stream flag of a JSON body, read only for a key whose settings ask.
     let facts = match owner.settings.is_plain() {
-        true => CallFacts::default(),
+        true => CallFacts::runs_model(req.method()),
         false => CallFacts::of(req.method(), is_json, &body),
     };
     let permit = super::admit(state, &owner, facts.model(), facts.stream).await?;
@@ -97,16 +97,18 @@ async fn relay_call(
     state
         .metrics
         .proxied(provider_index, sent_at.elapsed(), started.elapsed());
-    let (_, mut reply) = relayed_head(&head);
-    // Streamed as it arrives (a hang-up drops it, and with it the provider's call); a stream's
-    // place under its key's `concurrentStreams` is given back when the body ends.
-    match permit {
-        None => Ok(reply.streaming(body)),
-        Some(permit) => Ok(reply.streaming(futures_util::StreamExt::map(body, move |chunk| {
-            let _held = &permit;
-            chunk
-        }))),
-    }
+    let (status, mut reply) = relayed_head(&head);
+    // Streamed as it arrives (a hang-up drops it, and with it the provider's call); a
+    // successful answer to a call that runs a model has its tokens counted when it ends, and
+    // a stream's place under its key's `concurrentStreams` is given back then.
+    let meter = (status.is_success() && facts.runs_model)
+        .then(|| super::meter::Meter::new(state.limiter.usage().clone(), owner.key_id.clone()));
+    let answer_type = head
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    Ok(reply.streaming(super::meter::Metered::new(body, answer_type, meter, permit)))
 }
 
 /// What a relayed call's key settings need to know of it.
@@ -119,17 +121,25 @@ struct CallFacts {
 }
 
 impl CallFacts {
+    /// Whether a call of `method` can run a model: anything but a read.
+    fn runs_model(method: &actix_web::http::Method) -> Self {
+        use actix_web::http::Method;
+        Self {
+            runs_model: !matches!(
+                *method,
+                Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
+            ),
+            ..Self::default()
+        }
+    }
+
     fn of(method: &actix_web::http::Method, is_json: bool, body: &Bytes) -> Self {
         #[derive(serde::Deserialize)]
         struct Head {
             model: Option<Value>,
             stream: Option<Value>,
         }
-        use actix_web::http::Method;
-        let runs_model = !matches!(
-            *method,
-            Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
-        );
+        let runs_model = Self::runs_model(method).runs_model;
         let head = is_json
             .then(|| serde_json::from_slice::<Head>(body).ok())
             .flatten();

@@ -25,6 +25,9 @@ pub struct JobView {
     pub worker_id: Option<String>,
     pub attempts: i32,
     pub stop_requested: bool,
+    /// The user's reason for stopping it, on every stop path (the worker's report text is
+    /// in `error`).
+    pub stop_reason: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub live_status: Option<Value>,
     #[schema(value_type = Option<Object>)]
@@ -47,7 +50,8 @@ pub struct JobView {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptView {
-    /// 1 for the first claim.
+    /// 1 for the first attempt handed to a worker (a claim refused for funds, outcome
+    /// `blocked`, has the number it would have had and gives it back).
     pub attempt: i32,
     pub worker_id: Option<String>,
     pub claimed_at: Option<DateTime<Utc>>,
@@ -118,6 +122,7 @@ impl From<&training_job::Model> for JobView {
             worker_id: job.worker_id.clone(),
             attempts: job.attempts,
             stop_requested: job.stop_requested,
+            stop_reason: job.stop_reason.clone(),
             live_status: parse_stored(job.live_status.as_deref()),
             result: parse_stored(job.result.as_deref()),
             error: job.error.clone(),
@@ -172,9 +177,12 @@ mod tests {
             idempotency_key: None,
             request_hash: None,
             blocked_for_funds: false,
+            refusals: 0,
+            stop_reason: None,
         };
         let attempt = training_job_attempt::Model {
             job_id: job.id.clone(),
+            ordinal: 1,
             attempt: 1,
             worker_id: Some("w1".into()),
             claimed_at: Some(at(1)),

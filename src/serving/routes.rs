@@ -18,15 +18,18 @@ use keel_core::serving::Sample;
 ///
 /// Internal key (the serving layer): resolves a user API key's organization and requires it to
 /// own the requested adapter (403 otherwise). A priced base model is authorized for any valid
-/// key and billed to its organization.
+/// key and billed to its organization. The key's settings hold here as on the proxy: its
+/// `models` list (the adapter's id or its base model; 403 `model_not_allowed`) and its
+/// `requestsPerMinute` and `tokensPerDay` (429 `rate_limit_exceeded` with `Retry-After`).
 #[utoipa::path(post, path = "/api/serving/authorize", tag = "serving", security(("internalKey" = [])),
     request_body = ServingAuthorizeBody,
     responses(
         (status = 200, body = ServingAuthorized),
         (status = 401, description = "Invalid API key (or no internal key)", body = ErrorBody),
-        (status = 403, description = "The key's organization does not own the adapter", body = ErrorBody),
+        (status = 403, description = "The key's organization does not own the adapter, or the key may not call it", body = ErrorBody),
         (status = 404, description = "Unknown or unattributed adapter", body = ErrorBody),
         (status = 422, body = ValidationErrorBody),
+        (status = 429, description = "A limit of the key refused the call (`Retry-After` says when to try again)", body = ErrorBody),
     ))]
 pub async fn authorize(
     _: Internal,

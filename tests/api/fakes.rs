@@ -298,6 +298,20 @@ async fn provider_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<Fa
             "usage": {"prompt_tokens": 8, "total_tokens": 8},
         }));
     }
+    if req.path().ends_with("/responses") {
+        if call.body["stream"] == json!(true) {
+            return sse(std::fs::read(format!(
+                "{}/tests/fixtures/relay/responses_stream.sse",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap());
+        }
+        return HttpResponse::Ok().json(json!({
+            "id": "resp_1", "object": "response", "status": "completed", "model": call.body["model"],
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi"}]}],
+            "usage": {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25},
+        }));
+    }
     if req.path().ends_with("/files") {
         return HttpResponse::Ok().json(json!({
             "id": "file-abc123", "object": "file", "bytes": call.raw.len(), "filename": "train.jsonl", "purpose": "fine-tune",

@@ -350,6 +350,154 @@ async fn a_lapsed_grant_expires_once_into_an_expiry_entry_and_both_events_are_se
     db.close().await.ok();
 }
 
+/// An operator's grant of `cents` that expires `seconds` from now.
+async fn grant_expiring(app: &TestApp, org: &TestOrg, cents: i64, seconds: i64) -> Value {
+    let body = json!({"orgId": org.org_id, "amountCents": cents, "reason": "short-lived",
+        "expiresAt": (chrono::Utc::now() + chrono::Duration::seconds(seconds)).to_rfc3339()});
+    let response = app
+        .request(
+            reqwest::Method::POST,
+            "/api/internal/billing/grants",
+            Some(INTERNAL_KEY),
+        )
+        .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    json_of(response, StatusCode::CREATED).await
+}
+
+#[actix_web::test]
+async fn a_grant_past_its_expiry_is_never_drawn_nor_shown_though_no_sweep_ran() {
+    // The sweep would come only in an hour: operations and reads end lapsed grants themselves.
+    let app = spawn_app_with(|s| s.billing.expiry_sweep_secs = 3600).await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 500).await;
+    let soon = grant_expiring(&app, &org, 300, 2).await;
+    assert_eq!(app.balance_microcents(&org).await, 800_000_000);
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["nextExpiry"]["microcents"], 300_000_000i64);
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(2200)).await;
+
+    // A run fee after its expiry draws from the top-up, not from the lapsed grant.
+    let fee = app
+        .post(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": "r1"}),
+        )
+        .await;
+    let fee = json_of(fee, StatusCode::OK).await;
+    assert_eq!(fee["balanceCents"], 400, "{fee}");
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["balanceMicrocents"], 400_000_000i64);
+    assert!(billing["nextExpiry"].is_null(), "{billing}");
+    let kinds: Vec<&str> = billing["recentLedger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["run_fee", "expiry", "manual", "topup"]);
+    assert_eq!(billing["recentLedger"][1]["amountMicrocents"], -300_000_000i64);
+    let ended = grants(&app, &org)
+        .await
+        .into_iter()
+        .find(|g| g["grantId"] == soon["grantId"])
+        .unwrap();
+    assert_eq!(ended["remainingMicrocents"], 0, "{ended}");
+
+    // A read alone (no operation) ends a lapsed grant too: the balance shown is the one
+    // checked, and nextExpiry never names a past time.
+    grant_expiring(&app, &org, 200, 2).await;
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(2200)).await;
+    let billing = app.billing(&org).await;
+    assert_eq!(billing["balanceMicrocents"], 400_000_000i64, "{billing}");
+    assert!(billing["nextExpiry"].is_null(), "{billing}");
+    assert_eq!(billing["recentLedger"][0]["kind"], "expiry");
+    // Read again: nothing more is written (one expiry entry per grant).
+    app.billing(&org).await;
+    let (balance, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!((balance, entries), (400_000_000, 6));
+    ledger_invariant_in_time(&app.db_url, &org.org_id).await;
+    let metrics = app.metrics_text().await;
+    assert_eq!(metric(&metrics, "keel_credit_grants_expired_total"), 2.0);
+    assert_eq!(
+        metric(&metrics, "keel_credit_expired_microcents_total"),
+        500_000_000.0
+    );
+}
+
+#[actix_web::test]
+async fn concurrent_charges_and_a_busy_sweep_never_draw_expired_credit_and_expire_it_once() {
+    let app = spawn_app_with(|s| {
+        s.billing.expiry_sweep_secs = 1;
+        s.billing.flat_run_fee_cents = keel::domain::Cents(1);
+    })
+    .await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 5000).await;
+    for seconds in [1, 2, 3] {
+        grant_expiring(&app, &org, 1000, seconds).await;
+    }
+    // Twelve chargers for four seconds, across the three expiries and the sweep's passes.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    let chargers = (0..12).map(|c| {
+        let (app, org) = (&app, &org);
+        async move {
+            let mut n = 0;
+            while std::time::Instant::now() < until {
+                let fee = app
+                    .post(
+                        "/api/billing/debit",
+                        &org.api_key,
+                        &json!({"orgId": org.org_id, "runId": format!("c{c}-{n}")}),
+                    )
+                    .await;
+                assert!(
+                    matches!(fee.status(), StatusCode::OK | StatusCode::PAYMENT_REQUIRED),
+                    "{}",
+                    fee.status()
+                );
+                n += 1;
+                actix_web::rt::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    });
+    futures_util::future::join_all(chargers).await;
+    assert!(
+        eventually(|| async { app.billing(&org).await["nextExpiry"].is_null() }).await,
+        "every short grant ended"
+    );
+    // No entry drew from a grant after its expiry, each grant's draws come to what remains,
+    // and balance = sum of entries.
+    ledger_invariant_in_time(&app.db_url, &org.org_id).await;
+    let manual: Vec<Value> = grants(&app, &org)
+        .await
+        .into_iter()
+        .filter(|g| g["kind"] == "manual")
+        .collect();
+    assert_eq!(manual.len(), 3);
+    assert!(manual.iter().all(|g| g["remainingMicrocents"] == 0), "{manual:?}");
+    // One expiry entry per grant that still held something, whoever wrote it.
+    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let expiries = entities::ledger_entry::Entity::find()
+        .filter(entities::ledger_entry::Column::OrgId.eq(org.org_id.as_str()))
+        .filter(entities::ledger_entry::Column::Kind.eq(keel::domain::EntryKind::Expiry))
+        .count(&db)
+        .await
+        .unwrap();
+    db.close().await.ok();
+    assert!(expiries >= 1, "the chargers left something to expire");
+    let metrics = app.metrics_text().await;
+    assert_eq!(
+        metric(&metrics, "keel_credit_grants_expired_total"),
+        expiries as f64
+    );
+}
+
 #[actix_web::test]
 async fn operators_grant_by_hand_once_per_key_with_reason_and_maker() {
     let app = spawn_app().await;

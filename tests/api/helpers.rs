@@ -477,7 +477,80 @@ pub async fn ledger_invariant(db_url: &str, org_id: &str) -> (i64, usize) {
             entry.id
         );
     }
+    grants_invariant(db_url, org_id, &entries, false).await;
     (balance, entries.len())
+}
+
+/// [`ledger_invariant`], and no entry drew from a grant at or after its expiry (tests that
+/// move a grant's expiry back by hand cannot ask this).
+pub async fn ledger_invariant_in_time(db_url: &str, org_id: &str) {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    ledger_invariant(db_url, org_id).await;
+    let db = Database::connect(db_url).await.expect("connect");
+    let entries = entities::ledger_entry::Entity::find()
+        .filter(entities::ledger_entry::Column::OrgId.eq(org_id))
+        .all(&db)
+        .await
+        .expect("entries");
+    db.close().await.ok();
+    grants_invariant(db_url, org_id, &entries, true).await;
+}
+
+/// Per grant: the draws the entries record come to what remains of it (for grants made by
+/// a credit entry; migrated balances have none); an expired grant holds nothing; with
+/// `in_time`, no entry drew from a grant at or after its expiry but its `expiry` entry.
+async fn grants_invariant(
+    db_url: &str,
+    org_id: &str,
+    entries: &[entities::ledger_entry::Model],
+    in_time: bool,
+) {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let db = Database::connect(db_url).await.expect("connect");
+    let grants = entities::credit_grant::Entity::find()
+        .filter(entities::credit_grant::Column::OrgId.eq(org_id))
+        .all(&db)
+        .await
+        .expect("grants");
+    db.close().await.ok();
+    for grant in grants {
+        let mut sum = 0;
+        let mut credited = false;
+        for entry in entries {
+            let draws: Vec<Value> = entry
+                .grants
+                .as_deref()
+                .map(|text| serde_json::from_str(text).expect("draws"))
+                .unwrap_or_default();
+            for draw in draws.iter().filter(|d| d["grantId"] == grant.id.as_str()) {
+                let amount = draw["microcents"].as_i64().expect("microcents");
+                sum += amount;
+                credited |= amount > 0;
+                if in_time && amount < 0 && entry.kind != keel::domain::EntryKind::Expiry {
+                    assert!(
+                        grant.expires_at.is_none_or(|at| entry.created_at < at),
+                        "entry {} ({:?}) drew {amount} from grant {} at {} after its expiry {:?}",
+                        entry.id,
+                        entry.kind,
+                        grant.id,
+                        entry.created_at,
+                        grant.expires_at
+                    );
+                }
+            }
+        }
+        if credited {
+            assert_eq!(
+                sum,
+                grant.remaining_microcents.get(),
+                "grant {}: its draws and what remains",
+                grant.id
+            );
+        }
+        if grant.expired_at.is_some() {
+            assert_eq!(grant.remaining_microcents.get(), 0, "expired grant {}", grant.id);
+        }
+    }
 }
 
 /// An organization (owned by `owner-<name>`) and an API key's secret, made with the

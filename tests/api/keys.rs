@@ -577,7 +577,7 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
         .await
         .unwrap();
     assert_eq!(first.status(), StatusCode::OK);
-    // The first call's tokens are counted once its trace is built; a call that starts under the
+    // The first call's tokens are counted as its answer ends; a call that starts under the
     // limit completes (and takes the key past it).
     let mut passed = 1;
     let refused = loop {
@@ -653,6 +653,94 @@ async fn tokens_per_day_counts_recorded_tokens_and_last_use_is_shown() {
             "keel_proxy_limited_total{limit=\"tokens_per_day\"}"
         ),
         2.0
+    );
+}
+
+#[actix_web::test]
+async fn tokens_per_day_counts_each_call_as_its_answer_ends_recorded_or_not_proxied_or_relayed() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "tokens").await;
+    // A limit of 40 and calls of 32 tokens: back to back, the second passes (32 < 40) and
+    // the third is refused, whatever the calls are.
+    for recorded in [false, true] {
+        let (_, key) = key_with(&app, &org, json!({"limits": {"tokensPerDay": 40}})).await;
+        let caller = org.with_key(&key);
+        let send = || {
+            let request = sdk_request(&app, &caller, Some(&project), &chat("gpt-4o-mini", "hi"));
+            match recorded {
+                true => request.send(),
+                false => request.header("X-Service-Record", "false").send(),
+            }
+        };
+        for n in 1..=2 {
+            let response = send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "recorded {recorded}: call {n}");
+            response.text().await.unwrap();
+        }
+        let (status, kind, _, _) = openai_error(send().await.unwrap()).await;
+        assert_eq!(
+            (status, kind.as_str()),
+            (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded"),
+            "recorded {recorded}: the third call"
+        );
+    }
+    // An unrecorded stream is counted from its usage chunk (which keel asked for and takes
+    // out of what the client gets), read as it passes.
+    let (stream_key_id, stream_key) = key_with(&app, &org, json!({"limits": {"tokensPerDay": 40}})).await;
+    let caller = org.with_key(&stream_key);
+    let mut body = chat("stream-plain", "hi");
+    body["stream"] = json!(true);
+    let stream = || {
+        sdk_request(&app, &caller, None, &body)
+            .header("X-Service-Record", "false")
+            .send()
+    };
+    for n in 1..=2 {
+        let response = stream().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "stream {n}");
+        let text = response.text().await.unwrap();
+        assert!(
+            text.contains("[DONE]") && !text.contains("\"choices\":[]"),
+            "{text}"
+        );
+    }
+    assert_eq!(stream().await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        eventually(|| async {
+            key_view(&app, &org, &stream_key_id).await["usageToday"]["tokens"].as_i64() == Some(64)
+        })
+        .await
+    );
+
+    // Relayed: embeddings count `usage.prompt_tokens` (8), responses `input_tokens` +
+    // `output_tokens` (25 as JSON; 12 streamed).
+    let (relay_key_id, relay_key) = key_with(&app, &org, json!({"limits": {"tokensPerDay": 40}})).await;
+    let embed = || {
+        relay(&app, &relay_key, Method::POST, "/v1/embeddings")
+            .json(&json!({"model": "text-embedding-3-small", "input": "hi"}))
+            .send()
+    };
+    let respond = |stream: bool| {
+        relay(&app, &relay_key, Method::POST, "/v1/responses")
+            .json(&json!({"model": "gpt-4o-mini", "input": "hi", "stream": stream}))
+            .send()
+    };
+    assert_eq!(embed().await.unwrap().status(), StatusCode::OK);
+    let streamed = respond(true).await.unwrap();
+    assert_eq!(streamed.status(), StatusCode::OK);
+    assert!(streamed.text().await.unwrap().contains("response.completed"));
+    assert_eq!(respond(false).await.unwrap().status(), StatusCode::OK);
+    // 8 + 12 + 25 = 45 of 40: the next relayed call is refused.
+    let (status, _, _, _) = openai_error(embed().await.unwrap()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        eventually(|| async {
+            key_view(&app, &org, &relay_key_id).await["usageToday"]["tokens"].as_i64() == Some(45)
+        })
+        .await,
+        "{}",
+        key_view(&app, &org, &relay_key_id).await
     );
 }
 

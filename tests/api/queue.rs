@@ -420,6 +420,50 @@ async fn stopping_a_queued_job_and_a_running_one() {
     let ack = worker_post(&app, "user-stopped", json!({"job_id": running, "worker_id": "w"})).await;
     assert_eq!(ack.status(), StatusCode::OK);
     assert_eq!(job(&app, &org, &running).await["status"], "user_stopped");
+    assert_eq!(stopped["stopReason"], "changed my mind");
+
+    // A running job's reason outlives its worker's report (whose own text is the error).
+    let held = tracer(&app, &org, &project).await;
+    claim(&app, "w", "tracer", 5).await;
+    let stopping = app
+        .post(
+            &format!("/api/training/jobs/{held}/stop"),
+            &org.api_key,
+            &json!({"reason": "wrong dataset"}),
+        )
+        .await;
+    assert_eq!(
+        json_of(stopping, StatusCode::OK).await["stopReason"],
+        "wrong dataset"
+    );
+    let ack = worker_post(
+        &app,
+        "user-stopped",
+        json!({"job_id": held, "worker_id": "w", "reason": "stopped at the user's request"}),
+    )
+    .await;
+    assert_eq!(ack.status(), StatusCode::OK);
+    let ended = job(&app, &org, &held).await;
+    assert_eq!(ended["status"], "user_stopped");
+    assert_eq!(ended["stopReason"], "wrong dataset", "{ended}");
+    assert_eq!(ended["error"], "stopped at the user's request");
+    let console = crate::console::Console::sign_in(&app, &org.api_key).await;
+    let page = console
+        .page(&format!("/console/o/{}/jobs/{held}", org.org_id))
+        .await;
+    assert!(
+        page.contains(r#"<dd id="stop-reason" dir="auto">wrong dataset</dd>"#),
+        "{page}"
+    );
+    // Retried, it is no longer stopped: the reason goes.
+    let retried = app
+        .post(
+            &format!("/api/training/jobs/{held}/retry"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await;
+    assert!(json_of(retried, StatusCode::OK).await["stopReason"].is_null());
 }
 
 #[actix_web::test]
@@ -451,6 +495,71 @@ async fn claims_bill_the_run_fee_once_and_block_jobs_that_cannot_pay() {
     assert_eq!(again[0]["attempt"], 2);
     assert_eq!(app.balance_microcents(&org).await, 900_000_000);
     app.assert_ledger_invariant(&org.org_id).await;
+}
+
+#[actix_web::test]
+async fn a_claim_refused_for_funds_gives_its_attempt_back_and_stays_in_the_history() {
+    let app = spawn_app_with(|s| {
+        s.queue.stale_after_secs = 1;
+        s.queue.max_attempts = 2;
+        s.queue.sweep_interval_secs = 0;
+    })
+    .await;
+    let org = app.create_org("Broke").await;
+    let project = app.create_project(&org, "P").await;
+    let id = tracer(&app, &org, &project).await;
+    // Refused twice (the user retries it in between): no attempt is used.
+    assert!(claim(&app, "w1", "tracer", 1).await.is_empty());
+    let retried = app
+        .post(
+            &format!("/api/training/jobs/{id}/retry"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    assert!(claim(&app, "w1", "tracer", 1).await.is_empty());
+    let refused = job(&app, &org, &id).await;
+    assert_eq!(refused["status"], "blocked");
+    assert_eq!(refused["attempts"], 0, "{refused}");
+    // Credited: queued again; the claim that is paid is attempt 1.
+    app.fund(&org, 500).await;
+    assert!(eventually(|| async { job(&app, &org, &id).await["status"] == "queued" }).await);
+    let first = claim(&app, "w2", "tracer", 1).await;
+    assert_eq!(first[0]["attempt"], 1);
+    // Stale once: with max_attempts 2 it has an attempt left.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let swept = json_of(
+        worker_post(&app, "requeue-stale", json!({})).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(swept, json!({"requeued": 1, "failed": 0, "stopped": 0}));
+    let second = claim(&app, "w3", "tracer", 1).await;
+    assert_eq!(second[0]["attempt"], 2);
+    let done = worker_post(&app, "succeeded", json!({"job_id": id, "worker_id": "w3"})).await;
+    assert_eq!(done.status(), StatusCode::OK);
+    let ended = job(&app, &org, &id).await;
+    assert_eq!(ended["status"], "succeeded");
+    assert_eq!(ended["attempts"], 2);
+    let history: Vec<(String, i64)> = ended["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["outcome"].as_str().unwrap().to_owned(),
+                h["attempt"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, i64)> = [("blocked", 1), ("blocked", 1), ("stale", 1), ("succeeded", 2)]
+        .into_iter()
+        .map(|(o, a)| (o.to_owned(), a))
+        .collect();
+    assert_eq!(history, expected);
+    // One run fee: the refused claims charged nothing.
+    assert_eq!(app.balance_microcents(&org).await, 400_000_000);
 }
 
 #[actix_web::test]

@@ -69,6 +69,65 @@ async fn authorize_requires_the_keys_organization_to_own_the_adapter() {
     .await;
 }
 
+/// A key of `org` with `settings` (its secret).
+async fn key_with(app: &TestApp, org: &TestOrg, settings: Value) -> String {
+    let created = json_of(
+        app.post(
+            &format!("/api/api-keys?orgId={}", org.org_id),
+            &org.owner_token,
+            &settings,
+        )
+        .await,
+        StatusCode::CREATED,
+    )
+    .await;
+    created["key"].as_str().unwrap().to_owned()
+}
+
+#[actix_web::test]
+async fn authorize_holds_a_keys_models_and_request_limits() {
+    let app = spawn_app().await;
+    let acme = app.create_org("Acme").await;
+    put_adapter(&app, &acme, "acme/support-bot", true).await;
+    // Limited to another model: neither the base model nor an adapter on it.
+    let mini = key_with(&app, &acme, json!({"models": ["gpt-4o-mini"]})).await;
+    for model in [BASE_MODEL, "acme/support-bot"] {
+        let refused = authorize(&app, &mini, model).await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{model}");
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["code"], "model_not_allowed", "{body}");
+        assert!(body["detail"].is_string());
+    }
+    // The adapter's id, or its base model, allows it.
+    for listed in ["acme/support-bot", BASE_MODEL] {
+        let key = key_with(&app, &acme, json!({"models": [listed]})).await;
+        assert_eq!(
+            authorize(&app, &key, "acme/support-bot").await.status(),
+            StatusCode::OK,
+            "{listed}"
+        );
+    }
+    // requestsPerMinute: 10 pass, the 11th is 429 with Retry-After in the /api body.
+    let limited = key_with(&app, &acme, json!({"limits": {"requestsPerMinute": 10}})).await;
+    for n in 1..=10 {
+        assert_eq!(
+            authorize(&app, &limited, BASE_MODEL).await.status(),
+            StatusCode::OK,
+            "call {n}"
+        );
+    }
+    let refused = authorize(&app, &limited, BASE_MODEL).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "rate_limit_exceeded", "{body}");
+}
+
 #[actix_web::test]
 async fn authorize_rejects_invalid_and_revoked_keys_and_non_internal_callers() {
     let app = spawn_app().await;

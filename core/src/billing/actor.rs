@@ -308,6 +308,13 @@ impl LedgerActor {
             }
             act.flushing = false;
             if let Some(account) = result.account {
+                for left in &account.expired {
+                    let metrics = &act.shared.metrics;
+                    metrics.credit_grants_expired.inc();
+                    metrics
+                        .credit_expired_microcents
+                        .inc_by(u64::try_from(left.get()).unwrap_or(0));
+                }
                 act.maybe_auto_topup(account, ctx);
             }
             act.flush(ctx);
@@ -395,7 +402,20 @@ async fn commit_batch(
                 match apply_batch(db, cache, policy, org_id, std::slice::from_ref(op)).await {
                     Ok(result) => {
                         outcomes.extend(result.outcomes);
-                        account = result.account.or(account);
+                        account = match (account, result.account) {
+                            // Each keeps the grants it expired: the metrics count them all.
+                            (
+                                Some(AccountAfter {
+                                    expired: mut before, ..
+                                }),
+                                Some(mut after),
+                            ) => {
+                                before.append(&mut after.expired);
+                                after.expired = before;
+                                Some(after)
+                            }
+                            (before, after) => after.or(before),
+                        };
                     }
                     Err(err) if is_lock_timeout(&err) => outcomes.push(Err(LedgerError::Locked)),
                     Err(err) => {

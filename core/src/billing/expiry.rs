@@ -89,16 +89,13 @@ pub async fn sweep(billing: &Billing, now: DateTime<Utc>) -> Result<Swept, Billi
             .submit(&grant.org_id, LedgerOp::expiry(&grant.id))
             .await
         {
+            // (The ledger counts expiries in the metrics, whoever wrote them.)
             Ok(outcome) if outcome.amount < Microcents::ZERO => {
                 swept.expired += 1;
                 swept.expired_microcents += -outcome.amount.get();
-                billing.metrics.credit_grants_expired.inc();
-                billing
-                    .metrics
-                    .credit_expired_microcents
-                    .inc_by(u64::try_from(-outcome.amount.get()).unwrap_or(0));
             }
-            // Nothing was left, or another instance (or an earlier pass) expired it.
+            // Nothing was left, or another instance, an earlier pass or an operation of the
+            // organization expired it first.
             Ok(_) | Err(LedgerError::Duplicate) => {}
             Err(err) => return Err(err.into()),
         }

@@ -347,6 +347,25 @@ pub async fn record_webhook_event(
     Ok(())
 }
 
+/// The id of one of the organization's grants whose expiry is at or before `now` and that
+/// still holds something (the sweep's and the operations' business to end).
+pub async fn first_lapsed_grant(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    now: DateTime<Utc>,
+) -> Result<Option<String>, DbErr> {
+    credit_grant::Entity::find()
+        .select_only()
+        .column(credit_grant::Column::Id)
+        .filter(credit_grant::Column::OrgId.eq(org_id.to_owned()))
+        // As the partial index states it.
+        .filter(Expr::cust("remaining_microcents > 0"))
+        .filter(credit_grant::Column::ExpiresAt.lte(now))
+        .into_tuple()
+        .one(db)
+        .await
+}
+
 /// The organization's billing account as stored (not created when missing).
 pub async fn find_account(
     db: &impl ConnectionTrait,

@@ -20,11 +20,27 @@ use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, PaymentState, RunI
 /// How many ledger entries the billing overview shows.
 const RECENT_ENTRIES: u64 = 20;
 
-/// The organization's billing account; 404 when the organization is unknown.
+/// The organization's billing account as of now (its lapsed grants expired first, so the
+/// balance read is the one the ledger would check); 404 when the organization is unknown.
 pub async fn account_of(billing: &Billing, org_id: &OrgId) -> Result<billing_account::Model, BillingError> {
+    expire_lapsed(billing, org_id).await?;
     repo::account(&billing.db, org_id)
         .await?
         .ok_or(BillingError::OrgNotFound)
+}
+
+/// Ends the organization's grants whose expiry has passed, through the ledger (one
+/// operation: the planner ends every lapsed grant before any operation, the sweep's keyed
+/// entry included). One indexed read when none has lapsed.
+pub async fn expire_lapsed(billing: &Billing, org_id: &OrgId) -> Result<(), BillingError> {
+    let Some(grant) = repo::first_lapsed_grant(&billing.db, org_id, Utc::now()).await? else {
+        return Ok(());
+    };
+    match billing.ledger.submit(org_id, LedgerOp::expiry(&grant)).await {
+        // Duplicate: another operation (or instance) ended it first.
+        Ok(_) | Err(LedgerError::Duplicate | LedgerError::UnknownOrg) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// An account as its billing page shows it.

@@ -50,6 +50,7 @@ pub fn job_data(job: &training_job::Model, history: &[training_job_attempt::Mode
         "workerId": job.worker_id,
         "attempts": job.attempts,
         "stopRequested": job.stop_requested,
+        "stopReason": job.stop_reason,
         "liveStatus": parse_stored(job.live_status.as_deref()),
         "result": parse_stored(job.result.as_deref()),
         "error": job.error,

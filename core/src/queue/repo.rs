@@ -95,6 +95,8 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         idempotency_key: job.idempotency.as_ref().map(|(key, _)| key.clone()),
         request_hash: job.idempotency.map(|(_, hash)| hash),
         blocked_for_funds: false,
+        refusals: 0,
+        stop_reason: None,
         payload: job.payload.to_string(),
         worker_id: None,
         attempts: 0,
@@ -309,6 +311,7 @@ pub async fn stop_job(
         .col_expr(training_job::Column::Status, Expr::value(USER_STOPPED))
         .col_expr(training_job::Column::StopRequested, Expr::value(true))
         .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::StopReason, Expr::value(reason))
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.eq(job_id))
@@ -318,6 +321,7 @@ pub async fn stop_job(
     training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(STOPPING))
         .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::StopReason, Expr::value(reason))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.eq(job_id))
         .filter(training_job::Column::Status.eq(RUNNING))
@@ -722,6 +726,10 @@ pub async fn retry_jobs(
             Expr::value(Option::<String>::None),
         )
         .col_expr(training_job::Column::StopRequested, Expr::value(false))
+        .col_expr(
+            training_job::Column::StopReason,
+            Expr::value(Option::<String>::None),
+        )
         .col_expr(training_job::Column::Result, Expr::value(Option::<String>::None))
         .col_expr(training_job::Column::Error, Expr::value(Option::<String>::None))
         .col_expr(
@@ -827,6 +835,7 @@ impl EndedAttempt {
             action: job.action,
             row: training_job_attempt::Model {
                 job_id: job.id.clone(),
+                ordinal: job.attempts + job.refusals,
                 attempt: job.attempts,
                 worker_id,
                 claimed_at: job.claimed_at,
@@ -849,7 +858,7 @@ async fn record_attempts(db: &impl ConnectionTrait, ended: &[EndedAttempt]) -> R
         .on_conflict(
             OnConflict::columns([
                 training_job_attempt::Column::JobId,
-                training_job_attempt::Column::Attempt,
+                training_job_attempt::Column::Ordinal,
             ])
             .do_nothing()
             .to_owned(),
@@ -870,7 +879,7 @@ pub async fn histories(
         let rows = training_job_attempt::Entity::find()
             .filter(training_job_attempt::Column::JobId.is_in(chunk.iter().cloned()))
             .order_by_asc(training_job_attempt::Column::JobId)
-            .order_by_asc(training_job_attempt::Column::Attempt)
+            .order_by_asc(training_job_attempt::Column::Ordinal)
             .all(db)
             .await?;
         for row in rows {
@@ -1052,11 +1061,11 @@ async fn end_reported(
                  WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
                    AND j.id = r.id AND j.worker_id = r.worker_id AND j.status || '' IN ({running}, {stopping}) \
                    {unannounced} \
-                 RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error), \
-                 h AS (INSERT INTO training_job_attempts (job_id, attempt, worker_id, claimed_at, ended_at, outcome, error) \
-                    SELECT id, attempts, worker_id, claimed_at, $2, status, error FROM u \
-                    ON CONFLICT (job_id, attempt) DO NOTHING) \
-                 SELECT id, attempts, claimed_at, action FROM u",
+                 RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error, j.refusals), \
+                 h AS (INSERT INTO training_job_attempts (job_id, ordinal, attempt, worker_id, claimed_at, ended_at, outcome, error) \
+                    SELECT id, attempts + refusals, attempts, worker_id, claimed_at, $2, status, error FROM u \
+                    ON CONFLICT (job_id, ordinal) DO NOTHING) \
+                 SELECT id, attempts, claimed_at, action, refusals FROM u",
             )
             .replace(
                 "{unannounced}",
@@ -1077,7 +1086,8 @@ async fn end_reported(
                           json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
              WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id \
                AND +training_jobs.status IN ({running}, {stopping}) \
-             RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action"),
+             RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action, \
+                training_jobs.refusals"),
             vec![now.into(), now.into(), serde_json::Value::Array(rows).to_string().into()],
         ),
     };
@@ -1095,7 +1105,8 @@ async fn end_reported(
     Ok((ended, postgres))
 }
 
-/// The attempt a report ended, from the update's `RETURNING id, attempts, claimed_at, action`.
+/// The attempt a report ended, from the update's `RETURNING id, attempts, claimed_at, action,
+/// refusals`.
 fn ended_by_report(
     row: sea_orm::QueryResult,
     job_id: JobId,
@@ -1103,11 +1114,14 @@ fn ended_by_report(
     now: DateTime<Utc>,
 ) -> Result<EndedAttempt, DbErr> {
     let action: String = row.try_get_by_index(3)?;
+    let attempt: i32 = row.try_get_by_index(1)?;
+    let refusals: i32 = row.try_get_by_index(4)?;
     Ok(EndedAttempt {
         action: JobAction::parse(&action).unwrap_or(JobAction::Training),
         row: training_job_attempt::Model {
             job_id,
-            attempt: row.try_get_by_index(1)?,
+            ordinal: attempt + refusals,
+            attempt,
             worker_id: Some(report.worker_id.clone()),
             claimed_at: row.try_get_by_index(2)?,
             ended_at: now,
@@ -1211,10 +1225,20 @@ pub async fn block_unpaid(
     }
     let now = Utc::now();
     let txn = db.begin().await?;
+    // The refused claim gives its attempt back: `attempts` counts attempts handed to a
+    // worker, and the refusal is a history row of its own (its place: attempts + refusals).
     let blocked = training_job::Entity::update_many()
         .col_expr(training_job::Column::Status, Expr::value(BLOCKED))
         .col_expr(training_job::Column::Error, Expr::value(reason))
         .col_expr(training_job::Column::BlockedForFunds, Expr::value(true))
+        .col_expr(
+            training_job::Column::Attempts,
+            Expr::col(training_job::Column::Attempts).sub(1),
+        )
+        .col_expr(
+            training_job::Column::Refusals,
+            Expr::col(training_job::Column::Refusals).add(1),
+        )
         .col_expr(training_job::Column::FinishedAt, Expr::value(now))
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
@@ -1225,13 +1249,16 @@ pub async fn block_unpaid(
     let ended: Vec<EndedAttempt> = blocked
         .iter()
         .map(|job| {
-            EndedAttempt::of(
+            let mut refused = EndedAttempt::of(
                 job,
                 job.worker_id.clone(),
                 AttemptOutcome::Blocked,
                 Some(reason.to_owned()),
                 now,
-            )
+            );
+            // The attempt it would have been.
+            refused.row.attempt = job.attempts + 1;
+            refused
         })
         .collect();
     record_attempts(&txn, &ended).await?;

@@ -22,6 +22,8 @@ pub struct Serving {
     pub adapters: AdapterDirectory,
     pub pricing: Arc<PricingSettings>,
     pub cluster: Cluster,
+    /// The keys' limits (serving spends the organization's balance as the proxy does).
+    pub limiter: crate::keys::Limiter,
     pub layer: Option<client::ServingLayer>,
 }
 
@@ -74,6 +76,12 @@ pub enum ServingError {
     /// The key's scopes do not hold `inference`.
     #[error("this API key's scopes do not include inference")]
     ScopeNotAllowed,
+    /// The key's `models` list names neither the adapter nor its base model.
+    #[error("this API key may not call model {0:?}")]
+    ModelNotAllowed(String),
+    /// A limit of the key refused the call.
+    #[error(transparent)]
+    Limited(#[from] crate::keys::limiter::Limited),
     #[error("no serving layer is configured (KEEL_SERVING_URL)")]
     NotConfigured,
     #[error(transparent)]

@@ -37,10 +37,30 @@ pub async fn authorize(
         None
     };
     let key = key.ok_or(ServingError::InvalidApiKey)?;
-    if !crate::keys::KeySettings::of(&key).scopes.inference {
+    let settings = crate::keys::KeySettings::of(&key);
+    if !settings.scopes.inference {
         return Err(ServingError::ScopeNotAllowed);
     }
     let base_model = resolve_model(serving, &key.org_id, model).await?;
+    // The key's `models` list allows an adapter by its id or by its base model.
+    if settings.models.is_some() && !settings.allows_model(model) && !settings.allows_model(&base_model) {
+        return Err(ServingError::ModelNotAllowed(model.chars().take(200).collect()));
+    }
+    // Its requests and tokens are the key's as a proxied call's are (the model checked above).
+    let now = chrono::Utc::now();
+    crate::keys::service::admit(
+        &serving.limiter,
+        &key.id,
+        &settings,
+        crate::keys::service::CallModel::NoModel,
+        false,
+        now,
+    )
+    .await
+    .map_err(|denied| match denied {
+        crate::keys::service::Denied::Limited(limited) => ServingError::Limited(limited),
+        other => ServingError::ModelNotAllowed(other.to_string()),
+    })?;
     Ok((key.org_id, base_model))
 }
 

@@ -253,6 +253,9 @@ pub fn outcome_label(outcome: &Result<Outcome, LedgerError>) -> &'static str {
 pub struct AccountAfter {
     pub balance: Microcents,
     pub auto_topup: Option<AutoTopup>,
+    /// What each grant the batch expired had left (the sweep's, or lapsed grants ended
+    /// before the batch's operations).
+    pub expired: Vec<Microcents>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

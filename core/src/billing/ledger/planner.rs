@@ -205,8 +205,18 @@ pub(super) fn plan(
     };
     let mut starter_granted = account.starter_credit_granted;
     let mut changed = false;
-    let mut outcomes = Vec::with_capacity(ops.len());
-    for op in ops {
+    // A grant past its expiry is neither drawn nor counted: before the batch's operations,
+    // each lapsed grant ends as the sweep would end it (the same keyed `expiry` entry, so
+    // whichever comes first writes it, once). Their outcomes are nobody's.
+    let lapsed: Vec<LedgerOp> = book
+        .grants()
+        .iter()
+        .filter(|g| g.expires_at.is_some_and(|at| at <= now))
+        .map(|g| LedgerOp::expiry(&g.id))
+        .collect();
+    let mut expired_amounts = Vec::new();
+    let mut outcomes = Vec::with_capacity(lapsed.len() + ops.len());
+    for op in lapsed.iter().chain(ops) {
         // A serving request already metered (globally, by request id) is a replay.
         if let SideEffect::ServingUsage(row) = &op.side {
             if let Some(original) = usage.get(&row.request_id) {
@@ -301,6 +311,7 @@ pub(super) fn plan(
         // a debit draws in order, an expiry ends its grant.
         let draws = if let SideEffect::Expire { grant_id } = &op.side {
             book.expire(grant_id);
+            expired_amounts.push(-amount);
             writes.events.push(LedgerEvent::CreditExpired {
                 org_id: org_id.to_owned(),
                 grant_id: grant_id.clone(),
@@ -432,9 +443,14 @@ pub(super) fn plan(
         }
         _ => None,
     };
+    outcomes.drain(..lapsed.len());
     BatchResult {
         outcomes,
-        account: Some(AccountAfter { balance, auto_topup }),
+        account: Some(AccountAfter {
+            balance,
+            auto_topup,
+            expired: expired_amounts,
+        }),
     }
 }
 
@@ -691,6 +707,59 @@ mod tests {
             prop_assert_eq!(usage_rows, batch.writes.usage_rows);
             prop_assert_eq!(account_now.balance_microcents, batch.balance);
         }
+    }
+
+    #[test]
+    fn a_lapsed_grant_ends_before_the_batch_and_is_never_drawn() {
+        let now = Utc::now();
+        let grant = |id: &str, remaining: i64, priority: i32, expires_at| Grant {
+            id: id.into(),
+            remaining: Microcents(remaining),
+            priority,
+            expires_at,
+            created_at: now - chrono::Duration::days(1),
+        };
+        let grants = [
+            grant("lapsed", 300, 10, Some(now - chrono::Duration::seconds(1))),
+            grant("paid", 500, 50, None),
+        ];
+        let fee = LedgerOp::debit(
+            EntryKind::RunFee,
+            Microcents(100),
+            Some(IdempotencyKey::run_fee("r1")),
+            "fee",
+        );
+        // The sweep's own operation in the same batch finds the grant already ended.
+        let sweep = LedgerOp::expiry("lapsed");
+        let mut writes = Writes::new(KeyCheck::LookUp);
+        let result = plan(
+            &org(),
+            &account(800),
+            &grants,
+            &[fee, sweep],
+            &mut HashMap::new(),
+            &mut HashMap::new(),
+            &mut writes,
+            now,
+        );
+        assert_eq!(
+            result.outcomes.len(),
+            2,
+            "only the batch's operations are answered"
+        );
+        assert_eq!(result.outcomes[0].as_ref().unwrap().balance, Microcents(400));
+        assert_eq!(result.outcomes[1], Err(LedgerError::Duplicate));
+        let kinds: Vec<&str> = writes.entries.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["expiry", "run_fee"]);
+        assert_eq!(writes.entries[0].amount, Microcents(-300));
+        assert_eq!(
+            writes.entries[0].idempotency_key.as_deref(),
+            Some("expiry:lapsed")
+        );
+        assert!(writes.entries[1].grants.as_deref().unwrap().contains("paid"));
+        assert_eq!(result.account.unwrap().expired, vec![Microcents(300)]);
+        let ended = writes.grant_changes.iter().find(|c| c.id == "lapsed").unwrap();
+        assert!(ended.expired && ended.remaining == Microcents::ZERO);
     }
 
     #[test]
