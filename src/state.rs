@@ -148,10 +148,7 @@ impl AppState {
         let webhooks = keel_core::webhooks::Webhooks::new(
             db.clone(),
             secret_box.clone(),
-            keel_core::webhooks::destination::Rules {
-                allow_http: settings.webhooks.allow_http,
-                allow_private_destinations: settings.webhooks.allow_private_destinations,
-            },
+            &settings.webhooks,
             metrics.clone(),
         );
         if settings.webhooks.dispatcher {

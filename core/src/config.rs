@@ -67,6 +67,12 @@ pub struct WebhookSettings {
     pub allow_private_destinations: bool,
     /// This instance sends due deliveries (default true; every instance may).
     pub dispatcher: bool,
+    /// Endpoints an organization may have (default 20).
+    pub max_endpoints_per_org: u64,
+    /// An HTTP(S) proxy deliveries go through (default none: direct). keel never takes one
+    /// from the environment; with this set it resolves and checks each destination itself
+    /// before asking the proxy.
+    pub proxy_url: String,
 }
 
 #[derive(Clone, Deserialize)]
@@ -485,6 +491,7 @@ impl Settings {
             ("serving.url", &self.serving.url),
             ("hub.url", &self.hub.url),
             ("tracker.url", &self.tracker.url),
+            ("webhooks.proxy_url", &self.webhooks.proxy_url),
         ];
         for (key, value) in urls {
             if !value.is_empty() {

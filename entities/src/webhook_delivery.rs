@@ -17,6 +17,8 @@ pub struct Model {
     pub next_attempt_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// While a dispatcher sends it: until when it is that dispatcher's (none otherwise).
+    pub leased_until: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -13,9 +13,9 @@ pub struct Model {
     /// A JSON array of event names (`"*"`: all).
     pub events: String,
     pub secret_sealed: String,
-    /// During a rotation, the previous secret, which keeps signing until `old_secret_until`.
-    pub old_secret_sealed: Option<String>,
-    pub old_secret_until: Option<DateTimeUtc>,
+    /// Secrets rotated out, each signing beside the current one until its own deadline: a
+    /// JSON list of `{"sealed", "until"}` (none: none).
+    pub previous_secrets: Option<String>,
     pub enabled: bool,
     pub disabled_reason: Option<String>,
     pub created_at: DateTimeUtc,

@@ -30,6 +30,7 @@ mod m20261127_000003_trace_search_indexer;
 mod m20261127_000004_trace_words_backfill;
 mod m20261128_000001_claim_refusals;
 mod m20261128_000002_job_stop_reason;
+mod m20261128_000003_webhook_secrets_and_leases;
 
 pub struct Migrator;
 
@@ -65,6 +66,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000004_trace_words_backfill::Migration),
             Box::new(m20261128_000001_claim_refusals::Migration),
             Box::new(m20261128_000002_job_stop_reason::Migration),
+            Box::new(m20261128_000003_webhook_secrets_and_leases::Migration),
         ]
     }
 }

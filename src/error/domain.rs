@@ -274,6 +274,12 @@ impl From<WebhookError> for ApiError {
                 ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
             }
             WebhookError::Sealing(err) => ApiError::Unexpected(err),
+            WebhookError::EndpointLimit(_) => coded(Code::EndpointLimitReached, err),
+            WebhookError::TestsLimited { retry_after_secs } => ApiError::Limited {
+                detail: err.to_string(),
+                retry_after_secs,
+            },
+            WebhookError::DeliveryInFlight => coded(Code::DeliveryInFlight, err),
             WebhookError::Database(err) => err.into(),
         }
     }

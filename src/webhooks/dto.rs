@@ -92,6 +92,7 @@ pub struct EndpointView {
 impl From<webhook_endpoint::Model> for EndpointView {
     fn from(e: webhook_endpoint::Model) -> Self {
         let now = Utc::now();
+        let previous_secret_until = service::previous_secrets(&e, now).first().map(|s| s.until);
         Self {
             events: service::events_of(&e),
             endpoint_id: e.id,
@@ -100,7 +101,7 @@ impl From<webhook_endpoint::Model> for EndpointView {
             description: e.description,
             enabled: e.enabled,
             disabled_reason: e.disabled_reason,
-            previous_secret_until: e.old_secret_until.filter(|until| *until > now),
+            previous_secret_until,
             created_at: e.created_at,
             updated_at: e.updated_at,
         }

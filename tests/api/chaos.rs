@@ -32,9 +32,9 @@ fn log_tail(path: &std::path::Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-struct Instance {
+pub(crate) struct Instance {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     db_url: String,
     port: u16,
     envs: Vec<(String, String)>,
@@ -42,7 +42,7 @@ struct Instance {
 
 impl Instance {
     /// Starts the process (not waiting for it to serve).
-    fn start(db_url: &str, envs: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(db_url: &str, envs: &[(&str, &str)]) -> Self {
         let port = free_port();
         let envs: Vec<(String, String)> = envs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
         let child = spawn(db_url, port, &envs);
@@ -55,13 +55,13 @@ impl Instance {
         }
     }
 
-    async fn started(db_url: &str, envs: &[(&str, &str)]) -> Self {
+    pub(crate) async fn started(db_url: &str, envs: &[(&str, &str)]) -> Self {
         let instance = Self::start(db_url, envs);
         instance.ready().await;
         instance
     }
 
-    async fn ready(&self) {
+    pub(crate) async fn ready(&self) {
         let client = reqwest::Client::new();
         for _ in 0..600 {
             if let Ok(r) = client.get(self.url("/healthz")).send().await {
@@ -74,11 +74,11 @@ impl Instance {
         panic!("keel on port {} did not become ready", self.port);
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let sent = Command::new("kill")
             .args([signal, &self.child.id().to_string()])
             .status()

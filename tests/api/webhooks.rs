@@ -1068,3 +1068,408 @@ async fn two_instances_never_send_one_delivery_twice_at_once() {
         }
     }
 }
+
+/// POSTs `/test` of the endpoint and answers the response.
+async fn send_test(app: &TestApp, org: &TestOrg, id: &str) -> reqwest::Response {
+    app.post(
+        &format!("/api/webhooks/endpoints/{id}/test"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn one_organizations_hanging_endpoints_never_hold_up_anothers_deliveries() {
+    let app = local_app().await;
+    let stuck = app.create_org("Stuck").await;
+    let (_, hanging) = FakeJson::start(|_| Reply::Hang);
+    let mut stuck_ids = Vec::new();
+    for n in 0..6 {
+        let created = create(
+            &app,
+            &stuck,
+            json!({"url": format!("{hanging}/h{n}"), "events": ["*"]}),
+        )
+        .await;
+        stuck_ids.push(created["endpointId"].as_str().unwrap().to_owned());
+    }
+    // Ten tests a minute per endpoint: 60 deliveries that hang; the eleventh test is 429.
+    for id in &stuck_ids {
+        for _ in 0..10 {
+            assert_eq!(send_test(&app, &stuck, id).await.status(), StatusCode::ACCEPTED);
+        }
+    }
+    let limited = send_test(&app, &stuck, &stuck_ids[0]).await;
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        json_of(limited, StatusCode::TOO_MANY_REQUESTS).await["code"],
+        "rate_limit_exceeded"
+    );
+    // Their first deliveries are in flight (held by the hanging receiver).
+    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+
+    // Another organization's delivery goes out at once (CONTRACT: within 2 s).
+    let other = app.create_org("Other").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    let created = create(&app, &other, json!({"url": url, "events": ["*"]})).await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    let sent_at = std::time::Instant::now();
+    assert_eq!(send_test(&app, &other, &id).await.status(), StatusCode::ACCEPTED);
+    let arrived = calls(&receiver, 1, Duration::from_secs(8)).await;
+    assert_eq!(arrived.len(), 1);
+    let waited = sent_at.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "another organization's delivery waited {waited:?}"
+    );
+
+    // A delivery in flight is not retried by hand (it would be sent twice).
+    let log = json_of(
+        app.get(
+            &format!("/api/webhooks/endpoints/{}/deliveries", stuck_ids[0]),
+            &stuck.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let in_flight = log["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["deliveryId"].as_str().unwrap().to_owned())
+        .collect::<Vec<_>>();
+    let mut refused = 0;
+    for delivery in &in_flight {
+        let retried = app
+            .post(
+                &format!("/api/webhooks/deliveries/{delivery}/retry"),
+                &stuck.api_key,
+                &json!({}),
+            )
+            .await;
+        if retried.status() == StatusCode::CONFLICT {
+            assert_eq!(
+                json_of(retried, StatusCode::CONFLICT).await["code"],
+                "delivery_in_flight"
+            );
+            refused += 1;
+        }
+    }
+    assert!(refused >= 1, "at least the deliveries being sent are refused");
+}
+
+#[actix_web::test]
+async fn an_organization_has_at_most_twenty_endpoints() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    for n in 0..20 {
+        create(
+            &app,
+            &org,
+            json!({"url": format!("https://hooks.example.com/{n}"), "events": ["*"]}),
+        )
+        .await;
+    }
+    let more = app
+        .post(
+            "/api/webhooks/endpoints",
+            &org.api_key,
+            &json!({"url": "https://hooks.example.com/21", "events": ["*"]}),
+        )
+        .await;
+    assert_eq!(
+        json_of(more, StatusCode::CONFLICT).await["code"],
+        "endpoint_limit_reached"
+    );
+    // Another organization is not held by this one's.
+    let other = app.create_org("Other").await;
+    create(
+        &app,
+        &other,
+        json!({"url": "https://hooks.example.com/x", "events": ["*"]}),
+    )
+    .await;
+}
+
+#[actix_web::test]
+async fn every_rotated_out_secret_signs_until_its_own_deadline() {
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    let created = create(&app, &org, json!({"url": url, "events": ["*"]})).await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    let first = created["secret"].as_str().unwrap().to_owned();
+    let once = act(&app, &org, &id, "rotate-secret", StatusCode::OK).await;
+    let twice = act(&app, &org, &id, "rotate-secret", StatusCode::OK).await;
+    let (second, newest) = (
+        once["secret"].as_str().unwrap().to_owned(),
+        twice["secret"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(send_test(&app, &org, &id).await.status(), StatusCode::ACCEPTED);
+    let call = calls(&receiver, 1, Duration::from_secs(5)).await.pop().unwrap();
+    assert_eq!(call.headers["webhook-signature"].split(' ').count(), 3);
+    for secret in [&first, &second, &newest] {
+        assert!(
+            verified(secret, &call),
+            "a secret rotated out within 24 hours still signs"
+        );
+    }
+    let view = json_of(
+        app.get(&format!("/api/webhooks/endpoints/{id}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(view["previousSecretUntil"], twice["previousSecretUntil"]);
+}
+
+#[actix_web::test]
+async fn a_410_disables_the_endpoint_and_its_deliveries_wait_until_it_is_enabled() {
+    let app = local_app().await;
+    let org = app.create_org("Acme").await;
+    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let answer = gone.clone();
+    let (receiver, url) = FakeJson::start(move |_| match answer.load(std::sync::atomic::Ordering::SeqCst) {
+        true => Reply::Json(410, json!({"error": "gone"})),
+        false => Reply::Json(204, json!({})),
+    });
+    let created = create(&app, &org, json!({"url": url, "events": ["*"]})).await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    assert_eq!(send_test(&app, &org, &id).await.status(), StatusCode::ACCEPTED);
+    let endpoint = |app: &TestApp| {
+        let path = format!("/api/webhooks/endpoints/{id}");
+        let key = org.api_key.clone();
+        let app = app.url("");
+        async move {
+            reqwest::Client::new()
+                .get(format!("{app}{path}"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert!(
+        eventually(|| async { endpoint(&app).await["enabled"] == false }).await,
+        "a 410 disables the endpoint"
+    );
+    let view = endpoint(&app).await;
+    assert_eq!(view["disabledReason"], "the endpoint answered 410 Gone", "{view}");
+    assert_eq!(receiver.calls().len(), 1, "called once, not retried");
+    // A delivery made before it was disabled waits, its attempts untouched.
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let deliveries = || async {
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+        entities::webhook_delivery::Entity::find()
+            .filter(entities::webhook_delivery::Column::EndpointId.eq(id.as_str()))
+            .all(&db)
+            .await
+            .unwrap()
+    };
+    let waiting = deliveries().await;
+    assert_eq!(waiting.len(), 1);
+    assert_eq!((waiting[0].status.as_str(), waiting[0].attempts), ("pending", 1));
+    {
+        use sea_orm::{ActiveModelTrait, Set};
+        // Due now, were it not for the disabled endpoint.
+        let mut due: entities::webhook_delivery::ActiveModel = waiting[0].clone().into();
+        due.next_attempt_at = Set(Some(chrono::Utc::now() - chrono::Duration::seconds(1)));
+        due.update(&db).await.unwrap();
+    }
+    actix_web::rt::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(receiver.calls().len(), 1);
+    assert_eq!(deliveries().await[0].attempts, 1);
+    // Enabled again: the receiver is back, and the waiting delivery goes out.
+    gone.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        patch(&app, &org, &id, json!({"enabled": true})).await.status(),
+        StatusCode::OK
+    );
+    assert!(eventually(|| async { deliveries().await[0].status == "succeeded" }).await);
+    assert_eq!(receiver.calls().len(), 2);
+    db.close().await.ok();
+}
+
+/// A forward proxy that counts the connections made to it and answers each 502.
+fn counting_proxy() -> (std::sync::Arc<std::sync::atomic::AtomicUsize>, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream
+                .write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (count, url)
+}
+
+#[actix_web::test]
+async fn deliveries_never_take_a_proxy_from_the_environment_and_a_configured_one_is_asked_only_for_allowed_destinations(
+) {
+    use crate::chaos::Instance;
+    let (env_proxy, env_proxy_url) = counting_proxy();
+    let db = TestDb::new().await;
+    // keel with every proxy variable of the environment set: none is used.
+    let keel = Instance::started(
+        &db.url,
+        &[
+            ("HTTP_PROXY", env_proxy_url.as_str()),
+            ("HTTPS_PROXY", env_proxy_url.as_str()),
+            ("ALL_PROXY", env_proxy_url.as_str()),
+            ("http_proxy", env_proxy_url.as_str()),
+            ("KEEL__WEBHOOKS__ALLOW_HTTP", "true"),
+            ("KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let (_, key) = org_with_key(&http, &keel.base, "Acme").await;
+    let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
+    let created: Value = http
+        .post(keel.url("/api/webhooks/endpoints"))
+        .bearer_auth(&key)
+        .json(&json!({"url": url, "events": ["*"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    let sent = http
+        .post(keel.url(&format!("/api/webhooks/endpoints/{id}/test")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        calls(&receiver, 1, Duration::from_secs(10)).await.len(),
+        1,
+        "delivered directly"
+    );
+    assert_eq!(env_proxy.load(std::sync::atomic::Ordering::SeqCst), 0);
+    drop(keel);
+
+    // With webhooks.proxy_url, a destination keel would not call itself never reaches the
+    // proxy (this machine's name resolves to a private address); an allowed one does.
+    let host = String::from_utf8(std::process::Command::new("hostname").output().unwrap().stdout).unwrap();
+    let host = host.trim().to_owned();
+    let private = tokio::net::lookup_host((host.as_str(), 0))
+        .await
+        .is_ok_and(|mut addrs| addrs.all(|a| !keel_core::webhooks::destination::is_public(a.ip())));
+    if host.is_empty() || !private {
+        say_skipped(&format!(
+            "(its proxy_url half) this machine's name ({host:?}) does not resolve to a private address"
+        ));
+        return;
+    }
+    let (proxy, proxy_url) = counting_proxy();
+    let db = TestDb::new().await;
+    let keel = Instance::started(
+        &db.url,
+        &[
+            ("KEEL__WEBHOOKS__PROXY_URL", proxy_url.as_str()),
+            ("KEEL__WEBHOOKS__ALLOW_HTTP", "true"),
+        ],
+    )
+    .await;
+    let (_, key) = org_with_key(&http, &keel.base, "Acme").await;
+    let port = url.rsplit(':').next().unwrap();
+    let created: Value = http
+        .post(keel.url("/api/webhooks/endpoints"))
+        .bearer_auth(&key)
+        .json(&json!({"url": format!("http://{host}:{port}/"), "events": ["*"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    http.post(keel.url(&format!("/api/webhooks/endpoints/{id}/test")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let mut attempt = Value::Null;
+    for _ in 0..100 {
+        let log: Value = http
+            .get(keel.url(&format!("/api/webhooks/endpoints/{id}/deliveries")))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        attempt = log["deliveries"][0]["attempts"][0].clone();
+        if !attempt.is_null() {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        attempt["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("allow_private_destinations"),
+        "{attempt}"
+    );
+    assert_eq!(
+        proxy.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy was not asked"
+    );
+    drop(keel);
+    // Private destinations allowed: the delivery goes through the configured proxy.
+    let db = TestDb::new().await;
+    let keel = Instance::started(
+        &db.url,
+        &[
+            ("KEEL__WEBHOOKS__PROXY_URL", proxy_url.as_str()),
+            ("KEEL__WEBHOOKS__ALLOW_HTTP", "true"),
+            ("KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ],
+    )
+    .await;
+    let (_, key) = org_with_key(&http, &keel.base, "Acme").await;
+    let created: Value = http
+        .post(keel.url("/api/webhooks/endpoints"))
+        .bearer_auth(&key)
+        .json(&json!({"url": url, "events": ["*"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    http.post(keel.url(&format!("/api/webhooks/endpoints/{id}/test")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        eventually(|| async { proxy.load(std::sync::atomic::Ordering::SeqCst) >= 1 }).await,
+        "the configured proxy carries the delivery"
+    );
+}

@@ -121,6 +121,11 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     !(ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
+        || segments[..3] == [0x64, 0xff9b, 1] // local-use NAT64 64:ff9b:1::/48
+        || segments[..2] == [0x2001, 0] // Teredo 2001::/32
+        || segments[..3] == [0x2001, 2, 0] // benchmarking 2001:2::/48
+        || (segments[0] == 0x2001 && (segments[1] & 0xfff0) == 0x0010) // ORCHID 2001:10::/28
+        || (segments[0] == 0x2001 && (segments[1] & 0xfff0) == 0x0020) // ORCHIDv2 2001:20::/28
         || (segments[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
         || (segments[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
         || (segments[0] & 0xffc0) == 0xfec0 // site-local (deprecated) fec0::/10
@@ -167,6 +172,16 @@ mod tests {
             "2002:a00:1::1",
             "fec0::1",
             "100::1",
+            "64:ff9b:1::a00:1",
+            "64:ff9b:1:ffff::1",
+            "2001::1",
+            "2001:0:4136:e378::1",
+            "2001:2::1",
+            "2001:2:0:ffff::1",
+            "2001:10::1",
+            "2001:1f::1",
+            "2001:20::1",
+            "2001:2f:ffff::1",
         ] {
             assert!(
                 !is_public(private.parse().unwrap()),
@@ -180,6 +195,9 @@ mod tests {
             "2606:4700:4700::1111",
             "::ffff:8.8.8.8",
             "2002:808:808::1",
+            "2001:4860:4860::8888",
+            "2001:2:1::1",
+            "2001:30::1",
         ] {
             assert!(is_public(public.parse().unwrap()), "{public} refused");
         }

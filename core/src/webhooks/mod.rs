@@ -16,12 +16,16 @@ use crate::metrics::Metrics;
 use crate::secrets::SecretBox;
 
 /// What the webhook flows need: the database, the secrets' box (endpoint secrets are sealed
-/// like training secrets), the destination rules and the metrics.
+/// like training secrets), the destination rules, the bounds and the metrics.
 #[derive(Clone)]
 pub struct Webhooks {
     pub db: DatabaseConnection,
     pub secret_box: Option<SecretBox>,
     pub rules: destination::Rules,
+    /// Endpoints an organization may have.
+    pub max_endpoints_per_org: u64,
+    /// The operator's proxy for deliveries (`webhooks.proxy_url`), if any.
+    pub proxy_url: Option<String>,
     pub metrics: Metrics,
 }
 
@@ -29,13 +33,18 @@ impl Webhooks {
     pub fn new(
         db: DatabaseConnection,
         secret_box: Option<SecretBox>,
-        rules: destination::Rules,
+        settings: &crate::config::WebhookSettings,
         metrics: Metrics,
     ) -> Self {
         Self {
             db,
             secret_box,
-            rules,
+            rules: destination::Rules {
+                allow_http: settings.allow_http,
+                allow_private_destinations: settings.allow_private_destinations,
+            },
+            max_endpoints_per_org: settings.max_endpoints_per_org,
+            proxy_url: Some(settings.proxy_url.clone()).filter(|url| !url.is_empty()),
             metrics,
         }
     }
@@ -52,6 +61,20 @@ pub enum WebhookError {
     SecretsUnconfigured,
     #[error("sealing a secret failed")]
     Sealing(#[source] anyhow::Error),
+    /// The organization has `webhooks.max_endpoints_per_org` endpoints already.
+    #[error(
+        "this organization has {0} webhook endpoints, the most it may have (webhooks.max_endpoints_per_org)"
+    )]
+    EndpointLimit(u64),
+    /// `/test` was asked too often for this endpoint.
+    #[error(
+        "test deliveries of this endpoint are limited to {} a minute",
+        service::TESTS_PER_MINUTE
+    )]
+    TestsLimited { retry_after_secs: u64 },
+    /// A manual retry of a delivery a dispatcher is sending right now.
+    #[error("this delivery is being sent right now; retry it once its attempt is recorded")]
+    DeliveryInFlight,
     #[error(transparent)]
     Database(#[from] sea_orm::DbErr),
 }

@@ -98,6 +98,7 @@ pub async fn insert_event(
             next_attempt_at: Set(Some(now)),
             created_at: Set(now),
             updated_at: Set(now),
+            leased_until: Set(None),
         })
         .collect();
     let ids = deliveries
@@ -112,28 +113,51 @@ pub async fn insert_event(
     Ok(ids)
 }
 
-/// Claims up to `limit` due deliveries for this dispatcher: each is pushed to `lease_until`
-/// (so no other dispatcher takes it meanwhile; if this one dies, it is due again then).
+/// Claims up to `limit` due deliveries for this dispatcher, at most `per_endpoint` of any one
+/// endpoint and none of `busy` (endpoints whose slots this dispatcher has filled), taking
+/// each endpoint's first due delivery before any endpoint's second: one endpoint's backlog
+/// never fills a claim. Each is leased to `lease_until` (its `next_attempt_at` too, so no
+/// other dispatcher takes it meanwhile; if this one dies, it is due again then). Deliveries
+/// of disabled endpoints wait, their attempts untouched, until the endpoint is enabled.
 /// PostgreSQL skips rows another dispatcher has locked; SQLite has one writer.
 pub async fn claim_due(
     db: &impl ConnectionTrait,
     now: DateTime<Utc>,
     lease_until: DateTime<Utc>,
     limit: u64,
+    per_endpoint: u64,
+    busy: &[String],
 ) -> Result<Vec<webhook_delivery::Model>, DbErr> {
     let backend = db.get_database_backend();
-    let (lock, p) = match backend {
-        DbBackend::Postgres => (" FOR UPDATE SKIP LOCKED", ["$1", "$2", "$3"]),
-        _ => ("", ["?1", "?2", "?3"]),
+    let (lock, p, busy_ids) = match backend {
+        DbBackend::Postgres => (
+            " FOR UPDATE SKIP LOCKED",
+            ["$1", "$2", "$3", "$4", "$5"],
+            "SELECT jsonb_array_elements_text($5::jsonb)",
+        ),
+        _ => (
+            "",
+            ["?1", "?2", "?3", "?4", "?5"],
+            "SELECT value FROM json_each(?5)",
+        ),
     };
     let sql = format!(
-        "UPDATE webhook_deliveries SET next_attempt_at = {lease}, updated_at = {now} \
-         WHERE id IN (SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= {now} \
-         ORDER BY next_attempt_at LIMIT {limit}{lock}) AND status = 'pending' \
-         RETURNING id, event_id, endpoint_id, org_id, status, attempts, next_attempt_at, created_at, updated_at",
+        "UPDATE webhook_deliveries SET next_attempt_at = {lease}, leased_until = {lease}, updated_at = {now} \
+         WHERE id IN (SELECT id FROM webhook_deliveries WHERE id IN ( \
+             SELECT id FROM ( \
+                 SELECT d.id, d.next_attempt_at, \
+                     ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS turn \
+                 FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled \
+                 WHERE d.status = 'pending' AND d.next_attempt_at <= {now} \
+                   AND d.endpoint_id NOT IN ({busy_ids})) AS due \
+             WHERE turn <= {per_endpoint} ORDER BY turn, next_attempt_at LIMIT {limit}) \
+           AND status = 'pending' AND next_attempt_at <= {now}{lock}) \
+         AND status = 'pending' \
+         RETURNING id, event_id, endpoint_id, org_id, status, attempts, next_attempt_at, created_at, updated_at, leased_until",
         lease = p[0],
         now = p[1],
         limit = p[2],
+        per_endpoint = p[3],
     );
     let rows = db
         .query_all_raw(Statement::from_sql_and_values(
@@ -143,6 +167,8 @@ pub async fn claim_due(
                 Value::from(lease_until),
                 Value::from(now),
                 Value::from(limit as i64),
+                Value::from(per_endpoint as i64),
+                Value::from(serde_json::json!(busy).to_string()),
             ],
         ))
         .await?;
@@ -158,9 +184,70 @@ pub async fn claim_due(
                 next_attempt_at: row.try_get("", "next_attempt_at")?,
                 created_at: row.try_get("", "created_at")?,
                 updated_at: row.try_get("", "updated_at")?,
+                leased_until: row.try_get("", "leased_until")?,
             })
         })
         .collect()
+}
+
+/// Gives back leases this dispatcher took and will not use (due again now, attempts
+/// untouched), if they are still its own.
+pub async fn release_leases(
+    db: &impl ConnectionTrait,
+    deliveries: &[webhook_delivery::Model],
+) -> Result<(), DbErr> {
+    let now = Utc::now();
+    for delivery in deliveries {
+        webhook_delivery::Entity::update_many()
+            .col_expr(webhook_delivery::Column::NextAttemptAt, Expr::value(now))
+            .col_expr(
+                webhook_delivery::Column::LeasedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(webhook_delivery::Column::UpdatedAt, Expr::value(now))
+            .filter(webhook_delivery::Column::Id.eq(&delivery.id))
+            .filter(webhook_delivery::Column::Status.eq(PENDING))
+            .filter(webhook_delivery::Column::LeasedUntil.eq(delivery.leased_until))
+            .exec(db)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Test deliveries (`webhook.test`) made for an endpoint since `since`, oldest first: when.
+pub async fn tests_since(
+    db: &impl ConnectionTrait,
+    endpoint_id: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<DateTime<Utc>>, DbErr> {
+    webhook_delivery::Entity::find()
+        .select_only()
+        .column(webhook_delivery::Column::CreatedAt)
+        .filter(webhook_delivery::Column::EndpointId.eq(endpoint_id))
+        .filter(webhook_delivery::Column::CreatedAt.gt(since))
+        .filter(
+            webhook_delivery::Column::EventId.in_subquery(
+                sea_orm::sea_query::Query::select()
+                    .column(outbound_event::Column::Id)
+                    .from(outbound_event::Entity)
+                    .and_where(outbound_event::Column::EventType.eq("webhook.test"))
+                    .and_where(outbound_event::Column::CreatedAt.gt(since))
+                    .to_owned(),
+            ),
+        )
+        .order_by_asc(webhook_delivery::Column::CreatedAt)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// How many endpoints the organization has.
+pub async fn count_endpoints(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<u64, DbErr> {
+    use sea_orm::PaginatorTrait;
+    webhook_endpoint::Entity::find()
+        .filter(webhook_endpoint::Column::OrgId.eq(org_id.to_owned()))
+        .count(db)
+        .await
 }
 
 /// The events of `ids` (repeats allowed).
@@ -221,6 +308,10 @@ pub async fn record_attempt(
             webhook_delivery::Column::NextAttemptAt,
             Expr::value(next_attempt_at),
         )
+        .col_expr(
+            webhook_delivery::Column::LeasedUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
         .col_expr(webhook_delivery::Column::UpdatedAt, Expr::value(Utc::now()))
         .filter(webhook_delivery::Column::Id.eq(&delivery.id))
         .filter(webhook_delivery::Column::Status.eq(PENDING))
@@ -260,6 +351,8 @@ pub enum Health {
     Failed,
     /// It was not called (disabled, gone, refused before sending): says nothing.
     NotCalled,
+    /// It answered 410 Gone: the receiver says it is gone for good, so it is disabled.
+    Gone,
 }
 
 /// How long an endpoint's deliveries may all fail before keel disables it.
@@ -267,6 +360,7 @@ pub const DISABLE_AFTER_DAYS: i64 = 5;
 
 /// Why keel disabled an endpoint.
 pub const DISABLED_FOR_FAILURES: &str = "every delivery failed for 5 days";
+pub const DISABLED_FOR_GONE: &str = "the endpoint answered 410 Gone";
 
 /// A success clears the endpoint's failing streak; a failure starts it, and one that finds
 /// it [`DISABLE_AFTER_DAYS`] old disables the endpoint (once: the update is guarded by
@@ -281,6 +375,20 @@ async fn endpoint_health(
         || webhook_endpoint::Entity::update_many().filter(webhook_endpoint::Column::Id.eq(endpoint_id));
     match health {
         Health::NotCalled => Ok(()),
+        Health::Gone => {
+            let disabled = by_id()
+                .col_expr(webhook_endpoint::Column::Enabled, Expr::value(false))
+                .col_expr(
+                    webhook_endpoint::Column::DisabledReason,
+                    Expr::value(DISABLED_FOR_GONE),
+                )
+                .col_expr(webhook_endpoint::Column::DisabledAt, Expr::value(at))
+                .col_expr(webhook_endpoint::Column::UpdatedAt, Expr::value(at))
+                .filter(webhook_endpoint::Column::Enabled.eq(true))
+                .exec_with_returning(txn)
+                .await?;
+            announce_disabled(txn, disabled, DISABLED_FOR_GONE, at).await
+        }
         Health::Succeeded => by_id()
             .col_expr(
                 webhook_endpoint::Column::FailingSince,
@@ -311,23 +419,30 @@ async fn endpoint_health(
                 )
                 .exec_with_returning(txn)
                 .await?;
-            for endpoint in disabled {
-                tracing::warn!(endpoint = %endpoint.id, org_id = %endpoint.org_id, "webhook endpoint disabled: {DISABLED_FOR_FAILURES}");
-                crate::console_store::insert_event(
-                    txn,
-                    &endpoint.org_id,
-                    "webhook.endpoint_disabled",
-                    format!(
-                        "Webhook endpoint {} was disabled: {DISABLED_FOR_FAILURES}.",
-                        endpoint.url
-                    ),
-                    at,
-                )
-                .await?;
-            }
-            Ok(())
+            announce_disabled(txn, disabled, DISABLED_FOR_FAILURES, at).await
         }
     }
+}
+
+/// Logs the endpoints keel just disabled and tells their organizations (a console event).
+async fn announce_disabled(
+    txn: &impl ConnectionTrait,
+    disabled: Vec<webhook_endpoint::Model>,
+    why: &str,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    for endpoint in disabled {
+        tracing::warn!(endpoint = %endpoint.id, org_id = %endpoint.org_id, "webhook endpoint disabled: {why}");
+        crate::console_store::insert_event(
+            txn,
+            &endpoint.org_id,
+            "webhook.endpoint_disabled",
+            format!("Webhook endpoint {} was disabled: {why}.", endpoint.url),
+            at,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// A page of an endpoint's deliveries, newest first, older than `before` when given.
@@ -409,17 +524,22 @@ pub async fn delivery(
 }
 
 /// Makes the delivery due now, whatever it came to (one more attempt; its attempts keep
-/// counting).
-pub async fn retry_delivery(db: &impl ConnectionTrait, id: &str) -> Result<(), DbErr> {
+/// counting), unless a dispatcher is sending it right now: answers whether it did.
+pub async fn retry_delivery(db: &impl ConnectionTrait, id: &str) -> Result<bool, DbErr> {
     let now = Utc::now();
-    webhook_delivery::Entity::update_many()
+    let retried = webhook_delivery::Entity::update_many()
         .col_expr(webhook_delivery::Column::Status, Expr::value(PENDING))
         .col_expr(webhook_delivery::Column::NextAttemptAt, Expr::value(now))
         .col_expr(webhook_delivery::Column::UpdatedAt, Expr::value(now))
         .filter(webhook_delivery::Column::Id.eq(id))
+        .filter(
+            Condition::any()
+                .add(webhook_delivery::Column::LeasedUntil.is_null())
+                .add(webhook_delivery::Column::LeasedUntil.lte(now)),
+        )
         .exec(db)
         .await?;
-    Ok(())
+    Ok(retried.rows_affected > 0)
 }
 
 /// Pending deliveries: how many, and when the oldest was created.

@@ -14,6 +14,8 @@ use crate::domain::OrgId;
 
 /// How long a rotated-out secret keeps signing beside the new one.
 pub const ROTATION_OVERLAP_HOURS: i64 = 24;
+/// Test deliveries an endpoint may be sent a minute.
+pub const TESTS_PER_MINUTE: usize = 10;
 
 /// An endpoint as it is created.
 pub struct NewEndpoint {
@@ -46,7 +48,27 @@ fn seal(
         .map_err(WebhookError::Sealing)
 }
 
-/// The live secrets of an endpoint, newest first (the rotated-out one while it still signs).
+/// A secret rotated out, sealed, and until when it keeps signing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PreviousSecret {
+    pub sealed: String,
+    pub until: DateTime<Utc>,
+}
+
+/// The endpoint's rotated-out secrets that still sign at `now`, newest first.
+pub fn previous_secrets(endpoint: &webhook_endpoint::Model, now: DateTime<Utc>) -> Vec<PreviousSecret> {
+    let mut list: Vec<PreviousSecret> = endpoint
+        .previous_secrets
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    list.retain(|s| s.until > now);
+    list.sort_by(|a, b| b.until.cmp(&a.until));
+    list
+}
+
+/// The live secrets of an endpoint, newest first (every rotated-out one while it still
+/// signs).
 pub(super) fn open_secrets(
     webhooks: &Webhooks,
     endpoint: &webhook_endpoint::Model,
@@ -60,14 +82,12 @@ pub(super) fn open_secrets(
     let mut secrets = vec![secret_box
         .open(&endpoint.org_id, &name, &endpoint.secret_sealed)
         .map_err(WebhookError::Sealing)?];
-    if let (Some(old), Some(until)) = (&endpoint.old_secret_sealed, endpoint.old_secret_until) {
-        if until > now {
-            secrets.push(
-                secret_box
-                    .open(&endpoint.org_id, &name, old)
-                    .map_err(WebhookError::Sealing)?,
-            );
-        }
+    for old in previous_secrets(endpoint, now) {
+        secrets.push(
+            secret_box
+                .open(&endpoint.org_id, &name, &old.sealed)
+                .map_err(WebhookError::Sealing)?,
+        );
     }
     Ok(secrets)
 }
@@ -85,6 +105,11 @@ pub async fn create_endpoint(
     new: NewEndpoint,
 ) -> Result<(webhook_endpoint::Model, String), WebhookError> {
     let url = destination::check_url(&new.url, webhooks.rules)?;
+    // Checked before the insert: two creations at once may both pass, one over the bound.
+    let count = repo::count_endpoints(&webhooks.db, org_id).await?;
+    if count >= webhooks.max_endpoints_per_org {
+        return Err(WebhookError::EndpointLimit(webhooks.max_endpoints_per_org));
+    }
     let id = uuid::Uuid::new_v4().to_string();
     let secret = signing::new_secret();
     let now = Utc::now();
@@ -95,8 +120,7 @@ pub async fn create_endpoint(
         url: url.to_string(),
         description: new.description,
         events: json!(new.events).to_string(),
-        old_secret_sealed: None,
-        old_secret_until: None,
+        previous_secrets: None,
         enabled: true,
         disabled_reason: None,
         created_at: now,
@@ -169,7 +193,8 @@ pub async fn delete_endpoint(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> R
 }
 
 /// A new secret for the endpoint (answered once) and until when the one it replaces keeps
-/// signing beside it (24 hours), so receivers can switch without missing a delivery.
+/// signing beside it (24 hours), so receivers can switch without missing a delivery. Secrets
+/// rotated out before keep their own deadlines.
 pub async fn rotate_secret(
     webhooks: &Webhooks,
     orgs: &[OrgId],
@@ -180,17 +205,34 @@ pub async fn rotate_secret(
     let now = Utc::now();
     let until = now + Duration::hours(ROTATION_OVERLAP_HOURS);
     let sealed = seal(webhooks, &endpoint.org_id, &endpoint.id, &secret)?;
-    endpoint.old_secret_sealed = Some(std::mem::replace(&mut endpoint.secret_sealed, sealed));
-    endpoint.old_secret_until = Some(until);
+    let mut previous = previous_secrets(&endpoint, now);
+    previous.insert(
+        0,
+        PreviousSecret {
+            sealed: std::mem::replace(&mut endpoint.secret_sealed, sealed),
+            until,
+        },
+    );
+    endpoint.previous_secrets = Some(json!(previous).to_string());
     endpoint.updated_at = now;
     repo::save_endpoint(&webhooks.db, endpoint).await?;
     Ok((secret, until))
 }
 
-/// Sends the endpoint a `webhook.test` event (whatever it subscribes to); answers the
-/// delivery's id.
+/// Sends the endpoint a `webhook.test` event (whatever it subscribes to), at most
+/// [`TESTS_PER_MINUTE`] a minute; answers the delivery's id.
 pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<String, WebhookError> {
     let endpoint = endpoint(webhooks, orgs, id).await?;
+    let now = Utc::now();
+    let recent = repo::tests_since(&webhooks.db, &endpoint.id, now - Duration::minutes(1)).await?;
+    if recent.len() >= TESTS_PER_MINUTE {
+        // Free again once the oldest of the last ten leaves the minute.
+        let frees_at = recent[recent.len() - TESTS_PER_MINUTE] + Duration::minutes(1);
+        let wait = (frees_at - now).num_milliseconds().max(0) as u64;
+        return Err(WebhookError::TestsLimited {
+            retry_after_secs: wait.div_ceil(1000).max(1),
+        });
+    }
     let txn = webhooks.db.begin().await?;
     let event = outbox::event_row(
         &endpoint.org_id,
@@ -260,7 +302,9 @@ pub async fn retry_delivery(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Re
     let delivery = repo::delivery(&webhooks.db, orgs, id)
         .await?
         .ok_or(WebhookError::NotFound("delivery"))?;
-    repo::retry_delivery(&webhooks.db, &delivery.id).await?;
+    if !repo::retry_delivery(&webhooks.db, &delivery.id).await? {
+        return Err(WebhookError::DeliveryInFlight);
+    }
     outbox::signal();
     Ok(())
 }
