@@ -44,6 +44,8 @@ pub struct AppState {
     pub cluster: crate::cluster::Cluster,
     /// Signs the console's session cookies (one key per process when no secret is set).
     pub console_keys: keel_core::auth::cookies::CookieKeys,
+    /// Sign-in attempts per client address.
+    pub sign_in_throttle: crate::console::throttle::SignInThrottle,
     /// What the core's flows need, each its narrow part of the above.
     pub billing: keel_core::billing::Billing,
     pub jobs: keel_core::queue::Jobs,
@@ -206,6 +208,7 @@ impl AppState {
                 &settings.auth.session_secret,
                 settings.console.session_ttl_secs,
             ),
+            sign_in_throttle: crate::console::throttle::SignInThrottle::default(),
             adapters,
             settings: Arc::new(settings),
             payments,

@@ -19,6 +19,32 @@ pub use keel_core::auth::cookies::{CookieKeys, Standing};
 
 /// The console's cookie.
 pub const COOKIE: &str = "keel_console";
+/// Whether a sign-in POST came from the console's own page: a browser says where a form was
+/// sent from (`Sec-Fetch-Site`, `Origin`), and a form of another site (or another port of
+/// this host) signs nobody in, so no page elsewhere can sign a visitor's browser into the
+/// attacker's organization (login CSRF). A client that is no browser sends neither header.
+pub fn from_the_console(req: &HttpRequest) -> bool {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = header("sec-fetch-site") {
+        if !matches!(site, "same-origin" | "none") {
+            return false;
+        }
+    }
+    match header("origin") {
+        None => true,
+        Some(origin) => {
+            let info = req.connection_info();
+            url::Url::parse(origin).is_ok_and(|origin| {
+                let authority = match origin.port() {
+                    Some(port) => format!("{}:{port}", origin.host_str().unwrap_or_default()),
+                    None => origin.host_str().unwrap_or_default().to_owned(),
+                };
+                origin.scheme() == info.scheme() && authority.eq_ignore_ascii_case(info.host())
+            })
+        }
+    }
+}
+
 /// Verifies a credential typed into the sign-in form; `None` when it is not accepted.
 pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standing>, ApiError> {
     let credential = credential.trim();

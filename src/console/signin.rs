@@ -55,22 +55,55 @@ pub struct LoginForm {
     next: String,
 }
 
-/// Verifies the credential; a wrong one gets the form again (401) and nothing else.
+/// Verifies the credential; a wrong one gets the form again (401) and nothing else. A form
+/// posted from another site is refused (403), and an address past its sign-in attempts waits
+/// (429), both without a session and before the credential is looked at.
 pub async fn login(
     req: HttpRequest,
     state: web::Data<AppState>,
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, ConsoleError> {
-    let credential = form.credential.trim();
     let next = session::local_next(&form.next).map(str::to_owned);
-    let Some(standing) = session::sign_in(&state, credential).await? else {
-        return Ok(html(
-            StatusCode::UNAUTHORIZED,
+    let refused = |status: StatusCode, error: &str| {
+        html(
+            status,
             &LoginPage {
                 l: Layout::bare("Sign in"),
-                error: Some("Those credentials were not accepted.".into()),
-                next: next.unwrap_or_default(),
+                error: Some(error.to_owned()),
+                next: next.clone().unwrap_or_default(),
             },
+        )
+    };
+    if !session::from_the_console(&req) {
+        return Ok(refused(
+            StatusCode::FORBIDDEN,
+            "This sign-in was sent from another site; sign in on keel's own page.",
+        ));
+    }
+    let client = req.peer_addr().map(|a| a.ip());
+    let throttled = |wait: u64| {
+        let mut reply = refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("Too many wrong credentials from this address; try again in {wait} s."),
+        );
+        if let Ok(value) = actix_web::http::header::HeaderValue::from_str(&wait.to_string()) {
+            reply
+                .headers_mut()
+                .insert(actix_web::http::header::RETRY_AFTER, value);
+        }
+        reply
+    };
+    if let Some(wait) = client.and_then(|ip| state.sign_in_throttle.wait_of(ip)) {
+        return Ok(throttled(wait));
+    }
+    let credential = form.credential.trim();
+    let Some(standing) = session::sign_in(&state, credential).await? else {
+        if let Some(wait) = client.and_then(|ip| state.sign_in_throttle.failed(ip)) {
+            return Ok(throttled(wait));
+        }
+        return Ok(refused(
+            StatusCode::UNAUTHORIZED,
+            "Those credentials were not accepted.",
         ));
     };
     let expires = session::credential_expiry(&state, credential);

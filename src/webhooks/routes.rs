@@ -37,6 +37,7 @@ fn endpoint_id(raw: &str) -> ApiResult<String> {
 #[utoipa::path(post, path = "/api/webhooks/endpoints", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
     request_body = EndpointCreateBody,
     responses((status = 201, body = EndpointCreated), (status = 403, body = ErrorBody),
+        (status = 409, description = "The organization has `webhooks.max_endpoints_per_org` endpoints already (`endpoint_limit_reached`)", body = ErrorBody),
         (status = 422, body = ValidationErrorBody), (status = 503, description = "No encryption key configured", body = ErrorBody)))]
 pub async fn create_endpoint(member: Member<ValidJson<EndpointCreateBody>>) -> ApiResult<HttpResponse> {
     let body = member.input.0;
@@ -148,7 +149,8 @@ pub struct DeliveryQueued {
 /// subscribes to; its delivery shows in the endpoint's log.
 #[utoipa::path(post, path = "/api/webhooks/endpoints/{endpoint_id}/test", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
     params(("endpoint_id" = String, Path)),
-    responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+    responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody),
+        (status = 429, description = "More than 10 test deliveries of this endpoint in a minute (`Retry-After` says when)", body = ErrorBody)))]
 pub async fn send_test(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let orgs = orgs_of(&caller).await?;
     let delivery_id = service::send_test(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
@@ -249,7 +251,9 @@ pub async fn list_deliveries(
 /// receiver can tell it may have had it.
 #[utoipa::path(post, path = "/api/webhooks/deliveries/{delivery_id}/retry", tag = "webhooks", security(("apiKey" = []), ("session" = [])),
     params(("delivery_id" = String, Path)),
-    responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+    responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody),
+        (status = 409, description = "The delivery is being sent right now (`delivery_in_flight`)", body = ErrorBody),
+        (status = 422, body = ValidationErrorBody)))]
 pub async fn retry_delivery(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let orgs = orgs_of(&caller).await?;
     let id = path_str("delivery_id", &path, 1, 64)?;

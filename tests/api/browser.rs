@@ -649,6 +649,53 @@ async fn a_link_from_another_site_opens_the_console_signed_in() {
 }
 
 #[actix_web::test]
+async fn a_page_on_another_site_cannot_sign_a_visitor_in() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let attacker = app.create_org("Attacker").await;
+    // The attacker's page, on another loopback origin: a form that posts the attacker's key
+    // to keel's sign-in (a script would submit it on load; the visitor clicks here).
+    let page = format!(
+        "<!doctype html><form method=post action=\"{}\"><input name=credential value=\"{}\"><button id=go>Claim your prize</button></form>",
+        app.url("/console/login"),
+        attacker.api_key
+    );
+    let attacker_site = crate::fakes::serve(move |cfg: &mut actix_web::web::ServiceConfig| {
+        let page = page.clone();
+        cfg.default_service(actix_web::web::to(move || {
+            let page = page.clone();
+            async move { actix_web::HttpResponse::Ok().content_type("text/html").body(page) }
+        }));
+    })
+    .replace("127.0.0.1", "localhost");
+    browser.client.goto(&attacker_site).await.unwrap();
+    browser.submit("#go").await;
+    let at = browser.client.current_url().await.unwrap();
+    assert_eq!(at.host_str(), Some("127.0.0.1"), "the form reached keel");
+    assert!(
+        browser.text(".flash.error").await.contains("another site"),
+        "the cross-site sign-in was refused: {}",
+        browser.client.source().await.unwrap()
+    );
+    // The visitor's browser holds no session: the console asks it to sign in.
+    browser.open(&app, "/console").await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with("/console/login"));
+    // Its own sign-in page works.
+    browser.fill("#credential", &attacker.api_key).await;
+    browser.submit("button[type=submit]").await;
+    assert!(browser.text("h1").await.contains("Overview"));
+    browser.client.clone().close().await.unwrap();
+}
+
+#[actix_web::test]
 async fn a_member_adds_a_webhook_endpoint_sees_its_secret_once_and_a_test_delivery_in_the_log() {
     let Some(browser) = Browser::start().await else {
         return;

@@ -237,6 +237,80 @@ async fn the_sign_in_form_refuses_wrong_credentials_and_every_response_carries_t
 }
 
 #[actix_web::test]
+async fn a_sign_in_from_another_site_is_refused_and_wrong_credentials_are_throttled() {
+    let app = spawn_app().await;
+    let attacker = app.create_org("Attacker").await;
+    let client = no_redirects();
+    let sign_in = |headers: &[(&'static str, String)], credential: &str| {
+        let mut request = client
+            .post(app.url("/console/login"))
+            .form(&[("credential", credential)]);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        request.send()
+    };
+    let own_origin = app.url("").trim_end_matches('/').to_owned();
+    let other_port = own_origin.replace(&own_origin.rsplit(':').next().unwrap().to_owned(), "1");
+    for headers in [
+        vec![("origin", "https://evil.example".to_owned())],
+        vec![("origin", own_origin.replace("127.0.0.1", "localhost"))],
+        vec![("origin", other_port)],
+        vec![("origin", "null".to_owned())],
+        vec![("sec-fetch-site", "cross-site".to_owned())],
+        vec![
+            ("sec-fetch-site", "same-site".to_owned()),
+            ("origin", own_origin.clone()),
+        ],
+    ] {
+        let response = sign_in(&headers, &attacker.api_key).await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{headers:?}");
+        assert!(console_cookie(&response).is_none(), "{headers:?}: no session");
+        assert!(response.text().await.unwrap().contains("another site"));
+    }
+    // From the console's own page (a browser says so), or from no browser at all: signed in.
+    for headers in [
+        vec![
+            ("origin", own_origin.clone()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ],
+        vec![],
+    ] {
+        let response = sign_in(&headers, &attacker.api_key).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{headers:?}");
+        assert!(console_cookie(&response).is_some());
+    }
+
+    // Ten wrong credentials from an address are answered; then it waits (429, Retry-After),
+    // and even a right one is not looked at meanwhile.
+    for n in 1..=10 {
+        let response = sign_in(&[], "keel_sk_wrong0000000000000000000000000000000")
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "wrong credential {n}"
+        );
+    }
+    let throttled = sign_in(&[], "nope").await.unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = throttled.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=6).contains(&wait), "{wait}");
+    let right = sign_in(&[], &attacker.api_key).await.unwrap();
+    assert_eq!(right.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(console_cookie(&right).is_none());
+    // Once the wait is over, a right credential signs in.
+    actix_web::rt::time::sleep(std::time::Duration::from_secs(wait)).await;
+    let right = sign_in(&[], &attacker.api_key).await.unwrap();
+    assert_eq!(right.status(), StatusCode::SEE_OTHER);
+}
+
+#[actix_web::test]
 async fn the_cookie_is_http_only_lax_scoped_signed_and_never_holds_the_credential() {
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
