@@ -45,7 +45,7 @@ pub struct AppState {
     /// Signs the console's session cookies (one key per process when no secret is set).
     pub console_keys: keel_core::auth::cookies::CookieKeys,
     /// Sign-in attempts per client address.
-    pub sign_in_throttle: crate::console::throttle::SignInThrottle,
+    pub sign_in_throttle: keel_core::auth::throttle::SignInThrottle,
     /// What the core's flows need, each its narrow part of the above.
     pub billing: keel_core::billing::Billing,
     pub jobs: keel_core::queue::Jobs,
@@ -208,7 +208,7 @@ impl AppState {
                 &settings.auth.session_secret,
                 settings.console.session_ttl_secs,
             ),
-            sign_in_throttle: crate::console::throttle::SignInThrottle::default(),
+            sign_in_throttle: keel_core::auth::throttle::SignInThrottle::default(),
             adapters,
             settings: Arc::new(settings),
             payments,

@@ -12,7 +12,6 @@ mod pages;
 use keel_core::console_store as repo;
 pub mod session;
 mod signin;
-pub mod throttle;
 mod work;
 
 use actix_web::cookie::Cookie;

@@ -134,7 +134,7 @@ pub struct RotatedSecret {
 /// One try at a delivery.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AttemptView {
+pub struct DeliveryAttemptView {
     pub attempt: i32,
     pub attempted_at: DateTime<Utc>,
     /// The answer's status; null when none came (the error says why).
@@ -145,7 +145,7 @@ pub struct AttemptView {
     pub error: Option<String>,
 }
 
-impl From<webhook_delivery_attempt::Model> for AttemptView {
+impl From<webhook_delivery_attempt::Model> for DeliveryAttemptView {
     fn from(a: webhook_delivery_attempt::Model) -> Self {
         Self {
             attempt: a.attempt,
@@ -173,7 +173,7 @@ pub struct DeliveryView {
     /// When the next attempt is due (pending only).
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
-    pub attempts: Vec<AttemptView>,
+    pub attempts: Vec<DeliveryAttemptView>,
 }
 
 impl From<service::DeliveryLog> for DeliveryView {
@@ -187,7 +187,7 @@ impl From<service::DeliveryLog> for DeliveryView {
             event_type: log.event_type,
             status: d.status,
             created_at: d.created_at,
-            attempts: log.attempts.into_iter().map(AttemptView::from).collect(),
+            attempts: log.attempts.into_iter().map(DeliveryAttemptView::from).collect(),
         }
     }
 }

@@ -241,3 +241,57 @@ fn entities_type_ids_and_money_with_the_domain_types() {
         assert!(text.contains(&format!("pub id: {ty},")), "{file}: id is not {ty}");
     }
 }
+
+/// The OpenAPI component names the web crate's types register (`ToSchema`: the type's name,
+/// or its `#[schema(as = ...)]`), with the files that register each.
+fn schema_names(root: &Path) -> BTreeMap<String, Vec<String>> {
+    let item = regex::Regex::new(
+        r"(?s)#\[derive\(([^)]*)\)\]((?:\s*(?:///[^\n]*|#\[[^\n]*\]))*)\s*pub(?:\([a-z]+\))?\s+(?:struct|enum)\s+([A-Za-z0-9_]+)",
+    )
+    .expect("a pattern");
+    let renamed = regex::Regex::new(r"#\[schema\([^\]]*\bas\s*=\s*([A-Za-z0-9_:]+)").expect("a pattern");
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for path in rust_files(root) {
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        for found in item.captures_iter(&text) {
+            if !found[1].split(',').any(|d| d.trim().ends_with("ToSchema")) {
+                continue;
+            }
+            let name = renamed
+                .captures(&found[2])
+                .map(|r| r[1].rsplit("::").next().unwrap_or_default().to_owned())
+                .unwrap_or_else(|| found[3].to_owned());
+            names.entry(name).or_default().push(path.display().to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn no_two_types_register_one_openapi_component_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let names = schema_names(&root);
+    assert!(
+        names.contains_key("JobView") && names.contains_key("ErrorCode"),
+        "the scan finds the schemas"
+    );
+    let twice: Vec<_> = names.iter().filter(|(_, files)| files.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "one component name for two types (a generated client would read one as the other): {twice:?}"
+    );
+}
+
+#[test]
+fn the_component_name_check_finds_two_types_of_one_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, body) in [
+        ("a.rs", "#[derive(Debug, Serialize, ToSchema)]\n#[serde(rename_all = \"camelCase\")]\npub struct AttemptView {}\n"),
+        ("b.rs", "/// Other.\n#[derive(utoipa::ToSchema)]\npub struct AttemptView { x: i32 }\n#[derive(ToSchema)]\n#[schema(as = Renamed)]\npub enum Kept {}\n"),
+    ] {
+        std::fs::write(dir.path().join(file), body).unwrap();
+    }
+    let names = schema_names(dir.path());
+    assert_eq!(names["AttemptView"].len(), 2);
+    assert!(names.contains_key("Renamed") && !names.contains_key("Kept"));
+}

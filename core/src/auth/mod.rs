@@ -5,6 +5,7 @@ pub mod cookies;
 pub mod keys;
 pub mod repo;
 pub mod session;
+pub mod throttle;
 
 use serde::{Deserialize, Serialize};
 
