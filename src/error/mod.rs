@@ -168,8 +168,13 @@ impl ApiError {
         reply
     }
 
-    /// A database error shared by the callers of one look-up (`cache::LoadCache`).
+    /// A database error shared by the callers of one look-up (`cache::LoadCache`): an
+    /// unreachable database is a 503 to retry, as on every other route.
     pub fn database(err: std::sync::Arc<sea_orm::DbErr>) -> Self {
+        if database_unreachable(&err) {
+            tracing::warn!(error = %err, "database unreachable");
+            return Self::Unavailable("the database is unreachable; retry".into());
+        }
         Self::Unexpected(anyhow::Error::new(err).context("database"))
     }
 }

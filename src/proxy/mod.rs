@@ -227,6 +227,43 @@ async fn admit(
         })
 }
 
+/// 400 for a JSON body that names a top-level member twice: keel would check one `model`
+/// and the provider might run the other.
+fn refuse_duplicate(scan: &redact::Scan) -> ApiResult<()> {
+    match &scan.duplicate {
+        Some(name) => Err(ApiError::BadRequest(format!(
+            "the request body names {:?} twice; a JSON body's top-level names must be unique",
+            name.chars().take(100).collect::<String>()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A key with a `models` list: every model of OpenRouter's fallback list (`models`) must be
+/// on it too (403 `model_not_allowed`), as the provider may run any of them.
+fn fallbacks_allowed(owner: &KeyOwner, request: &Value) -> ApiResult<()> {
+    if owner.settings.models.is_none() {
+        return Ok(());
+    }
+    let Some(fallbacks) = request.get("models") else {
+        return Ok(());
+    };
+    let names: Vec<&str> = match fallbacks.as_array() {
+        Some(items) => items.iter().map(|m| m.as_str().unwrap_or_default()).collect(),
+        None => vec![""],
+    };
+    match names.iter().find(|name| !owner.settings.allows_model(name)) {
+        Some(name) => Err(ApiError::Coded(
+            Code::ModelNotAllowed,
+            format!(
+                "this API key may not call model {:?} (named in `models`)",
+                name.chars().take(200).collect::<String>()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The recording project: it must be the caller's organization's (404 otherwise; never created).
 async fn recording_project(state: &AppState, org_id: &OrgId, raw: &str) -> ApiResult<ProjectId> {
     let not_found = || {
@@ -505,6 +542,7 @@ async fn proxy_chat(
         .scan(&body)
         .filter(|scan| scan.object)
         .ok_or_else(not_an_object)?;
+    refuse_duplicate(&scan)?;
     // A body with nothing to redact travels as it came; otherwise it is parsed, redacted
     // and re-serialized. Either way `request` holds its (redacted) model and stream fields.
     let (upstream_body, request) = if scan.needs_redaction {
@@ -517,6 +555,7 @@ async fn proxy_chat(
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     let model = request.get("model").and_then(Value::as_str);
+    fallbacks_allowed(&owner, &request)?;
     let permit = admit(
         &state,
         &owner,

@@ -115,6 +115,7 @@ impl<'a> Redactor<'a> {
         let cx = ScanContext {
             redactor: self,
             dirty: Cell::new(false),
+            duplicate: std::cell::RefCell::new(None),
         };
         let mut head = serde_json::Map::new();
         let mut deserializer = serde_json::Deserializer::from_slice(json);
@@ -129,6 +130,7 @@ impl<'a> Redactor<'a> {
             needs_redaction: cx.dirty.get(),
             object,
             head: Value::Object(head),
+            duplicate: cx.duplicate.into_inner(),
         })
     }
 
@@ -154,6 +156,7 @@ impl<'a> Redactor<'a> {
         let cx = ScanContext {
             redactor: self,
             dirty: Cell::new(false),
+            duplicate: std::cell::RefCell::new(None),
         };
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let parsed = Node {
@@ -263,16 +266,22 @@ pub struct Scan {
     /// An object with the text's top-level [`Scan::HEAD`] fields as redaction leaves them
     /// (the last of each, as a parsed `Value` keeps it).
     pub head: Value,
+    /// A top-level member name the object has twice (keel checks one `model`, a provider
+    /// may run the other: such a body is refused).
+    pub duplicate: Option<String>,
 }
 
 impl Scan {
-    /// The top-level fields kept in [`Scan::head`].
-    pub const HEAD: &'static [&'static str] = &["model", "stream", "stream_options", "usage", "error"];
+    /// The top-level fields kept in [`Scan::head`] (`models`: OpenRouter's fallback list).
+    pub const HEAD: &'static [&'static str] =
+        &["model", "models", "stream", "stream_options", "usage", "error"];
 }
 
 struct ScanContext<'r, 'a> {
     redactor: &'r Redactor<'a>,
     dirty: Cell<bool>,
+    /// The first top-level name seen twice.
+    duplicate: std::cell::RefCell<Option<String>>,
 }
 
 impl ScanContext<'_, '_> {
@@ -403,8 +412,15 @@ impl<'de> Visitor<'de> for Node<'_, '_, '_, '_> {
                 }
             }
             Mode::Top(head) => {
+                // A body's top level has a few names: a list is quicker than a set.
+                let mut seen: Vec<Cow<'de, str>> = Vec::new();
                 while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
                     cx.note_name(&name);
+                    if seen.contains(&name) {
+                        cx.duplicate.borrow_mut().get_or_insert_with(|| name.to_string());
+                    } else {
+                        seen.push(name.clone());
+                    }
                     if Scan::HEAD.contains(&name.as_ref()) {
                         // Small fields, kept as values and judged as `walk` judges them.
                         let mut value: Value = map.next_value()?;
@@ -487,6 +503,23 @@ mod tests {
 
     const KEEL_KEY: &str = "keel_sk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
     const PROVIDER_KEY: &str = "sk-proj-ZyXwVuTsRqPoNmLk9876";
+
+    #[test]
+    fn a_top_level_name_given_twice_is_found_however_it_is_spelled() {
+        let redactor = Redactor::new(&[KEEL_KEY, PROVIDER_KEY]);
+        let scan = |text: &str| redactor.scan(text.as_bytes()).unwrap().duplicate;
+        assert_eq!(
+            scan(r#"{"model": "a", "n": 1, "model": "b"}"#),
+            Some("model".into())
+        );
+        assert_eq!(scan(r#"{"model": "a", "mo\u0064el": "b"}"#), Some("model".into()));
+        // Only the top level: the same name in two messages is no duplicate.
+        assert_eq!(
+            scan(r#"{"messages": [{"role": "user"}, {"role": "user"}], "model": "a"}"#),
+            None
+        );
+        assert_eq!(scan(r#"{"a": {"x": 1, "x": 2}}"#), None);
+    }
 
     #[test]
     fn secret_names_ignore_case_underscores_and_dashes() {

@@ -11,10 +11,11 @@ use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::Value;
 
-use super::redact::Redactor;
+use super::redact::{self, Redactor};
 use super::upstream::Answer;
 use super::{
-    authenticate, provider_of, relayed_head, upstream_failure, upstream_headers, Upstreams, PROVIDERS,
+    authenticate, fallbacks_allowed, provider_of, refuse_duplicate, relayed_head, upstream_failure,
+    upstream_headers, Upstreams, PROVIDERS,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::DeferredBody;
@@ -41,6 +42,7 @@ async fn relay_call(
     let started = Instant::now();
     let (keel_key, owner) = authenticate(state, req).await?;
     let (provider_index, provider_key) = provider_of(req)?;
+    refuse_dot_segments(req.uri().path())?;
     // Read only now: a caller without a valid key waited for nothing.
     let body = body.read().await?;
 
@@ -58,14 +60,22 @@ async fn relay_call(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
         .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+    let redactor = Redactor::new(&[keel_key, provider_key]);
+    let scan = (is_json && !body.is_empty())
+        .then(|| redactor.scan(&body))
+        .flatten();
+    if let Some(scan) = &scan {
+        refuse_duplicate(scan)?;
+        fallbacks_allowed(&owner, &scan.head)?;
+    }
     // The model and stream flag of a JSON body, read only for a key whose settings ask.
     let facts = match owner.settings.is_plain() {
         true => CallFacts::runs_model(req.method()),
-        false => CallFacts::of(req.method(), is_json, &body),
+        false => CallFacts::of(req.method(), scan.as_ref()),
     };
     let permit = super::admit(state, &owner, facts.model(), facts.stream).await?;
     let body = if is_json && !body.is_empty() {
-        redacted(&body, &[keel_key, provider_key])
+        redacted(&body, &redactor, scan.as_ref())
     } else {
         body
     };
@@ -133,26 +143,17 @@ impl CallFacts {
         }
     }
 
-    fn of(method: &actix_web::http::Method, is_json: bool, body: &Bytes) -> Self {
-        #[derive(serde::Deserialize)]
-        struct Head {
-            model: Option<Value>,
-            stream: Option<Value>,
-        }
+    /// From a JSON body's scan (its top-level `model` and `stream`), if it has one.
+    fn of(method: &actix_web::http::Method, scan: Option<&redact::Scan>) -> Self {
         let runs_model = Self::runs_model(method).runs_model;
-        let head = is_json
-            .then(|| serde_json::from_slice::<Head>(body).ok())
-            .flatten();
-        let (model, stream) = head.map_or((None, false), |head| {
-            (
-                head.model.and_then(|m| m.as_str().map(str::to_owned)),
-                head.stream.and_then(|s| s.as_bool()) == Some(true),
-            )
-        });
+        let head = scan.map(|scan| &scan.head);
         Self {
             runs_model,
-            model,
-            stream,
+            model: head
+                .and_then(|h| h.get("model"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            stream: head.and_then(|h| h.get("stream")).and_then(Value::as_bool) == Some(true),
         }
     }
 
@@ -212,17 +213,31 @@ fn without_secrets_in_query<'q>(query: &'q str, secrets: &[&str]) -> std::borrow
     std::borrow::Cow::Owned(kept.join("&"))
 }
 
-/// A JSON body with both keys replaced wherever they appear; one that holds neither, or is not
-/// JSON at all, travels as it came.
-fn redacted(body: &Bytes, secrets: &[&str]) -> Bytes {
-    let redactor = Redactor::new(secrets);
+/// 400 for a path with a `.` or `..` segment, as written or percent-encoded: the provider's
+/// server could resolve it to a path outside the API.
+fn refuse_dot_segments(path: &str) -> ApiResult<()> {
+    let dot = path.split('/').any(|segment| {
+        let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+        decoded == "." || decoded == ".."
+    });
+    match dot {
+        true => Err(ApiError::BadRequest(
+            "the path must not hold `.` or `..` segments".into(),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// A JSON body with both keys replaced wherever they appear (`scan`: the body's, if it is
+/// JSON); one that holds neither, or is not JSON at all, travels as it came.
+fn redacted(body: &Bytes, redactor: &Redactor, scan: Option<&redact::Scan>) -> Bytes {
     let as_text = || {
         std::str::from_utf8(body)
             .ok()
             .and_then(|text| redactor.redact_text(text))
             .map(Bytes::from)
     };
-    match redactor.scan(body) {
+    match scan {
         Some(scan) if !scan.needs_redaction => body.clone(),
         Some(_) => match serde_json::from_slice::<Value>(body) {
             Ok(mut value) => {

@@ -262,3 +262,120 @@ async fn keys_in_a_relayed_url_never_reach_the_provider() {
     assert_eq!(calls[2].path, "/openai/v1/%5Bredacted%5D/x");
     assert_eq!(calls[3].path, "/openai/v1/files/%5Bredacted%5D");
 }
+
+/// A request written by hand on a connection of its own, its path exactly as given (a
+/// client would resolve `..` before sending); answers the status line's code and the body.
+async fn raw_request(app: &TestApp, org: &TestOrg, method: &str, path: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = app
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {}\r\nx-service-provider: openai\r\n\
+         x-service-provider-key: {PROVIDER_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        org.api_key,
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+#[actix_web::test]
+async fn dot_segments_and_duplicate_keys_are_refused_before_the_provider_is_called() {
+    let (app, provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "dupes").await;
+    for path in [
+        "/v1/../../secret/x",
+        "/v1/files/../../admin",
+        "/v1/./models",
+        "/v1/%2e%2e/%2E%2E/secret",
+        "/v1/files/%2e/x",
+    ] {
+        let (status, body) = raw_request(&app, &org, "GET", path, "").await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains("segments"), "{path}: {body}");
+    }
+    // A file name with dots that is not a dot segment is relayed.
+    let (status, _) = raw_request(&app, &org, "GET", "/v1/files/train..jsonl", "").await;
+    assert_ne!(status, 400);
+
+    // A duplicate top-level key: the allow-list would check one `model`, the provider run
+    // the other. Refused on the proxy and the relay, for every key.
+    let duplicated =
+        r#"{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o"}"#;
+    let calls_before = provider.calls().len();
+    let (status, body) = raw_request(&app, &org, "POST", "/v1/embeddings", duplicated).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("twice"), "{body}");
+    let proxied = app
+        .request(Method::POST, "/v1/chat/completions", Some(&org.api_key))
+        .header("X-Service-Provider", "openai")
+        .header("X-Service-Provider-Key", PROVIDER_KEY)
+        .header("X-Service-Project-Id", &project)
+        .header("content-type", "application/json")
+        .body(duplicated)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxied.status(), StatusCode::BAD_REQUEST);
+    let body: Value = proxied.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    assert_eq!(
+        provider.calls().len(),
+        calls_before,
+        "the provider was not called"
+    );
+
+    // OpenRouter's fallback list is held to a key's models too.
+    let limited = json_of(
+        app.post(
+            &format!("/api/api-keys?orgId={}", org.org_id),
+            &org.owner_token,
+            &json!({"models": ["gpt-4o-mini", "meta-llama/llama-3.1-8b-instruct"]}),
+        )
+        .await,
+        StatusCode::CREATED,
+    )
+    .await["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let caller = org.with_key(&limited);
+    let fallback = |models: Value| {
+        let body = json!({"model": "gpt-4o-mini", "models": models, "messages": [{"role": "user", "content": "hi"}]});
+        crate::proxy::sdk_request_via(&app, &caller, Some(&project), "openrouter", &body).send()
+    };
+    let refused = fallback(json!([
+        "meta-llama/llama-3.1-8b-instruct",
+        "anthropic/claude-3.5-sonnet"
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "model_not_allowed", "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("claude"), "{body}");
+    let allowed = fallback(json!(["meta-llama/llama-3.1-8b-instruct"]))
+        .await
+        .unwrap();
+    assert_eq!(allowed.status(), StatusCode::OK);
+    // On the relay as well.
+    let relayed = app
+        .request(Method::POST, "/v1/completions", Some(&limited))
+        .header("X-Service-Provider", "openrouter")
+        .header("X-Service-Provider-Key", PROVIDER_KEY)
+        .json(&json!({"model": "gpt-4o-mini", "models": ["x-ai/grok"], "prompt": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(relayed.status(), StatusCode::FORBIDDEN);
+}

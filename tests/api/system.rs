@@ -321,6 +321,37 @@ async fn during_a_database_outage_requests_fail_fast_and_recover() {
             "took {:?}",
             started.elapsed()
         );
+        // The proxy and the relay answer as every route does: 503 `unavailable`, in
+        // OpenAI's shape (the key is not in their cache, so its look-up needs the database).
+        for (method, path) in [
+            (Method::POST, "/v1/chat/completions"),
+            (Method::POST, "/v1/embeddings"),
+        ] {
+            let started = std::time::Instant::now();
+            let answer = http
+                .request(method, app.url(path))
+                .bearer_auth(&org.api_key)
+                .header("X-Service-Provider", "openai")
+                .header("X-Service-Provider-Key", "sk-test")
+                .header("X-Service-Record", "false")
+                .json(&json!({"model": "gpt-4o-mini", "messages": [], "input": "hi"}))
+                .send()
+                .await
+                .expect("the proxy answers during the outage");
+            assert_eq!(
+                answer.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{path}, round {round}"
+            );
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(4),
+                "{path} took {:?}",
+                started.elapsed()
+            );
+            let body: Value = answer.json().await.unwrap();
+            assert_eq!(body["code"], "unavailable", "{body}");
+            assert_eq!(body["error"]["code"], "unavailable", "{body}");
+        }
     }
 
     proxy.restore().await;
