@@ -103,6 +103,7 @@ impl Application {
                 .default_service(web::to(http::not_found))
                 .wrap(actix_web::middleware::from_fn(auth::authenticate))
                 .wrap(actix_web::middleware::from_fn(http::deadline::body_deadline))
+                .wrap(actix_web::middleware::from_fn(http::target_length))
                 .wrap(actix_web::middleware::from_fn(
                     http::metrics::HttpMetrics::middleware,
                 ))

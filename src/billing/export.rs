@@ -41,6 +41,16 @@ fn cents_exact(microcents: i64) -> String {
     format!("{sign}{}.{:06}", abs / 1_000_000, abs % 1_000_000)
 }
 
+/// A text cell as a spreadsheet cannot read it as a formula (OWASP's CSV injection advice): a
+/// cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`.
+/// Numbers are written by keel and stay numbers.
+fn text_cell(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => std::borrow::Cow::Owned(format!("'{text}")),
+        _ => std::borrow::Cow::Borrowed(text),
+    }
+}
+
 /// A page of entries as CSV rows (RFC 4180, by the `csv` crate), with the header first.
 fn csv_rows(entries: &[entities::ledger_entry::Model], header: bool) -> Bytes {
     let mut writer = csv::WriterBuilder::new()
@@ -76,8 +86,8 @@ fn csv_rows(entries: &[entities::ledger_entry::Model], header: bool) -> Bytes {
             e.kind.as_str(),
             &amount,
             &after,
-            &e.reason,
-            e.idempotency_key.as_deref().unwrap_or(""),
+            &text_cell(&e.reason),
+            &text_cell(e.idempotency_key.as_deref().unwrap_or("")),
         ]);
     }
     Bytes::from(writer.into_inner().unwrap_or_default())
@@ -85,6 +95,22 @@ fn csv_rows(entries: &[entities::ledger_entry::Model], header: bool) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn formula_like_text_is_quoted_and_everything_else_kept() {
+        for (text, cell) in [
+            ("=HYPERLINK(\"http://evil\")", "'=HYPERLINK(\"http://evil\")"),
+            ("+1", "'+1"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("run fee, tracer job 1", "run fee, tracer job 1"),
+            ("", ""),
+        ] {
+            assert_eq!(super::text_cell(text), cell);
+        }
+    }
+
     #[test]
     fn cents_keep_every_microcent() {
         assert_eq!(super::cents_exact(-12_345_678), "-12.345678");

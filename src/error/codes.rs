@@ -84,6 +84,7 @@ error_codes! {
     DeliveryInFlight = ("delivery_in_flight", 409, "The webhook delivery is being sent right now; retry it once its attempt is recorded."),
     MirrorConflict = ("mirror_conflict", 409, "A mirrored record belongs to another organization or project, or changed meanwhile; retry."),
     PayloadTooLarge = ("payload_too_large", 413, "The body is larger than the route takes."),
+    UriTooLong = ("uri_too_long", 414, "The request's path and query are longer than keel reads (16 KiB)."),
     RateLimitExceeded = ("rate_limit_exceeded", 429, "The API key is over one of its limits (requestsPerMinute, tokensPerDay, concurrentStreams), or a route's own rate is passed (a webhook endpoint's test deliveries: 10 a minute); `Retry-After` says when to try again."),
     InternalError = ("internal_error", 500, "Something unexpected failed; the log has the cause."),
     ServingNotConfigured = ("serving_not_configured", 500, "Sampling: no serving layer is configured (`POST /api/sample`'s `error`)."),

@@ -118,6 +118,11 @@ const SHARED: &[(&str, &str, &str)] = &[
         "ErrorBody",
     ),
     (
+        "UriTooLong",
+        "The request's path and query are longer than 16 KiB",
+        "ErrorBody",
+    ),
+    (
         "Unavailable",
         "The database (or the ledger, or the queue) cannot be reached now: retry",
         "ErrorBody",
@@ -167,6 +172,7 @@ fn add_shared_answers(operation: &mut Operation) {
     if operation.request_body.is_some() {
         add("408", "RequestTimeout");
     }
+    add("414", "UriTooLong");
     add("503", "Unavailable");
 }
 

@@ -164,3 +164,27 @@ async fn every_code_is_in_the_document_and_the_readme_and_every_error_body_requi
     }
     let _ = INTERNAL_KEY;
 }
+
+#[actix_web::test]
+async fn a_request_target_past_16_kib_is_414_with_the_json_error_body() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let long = "x".repeat(20 * 1024);
+    for path in [
+        format!("/api/projects?orgId={long}"),
+        format!("/v1/models/{long}"),
+        format!("/console/login?next={long}"),
+    ] {
+        let response = app.get(&path, &org.api_key).await;
+        assert_eq!(response.status(), StatusCode::URI_TOO_LONG, "{}", &path[..20]);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["code"], "uri_too_long", "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("16384"), "{body}");
+    }
+    // Just under the bound is read as usual.
+    let fits = format!("/api/projects?x={}", "x".repeat(16 * 1024 - 40));
+    assert_ne!(
+        app.get(&fits, &org.api_key).await.status(),
+        StatusCode::URI_TOO_LONG
+    );
+}

@@ -1121,3 +1121,59 @@ async fn the_console_shows_credits_the_cap_the_statement_and_the_csv_and_operato
         StatusCode::NOT_FOUND
     );
 }
+
+#[actix_web::test]
+async fn the_ledger_csv_never_hands_a_spreadsheet_a_formula() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let made = app
+        .request(
+            reqwest::Method::POST,
+            "/api/internal/billing/grants",
+            Some(INTERNAL_KEY),
+        )
+        .header("Idempotency-Key", "g-1")
+        .json(&json!({"orgId": org.org_id, "amountCents": 250, "reason": "=HYPERLINK(\"http://evil.example\",\"refund\")"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let fee = app
+        .post(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": "-r1"}),
+        )
+        .await;
+    assert_eq!(fee.status(), StatusCode::OK);
+    let csv = app
+        .get(
+            &format!("/api/billing/ledger.csv?orgId={}", org.org_id),
+            &org.api_key,
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let grant = rows.iter().find(|r| &r[2] == "manual").unwrap();
+    assert_eq!(&grant[3], "250.000000");
+    assert_eq!(&grant[5], "'=HYPERLINK(\"http://evil.example\",\"refund\")");
+    let debit = rows.iter().find(|r| &r[2] == "run_fee").unwrap();
+    // Amounts stay numbers, a negative one too.
+    assert_eq!(&debit[3], "-100.000000");
+    assert!(
+        debit[5].starts_with("run fee") || debit[5].starts_with('\''),
+        "{:?}",
+        &debit[5]
+    );
+    for row in &rows {
+        for cell in [&row[5], &row[6]] {
+            assert!(
+                !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "a text cell a spreadsheet would run: {cell:?}"
+            );
+        }
+    }
+}
