@@ -151,10 +151,21 @@ pub fn describe_url(url: &str) -> String {
 
 /// Applies pending migrations. On PostgreSQL under an advisory lock on a connection of its
 /// own, so instances started together take turns: the first migrates, the others wait, then
-/// find the schema current. SQLite has one instance and needs no lock.
+/// find the schema current. SQLite has one instance and needs no lock, but its migrations run
+/// on one connection of their own: spread over a pool's connections, one statement did not
+/// see what the one before it changed (a dropped index was "already there" to the next).
 pub async fn migrate(settings: &DatabaseSettings, db: &DatabaseConnection) -> anyhow::Result<()> {
     if db.get_database_backend() != DbBackend::Postgres {
-        return migrate_up(db).await;
+        // An in-memory database is the pool's own: another connection would see another.
+        if settings.url.contains(":memory:") || settings.url.contains("mode=memory") {
+            return migrate_up(db).await;
+        }
+        let mut options = pool_options(settings, false);
+        options.max_connections(1).min_connections(1);
+        let own = open(settings, options).await?;
+        let migrated = migrate_up(&own).await;
+        let _ = own.close().await;
+        return migrated;
     }
     let mut options = pool_options(settings, false);
     options.max_connections(4).min_connections(1);

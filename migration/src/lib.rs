@@ -125,9 +125,11 @@ pub(crate) mod cols {
             .to_owned()
     }
 
+    /// An index made only if it is not there (a migration run again after a crash in its
+    /// middle finds the indexes it made).
     pub fn index(name: &'static str, table: &'static str, columns: &[&'static str]) -> IndexCreateStatement {
         let mut index = Index::create();
-        index.name(name).table(table);
+        index.name(name).table(table).if_not_exists();
         for column in columns {
             index.col(*column);
         }

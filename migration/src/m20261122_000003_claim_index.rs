@@ -12,7 +12,15 @@ const NAME: &str = "idx_training_jobs_claim";
 
 async fn replace(manager: &SchemaManager<'_>, columns: &[&'static str]) -> Result<(), DbErr> {
     manager
-        .drop_index(Index::drop().name(NAME).table("training_jobs").to_owned())
+        // IF EXISTS: a SQLite database that an earlier keel migrated over several connections
+        // lost the index here before the migration failed (it is run again whole).
+        .drop_index(
+            Index::drop()
+                .name(NAME)
+                .table("training_jobs")
+                .if_exists()
+                .to_owned(),
+        )
         .await?;
     manager.create_index(index(NAME, "training_jobs", columns)).await
 }

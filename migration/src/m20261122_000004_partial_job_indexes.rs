@@ -24,7 +24,7 @@ fn held() -> SimpleExpr {
 
 async fn drop(manager: &SchemaManager<'_>, name: &'static str) -> Result<(), DbErr> {
     manager
-        .drop_index(Index::drop().name(name).table(TABLE).to_owned())
+        .drop_index(Index::drop().name(name).table(TABLE).if_exists().to_owned())
         .await
 }
 
