@@ -25,6 +25,20 @@ pub enum JobAction {
     Training,
 }
 
+/// Where a training job stands.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Scheduled,
+    Running,
+    Stopping,
+    Succeeded,
+    Blocked,
+    UserStopped,
+    Failed,
+}
+
 /// An event a webhook endpoint may subscribe to (`*`: every one).
 #[derive(Serialize, ToSchema)]
 pub enum WebhookEventName {
@@ -119,6 +133,21 @@ mod tests {
                 JobAction::Training
             ]),
             names(&CoreAction::ALL)
+        );
+        assert_eq!(
+            names(&[
+                JobStatus::Queued,
+                JobStatus::Scheduled,
+                JobStatus::Running,
+                JobStatus::Stopping,
+                JobStatus::Succeeded,
+                JobStatus::Blocked,
+                JobStatus::UserStopped,
+                JobStatus::Failed
+            ]),
+            keel_core::domain::JobStatus::ALL
+                .map(|s| s.as_str().to_owned())
+                .to_vec()
         );
         assert_eq!(
             names(&[Format::Records, Format::Prompts, Format::Raw, Format::OtlpJson]),

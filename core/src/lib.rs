@@ -18,6 +18,7 @@ pub mod flash;
 pub mod keys;
 pub mod metrics;
 pub mod orgs;
+pub mod paging;
 pub mod peer;
 pub mod projects;
 pub mod proxy;

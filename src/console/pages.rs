@@ -238,7 +238,8 @@ pub struct JobsPage {
     pub l: Layout,
     pub statuses: Vec<&'static str>,
     pub actions: Vec<&'static str>,
-    pub status: String,
+    /// The statuses chosen (none: any).
+    pub status: Vec<&'static str>,
     pub action: String,
     pub project: String,
     pub task: String,

@@ -85,7 +85,9 @@ fn job_row(job: &training_job::Model) -> JobRow {
 
 #[derive(Deserialize, Default)]
 pub struct JobsQuery {
-    status: Option<String>,
+    /// Any of these statuses (repeated: `status=failed&status=blocked`).
+    #[serde(default)]
+    status: Vec<String>,
     action: Option<String>,
     project: Option<String>,
     task: Option<String>,
@@ -96,8 +98,9 @@ pub async fn jobs(
     req: HttpRequest,
     viewer: Viewer,
     path: web::Path<String>,
-    query: web::Query<JobsQuery>,
 ) -> Result<HttpResponse, ConsoleError> {
+    let query: JobsQuery =
+        serde_html_form::from_str(req.query_string()).map_err(|_| super::unreadable("filter"))?;
     let org = viewer.org(&path).await?;
     let nonempty = |v: &Option<String>| {
         v.as_deref()
@@ -105,13 +108,14 @@ pub async fn jobs(
             .filter(|v| !v.is_empty())
             .map(str::to_owned)
     };
-    let status =
-        match nonempty(&query.status) {
-            None => None,
-            Some(s) => Some(JobStatus::parse(&s).ok_or_else(|| {
-                super::unknown_choice("status", &s, JobStatus::ALL.iter().map(|s| s.as_str()))
-            })?),
-        };
+    let mut status = Vec::new();
+    for s in query.status.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let parsed = JobStatus::parse(s)
+            .ok_or_else(|| super::unknown_choice("status", s, JobStatus::ALL.iter().map(|s| s.as_str())))?;
+        if !status.contains(&parsed) {
+            status.push(parsed);
+        }
+    }
     let action = match nonempty(&query.action) {
         None => None,
         Some(a) => Some(
@@ -126,8 +130,13 @@ pub async fn jobs(
         action,
         before: page_cursor(query.before.as_deref(), crate::domain::JobId::parse)?,
     };
-    let (jobs, more) =
-        crate::queue::service::jobs_page(&viewer.state.jobs, &org.org_id, &filter, PAGE).await?;
+    let (jobs, next_page) = crate::queue::service::jobs_page(
+        &viewer.state.jobs,
+        std::slice::from_ref(&org.org_id),
+        &filter,
+        PAGE,
+    )
+    .await?;
     let org_id = org.org_id.to_string();
     let table = JobsTable {
         org_id: org_id.clone(),
@@ -137,8 +146,10 @@ pub async fn jobs(
         return Ok(html(actix_web::http::StatusCode::OK, &table));
     }
     let mut link = form_urlencoded::Serializer::new(String::new());
+    for status in &filter.status {
+        link.append_pair("status", status.as_str());
+    }
     for (name, value) in [
-        ("status", filter.status.map(|s| s.as_str().to_owned())),
         ("action", filter.action.map(|a| a.as_str().to_owned())),
         ("project", filter.project_id.clone()),
         ("task", filter.training_task_id.clone()),
@@ -148,9 +159,9 @@ pub async fn jobs(
         }
     }
     let filters = link.finish();
-    let next = more.then(|| jobs.last()).flatten().map(|last| {
+    let next = next_page.map(|after| {
         let mut link = form_urlencoded::Serializer::new(filters.clone());
-        link.append_pair("before", &cursor_of(last.created_at, &last.id));
+        link.append_pair("before", &cursor_of(after.at, &after.id));
         format!("/console/o/{org_id}/jobs?{}", link.finish())
     });
     let l = org_layout(&viewer, &org, "Jobs", "jobs", &req).await?;
@@ -160,7 +171,7 @@ pub async fn jobs(
             l,
             statuses: STATUSES.iter().map(|s| s.as_str()).collect(),
             actions: JobAction::NAMES.to_vec(),
-            status: filter.status.map(|s| s.as_str()).unwrap_or_default().to_owned(),
+            status: filter.status.iter().map(|s| s.as_str()).collect(),
             action: filter.action.map(|a| a.as_str()).unwrap_or_default().to_owned(),
             project: filter.project_id.clone().unwrap_or_default(),
             task: filter.training_task_id.clone().unwrap_or_default(),

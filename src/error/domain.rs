@@ -21,6 +21,9 @@ use keel_core::serving::ServingError;
 use keel_core::traces::TraceError;
 use keel_core::webhooks::WebhookError;
 
+/// How long a worker that asked a draining instance for jobs is told to wait.
+pub const DRAINING_RETRY_AFTER_SECS: u64 = 5;
+
 /// An error whose `detail` is its own words, with `code`.
 fn coded(code: Code, err: impl std::fmt::Display) -> ApiError {
     ApiError::Coded(code, err.to_string())
@@ -122,6 +125,10 @@ impl From<JobError> for ApiError {
                 ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
             }
             JobError::Sealing(err) => ApiError::Unexpected(err),
+            JobError::Draining => ApiError::Draining {
+                detail: err.to_string(),
+                retry_after_secs: DRAINING_RETRY_AFTER_SECS,
+            },
             JobError::Queue(err) => err.into(),
             JobError::Database(err) => err.into(),
         }

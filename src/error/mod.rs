@@ -112,6 +112,10 @@ pub enum ApiError {
     /// A limit refused the call: 429 with `Retry-After` (seconds).
     #[error("{detail}")]
     Limited { detail: String, retry_after_secs: u64 },
+    /// This instance is shutting down: 503 `unavailable` with `Retry-After` (seconds), so a
+    /// client pauses (or goes to another instance) instead of asking again at once.
+    #[error("service unavailable: {detail}")]
+    Draining { detail: String, retry_after_secs: u64 },
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
 }
@@ -152,7 +156,7 @@ impl ApiError {
             Self::NotFound(_) => Code::NotFound,
             Self::Conflict(_) => Code::Conflict,
             Self::PayloadTooLarge(_) => Code::PayloadTooLarge,
-            Self::Unavailable(_) => Code::Unavailable,
+            Self::Unavailable(_) | Self::Draining { .. } => Code::Unavailable,
             Self::Coded(code, _) => *code,
             Self::Limited { .. } => Code::RateLimitExceeded,
             Self::Unexpected(_) => Code::InternalError,
@@ -162,7 +166,7 @@ impl ApiError {
     /// An answer of `status` with the headers this error carries (a limit's `Retry-After`).
     fn reply(&self, status: StatusCode) -> actix_web::HttpResponseBuilder {
         let mut reply = HttpResponse::build(status);
-        if let Self::Limited { retry_after_secs, .. } = self {
+        if let Self::Limited { retry_after_secs, .. } | Self::Draining { retry_after_secs, .. } = self {
             reply.insert_header((actix_web::http::header::RETRY_AFTER, retry_after_secs.to_string()));
         }
         reply
@@ -233,6 +237,7 @@ impl ResponseError for ApiError {
                 HttpResponse::build(status).json(ErrorBody::new(code, "internal server error"))
             }
             Self::Limited { detail, .. } => self.reply(status).json(ErrorBody::new(code, detail.clone())),
+            Self::Draining { .. } => self.reply(status).json(ErrorBody::new(code, self.to_string())),
             other => HttpResponse::build(status).json(ErrorBody::new(code, other.to_string())),
         }
     }

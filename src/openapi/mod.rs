@@ -36,7 +36,7 @@ Every credential travels as `Authorization: Bearer <token>`; each operation name
 takes. A session names its organization with `orgId` (body or query) or the `X-Org-Id` header. \
 Errors are `{\"detail\": \"...\"}`, and 422 is FastAPI's list of `{loc, msg, type}`."
     ),
-    components(schemas(ErrorBody, ValidationErrorBody, crate::schemas::DeliveryStatus)),
+    components(schemas(ErrorBody, ValidationErrorBody, crate::schemas::DeliveryStatus, crate::schemas::JobStatus)),
     modifiers(&Credentials)
 )]
 struct Root;

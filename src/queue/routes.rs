@@ -509,20 +509,61 @@ pub struct ListQuery {
     pub project_id: Option<String>,
     #[param(min_length = 1, max_length = 100)]
     pub training_task_id: Option<String>,
+    /// Jobs in any of these states (repeat it: `status=failed&status=blocked`).
+    #[param(value_type = Option<Vec<crate::schemas::JobStatus>>, style = Form, explode)]
+    #[serde(default)]
+    pub status: Vec<String>,
+    #[param(value_type = Option<crate::schemas::JobAction>)]
+    pub action: Option<String>,
+    /// The last page's `nextCursor`.
+    #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
+    pub cursor: Option<String>,
 }
 
-impl Validate for ListQuery {}
+impl Validate for ListQuery {
+    fn validate(&self, c: &mut Checks) {
+        let statuses = keel_core::domain::JobStatus::ALL.map(|s| s.as_str());
+        for (i, status) in self.status.iter().enumerate() {
+            if !statuses.contains(&status.as_str()) {
+                c.fail_item(
+                    "status",
+                    i,
+                    "enum",
+                    &format!("Input should be one of: {}", statuses.join(", ")),
+                );
+            }
+        }
+        if let Some(action) = &self.action {
+            c.one_of("action", action, &JobAction::NAMES);
+        }
+        if self
+            .cursor
+            .as_deref()
+            .is_some_and(|cursor| keel_core::paging::Keyset::decode(cursor).is_none())
+        {
+            c.fail(
+                "cursor",
+                "value_error",
+                "Input should be a nextCursor this list gave",
+            );
+        }
+    }
+}
 
 #[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct JobList {
     pub jobs: Vec<JobView>,
     pub count: usize,
+    /// The next (older) page's cursor; none on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// List jobs
 ///
-/// The caller's jobs, newest first, optionally narrowed to an organization, project or training
-/// task.
+/// The caller's jobs, newest first, optionally narrowed to an organization, project, training
+/// task, states (`status`, repeatable) or action; `limit` at a time, the next page from
+/// `cursor` (the last page's `nextCursor`).
 #[utoipa::path(get, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     params(ListQuery),
     responses((status = 200, body = JobList), (status = 422, body = ValidationErrorBody)))]
@@ -533,20 +574,33 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
         None if caller.named_org() => vec![caller.member(None).await?.org_id],
         None => caller.organizations().await?,
     };
+    let mut status = Vec::new();
+    for name in &query.status {
+        if let Some(parsed) = keel_core::domain::JobStatus::parse(name).filter(|s| !status.contains(s)) {
+            status.push(parsed);
+        }
+    }
     let filter = JobFilter {
         // A project id in any UUID spelling; other text matches no job.
         project_id: query
             .project_id
             .map(|p| ProjectId::parse(&p).map_or(p, ProjectId::into_string)),
         training_task_id: query.training_task_id,
-        ..JobFilter::default()
+        status,
+        action: query.action.as_deref().and_then(JobAction::parse),
+        before: query
+            .cursor
+            .as_deref()
+            .and_then(keel_core::paging::Keyset::decode)
+            .and_then(|k| crate::domain::JobId::parse(&k.id).ok().map(|id| (k.at, id))),
     };
     let limit = query.limit.unwrap_or(50) as u64;
-    let found = repo::list_jobs(&caller.state().db, &orgs, &filter, limit).await?;
+    let (found, next) = service::jobs_page(&caller.state().jobs, &orgs, &filter, limit).await?;
     let jobs = views(&caller.state().jobs, &found).await?;
     Ok(HttpResponse::Ok().json(JobList {
         count: jobs.len(),
         jobs,
+        next_cursor: next.map(|k| k.encode()),
     }))
 }
 

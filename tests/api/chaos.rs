@@ -1161,3 +1161,32 @@ async fn kill_9_during_an_expiry_sweep_loses_and_doubles_nothing() {
     }
     conn.close().await.ok();
 }
+
+#[actix_web::test]
+async fn a_draining_instance_answers_claims_503_with_retry_after() {
+    // SQLite or PostgreSQL alike: one instance.
+    let db = TestDb::new().await;
+    let keel = Instance::started(&db.url, &[("KEEL__SERVER__SHUTDOWN_GRACE_SECS", "3")]).await;
+    let http = reqwest::Client::new();
+    let claim = |wait: u32| {
+        http.post(keel.url("/api/training/internal/jobs/claim"))
+            .bearer_auth(INTERNAL_KEY)
+            .header("Prefer", format!("wait={wait}"))
+            .json(&json!({"worker_id": "w", "action": "tracer", "limit": 1}))
+            .send()
+    };
+    let waiting = actix_web::rt::spawn(claim(20));
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    keel.signal("-TERM");
+    // The long poll ends at once, and says when to come back (not an empty answer that
+    // would have the worker ask again at once).
+    let ended = waiting.await.unwrap().unwrap();
+    assert_eq!(ended.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ended.headers()["retry-after"], "5");
+    let body: Value = ended.json().await.unwrap();
+    assert_eq!(body["code"], "unavailable", "{body}");
+    // So does any claim during the grace period.
+    let again = claim(0).await.unwrap();
+    assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(again.headers().contains_key("retry-after"));
+}

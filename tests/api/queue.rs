@@ -156,6 +156,115 @@ async fn each_action_has_its_own_body() {
 }
 
 #[actix_web::test]
+async fn the_job_list_filters_by_states_and_action_and_pages_by_cursor() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let mut tracers = Vec::new();
+    for _ in 0..5 {
+        tracers.push(tracer(&app, &org, &project).await);
+    }
+    let draft = enqueue(&app, &org, &project, json!({"action": "draft"})).await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Two tracers run, one of them is blocked by its worker; a third is stopped.
+    let claimed = claim(&app, "w", "tracer", 2).await;
+    let running: Vec<String> = claimed
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap().to_owned())
+        .collect();
+    let blocked = worker_post(
+        &app,
+        "blocked",
+        json!({"job_id": running[0], "worker_id": "w", "reason": "no GPU"}),
+    )
+    .await;
+    assert_eq!(blocked.status(), StatusCode::OK);
+    let stopped = app
+        .post(
+            &format!("/api/training/jobs/{}/stop", tracers[4]),
+            &org.api_key,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(stopped.status(), StatusCode::OK);
+    let ids = |list: &Value| -> Vec<String> {
+        list["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["jobId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let get = |query: String| {
+        let app = &app;
+        let key = org.api_key.clone();
+        async move {
+            json_of(
+                app.get(&format!("/api/training/jobs?{query}"), &key).await,
+                StatusCode::OK,
+            )
+            .await
+        }
+    };
+    assert_eq!(ids(&get("status=blocked".into()).await), vec![running[0].clone()]);
+    let ended = get("status=blocked&status=user_stopped".into()).await;
+    let mut ended_ids = ids(&ended);
+    ended_ids.sort();
+    let mut expected = vec![running[0].clone(), tracers[4].clone()];
+    expected.sort();
+    assert_eq!(ended_ids, expected);
+    assert_eq!(ids(&get("action=draft".into()).await), vec![draft.clone()]);
+    assert_eq!(get("action=draft&status=running".into()).await["count"], 0);
+    for job in get("status=queued&action=tracer".into()).await["jobs"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(
+            (job["status"].as_str(), job["action"].as_str()),
+            (Some("queued"), Some("tracer"))
+        );
+    }
+    // Pages of two, newest first, the cursor walking to the end without gaps or repeats.
+    let mut seen = Vec::new();
+    let mut query = "limit=2&action=tracer".to_owned();
+    loop {
+        let page = get(query.clone()).await;
+        assert!(page["count"].as_u64().unwrap() <= 2);
+        seen.extend(ids(&page));
+        match page["nextCursor"].as_str() {
+            Some(cursor) => query = format!("limit=2&action=tracer&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let mut newest_first = tracers.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+    // Unknown values are 422s naming them (never ignored).
+    for (bad, loc) in [
+        ("status=bogus", json!(["query", "status", 0])),
+        ("status=queued&status=nope", json!(["query", "status", 1])),
+        ("action=sweep", json!(["query", "action"])),
+        ("cursor=zz", json!(["query", "cursor"])),
+    ] {
+        let issues =
+            validation_issues(app.get(&format!("/api/training/jobs?{bad}"), &org.api_key).await).await;
+        assert_eq!(issues[0]["loc"], loc, "{bad}: {issues:?}");
+    }
+    // The console's jobs page takes several states too.
+    let console = crate::console::Console::sign_in(&app, &org.api_key).await;
+    let page = console
+        .page(&format!(
+            "/console/o/{}/jobs?status=blocked&status=user_stopped",
+            org.org_id
+        ))
+        .await;
+    assert!(page.contains(&running[0]) && page.contains(&tracers[4]), "{page}");
+    assert!(!page.contains(&tracers[1]) && !page.contains(&draft));
+    assert!(page.contains(r#"value="blocked" checked"#) && page.contains(r#"value="user_stopped" checked"#));
+}
+
+#[actix_web::test]
 async fn jobs_go_only_to_projects_of_the_callers_organization() {
     let app = spawn_app().await;
     let (acme, _) = funded(&app, "Acme").await;

@@ -62,6 +62,14 @@ def _transient(status: int) -> bool:
     return status >= 500 or status in (408, 429)
 
 
+def _retry_after(answer: httpx.Response) -> float:
+    """The seconds of a `Retry-After` header (0 when absent or a date; at most a minute)."""
+    try:
+        return min(max(float(answer.headers.get("retry-after", "0")), 0.0), 60.0)
+    except ValueError:
+        return 0.0
+
+
 class Job:
     """A claimed job, as the handler sees it."""
 
@@ -280,8 +288,15 @@ class Worker:
                 return
             action = self.actions[turn % len(self.actions)]
             turn += 1
-            claimed = self._claim(action, free, wait)
+            asked = time.monotonic()
+            claimed, retry_after = self._claim(action, free, wait)
             if claimed is None:
+                # keel failed or is draining: wait (its Retry-After, at least), with jitter.
+                self._pause(max(backoff.next(), retry_after * random.uniform(1.0, 1.2)))
+                continue
+            if not claimed and wait > 0 and time.monotonic() - asked < wait * 0.8:
+                # An empty answer long before the wait was up: keel is not holding long polls
+                # (shutting down, or a proxy cut it); asking again at once would flood it.
                 self._pause(backoff.next())
                 continue
             backoff.reset()
@@ -292,30 +307,32 @@ class Worker:
                     continue
                 self._start(job)
 
-    def _claim(self, action: str, limit: int, wait: int) -> Optional[List[Mapping[str, Any]]]:
-        """The jobs claimed (perhaps none), or None after a transient failure."""
+    def _claim(self, action: str, limit: int, wait: int) -> Tuple[Optional[List[Mapping[str, Any]]], float]:
+        """The jobs claimed (perhaps none), or None after a transient failure; and the
+        seconds keel asked to wait before the next claim (its `Retry-After`, else 0)."""
         headers = {"Prefer": f"wait={wait}"} if wait > 0 else {}
         body = {"worker_id": self.worker_id, "action": action, "limit": min(limit, 100)}
         self._in_claim = True
         try:
             if self._check_signals():
-                return []
+                return [], 0.0
             answer = self._claims.post(
                 f"{INTERNAL}/jobs/claim", json=body, headers=headers,
                 timeout=httpx.Timeout(wait + 30.0, connect=5.0),
             )
         except httpx.TransportError as error:
             log.warning("claim: keel unreachable (%s); retrying", error)
-            return None
+            return None, 0.0
         finally:
             self._in_claim = False
         if _transient(answer.status_code):
-            log.warning("claim: keel answered %s; retrying", answer.status_code)
-            return None
+            retry_after = _retry_after(answer)
+            log.warning("claim: keel answered %s; retrying in %.0fs at least", answer.status_code, retry_after)
+            return None, retry_after
         if answer.status_code != 200:
             raise KeelError(answer.status_code, answer.text)
         jobs: List[Mapping[str, Any]] = answer.json().get("jobs") or []
-        return jobs
+        return jobs, 0.0
 
     # -- running a job --------------------------------------------------------------------
 

@@ -354,3 +354,63 @@ def test_sigterm_cuts_an_idle_long_poll_short(keel: Keel) -> None:
     job_id = keel.create_job()
     time.sleep(0.5)
     assert keel.job(job_id)["status"] == "queued"
+
+
+class _Hurried(BaseHTTPRequestHandler):
+    """A keel that will not hold a long poll: claims answered at once, empty, or 503 with
+    Retry-After (a draining instance); hand-backs answered. Counts the claims it saw."""
+
+    claims: List[float] = []
+    draining = False
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - the base's name
+        length = int(self.headers.get("content-length", "0"))
+        self.rfile.read(length)
+        if self.path.endswith("/jobs/claim"):
+            _Hurried.claims.append(time.monotonic())
+            if _Hurried.draining:
+                self.send_response(503)
+                self.send_header("retry-after", "1")
+                body = b'{"detail": "service unavailable: shutting down", "code": "unavailable"}'
+            else:
+                self.send_response(200)
+                body = b'{"jobs": []}'
+        else:
+            self.send_response(200)
+            body = b'{"requeued": 0}'
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _claims_in(secs: float, draining: bool) -> List[float]:
+    _Hurried.claims = []
+    _Hurried.draining = draining
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hurried)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        worker = Worker(f"http://127.0.0.1:{server.server_address[1]}", INTERNAL_KEY, "py-hurried", ["tracer"],
+                        lambda job: None, wait_secs=5, concurrency=10)
+        running = Running(worker)
+        time.sleep(secs)
+        running.stop()
+    finally:
+        server.shutdown()
+    return list(_Hurried.claims)
+
+
+def test_an_instance_that_answers_long_polls_at_once_is_not_flooded() -> None:
+    claims = _claims_in(3.0, draining=False)
+    # Backing off from 0.2 s, doubling: a handful in 3 s, not thousands.
+    assert 2 <= len(claims) <= 8, len(claims)
+
+
+def test_a_draining_instance_is_asked_again_only_after_its_retry_after() -> None:
+    claims = _claims_in(3.5, draining=True)
+    assert 2 <= len(claims) <= 4, len(claims)
+    gaps = [b - a for a, b in zip(claims, claims[1:])]
+    assert all(gap >= 0.95 for gap in gaps), gaps

@@ -49,6 +49,9 @@ pub enum JobError {
     SecretsUnconfigured,
     #[error("sealing a secret failed")]
     Sealing(#[source] anyhow::Error),
+    /// This instance is shutting down: a worker's claim belongs elsewhere, after a pause.
+    #[error("this instance is shutting down; claim again after a pause (another instance may answer)")]
+    Draining,
     #[error(transparent)]
     Queue(#[from] actor::QueueError),
     #[error(transparent)]

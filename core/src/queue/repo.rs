@@ -239,7 +239,8 @@ pub async fn insert_batch(db: &impl TransactionTrait, jobs: Vec<NewJob>) -> Resu
 pub struct JobFilter {
     pub project_id: Option<String>,
     pub training_task_id: Option<String>,
-    pub status: Option<JobStatus>,
+    /// Any of these (none: any status).
+    pub status: Vec<JobStatus>,
     pub action: Option<JobAction>,
     /// Keyset paging: only jobs older than this `(created_at, id)`.
     pub before: Option<(DateTime<Utc>, JobId)>,
@@ -262,8 +263,8 @@ pub async fn list_jobs(
     if let Some(task) = &filter.training_task_id {
         query = query.filter(training_job::Column::TrainingTaskId.eq(task.as_str()));
     }
-    if let Some(status) = filter.status {
-        query = query.filter(training_job::Column::Status.eq(status.as_str()));
+    if !filter.status.is_empty() {
+        query = query.filter(training_job::Column::Status.is_in(filter.status.iter().map(|s| s.as_str())));
     }
     if let Some(action) = filter.action {
         query = query.filter(training_job::Column::Action.eq(action.as_str()));

@@ -471,6 +471,11 @@ pub async fn claim(
     let signal = jobs.cluster.jobs_signal(action);
     let stopping = jobs.cluster.stopping().clone();
     loop {
+        // A draining instance hands out nothing: its claimants back off (503 with
+        // Retry-After) instead of asking again at once, as an empty answer would have them.
+        if stopping.is_cancelled() {
+            return Err(JobError::Draining);
+        }
         // Registered before looking, so a job queued meanwhile still wakes this claim.
         let woken = signal.notified();
         tokio::pin!(woken);
@@ -500,7 +505,7 @@ pub async fn claim(
         tokio::select! {
             _ = &mut woken => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(claimed),
-            _ = stopping.cancelled() => return Ok(claimed),
+            _ = stopping.cancelled() => return Err(JobError::Draining),
             _ = left => return Ok(claimed),
         }
     }
@@ -565,12 +570,16 @@ pub async fn job_of_org(
 /// A page of the organization's jobs, newest first, and whether more follow.
 pub async fn jobs_page(
     jobs: &Jobs,
-    org_id: &crate::domain::OrgId,
+    org_ids: &[crate::domain::OrgId],
     filter: &repo::JobFilter,
     limit: u64,
-) -> Result<(Vec<training_job::Model>, bool), JobError> {
-    let mut page = repo::list_jobs(&jobs.db, std::slice::from_ref(org_id), filter, limit + 1).await?;
+) -> Result<(Vec<training_job::Model>, Option<crate::paging::Keyset>), JobError> {
+    let mut page = repo::list_jobs(&jobs.db, org_ids, filter, limit + 1).await?;
     let more = page.len() as u64 > limit;
     page.truncate(limit as usize);
-    Ok((page, more))
+    let next = more
+        .then(|| page.last())
+        .flatten()
+        .map(|last| crate::paging::Keyset::new(last.created_at, last.id.as_str()));
+    Ok((page, next))
 }

@@ -78,31 +78,18 @@ impl Cursor {
     }
 
     /// The schema's pattern of a cursor.
-    pub const PATTERN: &'static str = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$";
+    pub const PATTERN: &'static str = crate::paging::Keyset::PATTERN;
 
     pub fn encode(&self) -> String {
-        let id = self.id.replace('-', "");
-        format!(
-            "{}-{:09}-{id}",
-            self.at.timestamp(),
-            self.at.timestamp_subsec_nanos()
-        )
+        crate::paging::Keyset::new(self.at, self.id.as_str()).encode()
     }
 
     pub fn decode(raw: &str) -> Option<Self> {
-        let mut parts = raw.splitn(3, '-');
-        let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
-        let digits =
-            |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
-        if !digits(secs, 12) || nanos.len() != 9 || !digits(nanos, 9) || id.len() != 32 {
-            return None;
-        }
-        if !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return None;
-        }
-        let at = DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)?;
-        let id = TraceId::parse(id).ok()?;
-        Some(Self { at, id })
+        let keyset = crate::paging::Keyset::decode(raw)?;
+        Some(Self {
+            at: keyset.at,
+            id: TraceId::parse(&keyset.id).ok()?,
+        })
     }
 }
 
