@@ -3,13 +3,19 @@
 calls recorded through keel (the OpenAI SDK), one tagged and scored, then
 `keel traces export --format otlp-json --all --tag ... --min-score ...` and the unfiltered
 export; every line must parse as an `ExportTraceServiceRequest` and carry the GenAI
-semantic-convention attributes.
+semantic-convention attributes, and its trace and span ids must be keel's, byte for byte.
+
+OTLP/JSON writes trace and span ids in hex, where protobuf's own JSON mapping reads bytes as
+base64: a line is read as an OTLP/JSON receiver reads it, its ids turned from hex into the
+bytes they name before protobuf's parser sees them (read as base64 instead, a 32-character
+trace id becomes 24 other bytes).
 
 Usage: otlp_check.py KEEL_BINARY
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -57,10 +63,25 @@ def attributes(span: Any) -> Dict[str, Any]:
     return out
 
 
+ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def otlp_json(line: str) -> ExportTraceServiceRequest:
+    """One OTLP/JSON line as an OTLP receiver reads it: hex ids become their bytes."""
+    document = json.loads(line)
+    for resource in document.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                for field in ID_FIELDS:
+                    if span.get(field):
+                        span[field] = base64.b64encode(bytes.fromhex(span[field])).decode()
+    return Parse(json.dumps(document), ExportTraceServiceRequest())
+
+
 def spans_of(path: Path) -> List[Any]:
     spans = []
     for line in path.read_text().splitlines():
-        request = Parse(line, ExportTraceServiceRequest())
+        request = otlp_json(line)
         for resource in request.resource_spans:
             assert any(a.key == "service.name" for a in resource.resource.attributes)
             for scope in resource.scope_spans:
@@ -113,6 +134,12 @@ def main() -> None:
                 assert outputs == [{"role": "assistant", "parts": [{"type": "text", "content": "Paris."}],
                                     "finish_reason": "stop"}], outputs
                 assert span.kind == span.SPAN_KIND_CLIENT and span.end_time_unix_nano > span.start_time_unix_nano
+                # The ids are keel's, byte for byte: the trace id is the trace's UUID, the span
+                # id its last 8 bytes.
+                keel_id = bytes.fromhex(a["keel.trace_id"].replace("-", ""))
+                assert len(span.trace_id) == 16 and span.trace_id == keel_id, (span.trace_id.hex(), keel_id.hex())
+                assert len(span.span_id) == 8 and span.span_id == keel_id[8:], span.span_id.hex()
+            assert {a["keel.trace_id"] for a in map(attributes, spans)} == {t["traceId"] for t in traces}
 
             chosen_only = Path(scratch) / "golden.jsonl"
             subprocess.run([BINARY, "traces", "export", "--project", project, "--format", "otlp-json", "--all",
@@ -122,8 +149,8 @@ def main() -> None:
             assert len(golden) == 1, golden
             a = attributes(golden[0])
             assert a["keel.trace_id"] == chosen and a["keel.score.quality"] == 0.9, a
-            print(f"   otlp-json: {len(spans)} spans parsed by opentelemetry-proto with the GenAI attributes; "
-                  "tag and minScore select the export")
+            print(f"   otlp-json: {len(spans)} spans parsed by opentelemetry-proto with the GenAI attributes "
+                  "and keel's ids byte for byte; tag and minScore select the export")
         finally:
             stop_keel(keel)
             provider.shutdown()

@@ -40,7 +40,7 @@ macro_rules! error_codes {
 error_codes! {
     ValidationFailed = ("validation_failed", 422, "A value is missing, of the wrong type or out of its bounds; `detail` lists each (FastAPI's shape)."),
     BadRequest = ("bad_request", 400, "The request cannot be read (its body, a form, a header)."),
-    MissingHeader = ("missing_header", 400, "A header the route needs is absent (the proxy's X-Service-Provider, X-Service-Provider-Key, X-Project-Id)."),
+    MissingHeader = ("missing_header", 400, "A header the route needs is absent (the proxy's X-Service-Provider, X-Service-Provider-Key, X-Service-Project-Id)."),
     InvalidHeader = ("invalid_header", 400, "A header's value is not one the route takes (an unknown provider, a key that is not a header value)."),
     InvalidSignature = ("invalid_signature", 400, "A processor webhook's signature is missing, malformed, stale or wrong."),
     InvalidEvent = ("invalid_event", 400, "A processor webhook's event is not one keel can read."),

@@ -343,8 +343,10 @@ async fn fetch(
 }
 
 /// A `raw` export row as one line of OpenAI's chat fine-tuning format: the request's
-/// messages followed by the assistant's reply (tool calls kept). `None` when the trace has
-/// no pair (no messages, an error answer, a reply with neither text nor tool calls).
+/// messages followed by the assistant's reply (tool calls kept), and the request's `tools`
+/// and `parallel_tool_calls` beside them (a tool-calling example needs its functions'
+/// schemas). `None` when the trace has no pair (no messages, an error answer, a reply with
+/// neither text nor tool calls).
 pub fn openai_chat_line(raw: &Value) -> Option<Value> {
     let status = raw["statusCode"].as_i64()?;
     if !(200..300).contains(&status) {
@@ -384,7 +386,20 @@ pub fn openai_chat_line(raw: &Value) -> Option<Value> {
     }
     let mut conversation = messages.clone();
     conversation.push(assistant);
-    Some(json!({ "messages": conversation }))
+    let mut line = json!({ "messages": conversation });
+    if let Some(tools) = raw
+        .pointer("/request/tools")
+        .filter(|t| t.as_array().is_some_and(|t| !t.is_empty()))
+    {
+        line["tools"] = tools.clone();
+    }
+    if let Some(parallel) = raw
+        .pointer("/request/parallel_tool_calls")
+        .filter(|p| p.is_boolean())
+    {
+        line["parallel_tool_calls"] = parallel.clone();
+    }
+    Some(line)
 }
 
 #[cfg(test)]
@@ -494,6 +509,21 @@ mod tests {
         .expect("a pair");
         assert_eq!(line["messages"][1]["tool_calls"], calls);
         assert_eq!(line["messages"][1]["content"], Value::Null);
+        // No tools declared (an empty list): none on the line.
+        assert!(line.get("tools").is_none());
+        let tools = json!([{"type": "function", "function": {"name": "weather", "description": "Today's weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+        let line = openai_chat_line(&raw(
+            json!({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools, "parallel_tool_calls": false}),
+            json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": calls}}]}),
+            200,
+        ))
+        .expect("a pair");
+        assert_eq!(
+            line["tools"], tools,
+            "the functions' schemas stay with the example"
+        );
+        assert_eq!(line["parallel_tool_calls"], false);
         assert_eq!(
             openai_chat_line(&raw(
                 json!({"messages": [{"role": "user", "content": "x"}]}),

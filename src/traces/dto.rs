@@ -33,7 +33,8 @@ pub struct ExportQuery {
     /// 1..1000, default 1000: the newest traces.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
-    /// `records` (default), `prompts` or `raw`.
+    /// `records` (default), `prompts`, `raw` or `otlp-json` (each record an OTLP/JSON
+    /// `ExportTraceServiceRequest` of up to 1,000 spans, ids in hex).
     #[param(value_type = Option<crate::schemas::Format>)]
     pub format: Option<String>,
     /// The previous page's `nextCursor`: the walk goes on from there (newest to oldest,
@@ -187,7 +188,8 @@ pub struct TraceSelectionBody {
     /// The selected traces, exported in this order.
     #[schema(value_type = Vec<uuid::Uuid>, min_items = 1, max_items = 1000)]
     pub trace_ids: Vec<TraceId>,
-    /// `records` (default), `prompts` or `raw`.
+    /// `records` (default), `prompts`, `raw` or `otlp-json` (each record an OTLP/JSON
+    /// `ExportTraceServiceRequest` of up to 1,000 spans, ids in hex).
     #[schema(value_type = Option<crate::schemas::Format>)]
     pub format: Option<String>,
     /// Of the selected traces, only those these filters keep.
@@ -348,9 +350,15 @@ pub struct TraceView {
     pub model: Option<String>,
     /// `ok` (complete, 2xx, no error) or `error`.
     pub status: String,
+    /// The provider's HTTP status (keel's own, 502 or 504, when the provider was not reached).
+    pub status_code: i32,
+    /// Why the call is not `ok`: the provider's error, a cut stream, a client that left.
+    pub error: Option<String>,
     pub latency_ms: i64,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
+    /// The tokens were estimated from the text (a stream whose provider sent no usage).
+    pub usage_estimated: bool,
     pub streamed: bool,
     pub preview: TracePreview,
     pub tags: Vec<String>,
@@ -368,9 +376,12 @@ impl From<keel_core::traces::browse::Listed> for TraceView {
             created_at: t.created_at,
             provider: t.provider,
             model: t.model,
+            status_code: t.status_code,
+            error: t.error,
             latency_ms: t.latency_ms,
             prompt_tokens: t.prompt_tokens,
             completion_tokens: t.completion_tokens,
+            usage_estimated: t.usage_estimated,
             streamed: t.stream,
             preview: TracePreview {
                 input: t.preview_input,

@@ -47,7 +47,9 @@ fn format_of(name: Option<&str>) -> Format {
 /// Export a project's traces
 ///
 /// The newest `limit` traces of a project as `records` (`{input, output}`), `prompts`
-/// (`{input}`) or `raw` rows; traces with no extractable pair are skipped and counted. Follow
+/// (`{input}`), `raw` rows or `otlp-json` (each record one OTLP/JSON
+/// `ExportTraceServiceRequest`, a span per trace with the GenAI conventions' attributes);
+/// traces with no extractable pair are skipped and counted. Follow
 /// `nextCursor` (as `cursor`) to walk every trace, newest to oldest, one page at a time;
 /// `since`, `until`, `model` and `status` narrow the walk.
 #[utoipa::path(get, path = "/api/traces/export", tag = "traces", security(("apiKey" = []), ("session" = [])),

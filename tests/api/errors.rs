@@ -188,3 +188,62 @@ async fn a_request_target_past_16_kib_is_414_with_the_json_error_body() {
         StatusCode::URI_TOO_LONG
     );
 }
+
+/// The README's commands can be run as they stand: every shell variable a block uses is set
+/// before (in that block or an earlier one), the promo code is redeemed once, and headers are
+/// spelled as keel reads them.
+#[test]
+fn the_readme_commands_use_only_what_they_set() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in readme.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(blocks.len() >= 3, "the README's shell blocks");
+    let set = regex::Regex::new(r"(?m)(?:^|\s|export\s+)([A-Z_][A-Z0-9_]*)=").unwrap();
+    let used = regex::Regex::new(r"\$\{?([A-Z_][A-Z0-9_]*)").unwrap();
+    // Set by the shell, or placeholders the text says to fill in.
+    let mut defined: std::collections::HashSet<String> =
+        ["PWD", "HOME", "PATH"].into_iter().map(str::to_owned).collect();
+    for block in &blocks {
+        let code: String = block
+            .lines()
+            .map(|l| l.split(" # ").next().unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for found in set.captures_iter(&code) {
+            defined.insert(found[1].to_owned());
+        }
+        for found in used.captures_iter(&code) {
+            assert!(
+                defined.contains(&found[1]),
+                "the README uses ${} before setting it:\n{block}",
+                &found[1]
+            );
+        }
+    }
+    let redeemed = blocks
+        .iter()
+        .map(|b| b.matches("WELCOME10").count())
+        .sum::<usize>();
+    assert!(
+        redeemed <= 1,
+        "WELCOME10 is redeemed {redeemed} times (the second is a 409)"
+    );
+    assert!(
+        !readme.contains("X-Project-Id"),
+        "the header is X-Service-Project-Id"
+    );
+}

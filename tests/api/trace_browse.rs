@@ -915,3 +915,74 @@ async fn the_search_migrations_go_down_and_up_again() {
     assert!(Migrator::get_pending_migrations(&db).await.unwrap().is_empty());
     db.close().await.ok();
 }
+
+#[actix_web::test]
+async fn the_list_and_one_trace_say_whether_tokens_were_estimated_the_status_code_and_the_error() {
+    let (app, _provider) = proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "figures").await;
+    // A JSON answer with usage, a stream without it (estimated), and a provider's 401.
+    let plain = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), StatusCode::OK);
+    let mut streamed = chat("stream-tools", "weather?");
+    streamed["stream"] = json!(true);
+    let stream = sdk_request(&app, &org, Some(&project), &streamed)
+        .send()
+        .await
+        .unwrap();
+    stream.text().await.unwrap();
+    let refused = sdk_request(&app, &org, Some(&project), &chat("gpt-401", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    raw_traces(&app, &org, &project, 3).await;
+    let all = list(&app, &org, &format!("projectId={project}")).await;
+    let by_model = |model: &str| {
+        all["traces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["model"] == model)
+            .unwrap()
+            .clone()
+    };
+    let (plain, tools, failed) = (
+        by_model("gpt-4o-mini"),
+        by_model("stream-tools"),
+        by_model("gpt-401"),
+    );
+    assert_eq!(
+        (plain["usageEstimated"].clone(), plain["statusCode"].clone()),
+        (json!(false), json!(200))
+    );
+    assert!(plain["error"].is_null(), "{plain}");
+    assert_eq!(tools["usageEstimated"], true, "{tools}");
+    assert_eq!(failed["statusCode"], 401);
+    assert_eq!(failed["status"], "error");
+    assert!(failed["error"].as_str().unwrap().contains("upstream"), "{failed}");
+    // One trace carries them too.
+    for trace in [&plain, &tools, &failed] {
+        let one = json_of(
+            app.get(
+                &format!("/api/traces/{}", trace["traceId"].as_str().unwrap()),
+                &org.api_key,
+            )
+            .await,
+            StatusCode::OK,
+        )
+        .await;
+        for field in ["usageEstimated", "statusCode", "error"] {
+            assert_eq!(one[field], trace[field], "{field}");
+        }
+    }
+    // And the document says so.
+    let doc = app.openapi().await;
+    let properties = &doc["components"]["schemas"]["TraceView"]["properties"];
+    for field in ["usageEstimated", "statusCode", "error"] {
+        assert!(properties.get(field).is_some(), "{field} in TraceView");
+    }
+}

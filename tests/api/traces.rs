@@ -13,6 +13,19 @@ use crate::proxy::{chat, proxy_app, raw_traces, sdk_request};
 
 /// Records five traces: a lone user turn, a conversation with a system prompt, a tool call,
 /// a multimodal reply and an upstream error (no pair).
+/// A tool-calling request, as the SDK sends one with `tools=[...]`.
+pub fn tool_call() -> Value {
+    let mut body = chat("gpt-tool", "Weather in Paris?");
+    body["tools"] = weather_tool();
+    body["parallel_tool_calls"] = json!(false);
+    body
+}
+
+pub fn weather_tool() -> Value {
+    json!([{"type": "function", "function": {"name": "get_weather", "description": "Today's weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+}
+
 pub async fn record_five(app: &TestApp, org: &TestOrg, project: &str) {
     let conversation = json!({"model": "gpt-plain", "messages": [
         {"role": "system", "content": "Be brief."},
@@ -23,7 +36,7 @@ pub async fn record_five(app: &TestApp, org: &TestOrg, project: &str) {
     for body in [
         chat("gpt-plain", "Capital of France?"),
         conversation,
-        chat("gpt-tool", "Weather in Paris?"),
+        tool_call(),
         chat("gpt-multimodal", "Describe the picture"),
         chat("gpt-401", "hi"),
     ] {
