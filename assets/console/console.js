@@ -5,8 +5,14 @@
   function refresh(el) {
     var url = el.getAttribute("data-refresh");
     var every = Math.max(1, parseInt(el.getAttribute("data-every") || "5", 10)) * 1000;
+    // Replacing the region would take the keyboard's focus (a Stop button tabbed to) with it:
+    // while anything in it has focus, it waits.
+    function focusedInside() {
+      var active = document.activeElement;
+      return active !== null && active !== document.body && el.contains(active);
+    }
     function tick() {
-      if (document.hidden || el.contains(document.activeElement) && document.activeElement.tagName === "INPUT") {
+      if (document.hidden || focusedInside()) {
         return setTimeout(tick, every);
       }
       fetch(url, { credentials: "same-origin", headers: { "X-Console-Partial": "1" } })
@@ -19,7 +25,9 @@
         })
         .then(function (html) {
           if (html !== null) {
-            el.innerHTML = html;
+            if (!focusedInside()) {
+              el.innerHTML = html;
+            }
             setTimeout(tick, every);
           }
         })

@@ -6,8 +6,8 @@ use serde::Deserialize;
 
 use super::org::{keep_for_one_view, org_layout, take_one_view, Reveal};
 use super::pages::{
-    ConsoleEventRow, EndpointRow, FailingEndpointRow, HookDeliveryRow, Layout, OperatorWebhooksPage,
-    WebhookLogPage, WebhooksPage,
+    ConsoleEventRow, EndpointDraft, EndpointRow, FailingEndpointRow, HookDeliveryRow, Layout,
+    OperatorWebhooksPage, WebhookLogPage, WebhooksPage,
 };
 use super::session::{OrgView, Viewer};
 use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
@@ -78,6 +78,18 @@ pub async fn webhooks(
         None => None,
         Some(reveal) => Some(take_one_view(&viewer, &org.org_id, reveal).await?),
     };
+    webhooks_page(&req, &viewer, &org, reveal, None).await
+}
+
+/// The webhooks page; with `refused`, the new-endpoint form refused (422): its message
+/// shown and what was typed kept in the form.
+async fn webhooks_page(
+    req: &HttpRequest,
+    viewer: &Viewer,
+    org: &OrgView,
+    reveal: Option<Reveal>,
+    refused: Option<(String, EndpointDraft)>,
+) -> Result<HttpResponse, ConsoleError> {
     let webhooks = &viewer.state.webhooks;
     let endpoints = service::endpoints(webhooks, orgs(&org))
         .await
@@ -95,23 +107,31 @@ pub async fn webhooks(
         })
         .collect();
     let (new_secret, secret_gone) = Reveal::shown(reveal);
-    Ok(page(
-        &req,
-        &WebhooksPage {
-            l: org_layout(&viewer, &org, "Webhooks", "webhooks", &req).await?,
-            endpoints,
-            events,
-            event_types: keel_core::webhooks::EVENT_TYPES.to_vec(),
-            secret_gone,
-            new_secret,
-            can_act: org.can_act(),
-        },
-    ))
+    let mut l = org_layout(viewer, org, "Webhooks", "webhooks", req).await?;
+    let (message, draft) = refused.unzip();
+    if let Some(message) = message.clone() {
+        l.flash = Some(Flash { ok: false, message });
+    }
+    let webhooks_page = WebhooksPage {
+        l,
+        endpoints,
+        events,
+        event_types: keel_core::webhooks::EVENT_TYPES.to_vec(),
+        secret_gone,
+        new_secret,
+        can_act: org.can_act(),
+        draft: draft.unwrap_or_default(),
+    };
+    Ok(match message {
+        None => page(req, &webhooks_page),
+        Some(_) => super::html(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, &webhooks_page),
+    })
 }
 
 /// Adds an endpoint (the URL and events checked as the API checks them) and shows its secret
 /// once, on the page the redirect leads to.
 pub async fn create(
+    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<String>,
     body: web::Bytes,
@@ -139,12 +159,31 @@ pub async fn create(
             description: body.description,
         })
     })();
+    // Refused: the page again, the form holding what was typed.
+    let refused = |err: ApiError| async {
+        if !actix_web::ResponseError::status_code(&err).is_client_error() {
+            return Err(err.into());
+        }
+        let draft = EndpointDraft {
+            url: form.get("url").unwrap_or_default().chars().take(2000).collect(),
+            description: form
+                .get("description")
+                .unwrap_or_default()
+                .chars()
+                .take(500)
+                .collect(),
+            events: form.all("events").into_iter().map(str::to_owned).collect(),
+        };
+        webhooks_page(&req, &viewer, &org, None, Some((super::describe(&err), draft))).await
+    };
     let new = match new {
         Ok(new) => new,
-        Err(err) => return after_form(&base(&org.org_id), Err::<(), _>(err), |_| String::new()),
+        Err(err) => return refused(err).await,
     };
-    let created = service::create_endpoint(&viewer.state.webhooks, &org.org_id, new).await;
-    show_once(&viewer, &org.org_id, created.map(|(_, secret)| secret)).await
+    match service::create_endpoint(&viewer.state.webhooks, &org.org_id, new).await {
+        Ok((_, secret)) => show_once(&viewer, &org.org_id, Ok::<_, ApiError>(secret)).await,
+        Err(err) => refused(err.into()).await,
+    }
 }
 
 /// Enables or disables an endpoint (`enabled=yes|no`).

@@ -12,6 +12,7 @@ mod pages;
 use keel_core::console_store as repo;
 pub mod session;
 mod signin;
+mod words;
 mod work;
 
 use actix_web::cookie::Cookie;
@@ -265,14 +266,7 @@ pub(crate) fn unreadable(name: &str) -> ConsoleError {
 /// What a user is told about a failed call (never internals).
 fn describe(err: &ApiError) -> String {
     match err {
-        ApiError::Validation(issues) => issues
-            .iter()
-            .map(|i| {
-                let field = i.loc.last().and_then(|l| l.as_str()).unwrap_or("value");
-                format!("{field}: {}", i.msg)
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
+        ApiError::Validation(issues) => words::issues(issues),
         ApiError::Unexpected(_) => "Something went wrong on our side; it has been logged.".into(),
         other => other.to_string(),
     }

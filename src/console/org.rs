@@ -8,10 +8,10 @@ use serde::Deserialize;
 
 use super::chart::{self, Series};
 use super::pages::{
-    CreditRow, KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow,
+    CreditRow, KeyDraft, KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow,
 };
 use super::session::{OrgView, Viewer};
-use super::{after_form, format, page, redirect, ConsoleError, Flash, FormFields};
+use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
 use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
 use crate::billing::ledger::EntryKind;
 use crate::billing::{repo, service};
@@ -492,7 +492,30 @@ async fn keys_page(
     org: &OrgView,
     new_key: Option<Reveal>,
 ) -> Result<HttpResponse, ConsoleError> {
-    let l = org_layout(viewer, org, "API keys and members", "keys", req).await?;
+    keys_page_with(req, viewer, org, new_key, None).await
+}
+
+/// The keys page; with `refused`, the new-key form refused (422): its message shown and
+/// what was typed kept in the form.
+async fn keys_page_with(
+    req: &HttpRequest,
+    viewer: &Viewer,
+    org: &OrgView,
+    new_key: Option<Reveal>,
+    refused: Option<(String, KeyDraft)>,
+) -> Result<HttpResponse, ConsoleError> {
+    let mut l = org_layout(viewer, org, "API keys and members", "keys", req).await?;
+    let status = match &refused {
+        Some((message, _)) => {
+            l.flash = Some(Flash {
+                ok: false,
+                message: message.clone(),
+            });
+            actix_web::http::StatusCode::UNPROCESSABLE_ENTITY
+        }
+        None => actix_web::http::StatusCode::OK,
+    };
+    let draft = refused.map(|(_, draft)| draft).unwrap_or_default();
     let now = Utc::now();
     let keys = keel_core::keys::service::list(&viewer.state.db, &org.org_id, now)
         .await?
@@ -510,17 +533,35 @@ async fn keys_page(
         })
         .collect();
     let (new_key, key_gone) = Reveal::shown(new_key);
-    Ok(page(
-        req,
-        &KeysPage {
-            l,
-            keys,
-            members,
-            key_gone,
-            new_key,
-            is_owner: org.is_owner(),
-        },
-    ))
+    let keys_page = KeysPage {
+        l,
+        keys,
+        members,
+        key_gone,
+        new_key,
+        is_owner: org.is_owner(),
+        draft,
+    };
+    Ok(match status {
+        actix_web::http::StatusCode::OK => page(req, &keys_page),
+        refused => super::html(refused, &keys_page),
+    })
+}
+
+/// The new-key form's fields as they were typed.
+fn key_draft(form: &FormFields) -> KeyDraft {
+    let text = |name: &str| form.get(name).unwrap_or_default().chars().take(2000).collect();
+    let scopes = form.all("scope");
+    KeyDraft {
+        name: text("name"),
+        rpm: text("requestsPerMinute"),
+        tokens_per_day: text("tokensPerDay"),
+        streams: text("concurrentStreams"),
+        inference: scopes.contains(&"inference"),
+        api: scopes.contains(&"api"),
+        models: text("models"),
+        expires_on: text("expiresOn"),
+    }
 }
 
 /// A key as the keys page shows it: settings, and today's use against each limit.
@@ -632,6 +673,7 @@ fn key_settings_json(form: &FormFields, clearing: bool) -> serde_json::Value {
 
 /// Creates a key (owners only) and shows it this once, on the page that answers the form.
 pub async fn create_key(
+    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<String>,
     body: web::Bytes,
@@ -640,27 +682,31 @@ pub async fn create_key(
     let org = viewer.act_in(&path, &form.csrf, true).await?;
     let json = key_settings_json(&form, false).to_string();
     let body = crate::http::extract::parse_checked_body::<crate::keys::dto::CreateKeyBody>(json.as_bytes());
+    // Refused: the page again, the form holding what was typed.
+    let refused = |err: ApiError| async {
+        match actix_web::ResponseError::status_code(&err).is_client_error() {
+            true => {
+                keys_page_with(
+                    &req,
+                    &viewer,
+                    &org,
+                    None,
+                    Some((super::describe(&err), key_draft(&form))),
+                )
+                .await
+            }
+            false => Err(err.into()),
+        }
+    };
     let body = match body {
         Ok(body) => body,
-        Err(err) => {
-            return after_form(
-                &format!("/console/o/{}/keys", org.org_id),
-                Err::<(), _>(err),
-                |_| String::new(),
-            )
-        }
+        Err(err) => return refused(err).await,
     };
     // Answered with a redirect (a reload repeats the GET, never the creation); the secret
     // waits, sealed, for that page's one view.
     let reveal = match create_key_shown_once(&viewer, &org.org_id, &body).await {
         Ok(reveal) => reveal,
-        Err(err) => {
-            return after_form(
-                &format!("/console/o/{}/keys", org.org_id),
-                Err::<(), _>(err),
-                |_| String::new(),
-            )
-        }
+        Err(err) => return refused(err.into()).await,
     };
     Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())
 }
@@ -768,20 +814,42 @@ pub struct KeyPath {
     key: String,
 }
 
+/// Revokes one of the organization's keys, once its owner confirms (nothing that uses it
+/// works afterwards).
 pub async fn revoke_key(
+    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<KeyPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, true).await?;
-    let outcome = match crate::domain::ApiKeyId::parse(&path.key) {
-        Ok(key_id) => {
-            keel_core::keys::service::revoke(&viewer.state.db, &viewer.state.cluster, &org.org_id, &key_id)
-                .await
-        }
-        Err(_) => Err(keel_core::keys::KeyError::NotFound),
-    };
+    let key_id = crate::domain::ApiKeyId::parse(&path.key).map_err(|_| ConsoleError::NotFound)?;
+    if !form.confirmed() {
+        let key = keel_core::keys::service::key(&viewer.state.db, &org.org_id, &key_id)
+            .await
+            .map_err(|_| ConsoleError::NotFound)?;
+        let back = format!("/console/o/{}/keys", org.org_id);
+        let title = "Revoke the API key?";
+        return Ok(confirm_page(
+            org_layout(&viewer, &org, title, "keys", &req).await?,
+            Confirm {
+                title,
+                question: "Every call made with it is refused from now on (the proxy, the API, the console); this cannot be undone.".into(),
+                details: vec![format!(
+                    "{} ({})",
+                    key.name.as_deref().unwrap_or("unnamed key"),
+                    key.id
+                )],
+                action: format!("{back}/{}/revoke", key.id),
+                button: "Revoke key",
+                back,
+            },
+            form.carried(),
+        ));
+    }
+    let outcome =
+        keel_core::keys::service::revoke(&viewer.state.db, &viewer.state.cluster, &org.org_id, &key_id).await;
     after_form(&format!("/console/o/{}/keys", org.org_id), outcome, |()| {
         "API key revoked.".into()
     })

@@ -218,6 +218,36 @@ pub struct KeysPage {
     /// The page was asked to show a new key that was already shown (or has expired).
     pub key_gone: bool,
     pub is_owner: bool,
+    /// What the new-key form holds: empty, or what was typed into it when it was refused.
+    pub draft: KeyDraft,
+}
+
+/// The new-key form's fields as typed (kept when the form is refused, so nothing is typed
+/// twice).
+pub struct KeyDraft {
+    pub name: String,
+    pub rpm: String,
+    pub tokens_per_day: String,
+    pub streams: String,
+    pub inference: bool,
+    pub api: bool,
+    pub models: String,
+    pub expires_on: String,
+}
+
+impl Default for KeyDraft {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            rpm: String::new(),
+            tokens_per_day: String::new(),
+            streams: String::new(),
+            inference: true,
+            api: true,
+            models: String::new(),
+            expires_on: String::new(),
+        }
+    }
 }
 
 pub struct JobRow {
@@ -413,6 +443,8 @@ pub struct EvalsPage {
     pub l: Layout,
     pub runs: Vec<EvalRow>,
     pub charts: Vec<SuiteChart>,
+    /// The next (older) page.
+    pub next: Option<String>,
 }
 
 pub struct CaseRow {
@@ -454,6 +486,8 @@ pub struct RunRow {
 pub struct RunsPage {
     pub l: Layout,
     pub runs: Vec<RunRow>,
+    /// The next (older) page.
+    pub next: Option<String>,
 }
 
 pub struct CountRow {
@@ -587,6 +621,23 @@ pub struct WebhooksPage {
     pub new_secret: Option<String>,
     pub secret_gone: bool,
     pub can_act: bool,
+    /// What the new-endpoint form holds: empty, or what was typed when it was refused.
+    pub draft: EndpointDraft,
+}
+
+/// The new-endpoint form's fields as typed (kept when the form is refused).
+#[derive(Default)]
+pub struct EndpointDraft {
+    pub url: String,
+    pub description: String,
+    pub events: Vec<String>,
+}
+
+impl EndpointDraft {
+    /// Whether `event`'s box was ticked.
+    pub fn has(&self, event: &str) -> bool {
+        self.events.iter().any(|e| e == event)
+    }
 }
 
 pub struct HookDeliveryRow {

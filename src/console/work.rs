@@ -25,7 +25,8 @@ use crate::traces::repo::TraceFilter;
 /// Rows per page of jobs and traces.
 const PAGE: u64 = 50;
 /// Eval runs and runs listed at most.
-const RUNS_SHOWN: u64 = 200;
+/// Runs (training runs, eval runs) a page shows.
+const RUNS_PAGE: u64 = 50;
 /// Eval cases per page.
 const CASES_PAGE: u64 = 100;
 
@@ -42,7 +43,7 @@ const STATUSES: [JobStatus; 8] = [
 
 /// A keyset cursor `(time, id)` as it travels in a link: `<rfc3339>_<id>`.
 fn cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
-    format!("{}_{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+    format!("{}_{id}", at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
 
 /// A page's `before` cursor: none, or one [`parse_cursor`] reads (else a 400 page).
@@ -838,6 +839,35 @@ fn eval_row(r: &entities::eval_run::Model) -> EvalRow {
 #[derive(Deserialize, Default)]
 pub struct EvalsQuery {
     project: Option<String>,
+    /// The last page's last run: the page goes on after it (older).
+    before: Option<String>,
+}
+
+/// A page of runs (fetched one more, to tell whether another follows), and the link to the
+/// next (older) page when there is one.
+fn runs_page<T>(
+    mut runs: Vec<T>,
+    key: impl Fn(&T) -> (chrono::DateTime<chrono::Utc>, String),
+    link: impl Fn(&str) -> String,
+) -> (Vec<T>, Option<String>) {
+    let more = runs.len() as u64 > RUNS_PAGE;
+    runs.truncate(RUNS_PAGE as usize);
+    let next = more.then(|| runs.last()).flatten().map(|last| {
+        let (at, id) = key(last);
+        link(&form_urlencoded::byte_serialize(cursor_of(at, &id).as_bytes()).collect::<String>())
+    });
+    (runs, next)
+}
+
+/// The link to the page after `before` of a runs list, narrowed to `project` when it is.
+fn runs_link(org: &crate::domain::OrgId, page: &str, project: Option<&str>, before: &str) -> String {
+    match project {
+        Some(project) => format!(
+            "/console/o/{org}/{page}?project={}&before={before}",
+            form_urlencoded::byte_serialize(project.as_bytes()).collect::<String>()
+        ),
+        None => format!("/console/o/{org}/{page}?before={before}"),
+    }
 }
 
 pub async fn evals(
@@ -848,7 +878,20 @@ pub async fn evals(
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path).await?;
     let project = query.project.as_deref().filter(|p| !p.is_empty());
-    let runs = crate::evals::repo::runs_of_org(&viewer.state.db, &org.org_id, project, RUNS_SHOWN).await?;
+    let before = page_cursor(query.before.as_deref(), |id| Ok(id.to_owned()))?;
+    let runs = crate::evals::repo::runs_of_org(
+        &viewer.state.db,
+        &org.org_id,
+        project,
+        before.as_ref(),
+        RUNS_PAGE + 1,
+    )
+    .await?;
+    let (runs, next) = runs_page(
+        runs,
+        |r| (r.created_at, r.id.clone()),
+        |before| runs_link(&org.org_id, "evals", project, before),
+    );
     // Per suite, oldest first: pass rate (passed of graded, else of total) and mean score.
     let mut suites: std::collections::BTreeMap<&str, Vec<chart::RatePoint>> = Default::default();
     for r in runs.iter().rev() {
@@ -884,6 +927,7 @@ pub async fn evals(
             l,
             runs: runs.iter().map(eval_row).collect(),
             charts,
+            next,
         },
     ))
 }
@@ -975,7 +1019,14 @@ pub async fn runs(
     let org = viewer.org(&path).await?;
     let project = query.project.as_deref().filter(|p| !p.is_empty());
     let db = &viewer.state.db;
-    let runs = crate::runs::repo::runs_of_org(db, &org.org_id, project, RUNS_SHOWN).await?;
+    let before = page_cursor(query.before.as_deref(), |id| Ok(id.to_owned()))?;
+    let runs =
+        crate::runs::repo::runs_of_org(db, &org.org_id, project, before.as_ref(), RUNS_PAGE + 1).await?;
+    let (runs, next) = runs_page(
+        runs,
+        |r| (r.created_at, r.id.clone()),
+        |before| runs_link(&org.org_id, "runs", project, before),
+    );
     let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
     let mut checkpoints: std::collections::HashMap<String, Vec<(i64, String)>> = Default::default();
     for c in crate::runs::repo::checkpoints_of_runs(db, &org.org_id, &ids).await? {
@@ -1005,7 +1056,7 @@ pub async fn runs(
         })
         .collect();
     let l = org_layout(&viewer, &org, "Runs", "runs", &req).await?;
-    Ok(page(&req, &RunsPage { l, runs: rows }))
+    Ok(page(&req, &RunsPage { l, runs: rows, next }))
 }
 
 /// A member's form about a project's traces: its fields, the organization, the project, and

@@ -468,10 +468,7 @@ async fn billing_forms_save_a_card_top_up_once_per_form_redeem_promo_and_starter
     let html = console
         .submit(&org_path(&org, "/topup"), &[("amountCents", "5")])
         .await;
-    assert!(
-        html.contains("amountCents: Input should be greater than or equal to 100"),
-        "{html}"
-    );
+    assert!(html.contains("amount cents: use 100 or more"), "{html}");
     // The same form twice (a double click): one charge.
     for _ in 0..2 {
         let html = console
@@ -699,18 +696,38 @@ async fn owners_create_a_key_shown_once_and_revoke_it() {
         .as_str()
         .unwrap()
         .to_owned();
+    // One click asks first, naming the key (escaped); nothing is revoked yet.
+    let asked = owner
+        .post(&org_path(&org, &format!("/keys/{id}/revoke")), &[])
+        .await;
+    assert_eq!(asked.status(), StatusCode::OK);
+    let asked = asked.text().await.unwrap();
+    assert!(
+        asked.contains("Revoke the API key?") && asked.contains("&#60;b&#62;deploy&#60;/b&#62;"),
+        "{asked}"
+    );
+    assert!(asked.contains(r#"name="confirmed" value="yes""#));
+    assert_eq!(app.get("/api/projects", key).await.status(), StatusCode::OK);
     let html = owner
-        .submit(&org_path(&org, &format!("/keys/{id}/revoke")), &[])
+        .submit(
+            &org_path(&org, &format!("/keys/{id}/revoke")),
+            &[("confirmed", "yes")],
+        )
         .await;
     assert!(html.contains("API key revoked."));
     assert_eq!(
         app.get("/api/projects", key).await.status(),
         StatusCode::UNAUTHORIZED
     );
+    let unknown = owner.post(&org_path(&org, "/keys/no-such-key/revoke"), &[]).await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     let unknown = owner
-        .submit(&org_path(&org, "/keys/no-such-key/revoke"), &[])
+        .post(
+            &org_path(&org, &format!("/keys/{}/revoke", uuid::Uuid::new_v4())),
+            &[("confirmed", "yes")],
+        )
         .await;
-    assert!(unknown.contains("API key not found"), "{unknown}");
+    assert_eq!(unknown.status(), StatusCode::SEE_OTHER);
 }
 
 #[actix_web::test]
@@ -1541,4 +1558,118 @@ async fn operators_filter_failed_jobs_across_organizations_and_retry_them_once_c
         )
         .await;
     assert_ne!(refused.status(), StatusCode::SEE_OTHER);
+}
+
+#[actix_web::test]
+async fn the_runs_and_eval_runs_pages_page_past_fifty() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    for n in 0..61 {
+        let created = app
+            .post(
+                "/api/runs",
+                &org.api_key,
+                &json!({"projectId": project, "name": format!("run-{n:03}"), "model": "llama"}),
+            )
+            .await;
+        assert_eq!(created.status(), StatusCode::OK);
+    }
+    for _ in 0..53 {
+        let cases = json!([{"case_id": "a", "input": "2+2", "expected": "4", "actual": "4", "score": 1.0, "success": true}]);
+        let uploaded = app
+            .post(
+                "/api/evals/runs",
+                &org.api_key,
+                &crate::traces::eval_body(&project, cases),
+            )
+            .await;
+        assert_eq!(uploaded.status(), StatusCode::OK);
+    }
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let link = regex::Regex::new(r#"href="([^"]+)" rel="next" id="older""#).unwrap();
+    let older = |page: &str| -> Option<String> { link.captures(page).map(|c| c[1].replace("&amp;", "&")) };
+    // Runs: 50, then the 11 older ones, each once.
+    let first = console.page(&org_path(&org, "/runs")).await;
+    let shown = |page: &str| {
+        (0..61)
+            .filter(|n| page.contains(&format!("run-{n:03}")))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shown(&first), (11..61).collect::<Vec<_>>());
+    let next = older(&first).expect("a link to older runs");
+    let second = console.page(&next).await;
+    assert_eq!(shown(&second), (0..11).collect::<Vec<_>>());
+    assert!(older(&second).is_none(), "the last page links nowhere");
+    // Eval runs: 50, then 3.
+    let first = console.page(&org_path(&org, "/evals")).await;
+    let rows = |page: &str| page.matches(&format!("/console/o/{}/evals/", org.org_id)).count();
+    assert_eq!(rows(&first), 50);
+    let second = console
+        .page(&older(&first).expect("a link to older eval runs"))
+        .await;
+    assert_eq!(rows(&second), 3);
+}
+
+#[actix_web::test]
+async fn a_refused_key_or_endpoint_form_keeps_what_was_typed_and_says_what_to_fix_in_words() {
+    let app = spawn_app_with(|s| s.webhooks.allow_http = true).await;
+    let org = app.create_org("Acme").await;
+    let owner = Console::sign_in(&app, &org.owner_token).await;
+    let refused = owner
+        .post(
+            &org_path(&org, "/keys"),
+            &[
+                ("name", "ci <runner>"),
+                ("requestsPerMinute", "0"),
+                ("tokensPerDay", "5000"),
+                ("scopes-shown", "1"),
+                ("scope", "inference"),
+                ("models", "gpt-4o-mini, gpt-4o"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let page = refused.text().await.unwrap();
+    assert!(page.contains("requests per minute: use 1 or more"), "{page}");
+    for kept in [
+        r#"value="ci &#60;runner&#62;""#,
+        r#"value="0""#,
+        r#"value="5000""#,
+        r#"value="gpt-4o-mini, gpt-4o""#,
+        r#"value="inference" checked"#,
+    ] {
+        assert!(page.contains(kept), "{kept} kept");
+    }
+    let form = page.split("id=\"new-key-form\"").nth(1).unwrap();
+    assert!(
+        !form.contains(r#"value="api" checked"#),
+        "an unticked scope stays unticked"
+    );
+    // The endpoint form likewise (a private destination is refused).
+    let refused = owner
+        .post(
+            &org_path(&org, "/webhooks"),
+            &[
+                ("url", "http://127.0.0.1:9/hook"),
+                ("description", "on-call pager"),
+                ("events", "job.failed"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let page = refused.text().await.unwrap();
+    assert!(page.contains(r#"value="http://127.0.0.1:9/hook""#), "{page}");
+    assert!(page.contains(r#"value="on-call pager""#));
+    assert!(page.contains(r#"value="job.failed" checked"#));
+    assert!(page.contains("url:"), "{page}");
+    // No message the console shows is a pattern.
+    let flash = page
+        .split("class=\"flash error\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_default();
+    for technical in ["^", "\\u", "pattern"] {
+        assert!(!flash.contains(technical), "{technical}: {flash}");
+    }
 }

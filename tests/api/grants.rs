@@ -1108,9 +1108,14 @@ async fn the_console_shows_credits_the_cap_the_statement_and_the_csv_and_operato
             .collect();
         bad.push((field, value));
         let page = operator.submit("/console/operator/grants", &bad).await;
-        let api_field = if field == "expiresOn" { "expiresAt" } else { field };
+        // Named in words, as the form's label would say it.
+        let words = match field {
+            "amountCents" => "amount cents",
+            "expiresOn" => "expires at",
+            other => other,
+        };
         assert!(
-            page.contains("flash error") && page.contains(api_field),
+            page.contains("flash error") && page.contains(&format!("{words}:")),
             "{field}={value}: {page}"
         );
     }

@@ -895,13 +895,24 @@ async fn members_manage_endpoints_in_the_console_and_read_the_delivery_log() {
     assert!(rotated.starts_with("whsec_") && rotated != secret);
 
     // A bad URL or no event is said on the page; nothing is created.
-    let html = member
-        .submit(&page, &[("url", "ftp://example.com/x"), ("events", "job.failed")])
+    // The page answers at once (422), the form holding what was typed.
+    let refused = member
+        .post(&page, &[("url", "ftp://example.com/x"), ("events", "job.failed")])
         .await;
-    assert!(html.contains("flash error"), "{html}");
-    let html = member.submit(&page, &[("url", &format!("{url}/other"))]).await;
-    // Said as the API says it (the form is held to the same body).
-    assert!(html.contains("flash error") && html.contains("events"), "{html}");
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let html = refused.text().await.unwrap();
+    assert!(
+        html.contains("flash error") && html.contains(r#"value="ftp://example.com/x""#),
+        "{html}"
+    );
+    let refused = member.post(&page, &[("url", &format!("{url}/other"))]).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let html = refused.text().await.unwrap();
+    // Said as the API says it (the form is held to the same body), in words.
+    assert!(
+        html.contains("flash error") && html.contains("events: choose at least one"),
+        "{html}"
+    );
     let listed = json_of(
         app.get("/api/webhooks/endpoints", &org.api_key).await,
         StatusCode::OK,

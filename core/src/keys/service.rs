@@ -58,6 +58,15 @@ async fn revoked(
     Ok(())
 }
 
+/// One of the organization's keys (another organization's is not found).
+pub async fn key(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    key_id: &ApiKeyId,
+) -> Result<api_key::Model, KeyError> {
+    repo::key_of(db, org_id, key_id).await?.ok_or(KeyError::NotFound)
+}
+
 /// Changes an active key's settings; every instance forgets what it held of the key.
 pub async fn update(
     db: &DatabaseConnection,

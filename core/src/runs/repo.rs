@@ -203,11 +203,22 @@ pub async fn runs_of_org(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: Option<&str>,
+    before: Option<&(chrono::DateTime<chrono::Utc>, String)>,
     limit: u64,
 ) -> Result<Vec<run::Model>, DbErr> {
     let mut query = run::Entity::find().filter(run::Column::OrgId.eq(org_id));
     if let Some(project) = project_id {
         query = query.filter(run::Column::ProjectId.eq(project));
+    }
+    // Keyset paging: only runs older than `before` (`created_at`, then id).
+    if let Some((at, id)) = before {
+        query = query.filter(
+            sea_orm::Condition::any().add(run::Column::CreatedAt.lt(*at)).add(
+                sea_orm::Condition::all()
+                    .add(run::Column::CreatedAt.eq(*at))
+                    .add(run::Column::Id.lt(id.as_str())),
+            ),
+        );
     }
     query
         .order_by_desc(run::Column::CreatedAt)
