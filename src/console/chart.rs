@@ -32,6 +32,21 @@ const LEFT: f64 = 64.0;
 const BOTTOM: f64 = 28.0;
 const TOP: f64 = 16.0;
 
+/// The step of an axis of `ticks` steps that reaches `max`: the smallest of 1, 2 and 5 times a
+/// power of ten that does (1 for nothing to show).
+pub fn axis_step(max: i64, ticks: i64) -> i64 {
+    let needed = (max.max(1) + ticks - 1) / ticks;
+    let mut magnitude: i64 = 1;
+    while magnitude.saturating_mul(10) <= needed {
+        magnitude *= 10;
+    }
+    [1, 2, 5, 10]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|step| *step >= needed)
+        .unwrap_or(needed)
+}
+
 /// Stacked bars (`series`), one column per entry of `columns` (named so in tooltips, with
 /// `axis[i]` under it when not empty), and a marker on each column that has `credits`.
 /// `label` writes an amount for the axis and the tooltips.
@@ -47,7 +62,9 @@ pub fn stacked_bars(
     let totals: Vec<i64> = (0..days.len())
         .map(|d| series.iter().map(|s| s.values.get(d).copied().unwrap_or(0)).sum())
         .collect();
-    let max = totals.iter().copied().max().unwrap_or(0).max(1);
+    // The axis runs to four even steps of a round size, so each gridline's label is its value.
+    let step = axis_step(totals.iter().copied().max().unwrap_or(0), 4);
+    let max = step * 4;
     let plot_h = HEIGHT - BOTTOM - TOP;
     let slot = (WIDTH - LEFT) / days.len().max(1) as f64;
     let bar = (slot * 0.7).max(1.0);
@@ -58,7 +75,7 @@ pub fn stacked_bars(
         escape(title)
     );
     for i in 0..=4 {
-        let value = max * i / 4;
+        let value = step * i;
         let y = TOP + plot_h - plot_h * i as f64 / 4.0;
         let _ = write!(
             svg,
@@ -182,6 +199,33 @@ pub fn rate_lines(points: &[RatePoint], title: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn axis_labels_are_the_values_of_their_gridlines() {
+        assert_eq!(axis_step(7, 4), 2);
+        assert_eq!(axis_step(0, 4), 1);
+        assert_eq!(axis_step(4, 4), 1);
+        assert_eq!(axis_step(41, 4), 20);
+        assert_eq!(axis_step(1_750_000, 4), 500_000);
+        let series = [Series {
+            name: "jobs",
+            class: "a",
+            values: vec![7],
+        }];
+        let svg = stacked_bars("t", &["d".into()], &[], &series, &[], |v| v.to_string());
+        let labels: Vec<&str> = svg
+            .split("text-anchor=\"end\">")
+            .skip(1)
+            .map(|rest| rest.split('<').next().unwrap())
+            .collect();
+        assert_eq!(labels, ["0", "2", "4", "6", "8"], "{svg}");
+        // The bar of 7 stands at 7/8 of the plot, where the labels say 7 is.
+        let plot = HEIGHT - BOTTOM - TOP;
+        assert!(
+            svg.contains(&format!("height=\"{:.1}\"", plot * 7.0 / 8.0)),
+            "{svg}"
+        );
+    }
 
     #[test]
     fn labels_are_escaped_and_bars_stack() {

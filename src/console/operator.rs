@@ -521,6 +521,11 @@ pub async fn grant(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, Con
         Ok(parsed) => parsed,
         Err(err) => return after_form(back, Err::<(), _>(err), |_| String::new()),
     };
+    // An unknown organization is refused before anything is asked; a known one is named.
+    let org = match keel_core::orgs::service::org(&viewer.state.db, &org_id).await {
+        Ok(org) => org,
+        Err(err) => return after_form(back, Err::<(), _>(err), |_| String::new()),
+    };
     if !form.confirmed() {
         return Ok(confirm_page(
             Layout::new("Grant credit?", &viewer, "grants", None),
@@ -533,7 +538,10 @@ pub async fn grant(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, Con
                         .map(|at| format!(" that expires {}", format::time(at)))
                         .unwrap_or_default()
                 ),
-                details: vec![format!("organization {org_id}"), format!("reason: {reason}")],
+                details: vec![
+                    format!("organization {} ({org_id})", org.name),
+                    format!("reason: {reason}"),
+                ],
                 action: back.into(),
                 button: "Grant credit",
                 back: back.into(),
@@ -557,8 +565,9 @@ pub async fn grant(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, Con
     .await;
     after_form(back, outcome, |grant| {
         format!(
-            "{} granted to {} (grant {}).",
+            "{} granted to {} ({}, grant {}).",
             format::dollars(grant.original_microcents),
+            org.name,
             grant.org_id,
             grant.id
         )

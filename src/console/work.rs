@@ -1121,8 +1121,10 @@ pub async fn tag_traces(
     })
 }
 
-/// Sets how long a project keeps its traces (any member; empty: forever).
+/// Sets how long a project keeps its traces (any member; empty: forever). A retention that
+/// would delete traces asks first, saying how many.
 pub async fn set_retention(
+    req: HttpRequest,
     viewer: Viewer,
     path: web::Path<ProjectPath>,
     body: web::Bytes,
@@ -1132,10 +1134,42 @@ pub async fn set_retention(
         "traceRetentionDays": form.number("retentionDays").unwrap_or(serde_json::Value::Null),
     })
     .to_string();
+    let parsed =
+        crate::http::extract::parse_checked_body::<crate::projects::dto::ProjectPatchBody>(json.as_bytes());
+    if let (Ok(body), false) = (&parsed, form.confirmed()) {
+        if let Some(days) = body.trace_retention_days.flatten() {
+            let doomed = keel_core::projects::service::traces_past_retention(
+                &viewer.state.db,
+                std::slice::from_ref(&org.org_id),
+                &project.id,
+                days,
+            )
+            .await
+            .map_err(ApiError::from)?;
+            if doomed > 0 {
+                let title = "Delete the older traces?";
+                return Ok(confirm_page(
+                    org_layout(&viewer, &org, title, "traces", &req).await?,
+                    Confirm {
+                        title,
+                        question: format!(
+                            "Keeping traces {days} days deletes the {} trace{} of {} older than that at the next sweep; they cannot be brought back.",
+                            format::count(i64::try_from(doomed).unwrap_or(i64::MAX)),
+                            if doomed == 1 { "" } else { "s" },
+                            project.name
+                        ),
+                        details: Vec::new(),
+                        action: format!("/console/o/{}/projects/{}/retention", org.org_id, project.id),
+                        button: "Keep fewer days",
+                        back,
+                    },
+                    form.carried(),
+                ));
+            }
+        }
+    }
     let outcome = async {
-        let body = crate::http::extract::parse_checked_body::<crate::projects::dto::ProjectPatchBody>(
-            json.as_bytes(),
-        )?;
+        let body = parsed?;
         Ok::<_, ApiError>(
             keel_core::projects::service::set_trace_retention(
                 &viewer.state.db,

@@ -912,3 +912,60 @@ async fn a_member_searches_traces_selects_all_tags_them_scores_one_and_exports_t
     let scored = lines.iter().find(|l| l["id"] == first).unwrap();
     assert_eq!(scored["scores"]["quality"]["value"], 0.8);
 }
+
+#[actix_web::test]
+async fn a_refreshing_page_keeps_the_keyboards_focus() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(|s| s.console.refresh_secs = 1).await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    let job = tracer(&app, &org, &project).await;
+    claim(&app, "worker-1", "tracer", 1).await;
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.api_key).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(&app, &format!("/console/o/{}/jobs/{job}", org.org_id))
+        .await;
+    // Tabbed to the Stop button; three refreshes go by.
+    browser
+        .client
+        .execute("document.getElementById('stop').focus();", vec![])
+        .await
+        .unwrap();
+    actix_web::rt::time::sleep(Duration::from_millis(3500)).await;
+    let focused = browser
+        .client
+        .execute(
+            "return document.activeElement ? document.activeElement.id : '';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(focused, json!("stop"), "the focus stayed on Stop");
+    // Once the focus leaves, the region refreshes again (the job, stopped meanwhile, shows it).
+    app.post(
+        &format!("/api/training/jobs/{job}/stop"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await;
+    browser
+        .client
+        .execute("document.activeElement.blur();", vec![])
+        .await
+        .unwrap();
+    let mut status = String::new();
+    for _ in 0..60 {
+        status = browser.text("#job-status").await;
+        if status == "stopping" {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "stopping");
+    browser.client.clone().close().await.unwrap();
+}

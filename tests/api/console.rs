@@ -1673,3 +1673,103 @@ async fn a_refused_key_or_endpoint_form_keeps_what_was_typed_and_says_what_to_fi
         assert!(!flash.contains(technical), "{technical}: {flash}");
     }
 }
+
+#[actix_web::test]
+async fn the_operators_read_only_view_offers_no_form_it_would_refuse_and_messages_read_either_way() {
+    let (app, _provider, org, project, traces) = traced_app().await;
+    let trace_id = traces[0]["id"].as_str().unwrap().to_owned();
+    let member = Console::sign_in(&app, &org.member_token).await;
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let trace_path = org_path(&org, &format!("/traces/{trace_id}"));
+    let list_path = org_path(&org, &format!("/projects/{project}/traces"));
+    let forms = [
+        "id=\"add-tag\"",
+        "id=\"set-score\"",
+        "id=\"retention\"",
+        "id=\"tag-selected\"",
+    ];
+    let (member_trace, member_list) = (member.page(&trace_path).await, member.page(&list_path).await);
+    let (operator_trace, operator_list) = (operator.page(&trace_path).await, operator.page(&list_path).await);
+    for form in forms {
+        assert!(
+            member_trace.contains(form) || member_list.contains(form),
+            "a member has {form}"
+        );
+        assert!(
+            !operator_trace.contains(form) && !operator_list.contains(form),
+            "the read-only operator has no {form}"
+        );
+    }
+    assert!(operator_list.contains("Traces are kept forever."));
+    // A message's text is laid out by its own direction (right-to-left text included).
+    assert!(
+        member_trace.contains(r#"class="text" dir="auto""#),
+        "{member_trace}"
+    );
+    assert!(member_list.contains(r#"class="preview-input" dir="auto""#));
+}
+
+#[actix_web::test]
+async fn shortening_a_projects_retention_says_how_many_traces_it_deletes_first() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let (app, _provider, org, project, traces) = traced_app().await;
+    // Two of the three traces are 40 days old.
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    let old = (chrono::Utc::now() - chrono::Duration::days(40)).to_rfc3339();
+    for t in &traces[..2] {
+        let sql = match db.get_database_backend() {
+            sea_orm::DbBackend::Postgres => "UPDATE traces SET created_at = $1::timestamptz WHERE id = $2",
+            _ => "UPDATE traces SET created_at = ? WHERE id = ?",
+        };
+        db.execute_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            sql,
+            [old.clone().into(), t["id"].as_str().unwrap().to_owned().into()],
+        ))
+        .await
+        .unwrap();
+    }
+    db.close().await.ok();
+    let member = Console::sign_in(&app, &org.member_token).await;
+    let path = org_path(&org, &format!("/projects/{project}/retention"));
+    let (asked, done) = member.confirm(&path, &[("retentionDays", "30")]).await;
+    assert!(asked.contains("deletes the 2 traces of Support"), "{asked}");
+    assert!(done.contains("kept 30 days"), "{done}");
+    // Nothing would go: saved at once.
+    let saved = member.submit(&path, &[("retentionDays", "365")]).await;
+    assert!(saved.contains("kept 365 days"), "{saved}");
+}
+
+#[actix_web::test]
+async fn a_grant_is_confirmed_by_the_organizations_name_and_an_unknown_one_is_refused_first() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme Robotics").await;
+    let operator = Console::sign_in(&app, INTERNAL_KEY).await;
+    let fields = [
+        ("orgId", org.org_id.as_str()),
+        ("amountCents", "500"),
+        ("reason", "goodwill"),
+        ("key", "k-1"),
+    ];
+    let asked = operator.post("/console/operator/grants", &fields).await;
+    assert_eq!(asked.status(), StatusCode::OK);
+    let asked = asked.text().await.unwrap();
+    assert!(asked.contains("organization Acme Robotics"), "{asked}");
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let refused = operator
+        .submit(
+            "/console/operator/grants",
+            &[
+                ("orgId", unknown.as_str()),
+                ("amountCents", "500"),
+                ("reason", "goodwill"),
+                ("key", "k-2"),
+            ],
+        )
+        .await;
+    assert!(
+        refused.contains("flash error") && refused.contains("organization not found"),
+        "{refused}"
+    );
+    assert!(!refused.contains("id=\"confirm\""));
+}

@@ -59,6 +59,11 @@ pub async fn create_org(
 }
 
 /// Deletes an organization with everything it owns; every instance forgets it at once.
+/// An organization by id; not found when there is none.
+pub async fn org(db: &DatabaseConnection, org_id: &OrgId) -> Result<entities::organization::Model, OrgError> {
+    repo::find_org(db, org_id).await?.ok_or(OrgError::OrgNotFound)
+}
+
 pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &OrgId) -> Result<(), OrgError> {
     if !repo::delete_org(db, org_id).await? {
         return Err(OrgError::OrgNotFound);

@@ -527,6 +527,21 @@ pub async fn delete_older(
         .rows_affected)
 }
 
+/// How many of the project's traces are older than `before` (what a retention of that age
+/// would delete).
+pub async fn count_older(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+    before: DateTime<Utc>,
+) -> Result<u64, DbErr> {
+    use sea_orm::PaginatorTrait;
+    trace::Entity::find()
+        .filter(trace::Column::ProjectId.eq(project_id))
+        .filter(trace::Column::CreatedAt.lt(before))
+        .count(db)
+        .await
+}
+
 /// The models a project's traces name, alphabetically (for a filter's choices).
 pub async fn models_of_project(
     db: &impl ConnectionTrait,
