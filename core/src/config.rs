@@ -355,9 +355,9 @@ pub struct TraceSettings {
     /// How often each instance deletes the traces older than their project's
     /// `traceRetentionDays`, in seconds.
     pub retention_sweep_secs: u64,
-    /// Whether this instance runs the search indexer (PostgreSQL: it fills the `search`
-    /// column of newly written traces; instances that run it share the work; both
-    /// databases: it gives traces recorded before keel kept their words those words).
+    /// Whether this instance runs the search indexer: it enters newly written traces' words
+    /// in the search index (PostgreSQL's `search` column, instances sharing the work; SQLite's
+    /// FTS5 table), and gives traces recorded before keel kept their words those words.
     pub search_indexer: bool,
 }
 

@@ -31,6 +31,7 @@ mod m20261127_000004_trace_words_backfill;
 mod m20261128_000001_claim_refusals;
 mod m20261128_000002_job_stop_reason;
 mod m20261128_000003_webhook_secrets_and_leases;
+mod m20261128_000004_sqlite_fts_off_the_writer;
 
 pub struct Migrator;
 
@@ -67,6 +68,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000001_claim_refusals::Migration),
             Box::new(m20261128_000002_job_stop_reason::Migration),
             Box::new(m20261128_000003_webhook_secrets_and_leases::Migration),
+            Box::new(m20261128_000004_sqlite_fts_off_the_writer::Migration),
         ]
     }
 }

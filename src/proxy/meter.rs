@@ -64,13 +64,32 @@ pub fn tokens_of(usage: &Value) -> Option<i64> {
     Usage::deserialize(usage).ok()?.tokens()
 }
 
-/// Tokens of a JSON answer's top-level `usage` (the rest is skipped, not built).
+/// Tokens of a JSON answer's top-level `usage`. Providers write `usage` last, so the last
+/// `"usage":` of the text is read first, alone (a few hundred bytes, not the whole answer);
+/// only when that gives nothing is the answer read whole (the rest skipped, not built).
 pub fn tokens_in_json(bytes: &[u8]) -> Option<i64> {
     #[derive(Deserialize)]
     struct Answer {
         usage: Option<Usage>,
     }
-    serde_json::from_slice::<Answer>(bytes).ok()?.usage?.tokens()
+    usage_at_tail(bytes).or_else(|| serde_json::from_slice::<Answer>(bytes).ok()?.usage?.tokens())
+}
+
+/// The tokens of the value after the text's last `"usage"` key (a quote not escaped, so not
+/// inside a string), if it is a usage object.
+fn usage_at_tail(bytes: &[u8]) -> Option<i64> {
+    const KEY: &[u8] = b"\"usage\"";
+    let at = memchr::memmem::rfind(bytes, KEY)?;
+    if at > 0 && bytes[at - 1] == b'\\' {
+        return None;
+    }
+    let rest = &bytes[at + KEY.len()..];
+    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    if rest[colon] != b':' {
+        return None;
+    }
+    let mut values = serde_json::Deserializer::from_slice(&rest[colon + 1..]).into_iter::<Usage>();
+    values.next()?.ok()?.tokens()
 }
 
 /// Tokens of one SSE event's data, if it carries usage: a chat chunk's `usage`, or a
@@ -269,6 +288,22 @@ mod tests {
             Some(10)
         );
         assert_eq!(tokens_in_event(r#"{"choices":[{"delta":{}}]}"#), None);
+    }
+
+    #[test]
+    fn a_usage_key_inside_a_string_or_nested_is_not_taken_for_the_answers() {
+        let quoted = br#"{"usage":{"prompt_tokens":3,"completion_tokens":4},"choices":[{"message":{"content":"my \"usage\": {\"prompt_tokens\": 999}"}}]}"#;
+        assert_eq!(tokens_in_json(quoted), Some(7));
+        let nested_last = br#"{"usage":{"total_tokens":12},"choices":[{"message":{"content":"x"},"logprobs":{"usage":1}}]}"#;
+        assert_eq!(
+            tokens_in_json(nested_last),
+            Some(12),
+            "a nested non-usage value falls back to the whole read"
+        );
+        assert_eq!(
+            tokens_in_json(br#"{"usage" : {"input_tokens": 2, "output_tokens": 5}}"#),
+            Some(7)
+        );
     }
 
     #[test]

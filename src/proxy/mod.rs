@@ -326,12 +326,10 @@ impl TraceDraft {
                 usage("total_tokens"),
             ),
         };
-        // What the trace is found and shown by, from what is stored (redacted).
-        let indexed = {
-            let request: Value = serde_json::from_slice(&self.request).unwrap_or(Value::Null);
-            let reply: Option<Value> = response.as_ref().and_then(|r| serde_json::from_str(&r.text).ok());
-            keel_core::traces::search::index(&request, reply.as_ref())
-        };
+        // What the trace is found and shown by, from what is stored (redacted), read without
+        // building either text as a value.
+        let indexed =
+            keel_core::traces::search::index_text(&self.request, response.as_ref().map(|r| r.text.as_str()));
         trace::Model {
             // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
             // instead of landing on a random page of it per row.
@@ -569,7 +567,8 @@ async fn proxy_chat(
     // Every streamed call asks the provider for its usage (most SDK streams do not), so the
     // trace has its tokens; when the client did not ask, the usage chunk is taken out of
     // what it receives, which is then what the provider would have sent it.
-    let client_asked_usage = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+    let client_asked_usage =
+        request.get("stream_options").and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
     let strip_usage = stream && !client_asked_usage;
     let (upstream_body, forwarded) = if strip_usage {
         (asking_for_usage(&upstream_body, &request)?, upstream_body)

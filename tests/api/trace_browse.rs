@@ -156,8 +156,8 @@ async fn recorded_calls_are_listed_with_previews_found_by_their_words_and_read_w
 
 #[actix_web::test]
 async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
-    // This instance runs no search indexer: on PostgreSQL its traces stay unindexed, found
-    // by their words alone (SQLite indexes on insert).
+    // This instance runs no search indexer: its traces stay unindexed, found by their words
+    // alone.
     let (app, _provider) = proxy_app_with(|s| s.traces.search_indexer = false).await;
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "support").await;
@@ -166,19 +166,14 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
     let refund_id = all["traces"][2]["traceId"].as_str().unwrap().to_owned();
     let metrics = app.metrics_text().await;
     assert_eq!(metric(&metrics, "keel_traces_indexed_total"), 0.0);
-    if postgres() {
-        assert!(
-            metric(&metrics, "keel_traces_index_lag_seconds") > 0.0,
-            "{metrics}"
-        );
-    }
+    assert!(
+        metric(&metrics, "keel_traces_index_lag_seconds") > 0.0,
+        "{metrics}"
+    );
     searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
 
-    if !postgres_or_skip() {
-        return; // The indexer is PostgreSQL's.
-    }
     // A second instance runs the indexer: it indexes the three, and the same searches now
-    // go through the GIN index with the same answers.
+    // go through the index (PostgreSQL's GIN, SQLite's FTS5) with the same answers.
     let indexing = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
     let metrics = || async { indexing.metrics_text().await };
     assert!(
@@ -196,6 +191,49 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
         0.0
     );
     searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
+}
+
+#[actix_web::test]
+async fn on_sqlite_a_trace_deleted_before_the_indexer_reached_it_leaves_the_index_whole() {
+    use sea_orm::ConnectionTrait;
+    if postgres() {
+        say_skipped("is SQLite's (its FTS5 index and its mark)");
+        return;
+    }
+    let (app, _provider) = proxy_app_with(|s| s.traces.search_indexer = false).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "support").await;
+    let refund = record_three(&app, &org, &project).await;
+    let all = list(&app, &org, &format!("projectId={project}")).await;
+    let listed = ids(&all);
+    // Two are deleted before any is indexed (as retention would), one after.
+    let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
+    db.execute_unprepared(&format!(
+        "DELETE FROM traces WHERE id IN ('{}', '{}')",
+        listed[0], listed[1]
+    ))
+    .await
+    .unwrap();
+    let indexing = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    assert!(
+        eventually(|| async {
+            metric(&indexing.metrics_text().await, "keel_traces_index_lag_seconds") == 0.0
+        })
+        .await
+    );
+    db.execute_unprepared("INSERT INTO traces_fts(traces_fts) VALUES ('integrity-check')")
+        .await
+        .expect("the FTS5 index is whole");
+    let found = list(&app, &org, &format!("projectId={project}&q=refund")).await;
+    assert_eq!(ids(&found), vec![listed[2].clone()], "{}", refund[0]);
+    db.execute_unprepared(&format!("DELETE FROM traces WHERE id = '{}'", listed[2]))
+        .await
+        .unwrap();
+    db.execute_unprepared("INSERT INTO traces_fts(traces_fts) VALUES ('integrity-check')")
+        .await
+        .expect("the FTS5 index is whole after deleting an indexed trace");
+    assert!(ids(&list(&app, &org, &format!("projectId={project}&q=refund")).await).is_empty());
+    db.close().await.ok();
 }
 
 #[actix_web::test]

@@ -192,12 +192,45 @@ pub enum KeyError {
 
 /// The UTC day `at` falls in, as usage rows name it.
 pub fn day_of(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%d").to_string()
+    use chrono::Datelike;
+    // Written by hand: on every proxied call, where a strftime pattern is parsed each time.
+    let date = at.date_naive();
+    let (year, month, day) = (date.year(), date.month(), date.day());
+    if !(0..=9999).contains(&year) {
+        return date.format("%Y-%m-%d").to_string();
+    }
+    let digit = |n: u32| char::from(b'0' + (n % 10) as u8);
+    let year = year as u32;
+    let mut text = String::with_capacity(10);
+    text.extend([
+        digit(year / 1000),
+        digit(year / 100),
+        digit(year / 10),
+        digit(year),
+    ]);
+    text.push('-');
+    text.extend([digit(month / 10), digit(month)]);
+    text.push('-');
+    text.extend([digit(day / 10), digit(day)]);
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_day_is_written_as_its_date() {
+        for (at, day) in [
+            ("2026-11-28T23:59:59Z", "2026-11-28"),
+            ("2027-01-01T00:00:00Z", "2027-01-01"),
+            ("0999-03-09T12:00:00Z", "0999-03-09"),
+        ] {
+            let at: DateTime<Utc> = at.parse().unwrap();
+            assert_eq!(day_of(at), day);
+            assert_eq!(day_of(at), at.format("%Y-%m-%d").to_string());
+        }
+    }
 
     #[test]
     fn scopes_round_trip_and_refuse_unknown_or_empty_lists() {

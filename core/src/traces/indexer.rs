@@ -1,12 +1,13 @@
-//! PostgreSQL's search index, kept off the trace writer's path. The writer inserts a trace's
-//! words (`search_text`); this indexer, on every instance, makes them the `search` column's
-//! `tsvector` (the words themselves, no parser), which enters them in its GIN index, in
-//! batches, oldest first, claiming rows with `FOR UPDATE SKIP LOCKED` so instances share the
-//! work. Until a trace is indexed a search still finds it: the search's predicate reads the
-//! unindexed tail's words directly (`repo::kept_by`). Parsing the words and entering them in
-//! the GIN index on insert cost the writer more than half its throughput (docs/BENCHMARKS.md,
-//! docs/DECISIONS.md 119). SQLite needs none of this: its FTS5 table is kept by triggers in
-//! the writer's own transaction.
+//! The search index, kept off the trace writer's path. The writer inserts a trace's words
+//! (`search_text`); this indexer enters them in the index in batches, oldest first. On
+//! PostgreSQL, on every instance, it makes them the `search` column's `tsvector` (the words
+//! themselves, no parser), which enters them in its GIN index, claiming rows with `FOR UPDATE
+//! SKIP LOCKED` so instances share the work; on SQLite it enters the traces past a mark (the
+//! last rowid indexed) in the FTS5 table and moves the mark. Until a trace is indexed a search
+//! still finds it: the search's predicate reads the unindexed tail's words directly
+//! (`repo::kept_by`). Indexing on insert cost the writer more than half its throughput on
+//! PostgreSQL (the GIN index) and 14% of the recording proxy's on SQLite (an FTS5 trigger)
+//! (docs/BENCHMARKS.md, docs/DECISIONS.md 119 and 134).
 //!
 //! On both databases it also gives traces recorded before keel kept their words (no
 //! `search_text`) those words and their previews, made from their stored (redacted) request
@@ -15,7 +16,6 @@
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, TransactionSession, TransactionTrait};
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::repo;
@@ -48,22 +48,22 @@ where
     }
     let txn = db.begin().await?;
     for (id, request, response) in rows {
-        let request: Value = serde_json::from_str(&request).unwrap_or(Value::Null);
-        let reply: Option<Value> = response.and_then(|r| serde_json::from_str(&r).ok());
-        repo::set_words(&txn, &id, super::search::index(&request, reply.as_ref())).await?;
+        let indexed = super::search::index_text(request.as_bytes(), response.as_deref());
+        repo::set_words(&txn, &id, indexed).await?;
     }
     txn.commit().await?;
     Ok(found)
 }
 
 /// Indexes until nothing is left (or only rows other instances hold); answers how many.
-pub async fn catch_up(db: &impl ConnectionTrait, indexed: &prometheus::IntCounter) -> Result<u64, DbErr> {
-    if db.get_database_backend() != DbBackend::Postgres {
-        return Ok(0);
-    }
+pub async fn catch_up(db: &DatabaseConnection, indexed: &prometheus::IntCounter) -> Result<u64, DbErr> {
+    let postgres = db.get_database_backend() == DbBackend::Postgres;
     let mut total = 0;
     loop {
-        let done = repo::index_unindexed(db, BATCH).await?;
+        let done = match postgres {
+            true => repo::index_unindexed(db, BATCH).await?,
+            false => repo::index_unindexed_sqlite(db, BATCH).await?,
+        };
         indexed.inc_by(done);
         total += done;
         if done < BATCH {

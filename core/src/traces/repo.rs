@@ -68,6 +68,10 @@ pub async fn projects_with_traces(
 /// index `idx_traces_unindexed`, which the indexer and a search's tail read through.
 const UNINDEXED: &str = "\"traces\".\"search\" IS NULL AND \"traces\".\"search_text\" IS NOT NULL";
 
+/// A trace the search indexer has not reached (SQLite): past the mark of the last one
+/// entered in FTS5 (rowids only grow, so the tail is a range of the rowid).
+const UNINDEXED_SQLITE: &str = "\"traces\".rowid > (SELECT last_rowid FROM traces_fts_mark)";
+
 /// Which of a project's traces to list.
 #[derive(Debug, Default, Clone)]
 pub struct TraceFilter {
@@ -156,12 +160,23 @@ fn kept_by(
                 for term in search.patterns() {
                     tail = tail.add(words().like(term));
                 }
-                Condition::any().add(indexed).add(tail).into()
+                Condition::any().add(indexed).add(tail)
             }
-            _ => Expr::cust_with_expr(
-                "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
-                Expr::val(search.fts5()),
-            ),
+            // On SQLite an indexed trace matches through FTS5, one the indexer has not reached
+            // by its words alone (a range of the rowid past the mark).
+            _ => {
+                use sea_orm::sea_query::ExprTrait as _;
+                let words = || Expr::cust("' ' || \"traces\".\"search_text\" || ' '");
+                let indexed = Expr::cust_with_expr(
+                    "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
+                    Expr::val(search.fts5()),
+                );
+                let mut tail = Condition::all().add(Expr::cust(UNINDEXED_SQLITE));
+                for term in search.patterns() {
+                    tail = tail.add(words().like(term));
+                }
+                Condition::any().add(indexed).add(tail)
+            }
         });
     }
     if let Some(model) = &filter.model {
@@ -416,6 +431,35 @@ pub async fn list_page(
         .await
 }
 
+/// Enters up to `limit` traces past the mark in SQLite's FTS5 table, oldest first, and moves
+/// the mark past them, in one transaction; answers how many. (One instance: nothing to share.)
+pub async fn index_unindexed_sqlite(db: &DatabaseConnection, limit: u64) -> Result<u64, DbErr> {
+    use sea_orm::TransactionTrait;
+    let txn = db.begin().await?;
+    // Its first statement writes: a SQLite transaction that reads first cannot always become
+    // the writer.
+    let done = txn
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "INSERT INTO traces_fts(rowid, search_text) SELECT rowid, search_text FROM traces \
+             WHERE rowid > (SELECT last_rowid FROM traces_fts_mark) ORDER BY rowid LIMIT ?",
+            [(limit as i64).into()],
+        ))
+        .await?
+        .rows_affected();
+    if done > 0 {
+        txn.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "UPDATE traces_fts_mark SET last_rowid = (SELECT max(rowid) FROM \
+             (SELECT rowid FROM traces WHERE rowid > (SELECT last_rowid FROM traces_fts_mark) ORDER BY rowid LIMIT ?))",
+            [(limit as i64).into()],
+        ))
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(done)
+}
+
 /// Sets the search column of up to `limit` traces the indexer has not reached, oldest first
 /// (PostgreSQL only); rows another instance's indexer holds are skipped, not waited for.
 /// Answers how many were indexed.
@@ -471,16 +515,16 @@ pub async fn set_words(
     Ok(())
 }
 
-/// When the oldest trace the indexer has not reached was recorded (PostgreSQL; SQLite indexes
-/// on insert, so none).
+/// When the oldest trace the indexer has not reached was recorded.
 pub async fn oldest_unindexed(db: &impl ConnectionTrait) -> Result<Option<DateTime<Utc>>, DbErr> {
-    if db.get_database_backend() != DbBackend::Postgres {
-        return Ok(None);
-    }
+    let tail = match db.get_database_backend() {
+        DbBackend::Postgres => UNINDEXED,
+        _ => UNINDEXED_SQLITE,
+    };
     trace::Entity::find()
         .select_only()
         .column(trace::Column::CreatedAt)
-        .filter(Expr::cust(UNINDEXED))
+        .filter(Expr::cust(tail))
         .order_by_asc(trace::Column::CreatedAt)
         .order_by_asc(trace::Column::Id)
         .into_tuple()
