@@ -1138,7 +1138,7 @@ pub async fn set_retention(
         crate::http::extract::parse_checked_body::<crate::projects::dto::ProjectPatchBody>(json.as_bytes());
     if let (Ok(body), false) = (&parsed, form.confirmed()) {
         if let Some(days) = body.trace_retention_days.flatten() {
-            let doomed = keel_core::projects::service::traces_past_retention(
+            let doomed = keel_core::traces::retention::traces_past_retention(
                 &viewer.state.db,
                 std::slice::from_ref(&org.org_id),
                 &project.id,

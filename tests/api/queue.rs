@@ -284,7 +284,7 @@ async fn jobs_go_only_to_projects_of_the_callers_organization() {
     )
     .await;
     let list = json_of(app.get("/api/training/jobs", &acme.api_key).await, StatusCode::OK).await;
-    assert_eq!(list, json!({"jobs": [], "count": 0}));
+    assert_eq!(list, json!({"jobs": [], "count": 0, "nextCursor": null}));
 }
 
 #[actix_web::test]

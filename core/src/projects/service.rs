@@ -54,18 +54,6 @@ pub async fn project_of(
 }
 
 /// Sets how many days a project of `orgs` keeps its traces (`None`: forever); answers it.
-/// How many of the project's traces a retention of `days` would delete at its next sweep.
-pub async fn traces_past_retention(
-    db: &impl ConnectionTrait,
-    orgs: &[OrgId],
-    project_id: &ProjectId,
-    days: i32,
-) -> Result<u64, ProjectError> {
-    project_of(db, orgs, project_id).await?;
-    let before = chrono::Utc::now() - chrono::Duration::days(i64::from(days));
-    Ok(crate::traces::repo::count_older(db, project_id, before).await?)
-}
-
 pub async fn set_trace_retention(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],

@@ -32,6 +32,21 @@ pub async fn sweep(db: &DatabaseConnection, expired: &prometheus::IntCounter) ->
     Ok(deleted)
 }
 
+/// How many of a project's traces (of one of `orgs`) a retention of `days` would delete at its
+/// next sweep.
+pub async fn traces_past_retention(
+    db: &impl sea_orm::ConnectionTrait,
+    orgs: &[crate::domain::OrgId],
+    project_id: &crate::domain::ProjectId,
+    days: i32,
+) -> Result<u64, super::TraceError> {
+    crate::projects::repo::find_in_orgs(db, project_id, orgs)
+        .await?
+        .ok_or(super::TraceError::ProjectNotFound)?;
+    let before = Utc::now() - chrono::Duration::days(i64::from(days));
+    Ok(repo::count_older(db, project_id, before).await?)
+}
+
 /// Sweeps every `every` until `stop`.
 pub async fn run(
     db: DatabaseConnection,
