@@ -32,16 +32,15 @@ pub fn from_the_console(req: &HttpRequest) -> bool {
     }
     match header("origin") {
         None => true,
-        Some(origin) => {
-            let info = req.connection_info();
-            url::Url::parse(origin).is_ok_and(|origin| {
-                let authority = match origin.port() {
-                    Some(port) => format!("{}:{port}", origin.host_str().unwrap_or_default()),
-                    None => origin.host_str().unwrap_or_default().to_owned(),
-                };
-                origin.scheme() == info.scheme() && authority.eq_ignore_ascii_case(info.host())
-            })
-        }
+        // The host and port the browser sent the form from must be keel's own. The scheme is
+        // not compared: behind a proxy that ends TLS keel may see plain http.
+        Some(origin) => url::Url::parse(origin).is_ok_and(|origin| {
+            let authority = match origin.port() {
+                Some(port) => format!("{}:{port}", origin.host_str().unwrap_or_default()),
+                None => origin.host_str().unwrap_or_default().to_owned(),
+            };
+            authority.eq_ignore_ascii_case(req.connection_info().host())
+        }),
     }
 }
 
