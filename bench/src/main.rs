@@ -131,6 +131,10 @@ enum BenchTarget {
         /// high enough never to refuse: a limited key against a plain one, interleaved.
         #[arg(long)]
         key_limits: bool,
+        /// Runs keel without its trace search indexer (`traces.search_indexer = false`): what
+        /// indexing the recorded traces costs at saturation is the difference.
+        #[arg(long)]
+        no_search_indexer: bool,
         /// Also run on PostgreSQL (an admin URL; a scratch database is created and dropped).
         #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
         postgres_url: Option<String>,
@@ -274,6 +278,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             postgres_url,
             skip_sqlite,
             key_limits,
+            no_search_indexer,
             ..
         } => {
             crate::proxy::run(crate::proxy::ProxyBench {
@@ -290,6 +295,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 postgres_url,
                 skip_sqlite,
                 key_limits,
+                search_indexer: !no_search_indexer,
             })
             .await
         }

@@ -44,6 +44,8 @@ pub struct ProxyBench {
     /// The third phase records through a key with every limit set high instead of recording
     /// off.
     pub key_limits: bool,
+    /// `traces.search_indexer`.
+    pub search_indexer: bool,
 }
 
 /// Starts the fake provider on its own thread (so it never competes with keel's workers for
@@ -405,12 +407,14 @@ async fn run_one(
     if let Some(workers) = bench.workers {
         settings.server.workers = workers;
     }
+    settings.traces.search_indexer = bench.search_indexer;
     eprintln!(
-        "server.workers = {}, traces.flush_rows = {}, traces.flush_ms = {}, traces.batch_interval_ms = {}",
+        "server.workers = {}, traces.flush_rows = {}, traces.flush_ms = {}, traces.batch_interval_ms = {}, traces.search_indexer = {}",
         settings.server.workers,
         settings.traces.flush_rows,
         settings.traces.flush_ms,
-        settings.traces.batch_interval_ms
+        settings.traces.batch_interval_ms,
+        settings.traces.search_indexer
     );
     let app = Application::build(settings).await?;
     let base = format!("http://127.0.0.1:{}", app.port());

@@ -32,6 +32,7 @@ mod m20261128_000001_claim_refusals;
 mod m20261128_000002_job_stop_reason;
 mod m20261128_000003_webhook_secrets_and_leases;
 mod m20261128_000004_sqlite_fts_off_the_writer;
+mod m20261128_000005_sqlite_fts_keel_words;
 
 pub struct Migrator;
 
@@ -69,6 +70,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000002_job_stop_reason::Migration),
             Box::new(m20261128_000003_webhook_secrets_and_leases::Migration),
             Box::new(m20261128_000004_sqlite_fts_off_the_writer::Migration),
+            Box::new(m20261128_000005_sqlite_fts_keel_words::Migration),
         ]
     }
 }

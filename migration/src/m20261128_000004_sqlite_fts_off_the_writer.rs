@@ -1,6 +1,6 @@
 //! SQLite's FTS5 index of trace words, kept off the trace writer's path (issue 54): entering
-//! a trace's words in FTS5 from an insert trigger doubled the writer's cost per trace and took
-//! 14% of the recording proxy's throughput. The writer now only inserts; the search indexer
+//! a trace's words in FTS5 from an insert trigger doubled the writer's cost per trace, most of
+//! what the recording proxy had lost on SQLite. The writer now only inserts; the search indexer
 //! enters the traces past a mark (`traces_fts_mark`: the last rowid indexed) in batches, and a
 //! search reads the words of the traces past it directly, as PostgreSQL's does. The delete and
 //! update triggers act only on indexed rows (an FTS5 `delete` of a row it never indexed would

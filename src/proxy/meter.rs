@@ -5,6 +5,7 @@
 //! key on this instance is admitted against it.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use actix_web::web::Bytes;
@@ -14,23 +15,23 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::sse::SseParser;
-use crate::domain::ApiKeyId;
 use keel_core::keys::UsageBook;
+use keel_core::proxy::cache::KeyOwner;
 
-/// Where a call's tokens go.
+/// Where a call's tokens go: the key's book (the key shared with the call, not copied).
 #[derive(Clone)]
 pub struct Meter {
     book: UsageBook,
-    key_id: ApiKeyId,
+    owner: Arc<KeyOwner>,
 }
 
 impl Meter {
-    pub fn new(book: UsageBook, key_id: ApiKeyId) -> Self {
-        Self { book, key_id }
+    pub fn new(book: UsageBook, owner: Arc<KeyOwner>) -> Self {
+        Self { book, owner }
     }
 
     pub fn count(&self, tokens: i64) {
-        self.book.tokens(&self.key_id, tokens, Utc::now());
+        self.book.tokens(&self.owner.key_id, tokens, Utc::now());
     }
 }
 

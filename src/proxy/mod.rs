@@ -576,7 +576,7 @@ async fn proxy_chat(
         (upstream_body.clone(), upstream_body)
     };
 
-    let meter = meter::Meter::new(state.limiter.usage().clone(), owner.key_id.clone());
+    let meter = meter::Meter::new(state.limiter.usage().clone(), owner.clone());
     // A key with a day's tokens to hold has a JSON answer's usage read on the path (else
     // the trace writer reads it, off the path); unrecorded calls are read on the path.
     let json_on_path = owner.settings.limits.tokens_per_day.is_some() || project_id.is_none();

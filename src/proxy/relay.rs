@@ -112,7 +112,7 @@ async fn relay_call(
     // successful answer to a call that runs a model has its tokens counted when it ends, and
     // a stream's place under its key's `concurrentStreams` is given back then.
     let meter = (status.is_success() && facts.runs_model)
-        .then(|| super::meter::Meter::new(state.limiter.usage().clone(), owner.key_id.clone()));
+        .then(|| super::meter::Meter::new(state.limiter.usage().clone(), owner.clone()));
     let answer_type = head
         .headers
         .get(http::header::CONTENT_TYPE)

@@ -193,6 +193,47 @@ async fn search_finds_traces_before_the_indexer_reaches_them_and_after() {
     searches_find_the_refund_alone(&app, &org, &project, &refund_id).await;
 }
 
+/// A word is found as it is written, accents and all (lowercase), whether the indexer has
+/// reached its trace or not, on both databases: `cafe` is not `café`.
+#[actix_web::test]
+async fn a_word_with_accents_is_found_as_written_before_and_after_indexing() {
+    let (app, _provider) = proxy_app_with(|s| s.traces.search_indexer = false).await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "support").await;
+    for ask in ["un café noir", "a cafe latte"] {
+        let call = sdk_request(&app, &org, Some(&project), &chat("gpt-4o-mini", ask))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(call.status(), StatusCode::OK);
+    }
+    raw_traces(&app, &org, &project, 2).await;
+    let all = list(&app, &org, &format!("projectId={project}")).await;
+    let (latte, noir) = (ids(&all)[0].clone(), ids(&all)[1].clone());
+    let searches = || async {
+        for (search, expected) in [
+            ("cafe", vec![latte.clone()]),
+            ("café", vec![noir.clone()]),
+            ("CAFÉ noir", vec![noir.clone()]),
+            ("\"cafe latte\"", vec![latte.clone()]),
+        ] {
+            let found = list(&app, &org, &format!("projectId={project}&q={}", q(search))).await;
+            assert_eq!(ids(&found), expected, "q={search}");
+        }
+    };
+    searches().await;
+    let indexing = spawn_on(TestDb::reuse(&app.db_url), test_settings(&app.db_url)).await;
+    assert!(
+        eventually(|| async {
+            let metrics = indexing.metrics_text().await;
+            metric(&metrics, "keel_traces_indexed_total") == 2.0
+                && metric(&metrics, "keel_traces_index_lag_seconds") == 0.0
+        })
+        .await
+    );
+    searches().await;
+}
+
 #[actix_web::test]
 async fn on_sqlite_a_trace_deleted_before_the_indexer_reached_it_leaves_the_index_whole() {
     use sea_orm::ConnectionTrait;

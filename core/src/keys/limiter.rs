@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
-use super::{day_of, repo, LimitKind, Limits, UsageBook};
+use super::{day_text, repo, LimitKind, Limits, UsageBook};
 use crate::domain::ApiKeyId;
 
 /// Requests drawn ahead are spent within this, or dropped.
@@ -77,7 +77,7 @@ struct LeaseState {
 /// The day's tokens of a key as last read.
 #[derive(Clone)]
 struct TokensSeen {
-    day: String,
+    day: NaiveDate,
     tokens: i64,
     /// The usage book's mark taken before the read ([`UsageBook::mark`]).
     mark: i64,
@@ -179,21 +179,21 @@ impl Limiter {
     /// read at a time; calls meanwhile use the last one); past half, or on a new day, each
     /// call reads.
     async fn tokens_today(&self, key_id: &ApiKeyId, limit: u64, now: DateTime<Utc>) -> Result<i64, DbErr> {
-        let day = day_of(now);
+        let day = now.date_naive();
         let half = i64::try_from(limit / 2).unwrap_or(i64::MAX);
         let seen = lock(&self.inner.tokens)
             .get(key_id)
             .filter(|seen| seen.day == day)
             .cloned();
         let seen = seen.map(|seen| {
-            let used = seen.tokens + self.inner.usage.tokens_beyond(key_id, &day, seen.mark);
+            let used = seen.tokens + self.inner.usage.tokens_beyond(key_id, day, seen.mark);
             (seen, used)
         });
         if let Some((seen, used)) = seen.filter(|(_, used)| *used < half) {
             if seen.read.elapsed() >= TOKENS_TTL && !seen.refreshing.swap(true, Ordering::AcqRel) {
                 let (limiter, key_id) = (self.clone(), key_id.clone());
                 tokio::spawn(async move {
-                    if let Err(err) = limiter.read_tokens(&key_id, &day).await {
+                    if let Err(err) = limiter.read_tokens(&key_id, day).await {
                         tracing::warn!(error = %err, key_id = %key_id, "could not read an API key's tokens today");
                     }
                     seen.refreshing.store(false, Ordering::Release);
@@ -201,19 +201,19 @@ impl Limiter {
             }
             return Ok(used);
         }
-        let (tokens, mark) = self.read_tokens(key_id, &day).await?;
-        Ok(tokens + self.inner.usage.tokens_beyond(key_id, &day, mark))
+        let (tokens, mark) = self.read_tokens(key_id, day).await?;
+        Ok(tokens + self.inner.usage.tokens_beyond(key_id, day, mark))
     }
 
     /// Reads the key's tokens on `day` from the database; answers them and the usage book's
     /// mark taken before the read.
-    async fn read_tokens(&self, key_id: &ApiKeyId, day: &str) -> Result<(i64, i64), DbErr> {
+    async fn read_tokens(&self, key_id: &ApiKeyId, day: NaiveDate) -> Result<(i64, i64), DbErr> {
         let mark = self.inner.usage.mark(key_id, day);
-        let (_, tokens) = repo::usage_on(&self.inner.db, key_id, day).await?;
+        let (_, tokens) = repo::usage_on(&self.inner.db, key_id, &day_text(day)).await?;
         lock(&self.inner.tokens).insert(
             key_id.clone(),
             TokensSeen {
-                day: day.to_owned(),
+                day,
                 tokens,
                 mark,
                 read: Instant::now(),

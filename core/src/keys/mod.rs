@@ -192,27 +192,12 @@ pub enum KeyError {
 
 /// The UTC day `at` falls in, as usage rows name it.
 pub fn day_of(at: DateTime<Utc>) -> String {
-    use chrono::Datelike;
-    // Written by hand: on every proxied call, where a strftime pattern is parsed each time.
-    let date = at.date_naive();
-    let (year, month, day) = (date.year(), date.month(), date.day());
-    if !(0..=9999).contains(&year) {
-        return date.format("%Y-%m-%d").to_string();
-    }
-    let digit = |n: u32| char::from(b'0' + (n % 10) as u8);
-    let year = year as u32;
-    let mut text = String::with_capacity(10);
-    text.extend([
-        digit(year / 1000),
-        digit(year / 100),
-        digit(year / 10),
-        digit(year),
-    ]);
-    text.push('-');
-    text.extend([digit(month / 10), digit(month)]);
-    text.push('-');
-    text.extend([digit(day / 10), digit(day)]);
-    text
+    day_text(at.date_naive())
+}
+
+/// A day as usage rows name it (`2026-11-28`).
+pub fn day_text(day: chrono::NaiveDate) -> String {
+    day.format("%Y-%m-%d").to_string()
 }
 
 #[cfg(test)]

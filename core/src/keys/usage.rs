@@ -6,15 +6,19 @@
 //! have seen: counts pending, counts being written (until their write finished), and counts
 //! whose write finished since the read began. A count is never missed; one written while
 //! the read ran may be counted twice, so a limit refuses early, never late.
+//!
+//! Every call passes here (a key without limits too), so a known key's count is one lookup
+//! of its id, with no copy of it and no day written as text: a key's counts are kept by
+//! [`NaiveDate`] in short lists of their own (one day, two around midnight).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use sea_orm::DatabaseConnection;
 
-use super::{day_of, repo};
+use super::{day_text, repo};
 use crate::domain::ApiKeyId;
 
 /// How often the counts are added to the database.
@@ -22,25 +26,60 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// `lastUsedAt` is written at most this often per key and instance.
 pub const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Counts {
     requests: i64,
     tokens: i64,
 }
 
+/// One key's use on this instance.
+#[derive(Default)]
+struct KeyUse {
+    /// Counts not yet in the database, by UTC day.
+    pending: Vec<(NaiveDate, Counts)>,
+    /// Counts taken by a flush whose write has not finished.
+    writing: Vec<(NaiveDate, Counts)>,
+    /// Tokens whose write finished, by UTC day (today's and yesterday's kept).
+    written: Vec<(NaiveDate, i64)>,
+    /// The last use seen here, and whether it is written yet.
+    used: Option<(DateTime<Utc>, bool)>,
+    /// When this instance last wrote the key's `lastUsedAt`.
+    touched: Option<Instant>,
+}
+
+/// The entry of `day` in `list`, added when missing.
+fn on<T: Default>(list: &mut Vec<(NaiveDate, T)>, day: NaiveDate) -> &mut T {
+    let at = match list.iter().position(|(d, _)| *d == day) {
+        Some(at) => at,
+        None => {
+            list.push((day, T::default()));
+            list.len() - 1
+        }
+    };
+    &mut list[at].1
+}
+
+fn get<T: Copy>(list: &[(NaiveDate, T)], day: NaiveDate) -> Option<T> {
+    list.iter().find(|(d, _)| *d == day).map(|(_, t)| *t)
+}
+
 #[derive(Default)]
 struct Book {
-    /// Counts not yet in the database, by key and UTC day.
-    pending: HashMap<(ApiKeyId, String), Counts>,
-    /// Counts taken by a flush whose write has not finished.
-    writing: HashMap<(ApiKeyId, String), Counts>,
-    /// Tokens whose write finished, by key and UTC day (today's and yesterday's kept).
-    written: HashMap<(ApiKeyId, String), i64>,
-    /// The last use of each key seen here, and whether it is written yet.
-    used: HashMap<ApiKeyId, (DateTime<Utc>, bool)>,
-    /// When this instance last wrote each key's `lastUsedAt`.
-    touched: HashMap<ApiKeyId, Instant>,
+    keys: HashMap<ApiKeyId, KeyUse>,
 }
+
+impl Book {
+    /// `key_id`'s use, found without copying the id (copied once, when first seen).
+    fn key(&mut self, key_id: &ApiKeyId) -> &mut KeyUse {
+        if !self.keys.contains_key(key_id) {
+            self.keys.insert(key_id.clone(), KeyUse::default());
+        }
+        self.keys.get_mut(key_id).expect("inserted above")
+    }
+}
+
+/// Counts of one key on one day, taken for a write.
+type Taken = Vec<((ApiKeyId, NaiveDate), Counts)>;
 
 /// The usage counted on this instance and not yet written.
 #[derive(Clone, Default)]
@@ -58,77 +97,79 @@ impl UsageBook {
     /// A call of `key_id` went through.
     pub fn request(&self, key_id: &ApiKeyId, now: DateTime<Utc>) {
         let mut book = self.lock();
-        book.pending
-            .entry((key_id.clone(), day_of(now)))
-            .or_default()
-            .requests += 1;
-        book.used.insert(key_id.clone(), (now, false));
+        let key = book.key(key_id);
+        on(&mut key.pending, now.date_naive()).requests += 1;
+        key.used = Some((now, false));
     }
 
-    /// A recorded call of `key_id` used `tokens` (prompt and completion).
+    /// A call of `key_id` used `tokens` (prompt and completion).
     pub fn tokens(&self, key_id: &ApiKeyId, tokens: i64, at: DateTime<Utc>) {
         if tokens <= 0 {
             return;
         }
-        self.lock()
-            .pending
-            .entry((key_id.clone(), day_of(at)))
-            .or_default()
-            .tokens += tokens;
+        on(&mut self.lock().key(key_id).pending, at.date_naive()).tokens += tokens;
     }
 
     /// Tokens of `key_id` on `day` this instance has written so far: taken before reading
     /// the database, for [`Self::tokens_beyond`].
-    pub fn mark(&self, key_id: &ApiKeyId, day: &str) -> i64 {
+    pub fn mark(&self, key_id: &ApiKeyId, day: NaiveDate) -> i64 {
         self.lock()
-            .written
-            .get(&(key_id.clone(), day.to_owned()))
-            .copied()
+            .keys
+            .get(key_id)
+            .and_then(|key| get(&key.written, day))
             .unwrap_or(0)
     }
 
     /// Tokens of `key_id` on `day` counted here that a read of the database begun after
     /// `mark` may not include: pending, being written, or written since the mark.
-    pub fn tokens_beyond(&self, key_id: &ApiKeyId, day: &str, mark: i64) -> i64 {
+    pub fn tokens_beyond(&self, key_id: &ApiKeyId, day: NaiveDate, mark: i64) -> i64 {
         let book = self.lock();
-        let slot = (key_id.clone(), day.to_owned());
-        let unwritten: i64 = [&book.pending, &book.writing]
+        let Some(key) = book.keys.get(key_id) else {
+            return 0;
+        };
+        let unwritten: i64 = [&key.pending, &key.writing]
             .iter()
-            .filter_map(|counts| counts.get(&slot))
+            .filter_map(|counts| get(counts, day))
             .map(|c| c.tokens)
             .sum();
-        unwritten + book.written.get(&slot).map_or(0, |written| written - mark)
+        unwritten + get(&key.written, day).map_or(0, |written| written - mark)
     }
 
     /// Takes the pending counts for a write; they stay counted until [`Self::written`].
-    fn take_for_writing(&self, now: DateTime<Utc>) -> HashMap<(ApiKeyId, String), Counts> {
+    fn take_for_writing(&self, now: DateTime<Utc>) -> Taken {
         let mut book = self.lock();
-        let yesterday = day_of(now - chrono::Days::new(1));
-        book.written.retain(|(_, day), _| *day >= yesterday);
-        let taken = std::mem::take(&mut book.pending);
-        for (slot, counts) in &taken {
-            let entry = book.writing.entry(slot.clone()).or_default();
-            entry.requests += counts.requests;
-            entry.tokens += counts.tokens;
+        let yesterday = (now - chrono::Days::new(1)).date_naive();
+        let mut taken = Vec::new();
+        for (key_id, key) in &mut book.keys {
+            key.written.retain(|(day, _)| *day >= yesterday);
+            // Drained, not taken: the list keeps its room for the next calls.
+            for (day, counts) in key.pending.drain(..) {
+                let entry = on(&mut key.writing, day);
+                entry.requests += counts.requests;
+                entry.tokens += counts.tokens;
+                taken.push(((key_id.clone(), day), counts));
+            }
         }
         taken
     }
 
     /// A write of `counts` taken by [`Self::take_for_writing`] finished; if it failed they
     /// are pending again, for the next flush.
-    fn written(&self, slot: (ApiKeyId, String), counts: Counts, done: bool) {
+    fn written(&self, (key_id, day): (ApiKeyId, NaiveDate), counts: Counts, done: bool) {
         let mut book = self.lock();
-        if let Some(entry) = book.writing.get_mut(&slot) {
+        let key = book.key(&key_id);
+        if let Some(at) = key.writing.iter().position(|(d, _)| *d == day) {
+            let entry = &mut key.writing[at].1;
             entry.requests -= counts.requests;
             entry.tokens -= counts.tokens;
-            if entry.requests == 0 && entry.tokens == 0 {
-                book.writing.remove(&slot);
+            if *entry == Counts::default() {
+                key.writing.swap_remove(at);
             }
         }
         if done {
-            *book.written.entry(slot).or_default() += counts.tokens;
+            *on(&mut key.written, day) += counts.tokens;
         } else {
-            let entry = book.pending.entry(slot).or_default();
+            let entry = on(&mut key.pending, day);
             entry.requests += counts.requests;
             entry.tokens += counts.tokens;
         }
@@ -142,28 +183,24 @@ impl UsageBook {
         let touches = {
             let mut book = self.lock();
             let now = Instant::now();
-            let due: Vec<(ApiKeyId, DateTime<Utc>)> = book
-                .used
-                .iter()
-                .filter(|(key, (_, written))| {
-                    !written
-                        && book
-                            .touched
-                            .get(*key)
-                            .is_none_or(|at| now.duration_since(*at) >= TOUCH_EVERY)
-                })
-                .map(|(key, (at, _))| (key.clone(), *at))
-                .collect();
-            for (key, _) in &due {
-                book.touched.insert(key.clone(), now);
-                if let Some(entry) = book.used.get_mut(key) {
-                    entry.1 = true;
+            let mut due: Vec<(ApiKeyId, DateTime<Utc>)> = Vec::new();
+            for (key_id, key) in &mut book.keys {
+                let Some((at, false)) = key.used else {
+                    continue;
+                };
+                if key
+                    .touched
+                    .is_none_or(|touched| now.duration_since(touched) >= TOUCH_EVERY)
+                {
+                    key.touched = Some(now);
+                    key.used = Some((at, true));
+                    due.push((key_id.clone(), at));
                 }
             }
             due
         };
         for ((key, day), counts) in pending {
-            let done = match repo::add_usage(db, &key, &day, counts.requests, counts.tokens).await {
+            let done = match repo::add_usage(db, &key, &day_text(day), counts.requests, counts.tokens).await {
                 Ok(()) => true,
                 // A key deleted meanwhile refuses its row: nothing to keep.
                 Err(err) if err.sql_err().is_some() => true,
@@ -197,9 +234,9 @@ impl UsageBook {
 mod tests {
     use super::*;
 
-    fn key() -> (ApiKeyId, String, DateTime<Utc>) {
+    fn key() -> (ApiKeyId, NaiveDate, DateTime<Utc>) {
         let now = Utc::now();
-        (ApiKeyId::generate(), day_of(now), now)
+        (ApiKeyId::generate(), now.date_naive(), now)
     }
 
     #[test]
@@ -207,20 +244,20 @@ mod tests {
         let (key, day, now) = key();
         let book = UsageBook::default();
         book.tokens(&key, 32, now);
-        let mark = book.mark(&key, &day);
-        assert_eq!(book.tokens_beyond(&key, &day, mark), 32);
+        let mark = book.mark(&key, day);
+        assert_eq!(book.tokens_beyond(&key, day, mark), 32);
         // A flush took them and its write has not finished: a read of the database now may
         // not see them, so they still count here.
         let taken = book.take_for_writing(now);
-        assert_eq!(book.tokens_beyond(&key, &day, mark), 32);
+        assert_eq!(book.tokens_beyond(&key, day, mark), 32);
         book.tokens(&key, 8, now);
-        assert_eq!(book.tokens_beyond(&key, &day, mark), 40);
+        assert_eq!(book.tokens_beyond(&key, day, mark), 40);
         // Written: a read begun before the write (at `mark`) still gets them from here; a
         // read begun after does not count them twice.
         let (slot, counts) = taken.into_iter().next().unwrap();
         book.written(slot, counts, true);
-        assert_eq!(book.tokens_beyond(&key, &day, mark), 40);
-        assert_eq!(book.tokens_beyond(&key, &day, book.mark(&key, &day)), 8);
+        assert_eq!(book.tokens_beyond(&key, day, mark), 40);
+        assert_eq!(book.tokens_beyond(&key, day, book.mark(&key, day)), 8);
     }
 
     #[test]
@@ -231,11 +268,28 @@ mod tests {
         book.request(&key, now);
         let (slot, counts) = book.take_for_writing(now).into_iter().next().unwrap();
         book.written(slot, counts, false);
-        assert_eq!(book.tokens_beyond(&key, &day, book.mark(&key, &day)), 32);
+        assert_eq!(book.tokens_beyond(&key, day, book.mark(&key, day)), 32);
         let again = book.take_for_writing(now);
-        let counts = again.get(&(key.clone(), day.clone())).unwrap();
-        assert_eq!((counts.requests, counts.tokens), (1, 32));
-        assert!(book.lock().writing.values().all(|c| c.tokens == 32));
+        assert_eq!(
+            again,
+            vec![(
+                (key.clone(), day),
+                Counts {
+                    requests: 1,
+                    tokens: 32
+                }
+            )]
+        );
+        assert_eq!(
+            book.lock().keys[&key].writing,
+            vec![(
+                day,
+                Counts {
+                    requests: 1,
+                    tokens: 32
+                }
+            )]
+        );
     }
 
     #[test]
@@ -246,8 +300,8 @@ mod tests {
         book.tokens(&key, 5, old);
         let (slot, counts) = book.take_for_writing(now).into_iter().next().unwrap();
         book.written(slot, counts, true);
-        assert_eq!(book.mark(&key, &day_of(old)), 5);
+        assert_eq!(book.mark(&key, old.date_naive()), 5);
         book.take_for_writing(now);
-        assert_eq!(book.mark(&key, &day_of(old)), 0);
+        assert_eq!(book.mark(&key, old.date_naive()), 0);
     }
 }

@@ -6,8 +6,8 @@
 //! last rowid indexed) in the FTS5 table and moves the mark. Until a trace is indexed a search
 //! still finds it: the search's predicate reads the unindexed tail's words directly
 //! (`repo::kept_by`). Indexing on insert cost the writer more than half its throughput on
-//! PostgreSQL (the GIN index) and 14% of the recording proxy's on SQLite (an FTS5 trigger)
-//! (docs/BENCHMARKS.md, docs/DECISIONS.md 119 and 134).
+//! PostgreSQL (the GIN index) and doubled its cost per trace on SQLite (an FTS5 trigger)
+//! (docs/BENCHMARKS.md, docs/DECISIONS.md 119, 134 and 135).
 //!
 //! On both databases it also gives traces recorded before keel kept their words (no
 //! `search_text`) those words and their previews, made from their stored (redacted) request
@@ -20,8 +20,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::repo;
 
-/// Traces indexed by one statement.
+/// Traces indexed by one statement on PostgreSQL (instances share the work a batch at a time).
 pub const BATCH: u64 = 1_000;
+/// Traces entered in SQLite's FTS5 table by one transaction. Each commit writes a segment of
+/// the index that later merges rewrite; a larger batch makes fewer (about half the cost per
+/// trace of 1,000 in a measurement of the same statements, docs/DECISIONS.md 135) while
+/// holding SQLite's one writer for tens of milliseconds at most.
+pub const SQLITE_BATCH: u64 = 5_000;
 
 /// How long the indexer rests after it found less than a batch to do.
 const IDLE: Duration = Duration::from_millis(500);
@@ -58,15 +63,16 @@ where
 /// Indexes until nothing is left (or only rows other instances hold); answers how many.
 pub async fn catch_up(db: &DatabaseConnection, indexed: &prometheus::IntCounter) -> Result<u64, DbErr> {
     let postgres = db.get_database_backend() == DbBackend::Postgres;
+    let batch = if postgres { BATCH } else { SQLITE_BATCH };
     let mut total = 0;
     loop {
         let done = match postgres {
-            true => repo::index_unindexed(db, BATCH).await?,
-            false => repo::index_unindexed_sqlite(db, BATCH).await?,
+            true => repo::index_unindexed(db, batch).await?,
+            false => repo::index_unindexed_sqlite(db, batch).await?,
         };
         indexed.inc_by(done);
         total += done;
-        if done < BATCH {
+        if done < batch {
             return Ok(total);
         }
         // Room for the writers between batches.

@@ -167,10 +167,13 @@ fn kept_by(
             _ => {
                 use sea_orm::sea_query::ExprTrait as _;
                 let words = || Expr::cust("' ' || \"traces\".\"search_text\" || ' '");
-                let indexed = Expr::cust_with_expr(
+                let mut indexed = Condition::all().add(Expr::cust_with_expr(
                     "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
                     Expr::val(search.fts5()),
-                );
+                ));
+                for phrase in search.phrase_patterns() {
+                    indexed = indexed.add(words().like(phrase));
+                }
                 let mut tail = Condition::all().add(Expr::cust(UNINDEXED_SQLITE));
                 for term in search.patterns() {
                     tail = tail.add(words().like(term));

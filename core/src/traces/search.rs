@@ -509,12 +509,18 @@ impl Query {
         self.terms.iter().flatten().map(String::as_str)
     }
 
-    /// As an FTS5 `MATCH` expression: each term a quoted string (a phrase), all required.
-    /// The words hold only letters and digits, so no quote or operator can be in them.
+    /// As an FTS5 `MATCH` expression: every word, quoted, all required. SQLite's index keeps
+    /// which traces hold a word, not where (`detail=none`, as PostgreSQL's `tsvector` of
+    /// words has no positions), so a phrase's order is checked on the words themselves
+    /// ([`Query::phrase_patterns`]). The words hold only letters and digits, so no quote or
+    /// operator can be in them.
     pub fn fts5(&self) -> String {
-        self.terms
+        let mut words: Vec<&str> = self.words().collect();
+        words.sort_unstable();
+        words.dedup();
+        words
             .iter()
-            .map(|term| format!("\"{}\"", term.join(" ")))
+            .map(|word| format!("\"{word}\""))
             .collect::<Vec<_>>()
             .join(" AND ")
     }
@@ -563,10 +569,11 @@ mod tests {
 
     #[test]
     fn punctuation_and_operators_are_separators_and_quotes_make_phrases() {
-        assert_eq!(Query::parse("refund-8c2b").fts5(), "\"refund\" AND \"8c2b\"");
+        assert_eq!(Query::parse("refund-8c2b").fts5(), "\"8c2b\" AND \"refund\"");
         assert_eq!(Query::parse("refund-8c2b").tsquery(), "'8c2b' & 'refund'");
         let phrase = Query::parse("\"late delivery\" Refund");
         assert_eq!(phrase.tsquery(), "'delivery' & 'late' & 'refund'");
+        assert_eq!(phrase.fts5(), "\"delivery\" AND \"late\" AND \"refund\"");
         assert_eq!(
             phrase.patterns().collect::<Vec<_>>(),
             ["% late delivery %", "% refund %"]
@@ -577,11 +584,11 @@ mod tests {
         );
         assert_eq!(
             Query::parse("a OR b NOT c*").fts5(),
-            "\"a\" AND \"or\" AND \"b\" AND \"not\" AND \"c\""
+            "\"a\" AND \"b\" AND \"c\" AND \"not\" AND \"or\""
         );
         // A quote without its pair is a character: the words around it are words.
         assert_eq!(Query::parse("refund \"late").tsquery(), "'late' & 'refund'");
-        assert_eq!(Query::parse("\"a b\" \"c").fts5(), "\"a b\" AND \"c\"");
+        assert_eq!(Query::parse("\"a b\" \"c").fts5(), "\"a\" AND \"b\" AND \"c\"");
         assert!(Query::parse("*** \"\" :: ()").is_empty());
         assert_eq!(Query::parse("Café naïve").tsquery(), "'café' & 'naïve'");
         assert_eq!(
