@@ -15,7 +15,7 @@ impl MigrationTrait for Migration {
             .alter_table(
                 Table::alter()
                     .table("training_jobs")
-                    .add_column(&mut text_null("stop_reason"))
+                    .add_column(text_null("stop_reason"))
                     .to_owned(),
             )
             .await

@@ -22,7 +22,7 @@ impl MigrationTrait for Migration {
             .alter_table(
                 Table::alter()
                     .table(TABLE)
-                    .add_column(&mut text_null("previous_secrets"))
+                    .add_column(text_null("previous_secrets"))
                     .to_owned(),
             )
             .await?;
@@ -64,7 +64,7 @@ impl MigrationTrait for Migration {
             .alter_table(
                 Table::alter()
                     .table("webhook_deliveries")
-                    .add_column(&mut timestamp_null("leased_until"))
+                    .add_column(timestamp_null("leased_until"))
                     .to_owned(),
             )
             .await
@@ -84,7 +84,7 @@ impl MigrationTrait for Migration {
             .alter_table(
                 Table::alter()
                     .table(TABLE)
-                    .add_column(&mut text_null("old_secret_sealed"))
+                    .add_column(text_null("old_secret_sealed"))
                     .to_owned(),
             )
             .await?;
@@ -92,7 +92,7 @@ impl MigrationTrait for Migration {
             .alter_table(
                 Table::alter()
                     .table(TABLE)
-                    .add_column(&mut timestamp_null("old_secret_until"))
+                    .add_column(timestamp_null("old_secret_until"))
                     .to_owned(),
             )
             .await?;

@@ -91,7 +91,7 @@ async fn webhooks_page(
     refused: Option<(String, EndpointDraft)>,
 ) -> Result<HttpResponse, ConsoleError> {
     let webhooks = &viewer.state.webhooks;
-    let endpoints = service::endpoints(webhooks, orgs(&org))
+    let endpoints = service::endpoints(webhooks, orgs(org))
         .await
         .map_err(ApiError::from)?
         .into_iter()

@@ -55,7 +55,7 @@ pub async fn target_length(
             .insert_header((header::CONNECTION, "close"))
             .json(ErrorBody::new(
                 Code::UriTooLong,
-                &format!(
+                format!(
                     "the request's path and query are {length} bytes; keel reads at most {MAX_TARGET_BYTES}"
                 ),
             ));

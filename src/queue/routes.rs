@@ -529,7 +529,7 @@ impl Validate for ListQuery {
                     "status",
                     i,
                     "enum",
-                    &format!("Input should be one of: {}", statuses.join(", ")),
+                    format!("Input should be one of: {}", statuses.join(", ")),
                 );
             }
         }

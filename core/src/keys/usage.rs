@@ -69,12 +69,9 @@ struct Book {
 }
 
 impl Book {
-    /// `key_id`'s use, found without copying the id (copied once, when first seen).
+    /// `key_id`'s use (a new one when first seen).
     fn key(&mut self, key_id: &ApiKeyId) -> &mut KeyUse {
-        if !self.keys.contains_key(key_id) {
-            self.keys.insert(key_id.clone(), KeyUse::default());
-        }
-        self.keys.get_mut(key_id).expect("inserted above")
+        self.keys.entry(key_id.clone()).or_default()
     }
 }
 
