@@ -87,7 +87,7 @@ impl Application {
         http_metrics
             .register(&registry)
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
-        let doc = web::Data::new(crate::system::OpenApiJson::build(&state.settings));
+        let doc = web::Data::new(crate::openapi::served(&state.settings));
         let data = web::Data::new(state.clone());
         let registry = web::Data::new(registry);
         let stopping = state.cluster.stopping().clone();

@@ -51,6 +51,8 @@ pub struct AppState {
     pub jobs: keel_core::queue::Jobs,
     pub serving: keel_core::serving::Serving,
     pub webhooks: keel_core::webhooks::Webhooks,
+    /// The auto top-up task (`billing::auto_topup::run`), awaited at shutdown.
+    auto_topups: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl AppState {
@@ -64,7 +66,6 @@ impl AppState {
         let metrics = keel_core::metrics::Metrics::new();
         let ledger = Ledger::new(
             db.clone(),
-            payments.clone(),
             metrics.clone(),
             LedgerConfig {
                 max_batch: settings.billing.max_batch,
@@ -139,6 +140,18 @@ impl AppState {
             stale_after: chrono::Duration::seconds(settings.queue.stale_after_secs as i64),
             max_running_per_org: settings.queue.max_running_per_org,
         };
+        // Charges the card when the ledger says a balance went under its threshold; shutdown
+        // waits for it before the ledger drains (its credits go through the ledger).
+        let auto_topups = ledger.watch_balance_below().map(|below| {
+            actix::spawn(keel_core::billing::auto_topup::run(
+                db.clone(),
+                payments.clone(),
+                metrics.clone(),
+                ledger.clone(),
+                below,
+                cluster.stopping().clone(),
+            ))
+        });
         if settings.queue.requeue_blocked_on_credit {
             if let Some(credited) = ledger.watch_credits() {
                 actix::spawn(keel_core::queue::service::requeue_blocked_on_credit(
@@ -213,6 +226,7 @@ impl AppState {
             settings: Arc::new(settings),
             payments,
             ledger,
+            auto_topups: Arc::new(std::sync::Mutex::new(auto_topups)),
             db,
         })
     }
@@ -225,6 +239,11 @@ impl AppState {
         self.cluster.stopping().cancel();
         // In-flight requests are done (the server drained them), so no report is pending.
         let _ = self.queue.send(keel_core::queue::actor::Shutdown).await;
+        // The card charges under way end and submit their credits before the ledger drains.
+        let auto_topups = self.auto_topups.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(auto_topups) = auto_topups {
+            let _ = auto_topups.await;
+        }
         self.ledger.drain().await;
         self.traces.drain().await;
         // The tokens the last traces counted, and every call's count, are written.

@@ -67,20 +67,8 @@ pub async fn openapi_json(doc: web::Data<OpenApiJson>) -> HttpResponse {
         .body(doc.0.clone())
 }
 
-/// The served OpenAPI document, serialized once at startup.
+/// The served OpenAPI document, serialized once at startup (`crate::openapi::served`).
 pub struct OpenApiJson(pub actix_web::web::Bytes);
-
-impl OpenApiJson {
-    /// The document, with what depends on this instance's settings: the product events the
-    /// flash route accepts.
-    pub fn build(settings: &crate::config::Settings) -> Self {
-        let mut doc = crate::openapi::document_value().clone();
-        if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
-            event["enum"] = serde_json::json!(settings.flash.event_allowlist);
-        }
-        Self(serde_json::to_vec(&doc).unwrap_or_default().into())
-    }
-}
 
 /// Prometheus metrics
 ///

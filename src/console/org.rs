@@ -706,7 +706,7 @@ pub async fn create_key(
     // waits, sealed, for that page's one view.
     let reveal = match create_key_shown_once(&viewer, &org.org_id, &body).await {
         Ok(reveal) => reveal,
-        Err(err) => return refused(err.into()).await,
+        Err(err) => return refused(err).await,
     };
     Ok(redirect(&format!("/console/o/{}/keys?reveal={reveal}", org.org_id)).finish())
 }
@@ -775,7 +775,7 @@ pub(super) async fn keep_for_one_view(
         .console_box
         .seal(org_id, &format!("console-reveal/{reveal}"), secret)
         .map_err(ApiError::Unexpected)?;
-    super::repo::insert_reveal(
+    keel_core::console_store::insert_reveal(
         db,
         entities::console_reveal::Model {
             id: reveal.clone(),
@@ -795,7 +795,7 @@ pub(super) async fn take_one_view(
     org_id: &OrgId,
     reveal: &str,
 ) -> Result<Reveal, ConsoleError> {
-    let sealed = super::repo::take_reveal(&viewer.state.db, reveal, &viewer.sid, org_id).await?;
+    let sealed = keel_core::console_store::take_reveal(&viewer.state.db, reveal, &viewer.sid, org_id).await?;
     Ok(match sealed {
         Some(sealed) => Reveal::Key(
             viewer

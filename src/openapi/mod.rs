@@ -203,6 +203,16 @@ pub fn document_json() -> serde_json::Value {
     doc
 }
 
+/// The document as `GET /openapi.json` serves it, with what depends on this instance's
+/// settings: the product events the flash route accepts.
+pub fn served(settings: &crate::config::Settings) -> crate::system::OpenApiJson {
+    let mut doc = document_value().clone();
+    if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
+        event["enum"] = serde_json::json!(settings.flash.event_allowlist);
+    }
+    crate::system::OpenApiJson(serde_json::to_vec(&doc).unwrap_or_default().into())
+}
+
 /// The document: keel's description and security schemes, the paths of the route table,
 /// and the answers every route shares.
 pub fn document() -> Document {

@@ -369,8 +369,7 @@ impl From<keel_core::traces::browse::Listed> for TraceView {
     fn from(l: keel_core::traces::browse::Listed) -> Self {
         let t = l.trace;
         Self {
-            status: keel_core::traces::browse::status_of(t.status_code, t.complete, t.error.as_deref())
-                .into(),
+            status: keel_core::traces::status_of(t.status_code, t.complete, t.error.as_deref()).into(),
             trace_id: t.id.into(),
             project_id: t.project_id.into(),
             created_at: t.created_at,

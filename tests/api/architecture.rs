@@ -1,49 +1,12 @@
 //! The layers point one way: no top-level module of the web crate (`src/`) or of the core
-//! (`core/src/`) reaches, through `crate::` paths, a module that reaches it back. The core
-//! cannot name the web crate at all (it is not a dependency), nor any HTTP crate (checked
-//! against its Cargo.toml).
+//! (`core/src/`) reaches a module that reaches it back, and no file reaches a file that reaches
+//! it back, every import form counted (`imports`). The core cannot name the web crate at all
+//! (it is not a dependency), nor any HTTP crate (checked against its Cargo.toml).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Each top-level module of the crate under `root` with the top-level modules its sources
-/// name as `crate::<module>` (comments left out).
-fn module_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for entry in std::fs::read_dir(root).expect("the crate's sources") {
-        let path = entry.expect("an entry").path();
-        let name = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        if path.is_dir() {
-            files.insert(name, rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "main" {
-            files.insert(name, vec![path]);
-        }
-    }
-    let reference = regex::Regex::new(r"crate::([a-z_][a-z0-9_]*)").expect("a pattern");
-    let comment = regex::Regex::new(r"//[^\n]*").expect("a pattern");
-    let modules: BTreeSet<String> = files.keys().cloned().collect();
-    files
-        .iter()
-        .map(|(module, paths)| {
-            let mut uses = BTreeSet::new();
-            for path in paths {
-                let text = std::fs::read_to_string(path).expect("a source file");
-                let code = comment.replace_all(&text, "");
-                for found in reference.captures_iter(&code) {
-                    let target = &found[1];
-                    if target != module && modules.contains(target) {
-                        uses.insert(target.to_owned());
-                    }
-                }
-            }
-            (module.clone(), uses)
-        })
-        .collect()
-}
+use crate::imports::Crate;
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
@@ -93,7 +56,7 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
 fn no_top_level_module_of_either_crate_is_in_a_dependency_cycle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for src in [root.join("src"), root.join("core/src")] {
-        let graph = module_graph(&src);
+        let graph = Crate::read(&src).module_graph();
         assert!(
             graph.len() > 10,
             "{} read as a crate of {} modules",
@@ -110,19 +73,71 @@ fn no_top_level_module_of_either_crate_is_in_a_dependency_cycle() {
 }
 
 #[test]
-fn the_cycle_check_finds_a_cycle_when_there_is_one() {
-    let graph: BTreeMap<String, BTreeSet<String>> = [
-        ("a", vec!["b"]),
-        ("b", vec!["c"]),
-        ("c", vec!["a"]),
-        ("d", vec!["a"]),
-    ]
-    .into_iter()
-    .map(|(m, to)| (m.to_owned(), to.into_iter().map(str::to_owned).collect()))
-    .collect();
-    let found = cycles(&graph);
-    assert_eq!(found.len(), 1);
-    assert_eq!(found[0], ["a", "b", "c"].into_iter().map(str::to_owned).collect());
+fn no_file_of_either_crate_is_in_a_dependency_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in [root.join("src"), root.join("core/src")] {
+        let graph = Crate::read(&src).file_graph();
+        assert!(
+            graph.len() > 50,
+            "{} read as {} files",
+            src.display(),
+            graph.len()
+        );
+        let found = cycles(&graph);
+        // Each cycle with the uses inside it, to say where to cut.
+        let uses: Vec<String> = found
+            .iter()
+            .flat_map(|cycle| {
+                cycle.iter().flat_map(|from| {
+                    graph[from]
+                        .iter()
+                        .filter(|to| cycle.contains(*to))
+                        .map(move |to| format!("{from} -> {to}"))
+                })
+            })
+            .collect();
+        assert!(found.is_empty(), "{}: files in a cycle: {uses:#?}", src.display());
+    }
+}
+
+#[test]
+fn the_cycle_check_reads_every_import_form() {
+    let edges = |sources: &[(&str, &str)]| Crate::from_sources(sources).module_graph();
+    // Grouped and nested imports, a module's own `self::`, a `super::` out of a folder, a path
+    // in an expression and one in a macro's arguments.
+    let graph = edges(&[
+        ("lib.rs", "mod a; mod b; mod c; mod d; mod e; mod f;"),
+        ("a/mod.rs", "use crate::{b, c::{self, X}};"),
+        ("a/inner.rs", "use super::super::d::Y;"),
+        ("b.rs", "fn f() { let _ = crate::e::g(); }"),
+        ("c.rs", "fn f() { tokio::select! { _ = crate::f::h() => {} } }"),
+        ("d.rs", "use self::z::W; mod z { pub struct W; }"),
+        ("e.rs", "#[cfg(test)] mod tests { use super::super::a::inner; }"),
+        ("f.rs", "pub use crate::b as renamed;"),
+    ]);
+    let named = |m: &str| graph[m].iter().map(String::as_str).collect::<Vec<_>>();
+    assert_eq!(named("a"), ["b", "c", "d"]);
+    assert_eq!(named("b"), ["e"]);
+    assert_eq!(named("c"), ["f"]);
+    assert!(named("d").is_empty());
+    assert_eq!(named("e"), ["a"]);
+    assert_eq!(named("f"), ["b"]);
+    assert_eq!(cycles(&graph).len(), 1, "{graph:?}");
+
+    // Files: a folder's re-export is the file it comes from, and no use of its own.
+    let files = Crate::from_sources(&[
+        ("lib.rs", "mod billing;"),
+        ("billing/mod.rs", "mod actor; mod charges; mod payments; pub use actor::Ledger; pub use charges::*; pub struct Error;"),
+        ("billing/actor.rs", "use super::{Error, charge}; pub struct Ledger;"),
+        ("billing/charges.rs", "pub fn charge() {} fn f(l: super::Ledger) { super::payments::pay(); }"),
+        ("billing/payments.rs", "pub fn pay() {}"),
+    ])
+    .file_graph();
+    let named = |m: &str| files[m].iter().map(String::as_str).collect::<Vec<_>>();
+    assert!(named("billing").is_empty(), "{files:?}");
+    assert_eq!(named("billing::actor"), ["billing", "billing::charges"]);
+    assert_eq!(named("billing::charges"), ["billing::actor", "billing::payments"]);
+    assert_eq!(cycles(&files).len(), 1);
 }
 
 #[test]

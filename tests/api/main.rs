@@ -3,6 +3,7 @@
 
 mod fakes;
 mod helpers;
+mod imports;
 
 mod architecture;
 mod auth;

@@ -15,13 +15,11 @@ use actix::prelude::*;
 use sea_orm::DatabaseConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::auto_topup;
 use super::ledger::{
     apply_batch, apply_group, is_lock_timeout, AccountAfter, AccountCache, BatchResult, LedgerError,
     LedgerOp, LedgerPolicy, Outcome,
 };
-use super::payments::Payments;
-use crate::domain::OrgId;
+use crate::domain::{Cents, OrgId};
 
 type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
 
@@ -35,9 +33,19 @@ pub struct LedgerConfig {
     pub policy: super::ledger::LedgerPolicy,
 }
 
+/// A committed change left an organization's balance under its auto top-up threshold (see
+/// [`Ledger::watch_balance_below`]). The ledger moves money in and out of grants and nothing
+/// else: charging the card is the auto top-up task's (`auto_topup::run`), which submits the
+/// credit back as any caller would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceBelow {
+    pub org_id: OrgId,
+    /// What the organization's auto top-up charges.
+    pub amount: Cents,
+}
+
 struct Shared {
     db: DatabaseConnection,
-    payments: Arc<Payments>,
     metrics: crate::metrics::Metrics,
     config: LedgerConfig,
     committer: mpsc::Sender<Pending>,
@@ -54,6 +62,8 @@ struct Shared {
     /// Told each organization whose balance a committed credit raised (see
     /// [`Ledger::watch_credits`]).
     credits: std::sync::OnceLock<mpsc::UnboundedSender<OrgId>>,
+    /// Told each organization a commit left under its auto top-up threshold.
+    below: std::sync::OnceLock<mpsc::UnboundedSender<BalanceBelow>>,
 }
 
 /// One organization's batch waiting for the committer.
@@ -221,7 +231,6 @@ pub struct LedgerActor {
     shared: Arc<Shared>,
     pending: VecDeque<(LedgerOp, Option<Reply>)>,
     flushing: bool,
-    topup_in_flight: bool,
     last_active: Instant,
     drain_waiters: Vec<oneshot::Sender<()>>,
 }
@@ -259,7 +268,7 @@ impl Actor for LedgerActor {
 
 impl LedgerActor {
     fn is_idle(&self) -> bool {
-        self.pending.is_empty() && !self.flushing && !self.topup_in_flight
+        self.pending.is_empty() && !self.flushing
     }
 
     fn enqueue(&mut self, op: LedgerOp, reply: Option<Reply>, ctx: &mut Context<Self>) {
@@ -315,39 +324,27 @@ impl LedgerActor {
                         .credit_expired_microcents
                         .inc_by(u64::try_from(left.get()).unwrap_or(0));
                 }
-                act.maybe_auto_topup(account, ctx);
+                act.announce_if_below(&account);
             }
             act.flush(ctx);
         }));
     }
 
-    fn maybe_auto_topup(&mut self, account: AccountAfter, ctx: &mut Context<Self>) {
+    /// Tells the auto top-up task when the balance is under the threshold (on every such
+    /// commit: the task charges once at a time per organization).
+    fn announce_if_below(&self, account: &AccountAfter) {
         let Some(settings) = account.auto_topup else {
             return;
         };
-        if self.topup_in_flight || account.balance >= settings.threshold.micros() {
+        if account.balance >= settings.threshold.micros() {
             return;
         }
-        self.topup_in_flight = true;
-        let shared = self.shared.clone();
-        let org_id = self.org_id.clone();
-        let run = actix::spawn(async move {
-            auto_topup::charge(
-                &shared.db,
-                &shared.payments,
-                &shared.metrics,
-                &org_id,
-                settings.amount,
-            )
-            .await
-        });
-        ctx.spawn(run.into_actor(self).map(|credit, act, ctx| {
-            act.topup_in_flight = false;
-            match credit.ok().flatten() {
-                Some(op) => act.enqueue(op, None, ctx),
-                None => act.notify_if_idle(),
-            }
-        }));
+        if let Some(below) = self.shared.below.get() {
+            let _ = below.send(BalanceBelow {
+                org_id: self.org_id.clone(),
+                amount: settings.amount,
+            });
+        }
     }
 
     fn notify_if_idle(&mut self) {
@@ -465,12 +462,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    pub fn new(
-        db: DatabaseConnection,
-        payments: Arc<Payments>,
-        metrics: crate::metrics::Metrics,
-        config: LedgerConfig,
-    ) -> Self {
+    pub fn new(db: DatabaseConnection, metrics: crate::metrics::Metrics, config: LedgerConfig) -> Self {
         let arbiter = actix::Arbiter::new();
         let (committer, queue) = mpsc::channel(4096);
         let cache = Arc::new(AccountCache::default());
@@ -488,7 +480,6 @@ impl Ledger {
             arbiter: Arc::new(Mutex::new(Some(arbiter))),
             shared: Arc::new(Shared {
                 db,
-                payments,
                 metrics,
                 config,
                 committer,
@@ -498,6 +489,7 @@ impl Ledger {
                 last_progress_ms: AtomicU64::new(0),
                 epoch: Instant::now(),
                 credits: std::sync::OnceLock::new(),
+                below: std::sync::OnceLock::new(),
             }),
             actors: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -520,7 +512,6 @@ impl Ledger {
             shared,
             pending: VecDeque::new(),
             flushing: false,
-            topup_in_flight: false,
             last_active: Instant::now(),
             drain_waiters: Vec::new(),
         });
@@ -534,6 +525,14 @@ impl Ledger {
     pub fn watch_credits(&self) -> Option<mpsc::UnboundedReceiver<OrgId>> {
         let (sender, receiver) = mpsc::unbounded_channel();
         self.shared.credits.set(sender).ok()?;
+        Some(receiver)
+    }
+
+    /// Each organization a committed change left under its auto top-up threshold, each time
+    /// one did. One watcher per ledger: a second call answers `None`.
+    pub fn watch_balance_below(&self) -> Option<mpsc::UnboundedReceiver<BalanceBelow>> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.shared.below.set(sender).ok()?;
         Some(receiver)
     }
 

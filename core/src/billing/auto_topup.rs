@@ -1,11 +1,19 @@
-//! Auto top-up: once a debit leaves the balance under the threshold, charge the saved
-//! card once. A database claim (`auto_topup_started_at`) keeps it to one at a time per
+//! Auto top-up: once a debit leaves the balance under the threshold (the ledger says so,
+//! `BalanceBelow`), charge the saved card once and submit the credit to the ledger. A database claim (`auto_topup_started_at`) keeps it to one at a time per
 //! organization across instances; the credit that settles it clears the claim in the
 //! same transaction.
 
 use chrono::{Duration, Utc};
 use sea_orm::{DatabaseConnection, DbErr};
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::actor::{BalanceBelow, Ledger};
 use super::charges::{self, ChargeError, Charged};
 use super::ledger::{EntryKind, LedgerOp};
 use super::payments::Payments;
@@ -45,6 +53,50 @@ async fn limit_reached(
         .await?;
     }
     txn.commit().await
+}
+
+/// The auto top-up task: for each organization the ledger reports under its threshold,
+/// charges the card (one charge at a time per organization in this process; the
+/// database claim holds it to one across instances) and submits the credit. On `stop` it
+/// takes no new work and waits for the charges under way, so their credits reach the
+/// ledger before it drains.
+pub async fn run(
+    db: DatabaseConnection,
+    payments: Arc<Payments>,
+    metrics: crate::metrics::Metrics,
+    ledger: Ledger,
+    mut below: mpsc::UnboundedReceiver<BalanceBelow>,
+    stop: CancellationToken,
+) {
+    let mut in_flight: HashSet<OrgId> = HashSet::new();
+    let mut charging: JoinSet<OrgId> = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            Some(done) = charging.join_next(), if !charging.is_empty() => {
+                if let Ok(org_id) = done {
+                    in_flight.remove(&org_id);
+                }
+            }
+            next = below.recv() => {
+                let Some(BalanceBelow { org_id, amount }) = next else { break };
+                if !in_flight.insert(org_id.clone()) {
+                    continue;
+                }
+                let (db, payments, metrics, ledger) = (db.clone(), payments.clone(), metrics.clone(), ledger.clone());
+                charging.spawn(async move {
+                    if let Some(credit) = charge(&db, &payments, &metrics, &org_id, amount).await {
+                        if let Err(err) = ledger.submit(&org_id, credit).await {
+                            // The charge is recorded as pending: the reconciler credits it.
+                            tracing::error!(org_id = %org_id, error = %err, "auto top-up credit failed; the reconciler settles it");
+                        }
+                    }
+                    org_id
+                });
+            }
+        }
+    }
+    while charging.join_next().await.is_some() {}
 }
 
 /// Charges the card; answers the credit to apply when the charge succeeded.
@@ -96,8 +148,8 @@ async fn try_charge(
     // The month's cap, checked under the claim (one auto top-up at a time per organization,
     // across instances): a charge that would pass it is not made.
     if account.auto_topup_monthly_limit_cents.is_some() {
-        let charged = repo::auto_topup_charged(db, org_id, super::service::month_start(now)).await?;
-        if !super::service::under_cap(&account, charged, amount) {
+        let charged = repo::auto_topup_charged(db, org_id, super::topup_policy::month_start(now)).await?;
+        if !super::topup_policy::under_cap(&account, charged, amount) {
             limit_reached(db, metrics, &account, charged, now).await?;
             repo::release_auto_topup_claim(db, org_id).await?;
             return Ok(None);

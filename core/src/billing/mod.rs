@@ -9,6 +9,7 @@ pub mod payments;
 pub mod repo;
 pub mod service;
 pub mod statement;
+pub mod topup_policy;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -92,15 +93,4 @@ pub enum BillingError {
     CachedDatabase(#[from] Arc<sea_orm::DbErr>),
 }
 
-/// A ledger entry as `GET /api/billing/ledger` shows it (the web layer's `LedgerEntryView`;
-/// a test there holds the two equal): the data of a top-up's webhook event.
-pub fn entry_data(entry: &entities::ledger_entry::Model) -> serde_json::Value {
-    serde_json::json!({
-        "id": entry.id,
-        "kind": entry.kind.to_string(),
-        "amountMicrocents": entry.amount_microcents,
-        "balanceAfterMicrocents": entry.balance_after_microcents,
-        "reason": entry.reason,
-        "createdAt": entry.created_at,
-    })
-}
+pub use ledger::entry_data;

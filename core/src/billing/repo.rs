@@ -123,7 +123,7 @@ pub async fn clear_customer(db: &impl ConnectionTrait, org_id: &OrgId) -> Result
 pub async fn save_auto_topup(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
-    settings: super::service::AutoTopupSettings,
+    settings: super::topup_policy::AutoTopupSettings,
 ) -> Result<(), DbErr> {
     billing_account::Entity::update_many()
         .col_expr(
@@ -150,56 +150,7 @@ pub async fn save_auto_topup(
     Ok(())
 }
 
-/// A charge attempted on a saved card, as [`record_payment`] keeps it.
-pub struct PaymentRow<'a> {
-    pub payment_intent_id: &'a str,
-    pub org_id: &'a OrgId,
-    pub amount: Cents,
-    pub status: PaymentState,
-    /// `topup` or `auto_topup`.
-    pub kind: EntryKind,
-    /// A top-up's client `Idempotency-Key`.
-    pub idempotency_key: Option<&'a str>,
-}
-
-/// Records a payment, or updates a recorded one's status (its amount and key stay).
-///
-/// Retries racing with the same client key record the same payment intent at once: the
-/// insert can then trip the `(org_id, idempotency_key)` index before the arbiter on the
-/// intent id (PostgreSQL checks the indexes in its own order), so a unique violation is that
-/// same payment, whose status is updated instead.
-pub async fn record_payment(db: &impl ConnectionTrait, row: PaymentRow<'_>) -> Result<(), DbErr> {
-    let now = Utc::now();
-    let inserted = payment::Entity::insert(payment::ActiveModel {
-        payment_intent_id: Set(row.payment_intent_id.to_owned()),
-        org_id: Set(row.org_id.to_owned()),
-        amount_cents: Set(row.amount),
-        status: Set(row.status.clone()),
-        kind: Set(row.kind),
-        idempotency_key: Set(row.idempotency_key.map(str::to_owned)),
-        created_at: Set(now),
-        updated_at: Set(now),
-    })
-    .on_conflict(
-        OnConflict::column(payment::Column::PaymentIntentId)
-            .update_columns([payment::Column::Status, payment::Column::UpdatedAt])
-            .to_owned(),
-    )
-    .exec_without_returning(db)
-    .await;
-    match inserted {
-        Err(err) if crate::orgs::repo::is_unique_violation(&err) => {
-            payment::Entity::update_many()
-                .col_expr(payment::Column::Status, Expr::value(row.status))
-                .col_expr(payment::Column::UpdatedAt, Expr::value(now))
-                .filter(payment::Column::PaymentIntentId.eq(row.payment_intent_id))
-                .exec(db)
-                .await?;
-            Ok(())
-        }
-        other => other.map(drop),
-    }
-}
+pub use super::ledger::{record_payment, settle_pending, PaymentRow};
 
 /// Records a charge before the processor is called (a repeat of its key changes nothing).
 pub async fn insert_pending(db: &impl ConnectionTrait, pending: pending_payment::Model) -> Result<(), DbErr> {
@@ -248,20 +199,6 @@ pub async fn drop_pending_of_amount(
         .exec(db)
         .await
         .map(drop)
-}
-
-/// Records what became of a pending charge and forgets it as pending (the caller's
-/// transaction makes it one step); answers whether it was still pending (settled here).
-pub async fn settle_pending(
-    db: &impl ConnectionTrait,
-    processor_key: &str,
-    row: PaymentRow<'_>,
-) -> Result<bool, DbErr> {
-    record_payment(db, row).await?;
-    let deleted = pending_payment::Entity::delete_by_id(processor_key.to_owned())
-        .exec(db)
-        .await?;
-    Ok(deleted.rows_affected > 0)
 }
 
 /// Charges recorded as pending before `older_than`, oldest first.

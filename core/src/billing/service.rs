@@ -13,6 +13,7 @@ use super::ledger::{
 };
 use super::payments::Card;
 use super::repo;
+pub use super::topup_policy::{month_start, under_cap, AutoTopupSettings};
 use super::webhook;
 use super::{Billing, BillingError};
 use crate::domain::{Cents, IdempotencyKey, Microcents, OrgId, PaymentState, RunId};
@@ -189,16 +190,6 @@ pub async fn delete_customer(billing: &Billing, org_id: &OrgId) -> Result<Custom
     }
 }
 
-/// Auto top-up's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AutoTopupSettings {
-    pub enabled: bool,
-    pub threshold: Option<Cents>,
-    pub amount: Option<Cents>,
-    /// The most its charges may come to in a UTC month (none: no cap).
-    pub monthly_limit: Option<Cents>,
-}
-
 /// Saves auto top-up settings (which lifts a pause after declines); enabling needs a card.
 /// Answers what auto top-up has charged this UTC month.
 pub async fn set_auto_topup(
@@ -212,22 +203,6 @@ pub async fn set_auto_topup(
     }
     repo::save_auto_topup(&billing.db, org_id, settings).await?;
     Ok(repo::auto_topup_charged(&billing.db, org_id, month_start(Utc::now())).await?)
-}
-
-/// The first instant of `at`'s UTC month.
-pub fn month_start(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
-    use chrono::Datelike;
-    at.date_naive()
-        .with_day(1)
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .map_or(at, |d| d.and_utc())
-}
-
-/// Whether auto top-up may charge `amount` more this month under its cap.
-pub fn under_cap(account: &billing_account::Model, charged: Cents, amount: Cents) -> bool {
-    account
-        .auto_topup_monthly_limit_cents
-        .is_none_or(|limit| charged.get() + amount.get() <= limit.get())
 }
 
 /// What a top-up came to.

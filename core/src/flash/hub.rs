@@ -121,7 +121,7 @@ async fn provision_org(
                 tracing::warn!(org = %org_id, slug = %env.slug, error = &err as &dyn std::error::Error, "hub provisioning failed");
                 report.failed += 1;
                 repo::finish_provisioning(db, &env, Some(&reason)).await?;
-                repo::back_off(db, hub.settings, org_id, &reason).await?;
+                repo::back_off(db, |n| backoff_delay(hub.settings, n), org_id, &reason).await?;
                 backing_off = true;
             }
         }

@@ -16,7 +16,6 @@ use sea_orm::{
     IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, TryInsertResult,
 };
 
-use crate::config::HubSettings;
 use crate::domain::{OrgId, ProjectId};
 use serde_json::{Map, Value};
 
@@ -473,10 +472,11 @@ pub async fn finish_provisioning(
     Ok(())
 }
 
-/// One more consecutive failure for the organization, and its next allowed attempt.
+/// One more consecutive failure for the organization, and its next allowed attempt `delay`
+/// (of its count of consecutive failures) from now.
 pub async fn back_off(
     db: &impl ConnectionTrait,
-    settings: &HubSettings,
+    delay: impl FnOnce(u32) -> std::time::Duration,
     org_id: &OrgId,
     reason: &str,
 ) -> Result<(), DbErr> {
@@ -486,7 +486,7 @@ pub async fn back_off(
         .map_or(0, |b| b.failures)
         .saturating_add(1);
     let now = Utc::now();
-    let delay = super::hub::backoff_delay(settings, u32::try_from(failures).unwrap_or(u32::MAX));
+    let delay = delay(u32::try_from(failures).unwrap_or(u32::MAX));
     let next = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::days(1));
     hub_backoff::Entity::insert(hub_backoff::ActiveModel {
         org_id: Set(org_id.to_owned()),

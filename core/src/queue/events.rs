@@ -93,7 +93,7 @@ pub async fn announce_ended(db: &impl ConnectionTrait, job_ids: &[JobId]) -> Res
         return Ok(0);
     }
     let ids: Vec<JobId> = ended.iter().map(|job| job.id.clone()).collect();
-    let mut histories = super::repo::histories(db, &ids).await?;
+    let mut histories = super::history::histories(db, &ids).await?;
     let announcements = ended
         .iter()
         .filter_map(|job| {

@@ -3,6 +3,7 @@
 pub mod actor;
 pub mod agent;
 pub mod events;
+mod history;
 pub mod repo;
 pub mod service;
 pub mod shares;

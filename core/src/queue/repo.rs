@@ -870,26 +870,6 @@ async fn record_attempts(db: &impl ConnectionTrait, ended: &[EndedAttempt]) -> R
     Ok(())
 }
 
-/// The jobs' ended attempts, oldest first, by job.
-pub async fn histories(
-    db: &impl ConnectionTrait,
-    job_ids: &[JobId],
-) -> Result<HashMap<JobId, Vec<training_job_attempt::Model>>, DbErr> {
-    let mut by_job: HashMap<JobId, Vec<training_job_attempt::Model>> = HashMap::new();
-    for chunk in job_ids.chunks(500) {
-        let rows = training_job_attempt::Entity::find()
-            .filter(training_job_attempt::Column::JobId.is_in(chunk.iter().cloned()))
-            .order_by_asc(training_job_attempt::Column::JobId)
-            .order_by_asc(training_job_attempt::Column::Ordinal)
-            .all(db)
-            .await?;
-        for row in rows {
-            by_job.entry(row.job_id.clone()).or_default().push(row);
-        }
-    }
-    Ok(by_job)
-}
-
 /// Schedules each retryable failure whose job has attempts left (and no stop request) for
 /// its next attempt after the backoff; answers the jobs it scheduled.
 async fn retry_failures(
@@ -1155,7 +1135,7 @@ async fn outcomes_of(
             .into_iter()
             .map(|job| (job.id.clone(), job))
             .collect();
-        (current, histories(db, &missing).await?)
+        (current, super::history::histories(db, &missing).await?)
     };
     Ok(reports
         .iter()

@@ -153,7 +153,7 @@ pub async fn histories(
     jobs: &Jobs,
     job_ids: &[JobId],
 ) -> Result<std::collections::HashMap<JobId, Vec<entities::training_job_attempt::Model>>, JobError> {
-    Ok(repo::histories(&jobs.db, job_ids).await?)
+    Ok(super::history::histories(&jobs.db, job_ids).await?)
 }
 
 /// Stops a job (queued → user_stopped, running → stopping); 409 once it has ended.

@@ -78,11 +78,3 @@ pub async fn get(
         .unwrap_or_default();
     Ok((trace, marks))
 }
-
-/// `ok` when a trace is complete, without an error, and answered 2xx; else `error`.
-pub fn status_of(status_code: i32, complete: bool, error: Option<&str>) -> &'static str {
-    match (200..300).contains(&status_code) && complete && error.is_none() {
-        true => "ok",
-        false => "error",
-    }
-}

@@ -12,6 +12,14 @@ pub mod service;
 pub mod writer;
 
 /// Why an export did not happen.
+/// `ok` when a trace is complete, without an error, and answered 2xx; else `error`.
+pub fn status_of(status_code: i32, complete: bool, error: Option<&str>) -> &'static str {
+    match (200..300).contains(&status_code) && complete && error.is_none() {
+        true => "ok",
+        false => "error",
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("project not found")]

@@ -137,7 +137,7 @@ pub fn span(t: &trace::Model, marks: &Marks) -> Value {
     for (name, score) in &marks.scores {
         attributes.push(json!({"key": format!("keel.score.{name}"), "value": {"doubleValue": score.value}}));
     }
-    let failed = super::browse::status_of(t.status_code, t.complete, t.error.as_deref()) == "error";
+    let failed = super::status_of(t.status_code, t.complete, t.error.as_deref()) == "error";
     let status = match (&t.error, failed) {
         (Some(error), _) => {
             attributes.push(string("error.type", "upstream_error"));

@@ -19,6 +19,10 @@ use sea_orm::{
 /// statement cache (about 30 MiB more RSS under load).
 const LARGEST_INSERT: usize = 256;
 
+/// Rows of one trace writer's batch at most (one transaction; the writer's `flush_rows`
+/// above it act as it).
+pub(crate) const MAX_BATCH_ROWS: usize = 500;
+
 /// A project with traces: `(project id, its name, how many, the newest's time)`.
 pub type ProjectTraces = (ProjectId, String, i64, DateTime<Utc>);
 
@@ -850,7 +854,7 @@ mod tests {
 
     #[test]
     fn a_batch_splits_into_powers_of_two_that_add_up() {
-        for rows in 0..=crate::traces::writer::MAX_BATCH_ROWS {
+        for rows in 0..=MAX_BATCH_ROWS {
             let sizes: Vec<usize> = statement_sizes(rows).collect();
             assert_eq!(sizes.iter().sum::<usize>(), rows, "{rows}: {sizes:?}");
             assert!(

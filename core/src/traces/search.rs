@@ -25,9 +25,25 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
+/// A message's text pieces: a string as is, or content parts' `text` blocks.
+pub(crate) fn texts_of(content: &Value) -> Option<Vec<&str>> {
+    match content {
+        Value::String(text) => Some(vec![text.as_str()]),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str).is_none_or(|t| t == "text"))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            (!texts.is_empty()).then_some(texts)
+        }
+        _ => None,
+    }
+}
+
 /// A message's text: a string as is, content parts' `text` blocks joined by spaces.
 fn text_of(content: &Value) -> Option<String> {
-    super::export::texts_of(content).map(|texts| texts.join(" "))
+    texts_of(content).map(|texts| texts.join(" "))
 }
 
 /// The texts of the request's user and assistant messages, in order.

@@ -17,11 +17,9 @@ use sea_orm::{DatabaseConnection, DbErr, RuntimeErr};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use super::repo;
 use crate::config::TraceSettings;
 
-/// Rows of one batch at most (one transaction); `flush_rows` above it act as it.
-pub(crate) const MAX_BATCH_ROWS: usize = 500;
+use super::repo::{self, MAX_BATCH_ROWS};
 const WRITE_ATTEMPTS: u32 = 3;
 
 /// A trace to be finished (parsed, redacted) on the writer's task, off the request path.

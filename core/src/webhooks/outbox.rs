@@ -52,6 +52,11 @@ impl Listeners {
     }
 }
 
+/// The events an endpoint is subscribed to, as stored.
+pub(super) fn events_of(endpoint: &webhook_endpoint::Model) -> Vec<String> {
+    serde_json::from_str(&endpoint.events).unwrap_or_default()
+}
+
 /// The enabled endpoints of `org_ids` (one indexed query; none when the list is empty).
 pub async fn listeners(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<Listeners, DbErr> {
     let mut listeners = Listeners::default();
@@ -62,7 +67,7 @@ pub async fn listeners(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<L
             .all(db)
             .await?;
         for endpoint in rows {
-            let events = super::service::events_of(&endpoint);
+            let events = events_of(&endpoint);
             listeners
                 .by_org
                 .entry(endpoint.org_id)

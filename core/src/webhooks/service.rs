@@ -63,7 +63,7 @@ pub fn previous_secrets(endpoint: &webhook_endpoint::Model, now: DateTime<Utc>) 
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default();
     list.retain(|s| s.until > now);
-    list.sort_by(|a, b| b.until.cmp(&a.until));
+    list.sort_by_key(|s| std::cmp::Reverse(s.until));
     list
 }
 
@@ -94,7 +94,7 @@ pub(super) fn open_secrets(
 
 /// An endpoint's subscribed events, as stored.
 pub fn events_of(endpoint: &webhook_endpoint::Model) -> Vec<String> {
-    serde_json::from_str(&endpoint.events).unwrap_or_default()
+    outbox::events_of(endpoint)
 }
 
 /// Creates an endpoint: its URL checked against the destination rules, a new secret (shown

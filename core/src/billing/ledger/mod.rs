@@ -24,7 +24,9 @@ pub use ops::{
     LedgerPolicy, OnDuplicate, Outcome, ServingUsageRow, SettledPayment, SideEffect, MAX_AUTO_TOPUP_DECLINES,
 };
 use planner::{plan, KeyCheck, Writes};
-pub use sql::{ensure_account, lock_account};
+pub use sql::{
+    ensure_account, entry_data, is_lock_timeout, lock_account, record_payment, settle_pending, PaymentRow,
+};
 
 /// Applies `ops` in order in one transaction. `Err` means nothing was written (the caller
 /// may retry the operations one by one).
@@ -244,11 +246,4 @@ async fn apply_cached(
     let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
     cache.put(after.account_after(&account, now), held, version);
     Ok(Some(result))
-}
-
-/// Whether PostgreSQL gave up waiting (`lock_timeout`, `statement_timeout`): the row is
-/// held by another session, and trying again at once would wait again.
-pub fn is_lock_timeout(err: &DbErr) -> bool {
-    let text = err.to_string();
-    text.contains("due to lock timeout") || text.contains("due to statement timeout")
 }

@@ -1,7 +1,9 @@
 //! The ledger's statements. What both dialects share is here; each dialect's own text
 //! is in its module.
 
-mod postgres;
+mod payments;
+pub(super) mod postgres;
+mod rows;
 mod sqlite;
 
 use std::collections::HashMap;
@@ -20,92 +22,9 @@ use crate::domain::{EntryKind, GrantKind};
 use crate::domain::{Microcents, OrgId, PaymentState};
 use crate::webhooks::outbox::{self, Announcement};
 
+pub use payments::{record_payment, settle_pending, PaymentRow};
 pub(super) use postgres::guarded_write;
-
-/// A multi-row insert whose rows travel as one JSON array: the statement text is the
-/// same for every batch size.
-struct JsonRows {
-    table: &'static str,
-    /// (column, PostgreSQL type)
-    columns: &'static [(&'static str, &'static str)],
-    /// Rows that would repeat this unique key are skipped (`ON CONFLICT ... DO NOTHING`).
-    skip_conflicts_on: Option<&'static str>,
-}
-
-const LEDGER_ROWS: JsonRows = JsonRows {
-    table: "ledger_entries",
-    columns: &[
-        ("org_id", "text"),
-        ("kind", "text"),
-        ("amount", "bigint"),
-        ("balance_after", "bigint"),
-        ("idempotency_key", "text"),
-        ("reason", "text"),
-        ("grants", "text"),
-    ],
-    skip_conflicts_on: None,
-};
-
-/// Ledger entries whose idempotency key is already applied are skipped, and counted out.
-const LEDGER_ROWS_SKIPPING_APPLIED: JsonRows = JsonRows {
-    skip_conflicts_on: Some("org_id, idempotency_key"),
-    ..LEDGER_ROWS
-};
-
-const LEDGER_COLUMNS: &str =
-    "org_id, kind, amount_microcents, balance_after_microcents, idempotency_key, reason, grants";
-
-const USAGE_ROWS: JsonRows = JsonRows {
-    table: "serving_usage",
-    columns: &[
-        ("request_id", "text"),
-        ("org_id", "text"),
-        ("adapter_id", "text"),
-        ("model", "text"),
-        ("prompt_tokens", "bigint"),
-        ("completion_tokens", "bigint"),
-        ("cost_microcents", "bigint"),
-        ("charged_microcents", "bigint"),
-    ],
-    skip_conflicts_on: None,
-};
-
-/// Usage rows already recorded (a replay, or a request id another organization used)
-/// are skipped, and counted out.
-const USAGE_ROWS_SKIPPING_RECORDED: JsonRows = JsonRows {
-    skip_conflicts_on: Some("request_id"),
-    ..USAGE_ROWS
-};
-
-impl JsonRows {
-    fn target_columns(&self) -> String {
-        if self.table == "ledger_entries" {
-            LEDGER_COLUMNS.to_owned()
-        } else {
-            self.columns
-                .iter()
-                .map(|(c, _)| *c)
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    }
-
-    fn on_conflict(&self) -> String {
-        self.skip_conflicts_on
-            .map(|key| format!(" ON CONFLICT ({key}) DO NOTHING"))
-            .unwrap_or_default()
-    }
-}
-
-/// Rows as one JSON parameter (PostgreSQL binds a `jsonb` value).
-fn json_param<T: serde::Serialize>(rows: &T) -> Result<serde_json::Value, DbErr> {
-    serde_json::to_value(rows).map_err(|e| DbErr::Custom(format!("ledger rows: {e}")))
-}
-
-/// Rows as one JSON text parameter (SQLite reads it with `json_each`).
-fn json_text<T: serde::Serialize>(rows: &T) -> Result<String, DbErr> {
-    serde_json::to_string(rows).map_err(|e| DbErr::Custom(format!("ledger rows: {e}")))
-}
+pub use postgres::is_lock_timeout;
 
 /// Locked accounts, and the organizations whose account row another transaction held.
 pub(super) struct Locked {
@@ -244,10 +163,10 @@ pub(super) async fn flush(
             .await?;
     }
     for payment in &writes.settled_payments {
-        crate::billing::repo::settle_pending(
+        payments::settle_pending(
             txn,
             &payment.processor_key,
-            crate::billing::repo::PaymentRow {
+            payments::PaymentRow {
                 payment_intent_id: &payment.payment_intent_id,
                 org_id: &payment.org_id,
                 amount: payment.amount,
@@ -374,7 +293,7 @@ async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Resul
                 announcements.push(Announcement {
                     org_id,
                     event_type,
-                    data: crate::billing::entry_data(&entry),
+                    data: entry_data(&entry),
                 });
             }
             LedgerEvent::CreditExpired {
@@ -453,4 +372,17 @@ pub async fn ensure_account(db: &impl ConnectionTrait, org_id: &OrgId) -> Result
     .exec_without_returning(db)
     .await?;
     Ok(())
+}
+
+/// A ledger entry as `GET /api/billing/ledger` shows it (the web layer's `LedgerEntryView`;
+/// a test there holds the two equal): the data of a top-up's webhook event.
+pub fn entry_data(entry: &entities::ledger_entry::Model) -> serde_json::Value {
+    serde_json::json!({
+        "id": entry.id,
+        "kind": entry.kind.to_string(),
+        "amountMicrocents": entry.amount_microcents,
+        "balanceAfterMicrocents": entry.balance_after_microcents,
+        "reason": entry.reason,
+        "createdAt": entry.created_at,
+    })
 }

@@ -6,10 +6,17 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, Value};
 
-use super::{
+use super::rows::{
     json_param, JsonRows, LEDGER_ROWS, LEDGER_ROWS_SKIPPING_APPLIED, USAGE_ROWS, USAGE_ROWS_SKIPPING_RECORDED,
 };
 use crate::billing::ledger::planner::{BalanceRow, KeyCheck, Writes};
+
+/// Whether PostgreSQL gave up waiting (`lock_timeout`, `statement_timeout`): the row is
+/// held by another session, and trying again at once would wait again.
+pub fn is_lock_timeout(err: &DbErr) -> bool {
+    let text = err.to_string();
+    text.contains("due to lock timeout") || text.contains("due to statement timeout")
+}
 
 /// With `skip_locked` (a shared batch), rows another transaction holds are left out instead
 /// of waited for: that organization goes on alone and the others are not held up.
@@ -197,7 +204,7 @@ pub(in crate::billing::ledger) async fn guarded_write(
     match answer {
         Ok(row) => Ok(row.and_then(|row| row.try_get_by_index::<String>(0).ok())),
         // Waiting longer on the locked path would only double the wait.
-        Err(err) if crate::billing::ledger::is_lock_timeout(&err) => Err(err),
+        Err(err) if is_lock_timeout(&err) => Err(err),
         Err(err) => {
             tracing::debug!(org_id = %after.org_id, error = %err, "guarded ledger write refused; taking the locked path");
             Ok(None)

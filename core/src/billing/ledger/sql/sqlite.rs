@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 
-use super::{json_text, JsonRows, LEDGER_ROWS, USAGE_ROWS};
+use super::rows::{json_text, JsonRows, LEDGER_ROWS, USAGE_ROWS};
 use crate::billing::ledger::planner::Writes;
 
 /// Takes SQLite's write lock first (as `BEGIN IMMEDIATE` would), so another process
