@@ -21,17 +21,6 @@ fn operator_only(viewer: &Viewer) -> Result<(), ConsoleError> {
     }
 }
 
-const STATUSES: [JobStatus; 8] = [
-    JobStatus::Queued,
-    JobStatus::Scheduled,
-    JobStatus::Running,
-    JobStatus::Stopping,
-    JobStatus::Succeeded,
-    JobStatus::Blocked,
-    JobStatus::UserStopped,
-    JobStatus::Failed,
-];
-
 fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::Utc>, stale: bool) -> HeldJob {
     HeldJob {
         id: job.id.to_string(),
@@ -77,7 +66,7 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
         .map(|action| CountRow {
             action: (*action).to_owned(),
             paused: paused.iter().any(|p| p.as_str() == *action),
-            counts: STATUSES
+            counts: JobStatus::ALL
                 .iter()
                 .map(|s| {
                     overview
@@ -123,7 +112,7 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
         &req,
         &QueuePage {
             l: Layout::new("Queue", &viewer, "queue", Flash::read(&req)),
-            statuses: STATUSES.iter().map(|s| s.as_str()).collect(),
+            statuses: JobStatus::ALL.iter().map(|s| s.as_str()).collect(),
             counts,
             shares,
             held: by_worker

@@ -30,17 +30,6 @@ const RUNS_PAGE: u64 = 50;
 /// Eval cases per page.
 const CASES_PAGE: u64 = 100;
 
-const STATUSES: [JobStatus; 8] = [
-    JobStatus::Queued,
-    JobStatus::Scheduled,
-    JobStatus::Running,
-    JobStatus::Stopping,
-    JobStatus::Succeeded,
-    JobStatus::Blocked,
-    JobStatus::UserStopped,
-    JobStatus::Failed,
-];
-
 /// A keyset cursor `(time, id)` as it travels in a link: `<rfc3339>_<id>`.
 fn cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}_{id}", at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
@@ -170,7 +159,7 @@ pub async fn jobs(
         &req,
         &JobsPage {
             l,
-            statuses: STATUSES.iter().map(|s| s.as_str()).collect(),
+            statuses: JobStatus::ALL.iter().map(|s| s.as_str()).collect(),
             actions: JobAction::NAMES.to_vec(),
             status: filter.status.iter().map(|s| s.as_str()).collect(),
             action: filter.action.map(|a| a.as_str()).unwrap_or_default().to_owned(),

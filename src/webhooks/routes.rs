@@ -2,6 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
+use keel_core::paging::Keyset;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -194,25 +195,13 @@ impl Validate for DeliveriesQuery {
     }
 }
 
-/// A page's end: the last delivery's creation (seconds, nanoseconds) and id (32 hex).
-pub(crate) fn encode_cursor(at: DateTime<Utc>, id: &str) -> String {
-    let id = uuid::Uuid::parse_str(id)
-        .map(|u| u.simple().to_string())
-        .unwrap_or_default();
-    format!("{}-{:09}-{id}", at.timestamp(), at.timestamp_subsec_nanos())
+/// A delivery page's cursor: the shared keyset cursor of keel's lists.
+pub(crate) fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
+    Keyset::decode(raw).map(|k| (k.at, k.id))
 }
 
-pub(crate) fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
-    let mut parts = raw.splitn(3, '-');
-    let (secs, nanos, id) = (parts.next()?, parts.next()?, parts.next()?);
-    let digits =
-        |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(secs, 12) || nanos.len() != 9 || !digits(nanos, 9) || id.len() != 32 {
-        return None;
-    }
-    let at = DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)?;
-    let id = uuid::Uuid::try_parse(id).ok()?;
-    Some((at, id.hyphenated().to_string()))
+pub(crate) fn encode_cursor(at: DateTime<Utc>, id: &str) -> String {
+    Keyset::new(at, id).encode()
 }
 
 /// List an endpoint's deliveries

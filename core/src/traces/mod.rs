@@ -11,7 +11,6 @@ pub mod search;
 pub mod service;
 pub mod writer;
 
-/// Why an export did not happen.
 /// `ok` when a trace is complete, without an error, and answered 2xx; else `error`.
 pub fn status_of(status_code: i32, complete: bool, error: Option<&str>) -> &'static str {
     match (200..300).contains(&status_code) && complete && error.is_none() {
@@ -20,6 +19,7 @@ pub fn status_of(status_code: i32, complete: bool, error: Option<&str>) -> &'sta
     }
 }
 
+/// Why an export did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("project not found")]
