@@ -14,6 +14,18 @@ use crate::cols::execute_all;
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
+/// The delete and update triggers, on indexed rows only (the mark's); a later rebuild of the
+/// table (`m20261128_000005`) makes them again.
+pub(crate) const MARKED_TRIGGERS: [&str; 2] = [
+    "CREATE TRIGGER traces_fts_delete AFTER DELETE ON traces \
+     WHEN old.rowid <= (SELECT last_rowid FROM traces_fts_mark) BEGIN \
+     INSERT INTO traces_fts(traces_fts, rowid, search_text) VALUES ('delete', old.rowid, old.search_text); END",
+    "CREATE TRIGGER traces_fts_update AFTER UPDATE OF search_text ON traces \
+     WHEN old.rowid <= (SELECT last_rowid FROM traces_fts_mark) BEGIN \
+     INSERT INTO traces_fts(traces_fts, rowid, search_text) VALUES ('delete', old.rowid, old.search_text); \
+     INSERT INTO traces_fts(rowid, search_text) VALUES (new.rowid, new.search_text); END",
+];
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
@@ -29,13 +41,8 @@ impl MigrationTrait for Migration {
                 "DROP TRIGGER IF EXISTS traces_fts_insert",
                 "DROP TRIGGER IF EXISTS traces_fts_delete",
                 "DROP TRIGGER IF EXISTS traces_fts_update",
-                "CREATE TRIGGER traces_fts_delete AFTER DELETE ON traces \
-                 WHEN old.rowid <= (SELECT last_rowid FROM traces_fts_mark) BEGIN \
-                 INSERT INTO traces_fts(traces_fts, rowid, search_text) VALUES ('delete', old.rowid, old.search_text); END",
-                "CREATE TRIGGER traces_fts_update AFTER UPDATE OF search_text ON traces \
-                 WHEN old.rowid <= (SELECT last_rowid FROM traces_fts_mark) BEGIN \
-                 INSERT INTO traces_fts(traces_fts, rowid, search_text) VALUES ('delete', old.rowid, old.search_text); \
-                 INSERT INTO traces_fts(rowid, search_text) VALUES (new.rowid, new.search_text); END",
+                MARKED_TRIGGERS[0],
+                MARKED_TRIGGERS[1],
             ],
         )
         .await

@@ -13,20 +13,10 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
 
 use crate::cols::execute_all;
+use crate::m20261128_000004_sqlite_fts_off_the_writer::MARKED_TRIGGERS as TRIGGERS;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
-
-/// The delete and update triggers, on indexed rows only (as `m20261128_000004`'s).
-const TRIGGERS: [&str; 2] = [
-    "CREATE TRIGGER traces_fts_delete AFTER DELETE ON traces \
-     WHEN old.rowid <= (SELECT last_rowid FROM traces_fts_mark) BEGIN \
-     INSERT INTO traces_fts(traces_fts, rowid, search_text) VALUES ('delete', old.rowid, old.search_text); END",
-    "CREATE TRIGGER traces_fts_update AFTER UPDATE OF search_text ON traces \
-     WHEN old.rowid <= (SELECT last_rowid FROM traces_fts_mark) BEGIN \
-     INSERT INTO traces_fts(traces_fts, rowid, search_text) VALUES ('delete', old.rowid, old.search_text); \
-     INSERT INTO traces_fts(rowid, search_text) VALUES (new.rowid, new.search_text); END",
-];
 
 async fn rebuild(manager: &SchemaManager<'_>, create: &str) -> Result<(), DbErr> {
     if manager.get_database_backend() != DbBackend::Sqlite {

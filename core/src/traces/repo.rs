@@ -144,47 +144,35 @@ fn kept_by(
         );
     }
     if let Some(search) = filter.search.as_ref().filter(|q| !q.is_empty()) {
-        query = query.filter(match backend {
-            // The words' own queries, bound as values (each backend's placeholder: `$1`
-            // numbered on PostgreSQL, `?` on SQLite). On PostgreSQL an indexed trace matches
-            // by its `search` column (the GIN index; a phrase's order then on its words), one
-            // the indexer has not reached yet by its words alone (the unindexed tail's partial
-            // index finds those; see `super::indexer`).
-            DbBackend::Postgres => {
-                use sea_orm::sea_query::ExprTrait as _;
-                let words = || Expr::cust("' ' || \"traces\".\"search_text\" || ' '");
-                let mut indexed = Condition::all().add(Expr::cust_with_expr(
-                    "\"traces\".\"search\" @@ CAST($1 AS tsquery)",
-                    Expr::val(search.tsquery()),
-                ));
-                for phrase in search.phrase_patterns() {
-                    indexed = indexed.add(words().like(phrase));
-                }
-                let mut tail = Condition::all().add(Expr::cust(UNINDEXED));
-                for term in search.patterns() {
-                    tail = tail.add(words().like(term));
-                }
-                Condition::any().add(indexed).add(tail)
-            }
-            // On SQLite an indexed trace matches through FTS5, one the indexer has not reached
-            // by its words alone (a range of the rowid past the mark).
-            _ => {
-                use sea_orm::sea_query::ExprTrait as _;
-                let words = || Expr::cust("' ' || \"traces\".\"search_text\" || ' '");
-                let mut indexed = Condition::all().add(Expr::cust_with_expr(
-                    "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
-                    Expr::val(search.fts5()),
-                ));
-                for phrase in search.phrase_patterns() {
-                    indexed = indexed.add(words().like(phrase));
-                }
-                let mut tail = Condition::all().add(Expr::cust(UNINDEXED_SQLITE));
-                for term in search.patterns() {
-                    tail = tail.add(words().like(term));
-                }
-                Condition::any().add(indexed).add(tail)
-            }
-        });
+        // The words' own queries, bound as values (each backend's placeholder: `$1` numbered
+        // on PostgreSQL, `?` on SQLite). An indexed trace matches through the index (a
+        // phrase's order then on its words): on PostgreSQL its `search` column (GIN), on
+        // SQLite FTS5. One the indexer has not reached yet matches by its words alone: on
+        // PostgreSQL the unindexed tail's partial index finds those, on SQLite a range of
+        // the rowid past the mark (see `super::indexer`).
+        let (index, unindexed, words_query) = match backend {
+            DbBackend::Postgres => (
+                "\"traces\".\"search\" @@ CAST($1 AS tsquery)",
+                UNINDEXED,
+                search.tsquery(),
+            ),
+            _ => (
+                "\"traces\".rowid IN (SELECT rowid FROM traces_fts WHERE traces_fts MATCH ?)",
+                UNINDEXED_SQLITE,
+                search.fts5(),
+            ),
+        };
+        use sea_orm::sea_query::ExprTrait as _;
+        let words = || Expr::cust("' ' || \"traces\".\"search_text\" || ' '");
+        let mut indexed = Condition::all().add(Expr::cust_with_expr(index, Expr::val(words_query)));
+        for phrase in search.phrase_patterns() {
+            indexed = indexed.add(words().like(phrase));
+        }
+        let mut tail = Condition::all().add(Expr::cust(unindexed));
+        for term in search.patterns() {
+            tail = tail.add(words().like(term));
+        }
+        query = query.filter(Condition::any().add(indexed).add(tail));
     }
     if let Some(model) = &filter.model {
         query = query.filter(trace::Column::Model.eq(model.as_str()));
