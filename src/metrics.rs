@@ -12,7 +12,7 @@ pub async fn refresh(state: &AppState) {
         jobs: keel_core::queue::repo::counts_by_action_status(db).await.ok(),
         oldest_queued: keel_core::queue::repo::oldest_queued(db).await.ok(),
         payments_pending: keel_core::billing::repo::pending_count(db).await.ok(),
-        ledger_stalled: state.ledger.stalled_for(),
+        ledger_stalled: state.ledger_stalled_for(),
         trace_queue: state.traces.queue_depth(),
         webhooks_pending: keel_core::webhooks::repo::pending_summary(db).await.ok(),
         traces_unindexed: keel_core::traces::repo::oldest_unindexed(db).await.ok(),

@@ -63,9 +63,6 @@ impl Application {
         };
         let grace = Duration::from_secs(settings.server.shutdown_grace_secs);
         let state = AppState::new(db, settings)?;
-        state.cluster.start_listener(&state.settings.database.url);
-        tokio::spawn(crate::billing::service::run_reconciler(state.billing.clone()));
-        tokio::spawn(keel_core::billing::expiry::run(state.billing.clone()));
         let registry = prometheus::Registry::new();
         state
             .traces

@@ -40,7 +40,7 @@ pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
         .await
         .is_ok_and(|pinged| pinged.is_ok());
     let stall_after = std::time::Duration::from_secs(state.settings.billing.stall_after_secs);
-    let ledger = state.ledger.stalled_for() < stall_after;
+    let ledger = state.ledger_stalled_for() < stall_after;
     let draining = state.cluster.stopping().is_cancelled();
     let ok = database && ledger && !draining;
     let body = Health {

@@ -198,14 +198,13 @@ impl Cluster {
         &self.inner.stopping
     }
 
-    /// Starts the listener on PostgreSQL (nothing to listen to on SQLite).
-    pub fn start_listener(&self, url: &str) {
+    /// The listener on PostgreSQL, to run until the stop signal (nothing to listen to on
+    /// SQLite).
+    pub fn listener(&self, url: &str) -> Option<impl std::future::Future<Output = ()> + 'static> {
         if !self.inner.postgres {
-            return;
+            return None;
         }
-        let cluster = self.clone();
-        let url = url.to_owned();
-        tokio::spawn(async move { cluster.listen(url).await });
+        Some(self.clone().listen(url.to_owned()))
     }
 
     async fn listen(self, url: String) {

@@ -26,5 +26,9 @@ pub mod queue;
 pub mod runs;
 pub mod secrets;
 pub mod serving;
+mod start;
+pub mod tasks;
 pub mod traces;
 pub mod webhooks;
+
+pub use start::Core;

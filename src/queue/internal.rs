@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::actor::{ask, Heartbeat, Submit};
 use super::repo::{self, Held, Report, ReportOutcome};
 use super::{known_job, parse_stored, service, JobView};
 use crate::auth::Internal;
@@ -245,7 +244,7 @@ pub struct OkBody {
 }
 
 async fn report(state: &AppState, report: Report) -> ApiResult<HttpResponse> {
-    let outcome = ask(&state.queue, Submit(report)).await?;
+    let outcome = super::service::report(&state.jobs, report).await?;
     match outcome {
         ReportOutcome::Applied | ReportOutcome::Repeated => Ok(HttpResponse::Ok().json(OkBody { ok: true })),
         ReportOutcome::NotHeld => Err(ApiError::Coded(
@@ -388,14 +387,7 @@ pub async fn heartbeat(
     body: ValidJson<JobIdRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let held = ask(
-        &state.queue,
-        Heartbeat {
-            job_id: known_job(&body.job_id)?,
-            worker_id: body.worker_id,
-        },
-    )
-    .await?;
+    let held = super::service::heartbeat(&state.jobs, known_job(&body.job_id)?, body.worker_id).await?;
     match held {
         Held::Yes { stop_requested } => Ok(HttpResponse::Ok().json(HeartbeatAnswer {
             ok: true,

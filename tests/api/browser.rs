@@ -958,14 +958,23 @@ async fn a_refreshing_page_keeps_the_keyboards_focus() {
         .execute("document.activeElement.blur();", vec![])
         .await
         .unwrap();
-    let mut status = String::new();
-    for _ in 0..60 {
-        status = browser.text("#job-status").await;
-        if status == "stopping" {
+    // Read in one script: the region is replaced every second, so an element found by one
+    // call can be gone (stale) by the next.
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        status = browser
+            .client
+            .execute(
+                "var e = document.getElementById('job-status'); return e ? e.textContent.trim() : null;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if status == json!("stopping") {
             break;
         }
         actix_web::rt::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(status, "stopping");
+    assert_eq!(status, json!("stopping"));
     browser.client.clone().close().await.unwrap();
 }

@@ -442,3 +442,42 @@ async fn a_stream_that_breaks_is_one_warning_and_its_request_line_says_so() {
     );
     assert!(!lines.iter().any(|l| l["level"] == "ERROR"), "{text}");
 }
+
+#[actix_web::test]
+async fn at_sigterm_every_task_the_core_started_reports_its_stop() {
+    let mut served = serve(4096, "info").await;
+    let output = capture(served.child.stderr.take().unwrap());
+    served.healthz_many(10, 2).await;
+    assert!(served.terminate().await, "a clean exit");
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let named = |what: &str| -> Vec<String> {
+        let pattern = regex::Regex::new(&format!(r#"{what} task="([^"]+)""#)).unwrap();
+        let mut names: Vec<String> = pattern.captures_iter(&text).map(|c| c[1].to_owned()).collect();
+        names.sort();
+        names
+    };
+    let started = named("task started");
+    let stopped = named("task stopped");
+    // What runs on every database with the default settings (the listener only on PostgreSQL).
+    for task in [
+        "auto top-up",
+        "credit expiry",
+        "key usage",
+        "open streams",
+        "payments reconciler",
+        "search indexer",
+        "trace retention",
+        "trace writer",
+        "webhook dispatcher",
+    ] {
+        assert!(started.iter().any(|s| s == task), "{task} started: {text}");
+    }
+    if postgres() {
+        assert!(started.iter().any(|s| s == "cluster listener"), "{text}");
+    }
+    assert_eq!(started, stopped, "every task that started stopped: {text}");
+    let drained = text.find("background work stopped").expect("shutdown finished");
+    let last_stop = text.rfind("task stopped").unwrap();
+    assert!(last_stop < drained, "every task stopped before the pool closed");
+}

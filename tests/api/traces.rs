@@ -613,6 +613,7 @@ async fn own_writer(
             ..keel::config::Settings::defaults().expect("defaults").traces
         },
         keel::metrics::Metrics::new(),
+        &keel_core::tasks::Tasks::default(),
     );
     let org_id = org.org_id;
     let trace = move |id| pending_trace(id, &org_id, &project);

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use entities::training_job;
 
-use super::actor::{ask, Claim, Enqueue, RequeueStale};
+use super::actor::{ask, Claim, Enqueue, Heartbeat, RequeueStale, Submit};
 use super::repo::{self, Inserted, NewJob, RetryOutcome, SecretChange, StopOutcome, SweepCounts};
 use super::{JobError, Jobs};
 use crate::cluster::{Event, Wake};
@@ -424,12 +424,30 @@ pub async fn requeue_blocked_for_funds(jobs: &Jobs, org_id: &OrgId) -> Result<()
 pub async fn requeue_blocked_on_credit(
     jobs: Jobs,
     mut credited: tokio::sync::mpsc::UnboundedReceiver<OrgId>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
-    while let Some(org_id) = credited.recv().await {
+    loop {
+        let org_id = tokio::select! {
+            () = stop.cancelled() => return,
+            credited = credited.recv() => match credited {
+                Some(org_id) => org_id,
+                None => return,
+            },
+        };
         if let Err(err) = requeue_blocked_for_funds(&jobs, &org_id).await {
             tracing::warn!(org_id = %org_id, error = %err, "requeueing jobs blocked for funds failed");
         }
     }
+}
+
+/// A worker's report (succeeded, failed, progress), applied through the queue actor.
+pub async fn report(jobs: &Jobs, report: repo::Report) -> Result<repo::ReportOutcome, JobError> {
+    Ok(ask(&jobs.actor, Submit(report)).await?)
+}
+
+/// A worker says it still works on the job: whether it holds it, and whether a stop was asked.
+pub async fn heartbeat(jobs: &Jobs, job_id: JobId, worker_id: String) -> Result<repo::Held, JobError> {
+    Ok(ask(&jobs.actor, Heartbeat { job_id, worker_id }).await?)
 }
 
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.

@@ -125,7 +125,12 @@ pub struct TraceWriter {
 
 impl TraceWriter {
     /// Starts the writer task (inside the actix system).
-    pub fn start(db: DatabaseConnection, settings: &TraceSettings, figures: crate::metrics::Metrics) -> Self {
+    pub fn start(
+        db: DatabaseConnection,
+        settings: &TraceSettings,
+        figures: crate::metrics::Metrics,
+        tasks: &crate::tasks::Tasks,
+    ) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
@@ -137,7 +142,10 @@ impl TraceWriter {
             flush_every: Duration::from_millis(settings.flush_ms),
             batch_interval: Duration::from_millis(settings.batch_interval_ms),
         };
-        actix::spawn(run(db, shared.clone(), pace, metrics.clone(), figures));
+        tasks.spawn(
+            "trace writer",
+            run(db, shared.clone(), pace, metrics.clone(), figures),
+        );
         Self {
             handle: Arc::new(Handle(shared)),
             metrics,
@@ -184,6 +192,13 @@ impl TraceWriter {
 
     /// Writes everything handed over so far; answers when it is in the database (at once
     /// if the writer is gone).
+    /// Closes the queue: the writer writes what it holds, then stops (shutdown awaits it).
+    pub fn close(&self) {
+        let shared = &self.handle.0;
+        shared.lock().closed = true;
+        shared.wake.notify_one();
+    }
+
     pub async fn drain(&self) {
         let shared = &self.handle.0;
         let (ack, done) = oneshot::channel();

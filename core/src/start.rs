@@ -1,0 +1,264 @@
+//! The core, started: its actors (ledger, queue), the trace writer, the cluster and every
+//! background loop, each loop tracked by name so that shutdown awaits them all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+
+use crate::billing::actor::{Ledger, LedgerConfig};
+use crate::billing::payments::Payments;
+use crate::config::Settings;
+use crate::orgs::adapters::AdapterDirectory;
+use crate::queue::actor::{QueueActor, QueueConfig};
+use crate::secrets::SecretBox;
+use crate::tasks::Tasks;
+
+/// What the web crate (or any other front) runs on. Cloning shares it.
+#[derive(Clone)]
+pub struct Core {
+    pub db: DatabaseConnection,
+    pub settings: Arc<Settings>,
+    /// One TLS configuration for every outbound client: loading the system's root
+    /// certificates is most of a client's start-up cost (docs/DECISIONS.md).
+    pub tls: native_tls::TlsConnector,
+    /// Outbound calls to the serving layer, hub and tracker (per-call timeouts from config).
+    pub http: reqwest::Client,
+    pub adapters: AdapterDirectory,
+    /// `None` when no key is configured: secrets cannot be stored.
+    pub secret_box: Option<SecretBox>,
+    pub proxy_cache: crate::proxy::cache::ProxyCache,
+    pub traces: crate::traces::writer::TraceWriter,
+    /// API keys' limits (requests a minute, tokens a day, open streams) and usage counts.
+    pub limiter: crate::keys::Limiter,
+    /// The operator's figures on `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// Cache invalidations and job wake-ups shared with the other instances.
+    pub cluster: crate::cluster::Cluster,
+    /// What the core's flows need, each its narrow part of the above.
+    pub billing: crate::billing::Billing,
+    pub jobs: crate::queue::Jobs,
+    pub serving: crate::serving::Serving,
+    pub webhooks: crate::webhooks::Webhooks,
+    ledger: Ledger,
+    tasks: Tasks,
+}
+
+impl Core {
+    /// Builds everything and starts every loop. Must run inside an actix system (the ledger
+    /// has an arbiter of its own; the queue actor and the loops run on the current one).
+    pub fn start(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {
+        let tasks = Tasks::default();
+        let tls =
+            native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for outbound calls: {e}"))?;
+        let payments = Arc::new(Payments::from_settings(&settings.payments, &tls)?);
+        let metrics = crate::metrics::Metrics::new();
+        let ledger = Ledger::new(
+            db.clone(),
+            metrics.clone(),
+            LedgerConfig {
+                max_batch: settings.billing.max_batch,
+                idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
+                policy: crate::billing::ledger::LedgerPolicy {
+                    low_balance: settings.billing.low_balance_cents,
+                    promotional_priority: settings.billing.promotional_priority,
+                    paid_priority: settings.billing.paid_priority,
+                },
+            },
+        );
+        let proxy_cache = crate::proxy::cache::ProxyCache::new(
+            Duration::from_millis(settings.proxy.auth_cache_ttl_ms),
+            &metrics,
+        );
+        let adapters = AdapterDirectory::new(
+            Duration::from_millis(settings.billing.adapter_cache_ttl_ms),
+            &metrics,
+        );
+        let limiter = crate::keys::Limiter::new(db.clone(), crate::keys::UsageBook::default());
+        let cluster = crate::cluster::Cluster::new(
+            db.clone(),
+            vec![
+                Box::new(proxy_cache.clone()),
+                Box::new(limiter.clone()),
+                Box::new(adapters.clone()),
+                Box::new(crate::webhooks::outbox::Waker),
+            ],
+        );
+        let stopping = cluster.stopping().clone();
+        let queue_config = QueueConfig {
+            stale_after: Duration::from_secs(settings.queue.stale_after_secs),
+            max_attempts: settings.queue.max_attempts,
+            sweep_interval: Duration::from_secs(settings.queue.sweep_interval_secs),
+            run_fee: settings.billing.flat_run_fee_cents,
+            max_batch: settings.billing.max_batch,
+            retry_backoff_base: Duration::from_secs(settings.queue.retry_backoff_base_secs),
+            retry_backoff_max: Duration::from_secs(settings.queue.retry_backoff_max_secs),
+            max_running_per_org: settings.queue.max_running_per_org,
+            requeue_blocked_on_credit: settings.queue.requeue_blocked_on_credit,
+        };
+        let queue = actix::Actor::start(QueueActor::new(
+            db.clone(),
+            ledger.clone(),
+            cluster.clone(),
+            metrics.clone(),
+            queue_config,
+        ));
+        let secret_box =
+            SecretBox::from_settings(&settings.secrets.encryption_key, &settings.auth.session_secret)?;
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls.clone())
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()?;
+        let traces =
+            crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone(), &tasks);
+        let billing = crate::billing::Billing {
+            db: db.clone(),
+            ledger: ledger.clone(),
+            payments: payments.clone(),
+            adapters: adapters.clone(),
+            settings: Arc::new(settings.billing.clone()),
+            pricing: Arc::new(settings.pricing.clone()),
+            payment_settings: Arc::new(settings.payments.clone()),
+            metrics: metrics.clone(),
+            stopping: stopping.clone(),
+        };
+        let jobs = crate::queue::Jobs {
+            db: db.clone(),
+            actor: queue,
+            secret_box: secret_box.clone(),
+            cluster: cluster.clone(),
+            metrics: metrics.clone(),
+            stale_after: chrono::Duration::seconds(settings.queue.stale_after_secs as i64),
+            max_running_per_org: settings.queue.max_running_per_org,
+        };
+        let webhooks = crate::webhooks::Webhooks::new(
+            db.clone(),
+            secret_box.clone(),
+            &settings.webhooks,
+            metrics.clone(),
+        );
+        let serving = crate::serving::Serving {
+            db: db.clone(),
+            adapters: adapters.clone(),
+            pricing: Arc::new(settings.pricing.clone()),
+            cluster: cluster.clone(),
+            limiter: limiter.clone(),
+            layer: crate::serving::client::ServingLayer::new(&http, &settings.serving, &settings.auth),
+        };
+
+        if let Some(listener) = cluster.listener(&settings.database.url) {
+            tasks.spawn("cluster listener", listener);
+        }
+        // Charges the card when the ledger says a balance went under its threshold; shutdown
+        // waits for it before the ledger drains (its credits go through the ledger).
+        if let Some(below) = ledger.watch_balance_below() {
+            tasks.spawn(
+                "auto top-up",
+                crate::billing::auto_topup::run(
+                    db.clone(),
+                    payments.clone(),
+                    metrics.clone(),
+                    ledger.clone(),
+                    below,
+                    stopping.clone(),
+                ),
+            );
+        }
+        if settings.queue.requeue_blocked_on_credit {
+            if let Some(credited) = ledger.watch_credits() {
+                tasks.spawn(
+                    "requeue on credit",
+                    crate::queue::service::requeue_blocked_on_credit(
+                        jobs.clone(),
+                        credited,
+                        stopping.clone(),
+                    ),
+                );
+            }
+        }
+        tasks.spawn(
+            "payments reconciler",
+            crate::billing::service::run_reconciler(billing.clone()),
+        );
+        tasks.spawn("credit expiry", crate::billing::expiry::run(billing.clone()));
+        if settings.webhooks.dispatcher {
+            tasks.spawn(
+                "webhook dispatcher",
+                crate::webhooks::dispatcher::run(webhooks.clone(), stopping.clone()),
+            );
+        }
+        tasks.spawn("open streams", limiter.clone().run(stopping.clone()));
+        tasks.spawn(
+            "key usage",
+            limiter.usage().clone().run(db.clone(), stopping.clone()),
+        );
+        if settings.traces.search_indexer {
+            tasks.spawn(
+                "search indexer",
+                crate::traces::indexer::run(db.clone(), metrics.traces_indexed.clone(), stopping.clone()),
+            );
+        }
+        tasks.spawn(
+            "trace retention",
+            crate::traces::retention::run(
+                db.clone(),
+                Duration::from_secs(settings.traces.retention_sweep_secs.max(1)),
+                metrics.traces_expired.clone(),
+                stopping,
+            ),
+        );
+        Ok(Self {
+            db,
+            settings: Arc::new(settings),
+            tls,
+            http,
+            adapters,
+            secret_box,
+            proxy_cache,
+            traces,
+            limiter,
+            metrics,
+            cluster,
+            billing,
+            jobs,
+            serving,
+            webhooks,
+            ledger,
+            tasks,
+        })
+    }
+
+    /// How long the ledger has had work it could not commit (the readiness check).
+    pub fn ledger_stalled_for(&self) -> Duration {
+        self.ledger.stalled_for()
+    }
+
+    /// How many of the core's tasks are running.
+    pub fn tasks_running(&self) -> usize {
+        self.tasks.running()
+    }
+
+    /// Stops intake, ends every task and drains, in this order (requests are done: the
+    /// server drained them first):
+    /// 1. the stop signal: waiting claims answer, every loop ends its turn and returns;
+    /// 2. the queue actor stops (no report is pending);
+    /// 3. the trace writer's queue closes: it writes what it holds, then stops;
+    /// 4. every task is awaited (the auto top-up's card charges submit their credits here,
+    ///    before the ledger drains);
+    /// 5. the ledger commits what it holds;
+    /// 6. the tokens the last traces counted, and every call's count, are written;
+    /// 7. the pool closes.
+    pub async fn shutdown(&self) {
+        self.cluster.stopping().cancel();
+        let _ = self.jobs.actor.send(crate::queue::actor::Shutdown).await;
+        self.traces.close();
+        self.tasks.wait().await;
+        self.ledger.drain().await;
+        self.limiter.usage().flush(&self.db).await;
+        if let Err(err) = self.db.clone().close().await {
+            tracing::warn!(error = %err, "closing the database pool");
+        }
+        tracing::info!("background work stopped");
+    }
+}

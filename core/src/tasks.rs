@@ -1,0 +1,39 @@
+//! The core's background tasks, registered in one tracker so that shutdown can await every
+//! one of them (docs/ARCHITECTURE.md lists them with their stop order).
+
+use std::future::Future;
+
+use tokio_util::task::TaskTracker;
+
+/// Every loop the core starts, by name. Each logs `task started` and `task stopped` with its
+/// name (the operator, and the process-level shutdown test, read the pairs).
+#[derive(Clone, Default)]
+pub struct Tasks {
+    tracker: TaskTracker,
+}
+
+impl Tasks {
+    /// Runs `work` on the current (actix) thread, tracked under `name`.
+    pub fn spawn<F>(&self, name: &'static str, work: F)
+    where
+        F: Future<Output = ()> + 'static,
+    {
+        tracing::info!(task = name, "task started");
+        actix::spawn(self.tracker.track_future(async move {
+            work.await;
+            tracing::info!(task = name, "task stopped");
+        }));
+    }
+
+    /// How many tasks are still running.
+    pub fn running(&self) -> usize {
+        self.tracker.len()
+    }
+
+    /// Takes no new task and waits for every running one to end (each ends on the stop
+    /// signal or when its input closes).
+    pub async fn wait(&self) {
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
