@@ -6,9 +6,10 @@ use clap::{Parser, Subcommand};
 use migration::{Migrator, MigratorTrait};
 use serde::Serialize;
 
-use crate::config::Settings;
 use crate::startup::Application;
-use crate::{database, orgs, telemetry};
+use crate::telemetry;
+use keel_core::config::Settings;
+use keel_core::database;
 
 /// `keel serve --help`: the settings an operator sets first, with their variables.
 const SERVE_SETTINGS: &str = "\
@@ -239,11 +240,11 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                 },
         } => {
             let owner_id =
-                crate::domain::UserId::parse(&owner).map_err(|e| anyhow::anyhow!("--owner: {e}"))?;
+                keel_core::domain::UserId::parse(&owner).map_err(|e| anyhow::anyhow!("--owner: {e}"))?;
             let db = database::connect(&settings.database).await?;
             database::migrate(&settings.database, &db).await?;
             if !another {
-                if let Some(existing) = orgs::repo::find_org_by_name(&db, &org).await? {
+                if let Some(existing) = keel_core::orgs::service::named(&db, &org).await? {
                     anyhow::bail!(
                         "an organization named {org:?} already exists (id {}, slug {}); \
                          pass --another to make a second one",
@@ -252,7 +253,7 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                     );
                 }
             }
-            let created = orgs::service::create_org(&db, &org, None, &owner_id, email.as_deref())
+            let created = keel_core::orgs::service::create_org(&db, &org, None, &owner_id, email.as_deref())
                 .await
                 .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
             let key = keel_core::keys::service::create(
@@ -264,13 +265,14 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             )
             .await
             .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
-            let session_token = match crate::auth::session::SessionKeys::new(&settings.auth.session_secret) {
-                Some(keys) => Some(keys.issue(&owner, settings.auth.session_ttl_secs)?),
-                None => {
-                    tracing::warn!("KEEL_SESSION_SECRET is not set: no session token was issued");
-                    None
-                }
-            };
+            let session_token =
+                match keel_core::auth::session::SessionKeys::new(&settings.auth.session_secret) {
+                    Some(keys) => Some(keys.issue(&owner, settings.auth.session_ttl_secs)?),
+                    None => {
+                        tracing::warn!("KEEL_SESSION_SECRET is not set: no session token was issued");
+                        None
+                    }
+                };
             let out = Bootstrapped {
                 org_id: created.org_id.into(),
                 slug: created.slug,

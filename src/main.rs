@@ -1,6 +1,7 @@
+#![forbid(unsafe_code)]
 use clap::Parser;
 use keel::cli::{self, Cli};
-use keel::config::Settings;
+use keel_core::config::Settings;
 
 /// mimalloc instead of the system allocator: every request allocates (headers, JSON,
 /// routing), and glibc's malloc took about a third of the HTTP workers' time under load

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use keel_core::domain::EventType;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -39,47 +40,41 @@ pub enum JobStatus {
     Failed,
 }
 
-/// An event a webhook endpoint may subscribe to (`*`: every one).
-#[derive(Serialize, ToSchema)]
-pub enum WebhookEventName {
-    #[serde(rename = "*")]
-    All,
-    #[serde(rename = "billing.topup.succeeded")]
-    TopupSucceeded,
-    #[serde(rename = "billing.topup.failed")]
-    TopupFailed,
-    #[serde(rename = "billing.auto_topup.succeeded")]
-    AutoTopupSucceeded,
-    #[serde(rename = "billing.auto_topup.failed")]
-    AutoTopupFailed,
-    #[serde(rename = "billing.auto_topup.limit_reached")]
-    AutoTopupLimitReached,
-    #[serde(rename = "billing.balance.low")]
-    BalanceLow,
-    #[serde(rename = "billing.credit.expiring")]
-    CreditExpiring,
-    #[serde(rename = "billing.credit.expired")]
-    CreditExpired,
-    #[serde(rename = "job.succeeded")]
-    JobSucceeded,
-    #[serde(rename = "job.failed")]
-    JobFailed,
-    #[serde(rename = "job.blocked")]
-    JobBlocked,
-    #[serde(rename = "job.user_stopped")]
-    JobUserStopped,
-    #[serde(rename = "webhook.test")]
-    WebhookTest,
+/// An event a webhook endpoint may subscribe to (`*`: every one): the names of
+/// [`EventType`], spelled there once.
+pub struct WebhookEventName;
+
+impl utoipa::PartialSchema for WebhookEventName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let names = std::iter::once(EventType::EVERY).chain(EventType::ALL.iter().map(|e| e.as_str()));
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "An event a webhook endpoint may subscribe to (`*`: every one).",
+            ))
+            .enum_values(Some(names))
+            .into()
+    }
 }
 
-/// Where a webhook delivery stands.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryStatus {
-    Pending,
-    Succeeded,
-    Failed,
+impl ToSchema for WebhookEventName {}
+
+/// Where a webhook delivery stands: the names of
+/// [`keel_core::domain::DeliveryStatus`], spelled there once.
+pub struct DeliveryStatus;
+
+impl utoipa::PartialSchema for DeliveryStatus {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use keel_core::domain::DeliveryStatus as Status;
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("Where a webhook delivery stands."))
+            .enum_values(Some(Status::ALL.map(Status::as_str)))
+            .into()
+    }
 }
+
+impl ToSchema for DeliveryStatus {}
 
 /// A trace export's record shape.
 #[derive(Serialize, ToSchema)]
@@ -158,7 +153,7 @@ mod tests {
                 CoreFormat::OtlpJson
             ])
         );
-        let counts = serde_json::to_value(keel_core::queue::repo::SweepCounts::default()).unwrap_or_default();
+        let counts = serde_json::to_value(keel_core::queue::SweepCounts::default()).unwrap_or_default();
         let mirror = serde_json::to_value(SweepCounts {
             requeued: 0,
             failed: 0,
@@ -166,34 +161,5 @@ mod tests {
         })
         .unwrap_or_default();
         assert_eq!(counts, mirror);
-        let events = names(&[
-            WebhookEventName::TopupSucceeded,
-            WebhookEventName::TopupFailed,
-            WebhookEventName::AutoTopupSucceeded,
-            WebhookEventName::AutoTopupFailed,
-            WebhookEventName::AutoTopupLimitReached,
-            WebhookEventName::BalanceLow,
-            WebhookEventName::CreditExpiring,
-            WebhookEventName::CreditExpired,
-            WebhookEventName::JobSucceeded,
-            WebhookEventName::JobFailed,
-            WebhookEventName::JobBlocked,
-            WebhookEventName::JobUserStopped,
-            WebhookEventName::WebhookTest,
-        ]);
-        assert_eq!(events, keel_core::webhooks::EVENT_TYPES);
-        assert_eq!(names(&[WebhookEventName::All]), [keel_core::webhooks::ALL_EVENTS]);
-        assert_eq!(
-            names(&[
-                DeliveryStatus::Pending,
-                DeliveryStatus::Succeeded,
-                DeliveryStatus::Failed
-            ]),
-            [
-                keel_core::webhooks::repo::PENDING,
-                keel_core::webhooks::repo::SUCCEEDED,
-                keel_core::webhooks::repo::FAILED
-            ]
-        );
     }
 }

@@ -9,9 +9,10 @@ use actix_web::{web, App, HttpMessage, HttpServer};
 use sea_orm::DatabaseConnection;
 use tracing_actix_web::{RequestId, TracingLogger};
 
-use crate::config::Settings;
 use crate::state::AppState;
-use crate::{auth, database, http, routes};
+use crate::{auth, http, routes};
+use keel_core::config::Settings;
+use keel_core::database;
 
 pub struct Application {
     port: u16,
@@ -78,9 +79,14 @@ impl Application {
             .register(&registry)
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         registry
-            .register(Box::new(crate::telemetry::dropped_lines_counter().clone()))
+            .register(Box::new(
+                crate::telemetry::dropped_lines_counter()
+                    .map_err(|e| anyhow::anyhow!("metrics: {e}"))?
+                    .clone(),
+            ))
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
-        let http_metrics = web::Data::new(http::metrics::HttpMetrics::new());
+        let http_metrics =
+            web::Data::new(http::metrics::HttpMetrics::new().map_err(|e| anyhow::anyhow!("metrics: {e}"))?);
         http_metrics
             .register(&registry)
             .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;

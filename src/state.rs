@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::config::Settings;
 use keel_core::auth::keys::InternalKeys;
 use keel_core::auth::session::SessionKeys;
+use keel_core::config::Settings;
 use keel_core::secrets::SecretBox;
 use keel_core::Core;
 use sea_orm::DatabaseConnection;
@@ -49,7 +49,8 @@ impl AppState {
             console_keys: keel_core::auth::cookies::CookieKeys::new(
                 &settings.auth.session_secret,
                 settings.console.session_ttl_secs,
-            ),
+            )
+            .map_err(|e| anyhow::anyhow!("console cookie keys: {e}"))?,
             sign_in_throttle: keel_core::auth::throttle::SignInThrottle::default(),
             core,
         })

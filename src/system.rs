@@ -83,7 +83,7 @@ pub async fn metrics(
     registry: web::Data<Registry>,
 ) -> ApiResult<HttpResponse> {
     crate::telemetry::refresh_metrics();
-    crate::metrics::refresh(&state).await;
+    state.refresh_metrics().await;
     let mut buffer = Vec::new();
     TextEncoder::new()
         .encode(&registry.gather(), &mut buffer)

@@ -22,7 +22,7 @@ use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGua
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogFormat, TelemetrySettings};
+use keel_core::config::{LogFormat, TelemetrySettings};
 
 /// How long the shutdown waits for buffered lines to be written.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -36,15 +36,17 @@ struct LostLines {
 static LOST: OnceLock<LostLines> = OnceLock::new();
 
 /// What `keel_log_lines_dropped_total` shows; brought up to date at each scrape.
-pub fn dropped_lines_counter() -> &'static IntCounter {
-    static COUNTER: OnceLock<IntCounter> = OnceLock::new();
-    COUNTER.get_or_init(|| {
-        IntCounter::new(
-            "keel_log_lines_dropped_total",
-            "Log lines dropped because the log output was not taking them (full buffer, closed pipe)",
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric name"))
-    })
+/// (Made once; an error only for a malformed name, which start-up reports when registering.)
+pub fn dropped_lines_counter() -> Result<&'static IntCounter, &'static prometheus::Error> {
+    static COUNTER: OnceLock<prometheus::Result<IntCounter>> = OnceLock::new();
+    COUNTER
+        .get_or_init(|| {
+            IntCounter::new(
+                "keel_log_lines_dropped_total",
+                "Log lines dropped because the log output was not taking them (full buffer, closed pipe)",
+            )
+        })
+        .as_ref()
 }
 
 /// Brings `keel_log_lines_dropped_total` up to the lines lost so far.
@@ -55,7 +57,9 @@ pub fn refresh_metrics() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let total = lost.buffer_full.dropped_lines() as u64 + lost.refused.load(Ordering::Relaxed);
-    let counter = dropped_lines_counter();
+    let Ok(counter) = dropped_lines_counter() else {
+        return;
+    };
     let shown = counter.get();
     if total > shown {
         counter.inc_by(total - shown);

@@ -24,7 +24,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{Instant, Sleep};
 
-use crate::domain::PROVIDERS;
+use keel_core::domain::PROVIDERS;
 use keel_core::peer::{causes, CallFailure};
 
 type Connector = HttpsConnector<HttpConnector>;
@@ -48,7 +48,10 @@ pub struct UpstreamConfig {
 
 impl UpstreamConfig {
     /// The base URLs are http(s) (`Settings::validate`); each must also make an absolute URI.
-    pub fn new(settings: &crate::config::Settings, tls: native_tls::TlsConnector) -> anyhow::Result<Self> {
+    pub fn new(
+        settings: &keel_core::config::Settings,
+        tls: native_tls::TlsConnector,
+    ) -> anyhow::Result<Self> {
         let p = &settings.providers;
         let base_of = |provider: &str| match provider {
             "anthropic" => &p.anthropic_url,

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
 
-use keel::config::Settings;
+use keel_core::config::Settings;
 
 /// The accept queue of the fakes and the do-nothing servers, as keel's default: the streams
 /// bench opens thousands of connections at once.
@@ -86,20 +86,21 @@ pub fn bench_settings(db_url: &str) -> anyhow::Result<Settings> {
 
 /// The organization a benchmark works in: its id, an API key's secret and a project's id.
 pub struct Tenant {
-    pub org_id: keel::domain::OrgId,
+    pub org_id: keel_core::domain::OrgId,
     pub key: String,
-    pub project_id: keel::domain::ProjectId,
+    pub project_id: keel_core::domain::ProjectId,
 }
 
 impl Tenant {
     /// Creates the organization "bench" with an API key and a project.
     pub async fn create(conn: &DatabaseConnection) -> anyhow::Result<Self> {
-        let owner = keel::domain::UserId::parse("bench-owner")?;
-        let org = keel::orgs::service::create_org(conn, "bench", None, &owner, None)
+        let owner = keel_core::domain::UserId::parse("bench-owner")?;
+        let org = keel_core::orgs::service::create_org(conn, "bench", None, &owner, None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let key = keel::keys::repo::insert(conn, &org.org_id, Some("bench"), &Default::default()).await?;
-        let project = keel::projects::repo::insert(conn, &org.org_id, "bench", "bench", None).await?;
+        let key =
+            keel_core::fixtures::insert_key(conn, &org.org_id, Some("bench"), &Default::default()).await?;
+        let project = keel_core::fixtures::insert_project(conn, &org.org_id, "bench", "bench", None).await?;
         Ok(Self {
             org_id: org.org_id,
             key: key.secret,
@@ -112,8 +113,8 @@ impl Tenant {
 /// own process.
 pub async fn migrated(db: &BenchDb) -> anyhow::Result<DatabaseConnection> {
     let settings = bench_settings(&db.url)?;
-    let conn = keel::database::connect(&settings.database).await?;
-    keel::database::migrate(&settings.database, &conn).await?;
+    let conn = keel_core::database::connect(&settings.database).await?;
+    keel_core::database::migrate(&settings.database, &conn).await?;
     Ok(conn)
 }
 

@@ -11,8 +11,8 @@ use entities::{eval_run, ledger_entry, serving_usage, trace, training_job};
 use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait, Statement};
 
 use crate::common::{bench_settings, millis, BenchDb, Tenant, BENCH_INTERNAL_KEY};
-use keel::domain::{EntryKind, JobAction, JobStatus};
 use keel::startup::Application;
+use keel_core::domain::{EntryKind, JobAction, JobStatus};
 
 pub struct ConsoleBench {
     pub postgres_url: Option<String>,
@@ -71,7 +71,7 @@ async fn run_one(
 
     let tenant = Tenant::create(conn).await?;
     let org_id = tenant.org_id.clone();
-    keel::billing::repo::account(conn, &org_id).await?;
+    keel_core::fixtures::account(conn, &org_id).await?;
     let started = Instant::now();
     let now = Utc::now();
     let spread =
@@ -97,8 +97,8 @@ async fn run_one(
         entries.push(ledger_entry::ActiveModel {
             org_id: Set(org_id.clone()),
             kind: Set(EntryKind::parse(kind).unwrap_or(EntryKind::Topup)),
-            amount_microcents: Set(keel::domain::Microcents(amount)),
-            balance_after_microcents: Set(keel::domain::Microcents(balance)),
+            amount_microcents: Set(keel_core::domain::Microcents(amount)),
+            balance_after_microcents: Set(keel_core::domain::Microcents(balance)),
             idempotency_key: Set(Some(format!("bench-{i}"))),
             reason: Set("bench".into()),
             created_at: Set(spread(i, bench.ledger)),
@@ -137,7 +137,7 @@ async fn run_one(
                 let at = spread(i, bench.jobs);
                 let status = statuses[i % statuses.len()];
                 let held = status == "running";
-                let id = keel::domain::JobId::generate();
+                let id = keel_core::domain::JobId::generate();
                 job_id = id.to_string();
                 training_job::ActiveModel {
                     id: Set(id),
@@ -158,7 +158,7 @@ async fn run_one(
                     claimed_at: Set(held.then_some(at)),
                     heartbeat_at: Set(held.then_some(at)),
                     finished_at: Set(None),
-                    priority: Set(keel::queue::repo::DEFAULT_PRIORITY),
+                    priority: Set(keel_core::queue::DEFAULT_PRIORITY),
                     scheduled_at: Set(None),
                     queued_at: Set(Some(at)),
                     unique_key: Set(None),
@@ -180,7 +180,7 @@ async fn run_one(
         let rows: Vec<trace::ActiveModel> = chunk
             .iter()
             .map(|&i| {
-                let id = keel::domain::TraceId::time_ordered();
+                let id = keel_core::domain::TraceId::time_ordered();
                 trace_id = id.to_string();
                 trace::ActiveModel {
                     id: Set(id),
@@ -217,8 +217,8 @@ async fn run_one(
             model: Set(["llama", "qwen"][i % 2].into()),
             prompt_tokens: Set(1000),
             completion_tokens: Set(200),
-            cost_microcents: Set(keel::domain::Microcents(1_000_000)),
-            charged_microcents: Set(keel::domain::Microcents(1_200_000)),
+            cost_microcents: Set(keel_core::domain::Microcents(1_000_000)),
+            charged_microcents: Set(keel_core::domain::Microcents(1_200_000)),
             created_at: Set(spread(i, 2_000)),
         })
         .collect();

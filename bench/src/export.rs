@@ -88,7 +88,7 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
         let rows: Vec<trace::Model> = chunk
             .iter()
             .map(|&i| trace::Model {
-                id: keel::domain::TraceId::time_ordered(),
+                id: keel_core::domain::TraceId::time_ordered(),
                 org_id: tenant.org_id.clone(),
                 project_id: tenant.project_id.clone(),
                 provider: "openai".into(),
@@ -123,15 +123,15 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
                 preview_output: Some("Your order left our warehouse yesterday and should arrive within two to three business days.".into()),
             })
             .collect();
-        keel::traces::repo::insert_traces(&conn, &rows).await?;
+        keel_core::fixtures::insert_traces(&conn, &rows).await?;
     }
 
     // Baseline: the same rows straight from the database, page by page, in this process.
     let started = Instant::now();
-    let mut filter = keel::traces::repo::TraceFilter::default();
+    let mut filter = keel_core::traces::TraceFilter::default();
     let mut read = 0;
     loop {
-        let page = keel::traces::repo::export_page(&conn, &tenant.project_id, &filter, PAGE).await?;
+        let page = keel_core::fixtures::export_page(&conn, &tenant.project_id, &filter, PAGE).await?;
         read += page.len();
         match page.last() {
             Some(last) if page.len() as u64 == PAGE => {

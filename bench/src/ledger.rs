@@ -12,9 +12,9 @@ use serde_json::json;
 use crate::common::{
     bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, LoadRequest, BENCH_INTERNAL_KEY,
 };
-use keel::orgs::repo::upsert_adapter;
-use keel::orgs::service::create_org;
 use keel::startup::Application;
+use keel_core::fixtures::upsert_adapter;
+use keel_core::orgs::service::create_org;
 
 pub struct LedgerBench {
     pub postgres_url: Option<String>,
@@ -132,18 +132,18 @@ async fn run_one(
             &state.db,
             &format!("bench {i}"),
             None,
-            &keel::domain::UserId::parse(&format!("bench-owner-{i}"))?,
+            &keel_core::domain::UserId::parse(&format!("bench-owner-{i}"))?,
             None,
         )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
         // Grants of 1,000.00 each, expiring on different days (the draw order has work to do).
         for g in 0..bench.grants {
-            keel::billing::service::manual_grant(
+            keel_core::billing::service::manual_grant(
                 &state.billing,
                 &org.org_id,
-                keel::billing::service::ManualGrant {
-                    amount: keel::domain::Cents(100_000),
+                keel_core::billing::service::ManualGrant {
+                    amount: keel_core::domain::Cents(100_000),
                     reason: "bench".into(),
                     expires_at: Some(chrono::Utc::now() + chrono::Duration::days(30 + g as i64)),
                     priority: None,

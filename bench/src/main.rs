@@ -1,6 +1,7 @@
 //! `keel-bench`: the benchmarks, over real HTTP against a fresh database (a temporary SQLite
 //! file, or a scratch PostgreSQL database), each against its simplest baseline measured in
 //! the same run. Tables go to stdout as markdown (docs/BENCHMARKS.md); progress to stderr.
+#![forbid(unsafe_code)]
 #![allow(clippy::print_stdout)]
 
 mod common;
@@ -235,7 +236,7 @@ enum BenchTarget {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Per-request log lines would measure the terminal, not keel.
-    let mut telemetry = match keel::config::Settings::defaults() {
+    let mut telemetry = match keel_core::config::Settings::defaults() {
         Ok(settings) => settings.telemetry,
         Err(err) => {
             eprintln!("keel-bench: {err}");

@@ -445,15 +445,15 @@ async fn run_one(
     // With --key-limits, a second key of the tenant with every limit set, none ever reached.
     let limited_key = match bench.key_limits {
         true => {
-            let settings = keel::keys::KeySettings {
-                limits: keel::keys::Limits {
+            let settings = keel_core::keys::KeySettings {
+                limits: keel_core::keys::Limits {
                     requests_per_minute: Some(1_000_000),
                     tokens_per_day: Some(1_000_000_000_000),
                     concurrent_streams: Some(10_000),
                 },
                 ..Default::default()
             };
-            keel::keys::repo::insert(&state.db, &tenant.org_id, Some("limited"), &settings)
+            keel_core::fixtures::insert_key(&state.db, &tenant.org_id, Some("limited"), &settings)
                 .await?
                 .secret
         }

@@ -17,8 +17,8 @@ use crate::common::{
     bench_settings, default_workers, http_ceiling, millis, run_load, BenchDb, Connection, LoadRequest,
     BENCH_INTERNAL_KEY,
 };
-use keel::billing::ledger::{EntryKind, LedgerOp};
 use keel::startup::Application;
+use keel_core::billing::ledger::{EntryKind, LedgerOp};
 
 pub struct QueueBench {
     pub postgres_url: Option<String>,
@@ -168,13 +168,11 @@ impl QueueApp {
         let tenant = crate::common::Tenant::create(&state.db).await?;
         let funding = LedgerOp::credit(
             EntryKind::Topup,
-            keel::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
-            Some(keel::domain::IdempotencyKey::payment("bench-funding")),
+            keel_core::domain::Cents(fee_cents.get() * bench.jobs as i64).micros(),
+            Some(keel_core::domain::IdempotencyKey::payment("bench-funding")),
             "bench funding",
         );
-        state
-            .ledger
-            .submit(&tenant.org_id, funding)
+        keel_core::fixtures::submit_to_ledger(&state.billing, &tenant.org_id, funding)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Self {

@@ -64,9 +64,9 @@ fn trace_of(tenant: &Tenant, i: usize, words: &mut Words) -> trace::Model {
     let request =
         serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question}]});
     let response = serde_json::json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
-    let indexed = keel::traces::search::index(&request, Some(&response));
+    let indexed = keel_core::traces::search::index(&request, Some(&response));
     trace::Model {
-        id: keel::domain::TraceId::time_ordered(),
+        id: keel_core::domain::TraceId::time_ordered(),
         org_id: tenant.org_id.clone(),
         project_id: tenant.project_id.clone(),
         provider: "openai".into(),
@@ -100,7 +100,7 @@ async fn write(
     let rows: Vec<trace::Model> = (0..n).map(|i| trace_of(tenant, i, words)).collect();
     let started = Instant::now();
     for batch in rows.chunks(256) {
-        keel::traces::repo::insert_traces(conn, batch).await?;
+        keel_core::fixtures::insert_traces(conn, batch).await?;
     }
     Ok(started.elapsed())
 }
@@ -117,7 +117,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 /// Until the search indexer has reached every trace; answers how long that took.
 async fn indexed(conn: &DatabaseConnection) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    while keel::traces::repo::oldest_unindexed(conn).await?.is_some() {
+    while keel_core::fixtures::oldest_unindexed(conn).await?.is_some() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(started.elapsed())
@@ -140,14 +140,18 @@ async fn paced(
     for &rate in &bench.paced_rates {
         let stop = tokio_util::sync::CancellationToken::new();
         let counter = prometheus::IntCounter::new("indexed", "traces indexed")?;
-        let indexer = tokio::spawn(keel::traces::indexer::run(conn.clone(), counter, stop.clone()));
+        let indexer = tokio::spawn(keel_core::traces::indexer::run(
+            conn.clone(),
+            counter,
+            stop.clone(),
+        ));
         let sampling = stop.child_token();
         let sampler = {
             let (conn, sampling) = (conn.clone(), sampling.clone());
             tokio::spawn(async move {
                 let mut lags = Vec::new();
                 while !sampling.is_cancelled() {
-                    if let Ok(oldest) = keel::traces::repo::oldest_unindexed(&conn).await {
+                    if let Ok(oldest) = keel_core::fixtures::oldest_unindexed(&conn).await {
                         let lag = oldest.map_or(0, |at| (Utc::now() - at).num_milliseconds().max(0));
                         lags.push(Duration::from_millis(lag as u64));
                     }
@@ -166,7 +170,7 @@ async fn paced(
             let batch: Vec<trace::Model> = (from..(from + 256).min(total))
                 .map(|i| trace_of(tenant, i, words))
                 .collect();
-            keel::traces::repo::insert_traces(conn, &batch).await?;
+            keel_core::fixtures::insert_traces(conn, &batch).await?;
         }
         let seconds = started.elapsed().as_secs_f64();
         indexed(conn).await?;
@@ -213,16 +217,16 @@ async fn search(
     runs: usize,
 ) -> anyhow::Result<(usize, f64, f64)> {
     let orgs = vec![tenant.org_id.clone()];
-    let filter = keel::traces::repo::TraceFilter {
-        search: Some(keel::traces::search::Query::parse(q)),
+    let filter = keel_core::traces::TraceFilter {
+        search: Some(keel_core::traces::search::Query::parse(q)),
         ..Default::default()
     };
     let mut times = Vec::with_capacity(runs);
     let mut found = 0;
     for run in 0..runs + 5 {
         let started = Instant::now();
-        let page =
-            keel::traces::browse::list(conn, &orgs, &tenant.project_id, filter.clone(), None, 50).await?;
+        let page = keel_core::traces::browse::list(conn, &orgs, &tenant.project_id, filter.clone(), None, 50)
+            .await?;
         // The first few warm the cache.
         if run >= 5 {
             times.push(started.elapsed());
@@ -263,10 +267,10 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
         let without_rate = rate(write(&without, &without_tenant, bench.writes, &mut words).await?);
         let paused = rate(write(&with, &with_tenant, bench.writes, &mut words).await?);
         let started = Instant::now();
-        let caught = keel::traces::indexer::catch_up(&with, &indexed_total).await?;
+        let caught = keel_core::traces::indexer::catch_up(&with, &indexed_total).await?;
         let catching_up = caught as f64 / started.elapsed().as_secs_f64();
         let stop = tokio_util::sync::CancellationToken::new();
-        let indexer = tokio::spawn(keel::traces::indexer::run(
+        let indexer = tokio::spawn(keel_core::traces::indexer::run(
             with.clone(),
             indexed_total.clone(),
             stop.clone(),
@@ -318,7 +322,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
     while done < bench.traces {
         let n = (bench.traces - done).min(10_000);
         for batch in write_all(done, done + n, &mut words).chunks(256) {
-            keel::traces::repo::insert_traces(&conn, batch).await?;
+            keel_core::fixtures::insert_traces(&conn, batch).await?;
         }
         done += n;
         if done.is_multiple_of(100_000) {
@@ -328,7 +332,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
     let written = started.elapsed();
     let counter = prometheus::IntCounter::new("indexed", "traces indexed")?;
     let started = Instant::now();
-    keel::traces::indexer::catch_up(&conn, &counter).await?;
+    keel_core::traces::indexer::catch_up(&conn, &counter).await?;
     let indexing = started.elapsed();
     conn.execute_unprepared("ANALYZE traces").await?;
     writeln!(
@@ -350,7 +354,7 @@ pub async fn run(bench: SearchBench) -> anyhow::Result<()> {
     // of about a second at full speed.
     let tail = bench.tail;
     for batch in write_all(done, done + tail, &mut words).chunks(256) {
-        keel::traces::repo::insert_traces(&conn, batch).await?;
+        keel_core::fixtures::insert_traces(&conn, batch).await?;
     }
     writeln!(
         out,

@@ -137,7 +137,7 @@ async fn run_on(
     settings.auth.session_secret = "keel-bench-session-secret".into();
     settings.webhooks.allow_http = true;
     settings.webhooks.allow_private_destinations = true;
-    settings.billing.starter_credit_cents = keel::domain::Cents(100_000_000);
+    settings.billing.starter_credit_cents = keel_core::domain::Cents(100_000_000);
     let app = Application::build(settings).await?;
     let port = app.port();
     let state = app.state().clone();
@@ -149,20 +149,20 @@ async fn run_on(
     let mut adapters = Vec::new();
     let mut subscribed_org = None;
     for (i, subscribed) in [(0, false), (1, true)] {
-        let org = keel::orgs::service::create_org(
+        let org = keel_core::orgs::service::create_org(
             &state.db,
             &format!("bench {i}"),
             None,
-            &keel::domain::UserId::parse(&format!("bench-owner-{i}"))?,
+            &keel_core::domain::UserId::parse(&format!("bench-owner-{i}"))?,
             None,
         )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-        keel::billing::service::grant_starter_credit(&state.billing, &org.org_id)
+        keel_core::billing::service::grant_starter_credit(&state.billing, &org.org_id)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let adapter = format!("bench-adapter-{i}");
-        keel::orgs::repo::upsert_adapter(
+        keel_core::fixtures::upsert_adapter(
             &state.db,
             &adapter,
             &org.org_id,
@@ -171,10 +171,10 @@ async fn run_on(
         )
         .await?;
         if subscribed {
-            let (endpoint, _) = keel::webhooks::service::create_endpoint(
+            let (endpoint, _) = keel_core::webhooks::service::create_endpoint(
                 &state.webhooks,
                 &org.org_id,
-                keel::webhooks::service::NewEndpoint {
+                keel_core::webhooks::service::NewEndpoint {
                     url: hook_url.clone(),
                     events: vec!["*".into()],
                     description: None,
@@ -243,7 +243,7 @@ async fn run_on(
     // 2. Deliveries: N events in one transaction, then until all are recorded succeeded.
     let n = bench.deliveries;
     let announcements: Vec<_> = (0..n)
-        .map(|i| keel::webhooks::outbox::Announcement {
+        .map(|i| keel_core::webhooks::outbox::Announcement {
             org_id: subscribed_org.clone(),
             event_type: "webhook.test",
             data: json!({"endpointId": endpoint_id, "n": i}),
@@ -252,9 +252,9 @@ async fn run_on(
     let before = succeeded(&state.db).await?;
     let started = Instant::now();
     let txn = state.db.begin().await?;
-    keel::webhooks::outbox::emit(&txn, announcements).await?;
+    keel_core::webhooks::outbox::emit(&txn, announcements).await?;
     txn.commit().await?;
-    keel::webhooks::outbox::signal();
+    keel_core::webhooks::outbox::signal();
     let deadline = started + Duration::from_secs(600);
     while succeeded(&state.db).await? < before + n as u64 {
         if Instant::now() > deadline {

@@ -108,7 +108,7 @@ struct Inner {
 
 impl Cluster {
     /// The cluster of this process; `caches` drop what each event makes stale.
-    pub fn new(db: DatabaseConnection, caches: Vec<Box<dyn Subscriber>>) -> Self {
+    pub fn new(db: DatabaseConnection, caches: Vec<Box<dyn Subscriber>>) -> prometheus::Result<Self> {
         let postgres = db.get_database_backend() == sea_orm::DbBackend::Postgres;
         let received = IntCounterVec::new(
             Opts::new(
@@ -116,14 +116,12 @@ impl Cluster {
                 "Events received from other instances (and this one) on the cluster channel, by kind",
             ),
             &["kind"],
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        )?;
         let listener_restarts = IntCounter::new(
             "keel_cluster_listener_reconnects_total",
             "Times the LISTEN connection was lost and every cache was cleared",
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
-        Self {
+        )?;
+        Ok(Self {
             inner: Arc::new(Inner {
                 db,
                 postgres,
@@ -133,7 +131,7 @@ impl Cluster {
                 received,
                 listener_restarts,
             }),
-        }
+        })
     }
 
     pub fn register(&self, registry: &prometheus::Registry) -> prometheus::Result<()> {

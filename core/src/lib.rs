@@ -4,6 +4,7 @@
 //! It knows no HTTP server: nothing here depends on actix-web, utoipa, askama or the
 //! console. The web crate (`keel`) extracts a request, calls one service function and maps
 //! the service's error to a status and a code. Dependencies point one way: web → core.
+#![forbid(unsafe_code)]
 
 pub mod auth;
 pub mod billing;
@@ -17,6 +18,7 @@ pub mod evals;
 pub mod flash;
 pub mod keys;
 pub mod metrics;
+pub mod operator;
 pub mod orgs;
 pub mod paging;
 pub mod peer;
@@ -32,3 +34,26 @@ pub mod traces;
 pub mod webhooks;
 
 pub use start::Core;
+
+/// What tests and benchmarks write (and read) directly, below the services: rows in bulk,
+/// keys and projects without the services' checks. Only with the `fixtures` feature; the
+/// web crate cannot name a repository.
+#[cfg(feature = "fixtures")]
+pub mod fixtures {
+    pub use crate::billing::repo::account;
+    pub use crate::keys::repo::insert as insert_key;
+    pub use crate::orgs::repo::upsert_adapter;
+    pub use crate::projects::repo::insert as insert_project;
+    pub use crate::queue::repo::insert_jobs;
+    pub use crate::traces::repo::{export_page, insert_traces, oldest_unindexed};
+
+    /// Submits an operation to the organization's ledger as a flow would (a benchmark's
+    /// funding, without a payment).
+    pub async fn submit_to_ledger(
+        billing: &crate::billing::Billing,
+        org_id: &crate::domain::OrgId,
+        op: crate::billing::ledger::LedgerOp,
+    ) -> Result<crate::billing::ledger::Outcome, crate::billing::ledger::LedgerError> {
+        billing.ledger.submit(org_id, op).await
+    }
+}

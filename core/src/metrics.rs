@@ -92,17 +92,16 @@ pub struct Metrics {
     families: (IntCounterVec, HistogramVec, IntCounterVec),
 }
 
-fn counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::new(name, help).unwrap_or_else(|_| unreachable!("a valid metric {name}"))
+fn counter(name: &str, help: &str) -> prometheus::Result<IntCounter> {
+    IntCounter::new(name, help)
 }
 
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
     IntCounterVec::new(Opts::new(name, help), labels)
-        .unwrap_or_else(|_| unreachable!("a valid metric {name}"))
 }
 
-fn gauge(name: &str, help: &str) -> Gauge {
-    Gauge::new(name, help).unwrap_or_else(|_| unreachable!("a valid metric {name}"))
+fn gauge(name: &str, help: &str) -> prometheus::Result<Gauge> {
+    Gauge::new(name, help)
 }
 
 /// Buckets of a job's wait and run, in seconds: from a tenth of a second to a day.
@@ -128,12 +127,14 @@ const SECONDS: &[f64] = &[
 ];
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// Every figure, unregistered (`register` adds them to a registry). Fails only on a
+    /// malformed name or label set, which the tests would show at once.
+    pub fn new() -> prometheus::Result<Self> {
         let ledger_ops = counter_vec(
             "keel_ledger_operations_total",
             "Ledger operations answered, by entry kind and outcome (insufficient_funds: the 402 refusals)",
             &["kind", "outcome"],
-        );
+        )?;
         let upstream = HistogramVec::new(
             HistogramOpts::new(
                 "keel_proxy_upstream_seconds",
@@ -141,46 +142,43 @@ impl Metrics {
             )
             .buckets(SECONDS.to_vec()),
             &["provider"],
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        )?;
         let errors = counter_vec(
             "keel_proxy_upstream_errors_total",
             "Proxied calls the provider failed, by provider and class (4xx, 5xx, transport: no answer)",
             &["provider", "class"],
-        );
+        )?;
         let added = Histogram::with_opts(
             HistogramOpts::new(
                 "keel_proxy_added_seconds",
                 "keel's own time per proxied call: the whole call minus the provider's part",
             )
             .buckets(SECONDS.to_vec()),
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        )?;
         let ledger_seconds = Histogram::with_opts(
             HistogramOpts::new(
                 "keel_ledger_operation_seconds",
                 "Ledger operations' time from submission to the ledger until committed (or refused)",
             )
             .buckets(SECONDS.to_vec()),
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
-        Self {
+        )?;
+        Ok(Self {
             ledger_seconds,
-            jobs_claimed: counter("keel_queue_claimed_jobs_total", "Jobs handed to workers by claims"),
+            jobs_claimed: counter("keel_queue_claimed_jobs_total", "Jobs handed to workers by claims")?,
             reports: counter_vec(
                 "keel_queue_reports_total",
                 "Terminal job reports, by outcome (applied, replayed, conflict, ...)",
                 &["outcome"],
-            ),
+            )?,
             requeued: counter_vec(
                 "keel_queue_requeued_total",
                 "Jobs put back in the queue, by reason (stale: no heartbeat; interrupted: the worker restarted; unsettled: the run fee could not be settled)",
                 &["reason"],
-            ),
+            )?,
             attempts_exhausted: counter(
                 "keel_queue_attempts_exhausted_total",
                 "Stale jobs failed because their attempts were spent",
-            ),
+            )?,
             queue_wait: HistogramVec::new(
                 HistogramOpts::new(
                     "keel_queue_wait_seconds",
@@ -188,8 +186,7 @@ impl Metrics {
                 )
                 .buckets(QUEUE_SECONDS.to_vec()),
                 &["action"],
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             queue_run: HistogramVec::new(
                 HistogramOpts::new(
                     "keel_queue_run_seconds",
@@ -197,48 +194,43 @@ impl Metrics {
                 )
                 .buckets(QUEUE_SECONDS.to_vec()),
                 &["action", "outcome"],
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             webhook_deliveries: counter_vec(
                 "keel_webhook_deliveries_total",
                 "Webhook delivery attempts by outcome: succeeded (a 2xx), retrying (another attempt is scheduled), failed (no attempt left)",
                 &["outcome"],
-            ),
+            )?,
             webhook_seconds: Histogram::with_opts(
                 HistogramOpts::new(
                     "keel_webhook_delivery_seconds",
                     "A webhook delivery attempt's time, from sending to the answer's end (or the failure)",
                 )
                 .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             webhook_pending: IntGauge::new(
                 "keel_webhook_outbox_pending",
                 "Webhook deliveries not yet succeeded or failed (read at scrape)",
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             webhook_oldest: gauge(
                 "keel_webhook_oldest_pending_seconds",
                 "Age of the oldest pending webhook delivery (read at scrape; 0 when none)",
-            ),
+            )?,
             queue_retries: counter_vec(
                 "keel_queue_retries_total",
                 "Retryable failures scheduled for another attempt, by action",
                 &["action"],
-            ),
+            )?,
             queue_jobs: IntGaugeVec::new(
                 Opts::new("keel_queue_jobs", "Jobs by action and status (read at scrape)"),
                 &["action", "status"],
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             queue_oldest: GaugeVec::new(
                 Opts::new(
                     "keel_queue_oldest_queued_seconds",
                     "Age of the oldest queued job, by action (read at scrape)",
                 ),
                 &["action"],
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             ledger_ops: EntryKind::ALL
                 .iter()
                 .flat_map(|kind| {
@@ -252,37 +244,37 @@ impl Metrics {
                 "keel_auto_topups_total",
                 "Auto top-ups, by outcome (charged, declined, waiting, failed)",
                 &["outcome"],
-            ),
+            )?,
             credit_grants_expired: counter(
                 "keel_credit_grants_expired_total",
                 "Credit grants expired with something left (their remainder became an expiry entry)",
-            ),
+            )?,
             credit_expired_microcents: counter(
                 "keel_credit_expired_microcents_total",
                 "Microcents of credit that expired",
-            ),
+            )?,
             auto_topup_limit_reached: counter(
                 "keel_auto_topup_limit_reached_total",
                 "Auto top-ups not charged because the month's cap would be passed",
-            ),
+            )?,
             traces_expired: counter(
                 "keel_traces_expired_total",
                 "Traces deleted because they passed their project's traceRetentionDays",
-            ),
+            )?,
             traces_indexed: counter(
                 "keel_traces_indexed_total",
                 "Traces the search indexer made searchable through the GIN index (PostgreSQL)",
-            ),
+            )?,
             traces_index_lag: gauge(
                 "keel_traces_index_lag_seconds",
                 "Age of the oldest trace the search indexer has not reached (read at scrape; 0 when none)",
-            ),
+            )?,
             proxy_limited: {
                 let limited = counter_vec(
                     "keel_proxy_limited_total",
                     "Proxied and relayed calls an API key's limit refused (429), by limit",
                     &["limit"],
-                );
+                )?;
                 // Every series exists from start-up.
                 for kind in crate::domain::LimitKind::ALL {
                     limited.with_label_values(&[kind.as_str()]);
@@ -293,16 +285,15 @@ impl Metrics {
                 "keel_payments_reconciled_total",
                 "Pending charges the reconciler settled, by outcome (credited, declined, waiting, failed)",
                 &["outcome"],
-            ),
+            )?,
             payments_pending: IntGauge::new(
                 "keel_payments_pending",
                 "Charges recorded before the processor was called and not settled yet (read at scrape)",
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             ledger_stalled: gauge(
                 "keel_ledger_stalled_seconds",
                 "How long ledger operations have waited without the ledger answering any (0 when none wait)",
-            ),
+            )?,
             upstream_seconds: PROVIDERS.iter().map(|p| upstream.with_label_values(&[p])).collect(),
             added_seconds: added.clone(),
             upstream_errors: PROVIDERS
@@ -318,25 +309,24 @@ impl Metrics {
                 "keel_proxy_tokens_total",
                 "Tokens of recorded proxied calls, by provider, model and kind (prompt, completion)",
                 &["provider", "model", "kind"],
-            ),
+            )?,
             token_models: Default::default(),
             trace_lag: gauge(
                 "keel_trace_writer_lag_seconds",
                 "How long the oldest trace of the last written batch waited between its call's end and its insert",
-            ),
+            )?,
             trace_queue: IntGauge::new(
                 "keel_trace_writer_queue",
                 "Traces waiting for the trace writer (read at scrape)",
-            )
-            .unwrap_or_else(|_| unreachable!("a valid metric")),
+            )?,
             cache_loads: counter_vec(
                 "keel_cache_loads_total",
                 "Look-ups a cache sent to the database (misses; callers that missed one entry at once share one), by cache",
                 &["cache"],
-            ),
+            )?,
             families: (ledger_ops.clone(), upstream.clone(), errors.clone()),
         }
-        .with_zero_series()
+        .with_zero_series())
     }
 
     /// Every labelled series an alert may name exists from the start, at zero.
@@ -684,12 +674,6 @@ pub struct Readings {
     pub traces_unindexed: Option<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[cfg(test)]
 mod quantile_tests {
     use super::*;
@@ -712,7 +696,7 @@ mod quantile_tests {
 
     #[test]
     fn latencies_come_from_the_histograms_of_every_outcome() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new().unwrap();
         metrics.job_waited(JobAction::Tracer, 0.2);
         metrics.attempt_ended(JobAction::Tracer, AttemptOutcome::Succeeded, 3.0);
         metrics.attempt_ended(JobAction::Tracer, AttemptOutcome::Failed, 3.0);

@@ -52,7 +52,7 @@ impl Core {
         let tls =
             native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for outbound calls: {e}"))?;
         let payments = Arc::new(Payments::from_settings(&settings.payments, &tls)?);
-        let metrics = crate::metrics::Metrics::new();
+        let metrics = crate::metrics::Metrics::new().map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         let ledger = Ledger::new(
             db.clone(),
             metrics.clone(),
@@ -83,7 +83,8 @@ impl Core {
                 Box::new(adapters.clone()),
                 Box::new(crate::webhooks::outbox::Waker),
             ],
-        );
+        )
+        .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         let stopping = cluster.stopping().clone();
         let queue_config = QueueConfig {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),
@@ -111,7 +112,8 @@ impl Core {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
         let traces =
-            crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone(), &tasks);
+            crate::traces::writer::TraceWriter::start(db.clone(), &settings.traces, metrics.clone(), &tasks)
+                .map_err(|e| anyhow::anyhow!("metrics: {e}"))?;
         let billing = crate::billing::Billing {
             db: db.clone(),
             ledger: ledger.clone(),
@@ -232,6 +234,22 @@ impl Core {
     /// How long the ledger has had work it could not commit (the readiness check).
     pub fn ledger_stalled_for(&self) -> Duration {
         self.ledger.stalled_for()
+    }
+
+    /// Reads the queue's depths, the pending payments, the ledger's stall, the trace writer's
+    /// queue, the webhook backlog and the search index's lag into the metrics, just before a
+    /// scrape is encoded (a figure that cannot be read keeps its last value).
+    pub async fn refresh_metrics(&self) {
+        let db = &self.db;
+        self.metrics.record(crate::metrics::Readings {
+            jobs: crate::queue::repo::counts_by_action_status(db).await.ok(),
+            oldest_queued: crate::queue::repo::oldest_queued(db).await.ok(),
+            payments_pending: crate::billing::repo::pending_count(db).await.ok(),
+            ledger_stalled: self.ledger.stalled_for(),
+            trace_queue: self.traces.queue_depth(),
+            webhooks_pending: crate::webhooks::repo::pending_summary(db).await.ok(),
+            traces_unindexed: crate::traces::repo::oldest_unindexed(db).await.ok(),
+        });
     }
 
     /// How many of the core's tasks are running.

@@ -2,7 +2,9 @@
 //! carried inward, so nothing inside compares or normalizes raw strings; the rows of
 //! `entities` are typed with them. A crate of its own so that `entities` (below the core) can
 //! use them.
+#![forbid(unsafe_code)]
 
+pub mod event;
 pub mod idempotency;
 pub mod ids;
 pub mod job;
@@ -10,7 +12,9 @@ pub mod ledger;
 pub mod limit;
 pub mod money;
 pub mod payment;
+pub mod status;
 
+pub use event::{DeliveryStatus, EventType};
 pub use idempotency::IdempotencyKey;
 pub use ids::{ApiKeyId, IdError, JobId, OrgId, ProjectId, RunId, TraceId, UserId};
 pub use job::{AttemptOutcome, JobAction, JobStatus};
@@ -18,6 +22,7 @@ pub use ledger::{EntryKind, GrantKind};
 pub use limit::LimitKind;
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
 pub use payment::PaymentState;
+pub use status::{EvalStatus, HubStatus};
 
 /// The providers the recording proxy forwards to, in the order its metrics index them.
 pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];

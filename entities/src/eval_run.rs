@@ -1,4 +1,4 @@
-use keel_domain::{OrgId, ProjectId};
+use keel_domain::{EvalStatus, OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// An uploaded eval run with the counts derived from its cases.
@@ -12,7 +12,7 @@ pub struct Model {
     pub suite_name: String,
     pub environment_reference: String,
     pub model: Option<String>,
-    pub status: String,
+    pub status: EvalStatus,
     pub error: Option<String>,
     pub started_at: Option<DateTimeUtc>,
     pub metadata: Option<String>,

@@ -1,4 +1,4 @@
-use keel_domain::{OrgId, ProjectId};
+use keel_domain::{HubStatus, OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// The mirror of a control-plane environment, unique by slug, and its hub provisioning state.
@@ -18,7 +18,7 @@ pub struct Model {
     pub published_by_user_id: Option<String>,
     pub api_key_id: Option<String>,
     pub metadata: Option<String>,
-    pub hub_status: String,
+    pub hub_status: HubStatus,
     pub hub_attempts: i32,
     pub hub_error: Option<String>,
     pub hub_lease_until: Option<DateTimeUtc>,

@@ -1,4 +1,5 @@
 //! sea-orm entities: one module per table, data only.
+#![forbid(unsafe_code)]
 
 pub mod adapter;
 pub mod agent_log;

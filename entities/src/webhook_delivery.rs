@@ -1,4 +1,4 @@
-use keel_domain::OrgId;
+use keel_domain::{DeliveryStatus, OrgId};
 use sea_orm::entity::prelude::*;
 
 /// One event on its way to one endpoint.
@@ -10,8 +10,7 @@ pub struct Model {
     pub event_id: String,
     pub endpoint_id: String,
     pub org_id: OrgId,
-    /// `pending`, `succeeded` or `failed`.
-    pub status: String,
+    pub status: DeliveryStatus,
     pub attempts: i32,
     /// Pending: when it is due (while a dispatcher sends it: when that claim lapses).
     pub next_attempt_at: Option<DateTimeUtc>,

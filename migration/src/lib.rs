@@ -1,4 +1,5 @@
 //! Schema migrations, applied in order by `keel serve` and `keel migrate up`.
+#![forbid(unsafe_code)]
 
 pub use sea_orm_migration::prelude::*;
 

@@ -17,13 +17,14 @@ use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 use serde_json::json;
 
-use crate::domain::{ApiKeyId, OrgId, UserId};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::{check_supplied_orgs, id_issue, ApiKeyOrg};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::state::AppState;
+use keel_core::domain::{ApiKeyId, OrgId, UserId};
 
-pub use keel_core::auth::{keys, repo, session, Role};
+pub use keel_core::auth::Role;
+use keel_core::auth::{keys, session};
 
 /// A verified user credential.
 #[derive(Debug, Clone)]
@@ -77,22 +78,24 @@ pub async fn resolve(state: &AppState, token: &str) -> ApiResult<Option<Principa
     }
     if keys::looks_like_api_key(token) {
         let hash = keys::hash_api_key(token);
-        return Ok(repo::active_api_key(&state.db, &hash).await?.map(|key| {
-            if !keel_core::keys::KeySettings::of(&key).scopes.api {
-                return Principal::OutOfScope;
-            }
-            Principal::User(UserPrincipal::ApiKey {
-                key_id: key.id,
-                org_id: key.org_id,
-            })
-        }));
+        return Ok(keel_core::auth::service::api_key_by_hash(&state.db, &hash)
+            .await?
+            .map(|key| {
+                if !keel_core::keys::KeySettings::of(&key).scopes.api {
+                    return Principal::OutOfScope;
+                }
+                Principal::User(UserPrincipal::ApiKey {
+                    key_id: key.id,
+                    org_id: key.org_id,
+                })
+            }));
     }
     if session::looks_like_jwt(token) {
         let Some(keys) = &state.session_keys else {
             return Ok(None);
         };
         if let Some(user_id) = keys.verify(token) {
-            if repo::user_exists(&state.db, &user_id).await? {
+            if keel_core::auth::service::user_exists(&state.db, &user_id).await? {
                 return Ok(Some(Principal::User(UserPrincipal::Session { user_id })));
             }
         }
@@ -296,7 +299,7 @@ impl Caller {
                 let wanted = body_org.or(self.query_org.as_ref()).or(self.header_org.as_ref());
                 let (org_id, role) = match wanted {
                     Some(org) => {
-                        let role = repo::role_in(&self.state.db, user_id, org)
+                        let role = keel_core::auth::service::role_in(&self.state.db, user_id, org)
                             .await?
                             .ok_or_else(|| {
                                 ApiError::Coded(Code::NotAMember, "not a member of this organization".into())
@@ -304,7 +307,8 @@ impl Caller {
                         (org.clone(), role)
                     }
                     None => {
-                        let mut orgs = repo::memberships_of(&self.state.db, user_id).await?;
+                        let mut orgs =
+                            keel_core::auth::service::memberships_of(&self.state.db, user_id).await?;
                         if orgs.len() != 1 {
                             return Err(ApiError::validation(
                                 vec![json!("query"), json!("orgId")],
@@ -346,11 +350,13 @@ impl Caller {
     pub async fn organizations(&self) -> ApiResult<Vec<OrgId>> {
         match &self.principal {
             UserPrincipal::ApiKey { org_id, .. } => Ok(vec![org_id.clone()]),
-            UserPrincipal::Session { user_id } => Ok(repo::memberships_of(&self.state.db, user_id)
-                .await?
-                .into_iter()
-                .map(|(org, _)| org)
-                .collect()),
+            UserPrincipal::Session { user_id } => {
+                Ok(keel_core::auth::service::memberships_of(&self.state.db, user_id)
+                    .await?
+                    .into_iter()
+                    .map(|(org, _)| org)
+                    .collect())
+            }
         }
     }
 
@@ -371,14 +377,14 @@ macro_rules! org_scoped {
     // Inputs that name no organization: the caller's query, header or key decides.
     (unnamed: $($input:ty),+ $(,)?) => {$(
         impl $crate::auth::OrgScoped for $input {
-            fn org_id(&self) -> Option<&$crate::domain::OrgId> {
+            fn org_id(&self) -> Option<&::keel_core::domain::OrgId> {
                 None
             }
         }
     )+};
     ($($input:ty),+ $(,)?) => {$(
         impl $crate::auth::OrgScoped for $input {
-            fn org_id(&self) -> Option<&$crate::domain::OrgId> {
+            fn org_id(&self) -> Option<&::keel_core::domain::OrgId> {
                 $crate::auth::AsOrg::as_org(&self.org_id)
             }
         }

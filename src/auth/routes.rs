@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use actix_web::HttpResponse;
 use serde::Serialize;
 
-use super::{repo, AnyPrincipal, Principal, Role, UserPrincipal};
+use super::{AnyPrincipal, Principal, Role, UserPrincipal};
 use crate::error::{ApiResult, ErrorBody};
 
 #[derive(utoipa::OpenApi)]
@@ -69,11 +69,12 @@ pub async fn verify(caller: AnyPrincipal) -> ApiResult<HttpResponse> {
             ))
         }
         Principal::User(UserPrincipal::Session { user_id }) => {
-            let orgs: BTreeMap<String, Role> = repo::memberships_of(&caller.state.db, &user_id)
-                .await?
-                .into_iter()
-                .map(|(org, role)| (org.into_string(), role))
-                .collect();
+            let orgs: BTreeMap<String, Role> =
+                keel_core::auth::service::memberships_of(&caller.state.db, &user_id)
+                    .await?
+                    .into_iter()
+                    .map(|(org, role)| (org.into_string(), role))
+                    .collect();
             VerifyResponse {
                 valid: true,
                 kind: "session",

@@ -5,10 +5,10 @@ use entities::{credit_grant, ledger_entry};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::ledger::{Outcome, ServingUsageRow, MAX_AUTO_TOPUP_DECLINES};
-use super::payments::Card;
-use crate::domain::{Cents, Microcents, OrgId, RunId};
 use crate::http::validate::{Checks, Validate};
+use keel_core::billing::ledger::{Outcome, ServingUsageRow, MAX_AUTO_TOPUP_DECLINES};
+use keel_core::billing::payments::Card;
+use keel_core::domain::{Cents, Microcents, OrgId, RunId};
 
 pub const MIN_TOPUP_CENTS: i64 = 100;
 pub const MAX_TOPUP_CENTS: i64 = 1_000_000;

@@ -5,7 +5,7 @@ use actix_web::HttpResponse;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 
-use crate::domain::OrgId;
+use keel_core::domain::OrgId;
 
 /// Every entry of the organization created in `[from, to)`, oldest first: RFC 4180 with a
 /// header row, amounts in cents with six decimals; read and sent 1,000 entries at a time.

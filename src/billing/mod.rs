@@ -3,4 +3,3 @@
 pub mod dto;
 pub mod export;
 pub mod routes;
-pub use keel_core::billing::{actor, auto_topup, charges, ledger, payments, repo, service, webhook};

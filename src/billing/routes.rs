@@ -3,11 +3,11 @@
 use actix_web::{web, HttpResponse};
 
 use super::dto::*;
-use super::{repo, service};
 use crate::auth::{ApiKeyCaller, Internal, Member, Owner};
 use crate::error::{ApiError, ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{DeferredBody, IdempotencyKeyHeader, ValidJson, ValidQuery};
 use crate::state::AppState;
+use keel_core::billing::service;
 
 // Handlers: each extracts, calls one service or repo function, answers.
 
@@ -295,7 +295,7 @@ impl actix_web::FromRequest for StripeSignature {
                 .ok_or_else(|| {
                     ApiError::Coded(
                         Code::InvalidSignature,
-                        super::webhook::SignatureError::Malformed.to_string(),
+                        keel_core::billing::webhook::SignatureError::Malformed.to_string(),
                     )
                 }),
         )
@@ -436,7 +436,13 @@ pub async fn training_cost(
     body: ValidJson<TrainingCostBody>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    repo::upsert_training_cost(&state.db, &body.run_id, body.cost_cents, body.provider.as_deref()).await?;
+    service::record_training_cost(
+        &state.billing,
+        &body.run_id,
+        body.cost_cents,
+        body.provider.as_deref(),
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(TrainingCostView {
         run_id: body.run_id.into_string(),
         cost_cents: body.cost_cents,

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::Microcents;
+use keel_core::domain::Microcents;
 
 /// Dollars and cents, floored to the cent as balances are: `$1,234.56`, `-$0.05`.
 pub fn dollars(amount: Microcents) -> String {

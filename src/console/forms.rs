@@ -4,8 +4,8 @@
 use actix_web::cookie::Cookie;
 use actix_web::HttpRequest;
 
-use crate::domain::OrgId;
 use crate::error::ApiError;
+use keel_core::domain::OrgId;
 
 /// The outcome of a form, shown once on the next page.
 #[derive(Debug, Clone)]

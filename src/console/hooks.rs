@@ -11,9 +11,9 @@ use super::pages::{
 };
 use super::session::{OrgView, Viewer};
 use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
-use crate::domain::OrgId;
 use crate::error::ApiError;
-use crate::webhooks::service::{self, EndpointChange, NewEndpoint};
+use keel_core::domain::OrgId;
+use keel_core::webhooks::service::{self, EndpointChange, NewEndpoint};
 
 /// Deliveries shown on one page of an endpoint's log.
 const LOG_PAGE: u64 = 50;
@@ -116,7 +116,9 @@ async fn webhooks_page(
         l,
         endpoints,
         events,
-        event_types: keel_core::webhooks::EVENT_TYPES.to_vec(),
+        event_types: keel_core::domain::EventType::ALL
+            .map(keel_core::domain::EventType::as_str)
+            .to_vec(),
         secret_gone,
         new_secret,
         can_act: org.can_act(),
@@ -347,7 +349,7 @@ pub async fn log(
                 id: entry.delivery.id.clone(),
                 event_id: entry.delivery.event_id.clone(),
                 event_type: entry.event_type.clone(),
-                status: entry.delivery.status.clone(),
+                status: entry.delivery.status.as_str().to_owned(),
                 created: format::time(entry.delivery.created_at),
                 attempts: entry.attempts.len(),
                 last_code: last
@@ -358,8 +360,10 @@ pub async fn log(
                     .and_then(|a| a.response.clone().or_else(|| a.error.clone()))
                     .map(|text| format::clip(&text, 300))
                     .unwrap_or_default(),
-                next_attempt: match entry.delivery.status.as_str() {
-                    "pending" => format::opt_time(entry.delivery.next_attempt_at),
+                next_attempt: match entry.delivery.status {
+                    keel_core::domain::DeliveryStatus::Pending => {
+                        format::opt_time(entry.delivery.next_attempt_at)
+                    }
                     _ => "—".into(),
                 },
             }

@@ -11,8 +11,8 @@ use super::pages::{
 };
 use super::session::Viewer;
 use super::{after_form, confirm_page, format, page, Confirm, ConsoleError, Flash, FormFields};
-use crate::domain::{AttemptOutcome, JobAction, JobId, JobStatus, OrgId};
-use crate::queue::repo::FailedFilter;
+use keel_core::domain::{AttemptOutcome, JobAction, JobId, JobStatus, OrgId};
+use keel_core::queue::FailedFilter;
 
 fn operator_only(viewer: &Viewer) -> Result<(), ConsoleError> {
     match viewer.is_operator() {
@@ -37,14 +37,14 @@ fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::U
 
 pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
     operator_only(&viewer)?;
-    let overview = crate::queue::service::queue_overview(&viewer.state.jobs).await?;
-    let paused: Vec<JobAction> = crate::queue::service::action_queues(&viewer.state.jobs)
+    let overview = keel_core::queue::service::queue_overview(&viewer.state.jobs).await?;
+    let paused: Vec<JobAction> = keel_core::queue::service::action_queues(&viewer.state.jobs)
         .await?
         .into_iter()
         .filter(|q| q.paused)
         .map(|q| q.action)
         .collect();
-    let shares = crate::queue::service::org_shares(&viewer.state.jobs)
+    let shares = keel_core::queue::service::org_shares(&viewer.state.jobs)
         .await?
         .into_iter()
         .map(|(share, queued)| OrgShareRow {
@@ -85,7 +85,7 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
                 .unwrap_or_else(|| "—".into()),
         })
         .collect();
-    let throughput = crate::queue::service::throughput(&viewer.state.jobs, now).await?;
+    let throughput = keel_core::queue::service::throughput(&viewer.state.jobs, now).await?;
     let (throughput_svg, throughput_summary, throughput_keys) = throughput_chart(&throughput);
     let latencies = viewer
         .state
@@ -154,7 +154,7 @@ fn outcome_class(outcome: AttemptOutcome) -> &'static str {
 
 /// Stacked bars of attempts ended per 5 minutes by outcome, a summary line and the key.
 fn throughput_chart(
-    t: &crate::queue::service::Throughput,
+    t: &keel_core::queue::service::Throughput,
 ) -> (String, String, Vec<(&'static str, &'static str)>) {
     let columns: Vec<String> = t
         .starts
@@ -220,7 +220,7 @@ fn operator_form(viewer: &Viewer, body: &[u8]) -> Result<FormFields, ConsoleErro
 pub async fn requeue_stale(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, ConsoleError> {
     let form = operator_form(&viewer, &body)?;
     if !form.confirmed() {
-        let overview = crate::queue::service::queue_overview(&viewer.state.jobs).await?;
+        let overview = keel_core::queue::service::queue_overview(&viewer.state.jobs).await?;
         return Ok(confirm_page(
             Layout::new("Requeue stale jobs?", &viewer, "queue", None),
             Confirm {
@@ -238,7 +238,7 @@ pub async fn requeue_stale(viewer: Viewer, body: web::Bytes) -> Result<HttpRespo
             form.carried(),
         ));
     }
-    let outcome = crate::queue::service::requeue_stale(&viewer.state.jobs).await;
+    let outcome = keel_core::queue::service::requeue_stale(&viewer.state.jobs).await;
     after_form("/console/operator/queue", outcome, |c| {
         format!(
             "Stale sweep: {} requeued, {} failed, {} stopped.",
@@ -291,8 +291,8 @@ async fn set_paused(
     }
     let jobs = &viewer.state.jobs;
     let outcome = match paused {
-        true => crate::queue::service::pause(jobs, action).await,
-        false => crate::queue::service::resume(jobs, action).await,
+        true => keel_core::queue::service::pause(jobs, action).await,
+        false => keel_core::queue::service::resume(jobs, action).await,
     };
     after_form("/console/operator/queue", outcome, |q| match q.paused {
         true => format!("{}: paused; its jobs are not claimed until resumed.", q.action),
@@ -344,7 +344,7 @@ pub async fn failed(
     operator_only(&viewer)?;
     let query = query.into_inner();
     let filter = failed_filter(query.action.as_deref(), query.org.as_deref(), query.q.as_deref())?;
-    let jobs = crate::queue::service::failed_jobs(&viewer.state.jobs, &filter).await?;
+    let jobs = keel_core::queue::service::failed_jobs(&viewer.state.jobs, &filter).await?;
     let now = chrono::Utc::now();
     let jobs = jobs
         .iter()
@@ -370,7 +370,7 @@ pub async fn failed(
             org: clipped(query.org),
             q: clipped(query.q),
             jobs,
-            limit: crate::queue::service::FAILED_SHOWN,
+            limit: keel_core::queue::service::FAILED_SHOWN,
         },
     ))
 }
@@ -386,7 +386,7 @@ pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpRespon
                 form.get("filter_org"),
                 form.get("filter_q"),
             )?;
-            crate::queue::service::failed_jobs(&viewer.state.jobs, &filter)
+            keel_core::queue::service::failed_jobs(&viewer.state.jobs, &filter)
                 .await?
                 .into_iter()
                 .map(|job| job.id)
@@ -404,7 +404,7 @@ pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpRespon
             "Select the jobs to retry first.".into()
         });
     }
-    let ids = &ids[..ids.len().min(crate::queue::service::MAX_RETRIED_AT_ONCE)];
+    let ids = &ids[..ids.len().min(keel_core::queue::service::MAX_RETRIED_AT_ONCE)];
     if !form.confirmed() {
         return Ok(confirm_page(
             Layout::new("Retry failed jobs?", &viewer, "failed", None),
@@ -422,7 +422,7 @@ pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpRespon
             ids.iter().map(|id| ("job".to_owned(), id.to_string())).collect(),
         ));
     }
-    let outcome = crate::queue::service::retry_jobs(&viewer.state.jobs, ids).await;
+    let outcome = keel_core::queue::service::retry_jobs(&viewer.state.jobs, ids).await;
     after_form(back, outcome, |r| match r.skipped {
         0 => format!("{} job(s) queued again.", r.retried.len()),
         skipped => format!(
@@ -539,10 +539,10 @@ pub async fn grant(viewer: Viewer, body: web::Bytes) -> Result<HttpResponse, Con
         ));
     }
     let key = form.get("key").unwrap_or_default().to_owned();
-    let outcome = crate::billing::service::manual_grant(
+    let outcome = keel_core::billing::service::manual_grant(
         &viewer.state.billing,
         &org_id,
-        crate::billing::service::ManualGrant {
+        keel_core::billing::service::ManualGrant {
             amount,
             reason,
             expires_at,

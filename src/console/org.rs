@@ -13,10 +13,10 @@ use super::pages::{
 use super::session::{OrgView, Viewer};
 use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
 use crate::billing::dto::{AutoTopupBody, PaymentMethodBody, PromoCodeBody, TopupBody};
-use crate::billing::ledger::EntryKind;
-use crate::billing::{repo, service};
-use crate::domain::{Microcents, OrgId, PaymentState};
 use crate::error::ApiError;
+use keel_core::billing::ledger::EntryKind;
+use keel_core::billing::service;
+use keel_core::domain::{Microcents, OrgId, PaymentState};
 
 /// Days the spend chart and the usage table cover.
 const PERIOD_DAYS: i64 = 30;
@@ -31,10 +31,11 @@ pub(super) async fn org_layout(
     active: &'static str,
     req: &HttpRequest,
 ) -> Result<Layout, ConsoleError> {
-    let name = crate::orgs::repo::find_org(&viewer.state.db, &org.org_id)
-        .await?
-        .map(|o| o.name)
-        .unwrap_or_default();
+    let name = match keel_core::orgs::service::org(&viewer.state.db, &org.org_id).await {
+        Ok(found) => found.name,
+        Err(keel_core::orgs::OrgError::OrgNotFound) => String::new(),
+        Err(err) => return Err(err.into()),
+    };
     Ok(Layout::new(title, viewer, active, Flash::read(req)).with_org(org, name))
 }
 
@@ -52,8 +53,8 @@ fn ledger_row(e: &ledger_entry::Model) -> LedgerRow {
 }
 
 /// A grant's kind as the overview names it.
-fn credit_kind(kind: crate::domain::GrantKind) -> &'static str {
-    use crate::domain::GrantKind as K;
+fn credit_kind(kind: keel_core::domain::GrantKind) -> &'static str {
+    use keel_core::domain::GrantKind as K;
     match kind {
         K::Starter => "starter credit",
         K::Promo => "promotional credit",
@@ -151,7 +152,7 @@ pub async fn overview(
         )),
         _ => None,
     };
-    let simulated = state.settings.payments.mode == crate::config::PaymentsMode::Simulated;
+    let simulated = state.settings.payments.mode == keel_core::config::PaymentsMode::Simulated;
     Ok(page(
         &req,
         &OverviewPage {
@@ -160,7 +161,7 @@ pub async fn overview(
             balance_exact: format::exact(balance),
             card,
             auto_enabled: account.auto_topup_enabled,
-            auto_paused: account.auto_topup_declines >= crate::billing::ledger::MAX_AUTO_TOPUP_DECLINES,
+            auto_paused: account.auto_topup_declines >= keel_core::billing::ledger::MAX_AUTO_TOPUP_DECLINES,
             auto_threshold: account
                 .auto_topup_threshold_cents
                 .map(|c| c.to_string())
@@ -371,8 +372,14 @@ pub async fn ledger(
     };
     let statement =
         keel_core::billing::statement::statement(&viewer.state.billing, &org.org_id, &month).await?;
-    let mut entries =
-        repo::ledger_page(&viewer.state.db, &org.org_id, kind, query.before, LEDGER_PAGE + 1).await?;
+    let mut entries = service::ledger_page(
+        &viewer.state.billing,
+        &org.org_id,
+        kind,
+        query.before,
+        LEDGER_PAGE + 1,
+    )
+    .await?;
     let next = (entries.len() as u64 > LEDGER_PAGE).then(|| {
         entries.truncate(LEDGER_PAGE as usize);
         let last = entries.last().map_or(0, |e| e.id);
@@ -522,7 +529,7 @@ async fn keys_page_with(
         .into_iter()
         .map(|k| key_row(k, now))
         .collect();
-    let members = crate::orgs::repo::members_of(&viewer.state.db, &org.org_id)
+    let members = keel_core::orgs::service::members(&viewer.state.db, &org.org_id)
         .await?
         .into_iter()
         .map(|(m, email)| MemberRow {
@@ -724,7 +731,7 @@ pub async fn edit_key(
         let body =
             crate::http::extract::parse_checked_body::<crate::keys::dto::PatchKeyBody>(json.as_bytes())?;
         let key_id =
-            crate::domain::ApiKeyId::parse(&path.key).map_err(|_| keel_core::keys::KeyError::NotFound)?;
+            keel_core::domain::ApiKeyId::parse(&path.key).map_err(|_| keel_core::keys::KeyError::NotFound)?;
         keel_core::keys::service::update(
             &viewer.state.db,
             &viewer.state.cluster,
@@ -750,10 +757,10 @@ async fn create_key_shown_once(
     body: &crate::keys::dto::CreateKeyBody,
 ) -> Result<String, ApiError> {
     use sea_orm::TransactionTrait;
-    let settings = body.settings();
-    settings.check_new(Utc::now())?;
     let txn = viewer.state.db.begin().await?;
-    let created = keel_core::keys::repo::insert(&txn, org_id, body.name.as_deref(), &settings).await?;
+    let created =
+        keel_core::keys::service::create_in(&txn, org_id, body.name.as_deref(), &body.settings(), Utc::now())
+            .await?;
     let reveal = keep_for_one_view(viewer, &txn, org_id, &created.secret).await?;
     txn.commit().await?;
     Ok(reveal)
@@ -824,7 +831,7 @@ pub async fn revoke_key(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, true).await?;
-    let key_id = crate::domain::ApiKeyId::parse(&path.key).map_err(|_| ConsoleError::NotFound)?;
+    let key_id = keel_core::domain::ApiKeyId::parse(&path.key).map_err(|_| ConsoleError::NotFound)?;
     if !form.confirmed() {
         let key = keel_core::keys::service::key(&viewer.state.db, &org.org_id, &key_id)
             .await

@@ -10,12 +10,12 @@ use rand::RngCore;
 use sha2::Sha256;
 
 use super::ConsoleError;
-use crate::auth::{self, keys, Caller, OrgAccess, Principal, Role, UserPrincipal};
-use crate::config::SecureCookies;
-use crate::domain::{OrgId, UserId};
+use crate::auth::{self, Caller, OrgAccess, Principal, Role, UserPrincipal};
 use crate::error::ApiError;
 use crate::state::AppState;
 pub use keel_core::auth::cookies::{CookieKeys, Standing};
+use keel_core::config::SecureCookies;
+use keel_core::domain::{OrgId, UserId};
 
 /// The console's cookie.
 pub const COOKIE: &str = "keel_console";
@@ -63,7 +63,7 @@ pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standi
             Some(Standing::Key { key_id, org_id })
         }
         Some(Principal::User(UserPrincipal::Session { user_id })) => {
-            let orgs = auth::repo::memberships_of(&state.db, &user_id).await?;
+            let orgs = keel_core::auth::service::memberships_of(&state.db, &user_id).await?;
             if orgs.is_empty() {
                 // Nothing to show: the same answer as an unknown credential.
                 return Ok(None);
@@ -77,7 +77,9 @@ pub async fn sign_in(state: &AppState, credential: &str) -> Result<Option<Standi
 /// How long a session token typed into the form still has: the console session ends with it.
 pub fn credential_expiry(state: &AppState, credential: &str) -> i64 {
     let far = i64::MAX / 2;
-    if keys::looks_like_api_key(credential) || !auth::session::looks_like_jwt(credential) {
+    if keel_core::auth::keys::looks_like_api_key(credential)
+        || !keel_core::auth::session::looks_like_jwt(credential)
+    {
         return far;
     }
     state
@@ -255,7 +257,7 @@ async fn still_stands(
             known.then_some(None).ok_or(ConsoleError::signed_out())
         }
         Standing::Key { key_id, org_id } => {
-            let key = auth::repo::active_api_key_by_id(&state.db, key_id).await?;
+            let key = keel_core::auth::service::api_key_by_id(&state.db, key_id).await?;
             match key {
                 // A key whose scopes lost `api` can no longer use the console.
                 Some(key) if key.org_id == *org_id && keel_core::keys::KeySettings::of(&key).scopes.api => {
@@ -265,7 +267,7 @@ async fn still_stands(
             }
         }
         Standing::User { user_id, org_id } => {
-            if !auth::repo::user_exists(&state.db, user_id).await? {
+            if !keel_core::auth::service::user_exists(&state.db, user_id).await? {
                 return Err(ConsoleError::signed_out());
             }
             match org_id {
@@ -355,7 +357,7 @@ impl Viewer {
     pub async fn org(&self, raw: &str) -> Result<OrgView, ConsoleError> {
         let org_id = OrgId::parse(raw).map_err(|_| ConsoleError::NotFound)?;
         if self.is_operator() {
-            return match crate::orgs::repo::org_exists(&self.state.db, &org_id).await? {
+            return match keel_core::orgs::service::exists(&self.state.db, &org_id).await? {
                 true => Ok(OrgView { org_id, access: None }),
                 false => Err(ConsoleError::NotFound),
             };
@@ -408,7 +410,9 @@ impl Viewer {
     /// The user's organizations (a user session only).
     pub async fn user_orgs(&self) -> Result<Vec<(OrgId, Role)>, ConsoleError> {
         match &self.standing {
-            Standing::User { user_id, .. } => Ok(auth::repo::memberships_of(&self.state.db, user_id).await?),
+            Standing::User { user_id, .. } => {
+                Ok(keel_core::auth::service::memberships_of(&self.state.db, user_id).await?)
+            }
             _ => Ok(Vec::new()),
         }
     }

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use super::pages::{Layout, LoginPage, OrgRow, OrgsPage};
 use super::session::{self, Standing, Viewer};
 use super::{format, html, page, redirect, ConsoleError, Flash};
-use crate::domain::{Microcents, OrgId};
 use crate::state::AppState;
+use keel_core::domain::OrgId;
 
 /// `/console`: where the session works, or the sign-in form.
 pub async fn home(req: HttpRequest) -> HttpResponse {
@@ -150,7 +150,7 @@ pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpRespo
                 return Ok(redirect(&format!("/console/o/{org}")).finish());
             }
         }
-        let names: HashMap<OrgId, (String, String)> = crate::orgs::repo::all_orgs(&viewer.state.db)
+        let names: HashMap<OrgId, (String, String)> = keel_core::orgs::service::all(&viewer.state.db)
             .await?
             .into_iter()
             .filter(|o| memberships.iter().any(|(id, _)| *id == o.id))
@@ -184,38 +184,18 @@ pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpRespo
 
 /// Every organization with its balance, open jobs and last ledger activity.
 async fn operator_rows(state: &AppState) -> Result<Vec<OrgRow>, ConsoleError> {
-    let balances: HashMap<OrgId, Microcents> = crate::billing::repo::balances(&state.db)
+    Ok(keel_core::operator::organizations(&state.db)
         .await?
         .into_iter()
-        .collect();
-    let activity: HashMap<OrgId, chrono::DateTime<chrono::Utc>> =
-        crate::billing::repo::last_ledger_activity(&state.db)
-            .await?
-            .into_iter()
-            .collect();
-    let mut open: HashMap<OrgId, (i64, i64)> = HashMap::new();
-    for (org, status, count) in crate::queue::repo::open_counts_by_org(&state.db).await? {
-        let entry = open.entry(org).or_default();
-        match status {
-            crate::domain::JobStatus::Queued => entry.0 += count,
-            _ => entry.1 += count,
-        }
-    }
-    Ok(crate::orgs::repo::all_orgs(&state.db)
-        .await?
-        .into_iter()
-        .map(|o| {
-            let (queued, running) = open.get(&o.id).copied().unwrap_or_default();
-            OrgRow {
-                balance: format::dollars(balances.get(&o.id).copied().unwrap_or_default()),
-                last_activity: format::opt_time(activity.get(&o.id).copied()),
-                role: String::new(),
-                queued,
-                running,
-                id: o.id.into(),
-                name: o.name,
-                slug: o.slug,
-            }
+        .map(|o| OrgRow {
+            balance: format::dollars(o.balance),
+            last_activity: format::opt_time(o.last_activity),
+            role: String::new(),
+            queued: o.queued,
+            running: o.running,
+            id: o.org.id.into(),
+            name: o.org.name,
+            slug: o.org.slug,
         })
         .collect())
 }

@@ -16,11 +16,11 @@ use super::session::{OrgView, Viewer};
 use super::{
     after_form, chart, confirm_page, format, html, page, wants_partial, Confirm, ConsoleError, FormFields,
 };
-use crate::domain::{JobAction, JobStatus};
 use crate::error::ApiError;
-use crate::queue::repo::JobFilter;
-use crate::traces::export::Format;
-use crate::traces::repo::TraceFilter;
+use keel_core::domain::{JobAction, JobStatus};
+use keel_core::queue::JobFilter;
+use keel_core::traces::export::Format;
+use keel_core::traces::TraceFilter;
 
 /// Rows per page of jobs and traces.
 const PAGE: u64 = 50;
@@ -30,33 +30,34 @@ const RUNS_PAGE: u64 = 50;
 /// Eval cases per page.
 const CASES_PAGE: u64 = 100;
 
-/// A keyset cursor `(time, id)` as it travels in a link: `<rfc3339>_<id>`.
-fn cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
+/// A runs or eval-runs page's cursor `(time, id)` as it travels in a link: `<rfc3339>_<id>`
+/// (their ids are the clients' own text, which the shared keyset cursor, made for keel's
+/// UUIDs, cannot carry; jobs and traces page by `keel_core::paging::Keyset`).
+fn text_cursor_of(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}_{id}", at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
 
-/// A page's `before` cursor: none, or one [`parse_cursor`] reads (else a 400 page).
-fn page_cursor<T>(
-    raw: Option<&str>,
-    parse: fn(&str) -> Result<T, crate::domain::IdError>,
-) -> Result<Option<(chrono::DateTime<chrono::Utc>, T)>, ConsoleError> {
+/// A runs page's `before` cursor: none, or one [`text_cursor_of`] wrote (else a 400 page).
+fn text_cursor(raw: Option<&str>) -> Result<Option<(chrono::DateTime<chrono::Utc>, String)>, ConsoleError> {
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else {
+        return Ok(None);
+    };
+    let (at, id) = raw
+        .split_once('_')
+        .ok_or_else(|| super::unreadable("\"before\""))?;
+    let at = chrono::DateTime::parse_from_rfc3339(at).map_err(|_| super::unreadable("\"before\""))?;
+    Ok(Some((at.with_timezone(&chrono::Utc), id.to_owned())))
+}
+
+/// A jobs or traces page's `before` cursor: none, or the shared keyset cursor the API's
+/// lists give (else a 400 page).
+fn keyset_cursor(raw: Option<&str>) -> Result<Option<keel_core::paging::Keyset>, ConsoleError> {
     match raw.filter(|r| !r.is_empty()) {
         None => Ok(None),
-        Some(raw) => parse_cursor(Some(raw), parse)
+        Some(raw) => keel_core::paging::Keyset::decode(raw)
             .map(Some)
             .ok_or_else(|| super::unreadable("\"before\"")),
     }
-}
-
-fn parse_cursor<T>(
-    raw: Option<&str>,
-    parse: fn(&str) -> Result<T, crate::domain::IdError>,
-) -> Option<(chrono::DateTime<chrono::Utc>, T)> {
-    let (at, id) = raw?.split_once('_')?;
-    let at = chrono::DateTime::parse_from_rfc3339(at)
-        .ok()?
-        .with_timezone(&chrono::Utc);
-    Some((at, parse(id).ok()?))
 }
 
 fn job_row(job: &training_job::Model) -> JobRow {
@@ -118,9 +119,15 @@ pub async fn jobs(
         training_task_id: nonempty(&query.task),
         status,
         action,
-        before: page_cursor(query.before.as_deref(), crate::domain::JobId::parse)?,
+        before: match keyset_cursor(query.before.as_deref())? {
+            None => None,
+            Some(k) => Some((
+                k.at,
+                keel_core::domain::JobId::parse(&k.id).map_err(|_| super::unreadable("\"before\""))?,
+            )),
+        },
     };
-    let (jobs, next_page) = crate::queue::service::jobs_page(
+    let (jobs, next_page) = keel_core::queue::service::jobs_page(
         &viewer.state.jobs,
         std::slice::from_ref(&org.org_id),
         &filter,
@@ -151,7 +158,7 @@ pub async fn jobs(
     let filters = link.finish();
     let next = next_page.map(|after| {
         let mut link = form_urlencoded::Serializer::new(filters.clone());
-        link.append_pair("before", &cursor_of(after.at, &after.id));
+        link.append_pair("before", &after.encode());
         format!("/console/o/{org_id}/jobs?{}", link.finish())
     });
     let l = org_layout(&viewer, &org, "Jobs", "jobs", &req).await?;
@@ -200,8 +207,8 @@ pub async fn job(
     path: web::Path<JobPath>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
-    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
-    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
+    let job_id = keel_core::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
+    let job = keel_core::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
     let mut timeline = vec![Event {
@@ -231,7 +238,7 @@ pub async fn job(
         });
     }
     let live = is_live(&job);
-    let history = crate::queue::service::histories(&viewer.state.jobs, std::slice::from_ref(&job.id))
+    let history = keel_core::queue::service::histories(&viewer.state.jobs, std::slice::from_ref(&job.id))
         .await?
         .remove(&job.id)
         .unwrap_or_default()
@@ -299,8 +306,8 @@ async fn job_to_act_on(
 ) -> Result<(FormFields, OrgView, training_job::Model), ConsoleError> {
     let form = FormFields::parse(body);
     let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let job_id = crate::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
-    let job = crate::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
+    let job_id = keel_core::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
+    let job = keel_core::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
         .await
         .map_err(|_| ConsoleError::NotFound)?;
     Ok((form, org, job))
@@ -348,7 +355,7 @@ pub async fn stop_job(
     let (form, org, job) = job_to_act_on(&viewer, &path, &body).await?;
     if !form.confirmed() {
         let question = match job.status {
-            crate::domain::JobStatus::Running => {
+            keel_core::domain::JobStatus::Running => {
                 "Its worker is told to stop at its next heartbeat; the work done so far may be lost."
             }
             _ => "It ends now and will not run.",
@@ -356,12 +363,12 @@ pub async fn stop_job(
         return confirm_job_action(&viewer, &req, &org, &job, &form, "stop", question.into()).await;
     }
     let reason = form.get("reason").map(|r| format::clip(r, 2000));
-    let outcome = crate::queue::service::stop_job(&viewer.state.jobs, &job, reason.as_deref()).await;
+    let outcome = keel_core::queue::service::stop_job(&viewer.state.jobs, &job, reason.as_deref()).await;
     after_form(
         &format!("/console/o/{}/jobs/{}", job.org_id, job.id),
         outcome,
         |job| match job.status {
-            crate::domain::JobStatus::Stopping => {
+            keel_core::domain::JobStatus::Stopping => {
                 "Stop requested: the worker is told at its next heartbeat.".into()
             }
             _ => "Job stopped.".into(),
@@ -381,7 +388,7 @@ pub async fn retry_job(
         let question = "It goes back to the queue and will be claimed again; its attempts keep counting.";
         return confirm_job_action(&viewer, &req, &org, &job, &form, "retry", question.into()).await;
     }
-    let outcome = crate::queue::service::retry_job(&viewer.state.jobs, &job).await;
+    let outcome = keel_core::queue::service::retry_job(&viewer.state.jobs, &job).await;
     after_form(
         &format!("/console/o/{}/jobs/{}", job.org_id, job.id),
         outcome,
@@ -396,7 +403,7 @@ pub async fn trace_projects(
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path).await?;
     let projects =
-        crate::traces::repo::projects_with_traces(&viewer.state.db, std::slice::from_ref(&org.org_id))
+        keel_core::traces::service::projects_with_traces(&viewer.state.db, std::slice::from_ref(&org.org_id))
             .await?
             .into_iter()
             .map(|(id, name, count, last)| ProjectRow {
@@ -429,7 +436,7 @@ pub struct TracesQuery {
     until: Option<String>,
 }
 
-fn trace_row(t: &crate::traces::repo::ListedTrace, marks: &crate::traces::marks::Marks) -> TraceRow {
+fn trace_row(t: &keel_core::traces::ListedTrace, marks: &keel_core::traces::marks::Marks) -> TraceRow {
     TraceRow {
         id: t.id.to_string(),
         at: format::time(t.created_at),
@@ -466,13 +473,16 @@ fn day_start(raw: Option<&str>, name: &str) -> Result<Option<chrono::DateTime<ch
 /// The project, if it is the organization's.
 async fn project_of(
     viewer: &Viewer,
-    org_id: &crate::domain::OrgId,
+    org_id: &keel_core::domain::OrgId,
     raw: &str,
 ) -> Result<entities::project::Model, ConsoleError> {
-    let id = crate::domain::ProjectId::parse(raw).map_err(|_| ConsoleError::NotFound)?;
-    crate::projects::repo::find_in_org(&viewer.state.db, org_id, &id)
-        .await?
-        .ok_or(ConsoleError::NotFound)
+    let id = keel_core::domain::ProjectId::parse(raw).map_err(|_| ConsoleError::NotFound)?;
+    keel_core::projects::service::project_of(&viewer.state.db, std::slice::from_ref(org_id), &id)
+        .await
+        .map_err(|err| match err {
+            keel_core::projects::ProjectError::NotFound => ConsoleError::NotFound,
+            err => err.into(),
+        })
 }
 
 pub async fn traces(
@@ -492,32 +502,45 @@ pub async fn traces(
     };
     let q = query.q.clone().filter(|q| !q.trim().is_empty());
     let tag = query.tag.clone().filter(|t| !t.is_empty());
-    if tag.as_deref().is_some_and(|t| !crate::traces::marks::is_name(t)) {
+    if tag
+        .as_deref()
+        .is_some_and(|t| !keel_core::traces::marks::is_name(t))
+    {
         return Err(super::unreadable("tag"));
     }
     let since = day_start(query.since.as_deref(), "since")?;
     // `until` is a day included: the filter stops at the next day's start.
     let until = day_start(query.until.as_deref(), "until")?.map(|d| d + chrono::Duration::days(1));
+    let before = match keyset_cursor(query.before.as_deref())? {
+        None => None,
+        Some(k) => Some(keel_core::traces::service::Cursor {
+            at: k.at,
+            id: keel_core::domain::TraceId::parse(&k.id).map_err(|_| super::unreadable("\"before\""))?,
+        }),
+    };
     let filter = TraceFilter {
         model: model.clone(),
         ok: status.as_deref().map(|s| s == "ok"),
-        before: page_cursor(query.before.as_deref(), crate::domain::TraceId::parse)?,
         since,
         until,
         tag: tag.clone(),
         search: q
             .as_deref()
-            .map(crate::traces::search::Query::parse)
+            .map(keel_core::traces::search::Query::parse)
             .filter(|q| !q.is_empty()),
         ..TraceFilter::default()
     };
     let db = &viewer.state.db;
-    let mut rows = crate::traces::repo::list_page(db, &project.id, &filter, PAGE + 1).await?;
-    let more = rows.len() as u64 > PAGE;
-    rows.truncate(PAGE as usize);
-    let ids: Vec<crate::domain::TraceId> = rows.iter().map(|t| t.id.clone()).collect();
-    let marks = crate::traces::marks::marks_of(db, &ids).await?;
-    let next = more.then(|| rows.last()).flatten().map(|last| {
+    let listed = keel_core::traces::browse::list(
+        db,
+        std::slice::from_ref(&org.org_id),
+        &project.id,
+        filter,
+        before,
+        PAGE,
+    )
+    .await?;
+    let next = listed.next_cursor.map(|cursor| {
         let mut link = form_urlencoded::Serializer::new(String::new());
         for (name, value) in [
             ("model", &model),
@@ -531,7 +554,7 @@ pub async fn traces(
                 link.append_pair(name, value);
             }
         }
-        link.append_pair("before", &cursor_of(last.created_at, &last.id));
+        link.append_pair("before", &cursor.encode());
         format!(
             "/console/o/{}/projects/{}/traces?{}",
             org.org_id,
@@ -551,7 +574,7 @@ pub async fn traces(
         &req,
         &TracesPage {
             l,
-            models: crate::traces::repo::models_of_project(db, &project.id).await?,
+            models: keel_core::traces::service::models_of_project(db, &project.id).await?,
             project_id: project.id.into(),
             project_name: project.name,
             model: model.unwrap_or_default(),
@@ -560,9 +583,10 @@ pub async fn traces(
             tag: tag.unwrap_or_default(),
             since: query.since.clone().unwrap_or_default(),
             until: query.until.clone().unwrap_or_default(),
-            traces: rows
+            traces: listed
+                .traces
                 .iter()
-                .map(|t| trace_row(t, marks.get(&t.id).unwrap_or(&Default::default())))
+                .map(|l| trace_row(&l.trace, &l.marks))
                 .collect(),
             next,
             retention_days: project
@@ -616,8 +640,8 @@ pub async fn export(
             match parsed {
                 Ok(q) => {
                     let limit = q.limit.unwrap_or(crate::traces::MAX_EXPORT as i64) as u64;
-                    let filter = crate::traces::repo::TraceFilter::default();
-                    crate::traces::service::export_project(
+                    let filter = TraceFilter::default();
+                    keel_core::traces::service::export_project(
                         &viewer.state.db,
                         viewer.state.settings.traces.export_max_page_bytes,
                         orgs,
@@ -638,8 +662,8 @@ pub async fn export(
         }
         None => match form.plain_body::<crate::traces::dto::TraceSelectionBody>() {
             Ok(selection) => {
-                let filter = crate::traces::repo::TraceFilter::default();
-                crate::traces::service::export_selection(
+                let filter = TraceFilter::default();
+                keel_core::traces::service::export_selection(
                     &viewer.state.db,
                     viewer.state.settings.traces.export_max_page_bytes,
                     orgs,
@@ -752,8 +776,8 @@ pub async fn trace(
     path: web::Path<TracePath>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
-    let id = crate::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
-    let (t, marks) = crate::traces::browse::get(&viewer.state.db, std::slice::from_ref(&org.org_id), &id)
+    let id = keel_core::domain::TraceId::parse(&path.trace).map_err(|_| ConsoleError::NotFound)?;
+    let (t, marks) = keel_core::traces::browse::get(&viewer.state.db, std::slice::from_ref(&org.org_id), &id)
         .await
         .map_err(|err| match err {
             keel_core::traces::TraceError::TraceNotFound => ConsoleError::NotFound,
@@ -786,7 +810,7 @@ pub async fn trace(
         &req,
         &TracePage {
             l,
-            row: trace_row(&crate::traces::repo::ListedTrace::of(&t), &marks),
+            row: trace_row(&keel_core::traces::ListedTrace::of(&t), &marks),
             scores: marks
                 .scores
                 .iter()
@@ -812,7 +836,7 @@ fn eval_row(r: &entities::eval_run::Model) -> EvalRow {
         project: r.project_id.to_string(),
         suite: r.suite_name.clone(),
         model: r.model.clone().unwrap_or_default(),
-        status: r.status.clone(),
+        status: r.status.as_str().to_owned(),
         total: r.total_cases,
         passed: r.passed_cases,
         graded: r.graded_cases,
@@ -843,13 +867,13 @@ fn runs_page<T>(
     runs.truncate(RUNS_PAGE as usize);
     let next = more.then(|| runs.last()).flatten().map(|last| {
         let (at, id) = key(last);
-        link(&form_urlencoded::byte_serialize(cursor_of(at, &id).as_bytes()).collect::<String>())
+        link(&form_urlencoded::byte_serialize(text_cursor_of(at, &id).as_bytes()).collect::<String>())
     });
     (runs, next)
 }
 
 /// The link to the page after `before` of a runs list, narrowed to `project` when it is.
-fn runs_link(org: &crate::domain::OrgId, page: &str, project: Option<&str>, before: &str) -> String {
+fn runs_link(org: &keel_core::domain::OrgId, page: &str, project: Option<&str>, before: &str) -> String {
     match project {
         Some(project) => format!(
             "/console/o/{org}/{page}?project={}&before={before}",
@@ -867,8 +891,8 @@ pub async fn evals(
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path).await?;
     let project = query.project.as_deref().filter(|p| !p.is_empty());
-    let before = page_cursor(query.before.as_deref(), |id| Ok(id.to_owned()))?;
-    let runs = crate::evals::repo::runs_of_org(
+    let before = text_cursor(query.before.as_deref())?;
+    let runs = keel_core::evals::service::runs_of_org(
         &viewer.state.db,
         &org.org_id,
         project,
@@ -939,9 +963,9 @@ pub async fn eval_run(
     path: web::Path<EvalPath>,
     query: web::Query<CasesQuery>,
 ) -> Result<HttpResponse, ConsoleError> {
-    use crate::evals::repo::CaseFilter;
+    use keel_core::evals::CaseFilter;
     let org = viewer.org(&path.org).await?;
-    let run = crate::evals::repo::find_run(&viewer.state.db, &org.org_id, &path.run)
+    let run = keel_core::evals::service::run_of_org(&viewer.state.db, &org.org_id, &path.run)
         .await?
         .ok_or(ConsoleError::NotFound)?;
     let (filter, name) = match query.filter.as_deref() {
@@ -950,7 +974,8 @@ pub async fn eval_run(
         _ => (CaseFilter::All, ""),
     };
     let mut cases =
-        crate::evals::repo::cases(&viewer.state.db, &run.id, filter, query.after, CASES_PAGE + 1).await?;
+        keel_core::evals::service::cases(&viewer.state.db, &run.id, filter, query.after, CASES_PAGE + 1)
+            .await?;
     let more = cases.len() as u64 > CASES_PAGE;
     cases.truncate(CASES_PAGE as usize);
     let next = more.then(|| cases.last()).flatten().map(|last| {
@@ -1008,9 +1033,10 @@ pub async fn runs(
     let org = viewer.org(&path).await?;
     let project = query.project.as_deref().filter(|p| !p.is_empty());
     let db = &viewer.state.db;
-    let before = page_cursor(query.before.as_deref(), |id| Ok(id.to_owned()))?;
+    let before = text_cursor(query.before.as_deref())?;
     let runs =
-        crate::runs::repo::runs_of_org(db, &org.org_id, project, before.as_ref(), RUNS_PAGE + 1).await?;
+        keel_core::runs::service::runs_of_org(db, &org.org_id, project, before.as_ref(), RUNS_PAGE + 1)
+            .await?;
     let (runs, next) = runs_page(
         runs,
         |r| (r.created_at, r.id.clone()),
@@ -1018,7 +1044,7 @@ pub async fn runs(
     );
     let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
     let mut checkpoints: std::collections::HashMap<String, Vec<(i64, String)>> = Default::default();
-    for c in crate::runs::repo::checkpoints_of_runs(db, &org.org_id, &ids).await? {
+    for c in keel_core::runs::service::checkpoints_of_runs(db, &org.org_id, &ids).await? {
         checkpoints
             .entry(c.run_id)
             .or_default()
@@ -1069,10 +1095,10 @@ async fn trace_form(
     org: &str,
     trace: &str,
     body: &[u8],
-) -> Result<(FormFields, OrgView, crate::domain::TraceId, String), ConsoleError> {
+) -> Result<(FormFields, OrgView, keel_core::domain::TraceId, String), ConsoleError> {
     let form = FormFields::parse(body);
     let org = viewer.act_in(org, &form.csrf, false).await?;
-    let id = crate::domain::TraceId::parse(trace).map_err(|_| ConsoleError::NotFound)?;
+    let id = keel_core::domain::TraceId::parse(trace).map_err(|_| ConsoleError::NotFound)?;
     let back = format!("/console/o/{}/traces/{}", org.org_id, id);
     Ok((form, org, id, back))
 }
@@ -1094,7 +1120,7 @@ pub async fn tag_traces(
         let body =
             crate::http::extract::parse_checked_body::<crate::traces::dto::BulkTagsBody>(json.as_bytes())?;
         Ok::<_, ApiError>(
-            crate::traces::marks::change_tags(
+            keel_core::traces::marks::change_tags(
                 &viewer.state.db,
                 std::slice::from_ref(&org.org_id),
                 &body.trace_ids,
@@ -1187,7 +1213,7 @@ pub async fn trace_tags(
     let json = serde_json::json!({"add": one("add"), "remove": one("remove")}).to_string();
     let outcome = async {
         let body = crate::http::extract::parse_checked_body::<crate::traces::dto::TagsBody>(json.as_bytes())?;
-        let tagged = crate::traces::marks::change_tags(
+        let tagged = keel_core::traces::marks::change_tags(
             &viewer.state.db,
             std::slice::from_ref(&org.org_id),
             std::slice::from_ref(&id),
@@ -1228,19 +1254,19 @@ pub async fn set_score(
     });
     let json = serde_json::json!({"value": value, "comment": form.get("comment")}).to_string();
     let outcome = async {
-        if !crate::traces::marks::is_name(&name) {
+        if !keel_core::traces::marks::is_name(&name) {
             return Err(ApiError::validation(
                 vec!["path".into(), "name".into()],
                 "string_pattern_mismatch",
                 format!(
                     "String should match pattern '{}'",
-                    crate::traces::marks::NAME_PATTERN
+                    keel_core::traces::marks::NAME_PATTERN
                 ),
             ));
         }
         let body =
             crate::http::extract::parse_checked_body::<crate::traces::dto::ScoreBody>(json.as_bytes())?;
-        crate::traces::marks::set_score(
+        keel_core::traces::marks::set_score(
             &viewer.state.db,
             std::slice::from_ref(&org.org_id),
             &id,
@@ -1262,7 +1288,7 @@ pub async fn delete_score(
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
     let (_form, org, id, back) = trace_form(&viewer, &path.org, &path.trace, &body).await?;
-    let outcome = crate::traces::marks::delete_score(
+    let outcome = keel_core::traces::marks::delete_score(
         &viewer.state.db,
         std::slice::from_ref(&org.org_id),
         &id,

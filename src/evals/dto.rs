@@ -1,12 +1,13 @@
 //! Bodies and views of the eval routes.
 
-use keel_core::evals::{parse_datetime, EvalCase, EvalError, EvalUpload, STATUSES};
+use keel_core::domain::EvalStatus as Status;
+use keel_core::evals::{parse_datetime, EvalCase, EvalError, EvalUpload};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::domain::ProjectId;
 use crate::http::validate::{Checks, Validate};
+use keel_core::domain::ProjectId;
 
 /// EvalCasePayload: every field optional and nullable.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -32,14 +33,19 @@ impl Validate for EvalCasePayload {
     fn validate(&self, _c: &mut Checks) {}
 }
 
-/// An uploaded eval run's status (the schema of `status`; the field stays a string).
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum EvalStatus {
-    Completed,
-    Failed,
+/// An uploaded eval run's status: the names of [`Status`], spelled there once.
+pub struct EvalStatus;
+
+impl utoipa::PartialSchema for EvalStatus {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(Status::ALL.map(Status::as_str)))
+            .into()
+    }
 }
+
+impl ToSchema for EvalStatus {}
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct EvalRunUploadRequest {
@@ -68,7 +74,7 @@ pub struct EvalRunUploadRequest {
 impl Validate for EvalRunUploadRequest {
     fn validate(&self, c: &mut Checks) {
         if let Some(status) = &self.status {
-            c.one_of("status", status, STATUSES);
+            c.one_of("status", status, &Status::ALL.map(Status::as_str));
         }
         if let Some(started) = &self.started_at {
             if parse_datetime(started).is_none() {
@@ -124,7 +130,8 @@ impl TryFrom<EvalRunUploadRequest> for EvalUpload {
             suite_name: body.suite_name,
             environment_reference: body.environment_reference,
             model: body.model,
-            status: body.status,
+            // Checked by `validate`: absent is `completed`.
+            status: body.status.as_deref().and_then(Status::parse).unwrap_or_default(),
             error: body.error,
             metadata: body.metadata,
             cases: body.cases.into_iter().map(EvalCase::from).collect(),

@@ -1,9 +1,9 @@
 //! Bodies and views of the flash routes.
 
-use crate::domain::{OrgId, ProjectId};
 use crate::http::validate::Validate;
 use chrono::{DateTime, Utc};
 use entities::flash_environment;
+use keel_core::domain::{OrgId, ProjectId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -115,7 +115,7 @@ impl From<flash_environment::Model> for EnvironmentView {
             package_sha256: e.package_sha256,
             published_by_user_id: e.published_by_user_id,
             api_key_id: e.api_key_id,
-            hub_status: e.hub_status,
+            hub_status: e.hub_status.as_str().to_owned(),
             created_at: e.created_at,
             updated_at: e.updated_at,
         }

@@ -4,4 +4,3 @@
 
 pub mod dto;
 pub mod routes;
-pub use keel_core::flash::{hub, repo};

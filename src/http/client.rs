@@ -99,6 +99,7 @@ impl ClientPresence {
             // SAFETY: the descriptor is the socket of the connection this request arrived
             // on, which stays open while the request is being handled, as it is now; it is
             // duplicated at once, so later checks never touch a descriptor reused since.
+            #[allow(unsafe_code)]
             let fd = unsafe { BorrowedFd::borrow_raw(socket.0) };
             fd.try_clone_to_owned().ok()
         });
@@ -118,8 +119,9 @@ impl ClientPresence {
         // SAFETY: the descriptor is owned (shared, never closed early: only `shutdown` is
         // called on it elsewhere) by what is registered, so it stays open and the same
         // while the `AsyncFd` lives.
-        unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-            .ok()
-            .map(ClientWatch)
+        #[allow(unsafe_code)]
+        let watched =
+            unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+        watched.ok().map(ClientWatch)
     }
 }

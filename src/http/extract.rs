@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::validate::{Checks, Validate};
-use crate::domain::{IdError, OrgId};
 use crate::error::{ApiError, ApiResult, Code, ValidationIssue};
 use crate::state::AppState;
+use keel_core::domain::{IdError, OrgId};
 
 const FALLBACK_BODY_LIMIT: usize = 16 * 1024 * 1024;
 

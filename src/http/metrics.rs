@@ -29,7 +29,8 @@ pub struct HttpMetrics {
 }
 
 impl HttpMetrics {
-    pub fn new() -> Self {
+    /// Fails only on a malformed name or label set.
+    pub fn new() -> prometheus::Result<Self> {
         let labels = &["endpoint", "method", "status"];
         let requests = IntCounterVec::new(
             Opts::new(
@@ -37,17 +38,15 @@ impl HttpMetrics {
                 "HTTP requests by route pattern, method and status",
             ),
             labels,
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
+        )?;
         let seconds = HistogramVec::new(
             HistogramOpts::new(
                 "keel_http_requests_duration_seconds",
                 "Time from a request's arrival to its answer's head, by route pattern, method and status",
             ),
             labels,
-        )
-        .unwrap_or_else(|_| unreachable!("a valid metric"));
-        Self { requests, seconds }
+        )?;
+        Ok(Self { requests, seconds })
     }
 
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
@@ -80,12 +79,6 @@ impl HttpMetrics {
             metrics.observe(pattern.as_deref().unwrap_or(OTHER), &method, status, started);
         }
         response
-    }
-}
-
-impl Default for HttpMetrics {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

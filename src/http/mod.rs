@@ -64,4 +64,4 @@ pub async fn target_length(
     Ok(next.call(req).await?.map_into_left_body())
 }
 
-pub use keel_core::peer::{causes, CallFailure, PeerError};
+pub use keel_core::peer::{CallFailure, PeerError};

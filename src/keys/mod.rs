@@ -4,5 +4,3 @@
 
 pub mod dto;
 pub mod routes;
-
-pub use keel_core::keys::{limiter, repo, service, KeySettings, Limits};

@@ -7,11 +7,11 @@ use keel_core::keys::service;
 
 use super::dto::{ApiKeyList, ApiKeyView, CreateKeyBody, PatchKeyBody};
 use crate::auth::{MemberOf, Owner, OwnerOf};
-use crate::domain::ApiKeyId;
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::orgs::dto::{CreatedKeyResponse, Revoked};
 use crate::state::AppState;
+use keel_core::domain::ApiKeyId;
 
 fn key_id(path: &str) -> Result<ApiKeyId, keel_core::keys::KeyError> {
     ApiKeyId::parse(path).map_err(|_| keel_core::keys::KeyError::NotFound)

@@ -199,13 +199,13 @@ pub fn document_json() -> serde_json::Value {
     refine::optional_bodies(&mut doc);
     refine::links(&mut doc);
     refine::request_examples(&mut doc, examples::request_examples());
-    refine::webhooks(&mut doc, &keel_core::webhooks::EVENT_TYPES);
+    refine::webhooks(&mut doc, &keel_core::domain::EventType::ALL);
     doc
 }
 
 /// The document as `GET /openapi.json` serves it, with what depends on this instance's
 /// settings: the product events the flash route accepts.
-pub fn served(settings: &crate::config::Settings) -> crate::system::OpenApiJson {
+pub fn served(settings: &keel_core::config::Settings) -> crate::system::OpenApiJson {
     let mut doc = document_value().clone();
     if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
         event["enum"] = serde_json::json!(settings.flash.event_allowlist);

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::http::schemas::is_string_type;
+use keel_core::domain::EventType;
 use serde_json::{json, Map, Value};
 
 /// The pattern of a string keel stores: anything but NUL (which PostgreSQL's text refuses;
@@ -478,7 +479,7 @@ pub fn optional_bodies(doc: &mut Value) {
 }
 
 /// What each event's `data` is, as a schema.
-fn event_data(event_type: &str) -> (Value, &'static str) {
+fn event_data(event_type: EventType) -> (Value, &'static str) {
     let declined = json!({
         "type": "object",
         "required": ["amountCents", "paymentMethod", "reason"],
@@ -489,21 +490,24 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
         }
     });
     match event_type {
-        t if t.starts_with("job.") => (
+        EventType::JobSucceeded
+        | EventType::JobFailed
+        | EventType::JobBlocked
+        | EventType::JobUserStopped => (
             json!({"$ref": "#/components/schemas/JobView"}),
             "A job ended so: `data` is the job's view, as `GET /api/training/jobs/{id}` answers it.",
         ),
-        "billing.topup.succeeded" => (
+        EventType::TopupSucceeded => (
             json!({"$ref": "#/components/schemas/LedgerEntryView"}),
             "A top-up was credited: `data` is its ledger entry.",
         ),
-        "billing.auto_topup.succeeded" => (
+        EventType::AutoTopupSucceeded => (
             json!({"$ref": "#/components/schemas/LedgerEntryView"}),
             "An auto top-up was credited: `data` is its ledger entry.",
         ),
-        "billing.topup.failed" => (declined, "A top-up's charge was declined."),
-        "billing.auto_topup.failed" => (declined, "An auto top-up's charge was declined."),
-        "billing.balance.low" => (
+        EventType::TopupFailed => (declined, "A top-up's charge was declined."),
+        EventType::AutoTopupFailed => (declined, "An auto top-up's charge was declined."),
+        EventType::BalanceLow => (
             json!({
                 "type": "object",
                 "required": ["balanceMicrocents", "thresholdCents"],
@@ -515,7 +519,7 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             "The balance fell from at or above the organization's auto top-up threshold (or \
              `billing.low_balance_cents` when it has none) to under it: once per crossing.",
         ),
-        "billing.credit.expiring" => (
+        EventType::CreditExpiring => (
             json!({
                 "type": "object",
                 "required": ["grantId", "kind", "remainingMicrocents", "expiresAt"],
@@ -528,7 +532,7 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             }),
             "A credit grant expires within 7 days (sent once per grant).",
         ),
-        "billing.credit.expired" => (
+        EventType::CreditExpired => (
             json!({
                 "type": "object",
                 "required": ["grantId", "expiredMicrocents"],
@@ -536,7 +540,7 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             }),
             "A credit grant expired: what was left of it became an `expiry` ledger entry.",
         ),
-        "billing.auto_topup.limit_reached" => (
+        EventType::AutoTopupLimitReached => (
             json!({
                 "type": "object",
                 "required": ["month", "monthlyLimitCents", "chargedCents"],
@@ -548,7 +552,7 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             }),
             "An auto top-up was not charged: it would have taken the month past its cap (sent once a month).",
         ),
-        "webhook.test" => (
+        EventType::WebhookTest => (
             json!({
                 "type": "object",
                 "required": ["endpointId"],
@@ -556,20 +560,19 @@ fn event_data(event_type: &str) -> (Value, &'static str) {
             }),
             "Sent by `POST /api/webhooks/endpoints/{id}/test`, whatever the endpoint subscribes to.",
         ),
-        _ => (json!({"type": "object"}), "An event keel sends."),
     }
 }
 
 /// The `webhooks` section (OpenAPI 3.1): one operation per event keel sends, the request it
 /// makes to an endpoint: Standard Webhooks headers and `{id, type, createdAt, orgId, data}`.
-pub fn webhooks(doc: &mut Value, event_types: &[&str]) {
+pub fn webhooks(doc: &mut Value, event_types: &[EventType]) {
     let header = |name: &str, description: &str| json!({"name": name, "in": "header", "required": true, "description": description, "schema": {"type": "string"}});
     let mut section = Map::new();
-    for event_type in event_types {
+    for &event_type in event_types {
         let (data, description) = event_data(event_type);
         let operation = json!({
             "post": {
-                "operationId": format!("webhook_{}", event_type.replace('.', "_")),
+                "operationId": format!("webhook_{}", event_type.as_str().replace('.', "_")),
                 "tags": ["webhooks"],
                 "summary": format!("`{event_type}`"),
                 "description": description,
@@ -585,7 +588,7 @@ pub fn webhooks(doc: &mut Value, event_types: &[&str]) {
                         "required": ["id", "type", "createdAt", "orgId", "data"],
                         "properties": {
                             "id": {"type": "string"},
-                            "type": {"const": event_type},
+                            "type": {"const": event_type.as_str()},
                             "createdAt": {"type": "string", "format": "date-time"},
                             "orgId": {"type": "string"},
                             "data": data
@@ -597,7 +600,7 @@ pub fn webhooks(doc: &mut Value, event_types: &[&str]) {
                 }
             }
         });
-        section.insert((*event_type).to_owned(), operation);
+        section.insert(event_type.as_str().to_owned(), operation);
     }
     doc["webhooks"] = Value::Object(section);
 }

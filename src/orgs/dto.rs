@@ -1,17 +1,14 @@
 //! Bodies and views of the organization routes.
 
-use std::sync::LazyLock;
-
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::Role;
-use crate::domain::{OrgId, UserId};
 use crate::http::validate::{Checks, Validate};
+use keel_core::domain::{OrgId, UserId};
 
 /// Organization and project slugs: the parts of `<org-slug>/<project-slug>/<name>`.
-pub static SLUG_RE: LazyLock<regex::Regex> =
-    LazyLock::new(|| regex::Regex::new(r"^[a-z0-9][a-z0-9._-]*$").unwrap_or_else(|_| unreachable!()));
+pub static SLUG_RE: lazy_regex::Lazy<regex::Regex> = lazy_regex::lazy_regex!(r"^[a-z0-9][a-z0-9._-]*$");
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -6,4 +6,3 @@ pub mod dto;
 pub mod routes;
 
 pub use dto::SLUG_RE;
-pub use keel_core::orgs::{adapters, repo, service};

@@ -6,10 +6,10 @@ use keel_core::orgs::service;
 
 use super::dto::*;
 use crate::auth::Internal;
-use crate::domain::{ApiKeyId, UserId};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_id, path_org, path_str, ValidJson};
 use crate::state::AppState;
+use keel_core::domain::{ApiKeyId, UserId};
 
 /// Create an organization
 ///

@@ -1,10 +1,10 @@
 //! Bodies and views of the project routes.
 
-use crate::domain::OrgId;
 use crate::http::validate::{Checks, Validate};
 use crate::orgs::SLUG_RE;
 use chrono::{DateTime, Utc};
 use entities::project;
+use keel_core::domain::OrgId;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

@@ -2,4 +2,3 @@
 
 pub mod dto;
 pub mod routes;
-pub use keel_core::projects::{repo, service};

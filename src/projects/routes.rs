@@ -62,7 +62,7 @@ pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
     params(("project_id" = String, Path, format = Uuid)),
     responses((status = 200, body = ProjectView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let project_id = path_id("project_id", &path, crate::domain::ProjectId::parse)?;
+    let project_id = path_id("project_id", &path, keel_core::domain::ProjectId::parse)?;
     let orgs = caller.organizations().await?;
     let project = service::project_of(&caller.state().db, &orgs, &project_id).await?;
     Ok(HttpResponse::Ok().json(ProjectView::from(project)))
@@ -83,7 +83,7 @@ pub async fn patch_project(
     path: web::Path<String>,
     body: ValidJson<ProjectPatchBody>,
 ) -> ApiResult<HttpResponse> {
-    let project_id = path_id("project_id", &path, crate::domain::ProjectId::parse)?;
+    let project_id = path_id("project_id", &path, keel_core::domain::ProjectId::parse)?;
     let orgs = caller.organizations().await?;
     let days = body.0.trace_retention_days.flatten();
     let project = service::set_trace_retention(&caller.state().db, &orgs, &project_id, days).await?;

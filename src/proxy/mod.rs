@@ -10,7 +10,6 @@ pub mod sse;
 mod stuck;
 pub use crate::upstream;
 pub mod usage;
-pub use keel_core::proxy::cache;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,20 +26,20 @@ use entities::trace;
 use futures_util::Stream;
 use serde_json::Value;
 
-use crate::auth::keys;
-use crate::domain::{OrgId, ProjectId, TraceId};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::http::extract::DeferredBody;
 use crate::http::CallFailure;
 use crate::state::AppState;
-use crate::traces::writer::TraceWriter;
-use cache::KeyOwner;
+use keel_core::auth::keys;
+use keel_core::domain::{OrgId, ProjectId, TraceId};
+use keel_core::proxy::cache::KeyOwner;
+use keel_core::traces::writer::TraceWriter;
 use redact::Redactor;
 use sse::{CompletionAssembler, SseParser};
 use upstream::Answer;
 pub use upstream::{UpstreamConfig, Upstreams};
 
-pub use crate::domain::PROVIDERS;
+pub use keel_core::domain::PROVIDERS;
 
 // Header names are made once: a lookup by a `&str` name makes (and, for a name that is not
 // a standard header, allocates) a `HeaderName` on every call.
@@ -169,7 +168,7 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         .ok_or_else(unauthorized)?;
     let digest = keys::api_key_digest(token);
     let load = || async {
-        let key = crate::auth::repo::active_api_key(&state.db, &hex::encode(digest)).await?;
+        let key = keel_core::auth::service::api_key_by_hash(&state.db, &hex::encode(digest)).await?;
         Ok::<_, sea_orm::DbErr>(key.map(|key| {
             Arc::new(KeyOwner {
                 settings: keel_core::keys::KeySettings::of(&key),
@@ -273,10 +272,7 @@ async fn recording_project(state: &AppState, org_id: &OrgId, raw: &str) -> ApiRe
         )
     };
     let project_id = ProjectId::parse(raw).map_err(|_| not_found())?;
-    let load = || async {
-        let project = crate::projects::repo::find(&state.db, &project_id).await?;
-        Ok::<_, sea_orm::DbErr>(project.map(|project| project.org_id))
-    };
+    let load = || async { keel_core::projects::service::owner_of(&state.db, &project_id).await };
     let owner = state
         .proxy_cache
         .projects
@@ -866,7 +862,7 @@ const KEPT_OTHER_BYTES: usize = 1 << 20;
 
 /// Where a stream's failure is counted and said.
 struct StreamFailures {
-    metrics: crate::metrics::Metrics,
+    metrics: keel_core::metrics::Metrics,
     provider: usize,
     request_id: String,
     /// The request's log line, written when the stream ends (saying how).

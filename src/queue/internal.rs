@@ -8,14 +8,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::repo::{self, Held, Report, ReportOutcome};
-use super::{known_job, parse_stored, service, JobView};
+use super::{known_job, JobView};
 use crate::auth::Internal;
-use crate::domain::{JobAction, JobStatus};
 use crate::error::{ApiError, ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{path_org, ValidJson};
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
+use keel_core::domain::{JobAction, JobStatus};
+use keel_core::queue::events::parse_stored;
+use keel_core::queue::{service, Held, Report, ReportOutcome};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -99,8 +100,8 @@ pub async fn claim_jobs(
         .map(|secs| Duration::from_secs(secs.min(state.settings.queue.max_claim_wait_secs)))
         .filter(|wait| !wait.is_zero());
     let client = crate::http::client::ClientPresence::of(&request);
-    let wanted: super::actor::StillWanted = std::sync::Arc::new(move || !client.gone());
-    let jobs = super::service::claim(
+    let wanted: keel_core::queue::StillWanted = std::sync::Arc::new(move || !client.gone());
+    let jobs = keel_core::queue::service::claim(
         &state.jobs,
         body.worker_id,
         action,
@@ -145,9 +146,7 @@ pub async fn get_job_for_worker(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    let job = repo::find_job(&state.db, &known_job(&path)?)
-        .await?
-        .ok_or_else(|| ApiError::not_found("job"))?;
+    let job = service::job_for_worker(&state.jobs, &known_job(&path)?).await?;
     let secrets = service::worker_secrets(&state.jobs, &job.org_id).await?;
     Ok(HttpResponse::Ok().json(WorkerJobView {
         payload: parse_stored(Some(&job.payload)).unwrap_or_default(),
@@ -244,7 +243,7 @@ pub struct OkBody {
 }
 
 async fn report(state: &AppState, report: Report) -> ApiResult<HttpResponse> {
-    let outcome = super::service::report(&state.jobs, report).await?;
+    let outcome = keel_core::queue::service::report(&state.jobs, report).await?;
     match outcome {
         ReportOutcome::Applied | ReportOutcome::Repeated => Ok(HttpResponse::Ok().json(OkBody { ok: true })),
         ReportOutcome::NotHeld => Err(ApiError::Coded(
@@ -387,7 +386,8 @@ pub async fn heartbeat(
     body: ValidJson<JobIdRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    let held = super::service::heartbeat(&state.jobs, known_job(&body.job_id)?, body.worker_id).await?;
+    let held =
+        keel_core::queue::service::heartbeat(&state.jobs, known_job(&body.job_id)?, body.worker_id).await?;
     match held {
         Held::Yes { stop_requested } => Ok(HttpResponse::Ok().json(HeartbeatAnswer {
             ok: true,
@@ -409,8 +409,8 @@ pub async fn live_status(
     body: ValidJson<LiveStatusRequest>,
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
-    match repo::set_live_status(
-        &state.db,
+    match service::set_live_status(
+        &state.jobs,
         &known_job(&body.job_id)?,
         &body.worker_id,
         &Value::Object(body.live_status),
@@ -447,7 +447,7 @@ pub async fn requeue_interrupted(
     state: web::Data<AppState>,
     body: ValidJson<WorkerIdRequest>,
 ) -> ApiResult<HttpResponse> {
-    let requeued = super::service::requeue_interrupted(&state.jobs, &body.0.worker_id).await?;
+    let requeued = keel_core::queue::service::requeue_interrupted(&state.jobs, &body.0.worker_id).await?;
     Ok(HttpResponse::Ok().json(Requeued { requeued }))
 }
 

@@ -4,10 +4,11 @@
 pub mod agent;
 pub mod internal;
 pub mod routes;
-pub use keel_core::queue::{actor, repo, service};
 
 use chrono::{DateTime, Utc};
 use entities::{training_job, training_job_attempt};
+use keel_core::queue::events::parse_stored;
+use keel_core::queue::service;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -79,7 +80,7 @@ pub async fn views(
     jobs: &keel_core::queue::Jobs,
     models: &[training_job::Model],
 ) -> crate::error::ApiResult<Vec<JobView>> {
-    let ids: Vec<crate::domain::JobId> = models.iter().map(|job| job.id.clone()).collect();
+    let ids: Vec<keel_core::domain::JobId> = models.iter().map(|job| job.id.clone()).collect();
     let mut histories = service::histories(jobs, &ids).await?;
     Ok(models
         .iter()
@@ -104,11 +105,9 @@ pub async fn view(
 
 /// A job id as a caller sent it: text that is no id keel gave out names no job (404, as
 /// an unknown id does).
-pub fn known_job(raw: &str) -> crate::error::ApiResult<crate::domain::JobId> {
-    crate::domain::JobId::parse(raw).map_err(|_| crate::error::ApiError::not_found("job"))
+pub fn known_job(raw: &str) -> crate::error::ApiResult<keel_core::domain::JobId> {
+    keel_core::domain::JobId::parse(raw).map_err(|_| crate::error::ApiError::not_found("job"))
 }
-
-pub use keel_core::queue::events::parse_stored;
 
 impl From<&training_job::Model> for JobView {
     fn from(job: &training_job::Model) -> Self {

@@ -1,30 +1,27 @@
 //! User routes: enqueue, list, read and stop jobs; set organization secrets.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
 
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::repo::{self, JobFilter, NewJob, DEFAULT_PRIORITY};
-use super::service::Created;
-use super::{known_job, service, view, views, JobView};
+use super::{known_job, view, views, JobView};
 use crate::auth::{Caller, Member};
-use crate::domain::{JobAction, OrgId, ProjectId};
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{
     check_parsed, parse_checked_body, parse_json_body, IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery,
 };
 use crate::http::validate::{Checks, Validate};
+use keel_core::domain::{JobAction, OrgId, ProjectId};
 use keel_core::evals::parse_datetime;
+use keel_core::queue::service::{self, Created};
+use keel_core::queue::{JobFilter, NewJob, DEFAULT_PRIORITY};
 
 /// Environment slugs: `<org-slug>/<project-slug>/<name>`, 3..512 characters.
-pub static ENV_SLUG_RE: LazyLock<regex::Regex> = LazyLock::new(|| {
-    regex::Regex::new(r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$")
-        .unwrap_or_else(|_| unreachable!())
-});
+pub static ENV_SLUG_RE: lazy_regex::Lazy<regex::Regex> =
+    lazy_regex::lazy_regex!(r"^[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*/[a-z0-9][a-z0-9._-]*$");
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -592,7 +589,7 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
             .cursor
             .as_deref()
             .and_then(keel_core::paging::Keyset::decode)
-            .and_then(|k| crate::domain::JobId::parse(&k.id).ok().map(|id| (k.at, id))),
+            .and_then(|k| keel_core::domain::JobId::parse(&k.id).ok().map(|id| (k.at, id))),
     };
     let limit = query.limit.unwrap_or(50) as u64;
     let (found, next) = service::jobs_page(&caller.state().jobs, &orgs, &filter, limit).await?;
@@ -633,10 +630,7 @@ async fn visible_job(
     };
     // Not an id keel gave out: no such job (after the caller's rights, as for any job).
     let job_id = known_job(job_id)?;
-    repo::find_job(&caller.state().db, &job_id)
-        .await?
-        .filter(|job| orgs.contains(&job.org_id))
-        .ok_or_else(|| ApiError::not_found("job"))
+    Ok(service::job_of_orgs(&caller.state().jobs, &orgs, &job_id).await?)
 }
 
 /// Read a job
@@ -731,16 +725,15 @@ pub async fn retry_job(
     Ok(HttpResponse::Ok().json(view(&caller.state().jobs, &retried).await?))
 }
 
-/// A secret's name: letters, digits and `_`, not starting with a digit, 1..128 characters.
-const SECRET_NAME: &str = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$";
 const MAX_SECRETS: usize = 100;
 const MAX_SECRET_CHARS: usize = 20_000;
 
-static SECRET_NAME_RE: LazyLock<regex::Regex> =
-    LazyLock::new(|| regex::Regex::new(SECRET_NAME).unwrap_or_else(|_| unreachable!()));
+/// A secret's name: letters, digits and `_`, not starting with a digit, 1..128 characters.
+static SECRET_NAME_RE: lazy_regex::Lazy<regex::Regex> =
+    lazy_regex::lazy_regex!(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$");
 
 /// The `secrets` map as validation reads it: at most [`MAX_SECRETS`] names matching
-/// [`SECRET_NAME`], values of at most [`MAX_SECRET_CHARS`] characters.
+/// [`SECRET_NAME_RE`], values of at most [`MAX_SECRET_CHARS`] characters.
 fn secrets_schema() -> utoipa::openapi::Object {
     use utoipa::openapi::{ObjectBuilder, Type};
     ObjectBuilder::new()
@@ -749,7 +742,7 @@ fn secrets_schema() -> utoipa::openapi::Object {
         .property_names(Some(
             ObjectBuilder::new()
                 .schema_type(Type::String)
-                .pattern(Some(SECRET_NAME)),
+                .pattern(Some(SECRET_NAME_RE.as_str())),
         ))
         .additional_properties(Some(
             ObjectBuilder::new()

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::domain::{OrgId, ProjectId};
 use crate::http::extract::present;
 use crate::http::validate::{Checks, Validate};
+use keel_core::domain::{OrgId, ProjectId};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -143,10 +143,8 @@ pub struct TrackerLink {
 
 /// A tracker link: http(s), a host, an optional port, then printable ASCII (the same pattern
 /// as the schema's).
-static TRACKER_URL_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-    regex::Regex::new(r"^https?://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][!-~]*)?$")
-        .unwrap_or_else(|_| unreachable!())
-});
+static TRACKER_URL_RE: lazy_regex::Lazy<regex::Regex> =
+    lazy_regex::lazy_regex!(r"^https?://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?([/?#][!-~]*)?$");
 
 impl Validate for TrackerLink {
     fn validate(&self, c: &mut Checks) {

@@ -3,5 +3,3 @@
 
 pub mod dto;
 pub mod routes;
-
-pub use keel_core::runs::{repo, service};

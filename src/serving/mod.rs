@@ -8,4 +8,3 @@
 
 pub mod dto;
 pub mod routes;
-pub use keel_core::serving::{client, service};

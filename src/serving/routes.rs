@@ -2,16 +2,16 @@
 
 use actix_web::{web, HttpResponse};
 
-use super::client::SampleFailure;
 use super::dto::{
     SampleErrorResponse, SampleRequest, SampleResponse, ServingAuthorizeBody, ServingAuthorized,
     ServingTeardownBody, TeardownReport,
 };
-use super::service;
 use crate::auth::{Internal, Owner};
 use crate::error::{ApiResult, Code, ErrorBody, ValidationErrorBody};
 use crate::http::extract::ValidJson;
 use crate::state::AppState;
+use keel_core::serving::client::SampleFailure;
+use keel_core::serving::service;
 use keel_core::serving::Sample;
 
 /// Authorize a serving call

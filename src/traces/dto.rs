@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::export::Format;
-use crate::domain::TraceId;
 use crate::http::validate::{Checks, Validate};
+use keel_core::domain::TraceId;
+use keel_core::traces::export::Format;
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -129,8 +129,8 @@ impl ExportFilters {
     }
 
     /// The repository's filter (the values were checked).
-    pub fn to_filter(&self) -> super::repo::TraceFilter {
-        super::repo::TraceFilter {
+    pub fn to_filter(&self) -> keel_core::traces::TraceFilter {
+        keel_core::traces::TraceFilter {
             model: self.model.clone(),
             ok: self.status.as_deref().map(|s| s == "ok"),
             before: None,
@@ -151,7 +151,7 @@ impl Validate for ExportQuery {
         if self
             .cursor
             .as_deref()
-            .is_some_and(|cursor| super::service::Cursor::decode(cursor).is_none())
+            .is_some_and(|cursor| keel_core::traces::service::Cursor::decode(cursor).is_none())
         {
             c.fail(
                 "cursor",
@@ -273,7 +273,7 @@ impl Validate for TraceListQuery {
         if self
             .cursor
             .as_deref()
-            .is_some_and(|cursor| super::service::Cursor::decode(cursor).is_none())
+            .is_some_and(|cursor| keel_core::traces::service::Cursor::decode(cursor).is_none())
         {
             c.fail(
                 "cursor",
@@ -298,7 +298,7 @@ impl TraceListQuery {
     }
 
     /// The repository's filter (the values were checked), with the search.
-    pub fn to_filter(&self) -> super::repo::TraceFilter {
+    pub fn to_filter(&self) -> keel_core::traces::TraceFilter {
         let mut filter = self.filters().to_filter();
         filter.search = self
             .q
@@ -419,7 +419,7 @@ impl TraceDetail {
             .as_deref()
             .map(|r| serde_json::from_str(r).unwrap_or_else(|_| Value::String(r.to_owned())));
         let listed = keel_core::traces::browse::Listed {
-            trace: keel_core::traces::repo::ListedTrace::of(&t),
+            trace: keel_core::traces::ListedTrace::of(&t),
             marks,
         };
         Self {

@@ -5,6 +5,5 @@
 pub mod cli;
 pub mod dto;
 pub mod routes;
-pub use keel_core::traces::{browse, export, indexer, marks, repo, retention, search, service, writer};
 
 pub const MAX_EXPORT: u64 = 1000;

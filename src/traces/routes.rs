@@ -7,12 +7,13 @@ use super::dto::{
     BulkTagged, BulkTagsBody, ExportQuery, ScoreBody, ScoresView, TagsBody, TagsView, TraceDetail, TraceList,
     TraceListQuery, TraceProject, TraceProjectsResponse, TraceSelectionBody, TraceView, TracesExportResponse,
 };
-use super::export::Format;
-use super::{repo, service, MAX_EXPORT};
+use super::MAX_EXPORT;
 use crate::auth::Caller;
-use crate::domain::{ProjectId, TraceId};
 use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
+use keel_core::domain::{ProjectId, TraceId};
+use keel_core::traces::export::Format;
+use keel_core::traces::service;
 
 /// List projects with traces
 ///
@@ -27,7 +28,7 @@ pub async fn trace_projects(caller: Caller) -> ApiResult<HttpResponse> {
     } else {
         caller.organizations().await?
     };
-    let projects = repo::projects_with_traces(&caller.state().db, &orgs)
+    let projects = service::projects_with_traces(&caller.state().db, &orgs)
         .await?
         .into_iter()
         .map(|(project_id, name, trace_count, last_trace_at)| TraceProject {

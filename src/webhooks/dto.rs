@@ -5,9 +5,10 @@ use entities::{webhook_delivery_attempt, webhook_endpoint};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::OrgId;
 use crate::http::validate::{Checks, Validate};
-use keel_core::webhooks::{is_known_event, service, EVENT_TYPES};
+use keel_core::domain::EventType;
+use keel_core::domain::OrgId;
+use keel_core::webhooks::{is_known_event, service};
 
 fn check_events(c: &mut Checks, events: &[String]) {
     for (i, event) in events.iter().enumerate() {
@@ -16,7 +17,10 @@ fn check_events(c: &mut Checks, events: &[String]) {
                 "events",
                 i,
                 "enum",
-                format!("unknown event {event:?}; one of: *, {}", EVENT_TYPES.join(", ")),
+                format!(
+                    "unknown event {event:?}; one of: *, {}",
+                    EventType::ALL.map(EventType::as_str).join(", ")
+                ),
             );
         }
     }
@@ -168,8 +172,8 @@ pub struct DeliveryView {
     pub endpoint_id: String,
     #[serde(rename = "type")]
     pub event_type: String,
-    /// `pending`, `succeeded` or `failed`.
-    pub status: String,
+    #[schema(value_type = crate::schemas::DeliveryStatus)]
+    pub status: keel_core::domain::DeliveryStatus,
     /// When the next attempt is due (pending only).
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -180,7 +184,9 @@ impl From<service::DeliveryLog> for DeliveryView {
     fn from(log: service::DeliveryLog) -> Self {
         let d = log.delivery;
         Self {
-            next_attempt_at: d.next_attempt_at.filter(|_| d.status == "pending"),
+            next_attempt_at: d
+                .next_attempt_at
+                .filter(|_| d.status == keel_core::domain::DeliveryStatus::Pending),
             delivery_id: d.id,
             event_id: d.event_id,
             endpoint_id: d.endpoint_id,

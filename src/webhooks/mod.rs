@@ -2,4 +2,3 @@
 
 pub mod dto;
 pub mod routes;
-pub use keel_core::webhooks::{outbox, repo, service, EVENT_TYPES};

@@ -2,6 +2,7 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
+use keel_core::domain::DeliveryStatus;
 use keel_core::paging::Keyset;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -18,7 +19,7 @@ use keel_core::webhooks::service::{self, EndpointChange, NewEndpoint};
 
 /// The organizations whose endpoints the call may touch: the one it names, else all of the
 /// caller's.
-async fn orgs_of(caller: &Caller) -> ApiResult<Vec<crate::domain::OrgId>> {
+async fn orgs_of(caller: &Caller) -> ApiResult<Vec<keel_core::domain::OrgId>> {
     match caller.named_org() {
         true => Ok(vec![caller.member(None).await?.org_id]),
         false => caller.organizations().await,
@@ -180,7 +181,7 @@ pub struct DeliveriesQuery {
 impl Validate for DeliveriesQuery {
     fn validate(&self, c: &mut Checks) {
         if let Some(status) = &self.status {
-            c.one_of("status", status, &["pending", "succeeded", "failed"]);
+            c.one_of("status", status, &DeliveryStatus::ALL.map(DeliveryStatus::as_str));
         }
         if let Some(limit) = self.limit {
             if !(1..=100).contains(&limit) {
@@ -223,7 +224,7 @@ pub async fn list_deliveries(
         &caller.state().webhooks,
         &orgs,
         &endpoint_id(&path)?,
-        query.status.as_deref(),
+        query.status.as_deref().and_then(DeliveryStatus::parse),
         before,
         query.limit.unwrap_or(50),
     )

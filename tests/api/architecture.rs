@@ -169,6 +169,71 @@ fn the_core_depends_on_no_http_server_template_or_openapi_crate() {
     }
 }
 
+/// The web crate calls services: the core's repositories and actors are visible inside the
+/// core only (the compiler then refuses any path to them, under any alias), and the web crate
+/// re-exports no module of the core under its own name.
+#[test]
+fn repositories_and_actors_are_the_cores_own_and_the_web_crate_reexports_no_core_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let declared = regex::Regex::new(r"(?m)^\s*(pub(?:\([a-z]+\))?\s+)?mod\s+(repo|actor)\s*;").unwrap();
+    let mut seen = 0;
+    for source in rust_files(&root.join("core/src")) {
+        let text = std::fs::read_to_string(&source).expect("a source file");
+        for found in declared.captures_iter(&text) {
+            seen += 1;
+            let visibility = found.get(1).map_or("", |v| v.as_str()).trim();
+            assert!(
+                visibility.is_empty() || visibility == "pub(crate)",
+                "{}: `{} mod {}` is reachable from the web crate",
+                source.display(),
+                visibility,
+                &found[2]
+            );
+        }
+    }
+    assert!(
+        seen >= 14,
+        "every domain's repo and the two actors were found ({seen})"
+    );
+    let reexport =
+        regex::Regex::new(r"(?m)^\s*pub\s+use\s+keel_core::([a-z_]+(::[a-z_]+)*)(::\{[^}]*\})?\s*;").unwrap();
+    for source in rust_files(&root.join("src")) {
+        let text = std::fs::read_to_string(&source).expect("a source file");
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.trim_start().starts_with("pub use keel_core") && l.contains('*')),
+            "{} re-exports a core module wholesale",
+            source.display()
+        );
+        for found in reexport.captures_iter(&text) {
+            let group = found.get(3).map_or("", |g| g.as_str());
+            let names: Vec<&str> = group
+                .trim_start_matches("::{")
+                .trim_end_matches('}')
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
+            let last = found[1].rsplit("::").next().unwrap_or_default();
+            // A module's name is lower case; a type's or a constant's is not.
+            let modules: Vec<&str> = if group.is_empty() {
+                vec![last]
+            } else {
+                names
+                    .into_iter()
+                    .filter(|n| n.chars().next().is_some_and(|c| c.is_ascii_lowercase()))
+                    .collect()
+            };
+            assert!(
+                modules.is_empty(),
+                "{} re-exports the core's module(s) {modules:?}: name them as keel_core's",
+                source.display()
+            );
+        }
+    }
+}
+
 /// Item 2 of issue 38: rows carry the domain's types, not the raw column types, for every
 /// id and amount keel owns (a mirrored reference may stay text; see docs/DECISIONS.md 88).
 #[test]

@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use futures_util::future::join_all;
-use keel::billing::webhook;
-use keel::domain::OrgId;
+use keel_core::billing::webhook;
+use keel_core::domain::OrgId;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -691,7 +691,7 @@ async fn training_cost_is_upserted_by_run() {
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].cost_cents, keel::domain::Cents(135));
+    assert_eq!(rows[0].cost_cents, keel_core::domain::Cents(135));
     db.close().await.unwrap();
     let user = app
         .post(
@@ -914,18 +914,18 @@ async fn a_top_up_decided_on_a_stale_balance_charges_nothing() {
     )
     .await;
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
-    let payments = keel::billing::payments::Payments::from_settings(
+    let payments = keel_core::billing::payments::Payments::from_settings(
         &test_settings(&app.db_url).payments,
         &native_tls::TlsConnector::new().unwrap(),
     )
     .unwrap();
     // The balance (5,000 cents) is above the threshold: the claim is free, but nothing is charged.
-    let credit = keel::billing::auto_topup::charge(
+    let credit = keel_core::billing::auto_topup::charge(
         &db,
         &payments,
-        &keel::metrics::Metrics::new(),
+        &keel_core::metrics::Metrics::new().unwrap(),
         &OrgId::parse(&org.org_id).unwrap(),
-        keel::domain::Cents(2000),
+        keel_core::domain::Cents(2000),
     )
     .await;
     assert!(credit.is_none());
@@ -1112,7 +1112,7 @@ async fn a_payment_is_credited_once_across_replays_and_the_synchronous_path() {
 async fn deleting_the_customer_is_owner_gated_and_best_effort() {
     let (stripe, url) = FakeStripe::start();
     let app = spawn_app_with(|s| {
-        s.payments.mode = keel::config::PaymentsMode::Stripe;
+        s.payments.mode = keel_core::config::PaymentsMode::Stripe;
         s.payments.stripe_api_url = url.clone();
         s.payments.stripe_secret_key = "sk_test_123".into();
     })
@@ -1142,7 +1142,7 @@ async fn deleting_the_customer_is_owner_gated_and_best_effort() {
 async fn the_stripe_processor_gets_form_requests_with_idempotency_keys() {
     let (stripe, url) = FakeStripe::start();
     let app = spawn_app_with(|s| {
-        s.payments.mode = keel::config::PaymentsMode::Stripe;
+        s.payments.mode = keel_core::config::PaymentsMode::Stripe;
         s.payments.stripe_api_url = url.clone();
         s.payments.stripe_secret_key = "sk_test_123".into();
     })

@@ -191,10 +191,11 @@ async fn funded_org(instance: &Instance, name: &str, cents: i64) -> (String, Str
 async fn balance_of(db_url: &str, org_id: &str) -> i64 {
     use sea_orm::EntityTrait;
     let db = sea_orm::Database::connect(db_url).await.unwrap();
-    let account = entities::billing_account::Entity::find_by_id(keel::domain::OrgId::parse(org_id).unwrap())
-        .one(&db)
-        .await
-        .unwrap();
+    let account =
+        entities::billing_account::Entity::find_by_id(keel_core::domain::OrgId::parse(org_id).unwrap())
+            .one(&db)
+            .await
+            .unwrap();
     db.close().await.ok();
     account.map_or(0, |a| a.balance_microcents.get())
 }

@@ -90,7 +90,7 @@ async fn a_waiting_claim_on_one_instance_gets_a_job_enqueued_on_the_other() {
 /// project. Verified keys stay cached far longer than the test: only a notification ends them.
 async fn two_proxy_instances() -> (FakeProvider, TestApp, TestApp, TestOrg, String) {
     let (provider, url) = FakeProvider::start();
-    let configure = |s: &mut keel::config::Settings| {
+    let configure = |s: &mut keel_core::config::Settings| {
         s.providers.openai_url = format!("{url}/openai/v1");
         s.proxy.auth_cache_ttl_ms = 600_000;
     };
@@ -321,7 +321,7 @@ async fn a_lost_listener_connection_clears_the_caches_and_reconnects() {
     use sea_orm::ConnectionTrait;
     db.execute_unprepared(&format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{}'",
-        keel::cluster::LISTENER_NAME
+        keel_core::cluster::LISTENER_NAME
     ))
     .await
     .unwrap();

@@ -352,7 +352,8 @@ async fn the_cookie_is_http_only_lax_scoped_signed_and_never_holds_the_credentia
     );
 
     // Always-secure cookies when configured.
-    let secure_app = spawn_app_with(|s| s.console.secure_cookies = keel::config::SecureCookies::Always).await;
+    let secure_app =
+        spawn_app_with(|s| s.console.secure_cookies = keel_core::config::SecureCookies::Always).await;
     let secure_org = secure_app.create_org("Acme").await;
     let response = no_redirects()
         .post(secure_app.url("/console/login"))

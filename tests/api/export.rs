@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::process::Command;
 
 use chrono::{Duration as Span, Utc};
-use keel::domain::{OrgId, ProjectId, TraceId};
+use keel_core::domain::{OrgId, ProjectId, TraceId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -46,7 +46,7 @@ pub fn trace(
         created_at: at,
         // As the writer indexes them: keel's words.
         search_text: Some(
-            keel::traces::search::words(&format!("question {id} answer {id}"))
+            keel_core::traces::search::words(&format!("question {id} answer {id}"))
                 .collect::<Vec<_>>()
                 .join(" "),
         ),
@@ -80,7 +80,7 @@ async fn seed(
                 trace(id, org, project, model, status, at)
             })
             .collect();
-        keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+        keel_core::fixtures::insert_traces(&db, &rows).await.unwrap();
     }
     db.close().await.ok();
     ids
@@ -489,7 +489,7 @@ async fn a_page_ends_at_its_byte_bound_and_the_walk_still_gives_every_trace_once
             t
         })
         .collect();
-    keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+    keel_core::fixtures::insert_traces(&db, &rows).await.unwrap();
     let seeded: HashSet<String> = rows.iter().map(|t| t.id.to_string()).collect();
 
     let mut seen = Vec::new();

@@ -474,7 +474,7 @@ fn report(attempted: u64, provisioned: u64, failed: u64, skipped: u64) -> Value 
 
 async fn backoff_failures(db_url: &str, org_id: &str) -> Option<i32> {
     let db = Database::connect(db_url).await.unwrap();
-    let row = entities::hub_backoff::Entity::find_by_id(keel::domain::OrgId::parse(org_id).unwrap())
+    let row = entities::hub_backoff::Entity::find_by_id(keel_core::domain::OrgId::parse(org_id).unwrap())
         .one(&db)
         .await
         .unwrap();

@@ -26,10 +26,10 @@ fn days_from_now(value: &Value) -> f64 {
 #[actix_web::test]
 async fn a_debit_spanning_three_grants_draws_in_order_and_the_view_shows_what_is_left() {
     let app = spawn_app_with(|s| {
-        s.billing.starter_credit_cents = keel::domain::Cents(500);
+        s.billing.starter_credit_cents = keel_core::domain::Cents(500);
         s.billing.starter_credit_expires_days = 30;
         s.billing.promo_expires_days.insert("WELCOME10".into(), 7);
-        s.billing.flat_run_fee_cents = keel::domain::Cents(1600);
+        s.billing.flat_run_fee_cents = keel_core::domain::Cents(1600);
     })
     .await;
     let org = app.create_org("Acme").await;
@@ -191,8 +191,8 @@ async fn balances_from_before_grants_become_one_migrated_grant_each() {
     Migrator::up(&db, None).await.unwrap();
     let mut keys = std::collections::HashMap::new();
     for id in [&rich, &poor] {
-        let org_id = keel::domain::OrgId::parse(id).unwrap();
-        let key = keel::keys::repo::insert(&db, &org_id, Some("test"), &Default::default())
+        let org_id = keel_core::domain::OrgId::parse(id).unwrap();
+        let key = keel_core::fixtures::insert_key(&db, &org_id, Some("test"), &Default::default())
             .await
             .unwrap();
         keys.insert(id.clone(), key.secret);
@@ -433,7 +433,7 @@ async fn a_grant_past_its_expiry_is_never_drawn_nor_shown_though_no_sweep_ran() 
 async fn concurrent_charges_and_a_busy_sweep_never_draw_expired_credit_and_expire_it_once() {
     let app = spawn_app_with(|s| {
         s.billing.expiry_sweep_secs = 1;
-        s.billing.flat_run_fee_cents = keel::domain::Cents(1);
+        s.billing.flat_run_fee_cents = keel_core::domain::Cents(1);
     })
     .await;
     let org = app.create_org("Acme").await;
@@ -485,7 +485,7 @@ async fn concurrent_charges_and_a_busy_sweep_never_draw_expired_credit_and_expir
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
     let expiries = entities::ledger_entry::Entity::find()
         .filter(entities::ledger_entry::Column::OrgId.eq(org.org_id.as_str()))
-        .filter(entities::ledger_entry::Column::Kind.eq(keel::domain::EntryKind::Expiry))
+        .filter(entities::ledger_entry::Column::Kind.eq(keel_core::domain::EntryKind::Expiry))
         .count(&db)
         .await
         .unwrap();
@@ -625,7 +625,9 @@ async fn a_credit_expiring_mid_month_leaves_the_balance_and_the_statements_consi
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
     // The promo was credited last month.
     let promo_entry = entities::ledger_entry::Entity::find()
-        .filter(entities::ledger_entry::Column::OrgId.eq(keel::domain::OrgId::parse(&org.org_id).unwrap()))
+        .filter(
+            entities::ledger_entry::Column::OrgId.eq(keel_core::domain::OrgId::parse(&org.org_id).unwrap()),
+        )
         .one(&db)
         .await
         .unwrap()
@@ -704,7 +706,7 @@ async fn the_ledger_csv_streams_every_one_of_100000_rows() {
     use sea_orm::EntityTrait;
     let app = spawn_app().await;
     let org = app.create_org("Acme").await;
-    let org_id = keel::domain::OrgId::parse(&org.org_id).unwrap();
+    let org_id = keel_core::domain::OrgId::parse(&org.org_id).unwrap();
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
     let start = chrono::Utc::now() - chrono::Duration::days(3);
     let mut balance = 0i64;
@@ -717,12 +719,12 @@ async fn the_ledger_csv_streams_every_one_of_100000_rows() {
                 entities::ledger_entry::ActiveModel {
                     org_id: sea_orm::Set(org_id.clone()),
                     kind: sea_orm::Set(if amount > 0 {
-                        keel::domain::EntryKind::Manual
+                        keel_core::domain::EntryKind::Manual
                     } else {
-                        keel::domain::EntryKind::RunFee
+                        keel_core::domain::EntryKind::RunFee
                     }),
-                    amount_microcents: sea_orm::Set(keel::domain::Microcents(amount)),
-                    balance_after_microcents: sea_orm::Set(keel::domain::Microcents(balance)),
+                    amount_microcents: sea_orm::Set(keel_core::domain::Microcents(amount)),
+                    balance_after_microcents: sea_orm::Set(keel_core::domain::Microcents(balance)),
                     idempotency_key: sea_orm::Set(None),
                     reason: sea_orm::Set(if n == 7 {
                         "a \"quoted\", reason\nover two lines".into()
@@ -817,7 +819,7 @@ async fn the_ledger_csv_streams_every_one_of_100000_rows() {
 async fn a_monthly_cap_stops_the_auto_top_up_that_would_pass_it_and_says_so_once() {
     use crate::fakes::{FakeJson, Reply};
     let app = spawn_app_with(|s| {
-        s.billing.flat_run_fee_cents = keel::domain::Cents(500);
+        s.billing.flat_run_fee_cents = keel_core::domain::Cents(500);
         s.webhooks.allow_http = true;
         s.webhooks.allow_private_destinations = true;
     })
@@ -923,9 +925,9 @@ async fn two_instances_under_concurrent_debits_never_charge_past_the_cap() {
     if !postgres_or_skip() {
         return;
     }
-    let first = spawn_app_with(|s| s.billing.flat_run_fee_cents = keel::domain::Cents(100)).await;
+    let first = spawn_app_with(|s| s.billing.flat_run_fee_cents = keel_core::domain::Cents(100)).await;
     let mut settings = test_settings(&first.db_url);
-    settings.billing.flat_run_fee_cents = keel::domain::Cents(100);
+    settings.billing.flat_run_fee_cents = keel_core::domain::Cents(100);
     let second = spawn_on(TestDb::reuse(&first.db_url), settings).await;
     let org = first.create_org("Acme").await;
     first.fund(&org, 1000).await;
@@ -959,7 +961,7 @@ async fn two_instances_under_concurrent_debits_never_charge_past_the_cap() {
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
     let db = sea_orm::Database::connect(&first.db_url).await.unwrap();
     let auto: Vec<entities::payment::Model> = entities::payment::Entity::find()
-        .filter(entities::payment::Column::Kind.eq(keel::domain::EntryKind::AutoTopup))
+        .filter(entities::payment::Column::Kind.eq(keel_core::domain::EntryKind::AutoTopup))
         .all(&db)
         .await
         .unwrap();

@@ -5,9 +5,9 @@
 use std::sync::OnceLock;
 
 use actix_web::dev::ServerHandle;
-use keel::auth::session::SessionKeys;
-use keel::config::Settings;
 use keel::startup::Application;
+use keel_core::auth::session::SessionKeys;
+use keel_core::config::Settings;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use sea_orm::{ConnectionTrait, Database};
 use serde_json::{json, Value};
@@ -455,12 +455,13 @@ pub async fn ledger_invariant(db_url: &str, org_id: &str) -> (i64, usize) {
         .all(&db)
         .await
         .expect("entries");
-    let balance =
-        entities::billing_account::Entity::find_by_id(keel::domain::OrgId::parse(org_id).expect("an org id"))
-            .one(&db)
-            .await
-            .expect("account")
-            .map_or(0, |a| a.balance_microcents.get());
+    let balance = entities::billing_account::Entity::find_by_id(
+        keel_core::domain::OrgId::parse(org_id).expect("an org id"),
+    )
+    .one(&db)
+    .await
+    .expect("account")
+    .map_or(0, |a| a.balance_microcents.get());
     db.close().await.ok();
     let sum: i64 = entries.iter().map(|e| e.amount_microcents.get()).sum();
     assert_eq!(balance, sum, "balance must equal the sum of ledger entries");
@@ -526,7 +527,7 @@ async fn grants_invariant(
                 let amount = draw["microcents"].as_i64().expect("microcents");
                 sum += amount;
                 credited |= amount > 0;
-                if in_time && amount < 0 && entry.kind != keel::domain::EntryKind::Expiry {
+                if in_time && amount < 0 && entry.kind != keel_core::domain::EntryKind::Expiry {
                     assert!(
                         grant.expires_at.is_none_or(|at| entry.created_at < at),
                         "entry {} ({:?}) drew {amount} from grant {} at {} after its expiry {:?}",

@@ -791,7 +791,7 @@ async fn two_instances_share_a_keys_limits() {
         return;
     }
     let (_provider, url) = crate::fakes::FakeProvider::start();
-    let to_fake = move |s: &mut keel::config::Settings| {
+    let to_fake = move |s: &mut keel_core::config::Settings| {
         s.providers.openai_url = format!("{url}/openai/v1");
         s.traces.flush_ms = 20;
     };

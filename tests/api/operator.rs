@@ -217,7 +217,7 @@ async fn deleting_an_organization_takes_everything_of_it() {
         let done =
             crate::queue::worker_post(&app, "succeeded", json!({"job_id": job, "worker_id": "w"})).await;
         assert_eq!(done.status(), StatusCode::OK);
-        ended.push(keel::domain::JobId::parse(&job).unwrap());
+        ended.push(keel_core::domain::JobId::parse(&job).unwrap());
     }
 
     let deleted = app
@@ -244,21 +244,21 @@ async fn deleting_an_organization_takes_everything_of_it() {
     let db = sea_orm::Database::connect(&app.db_url).await.unwrap();
     use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
     assert!(
-        entities::project::Entity::find_by_id(keel::domain::ProjectId::parse(&project).unwrap())
+        entities::project::Entity::find_by_id(keel_core::domain::ProjectId::parse(&project).unwrap())
             .one(&db)
             .await
             .unwrap()
             .is_none()
     );
     assert!(
-        entities::project::Entity::find_by_id(keel::domain::ProjectId::parse(&kept).unwrap())
+        entities::project::Entity::find_by_id(keel_core::domain::ProjectId::parse(&kept).unwrap())
             .one(&db)
             .await
             .unwrap()
             .is_some()
     );
     // Its jobs' attempts went with it; the other organization's stay.
-    let attempts = |job: keel::domain::JobId| {
+    let attempts = |job: keel_core::domain::JobId| {
         let db = &db;
         async move {
             entities::training_job_attempt::Entity::find()

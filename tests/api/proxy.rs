@@ -18,7 +18,9 @@ pub async fn proxy_app() -> (TestApp, FakeProvider) {
 }
 
 /// [`proxy_app`] with more settings of the test's own.
-pub async fn proxy_app_with(configure: impl FnOnce(&mut keel::config::Settings)) -> (TestApp, FakeProvider) {
+pub async fn proxy_app_with(
+    configure: impl FnOnce(&mut keel_core::config::Settings),
+) -> (TestApp, FakeProvider) {
     let (provider, url) = FakeProvider::start();
     let app = spawn_app_with(|s| {
         s.providers.openai_url = format!("{url}/openai/v1");

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use futures_util::future::join_all;
-use keel::domain::{OrgId, ProjectId};
+use keel_core::domain::{OrgId, ProjectId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -1193,21 +1193,21 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
     let app = spawn_app().await;
     let (org, project) = funded(&app, "Acme").await;
     let settings = test_settings(&app.db_url);
-    let db = keel::database::connect(&settings.database).await.unwrap();
-    let job = |project_id: &str| keel::queue::repo::NewJob {
+    let db = keel_core::database::connect(&settings.database).await.unwrap();
+    let job = |project_id: &str| keel_core::queue::NewJob {
         org_id: OrgId::parse(&org.org_id).unwrap(),
         project_id: ProjectId::parse(project_id).unwrap(),
         training_task_id: None,
-        action: keel::domain::JobAction::Tracer,
+        action: keel_core::domain::JobAction::Tracer,
         payload: json!({"action": "tracer"}),
-        priority: keel::queue::repo::DEFAULT_PRIORITY,
+        priority: keel_core::queue::DEFAULT_PRIORITY,
         run_at: None,
         unique_key: None,
         idempotency: None,
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
     // jobs are then inserted one by one.
-    let results = keel::queue::repo::insert_jobs(
+    let results = keel_core::fixtures::insert_jobs(
         &db,
         vec![
             job(&project),

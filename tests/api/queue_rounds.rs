@@ -527,7 +527,7 @@ async fn a_batch_queues_all_its_jobs_or_none() {
 
 #[actix_web::test]
 async fn retry_policy_doubles_to_its_cap() {
-    let policy = keel::queue::repo::RetryPolicy {
+    let policy = keel_core::queue::RetryPolicy {
         max_attempts: 10,
         backoff_base: chrono::Duration::seconds(30),
         backoff_max: chrono::Duration::seconds(3600),

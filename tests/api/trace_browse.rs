@@ -309,7 +309,7 @@ async fn traces_recorded_before_words_were_kept_get_them_and_their_previews() {
         (trace.search_text, trace.preview_input, trace.preview_output) = (None, None, None);
         old.push(trace);
     }
-    keel::traces::repo::insert_traces(&db, &old).await.unwrap();
+    keel_core::fixtures::insert_traces(&db, &old).await.unwrap();
     db.close().await.ok();
     let parcel = old[0].id.to_string();
 
@@ -369,7 +369,7 @@ async fn cursor_paging_over_2500_traces_returns_each_once_and_bad_queries_are_42
                 crate::export::trace(id, &org, &project, "m-ok", 200, at)
             })
             .collect();
-        keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+        keel_core::fixtures::insert_traces(&db, &rows).await.unwrap();
     }
     db.close().await.ok();
     let mut seen = HashSet::new();
@@ -691,7 +691,7 @@ async fn retention_deletes_only_traces_older_than_the_projects_days() {
             now - chrono::Duration::days(age_days),
         ));
     }
-    keel::traces::repo::insert_traces(&db, &rows).await.unwrap();
+    keel_core::fixtures::insert_traces(&db, &rows).await.unwrap();
     db.close().await.ok();
 
     let patched = app
@@ -955,7 +955,7 @@ async fn the_documents_tag_and_min_score_patterns_are_the_cores() {
             .unwrap_or_else(|| panic!("{method} {path} {name}"))["schema"]["pattern"]
             .clone()
     };
-    use keel::traces::marks::{MIN_SCORE_PATTERN, NAME_PATTERN};
+    use keel_core::traces::marks::{MIN_SCORE_PATTERN, NAME_PATTERN};
     for path in ["/api/traces", "/api/traces/export"] {
         assert_eq!(param(path, "get", "tag"), NAME_PATTERN, "{path}");
         assert_eq!(param(path, "get", "minScore"), MIN_SCORE_PATTERN, "{path}");

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use keel::domain::{OrgId, ProjectId, TraceId};
+use keel_core::domain::{OrgId, ProjectId, TraceId};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -593,8 +593,8 @@ async fn own_writer(
     batch_interval_ms: u64,
 ) -> (
     TestApp,
-    keel::traces::writer::TraceWriter,
-    impl Fn(String) -> keel::traces::writer::PendingTrace,
+    keel_core::traces::writer::TraceWriter,
+    impl Fn(String) -> keel_core::traces::writer::PendingTrace,
 ) {
     // The app's own search indexer would give the test's traces without words their words:
     // these tests read back exactly what they wrote.
@@ -602,19 +602,20 @@ async fn own_writer(
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "Support").await;
     let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
-    let writer = keel::traces::writer::TraceWriter::start(
+    let writer = keel_core::traces::writer::TraceWriter::start(
         db,
-        &keel::config::TraceSettings {
+        &keel_core::config::TraceSettings {
             flush_rows,
             flush_ms: 600_000,
             batch_interval_ms,
             queue_capacity: capacity,
             // The rest (none of it the writer's) as configured by default.
-            ..keel::config::Settings::defaults().expect("defaults").traces
+            ..keel_core::config::Settings::defaults().expect("defaults").traces
         },
-        keel::metrics::Metrics::new(),
+        keel_core::metrics::Metrics::new().unwrap(),
         &keel_core::tasks::Tasks::default(),
-    );
+    )
+    .unwrap();
     let org_id = org.org_id;
     let trace = move |id| pending_trace(id, &org_id, &project);
     (app, writer, trace)
@@ -633,7 +634,7 @@ fn labelled_id(label: &str) -> TraceId {
 }
 
 /// A finished trace handed to a writer started by the test itself; `label` names it.
-fn pending_trace(label: String, org_id: &str, project_id: &str) -> keel::traces::writer::PendingTrace {
+fn pending_trace(label: String, org_id: &str, project_id: &str) -> keel_core::traces::writer::PendingTrace {
     let (org_id, project_id) = (org_id.to_owned(), project_id.to_owned());
     Box::new(move || entities::trace::Model {
         id: labelled_id(&label),

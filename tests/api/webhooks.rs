@@ -749,9 +749,20 @@ async fn the_openapi_document_describes_every_event_in_its_webhooks_section() {
     let doc = app.openapi().await;
     let section = doc["webhooks"].as_object().expect("a webhooks section");
     let names: Vec<&str> = section.keys().map(String::as_str).collect();
-    let mut expected = keel::webhooks::EVENT_TYPES.to_vec();
+    let mut expected = keel_core::domain::EventType::ALL
+        .map(keel_core::domain::EventType::as_str)
+        .to_vec();
     expected.sort();
     assert_eq!(names, expected);
+    // What an endpoint may subscribe to is the same list, with `*`.
+    let subscribable = doc["components"]["schemas"]["WebhookEventName"]["enum"].clone();
+    let mut with_every = vec!["*"];
+    with_every.extend(keel_core::domain::EventType::ALL.map(keel_core::domain::EventType::as_str));
+    assert_eq!(subscribable, serde_json::json!(with_every));
+    assert_eq!(
+        doc["components"]["schemas"]["DeliveryStatus"]["enum"],
+        serde_json::json!(["pending", "succeeded", "failed"])
+    );
     let body =
         |name: &str| section[name]["post"]["requestBody"]["content"]["application/json"]["schema"].clone();
     assert_eq!(
@@ -1307,7 +1318,10 @@ async fn a_410_disables_the_endpoint_and_its_deliveries_wait_until_it_is_enabled
         patch(&app, &org, &id, json!({"enabled": true})).await.status(),
         StatusCode::OK
     );
-    assert!(eventually(|| async { deliveries().await[0].status == "succeeded" }).await);
+    assert!(
+        eventually(|| async { deliveries().await[0].status == keel_core::domain::DeliveryStatus::Succeeded })
+            .await
+    );
     assert_eq!(receiver.calls().len(), 2);
     db.close().await.ok();
 }

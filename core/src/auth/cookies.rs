@@ -43,21 +43,23 @@ pub struct CookieKeys {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
-    mac: [u8; 32],
+    /// Keyed with the cookies' key: fingerprints an operator's internal key.
+    fingerprints: Hmac<Sha256>,
     pub ttl_secs: i64,
 }
 
 impl CookieKeys {
     /// Keys derived from `secret` (so they differ from the session tokens' own), or random
     /// ones for this process when it is empty: console logins then end at restart.
-    pub fn new(secret: &str, ttl_secs: i64) -> Self {
+    /// (HMAC takes a key of any length: the error cannot happen with SHA-256, but is passed
+    /// on rather than assumed away.)
+    pub fn new(secret: &str, ttl_secs: i64) -> Result<Self, hmac::digest::InvalidLength> {
         let mac: [u8; 32] = if secret.is_empty() {
             let mut key = [0u8; 32];
             rand::rng().fill_bytes(&mut key);
             key
         } else {
-            let mut derive =
-                Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap_or_else(|_| unreachable!());
+            let mut derive = Hmac::<Sha256>::new_from_slice(secret.as_bytes())?;
             derive.update(b"keel console cookie v1");
             derive.finalize().into_bytes().into()
         };
@@ -65,18 +67,18 @@ impl CookieKeys {
         validation.set_required_spec_claims(&["exp", "aud"]);
         validation.set_audience(&[AUDIENCE]);
         validation.leeway = 0;
-        Self {
+        Ok(Self {
             encoding: EncodingKey::from_secret(&mac),
             decoding: DecodingKey::from_secret(&mac),
             validation,
-            mac,
+            fingerprints: Hmac::<Sha256>::new_from_slice(&mac)?,
             ttl_secs,
-        }
+        })
     }
 
     /// The operator fingerprint of an internal key's digest.
     pub fn fingerprint(&self, digest: &[u8; 32]) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.mac).unwrap_or_else(|_| unreachable!());
+        let mut mac = self.fingerprints.clone();
         mac.update(b"operator:");
         mac.update(digest);
         hex::encode(mac.finalize().into_bytes())

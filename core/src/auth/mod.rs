@@ -3,7 +3,8 @@
 
 pub mod cookies;
 pub mod keys;
-pub mod repo;
+pub(crate) mod repo;
+pub mod service;
 pub mod session;
 pub mod throttle;
 

@@ -42,7 +42,7 @@ async fn limit_reached(
             &txn,
             vec![crate::webhooks::outbox::Announcement {
                 org_id: account.org_id.clone(),
-                event_type: "billing.auto_topup.limit_reached",
+                event_type: crate::domain::EventType::AutoTopupLimitReached,
                 data: serde_json::json!({
                     "month": month,
                     "monthlyLimitCents": account.auto_topup_monthly_limit_cents,

@@ -183,8 +183,8 @@ fn declined_event(pending: &pending_payment::Model, reason: String) -> Announcem
     Announcement {
         org_id: pending.org_id.clone(),
         event_type: match is_auto(pending) {
-            true => "billing.auto_topup.failed",
-            false => "billing.topup.failed",
+            true => crate::domain::EventType::AutoTopupFailed,
+            false => crate::domain::EventType::TopupFailed,
         },
         data: serde_json::json!({
             "amountCents": pending.amount_cents,

@@ -69,7 +69,7 @@ pub async fn sweep(billing: &Billing, now: DateTime<Utc>) -> Result<Swept, Billi
                 &txn,
                 vec![Announcement {
                     org_id: grant.org_id.clone(),
-                    event_type: "billing.credit.expiring",
+                    event_type: crate::domain::EventType::CreditExpiring,
                     data: json!({
                         "grantId": grant.id,
                         "kind": grant.kind.as_str(),

@@ -1,12 +1,12 @@
 //! Prepaid billing: balances, payments, metering and idempotent charges.
 
-pub mod actor;
+pub(crate) mod actor;
 pub mod auto_topup;
 pub mod charges;
 pub mod expiry;
 pub mod ledger;
 pub mod payments;
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 pub mod statement;
 pub mod topup_policy;
@@ -26,7 +26,7 @@ use crate::orgs::adapters::AdapterDirectory;
 #[derive(Clone)]
 pub struct Billing {
     pub db: DatabaseConnection,
-    pub ledger: actor::Ledger,
+    pub(crate) ledger: actor::Ledger,
     pub payments: Arc<payments::Payments>,
     pub adapters: AdapterDirectory,
     pub settings: Arc<BillingSettings>,

@@ -832,3 +832,25 @@ pub async fn spending(billing: &Billing, org_id: &OrgId, days: i64) -> Result<Sp
     spent.days = names;
     Ok(spent)
 }
+
+/// Upserts a run's realized provider cost (re-pulled runs update the same row).
+pub async fn record_training_cost(
+    billing: &Billing,
+    run_id: &RunId,
+    cost: crate::domain::Cents,
+    provider: Option<&str>,
+) -> Result<(), BillingError> {
+    Ok(repo::upsert_training_cost(&billing.db, run_id, cost, provider).await?)
+}
+
+/// A page of the organization's ledger, newest first: entries of `kind` (any when `None`)
+/// with ids below `before`, at most `limit`.
+pub async fn ledger_page(
+    billing: &Billing,
+    org_id: &OrgId,
+    kind: Option<&str>,
+    before: Option<i64>,
+    limit: u64,
+) -> Result<Vec<ledger_entry::Model>, BillingError> {
+    Ok(repo::ledger_page(&billing.db, org_id, kind, before, limit).await?)
+}

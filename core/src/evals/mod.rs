@@ -1,16 +1,15 @@
 //! Eval runs uploaded in one piece: keel derives their counts and mean score from the cases
 //! and stores each run with its cases.
 
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
+
+pub use repo::CaseFilter;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value};
 
 use crate::domain::ProjectId;
-
-/// The statuses an uploaded run may have.
-pub const STATUSES: &[&str] = &["completed", "failed"];
 
 /// Most cases one upload may carry.
 pub const MAX_CASES: usize = 5000;
@@ -22,8 +21,7 @@ pub struct EvalUpload {
     pub suite_name: String,
     pub environment_reference: String,
     pub model: Option<String>,
-    /// One of [`STATUSES`]; `completed` when absent.
-    pub status: Option<String>,
+    pub status: crate::domain::EvalStatus,
     pub error: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
     pub metadata: Option<Map<String, Value>>,

@@ -30,7 +30,7 @@ pub async fn insert_run(
         suite_name: Set(body.suite_name.clone()),
         environment_reference: Set(body.environment_reference.clone()),
         model: Set(body.model.clone()),
-        status: Set(body.status.clone().unwrap_or_else(|| "completed".into())),
+        status: Set(body.status),
         error: Set(body.error.clone()),
         started_at: Set(body.started_at),
         metadata: Set(body

@@ -20,3 +20,35 @@ pub async fn upload_run(
     repo::insert_run(db, &id, &project, upload, derived).await?;
     Ok((id, derived))
 }
+
+/// The organization's eval runs, newest first, older than `before` `(created_at, id)`, at
+/// most `limit`, of one project when named.
+pub async fn runs_of_org(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    project_id: Option<&str>,
+    before: Option<&(chrono::DateTime<chrono::Utc>, String)>,
+    limit: u64,
+) -> Result<Vec<entities::eval_run::Model>, EvalError> {
+    Ok(repo::runs_of_org(db, org_id, project_id, before, limit).await?)
+}
+
+/// The organization's eval run; `None` for another organization's or none.
+pub async fn run_of_org(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    run_id: &str,
+) -> Result<Option<entities::eval_run::Model>, EvalError> {
+    Ok(repo::find_run(db, org_id, run_id).await?)
+}
+
+/// A run's cases in upload order, from `after` (a position), at most `limit`.
+pub async fn cases(
+    db: &DatabaseConnection,
+    run_id: &str,
+    filter: super::CaseFilter,
+    after: Option<i32>,
+    limit: u64,
+) -> Result<Vec<entities::eval_case::Model>, EvalError> {
+    Ok(repo::cases(db, run_id, filter, after, limit).await?)
+}

@@ -1,7 +1,7 @@
 //! Flash: environments, managed runs, checkpoints and product events mirrored from the control plane.
 
 pub mod hub;
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 
 use serde_json::{Map, Value};

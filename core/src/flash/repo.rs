@@ -16,13 +16,13 @@ use sea_orm::{
     IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, TryInsertResult,
 };
 
-use crate::domain::{OrgId, ProjectId};
+use crate::domain::{HubStatus, OrgId, ProjectId};
 use serde_json::{Map, Value};
 
 use super::{EnvironmentPublish, FlashError};
 
-pub const HUB_PENDING: &str = "pending";
-pub const HUB_PROVISIONED: &str = "provisioned";
+const HUB_PENDING: HubStatus = HubStatus::Pending;
+const HUB_PROVISIONED: HubStatus = HubStatus::Provisioned;
 
 /// What an upsert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub async fn publish_environment(
         published_by_user_id: body.published_by_user_id.clone(),
         api_key_id: body.api_key_id.clone(),
         metadata,
-        hub_status: HUB_PENDING.to_owned(),
+        hub_status: HUB_PENDING,
         hub_attempts: 0,
         hub_error: None,
         hub_lease_until: None,
@@ -131,7 +131,7 @@ pub async fn publish_environment(
     let mut row = flash_environment::Model {
         id: stored.id.clone(),
         created_at: stored.created_at,
-        hub_status: stored.hub_status.clone(),
+        hub_status: stored.hub_status,
         hub_attempts: stored.hub_attempts,
         hub_error: stored.hub_error.clone(),
         hub_lease_until: stored.hub_lease_until,
@@ -139,7 +139,7 @@ pub async fn publish_environment(
         ..fresh
     };
     if moved {
-        row.hub_status = HUB_PENDING.to_owned();
+        row.hub_status = HUB_PENDING;
         row.hub_attempts = 0;
         row.hub_error = None;
         row.hub_provisioned_at = None;

@@ -4,7 +4,7 @@
 //! A key with none of these settings behaves as keys always did.
 
 pub mod limiter;
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 pub mod usage;
 

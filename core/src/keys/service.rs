@@ -18,6 +18,18 @@ pub async fn create(
     settings: &KeySettings,
     now: DateTime<Utc>,
 ) -> Result<CreatedKey, KeyError> {
+    create_in(db, org_id, name, settings, now).await
+}
+
+/// As [`create`], within the caller's transaction (the console keeps the new secret for its
+/// one view in the same one: a key whose view could not be kept is not created).
+pub async fn create_in(
+    db: &impl sea_orm::ConnectionTrait,
+    org_id: &OrgId,
+    name: Option<&str>,
+    settings: &KeySettings,
+    now: DateTime<Utc>,
+) -> Result<CreatedKey, KeyError> {
     settings.check_new(now)?;
     if !crate::orgs::repo::org_exists(db, org_id).await? {
         return Err(KeyError::OrgNotFound);

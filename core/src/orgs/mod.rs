@@ -1,7 +1,7 @@
 //! Organizations, members, API keys and adapters.
 
 pub mod adapters;
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 
 /// Why an organization flow did not happen.

@@ -207,7 +207,6 @@ pub async fn find_org(
     organization::Entity::find_by_id(org_id.to_owned()).one(db).await
 }
 
-/// Every organization, by name.
 /// The oldest organization with exactly this name, if any.
 pub async fn find_org_by_name(
     db: &impl ConnectionTrait,
@@ -220,6 +219,7 @@ pub async fn find_org_by_name(
         .await
 }
 
+/// Every organization, by name.
 pub async fn all_orgs(db: &impl ConnectionTrait) -> Result<Vec<organization::Model>, DbErr> {
     organization::Entity::find()
         .order_by_asc(organization::Column::Name)

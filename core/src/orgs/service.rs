@@ -58,12 +58,35 @@ pub async fn create_org(
     Err(OrgError::NoFreeSlug)
 }
 
-/// Deletes an organization with everything it owns; every instance forgets it at once.
 /// An organization by id; not found when there is none.
 pub async fn org(db: &DatabaseConnection, org_id: &OrgId) -> Result<entities::organization::Model, OrgError> {
     repo::find_org(db, org_id).await?.ok_or(OrgError::OrgNotFound)
 }
 
+/// Whether the organization exists.
+pub async fn exists(db: &DatabaseConnection, org_id: &OrgId) -> Result<bool, OrgError> {
+    Ok(repo::org_exists(db, org_id).await?)
+}
+
+/// The oldest organization with exactly this name, if any (the CLI's bootstrap asks first).
+pub async fn named(db: &DatabaseConnection, name: &str) -> Result<Option<organization::Model>, OrgError> {
+    Ok(repo::find_org_by_name(db, name).await?)
+}
+
+/// Every organization, by name (the operator's list).
+pub async fn all(db: &DatabaseConnection) -> Result<Vec<organization::Model>, OrgError> {
+    Ok(repo::all_orgs(db).await?)
+}
+
+/// The organization's members with their e-mail, owners first.
+pub async fn members(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+) -> Result<Vec<(entities::membership::Model, Option<String>)>, OrgError> {
+    Ok(repo::members_of(db, org_id).await?)
+}
+
+/// Deletes an organization with everything it owns; every instance forgets it at once.
 pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &OrgId) -> Result<(), OrgError> {
     if !repo::delete_org(db, org_id).await? {
         return Err(OrgError::OrgNotFound);

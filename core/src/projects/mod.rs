@@ -1,6 +1,6 @@
 //! Projects of an organization.
 
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 
 /// Why a project flow did not happen.

@@ -64,3 +64,12 @@ pub async fn set_trace_retention(
     repo::set_trace_retention(db, project_id, days).await?;
     project_of(db, orgs, project_id).await
 }
+
+/// The organization a project belongs to, whichever it is (the proxy's look-up, which it
+/// caches; the caller decides what another organization's project means).
+pub async fn owner_of(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+) -> Result<Option<OrgId>, sea_orm::DbErr> {
+    Ok(repo::find(db, project_id).await?.map(|project| project.org_id))
+}

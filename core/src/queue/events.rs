@@ -5,16 +5,16 @@ use entities::{training_job, training_job_attempt};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use serde_json::{json, Value};
 
-use crate::domain::{JobId, JobStatus};
+use crate::domain::{EventType, JobId, JobStatus};
 use crate::webhooks::outbox::{self, Announcement};
 
 /// The event a job's status announces, if it ended.
-pub fn event_of(status: JobStatus) -> Option<&'static str> {
+pub fn event_of(status: JobStatus) -> Option<EventType> {
     match status {
-        JobStatus::Succeeded => Some("job.succeeded"),
-        JobStatus::Failed => Some("job.failed"),
-        JobStatus::Blocked => Some("job.blocked"),
-        JobStatus::UserStopped => Some("job.user_stopped"),
+        JobStatus::Succeeded => Some(EventType::JobSucceeded),
+        JobStatus::Failed => Some(EventType::JobFailed),
+        JobStatus::Blocked => Some(EventType::JobBlocked),
+        JobStatus::UserStopped => Some(EventType::JobUserStopped),
         _ => None,
     }
 }

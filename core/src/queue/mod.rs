@@ -1,12 +1,17 @@
 //! The training-job queue: the queue actor, claims and reports, secrets and agent logs.
 
-pub mod actor;
+pub(crate) mod actor;
 pub mod agent;
 pub mod events;
 mod history;
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 pub mod shares;
+
+pub use actor::{QueueError, StillWanted};
+pub use repo::{
+    FailedFilter, Held, JobFilter, NewJob, Report, ReportOutcome, RetryPolicy, SweepCounts, DEFAULT_PRIORITY,
+};
 
 use sea_orm::DatabaseConnection;
 
@@ -18,7 +23,7 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct Jobs {
     pub db: DatabaseConnection,
-    pub actor: actix::Addr<actor::QueueActor>,
+    pub(crate) actor: actix::Addr<actor::QueueActor>,
     pub secret_box: Option<crate::secrets::SecretBox>,
     pub cluster: Cluster,
     pub metrics: Metrics,

@@ -579,10 +579,34 @@ pub async fn job_of_org(
     org_id: &OrgId,
     job_id: &JobId,
 ) -> Result<training_job::Model, JobError> {
+    job_of_orgs(jobs, std::slice::from_ref(org_id), job_id).await
+}
+
+/// A job of one of `orgs` (another organization's is "not found").
+pub async fn job_of_orgs(
+    jobs: &Jobs,
+    orgs: &[OrgId],
+    job_id: &JobId,
+) -> Result<training_job::Model, JobError> {
     repo::find_job(&jobs.db, job_id)
         .await?
-        .filter(|job| job.org_id == org_id)
+        .filter(|job| orgs.contains(&job.org_id))
         .ok_or(JobError::NotFound)
+}
+
+/// A job as its worker reads it, whichever organization's.
+pub async fn job_for_worker(jobs: &Jobs, job_id: &JobId) -> Result<training_job::Model, JobError> {
+    repo::find_job(&jobs.db, job_id).await?.ok_or(JobError::NotFound)
+}
+
+/// The claiming worker's free-form progress, which the job's readers see.
+pub async fn set_live_status(
+    jobs: &Jobs,
+    job_id: &JobId,
+    worker_id: &str,
+    live_status: &serde_json::Value,
+) -> Result<repo::Held, JobError> {
+    Ok(repo::set_live_status(&jobs.db, job_id, worker_id, live_status).await?)
 }
 
 /// A page of the organization's jobs, newest first, and whether more follow.

@@ -1,7 +1,7 @@
 //! Runs of projects: created and updated by their owners, linked to an experiment tracker,
 //! and their checkpoints (recorded by the control plane).
 
-pub mod repo;
+pub(crate) mod repo;
 pub mod service;
 
 use serde_json::{Map, Value};

@@ -212,3 +212,24 @@ async fn read_run(
             source,
         })
 }
+
+/// The organization's runs, newest first, older than `before` `(created_at, id)`, at most
+/// `limit`, of one project when named.
+pub async fn runs_of_org(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    project_id: Option<&str>,
+    before: Option<&(chrono::DateTime<chrono::Utc>, String)>,
+    limit: u64,
+) -> Result<Vec<run::Model>, RunError> {
+    Ok(repo::runs_of_org(db, org_id, project_id, before, limit).await?)
+}
+
+/// The checkpoints of the organization's runs `run_ids`.
+pub async fn checkpoints_of_runs(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    run_ids: &[String],
+) -> Result<Vec<entities::run_checkpoint::Model>, RunError> {
+    Ok(repo::checkpoints_of_runs(db, org_id, run_ids).await?)
+}

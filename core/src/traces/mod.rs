@@ -5,11 +5,13 @@ pub mod export;
 pub mod indexer;
 pub mod marks;
 pub mod otlp;
-pub mod repo;
+pub(crate) mod repo;
 pub mod retention;
 pub mod search;
 pub mod service;
 pub mod writer;
+
+pub use repo::{ListedTrace, ProjectTraces, TraceFilter};
 
 /// `ok` when a trace is complete, without an error, and answered 2xx; else `error`.
 pub fn status_of(status_code: i32, complete: bool, error: Option<&str>) -> &'static str {

@@ -215,6 +215,7 @@ fn kept_by(
 }
 
 /// A page of the project's whole traces, newest first (the export walk).
+#[cfg_attr(not(feature = "fixtures"), allow(dead_code))]
 pub async fn export_page(
     db: &impl ConnectionTrait,
     project_id: &ProjectId,

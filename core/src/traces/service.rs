@@ -225,6 +225,22 @@ pub async fn export_selection(
     })
 }
 
+/// Every project of `orgs` that has traces: its id, name, trace count and newest trace's time.
+pub async fn projects_with_traces(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+) -> Result<Vec<super::ProjectTraces>, TraceError> {
+    Ok(repo::projects_with_traces(db, orgs).await?)
+}
+
+/// The models the project's traces name, for a filter's choices.
+pub async fn models_of_project(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+) -> Result<Vec<String>, TraceError> {
+    Ok(repo::models_of_project(db, project_id).await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Cursor, TraceId};

@@ -76,30 +76,28 @@ pub struct TraceMetrics {
 }
 
 impl TraceMetrics {
-    fn new() -> Self {
-        let counter = |name: &str, help: &str| {
-            IntCounter::new(name, help).unwrap_or_else(|_| unreachable!("valid metric name {name}"))
-        };
-        Self {
-            recorded: counter("keel_traces_recorded_total", "Traces handed to the trace writer"),
-            written: counter("keel_traces_written_total", "Traces inserted into the database"),
+    fn new() -> prometheus::Result<Self> {
+        let counter = |name: &str, help: &str| IntCounter::new(name, help);
+        Ok(Self {
+            recorded: counter("keel_traces_recorded_total", "Traces handed to the trace writer")?,
+            written: counter("keel_traces_written_total", "Traces inserted into the database")?,
             batches: counter(
                 "keel_trace_batches_written_total",
                 "Batches (one transaction each) the trace writer committed (written / batches = rows per batch)",
-            ),
+            )?,
             dropped: counter(
                 "keel_traces_dropped_total",
                 "Traces dropped because the writer's queue was full",
-            ),
+            )?,
             refused: counter(
                 "keel_traces_refused_total",
                 "Traces the database refused: their organization or project deleted before they were written, or a value it cannot hold",
-            ),
+            )?,
             write_failures: counter(
                 "keel_traces_write_failures_total",
                 "Traces lost because the database refused them after retries",
-            ),
-        }
+            )?,
+        })
     }
 
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
@@ -130,14 +128,14 @@ impl TraceWriter {
         settings: &TraceSettings,
         figures: crate::metrics::Metrics,
         tasks: &crate::tasks::Tasks,
-    ) -> Self {
+    ) -> prometheus::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
             capacity: settings.queue_capacity.max(1),
             flush_rows: settings.flush_rows.clamp(1, MAX_BATCH_ROWS),
         });
-        let metrics = TraceMetrics::new();
+        let metrics = TraceMetrics::new()?;
         let pace = Pace {
             flush_every: Duration::from_millis(settings.flush_ms),
             batch_interval: Duration::from_millis(settings.batch_interval_ms),
@@ -146,10 +144,10 @@ impl TraceWriter {
             "trace writer",
             run(db, shared.clone(), pace, metrics.clone(), figures),
         );
-        Self {
+        Ok(Self {
             handle: Arc::new(Handle(shared)),
             metrics,
-        }
+        })
     }
 
     /// Hands over a trace that the writer finishes building (parsing and redacting the

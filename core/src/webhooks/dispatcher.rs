@@ -18,8 +18,9 @@ use entities::{outbound_event, webhook_delivery, webhook_endpoint};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::repo::{self, AttemptRecord, Health, FAILED, PENDING, SUCCEEDED};
+use super::repo::{self, AttemptRecord, Health};
 use super::{destination, schedule, service, signing, Webhooks};
+use crate::domain::DeliveryStatus;
 
 /// How long a claimed delivery is this dispatcher's: if it dies meanwhile, the delivery is
 /// due again after that (so it is sent at least once, and never twice at once).
@@ -336,13 +337,13 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, job: Job) {
     };
     let seconds = f64::from(record.latency_ms) / 1000.0;
     let (status, next) = match succeeded {
-        true => (SUCCEEDED, None),
+        true => (DeliveryStatus::Succeeded, None),
         false => match schedule::next_retry((delivery.attempts + 1) as u32) {
             Some(wait) => (
-                PENDING,
+                DeliveryStatus::Pending,
                 Some(Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default()),
             ),
-            None => (FAILED, None),
+            None => (DeliveryStatus::Failed, None),
         },
     };
     match repo::record_attempt(
@@ -358,9 +359,9 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, job: Job) {
     {
         Ok(true) => webhooks.metrics.webhook_attempt(
             match status {
-                SUCCEEDED => "succeeded",
-                PENDING => "retrying",
-                _ => "failed",
+                DeliveryStatus::Succeeded => "succeeded",
+                DeliveryStatus::Pending => "retrying",
+                DeliveryStatus::Failed => "failed",
             },
             seconds,
         ),

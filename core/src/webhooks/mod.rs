@@ -5,7 +5,7 @@
 pub mod destination;
 pub mod dispatcher;
 pub mod outbox;
-pub mod repo;
+pub(crate) mod repo;
 pub mod schedule;
 pub mod service;
 pub mod signing;
@@ -79,34 +79,12 @@ pub enum WebhookError {
     Database(#[from] sea_orm::DbErr),
 }
 
-/// Every event an endpoint may subscribe to (`"*"`: all of them).
-pub const EVENT_TYPES: [&str; 13] = [
-    "billing.topup.succeeded",
-    "billing.topup.failed",
-    "billing.auto_topup.succeeded",
-    "billing.auto_topup.failed",
-    "billing.auto_topup.limit_reached",
-    "billing.balance.low",
-    "billing.credit.expiring",
-    "billing.credit.expired",
-    "job.succeeded",
-    "job.failed",
-    "job.blocked",
-    "job.user_stopped",
-    "webhook.test",
-];
-
 /// Subscribes to every event.
-pub const ALL_EVENTS: &str = "*";
+pub const ALL_EVENTS: &str = crate::domain::EventType::EVERY;
 
 /// Whether `name` may stand in an endpoint's `events`.
 pub fn is_known_event(name: &str) -> bool {
-    name == ALL_EVENTS || EVENT_TYPES.contains(&name)
-}
-
-/// Whether an endpoint subscribed to `events` receives `event_type`.
-pub fn subscribed(events: &[String], event_type: &str) -> bool {
-    events.iter().any(|e| e == ALL_EVENTS || e == event_type)
+    name == ALL_EVENTS || crate::domain::EventType::parse(name).is_some()
 }
 
 #[cfg(test)]
@@ -117,9 +95,17 @@ mod tests {
     fn the_wildcard_subscribes_to_every_event_and_names_are_exact() {
         assert!(is_known_event("*") && is_known_event("job.failed"));
         assert!(!is_known_event("job.*") && !is_known_event("Job.failed") && !is_known_event(""));
+        assert!(crate::domain::EventType::ALL
+            .iter()
+            .all(|e| is_known_event(e.as_str())));
         let all = vec!["*".to_owned()];
-        assert!(EVENT_TYPES.iter().all(|e| subscribed(&all, e)));
+        assert!(crate::domain::EventType::ALL
+            .iter()
+            .all(|e| e.subscribed_by(&all)));
         let some = vec!["job.failed".to_owned(), "webhook.test".to_owned()];
-        assert!(subscribed(&some, "job.failed") && !subscribed(&some, "job.succeeded"));
+        assert!(
+            crate::domain::EventType::JobFailed.subscribed_by(&some)
+                && !crate::domain::EventType::JobSucceeded.subscribed_by(&some)
+        );
     }
 }

@@ -19,13 +19,13 @@ use tokio::sync::watch;
 
 use super::repo;
 use crate::cluster::{self, Event};
-use crate::domain::OrgId;
+use crate::domain::{EventType, OrgId};
 
 /// One event a change announces.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Announcement {
     pub org_id: OrgId,
-    pub event_type: &'static str,
+    pub event_type: EventType,
     pub data: Value,
 }
 
@@ -41,12 +41,12 @@ impl Listeners {
     }
 
     /// The endpoints of `org_id` subscribed to `event_type`.
-    pub fn of(&self, org_id: &OrgId, event_type: &str) -> Vec<String> {
+    pub fn of(&self, org_id: &OrgId, event_type: EventType) -> Vec<String> {
         self.by_org
             .get(org_id)
             .into_iter()
             .flatten()
-            .filter(|(_, events)| super::subscribed(events, event_type))
+            .filter(|(_, events)| event_type.subscribed_by(events))
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -81,7 +81,7 @@ pub async fn listeners(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<L
 /// An event's row: its body is `{id, type, createdAt, orgId, data}`.
 pub(super) fn event_row(
     org_id: &OrgId,
-    event_type: &str,
+    event_type: EventType,
     data: Value,
     now: DateTime<Utc>,
 ) -> outbound_event::Model {
@@ -96,7 +96,7 @@ pub(super) fn event_row(
     outbound_event::Model {
         id,
         org_id: org_id.clone(),
-        event_type: event_type.to_owned(),
+        event_type: event_type.as_str().to_owned(),
         body: body.to_string(),
         created_at: now,
     }

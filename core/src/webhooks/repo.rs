@@ -9,11 +9,9 @@ use sea_orm::{
     QueryOrder, QuerySelect, Statement, TransactionSession, Value,
 };
 
-use crate::domain::OrgId;
+use crate::domain::{DeliveryStatus, OrgId};
 
-pub const PENDING: &str = "pending";
-pub const SUCCEEDED: &str = "succeeded";
-pub const FAILED: &str = "failed";
+const PENDING: DeliveryStatus = DeliveryStatus::Pending;
 
 pub async fn insert_endpoint(
     db: &impl ConnectionTrait,
@@ -93,7 +91,7 @@ pub async fn insert_event(
             event_id: Set(event_id.clone()),
             endpoint_id: Set(endpoint_id.clone()),
             org_id: Set(org_id.clone()),
-            status: Set(PENDING.to_owned()),
+            status: Set(PENDING),
             attempts: Set(0),
             next_attempt_at: Set(Some(now)),
             created_at: Set(now),
@@ -230,7 +228,9 @@ pub async fn tests_since(
                 sea_orm::sea_query::Query::select()
                     .column(outbound_event::Column::Id)
                     .from(outbound_event::Entity)
-                    .and_where(outbound_event::Column::EventType.eq("webhook.test"))
+                    .and_where(
+                        outbound_event::Column::EventType.eq(crate::domain::EventType::WebhookTest.as_str()),
+                    )
                     .and_where(outbound_event::Column::CreatedAt.gt(since))
                     .to_owned(),
             ),
@@ -295,7 +295,7 @@ pub async fn record_attempt(
     delivery: &webhook_delivery::Model,
     claimed_until: Option<DateTime<Utc>>,
     record: AttemptRecord,
-    status: &str,
+    status: DeliveryStatus,
     next_attempt_at: Option<DateTime<Utc>>,
     health: Health,
 ) -> Result<bool, DbErr> {
@@ -449,7 +449,7 @@ async fn announce_disabled(
 pub async fn deliveries(
     db: &impl ConnectionTrait,
     endpoint_id: &str,
-    status: Option<&str>,
+    status: Option<DeliveryStatus>,
     before: Option<(DateTime<Utc>, String)>,
     limit: u64,
 ) -> Result<Vec<webhook_delivery::Model>, DbErr> {

@@ -236,7 +236,7 @@ pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<
     let txn = webhooks.db.begin().await?;
     let event = outbox::event_row(
         &endpoint.org_id,
-        "webhook.test",
+        crate::domain::EventType::WebhookTest,
         json!({"endpointId": endpoint.id}),
         Utc::now(),
     );
@@ -261,7 +261,7 @@ pub async fn deliveries(
     webhooks: &Webhooks,
     orgs: &[OrgId],
     endpoint_id: &str,
-    status: Option<&str>,
+    status: Option<crate::domain::DeliveryStatus>,
     before: Option<(DateTime<Utc>, String)>,
     limit: u64,
 ) -> Result<(Vec<DeliveryLog>, Option<(DateTime<Utc>, String)>), WebhookError> {

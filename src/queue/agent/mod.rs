@@ -1,7 +1,5 @@
 //! Agent logs (user and worker), agent account usage and optimizer timelines.
 
-pub use keel_core::queue::agent::repo;
-
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -9,11 +7,12 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::auth::{Internal, Member};
-use crate::domain::OrgId;
-use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
+use crate::error::{ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{ValidJson, ValidQuery};
 use crate::http::validate::{Checks, Validate};
 use crate::state::AppState;
+use keel_core::domain::OrgId;
+use keel_core::queue::agent::service::{self, LogSource};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +41,14 @@ crate::org_scoped!(unnamed: AgentLogCreateRequest);
     responses((status = 200, body = AgentLogCreated), (status = 401, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn create_agent_log(member: Member<ValidJson<AgentLogCreateRequest>>) -> ApiResult<HttpResponse> {
     let content = &member.input.0.content;
-    let id = repo::insert_log(&member.state.db, &member.access.org_id, content, None, "api").await?;
+    let id = service::write_log(
+        &member.state.db,
+        &member.access.org_id,
+        content,
+        None,
+        LogSource::Api,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(AgentLogCreated {
         ok: true,
         agent_log_id: id,
@@ -76,15 +82,12 @@ pub async fn create_agent_log_internal(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let org_id = body.org_id;
-    if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
-        return Err(ApiError::not_found("organization"));
-    }
-    let id = repo::insert_log(
+    let id = service::write_log(
         &state.db,
         &org_id,
         &body.content,
         body.job_id.as_deref(),
-        "internal",
+        LogSource::Internal,
     )
     .await?;
     Ok(HttpResponse::Ok().json(AgentLogCreated {
@@ -135,7 +138,7 @@ pub async fn list_agent_logs_internal(
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
     let org_id = query.org_id;
-    let logs: Vec<AgentLogView> = repo::newest_logs(&state.db, &org_id, query.limit.unwrap_or(200) as u64)
+    let logs: Vec<AgentLogView> = service::newest_logs(&state.db, &org_id, query.limit.unwrap_or(200) as u64)
         .await?
         .into_iter()
         .map(|l| AgentLogView {
@@ -231,7 +234,7 @@ pub async fn report_agent_usage(
     ] {
         report.insert(key.into(), value.unwrap_or(Value::Null));
     }
-    repo::upsert_usage(&state.db, &body.account_label, &Value::Object(report)).await?;
+    service::record_usage(&state.db, &body.account_label, &Value::Object(report)).await?;
     Ok(HttpResponse::Ok().json(Upserted { upserted: 1 }))
 }
 
@@ -283,15 +286,12 @@ pub async fn sync_optimizer_timelines(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let org_id = body.org_id;
-    if !crate::orgs::repo::org_exists(&state.db, &org_id).await? {
-        return Err(ApiError::not_found("organization"));
-    }
     let timelines: Vec<(String, Value)> = body
         .timelines
         .iter()
         .map(|t| (t.timeline_id.clone(), Value::Array(t.events.clone())))
         .collect();
-    repo::replace_timelines(&state.db, &org_id, body.job_id.as_deref(), &timelines).await?;
+    service::sync_timelines(&state.db, &org_id, body.job_id.as_deref(), &timelines).await?;
     Ok(HttpResponse::Ok().json(Synced {
         synced: body.timelines.len(),
     }))

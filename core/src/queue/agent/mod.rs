@@ -1,3 +1,4 @@
 //! Agent logs, agent account usage and optimizer timelines.
 
-pub mod repo;
+pub(crate) mod repo;
+pub mod service;

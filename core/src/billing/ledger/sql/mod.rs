@@ -18,7 +18,7 @@ use serde_json::json;
 use super::grants::Grant;
 use super::ops::ServingUsageRow;
 use super::planner::{Applied, GrantRow, LedgerEvent, Writes};
-use crate::domain::{EntryKind, GrantKind};
+use crate::domain::{EntryKind, EventType, GrantKind};
 use crate::domain::{Microcents, OrgId, PaymentState};
 use crate::webhooks::outbox::{self, Announcement};
 
@@ -278,8 +278,8 @@ async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Resul
                 idempotency_key,
             } => {
                 let event_type = match kind {
-                    EntryKind::AutoTopup => "billing.auto_topup.succeeded",
-                    _ => "billing.topup.succeeded",
+                    EntryKind::AutoTopup => EventType::AutoTopupSucceeded,
+                    _ => EventType::TopupSucceeded,
                 };
                 if listeners.of(&org_id, event_type).is_empty() {
                     continue;
@@ -302,7 +302,7 @@ async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Resul
                 microcents,
             } => announcements.push(Announcement {
                 org_id,
-                event_type: "billing.credit.expired",
+                event_type: EventType::CreditExpired,
                 data: json!({"grantId": grant_id, "expiredMicrocents": microcents}),
             }),
             LedgerEvent::BalanceLow {
@@ -311,7 +311,7 @@ async fn announce(txn: &impl ConnectionTrait, events: Vec<LedgerEvent>) -> Resul
                 threshold,
             } => announcements.push(Announcement {
                 org_id,
-                event_type: "billing.balance.low",
+                event_type: EventType::BalanceLow,
                 data: json!({"balanceMicrocents": balance, "thresholdCents": threshold}),
             }),
         }

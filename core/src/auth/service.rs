@@ -1,0 +1,42 @@
+//! Who a credential is and where its holder belongs: the reads the web's authentication and
+//! the console's session make (a credential's secret is never stored; keys are found by hash).
+
+use entities::api_key;
+use keel_domain::{ApiKeyId, OrgId, UserId};
+use sea_orm::{ConnectionTrait, DbErr};
+
+use super::{repo, Role};
+
+/// The active API key whose secret hashes (SHA-256, hex) to `hash`.
+pub async fn api_key_by_hash(db: &impl ConnectionTrait, hash: &str) -> Result<Option<api_key::Model>, DbErr> {
+    repo::active_api_key(db, hash).await
+}
+
+/// The active API key with this id (a console session signed in with it).
+pub async fn api_key_by_id(
+    db: &impl ConnectionTrait,
+    key_id: &ApiKeyId,
+) -> Result<Option<api_key::Model>, DbErr> {
+    repo::active_api_key_by_id(db, key_id).await
+}
+
+pub async fn user_exists(db: &impl ConnectionTrait, user_id: &UserId) -> Result<bool, DbErr> {
+    repo::user_exists(db, user_id).await
+}
+
+/// Every organization the user belongs to, with the role held there.
+pub async fn memberships_of(
+    db: &impl ConnectionTrait,
+    user_id: &UserId,
+) -> Result<Vec<(OrgId, Role)>, DbErr> {
+    repo::memberships_of(db, user_id).await
+}
+
+/// The user's role in the organization; `None` when not a member.
+pub async fn role_in(
+    db: &impl ConnectionTrait,
+    user_id: &UserId,
+    org_id: &OrgId,
+) -> Result<Option<Role>, DbErr> {
+    repo::role_in(db, user_id, org_id).await
+}
