@@ -235,7 +235,7 @@ async fn run_one(
             suite_name: Set(["smoke", "regression"][i % 2].into()),
             environment_reference: Set("acme/support/grader".into()),
             model: Set(Some("llama".into())),
-            status: Set("completed".into()),
+            status: Set(keel_core::domain::EvalStatus::Completed),
             error: Set(None),
             started_at: Set(None),
             metadata: Set(None),

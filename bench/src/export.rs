@@ -159,7 +159,7 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
             "export",
             "--all",
             "--project",
-            &tenant.project_id,
+            tenant.project_id.as_str(),
             "--format",
             "records",
             "--out",

@@ -189,7 +189,7 @@ where
                     Ok((sent - started, sent.elapsed()))
                 }
                 Ok(response) => Err(format!("status {}", response.status().as_u16())),
-                Err(err) => Err(keel::http::causes(&err)),
+                Err(err) => Err(keel_core::peer::causes(&err)),
             }
         }));
     }

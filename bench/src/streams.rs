@@ -331,7 +331,7 @@ pub async fn run(counts: &[usize], phases: Phases) -> anyhow::Result<()> {
         // Every recorded stream's trace, written and assembled.
         let mut assembled = 0;
         for _ in 0..100 {
-            assembled = assembled_traces(&conn, &tenant.project_id).await?;
+            assembled = assembled_traces(&conn, tenant.project_id.as_str()).await?;
             if assembled >= recorded {
                 break;
             }

@@ -245,7 +245,7 @@ async fn run_on(
     let announcements: Vec<_> = (0..n)
         .map(|i| keel_core::webhooks::outbox::Announcement {
             org_id: subscribed_org.clone(),
-            event_type: "webhook.test",
+            event_type: keel_core::domain::EventType::WebhookTest,
             data: json!({"endpointId": endpoint_id, "n": i}),
         })
         .collect();

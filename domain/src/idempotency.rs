@@ -3,17 +3,19 @@
 
 use std::fmt;
 
+use crate::{JobId, RunId};
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
     /// The flat run fee of a queue job, charged once whatever its requeues.
-    pub fn job_fee(job_id: &str) -> Self {
+    pub fn job_fee(job_id: &JobId) -> Self {
         Self(format!("job-fee:{job_id}"))
     }
 
     /// The flat run fee of a run (`POST /api/billing/debit` with a `runId`).
-    pub fn run_fee(run_id: &str) -> Self {
+    pub fn run_fee(run_id: &RunId) -> Self {
         Self(format!("run-fee:{run_id}"))
     }
 
@@ -23,12 +25,12 @@ impl IdempotencyKey {
     }
 
     /// A user's training estimate charge for a run.
-    pub fn training_usage(run_id: &str) -> Self {
+    pub fn training_usage(run_id: &RunId) -> Self {
         Self(format!("training-usage:{run_id}"))
     }
 
     /// The control plane's training charge for a run.
-    pub fn training_run(run_id: &str) -> Self {
+    pub fn training_run(run_id: &RunId) -> Self {
         Self(format!("training-run:{run_id}"))
     }
 

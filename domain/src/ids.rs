@@ -3,7 +3,6 @@
 //! taken as stored (keel wrote it canonical), never parsed again.
 
 use std::fmt;
-use std::ops::Deref;
 
 use sea_orm::DeriveValueType;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -32,14 +31,6 @@ macro_rules! id_common {
 
             pub fn into_string(self) -> String {
                 self.0
-            }
-        }
-
-        impl Deref for $name {
-            type Target = str;
-
-            fn deref(&self) -> &str {
-                &self.0
             }
         }
 

@@ -1,4 +1,4 @@
-use keel_domain::{OrgId, ProjectId};
+use keel_domain::{OrgId, ProjectId, RunId};
 use sea_orm::entity::prelude::*;
 
 /// A run of a project, created by a user; optionally linked to an experiment-tracker run.
@@ -6,7 +6,7 @@ use sea_orm::entity::prelude::*;
 #[sea_orm(table_name = "runs")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
-    pub id: String,
+    pub id: RunId,
     pub org_id: OrgId,
     pub project_id: ProjectId,
     pub name: Option<String>,

@@ -1,4 +1,4 @@
-use keel_domain::{OrgId, ProjectId};
+use keel_domain::{OrgId, ProjectId, RunId};
 use sea_orm::entity::prelude::*;
 
 /// A run's checkpoint at one step (upserted by organization, run and step).
@@ -8,7 +8,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub org_id: OrgId,
     #[sea_orm(primary_key, auto_increment = false)]
-    pub run_id: String,
+    pub run_id: RunId,
     #[sea_orm(primary_key, auto_increment = false)]
     pub step: i64,
     pub project_id: ProjectId,

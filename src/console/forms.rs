@@ -111,7 +111,7 @@ impl FormFields {
         &self,
         org_id: &OrgId,
     ) -> Result<T, ApiError> {
-        self.parse_as(Some(org_id))
+        self.parse_as(Some(org_id.as_str()))
     }
 
     /// The fields as the API's body `T`, which names no organization.

@@ -620,7 +620,7 @@ pub async fn export(
         Some(_) => {
             let limit = form.get("limit").unwrap_or("100");
             let query = form_urlencoded::Serializer::new(String::new())
-                .append_pair("project_id", &project.id)
+                .append_pair("project_id", project.id.as_str())
                 .append_pair("limit", limit)
                 .append_pair("format", format.as_str())
                 .finish();
@@ -1039,11 +1039,12 @@ pub async fn runs(
             .await?;
     let (runs, next) = runs_page(
         runs,
-        |r| (r.created_at, r.id.clone()),
+        |r| (r.created_at, r.id.to_string()),
         |before| runs_link(&org.org_id, "runs", project, before),
     );
-    let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
-    let mut checkpoints: std::collections::HashMap<String, Vec<(i64, String)>> = Default::default();
+    let ids: Vec<keel_core::domain::RunId> = runs.iter().map(|r| r.id.clone()).collect();
+    let mut checkpoints: std::collections::HashMap<keel_core::domain::RunId, Vec<(i64, String)>> =
+        Default::default();
     for c in keel_core::runs::service::checkpoints_of_runs(db, &org.org_id, &ids).await? {
         checkpoints
             .entry(c.run_id)
@@ -1067,7 +1068,7 @@ pub async fn runs(
                 .tracker_url
                 .filter(|u| u.starts_with("https://") || u.starts_with("http://")),
             updated: format::time(r.updated_at),
-            id: r.id,
+            id: r.id.into(),
         })
         .collect();
     let l = org_layout(&viewer, &org, "Runs", "runs", &req).await?;

@@ -107,7 +107,7 @@ impl From<run::Model> for RunView {
             config: parse_json(r.config.as_deref()),
             summary: parse_json(r.summary.as_deref()),
             metrics: parse_json(r.metrics.as_deref()),
-            run_id: r.id,
+            run_id: r.id.into(),
             project_id: r.project_id.into(),
             name: r.name,
             model: r.model,
@@ -358,7 +358,7 @@ impl From<core_runs::TrackerEntry> for TrackerRunEntry {
         Self {
             run_id: e.run_id,
             status: e.status.as_str().to_owned(),
-            keel_run_id: e.keel_run_id,
+            keel_run_id: e.keel_run_id.map(Into::into),
             project_id: e.project_id.map(Into::into),
             tracker_run_id: e.tracker_run_id,
             url: e.url,

@@ -28,7 +28,7 @@ pub async fn create_run(caller: Caller, body: ValidJson<RunCreateRequest>) -> Ap
     let orgs = caller.organizations().await?;
     let run = service::create_run(&caller.state().db, &orgs, &NewRun::from(body.0)).await?;
     Ok(HttpResponse::Ok().json(RunCreateResponse {
-        run_id: run.id,
+        run_id: run.id.into(),
         project_id: run.project_id.into(),
         status: run.status,
     }))
@@ -50,7 +50,7 @@ pub async fn update_run(
     path: web::Path<String>,
     body: ValidJson<RunUpdateRequest>,
 ) -> ApiResult<HttpResponse> {
-    let run_id = path_str("run_id", &path, 1, 128)?;
+    let run_id = run_id(&path_str("run_id", &path, 1, 128)?)?;
     let orgs = caller.organizations().await?;
     let run = service::update_run(&caller.state().db, &orgs, &run_id, RunChanges::from(body.0)).await?;
     Ok(HttpResponse::Ok().json(RunView::from(run)))
@@ -72,12 +72,12 @@ pub async fn link_tracker(
     path: web::Path<String>,
     body: ValidJson<TrackerLink>,
 ) -> ApiResult<HttpResponse> {
-    let run_id = path_str("run_id", &path, 1, 128)?;
+    let run_id = run_id(&path_str("run_id", &path, 1, 128)?)?;
     let orgs = caller.organizations().await?;
     let link = keel_core::runs::TrackerLink::from(body.0);
     let run_id = service::link_tracker(&caller.state().db, &orgs, &run_id, &link).await?;
     Ok(HttpResponse::Ok().json(TrackerLinked {
-        run_id,
+        run_id: run_id.into(),
         entity: link.entity,
         project: link.project,
         tracker_run_id: link.tracker_run_id,
@@ -106,7 +106,7 @@ pub async fn upsert_checkpoints(
         &state.db,
         &body.org_id,
         &body.project_id,
-        &body.run_id,
+        &run_id(&body.run_id)?,
         &checkpoints,
     )
     .await?;
@@ -133,8 +133,13 @@ pub async fn list_checkpoints(
     query: ValidQuery<CheckpointsQuery>,
 ) -> ApiResult<HttpResponse> {
     let query = query.0;
-    let checkpoints =
-        service::checkpoints(&state.db, &query.org_id, &query.project_id, &query.run_id).await?;
+    let checkpoints = service::checkpoints(
+        &state.db,
+        &query.org_id,
+        &query.project_id,
+        &run_id(&query.run_id)?,
+    )
+    .await?;
     Ok(HttpResponse::Ok().json(RunCheckpoints {
         run_id: query.run_id,
         checkpoints: checkpoints.into_iter().map(CheckpointItem::from).collect(),
@@ -173,4 +178,10 @@ pub async fn read_tracker(caller: Caller, query: ValidQuery<TrackerQuery>) -> Ap
         tracker_configured: !settings.url.trim_end_matches('/').is_empty(),
         runs: runs.into_iter().map(TrackerRunEntry::from).collect(),
     }))
+}
+
+/// A run id as the caller sent it (its bounds and NUL were checked first); one that is no
+/// run id names no run.
+fn run_id(raw: &str) -> ApiResult<keel_core::domain::RunId> {
+    keel_core::domain::RunId::parse(raw).map_err(|_| crate::error::ApiError::not_found("run"))
 }

@@ -84,7 +84,13 @@ pub async fn sample(
 ) -> ApiResult<HttpResponse> {
     let body = body.0;
     let owner = service::sample_target(&state.serving, &body.model).await?;
-    match service::sample(&state.serving, owner.as_deref(), Sample::from(body)).await {
+    match service::sample(
+        &state.serving,
+        owner.as_ref().map(keel_core::domain::OrgId::as_str),
+        Sample::from(body),
+    )
+    .await
+    {
         Ok(sampled) => Ok(HttpResponse::Ok().json(SampleResponse::from(sampled))),
         Err(failure) => {
             tracing::warn!(

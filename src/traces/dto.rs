@@ -200,7 +200,7 @@ pub struct TraceSelectionBody {
 impl Validate for TraceSelectionBody {
     fn validate(&self, c: &mut Checks) {
         for (i, id) in self.trace_ids.iter().enumerate() {
-            if uuid::Uuid::parse_str(id).is_err() {
+            if uuid::Uuid::parse_str(id.as_str()).is_err() {
                 c.fail_item("traceIds", i, "uuid_parsing", "Input should be a valid UUID");
             }
         }
@@ -467,7 +467,7 @@ pub struct BulkTagsBody {
 impl Validate for BulkTagsBody {
     fn validate(&self, c: &mut Checks) {
         for (i, id) in self.trace_ids.iter().enumerate() {
-            if uuid::Uuid::parse_str(id).is_err() {
+            if uuid::Uuid::parse_str(id.as_str()).is_err() {
                 c.fail_item("traceIds", i, "uuid_parsing", "Input should be a valid UUID");
             }
         }

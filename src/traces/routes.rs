@@ -114,7 +114,7 @@ pub async fn export_selection(
         b",",
     )
     .await?;
-    let mut out = envelope_head(selection.project_id.as_deref(), format)?;
+    let mut out = envelope_head(selection.project_id.as_ref().map(ProjectId::as_str), format)?;
     out.extend_from_slice(&records);
     drop(records);
     envelope_end(out, selection.stats, Some(selection.not_found))
@@ -160,10 +160,7 @@ fn envelope_end(
 }
 
 fn trace_id(raw: &str) -> Result<TraceId, keel_core::traces::TraceError> {
-    TraceId::parse(raw)
-        .ok()
-        .filter(|id| uuid::Uuid::parse_str(id).is_ok())
-        .ok_or(keel_core::traces::TraceError::TraceNotFound)
+    TraceId::parse(raw).map_err(|_| keel_core::traces::TraceError::TraceNotFound)
 }
 
 /// List a project's traces

@@ -118,7 +118,7 @@ pub async fn credit(
 async fn ask(payments: &Payments, pending: &pending_payment::Model) -> Result<PaymentIntent, PaymentError> {
     payments
         .charge(ChargeRequest {
-            org_id: &pending.org_id,
+            org_id: pending.org_id.as_str(),
             customer_id: &pending.customer_id,
             payment_method_id: &pending.payment_method_id,
             amount: pending.amount_cents,

@@ -81,7 +81,7 @@ impl Payments {
 
     pub async fn create_customer(&self, org_id: &OrgId) -> Result<String, PaymentError> {
         match self {
-            Self::Simulated(_) => Ok(format!("cus_sim_{}", org_id.replace('-', ""))),
+            Self::Simulated(_) => Ok(format!("cus_sim_{}", org_id.as_str().replace('-', ""))),
             Self::Stripe(stripe) => {
                 let customer = stripe
                     .post(

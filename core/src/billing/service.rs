@@ -581,7 +581,7 @@ pub async fn charge_run_fee(
     let op = LedgerOp::debit(
         EntryKind::RunFee,
         fee.micros(),
-        run_id.map(|run| IdempotencyKey::run_fee(run)),
+        run_id.map(IdempotencyKey::run_fee),
         match run_id {
             Some(run) => format!("run fee {run}"),
             None => "run fee".into(),

@@ -67,7 +67,7 @@ pub struct TrackerEntry {
     /// As asked.
     pub run_id: String,
     pub status: TrackerStatus,
-    pub keel_run_id: Option<String>,
+    pub keel_run_id: Option<crate::domain::RunId>,
     pub project_id: Option<ProjectId>,
     pub tracker_run_id: Option<String>,
     pub url: Option<String>,

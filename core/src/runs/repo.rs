@@ -12,7 +12,7 @@ use sea_orm::{
 
 use super::{Checkpoint, NewRun, RunChanges, TrackerLink, INITIAL_STATUS};
 
-use crate::domain::{OrgId, ProjectId};
+use crate::domain::{OrgId, ProjectId, RunId};
 
 /// Rows per insert statement (SQLite allows 32,766 bound parameters).
 const CHUNK: usize = 500;
@@ -24,7 +24,7 @@ pub async fn insert_run(
 ) -> Result<run::Model, DbErr> {
     let now = Utc::now();
     let row = run::Model {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: RunId::generate(),
         org_id: project.org_id.clone(),
         project_id: project.id.clone(),
         name: body.name.clone(),
@@ -54,7 +54,7 @@ pub async fn insert_run(
 /// A run of one of `org_ids`; another organization's run is "not found".
 pub async fn find_run(
     db: &impl ConnectionTrait,
-    run_id: &str,
+    run_id: &RunId,
     org_ids: &[OrgId],
 ) -> Result<Option<run::Model>, DbErr> {
     Ok(run::Entity::find_by_id(run_id.to_owned())
@@ -86,7 +86,11 @@ pub async fn update_run(
     active.update(db).await
 }
 
-pub async fn link_tracker(db: &impl ConnectionTrait, run_id: &str, link: &TrackerLink) -> Result<(), DbErr> {
+pub async fn link_tracker(
+    db: &impl ConnectionTrait,
+    run_id: &RunId,
+    link: &TrackerLink,
+) -> Result<(), DbErr> {
     run::Entity::update_many()
         .col_expr(run::Column::TrackerEntity, link.entity.clone().into())
         .col_expr(run::Column::TrackerProject, link.project.clone().into())
@@ -124,7 +128,7 @@ pub async fn upsert_checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: &ProjectId,
-    run_id: &str,
+    run_id: &RunId,
     items: &[Checkpoint],
 ) -> Result<usize, DbErr> {
     let by_step: BTreeMap<i64, &str> = items.iter().map(|c| (c.step, c.subfolder.as_str())).collect();
@@ -166,7 +170,7 @@ pub async fn list_checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: &ProjectId,
-    run_id: &str,
+    run_id: &RunId,
 ) -> Result<Vec<Checkpoint>, DbErr> {
     Ok(run_checkpoint::Entity::find()
         .filter(run_checkpoint::Column::OrgId.eq(org_id))
@@ -188,7 +192,7 @@ pub async fn count_checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: &ProjectId,
-    run_id: &str,
+    run_id: &RunId,
 ) -> Result<u64, DbErr> {
     run_checkpoint::Entity::find()
         .filter(run_checkpoint::Column::OrgId.eq(org_id))
@@ -232,7 +236,7 @@ pub async fn runs_of_org(
 pub async fn checkpoints_of_runs(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
-    run_ids: &[String],
+    run_ids: &[RunId],
 ) -> Result<Vec<run_checkpoint::Model>, DbErr> {
     if run_ids.is_empty() {
         return Ok(Vec::new());

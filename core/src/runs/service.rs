@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::{repo, Checkpoint, NewRun, RunChanges, RunError, TrackerEntry, TrackerLink, TrackerStatus};
 use crate::config::TrackerSettings;
-use crate::domain::{OrgId, ProjectId};
+use crate::domain::{OrgId, ProjectId, RunId};
 use crate::peer::PeerError;
 
 /// Tracker reads in flight at once for one request.
@@ -36,7 +36,11 @@ pub async fn create_run(
 }
 
 /// A run of one of `orgs`.
-pub async fn run_of(db: &impl ConnectionTrait, orgs: &[OrgId], run_id: &str) -> Result<run::Model, RunError> {
+pub async fn run_of(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    run_id: &RunId,
+) -> Result<run::Model, RunError> {
     repo::find_run(db, run_id, orgs)
         .await?
         .ok_or(RunError::RunNotFound)
@@ -46,7 +50,7 @@ pub async fn run_of(db: &impl ConnectionTrait, orgs: &[OrgId], run_id: &str) -> 
 pub async fn update_run(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
-    run_id: &str,
+    run_id: &RunId,
     changes: RunChanges,
 ) -> Result<run::Model, RunError> {
     let run = run_of(db, orgs, run_id).await?;
@@ -57,9 +61,9 @@ pub async fn update_run(
 pub async fn link_tracker(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
-    run_id: &str,
+    run_id: &RunId,
     link: &TrackerLink,
-) -> Result<String, RunError> {
+) -> Result<RunId, RunError> {
     let run = run_of(db, orgs, run_id).await?;
     repo::link_tracker(db, &run.id, link).await?;
     Ok(run.id)
@@ -83,7 +87,7 @@ pub async fn record_checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: &ProjectId,
-    run_id: &str,
+    run_id: &RunId,
     checkpoints: &[Checkpoint],
 ) -> Result<(usize, u64), RunError> {
     let (org_id, project_id) = project_of_org(db, org_id, project_id).await?;
@@ -97,7 +101,7 @@ pub async fn checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
     project_id: &ProjectId,
-    run_id: &str,
+    run_id: &RunId,
 ) -> Result<Vec<Checkpoint>, RunError> {
     let (org_id, project_id) = project_of_org(db, org_id, project_id).await?;
     Ok(repo::list_checkpoints(db, &org_id, &project_id, run_id).await?)
@@ -229,7 +233,7 @@ pub async fn runs_of_org(
 pub async fn checkpoints_of_runs(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
-    run_ids: &[String],
+    run_ids: &[RunId],
 ) -> Result<Vec<entities::run_checkpoint::Model>, RunError> {
     Ok(repo::checkpoints_of_runs(db, org_id, run_ids).await?)
 }

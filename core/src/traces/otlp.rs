@@ -151,7 +151,7 @@ pub fn span(t: &trace::Model, marks: &Marks) -> Value {
     };
     let end = t.created_at.timestamp_nanos_opt().unwrap_or(0);
     let start = end - t.latency_ms.saturating_mul(1_000_000);
-    let hex = t.id.replace('-', "");
+    let hex = t.id.as_str().replace('-', "");
     let model = t.model.as_deref().unwrap_or("unknown");
     json!({
         "traceId": hex,

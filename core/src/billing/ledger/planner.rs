@@ -460,7 +460,7 @@ mod tests {
 
     use super::*;
     use crate::billing::ledger::EntryKind;
-    use crate::domain::IdempotencyKey;
+    use crate::domain::{IdempotencyKey, RunId};
 
     const ORG: &str = "org-1";
 
@@ -510,7 +510,10 @@ mod tests {
                 1 => LedgerOp::debit(
                     EntryKind::RunFee,
                     micros,
-                    key_text.as_deref().map(IdempotencyKey::run_fee),
+                    key_text
+                        .as_deref()
+                        .and_then(|k| RunId::parse(k).ok())
+                        .map(|k| IdempotencyKey::run_fee(&k)),
                     "run fee",
                 ),
                 2 => {
@@ -544,7 +547,10 @@ mod tests {
                 _ => LedgerOp::debit(
                     EntryKind::TrainingRun,
                     micros,
-                    key_text.as_deref().map(IdempotencyKey::training_run),
+                    key_text
+                        .as_deref()
+                        .and_then(|k| RunId::parse(k).ok())
+                        .map(|k| IdempotencyKey::training_run(&k)),
                     "training run",
                 )
                 .overdrawing(),
@@ -726,7 +732,7 @@ mod tests {
         let fee = LedgerOp::debit(
             EntryKind::RunFee,
             Microcents(100),
-            Some(IdempotencyKey::run_fee("r1")),
+            Some(IdempotencyKey::run_fee(&RunId::parse("r1").unwrap())),
             "fee",
         );
         // The sweep's own operation in the same batch finds the grant already ended.
@@ -768,7 +774,7 @@ mod tests {
         let fee = LedgerOp::debit(
             EntryKind::RunFee,
             Microcents(5),
-            Some(IdempotencyKey::run_fee("r1")),
+            Some(IdempotencyKey::run_fee(&RunId::parse("r1").unwrap())),
             "fee",
         );
         let result = plan(
