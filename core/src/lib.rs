@@ -11,7 +11,7 @@ pub mod billing;
 pub mod cache;
 pub mod cluster;
 pub mod config;
-pub mod console_store;
+pub mod console;
 pub mod database;
 pub use keel_domain as domain;
 pub mod evals;

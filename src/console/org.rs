@@ -782,7 +782,7 @@ pub(super) async fn keep_for_one_view(
         .console_box
         .seal(org_id, &format!("console-reveal/{reveal}"), secret)
         .map_err(ApiError::Unexpected)?;
-    keel_core::console_store::insert_reveal(
+    keel_core::console::service::keep_reveal(
         db,
         entities::console_reveal::Model {
             id: reveal.clone(),
@@ -802,7 +802,8 @@ pub(super) async fn take_one_view(
     org_id: &OrgId,
     reveal: &str,
 ) -> Result<Reveal, ConsoleError> {
-    let sealed = keel_core::console_store::take_reveal(&viewer.state.db, reveal, &viewer.sid, org_id).await?;
+    let sealed =
+        keel_core::console::service::take_reveal(&viewer.state.db, reveal, &viewer.sid, org_id).await?;
     Ok(match sealed {
         Some(sealed) => Reveal::Key(
             viewer

@@ -106,7 +106,7 @@ pub async fn start_session(
         Standing::User { user_id, .. } => ("user", None, Some(user_id.clone())),
         Standing::Operator { .. } => ("operator", None, None),
     };
-    keel_core::console_store::insert_session(
+    keel_core::console::service::start_session(
         &state.db,
         entities::console_session::Model {
             id: sid.clone(),
@@ -124,7 +124,7 @@ pub async fn start_session(
 /// Ends a console session on the server: its cookie is refused from now on, on every
 /// instance.
 pub async fn end_session(state: &AppState, sid: &str) -> Result<(), ApiError> {
-    Ok(keel_core::console_store::end_session(&state.db, sid).await?)
+    Ok(keel_core::console::service::end_session(&state.db, sid).await?)
 }
 
 /// The cookie for a console session, and its CSRF token (a new one unless `csrf` keeps the
@@ -210,7 +210,8 @@ impl FromRequest for Viewer {
                 next: next.clone(),
             };
             let claims = state.console_keys.verify(cookie.value()).ok_or_else(signed_out)?;
-            if !keel_core::console_store::session_alive(&state.db, &claims.sid, chrono::Utc::now()).await? {
+            if !keel_core::console::service::session_alive(&state.db, &claims.sid, chrono::Utc::now()).await?
+            {
                 return Err(signed_out());
             }
             let role = match still_stands(&state, &claims.standing).await {

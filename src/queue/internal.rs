@@ -32,11 +32,7 @@ pub struct InternalClaimJobsRequest {
 
 impl Validate for InternalClaimJobsRequest {
     fn validate(&self, c: &mut Checks) {
-        c.one_of(
-            "action",
-            &self.action,
-            &["draft", "tracer", "optimize", "training"],
-        );
+        c.one_of("action", &self.action, &JobAction::NAMES);
     }
 }
 

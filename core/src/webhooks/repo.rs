@@ -433,7 +433,7 @@ async fn announce_disabled(
 ) -> Result<(), DbErr> {
     for endpoint in disabled {
         tracing::warn!(endpoint = %endpoint.id, org_id = %endpoint.org_id, "webhook endpoint disabled: {why}");
-        crate::console_store::insert_event(
+        crate::console::repo::insert_event(
             txn,
             &endpoint.org_id,
             "webhook.endpoint_disabled",

@@ -333,5 +333,5 @@ pub async fn console_events(
     webhooks: &Webhooks,
     org_id: &OrgId,
 ) -> Result<Vec<entities::console_event::Model>, WebhookError> {
-    Ok(crate::console_store::events(&webhooks.db, org_id, 20).await?)
+    Ok(crate::console::repo::events(&webhooks.db, org_id, 20).await?)
 }
