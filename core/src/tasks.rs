@@ -13,13 +13,16 @@ pub struct Tasks {
 }
 
 impl Tasks {
-    /// Runs `work` on the current (actix) thread, tracked under `name`.
+    /// Runs `work` on the runtime (`tokio::spawn`), tracked under `name`. A task the
+    /// runtime drops unfinished (a test's runtime ending) is dropped inside the runtime's
+    /// context, where the database driver can still hand its connections back; a task on
+    /// actix's local set would be dropped after it, and sqlx would panic in a destructor.
     pub fn spawn<F>(&self, name: &'static str, work: F)
     where
-        F: Future<Output = ()> + 'static,
+        F: Future<Output = ()> + Send + 'static,
     {
         tracing::info!(task = name, "task started");
-        actix::spawn(self.tracker.track_future(async move {
+        tokio::spawn(self.tracker.track_future(async move {
             work.await;
             tracing::info!(task = name, "task stopped");
         }));
