@@ -252,11 +252,6 @@ impl Core {
         });
     }
 
-    /// How many of the core's tasks are running.
-    pub fn tasks_running(&self) -> usize {
-        self.tasks.running()
-    }
-
     /// Stops intake, ends every task and drains, in this order (requests are done: the
     /// server drained them first):
     /// 1. the stop signal: waiting claims answer, every loop ends its turn and returns;

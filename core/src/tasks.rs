@@ -28,11 +28,6 @@ impl Tasks {
         }));
     }
 
-    /// How many tasks are still running.
-    pub fn running(&self) -> usize {
-        self.tracker.len()
-    }
-
     /// Takes no new task and waits for every running one to end (each ends on the stop
     /// signal or when its input closes).
     pub async fn wait(&self) {

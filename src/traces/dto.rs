@@ -199,11 +199,6 @@ pub struct TraceSelectionBody {
 
 impl Validate for TraceSelectionBody {
     fn validate(&self, c: &mut Checks) {
-        for (i, id) in self.trace_ids.iter().enumerate() {
-            if uuid::Uuid::parse_str(id.as_str()).is_err() {
-                c.fail_item("traceIds", i, "uuid_parsing", "Input should be a valid UUID");
-            }
-        }
         if let Some(format) = &self.format {
             c.one_of("format", format, Format::NAMES);
         }
@@ -466,11 +461,6 @@ pub struct BulkTagsBody {
 
 impl Validate for BulkTagsBody {
     fn validate(&self, c: &mut Checks) {
-        for (i, id) in self.trace_ids.iter().enumerate() {
-            if uuid::Uuid::parse_str(id.as_str()).is_err() {
-                c.fail_item("traceIds", i, "uuid_parsing", "Input should be a valid UUID");
-            }
-        }
         check_tags(c, &self.add, &self.remove);
     }
 }

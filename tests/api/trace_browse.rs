@@ -489,6 +489,28 @@ async fn tags_and_scores_round_trip_filter_the_list_and_the_export_and_are_bound
     )
     .await;
     assert_eq!(bulk, json!({"updated": 2, "notFound": 1}));
+    // Text that is no trace id is the id's own 422, wherever a list of them is sent.
+    for (path, body) in [
+        (
+            "/api/traces/tags",
+            json!({"traceIds": [a, "nope"], "add": ["batch-1"]}),
+        ),
+        ("/api/traces/export", json!({"traceIds": [a, "nope"]})),
+    ] {
+        let refused = json_of(
+            app.post(path, &org.api_key, &body).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        let issue = refused["detail"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["loc"] == json!(["body", "traceIds", 1]))
+            .unwrap_or_else(|| panic!("{path}: {refused}"))
+            .clone();
+        assert_eq!(issue["type"], "uuid_parsing", "{path}: {refused}");
+    }
 
     let scored = json_of(
         app.put(

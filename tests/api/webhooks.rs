@@ -759,6 +759,19 @@ async fn the_openapi_document_describes_every_event_in_its_webhooks_section() {
     let mut with_every = vec!["*"];
     with_every.extend(keel_core::domain::EventType::ALL.map(keel_core::domain::EventType::as_str));
     assert_eq!(subscribable, serde_json::json!(with_every));
+    // An endpoint may name every event and `*`: the body's bound is that many.
+    for body in ["EndpointCreateBody", "EndpointPatchBody"] {
+        assert_eq!(
+            doc["components"]["schemas"][body]["properties"]["events"]["maxItems"]
+                .as_u64()
+                .or_else(|| {
+                    doc["components"]["schemas"][body]["properties"]["events"]["oneOf"][0]["maxItems"]
+                        .as_u64()
+                }),
+            Some(with_every.len() as u64),
+            "{body}"
+        );
+    }
     assert_eq!(
         doc["components"]["schemas"]["DeliveryStatus"]["enum"],
         serde_json::json!(["pending", "succeeded", "failed"])
