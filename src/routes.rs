@@ -67,6 +67,8 @@ route_table! {
         "/jobs/user-stopped" => post queue::internal::report_user_stopped;
         "/jobs/failed" => post queue::internal::report_failed;
         "/jobs/heartbeat" => post queue::internal::heartbeat;
+        "/jobs/heartbeats" => post queue::internal::heartbeat_many;
+        "/jobs/reports" => post queue::internal::report_many;
         "/jobs/live-status" => post queue::internal::live_status;
         "/jobs/requeue-stale" => post queue::internal::requeue_stale;
         "/jobs/requeue-interrupted" => post queue::internal::requeue_interrupted;

@@ -90,19 +90,15 @@ impl Core {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),
             max_attempts: settings.queue.max_attempts,
             sweep_interval: Duration::from_secs(settings.queue.sweep_interval_secs),
-            run_fee: settings.billing.flat_run_fee_cents,
             max_batch: settings.billing.max_batch,
             retry_backoff_base: Duration::from_secs(settings.queue.retry_backoff_base_secs),
             retry_backoff_max: Duration::from_secs(settings.queue.retry_backoff_max_secs),
-            max_running_per_org: settings.queue.max_running_per_org,
-            requeue_blocked_on_credit: settings.queue.requeue_blocked_on_credit,
         };
         let queue = actix::Actor::start(QueueActor::new(
             db.clone(),
-            ledger.clone(),
             cluster.clone(),
             metrics.clone(),
-            queue_config,
+            queue_config.clone(),
         ));
         let secret_box =
             SecretBox::from_settings(&settings.secrets.encryption_key, &settings.auth.session_secret)?;
@@ -133,6 +129,11 @@ impl Core {
             metrics: metrics.clone(),
             stale_after: chrono::Duration::seconds(settings.queue.stale_after_secs as i64),
             max_running_per_org: settings.queue.max_running_per_org,
+            ledger: ledger.clone(),
+            run_fee: settings.billing.flat_run_fee_cents,
+            requeue_blocked_on_credit: settings.queue.requeue_blocked_on_credit,
+            retry_policy: queue_config.retry_policy(),
+            claim_turn: (db.get_database_backend() != sea_orm::DbBackend::Postgres).then(Default::default),
         };
         let webhooks = crate::webhooks::Webhooks::new(
             db.clone(),

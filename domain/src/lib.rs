@@ -13,6 +13,7 @@ pub mod limit;
 pub mod money;
 pub mod payment;
 pub mod status;
+pub mod transition;
 
 pub use event::{DeliveryStatus, EventType};
 pub use idempotency::IdempotencyKey;
@@ -23,6 +24,7 @@ pub use limit::LimitKind;
 pub use money::{Cents, Microcents, ModelPrice, TokenPrice};
 pub use payment::PaymentState;
 pub use status::{EvalStatus, HubStatus};
+pub use transition::JobEvent;
 
 /// The providers the recording proxy forwards to, in the order its metrics index them.
 pub const PROVIDERS: &[&str] = &["openai", "anthropic", "openrouter", "google"];

@@ -393,6 +393,220 @@ pub async fn heartbeat(
     }
 }
 
+/// At most this many reports, or held jobs heartbeaten, in one request.
+pub const MAX_BATCHED: usize = 1000;
+
+/// How a job ended, as a report of many names it (the single routes' names).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportedOutcome {
+    Succeeded,
+    Failed,
+    Blocked,
+    UserStopped,
+}
+
+/// One report of many: exactly what its single route takes (`succeeded`: `result?`;
+/// `failed`: `error`, `retryable?`; `blocked`: `reason`; `user_stopped`: `reason?`).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ReportItem {
+    #[schema(min_length = 1, max_length = 64)]
+    pub job_id: String,
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    pub outcome: ReportedOutcome,
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// `failed`: what went wrong (1 to 10,000 characters).
+    #[schema(max_length = 10000)]
+    pub error: Option<String>,
+    /// `blocked` (required, 1 to 10,000 characters) and `user_stopped` (optional).
+    #[schema(max_length = 10000)]
+    pub reason: Option<String>,
+    /// `failed`: worth another attempt (as the single route's `retryable`).
+    pub retryable: Option<bool>,
+}
+
+impl Validate for ReportItem {
+    fn validate(&self, c: &mut Checks) {
+        let required = |c: &mut Checks, field: &str, value: &Option<String>| match value {
+            Some(text) => c.str_len(field, text, 1, 10_000),
+            None => c.fail(field, "missing", "Field required"),
+        };
+        match self.outcome {
+            ReportedOutcome::Failed => required(c, "error", &self.error),
+            ReportedOutcome::Blocked => required(c, "reason", &self.reason),
+            ReportedOutcome::Succeeded | ReportedOutcome::UserStopped => {}
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ReportsRequest {
+    #[schema(min_items = 1, max_items = 1000)]
+    pub reports: Vec<ReportItem>,
+}
+
+impl Validate for ReportsRequest {
+    fn validate(&self, c: &mut Checks) {
+        for (index, item) in self.reports.iter().enumerate() {
+            c.nested("reports", Some(index), item);
+        }
+    }
+}
+
+/// One report's answer: `ok`, or the code its single route would have answered with
+/// (`job_not_held`, `job_not_found`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReportResult {
+    pub job_id: String,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReportResults {
+    /// One per report, in order.
+    pub results: Vec<ReportResult>,
+}
+
+/// Report many jobs
+///
+/// Internal key: several terminal reports at once (a worker whose jobs ended together), each
+/// item with exactly the rules and the effect of its single route, applied together. Answers
+/// each item's result in order; an item its single route would refuse with 404 or 409 is
+/// `ok: false` with that code, and the others are applied all the same.
+#[utoipa::path(post, path = "/api/training/internal/jobs/reports", tag = "training-internal", security(("internalKey" = [])),
+    request_body = ReportsRequest,
+    responses((status = 200, body = ReportResults), (status = 422, body = ValidationErrorBody)))]
+pub async fn report_many(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<ReportsRequest>,
+) -> ApiResult<HttpResponse> {
+    let items = body.0.reports;
+    let mut results: Vec<ReportResult> = Vec::with_capacity(items.len());
+    let mut reports = Vec::new();
+    let mut placed = Vec::new();
+    for item in items {
+        let Ok(job_id) = known_job(&item.job_id) else {
+            results.push(ReportResult {
+                job_id: item.job_id,
+                ok: false,
+                error: Some(Code::JobNotFound.as_str().to_owned()),
+            });
+            continue;
+        };
+        let (status, result, error, retryable) = match item.outcome {
+            ReportedOutcome::Succeeded => (
+                JobStatus::Succeeded,
+                item.result.map(|r| r.to_string()),
+                None,
+                false,
+            ),
+            ReportedOutcome::Failed => (
+                JobStatus::Failed,
+                None,
+                item.error,
+                item.retryable.unwrap_or(false),
+            ),
+            ReportedOutcome::Blocked => (JobStatus::Blocked, None, item.reason, false),
+            ReportedOutcome::UserStopped => (JobStatus::UserStopped, None, item.reason, false),
+        };
+        placed.push(results.len());
+        results.push(ReportResult {
+            job_id: item.job_id,
+            ok: true,
+            error: None,
+        });
+        reports.push(Report {
+            job_id,
+            worker_id: item.worker_id,
+            status,
+            result,
+            error,
+            retryable,
+        });
+    }
+    let outcomes = service::reports(&state.jobs, reports).await?;
+    for (index, outcome) in placed.into_iter().zip(outcomes) {
+        let code = match outcome {
+            ReportOutcome::Applied | ReportOutcome::Repeated => None,
+            ReportOutcome::NotHeld => Some(Code::JobNotHeld),
+            ReportOutcome::NotFound => Some(Code::JobNotFound),
+        };
+        results[index].ok = code.is_none();
+        results[index].error = code.map(|c| c.as_str().to_owned());
+    }
+    Ok(HttpResponse::Ok().json(ReportResults { results }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct HeartbeatsRequest {
+    #[schema(min_length = 1, max_length = 200)]
+    pub worker_id: String,
+    #[schema(min_items = 1, max_items = 1000)]
+    pub job_ids: Vec<String>,
+}
+
+impl Validate for HeartbeatsRequest {}
+
+/// One held job's heartbeat answer: `ok: false` when this worker no longer holds it (or no
+/// such job exists): it should stop working on it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobHeartbeat {
+    pub job_id: String,
+    pub ok: bool,
+    /// The user asked to stop: wind down and report `user_stopped`.
+    pub stop_requested: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeartbeatsAnswer {
+    /// One per job id, in order.
+    pub jobs: Vec<JobHeartbeat>,
+}
+
+/// Heartbeat many jobs
+///
+/// Internal key: the worker says it still works on every job it names (one statement for
+/// all); each answers whether the worker holds it and whether its user asked to stop.
+#[utoipa::path(post, path = "/api/training/internal/jobs/heartbeats", tag = "training-internal", security(("internalKey" = [])),
+    request_body = HeartbeatsRequest,
+    responses((status = 200, body = HeartbeatsAnswer), (status = 422, body = ValidationErrorBody)))]
+pub async fn heartbeat_many(
+    _: Internal,
+    state: web::Data<AppState>,
+    body: ValidJson<HeartbeatsRequest>,
+) -> ApiResult<HttpResponse> {
+    let body = body.0;
+    let parsed: Vec<Option<keel_core::domain::JobId>> =
+        body.job_ids.iter().map(|id| known_job(id).ok()).collect();
+    let known: Vec<keel_core::domain::JobId> = parsed.iter().flatten().cloned().collect();
+    let mut held = service::heartbeats(&state.jobs, &known, &body.worker_id)
+        .await?
+        .into_iter();
+    let jobs = body
+        .job_ids
+        .into_iter()
+        .zip(parsed)
+        .map(|(job_id, parsed)| {
+            let held = parsed.and_then(|_| held.next()).unwrap_or(Held::NotFound);
+            let (ok, stop_requested) = match held {
+                Held::Yes { stop_requested } => (true, stop_requested),
+                Held::NotHeld | Held::NotFound => (false, false),
+            };
+            JobHeartbeat {
+                job_id,
+                ok,
+                stop_requested,
+            }
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(HeartbeatsAnswer { jobs }))
+}
+
 /// Report a job's live status
 ///
 /// Internal key: the claiming worker publishes free-form progress that the job's readers see.

@@ -239,6 +239,12 @@ pub struct LedgerActor {
 #[rtype(result = "Result<Outcome, LedgerError>")]
 struct Submit(LedgerOp);
 
+/// Several operations of one organization, handed over together: they join the same batch
+/// (one transaction) when the batch size allows, and each answers its own outcome.
+#[derive(Message)]
+#[rtype(result = "Vec<Result<Outcome, LedgerError>>")]
+struct SubmitAll(Vec<LedgerOp>);
+
 /// Resolves once the actor holds no work (shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -426,6 +432,34 @@ async fn commit_batch(
     }
 }
 
+impl Handler<SubmitAll> for LedgerActor {
+    type Result = ResponseFuture<Vec<Result<Outcome, LedgerError>>>;
+
+    fn handle(&mut self, msg: SubmitAll, ctx: &mut Self::Context) -> Self::Result {
+        let mut answers = Vec::with_capacity(msg.0.len());
+        self.last_active = Instant::now();
+        for op in msg.0 {
+            let (tx, rx) = oneshot::channel();
+            self.pending.push_back((op, Some(tx)));
+            answers.push(rx);
+        }
+        if !self.flushing {
+            self.flush(ctx);
+        }
+        Box::pin(async move {
+            let mut outcomes = Vec::with_capacity(answers.len());
+            for answer in answers {
+                outcomes.push(
+                    answer
+                        .await
+                        .unwrap_or_else(|_| Err(LedgerError::Unavailable("ledger actor stopped".into()))),
+                );
+            }
+            outcomes
+        })
+    }
+}
+
 impl Handler<Submit> for LedgerActor {
     type Result = ResponseFuture<Result<Outcome, LedgerError>>;
 
@@ -557,6 +591,50 @@ impl Ledger {
             shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
         }
         outcome
+    }
+
+    /// Applies several operations of one organization, handed to its actor at once (one
+    /// message, one batch when the batch size allows); answers each one's outcome, in order.
+    pub async fn submit_all(&self, org_id: &OrgId, ops: Vec<LedgerOp>) -> Vec<Result<Outcome, LedgerError>> {
+        if ops.is_empty() {
+            return Vec::new();
+        }
+        let shared = &self.shared;
+        let _waiting = Waiting::start(shared);
+        let kinds: Vec<crate::domain::EntryKind> = ops.iter().map(|op| op.kind).collect();
+        let submitted = Instant::now();
+        let count = ops.len();
+        let mut outcomes = None;
+        // As `send`: an actor that stopped for idleness never saw the message.
+        for _ in 0..3 {
+            match self.actor_for(org_id).send(SubmitAll(ops.clone())).await {
+                Ok(answered) => {
+                    outcomes = Some(answered);
+                    break;
+                }
+                Err(MailboxError::Closed) => continue,
+                Err(MailboxError::Timeout) => break,
+            }
+        }
+        let outcomes = outcomes.unwrap_or_else(|| {
+            (0..count)
+                .map(|_| Err(LedgerError::Unavailable("ledger actor unavailable".into())))
+                .collect()
+        });
+        let elapsed = submitted.elapsed().as_secs_f64();
+        for (kind, outcome) in kinds.into_iter().zip(&outcomes) {
+            shared.metrics.ledger_seconds.observe(elapsed);
+            shared
+                .metrics
+                .ledger_op(kind, super::ledger::outcome_label(outcome));
+        }
+        if outcomes
+            .iter()
+            .any(|o| !matches!(o, Err(LedgerError::Unavailable(_) | LedgerError::Locked)))
+        {
+            shared.last_progress_ms.store(shared.now_ms(), Ordering::Relaxed);
+        }
+        outcomes
     }
 
     async fn send(&self, org_id: &OrgId, op: LedgerOp) -> Result<Outcome, LedgerError> {

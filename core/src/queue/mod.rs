@@ -2,6 +2,7 @@
 
 pub(crate) mod actor;
 pub mod agent;
+mod claims;
 pub mod events;
 mod history;
 pub(crate) mod repo;
@@ -14,6 +15,12 @@ pub use repo::{
 };
 
 use sea_orm::DatabaseConnection;
+
+/// Installs the queue's PostgreSQL functions (the claim), written from this build's
+/// transition table; nothing on SQLite. Run with the migrations, under their lock.
+pub async fn install(db: &DatabaseConnection) -> Result<(), sea_orm::DbErr> {
+    repo::install(db).await
+}
 
 use crate::cluster::Cluster;
 use crate::metrics::Metrics;
@@ -31,6 +38,16 @@ pub struct Jobs {
     pub stale_after: chrono::Duration,
     /// Running jobs an organization may hold unless an operator set its own cap; 0: none.
     pub max_running_per_org: u32,
+    /// Charges each claimed job's run fee.
+    pub(crate) ledger: crate::billing::actor::Ledger,
+    pub(crate) run_fee: crate::domain::Cents,
+    /// Jobs blocked for want of funds are queued again at the organization's next credit.
+    pub(crate) requeue_blocked_on_credit: bool,
+    /// How retryable failures wait.
+    pub(crate) retry_policy: RetryPolicy,
+    /// SQLite only (one writer; its claim reads before its transaction): the instance's
+    /// claims take turns. On PostgreSQL claims hold nothing across round trips.
+    pub(crate) claim_turn: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// Why a queue flow did not happen.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use entities::training_job;
 
-use super::actor::{ask, Claim, Enqueue, Heartbeat, RequeueStale, Submit};
+use super::actor::{ask, Enqueue, RequeueStale};
 use super::repo::{self, Inserted, NewJob, RetryOutcome, SecretChange, StopOutcome, SweepCounts};
 use super::{JobError, Jobs};
 use crate::cluster::{Event, Wake};
@@ -440,14 +440,50 @@ pub async fn requeue_blocked_on_credit(
     }
 }
 
-/// A worker's report (succeeded, failed, progress), applied through the queue actor.
+/// A worker's terminal report (succeeded, failed, blocked, user-stopped), applied at once.
 pub async fn report(jobs: &Jobs, report: repo::Report) -> Result<repo::ReportOutcome, JobError> {
-    Ok(ask(&jobs.actor, Submit(report)).await?)
+    let mut outcomes = reports(jobs, vec![report]).await?;
+    Ok(outcomes.pop().unwrap_or(repo::ReportOutcome::NotFound))
+}
+
+/// Several terminal reports, applied together (one transaction, one statement on PostgreSQL
+/// when it can); each answers as it would alone, in order. A job named twice: the first
+/// report is applied, the later ones answer as repeats or as not held, as they would after it.
+pub async fn reports(jobs: &Jobs, reports: Vec<repo::Report>) -> Result<Vec<repo::ReportOutcome>, JobError> {
+    let mut outcomes = vec![repo::ReportOutcome::NotFound; reports.len()];
+    let mut left: Vec<(usize, repo::Report)> = reports.into_iter().enumerate().collect();
+    while !left.is_empty() {
+        // One report per job a round; a job named again waits for the next round.
+        let mut ids = std::collections::HashSet::new();
+        let (round, later): (Vec<_>, Vec<_>) =
+            left.into_iter().partition(|(_, r)| ids.insert(r.job_id.clone()));
+        left = later;
+        let (indexes, batch): (Vec<usize>, Vec<repo::Report>) = round.into_iter().unzip();
+        let (applied, ended) = repo::apply_reports(&jobs.db, &batch, &jobs.retry_policy).await?;
+        for outcome in &applied {
+            jobs.metrics.reports.with_label_values(&[outcome.as_str()]).inc();
+        }
+        super::actor::observe_ended(&jobs.metrics, &ended);
+        for (index, outcome) in indexes.into_iter().zip(applied) {
+            outcomes[index] = outcome;
+        }
+    }
+    Ok(outcomes)
 }
 
 /// A worker says it still works on the job: whether it holds it, and whether a stop was asked.
 pub async fn heartbeat(jobs: &Jobs, job_id: JobId, worker_id: String) -> Result<repo::Held, JobError> {
-    Ok(ask(&jobs.actor, Heartbeat { job_id, worker_id }).await?)
+    Ok(repo::heartbeat(&jobs.db, &job_id, &worker_id).await?)
+}
+
+/// A worker says it still works on each of the jobs (one statement for all); answers, in
+/// order, whether it holds each and whether a stop was asked.
+pub async fn heartbeats(
+    jobs: &Jobs,
+    job_ids: &[JobId],
+    worker_id: &str,
+) -> Result<Vec<repo::Held>, JobError> {
+    Ok(repo::heartbeats(&jobs.db, job_ids, worker_id).await?)
 }
 
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
@@ -501,13 +537,7 @@ pub async fn claim(
         if !wanted() {
             return Ok(Vec::new());
         }
-        let claim = Claim {
-            worker_id: worker_id.clone(),
-            action,
-            limit,
-            wanted: wanted.clone(),
-        };
-        let claimed = ask(&jobs.actor, claim).await?;
+        let claimed = super::claims::claim_once(jobs, &worker_id, action, limit, &wanted).await?;
         let Some(deadline) = deadline.filter(|_| claimed.is_empty()) else {
             return Ok(claimed);
         };

@@ -1,0 +1,141 @@
+//! A claim and its run fees: the jobs are taken (the repo's claim, nothing held across round
+//! trips on PostgreSQL), then each organization's fees go to its ledger actor as one batched
+//! operation; a job whose organization cannot pay is blocked, one whose fee could not be
+//! settled now (or whose claimant left) goes back to the queue.
+
+use std::collections::BTreeMap;
+
+use entities::training_job;
+use futures_util::future::join_all;
+
+use super::actor::observe_ended;
+use super::repo;
+use super::{JobError, Jobs, StillWanted};
+use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
+use crate::cluster::{Event, Wake};
+use crate::domain::{IdempotencyKey, JobAction, JobEvent, JobId, OrgId};
+
+/// Claims up to `limit` jobs of `action` for `worker_id` once (no waiting), each billed its
+/// run fee once.
+pub(super) async fn claim_once(
+    jobs: &Jobs,
+    worker_id: &str,
+    action: JobAction,
+    limit: u32,
+    wanted: &StillWanted,
+) -> Result<Vec<training_job::Model>, JobError> {
+    let claimed = {
+        // SQLite only: one writer, and the claim reads its backlog before its transaction.
+        let _turn = match &jobs.claim_turn {
+            Some(turn) => Some(turn.lock().await),
+            None => None,
+        };
+        repo::claim(&jobs.db, worker_id, action, limit, jobs.max_running_per_org).await?
+    };
+    if claimed.is_empty() {
+        return Ok(claimed);
+    }
+    if !wanted() {
+        // The worker left while the claim ran: the jobs go back untouched (no fee charged).
+        let ids: Vec<JobId> = claimed.iter().map(|job| job.id.clone()).collect();
+        repo::release_claims(&jobs.db, &ids, worker_id).await?;
+        jobs.cluster
+            .publish(Event::JobsQueued(Wake::Action(action)))
+            .await;
+        return Ok(Vec::new());
+    }
+    let (handed, unsettled) = bill(jobs, worker_id, action, claimed, wanted).await?;
+    let metrics = &jobs.metrics;
+    metrics.jobs_claimed.inc_by(handed.len() as u64);
+    for job in &handed {
+        if let (Some(queued), Some(claimed)) = (job.queued_at, job.claimed_at) {
+            metrics.job_waited(job.action, (claimed - queued).as_seconds_f64());
+        }
+    }
+    metrics
+        .requeued
+        .with_label_values(&["unsettled"])
+        .inc_by(unsettled);
+    Ok(handed)
+}
+
+/// Charges the claimed jobs' run fees, one batched ledger operation per organization;
+/// answers the jobs handed over and how many went back unsettled.
+async fn bill(
+    jobs: &Jobs,
+    worker_id: &str,
+    action: JobAction,
+    claimed: Vec<training_job::Model>,
+    wanted: &StillWanted,
+) -> Result<(Vec<training_job::Model>, u64), JobError> {
+    let run_fee = jobs.run_fee;
+    let mut by_org: BTreeMap<OrgId, Vec<training_job::Model>> = BTreeMap::new();
+    for job in claimed {
+        by_org.entry(job.org_id.clone()).or_default().push(job);
+    }
+    let charges = by_org.iter().map(|(org_id, org_jobs)| {
+        let ops = org_jobs
+            .iter()
+            .map(|job| {
+                LedgerOp::debit(
+                    EntryKind::RunFee,
+                    run_fee.micros(),
+                    Some(IdempotencyKey::job_fee(&job.id)),
+                    format!("run fee, {} job {}", job.action, job.id),
+                )
+            })
+            .collect();
+        jobs.ledger.submit_all(org_id, ops)
+    });
+    let outcomes = join_all(charges).await;
+    let mut handed = Vec::new();
+    let mut unpaid = Vec::new();
+    let mut unsettled = Vec::new();
+    for (org_jobs, outcomes) in by_org.into_values().zip(outcomes) {
+        for (job, outcome) in org_jobs.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(_) => handed.push(job),
+                Err(LedgerError::InsufficientFunds { .. }) | Err(LedgerError::UnknownOrg) => {
+                    unpaid.push(job.id)
+                }
+                Err(err) => {
+                    tracing::warn!(job_id = %job.id, error = %err, "run fee not settled; job returned to the queue");
+                    unsettled.push(job.id);
+                }
+            }
+        }
+    }
+    let reason = match jobs.requeue_blocked_on_credit {
+        true => {
+            "insufficient balance for the run fee: the job is queued again at the organization's next credit"
+        }
+        false => "insufficient balance for the run fee: top up, then retry the job",
+    };
+    let blocked = repo::block_unpaid(&jobs.db, &unpaid, worker_id, reason).await?;
+    if !blocked.is_empty() {
+        tracing::info!(
+            worker_id,
+            jobs = blocked.len(),
+            event = JobEvent::BlockForFunds.as_str(),
+            "claimed jobs blocked for funds"
+        );
+    }
+    observe_ended(&jobs.metrics, &blocked);
+    if !handed.is_empty() && !wanted() {
+        // The worker left while its jobs were billed: they go back to the queue (their fee
+        // stays paid; the next claim's charge of it is a replay, not a second charge).
+        tracing::info!(
+            worker_id,
+            jobs = handed.len(),
+            "claimant gone; its jobs go back to the queue"
+        );
+        unsettled.extend(handed.drain(..).map(|job| job.id));
+    }
+    repo::release_claims(&jobs.db, &unsettled, worker_id).await?;
+    if !unsettled.is_empty() {
+        jobs.cluster
+            .publish(Event::JobsQueued(Wake::Action(action)))
+            .await;
+    }
+    Ok((handed, unsettled.len() as u64))
+}

@@ -1,0 +1,208 @@
+//! Claims: which queued jobs of an action go to a worker, across organizations by their
+//! weights ([`crate::queue::shares`]), never past an organization's running cap.
+//!
+//! On PostgreSQL a claim is one statement (`keel_claim_jobs`, see [`super::sql::postgres`]):
+//! claims of one action take turns only for its length, claims of different actions never
+//! wait for each other (but for an organization under a running cap, whose own claims take
+//! turns), and nothing is held across a round trip, in the cluster or in the instance. On
+//! SQLite (one instance, one writer) the instance's claims take turns (the caller's), the
+//! backlog is read and split in memory, and the jobs taken in one transaction.
+
+use entities::{queue_share, training_job};
+use sea_orm::ActiveValue::Set;
+use sea_orm::{DatabaseConnection, EntityTrait, TransactionTrait};
+
+use super::*;
+use crate::queue::shares::{allot, Allotment, Contender};
+
+/// Hands up to `limit` queued jobs of `action` to `worker_id`, committed: most urgent
+/// (lowest priority) first, then oldest, within an organization. A caller whose worker left
+/// meanwhile gives them back with [`super::release_claims`].
+pub async fn claim(
+    db: &DatabaseConnection,
+    worker_id: &str,
+    action: JobAction,
+    limit: u32,
+    default_cap: u32,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    let mut jobs = match db.get_database_backend() {
+        DbBackend::Postgres => {
+            let statement = Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                super::sql::postgres::CLAIM,
+                [
+                    action.as_str().into(),
+                    worker_id.into(),
+                    i32::try_from(limit).unwrap_or(i32::MAX).into(),
+                    i64::from(default_cap).into(),
+                    Utc::now().into(),
+                ],
+            );
+            training_job::Entity::find()
+                .from_raw_sql(statement)
+                .all(db)
+                .await?
+        }
+        _ => {
+            let allotted = allot_claim(db, action, limit, default_cap).await?;
+            match allotted.iter().any(|a| a.jobs > 0) {
+                true => claim_sqlite(db, worker_id, action, &allotted).await?,
+                false => Vec::new(),
+            }
+        }
+    };
+    jobs.sort_by(|a, b| {
+        (a.priority, a.created_at)
+            .cmp(&(b.priority, b.created_at))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    Ok(jobs)
+}
+
+/// Installs (or replaces) the claim's function on PostgreSQL, written from the transition
+/// table: at every start, under the migrations' lock, so it always matches this build.
+pub(crate) async fn install(db: &DatabaseConnection) -> Result<(), DbErr> {
+    if db.get_database_backend() == DbBackend::Postgres {
+        db.execute_unprepared(super::sql::postgres::CLAIM_FUNCTION.as_str())
+            .await?;
+    }
+    Ok(())
+}
+
+/// How a claim of `limit` splits among the organizations with queued jobs of `action`
+/// (SQLite: the instance's claims take turns, so what is read holds until the claim).
+async fn allot_claim(
+    db: &DatabaseConnection,
+    action: JobAction,
+    limit: u32,
+    default_cap: u32,
+) -> Result<Vec<Allotment>, DbErr> {
+    let backlog = backlog(db, action, limit, default_cap).await?;
+    let contenders: Vec<Contender> = backlog
+        .iter()
+        .map(|b| {
+            let room = match b.cap {
+                0 => i64::MAX,
+                cap => Ord::max(cap - b.running, 0),
+            };
+            Contender {
+                org_id: b.org_id.clone(),
+                weight: b.weight.unwrap_or(1),
+                available: Ord::min(b.queued, room),
+                pass: b.pass,
+            }
+        })
+        .collect();
+    Ok(allot(&contenders, limit))
+}
+
+/// An organization with queued jobs of the action being claimed.
+struct Backlogged {
+    org_id: OrgId,
+    /// Its queued jobs of the action, counted up to the claim's limit.
+    queued: i64,
+    weight: Option<i32>,
+    /// The cap that applies (0: none)...
+    cap: i64,
+    /// ...and its held jobs (counted only when capped).
+    running: i64,
+    pass: Option<f64>,
+}
+
+/// Every organization with queued jobs of `action`, with its settings, its pass and (when
+/// capped) its held jobs; none while the action is paused.
+async fn backlog(
+    db: &impl ConnectionTrait,
+    action: JobAction,
+    limit: u32,
+    default_cap: u32,
+) -> Result<Vec<Backlogged>, DbErr> {
+    let backend = db.get_database_backend();
+    let sql = super::sql::sqlite::BACKLOG.as_str();
+    let values: Vec<Value> = vec![
+        action.as_str().into(),
+        i64::from(limit).into(),
+        i64::from(default_cap).into(),
+    ];
+    db.query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok(Backlogged {
+                org_id: row.try_get_by_index(0)?,
+                queued: row.try_get_by_index(1)?,
+                weight: row.try_get_by_index(2)?,
+                cap: row.try_get_by_index(3)?,
+                running: row.try_get_by_index::<Option<i64>>(4)?.unwrap_or(0),
+                pass: row.try_get_by_index(5)?,
+            })
+        })
+        .collect()
+}
+
+/// Claims each organization's allotted jobs (SQLite): one index range per organization,
+/// and the passes it moved, in one transaction.
+async fn claim_sqlite(
+    db: &DatabaseConnection,
+    worker_id: &str,
+    action: JobAction,
+    allotted: &[Allotment],
+) -> Result<Vec<training_job::Model>, DbErr> {
+    let now = Utc::now();
+    let wanted: Vec<&Allotment> = allotted.iter().filter(|a| a.jobs > 0).collect();
+    let mut values: Vec<Value> = vec![worker_id.into(), now.into(), now.into(), now.into()];
+    let heads: Vec<&str> = wanted
+        .iter()
+        .map(|a| {
+            values.push(a.org_id.as_str().into());
+            values.push(action.as_str().into());
+            values.push(a.jobs.into());
+            super::sql::sqlite::CLAIM_HEAD.as_str()
+        })
+        .collect();
+    let sql = super::sql::sqlite::CLAIM.replace("{heads}", &heads.join(" UNION ALL "));
+    let txn = db.begin().await?;
+    let jobs = training_job::Entity::find()
+        .from_raw_sql(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values))
+        .all(&txn)
+        .await?;
+    let mut handed: HashMap<OrgId, i64> = HashMap::new();
+    for job in &jobs {
+        *handed.entry(job.org_id.clone()).or_default() += 1;
+    }
+    save_passes(&txn, action, allotted, &handed).await?;
+    txn.commit().await?;
+    Ok(jobs)
+}
+
+/// Keeps the passes of the organizations this claim handed jobs (and of those it placed
+/// for the first time): SQLite's half of what the PostgreSQL statement does in itself.
+async fn save_passes(
+    db: &impl ConnectionTrait,
+    action: JobAction,
+    allotted: &[Allotment],
+    handed: &HashMap<OrgId, i64>,
+) -> Result<(), DbErr> {
+    let rows: Vec<queue_share::ActiveModel> = allotted
+        .iter()
+        .filter_map(|a| {
+            let jobs = handed.get(&a.org_id).copied().unwrap_or(0);
+            (jobs > 0 || a.first).then(|| queue_share::ActiveModel {
+                action: Set(action),
+                org_id: Set(a.org_id.clone()),
+                pass: Set(a.pass_after(jobs)),
+            })
+        })
+        .collect();
+    for chunk in rows.chunks(500) {
+        queue_share::Entity::insert_many(chunk.to_vec())
+            .on_conflict(
+                OnConflict::columns([queue_share::Column::Action, queue_share::Column::OrgId])
+                    .update_column(queue_share::Column::Pass)
+                    .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Queue persistence, by concern: new jobs (`insert`), claims (`claim`, its statements per
+//! dialect in `sql`), what a claim's fee settles (`settle`), workers' reports and heartbeats
+//! (`report`, `heartbeat`), stops and retries (`control`), the periodic sweeps (`sweep`),
+//! reads (`read`), operators' settings (`settings`) and secrets (`secrets`).
+//!
+//! Every change of a job's status is a guarded update named by its [`JobEvent`]: the
+//! event's from-statuses are the update's `WHERE status IN (…)` and its to-status the new
+//! one ([`transition`], [`guard`], [`from_sql`]), so the database decides who wins when
+//! several instances act on one job at once, and no status changes outside the table.
+
+mod claim;
+mod control;
+mod heartbeat;
+mod insert;
+mod read;
+mod report;
+mod secrets;
+mod settings;
+mod settle;
+mod sql;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+pub use claim::claim;
+pub(crate) use claim::install;
+pub use control::{retry_job, retry_jobs, stop_job, RetryOutcome, StopOutcome};
+pub use heartbeat::{heartbeat, heartbeats, set_live_status, Held};
+pub use insert::{insert_batch, insert_jobs, insert_keyed, Inserted, NewJob, DEFAULT_PRIORITY};
+pub use read::{
+    counts_by_action_status, ended_per_bucket, failed_jobs, find_job, held_jobs, list_jobs, oldest_queued,
+    open_counts_by_org, FailedFilter, JobFilter,
+};
+pub use report::{apply_reports, EndedAttempt, Report, ReportOutcome, RetryPolicy};
+pub use secrets::{apply_secret_changes, sealed_secrets, SecretChange};
+pub use settings::{
+    all_org_settings, is_paused, org_settings, pause, paused_actions, resume, running_count, set_org_settings,
+};
+pub use settle::{block_unpaid, release_claims, requeue_blocked_for_funds};
+pub use sweep::{next_due, promote_due, requeue_interrupted, requeue_stale, SweepCounts};
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Duration, Utc};
+use entities::training_job;
+use sea_orm::sea_query::{Condition, Expr, OnConflict};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, ExprTrait, QueryFilter, Statement, Value,
+};
+
+use crate::domain::{JobAction, JobEvent, JobId, JobStatus, OrgId};
+
+/// A status as a SQL literal: the partial indexes' conditions must stand in a statement's
+/// text, not as parameters (SQLite uses a partial index only when the query repeats its
+/// condition; PostgreSQL cannot match a bound parameter against it in a generic plan).
+fn literal(status: JobStatus) -> String {
+    format!("'{}'", status.as_str())
+}
+
+/// `column IN (…)` of the statuses, as literals (`column = '…'` for one).
+fn statuses_sql(column: &str, statuses: &[JobStatus]) -> String {
+    match statuses {
+        [one] => format!("{column} = {}", literal(*one)),
+        many => format!(
+            "{column} IN ({})",
+            many.iter().map(|s| literal(*s)).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// The held statuses (running, stopping), as the held jobs' partial indexes state them
+/// (migration `m20261122_000004`).
+const HELD_STATUSES: [JobStatus; 2] = [JobStatus::Running, JobStatus::Stopping];
+static HELD: LazyLock<String> = LazyLock::new(|| statuses_sql("status", &HELD_STATUSES));
+
+/// A held job (running or stopping), in the held-jobs indexes' words.
+fn held() -> Condition {
+    Condition::all().add(Expr::cust(HELD.as_str()))
+}
+
+/// The guard of `event`'s update: the job is in one of its from-statuses. A guard within the
+/// held statuses also names the held-jobs indexes' condition, so the planner may use them.
+fn guard(event: JobEvent) -> Condition {
+    let from = event.from();
+    let condition = Expr::cust(statuses_sql("status", from));
+    match from.iter().all(|s| HELD_STATUSES.contains(s)) && from != HELD_STATUSES {
+        true => held().add(condition),
+        false => Condition::all().add(condition),
+    }
+}
+
+/// `event`'s guard for a raw statement, on `column` (say `t.status`).
+fn from_sql(event: JobEvent, column: &str) -> String {
+    statuses_sql(column, event.from())
+}
+
+/// `event`'s new status as a SQL literal (for raw statements). An event that keeps the
+/// status (a heartbeat) writes none: its statements set no status.
+fn to_sql(event: JobEvent) -> String {
+    event.to().map(literal).unwrap_or_else(|| "status".to_owned())
+}
+
+/// The update of the jobs `event` applies to: its new status (if it changes one), guarded
+/// by its from-statuses. The caller adds the rest of the change and which jobs.
+fn transition(event: JobEvent) -> sea_orm::UpdateMany<training_job::Entity> {
+    let update = training_job::Entity::update_many();
+    let update = match event.to() {
+        Some(to) => update.col_expr(training_job::Column::Status, Expr::value(to.as_str())),
+        None => update,
+    };
+    update.filter(guard(event))
+}
+
+/// The claim index's order (migration `m20261126_000003`), unqualified and for alias `t`.
+const CLAIM_ORDER: &str = "action, org_id, priority, created_at, id";
+const CLAIM_ORDER_T: &str = "t.action, t.org_id, t.priority, t.created_at, t.id";
+
+/// Held jobs (running or stopping, of any action) per organization, for `org_ids`.
+async fn running_counts(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<HashMap<OrgId, i64>, DbErr> {
+    use sea_orm::QuerySelect;
+    if org_ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(training_job::Entity::find()
+        .select_only()
+        .column(training_job::Column::OrgId)
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
+        .filter(held())
+        .filter(training_job::Column::OrgId.is_in(org_ids.iter().cloned()))
+        .group_by(training_job::Column::OrgId)
+        .into_tuple::<(OrgId, i64)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .collect())
+}
