@@ -125,7 +125,7 @@ impl From<JobError> for ApiError {
                 ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
             }
             JobError::Sealing(err) => ApiError::Unexpected(err),
-            JobError::Draining => ApiError::Draining {
+            JobError::Draining | JobError::Busy => ApiError::Draining {
                 detail: err.to_string(),
                 retry_after_secs: DRAINING_RETRY_AFTER_SECS,
             },

@@ -112,8 +112,9 @@ pub enum ApiError {
     /// A limit refused the call: 429 with `Retry-After` (seconds).
     #[error("{detail}")]
     Limited { detail: String, retry_after_secs: u64 },
-    /// This instance is shutting down: 503 `unavailable` with `Retry-After` (seconds), so a
-    /// client pauses (or goes to another instance) instead of asking again at once.
+    /// This instance is shutting down, or its claims waited past the lock timeout: 503
+    /// `unavailable` with `Retry-After` (seconds), so a client pauses (or goes to another
+    /// instance) instead of asking again at once.
     #[error("service unavailable: {detail}")]
     Draining { detail: String, retry_after_secs: u64 },
     #[error(transparent)]

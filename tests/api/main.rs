@@ -25,6 +25,7 @@ mod operator;
 mod projects;
 mod proxy;
 mod queue;
+mod queue_claims;
 mod queue_rounds;
 mod relay;
 mod runs;

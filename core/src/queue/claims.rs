@@ -30,7 +30,12 @@ pub(super) async fn claim_once(
             Some(turn) => Some(turn.lock().await),
             None => None,
         };
-        repo::claim(&jobs.db, worker_id, action, limit, jobs.max_running_per_org).await?
+        repo::claim(&jobs.db, worker_id, action, limit, jobs.max_running_per_org)
+            .await
+            .map_err(|err| match crate::billing::ledger::is_lock_timeout(&err) {
+                true => JobError::Busy,
+                false => JobError::Database(err),
+            })?
     };
     if claimed.is_empty() {
         return Ok(claimed);

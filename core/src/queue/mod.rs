@@ -75,6 +75,10 @@ pub enum JobError {
     /// This instance is shutting down: a worker's claim belongs elsewhere, after a pause.
     #[error("this instance is shutting down; claim again after a pause (another instance may answer)")]
     Draining,
+    /// Claims of this action waited past the database's lock timeout (far more claimants at
+    /// once than claims a second): claim again after a pause.
+    #[error("the queue is busy with other claims; claim again after a pause")]
+    Busy,
     #[error(transparent)]
     Queue(#[from] actor::QueueError),
     #[error(transparent)]
