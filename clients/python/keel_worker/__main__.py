@@ -135,6 +135,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--wait-secs", type=int, default=20)
     parser.add_argument("--heartbeat-secs", type=float, default=30)
     parser.add_argument("--grace-secs", type=float, default=60)
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="jobs claimed ahead to wait for a slot (default: half of --concurrency)")
     parser.add_argument("--kill-after", type=float, default=10, help="seconds between SIGTERM and SIGKILL on a stop")
     parser.add_argument("--log-level", default=os.environ.get("KEEL_LOG_LEVEL", "INFO"))
     options = parser.parse_args(args)
@@ -147,7 +149,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         options.url, options.internal_key, options.worker_id, options.action,
         CommandHandler(command, options.kill_after),
         concurrency=options.concurrency, wait_secs=options.wait_secs,
-        heartbeat_secs=options.heartbeat_secs, grace_secs=options.grace_secs,
+        heartbeat_secs=options.heartbeat_secs, grace_secs=options.grace_secs, prefetch=options.prefetch,
     ).run()
     return 0
 

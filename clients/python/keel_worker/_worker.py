@@ -1,5 +1,7 @@
-"""The worker loop: claim with a long poll, run the handler on a thread per job, heartbeat
-beside it, report once, hand jobs back on shutdown."""
+"""The worker loop: claim ahead with a long poll (free slots plus a small prefetch), run the
+handler on `concurrency` slot threads, heartbeat every held job in one request, send
+reports from a thread of their own (several that end together in one request), hand jobs
+back on shutdown."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import random
 import signal
 import threading
 import time
+from collections import deque
 from types import FrameType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -21,6 +24,11 @@ MAX_TEXT = 10_000
 #: How long the hand-back at shutdown keeps retrying while keel cannot be reached.
 HAND_BACK_SECS = 10.0
 INTERNAL = "/api/training/internal"
+#: At most this many reports, or held jobs heartbeaten, in one request (keel's bound).
+MAX_BATCHED = 1000
+#: A report's route, by the name `reported` counts it under; and the outcome the batched
+#: route names it by.
+OUTCOMES = {"succeeded": "succeeded", "failed": "failed", "blocked": "blocked", "user-stopped": "user_stopped"}
 
 
 class KeelError(Exception):
@@ -135,6 +143,12 @@ class Worker:
     `RetryableError` reports a retryable failure, `Blocked` a blocked job, any other
     exception a failure with its message; a handler that returns after the user asked it to
     stop reports `user-stopped`.
+
+    The worker keeps its slots full: it claims up to its free slots plus `prefetch` jobs
+    that wait for a slot (heartbeaten like the running ones; by default half of
+    `concurrency`, none for a worker of one slot: a claimed job waits for no long job), so a
+    slot that frees takes the next job at once. Reports go out from a thread of their own
+    and never hold a slot; several that end together go in one request.
     """
 
     def __init__(
@@ -149,6 +163,7 @@ class Worker:
         wait_secs: int = 20,
         heartbeat_secs: float = 30,
         grace_secs: float = 60,
+        prefetch: Optional[int] = None,
     ) -> None:
         if isinstance(actions, str):
             actions = [actions]
@@ -160,6 +175,8 @@ class Worker:
             raise ValueError("concurrency: at least 1")
         if heartbeat_secs <= 0 or wait_secs < 0 or grace_secs < 0:
             raise ValueError("heartbeat_secs must be positive, wait_secs and grace_secs not negative")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch: not negative")
         self.base_url = base_url.rstrip("/")
         self.worker_id = worker_id
         self.actions: List[str] = list(actions)
@@ -168,6 +185,7 @@ class Worker:
         self.wait_secs = wait_secs
         self.heartbeat_secs = heartbeat_secs
         self.grace_secs = grace_secs
+        self.prefetch = concurrency // 2 if prefetch is None else prefetch
         headers = {"Authorization": f"Bearer {internal_key}", "User-Agent": "keel-worker/0.1"}
         timeout = httpx.Timeout(30.0, connect=5.0)
         # Reports, heartbeats and hand-backs share one pool; claims keep their own, so a
@@ -177,10 +195,13 @@ class Worker:
         # Reentrant: the main thread may stop() while it holds the lock (after a signal).
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        # Jobs whose handler runs (they hold a slot), then jobs whose report is on its way
-        # (they do not: the next claim overlaps the report).
+        # Jobs claimed ahead, waiting for a slot; jobs whose handler runs (they hold a slot);
+        # then jobs whose report is on its way (they do not: the next job overlaps the report),
+        # with the reports not yet sent.
+        self._ready: "deque[Job]" = deque()
         self._running: Dict[str, Tuple[Job, threading.Thread]] = {}
         self._reporting: Dict[str, Job] = {}
+        self._outbox: List[Tuple[Job, str, Dict[str, Any]]] = []
         self._stopping = threading.Event()
         self._hurry = False
         self._stopped_at: Optional[float] = None
@@ -221,8 +242,16 @@ class Worker:
             raise RuntimeError("a Worker runs once; make another")
         self._started = True
         restore = self._install_signals()
+        helpers = [
+            threading.Thread(target=self._slot_loop, name=f"keel-slot-{n}", daemon=True)
+            for n in range(self.concurrency)
+        ]
+        helpers.append(threading.Thread(target=self._report_loop, name="keel-reports", daemon=True))
+        helpers.append(threading.Thread(target=self._heartbeat_loop, name="keel-heartbeats", daemon=True))
         try:
             self._hand_back(deadline=None)
+            for thread in helpers:
+                thread.start()
             self._claim_loop()
         except _Interrupted:
             pass
@@ -270,11 +299,21 @@ class Worker:
                 return
             self._stopping.wait(min(left, 0.2))
 
-    def _free_slots(self) -> int:
+    def _room(self) -> int:
+        """Waits until the worker may claim (room for a claim worth making: its slots and
+        prefetch not all taken, and the jobs waiting for a slot running low); answers how
+        many to claim, 0 once stopping."""
+        wanted = self.concurrency + self.prefetch
         with self._changed:
-            while len(self._running) >= self.concurrency and not self._check_signals():
+            while not self._check_signals():
+                held = len(self._running) + len(self._ready)
+                room = wanted - held
+                # Claim at once when a slot would otherwise idle, else when a quarter of the
+                # room is free (claims of several jobs, not one per job that ends).
+                if room > 0 and (len(self._ready) == 0 or room >= max(1, wanted // 4)):
+                    return room
                 self._changed.wait(0.2)
-            return 0 if self._check_signals() else self.concurrency - len(self._running)
+            return 0
 
     def _claim_loop(self) -> None:
         turn = 0
@@ -283,13 +322,13 @@ class Worker:
         # longer than wait_secs for a look.
         wait = self.wait_secs if len(self.actions) == 1 else max(1, self.wait_secs // len(self.actions))
         while True:
-            free = self._free_slots()
-            if free == 0:
+            room = self._room()
+            if room == 0:
                 return
             action = self.actions[turn % len(self.actions)]
             turn += 1
             asked = time.monotonic()
-            claimed, retry_after = self._claim(action, free, wait)
+            claimed, retry_after = self._claim(action, room, wait)
             if claimed is None:
                 # keel failed or is draining: wait (its Retry-After, at least), with jitter.
                 self._pause(max(backoff.next(), retry_after * random.uniform(1.0, 1.2)))
@@ -300,12 +339,13 @@ class Worker:
                 self._pause(backoff.next())
                 continue
             backoff.reset()
-            for item in claimed:
-                job = Job(self, item)
-                if self._check_signals():
-                    # Claimed as the worker stopped: handed back with the rest at shutdown.
-                    continue
-                self._start(job)
+            jobs = [Job(self, item) for item in claimed]
+            if self._check_signals():
+                # Claimed as the worker stopped: handed back with the rest at shutdown.
+                continue
+            with self._changed:
+                self._ready.extend(jobs)
+                self._changed.notify_all()
 
     def _claim(self, action: str, limit: int, wait: int) -> Tuple[Optional[List[Mapping[str, Any]]], float]:
         """The jobs claimed (perhaps none), or None after a transient failure; and the
@@ -334,38 +374,41 @@ class Worker:
         jobs: List[Mapping[str, Any]] = answer.json().get("jobs") or []
         return jobs, 0.0
 
-    # -- running a job --------------------------------------------------------------------
+    # -- running jobs -------------------------------------------------------------------
 
-    def _start(self, job: Job) -> None:
-        thread = threading.Thread(target=self._run_job, args=(job,), name=f"keel-job-{job.job_id}", daemon=True)
-        with self._changed:
-            self._running[job.job_id] = (job, thread)
-        thread.start()
+    def _slot_loop(self) -> None:
+        """One slot: runs the jobs waiting for a slot, one after another, until stopping."""
+        while True:
+            with self._changed:
+                while not self._ready and not self._stopping.is_set():
+                    self._changed.wait(0.2)
+                if self._stopping.is_set():
+                    return
+                job = self._ready.popleft()
+                self._running[job.job_id] = (job, threading.current_thread())
+                self._changed.notify_all()
+            self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
-        finished = threading.Event()
-        beats = threading.Thread(target=self._heartbeats, args=(job, finished), name=f"keel-beat-{job.job_id}", daemon=True)
-        beats.start()
-        try:
-            path, body = self._outcome(job)
-        except BaseException:  # noqa: BLE001 - _outcome catches the handler's; this is ours
-            log.exception("%s: could not work out its report", job)
-            path, body = "failed", {"job_id": job.job_id, "worker_id": self.worker_id, "error": "keel_worker failed"}
-        finished.set()
+        if job._user_stop:
+            # Stopped by its user while it waited for a slot: it never runs.
+            path, body = "user-stopped", {"job_id": job.job_id, "worker_id": self.worker_id,
+                                          "reason": "stopped at the user's request before it started"}
+        else:
+            try:
+                path, body = self._outcome(job)
+            except BaseException:  # noqa: BLE001 - _outcome catches the handler's; this is ours
+                log.exception("%s: could not work out its report", job)
+                path, body = "failed", {"job_id": job.job_id, "worker_id": self.worker_id, "error": "keel_worker failed"}
         with self._changed:
-            # The slot is free once the handler is done: the report overlaps the next claim.
+            # The slot is free once the handler is done: the report overlaps the next job.
             self._running.pop(job.job_id, None)
-            self._reporting[job.job_id] = job
-            self._changed.notify_all()
-        try:
             if job._lost:
                 log.warning("%s: keel no longer counts it as this worker's; its outcome is not reported", job)
             elif not job._abandoned:
-                self._report(job, path, body)
-        finally:
-            with self._changed:
-                self._reporting.pop(job.job_id, None)
-                self._changed.notify_all()
+                self._reporting[job.job_id] = job
+                self._outbox.append((job, path, body))
+            self._changed.notify_all()
 
     def _outcome(self, job: Job) -> Tuple[str, Dict[str, Any]]:
         """Runs the handler; the report it calls for."""
@@ -390,37 +433,94 @@ class Worker:
             return "failed", {**ids, "error": _bounded(f"the handler's result is not JSON: {error}")}
         return "succeeded", {**ids, "result": value}
 
-    def _heartbeats(self, job: Job, finished: threading.Event) -> None:
+    def _held(self) -> List[Job]:
+        with self._lock:
+            return [job for job, _ in self._running.values()] + list(self._ready) + list(self._reporting.values())
+
+    def _heartbeat_loop(self) -> None:
+        """Every `heartbeat_secs`, one heartbeat for every job the worker holds (running,
+        waiting for a slot, or reported but not yet answered); through the grace too, until
+        nothing runs."""
         interval = self.heartbeat_secs
-        while not finished.wait(interval):
+        while True:
+            due = time.monotonic() + interval
+            with self._changed:
+                while time.monotonic() < due:
+                    if self._stopping.is_set() and not self._running and not self._reporting:
+                        return
+                    self._changed.wait(min(0.2, max(0.0, due - time.monotonic())))
             interval = self.heartbeat_secs
-            try:
-                answer = self._http.post(
-                    f"{INTERNAL}/jobs/heartbeat",
-                    json={"job_id": job.job_id, "worker_id": self.worker_id},
-                    timeout=httpx.Timeout(min(30.0, max(5.0, self.heartbeat_secs)), connect=5.0),
-                )
-            except httpx.TransportError as error:
-                log.warning("%s: heartbeat: keel unreachable (%s)", job, error)
-                interval = min(self.heartbeat_secs, 5.0)
+            held = {job.job_id: job for job in self._held() if not job._abandoned}
+            ids = list(held)
+            for start in range(0, len(ids), MAX_BATCHED):
+                if not self._heartbeat(held, ids[start:start + MAX_BATCHED]):
+                    interval = min(self.heartbeat_secs, 5.0)
+
+    def _heartbeat(self, held: Mapping[str, Job], ids: List[str]) -> bool:
+        """One heartbeat request; False when keel could not be reached or failed."""
+        if not ids:
+            return True
+        try:
+            answer = self._http.post(
+                f"{INTERNAL}/jobs/heartbeats",
+                json={"worker_id": self.worker_id, "job_ids": ids},
+                timeout=httpx.Timeout(min(30.0, max(5.0, self.heartbeat_secs)), connect=5.0),
+            )
+        except httpx.TransportError as error:
+            log.warning("heartbeat: keel unreachable (%s)", error)
+            return False
+        if answer.status_code != 200:
+            log.warning("heartbeat: keel answered %s", answer.status_code)
+            return False
+        try:
+            beats = answer.json().get("jobs") or []
+        except ValueError:
+            return False
+        for beat in beats:
+            job = held.get(str(beat.get("job_id")))
+            if job is None or job.job_id in self._reporting:
                 continue
-            if answer.status_code == 200:
-                try:
-                    stop = bool(answer.json().get("stop_requested"))
-                except ValueError:
-                    stop = False
-                if stop and not job._user_stop:
-                    log.info("%s: the user asked to stop", job)
-                    job._user_stop = True
-                    job.stop_requested.set()
-            elif answer.status_code in (404, 409):
-                log.warning("%s: keel no longer counts it as this worker's (%s)", job, answer.status_code)
+            if not beat.get("ok"):
+                log.warning("%s: keel no longer counts it as this worker's", job)
                 job._lost = True
                 job.stop_requested.set()
-                return
-            else:
-                log.warning("%s: heartbeat: keel answered %s", job, answer.status_code)
-                interval = min(self.heartbeat_secs, 5.0)
+                with self._changed:
+                    if job in self._ready:
+                        self._ready.remove(job)
+                        self._changed.notify_all()
+            elif beat.get("stop_requested") and not job._user_stop:
+                log.info("%s: the user asked to stop", job)
+                job._user_stop = True
+                job.stop_requested.set()
+        return True
+
+    def _report_loop(self) -> None:
+        """Sends the reports as jobs end: one on its own route, several that ended together
+        in one request; until stopping with nothing left to send."""
+        while True:
+            with self._changed:
+                while not self._outbox:
+                    if self._stopping.is_set() and not self._running and not self._reporting:
+                        return
+                    if self._hurry:
+                        return
+                    self._changed.wait(0.2)
+                batch = self._outbox[:MAX_BATCHED]
+                del self._outbox[:MAX_BATCHED]
+            try:
+                if len(batch) == 1:
+                    self._report(*batch[0])
+                else:
+                    self._report_many(batch)
+            finally:
+                with self._changed:
+                    for job, _, _ in batch:
+                        self._reporting.pop(job.job_id, None)
+                    self._changed.notify_all()
+
+    def _counted(self, path: str) -> None:
+        with self._lock:
+            self.reported[path] = self.reported.get(path, 0) + 1
 
     def _report(self, job: Job, path: str, body: Dict[str, Any]) -> None:
         """Sends one report, retrying while keel cannot be reached; a repeat of a report
@@ -429,10 +529,29 @@ class Worker:
         if answer is None:
             log.warning("%s: its %s report was not sent (handed back at shutdown)", job, path)
         elif answer.status_code == 200:
-            with self._lock:
-                self.reported[path] = self.reported.get(path, 0) + 1
+            self._counted(path)
         else:
             log.warning("%s: keel refused its %s report: %s %s", job, path, answer.status_code, answer.text[:300])
+
+    def _report_many(self, batch: List[Tuple[Job, str, Dict[str, Any]]]) -> None:
+        """Sends several reports in one request (`/jobs/reports`), retried as one report is."""
+        items = [{**body, "outcome": OUTCOMES[path]} for _, path, body in batch]
+        answer = self._send(
+            "POST", f"{INTERNAL}/jobs/reports", {"reports": items}, deadline=None,
+            give_up=lambda: all(job._abandoned for job, _, _ in batch),
+        )
+        if answer is None:
+            log.warning("%d reports were not sent (handed back at shutdown)", len(batch))
+            return
+        if answer.status_code != 200:
+            log.warning("keel refused %d reports: %s %s", len(batch), answer.status_code, answer.text[:300])
+            return
+        results = answer.json().get("results") or []
+        for (job, path, _), result in zip(batch, results):
+            if result.get("ok"):
+                self._counted(path)
+            else:
+                log.warning("%s: keel refused its %s report: %s", job, path, result.get("error"))
 
     # -- shutting down --------------------------------------------------------------------
 
@@ -449,6 +568,8 @@ class Worker:
                 self._changed.wait(min(left, 0.2))
                 self._check_signals()
             leftover = [job for job, _ in self._running.values()] + list(self._reporting.values())
+            leftover += list(self._ready)
+            self._ready.clear()
             for job in leftover:
                 job._abandoned = True
                 job.stop_requested.set()

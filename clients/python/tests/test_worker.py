@@ -414,3 +414,104 @@ def test_a_draining_instance_is_asked_again_only_after_its_retry_after() -> None
     assert 2 <= len(claims) <= 4, len(claims)
     gaps = [b - a for a, b in zip(claims, claims[1:])]
     assert all(gap >= 0.95 for gap in gaps), gaps
+
+
+def test_a_worker_claims_ahead_and_keeps_what_it_holds_alive(keel: Keel, run_worker: RunWorker) -> None:
+    jobs = [keel.create_job(n=n) for n in range(6)]
+    release = threading.Event()
+    ran: List[str] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> Any:
+        with lock:
+            ran.append(job.job_id)
+        release.wait(30)
+        return None
+
+    running = run_worker(keel.worker(handler, concurrency=2, prefetch=2, heartbeat_secs=0.2))
+    # Two run, two more are claimed ahead (held by the worker, waiting for a slot).
+    deadline = time.monotonic() + 20
+    while True:
+        views = {job_id: keel.job(job_id) for job_id in jobs}
+        held = [job_id for job_id, view in views.items() if view["status"] == "running"]
+        if len(held) == 4 and len(ran) == 2:
+            break
+        assert time.monotonic() < deadline, (held, ran)
+        time.sleep(0.05)
+    waiting = [job_id for job_id in held if job_id not in ran]
+    assert len(waiting) == 2
+    # The jobs waiting for a slot are heartbeaten with the running ones.
+    before = views[waiting[0]]["heartbeatAt"]
+    time.sleep(0.6)
+    assert keel.job(waiting[0])["heartbeatAt"] != before
+    assert sorted(ran) == sorted(set(held) - set(waiting))
+    # Stopped by its user while it waited: it never runs, and ends user_stopped.
+    keel.ok(keel.api.post(f"/api/training/jobs/{waiting[1]}/stop", json={"reason": "not needed"}))
+    time.sleep(0.6)
+    release.set()
+    for job_id in jobs:
+        keel.wait_for(job_id, ["succeeded", "user_stopped"])
+    running.stop()
+    assert waiting[1] not in ran
+    assert keel.job(waiting[1])["status"] == "user_stopped"
+    assert len(ran) == 5
+    assert running.worker.reported == {"succeeded": 5, "user-stopped": 1}
+
+
+class Counting(BaseHTTPRequestHandler):
+    """Forwards to keel and counts the calls by their last path segment."""
+
+    protocol_version = "HTTP/1.1"
+    upstream = ""
+    seen: Dict[str, int] = {}
+    lock = threading.Lock()
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        path = self.path.rsplit("/", 1)[-1]
+        with self.lock:
+            self.seen[path] = self.seen.get(path, 0) + 1
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type", "prefer")}
+        answer = httpx.request(self.command, self.upstream + self.path, content=body, headers=headers, timeout=60)
+        self.send_response(answer.status_code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_POST = _forward
+    do_GET = _forward
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_jobs_that_end_together_are_reported_in_one_request(keel: Keel) -> None:
+    Counting.upstream = keel.url
+    Counting.seen = {}
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    jobs = [keel.create_job(n=n) for n in range(8)]
+    gate = threading.Barrier(8)
+
+    def handler(job: Job) -> Any:
+        # All eight end at the same moment.
+        gate.wait(30)
+        return {"n": job.payload}
+
+    try:
+        worker = Worker(f"http://127.0.0.1:{proxy.server_address[1]}", INTERNAL_KEY, "py-batch", ["tracer"],
+                        handler, concurrency=8, wait_secs=1, heartbeat_secs=0.3)
+        running = Running(worker)
+        for job_id in jobs:
+            keel.wait_for(job_id, ["succeeded"])
+        running.stop()
+    finally:
+        proxy.shutdown()
+    assert worker.reported == {"succeeded": 8}
+    # Eight reports in fewer requests than eight: the ones that ended together went as one.
+    singles = Counting.seen.get("succeeded", 0)
+    batches = Counting.seen.get("reports", 0)
+    assert batches >= 1 and singles + batches < 8, Counting.seen
+    # Heartbeats cover every held job in one request.
+    assert "heartbeat" not in Counting.seen, Counting.seen
