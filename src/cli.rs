@@ -186,7 +186,7 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
         Command::Migrate { action } => {
             let db = database::connect(&settings.database).await?;
             match action {
-                MigrateAction::Up => database::migrate(&settings.database, &db).await?,
+                MigrateAction::Up => keel_core::Core::prepare(&settings.database, &db).await?,
                 MigrateAction::Down => Migrator::down(&db, Some(1)).await?,
                 MigrateAction::Status => {
                     let mut out = std::io::stdout().lock();
@@ -242,7 +242,7 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             let owner_id =
                 keel_core::domain::UserId::parse(&owner).map_err(|e| anyhow::anyhow!("--owner: {e}"))?;
             let db = database::connect(&settings.database).await?;
-            database::migrate(&settings.database, &db).await?;
+            keel_core::Core::prepare(&settings.database, &db).await?;
             if !another {
                 if let Some(existing) = keel_core::orgs::service::named(&db, &org).await? {
                     anyhow::bail!(

@@ -33,7 +33,7 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         crate::openapi::install_components();
         let (db, workers_stopped) = database::connect_serving(&settings.database).await?;
-        database::migrate(&settings.database, &db).await?;
+        keel_core::Core::prepare(&settings.database, &db).await?;
         let addr = settings.listen_addr()?;
         let listener = listen(addr, settings.server.backlog).map_err(|e| {
             anyhow::anyhow!(

@@ -94,8 +94,13 @@ pub struct Tenant {
 impl Tenant {
     /// Creates the organization "bench" with an API key and a project.
     pub async fn create(conn: &DatabaseConnection) -> anyhow::Result<Self> {
+        Self::named(conn, "bench").await
+    }
+
+    /// Creates the organization `name` with an API key and a project.
+    pub async fn named(conn: &DatabaseConnection, name: &str) -> anyhow::Result<Self> {
         let owner = keel_core::domain::UserId::parse("bench-owner")?;
-        let org = keel_core::orgs::service::create_org(conn, "bench", None, &owner, None)
+        let org = keel_core::orgs::service::create_org(conn, name, None, &owner, None)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let key =
@@ -114,7 +119,7 @@ impl Tenant {
 pub async fn migrated(db: &BenchDb) -> anyhow::Result<DatabaseConnection> {
     let settings = bench_settings(&db.url)?;
     let conn = keel_core::database::connect(&settings.database).await?;
-    keel_core::database::migrate(&settings.database, &conn).await?;
+    keel_core::Core::prepare(&settings.database, &conn).await?;
     Ok(conn)
 }
 
@@ -369,9 +374,17 @@ impl Process {
     /// `keel serve` of the binary built beside this one (`cargo build --release --workspace`
     /// builds both) on `db_url`, with `envs` added, once it answers `/healthz`.
     pub async fn keel_serve(db_url: &str, envs: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let exe = keel_exe()?;
+        Self::keel_serve_from(&keel_exe()?, db_url, envs).await
+    }
+
+    /// `keel serve` of the binary `exe` (another build's, to compare two) on `db_url`.
+    pub async fn keel_serve_from(
+        exe: &std::path::Path,
+        db_url: &str,
+        envs: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut command = std::process::Command::new(&exe);
+        let mut command = std::process::Command::new(exe);
         command
             .arg("serve")
             .env("KEEL_DATABASE_URL", db_url)

@@ -4,9 +4,12 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout)]
 
+mod claims;
 mod common;
 mod console;
+mod delay;
 mod export;
+mod fleet;
 mod ledger;
 mod proxy;
 mod queue;
@@ -14,6 +17,7 @@ mod relay;
 mod search;
 mod streams;
 mod webhooks;
+mod workers;
 
 use clap::{Parser, Subcommand};
 
@@ -223,6 +227,51 @@ enum BenchTarget {
         #[arg(long, default_value_t = 8)]
         python_workers: usize,
     },
+    /// One-job claims per second from concurrent claimers with the database one network
+    /// hop away (a TCP proxy adding a delay each way), one keel instance against two.
+    Claims {
+        /// An admin URL (scratch databases are created and dropped).
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: String,
+        /// The keel binary to run (default: the one beside keel-bench).
+        #[arg(long)]
+        keel: Option<std::path::PathBuf>,
+        /// Delays each way, in milliseconds, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,5")]
+        delays_ms: Vec<u64>,
+        #[arg(long, default_value_t = 16)]
+        claimers: usize,
+        /// The measured window of each round (after a second of warm-up).
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Organizations the jobs (and their run fees) are spread over.
+        #[arg(long, default_value_t = 8)]
+        orgs: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// No-op jobs drained on PostgreSQL by keel's Python worker library, graphile-worker and
+    /// pg-boss (npm, in bench/baselines), round by round in one run.
+    Workers {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: String,
+        /// The keel binary to run (default: the one beside keel-bench).
+        #[arg(long)]
+        keel: Option<std::path::PathBuf>,
+        /// A Python with keel_worker and httpx installed.
+        #[arg(long)]
+        python: std::path::PathBuf,
+        /// Another keel binary, measured beside as "before" (with --before-python).
+        #[arg(long, requires = "before_python")]
+        before_keel: Option<std::path::PathBuf>,
+        /// A Python with that build's keel_worker installed.
+        #[arg(long, requires = "before_keel")]
+        before_python: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 20_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// The bare relay `proxy --streams` starts beside keel (the same HTTP stack, none of
     /// keel's work): prints its port, relays until stopped.
     #[command(hide = true)]
@@ -371,6 +420,45 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 traces,
                 requests,
                 skip_sqlite,
+            })
+            .await
+        }
+        BenchTarget::Claims {
+            postgres_url,
+            keel,
+            delays_ms,
+            claimers,
+            seconds,
+            orgs,
+            rounds,
+        } => {
+            crate::claims::run(crate::claims::ClaimsBench {
+                postgres_url,
+                keel,
+                delays_ms,
+                claimers,
+                seconds,
+                orgs,
+                rounds,
+            })
+            .await
+        }
+        BenchTarget::Workers {
+            postgres_url,
+            keel,
+            python,
+            before_keel,
+            before_python,
+            jobs,
+            rounds,
+        } => {
+            crate::workers::run(crate::workers::WorkersBench {
+                postgres_url,
+                keel,
+                python,
+                before: before_keel.zip(before_python),
+                jobs,
+                rounds,
             })
             .await
         }

@@ -180,13 +180,7 @@ pub async fn migrate(settings: &DatabaseSettings, db: &DatabaseConnection) -> an
         .execute(&mut *lock)
         .await
         .map_err(|e| anyhow::anyhow!("migrations: cannot take the migration lock: {e}"))?;
-    let migrated = match migrate_up(&own).await {
-        // The queue's claim function, written from this build's transition table.
-        Ok(()) => crate::queue::install(&own)
-            .await
-            .map_err(|e| anyhow::anyhow!("installing the claim function failed: {e}")),
-        Err(err) => Err(err),
-    };
+    let migrated = migrate_up(&own).await;
     let _ = sea_orm::sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *lock)

@@ -45,6 +45,19 @@ pub struct Core {
 }
 
 impl Core {
+    /// Readies the database for this build: pending migrations applied (under their lock on
+    /// PostgreSQL), then the queue's claim function installed from this build's transition
+    /// table. Every process that serves runs it first.
+    pub async fn prepare(
+        settings: &crate::config::DatabaseSettings,
+        db: &DatabaseConnection,
+    ) -> anyhow::Result<()> {
+        crate::database::migrate(settings, db).await?;
+        crate::queue::install(db)
+            .await
+            .map_err(|e| anyhow::anyhow!("installing the queue's claim function failed: {e}"))
+    }
+
     /// Builds everything and starts every loop. Must run inside an actix system (the ledger
     /// has an arbiter of its own; the queue actor and the loops run on the current one).
     pub fn start(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {

@@ -254,6 +254,19 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         ),
         (
             "post",
+            "/api/training/internal/jobs/heartbeats",
+            json!({"worker_id": WORKER, "job_ids": [JOB]}),
+        ),
+        (
+            "post",
+            "/api/training/internal/jobs/reports",
+            json!({"reports": [
+                {"job_id": JOB, "worker_id": WORKER, "outcome": "succeeded", "result": {"adapter": "acme/support-bot"}},
+                {"job_id": "0193c2f0-7a1e-7c55-9b1d-3e4f5a6b7c8e", "worker_id": WORKER, "outcome": "failed", "error": "CUDA out of memory", "retryable": true}
+            ]}),
+        ),
+        (
+            "post",
             "/api/training/internal/jobs/live-status",
             json!({"job_id": JOB, "worker_id": WORKER, "live_status": {"step": 120, "loss": 0.42}}),
         ),

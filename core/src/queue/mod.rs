@@ -17,7 +17,7 @@ pub use repo::{
 use sea_orm::DatabaseConnection;
 
 /// Installs the queue's PostgreSQL functions (the claim), written from this build's
-/// transition table; nothing on SQLite. Run with the migrations, under their lock.
+/// transition table; nothing on SQLite. Run after the migrations ([`crate::Core::prepare`]).
 pub async fn install(db: &DatabaseConnection) -> Result<(), sea_orm::DbErr> {
     repo::install(db).await
 }

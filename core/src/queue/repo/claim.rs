@@ -60,13 +60,17 @@ pub async fn claim(
 }
 
 /// Installs (or replaces) the claim's function on PostgreSQL, written from the transition
-/// table: at every start, under the migrations' lock, so it always matches this build.
+/// table: at every start, so it always matches this build. Instances starting together take
+/// turns (a `CREATE OR REPLACE` beside another fails with "tuple concurrently updated").
 pub(crate) async fn install(db: &DatabaseConnection) -> Result<(), DbErr> {
-    if db.get_database_backend() == DbBackend::Postgres {
-        db.execute_unprepared(super::sql::postgres::CLAIM_FUNCTION.as_str())
-            .await?;
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
     }
-    Ok(())
+    let txn = db.begin().await?;
+    txn.execute_unprepared(super::sql::postgres::INSTALL_LOCK).await?;
+    txn.execute_unprepared(super::sql::postgres::CLAIM_FUNCTION.as_str())
+        .await?;
+    txn.commit().await
 }
 
 /// How a claim of `limit` splits among the organizations with queued jobs of `action`

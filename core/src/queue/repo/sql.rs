@@ -40,6 +40,9 @@ pub(super) mod postgres {
     const ACTION_LOCKS: i32 = 0x6b65_656c; // "keel"
     const CAPPED_LOCKS: i32 = 0x6b65_656d;
 
+    /// Taken by the transaction that installs the function (instances starting together).
+    pub(in crate::queue::repo) const INSTALL_LOCK: &str = "SELECT pg_advisory_xact_lock(1801807214, 0)";
+
     /// The claim, as one statement: `SELECT * FROM keel_claim_jobs(action, worker, limit,
     /// default cap, now)`.
     pub(in crate::queue::repo) const CLAIM: &str =
