@@ -147,6 +147,7 @@ impl Core {
             requeue_blocked_on_credit: settings.queue.requeue_blocked_on_credit,
             retry_policy: queue_config.retry_policy(),
             claim_turn: (db.get_database_backend() != sea_orm::DbBackend::Postgres).then(Default::default),
+            reports: Default::default(),
         };
         let webhooks = crate::webhooks::Webhooks::new(
             db.clone(),

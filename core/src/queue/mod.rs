@@ -2,6 +2,7 @@
 
 pub(crate) mod actor;
 pub mod agent;
+mod batcher;
 mod claims;
 pub mod events;
 mod history;
@@ -48,6 +49,8 @@ pub struct Jobs {
     /// SQLite only (one writer; its claim reads before its transaction): the instance's
     /// claims take turns. On PostgreSQL claims hold nothing across round trips.
     pub(crate) claim_turn: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
+    /// Single reports arriving together, applied together.
+    pub(crate) reports: std::sync::Arc<batcher::ReportBatcher>,
 }
 
 /// Why a queue flow did not happen.

@@ -440,10 +440,10 @@ pub async fn requeue_blocked_on_credit(
     }
 }
 
-/// A worker's terminal report (succeeded, failed, blocked, user-stopped), applied at once.
+/// A worker's terminal report (succeeded, failed, blocked, user-stopped), applied with the
+/// others that arrive meanwhile (group commit, no actor).
 pub async fn report(jobs: &Jobs, report: repo::Report) -> Result<repo::ReportOutcome, JobError> {
-    let mut outcomes = reports(jobs, vec![report]).await?;
-    Ok(outcomes.pop().unwrap_or(repo::ReportOutcome::NotFound))
+    super::batcher::submit(jobs, report).await
 }
 
 /// Several terminal reports, applied together (one transaction, one statement on PostgreSQL
