@@ -33,5 +33,6 @@ for (let i = 0; i < loops; i++) {
 }
 await finished;
 const seconds = (performance.now() - started) / 1000;
-await boss.stop({ graceful: true, wait: true, timeout: 5000 });
 console.log(JSON.stringify({ enqueue_per_second: jobs / enqueueSeconds, jobs_per_second: jobs / seconds, done }));
+// Its stop waits on the work loops' polls; the figure is out, the scratch database goes next.
+process.exit(0);

@@ -268,6 +268,8 @@ pub struct BillingSettings {
     #[serde(default)]
     pub promo_codes: BTreeMap<String, Cents>,
     pub max_batch: usize,
+    /// Grouped ledger transactions committing at once (PostgreSQL; SQLite commits one).
+    pub groups_in_flight: usize,
     pub actor_idle_secs: u64,
     pub stall_after_secs: u64,
     pub adapter_cache_ttl_ms: u64,

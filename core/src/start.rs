@@ -71,6 +71,10 @@ impl Core {
             metrics.clone(),
             LedgerConfig {
                 max_batch: settings.billing.max_batch,
+                groups_in_flight: match db.get_database_backend() {
+                    sea_orm::DbBackend::Postgres => settings.billing.groups_in_flight.max(1),
+                    _ => 1,
+                },
                 idle_after: Duration::from_secs(settings.billing.actor_idle_secs),
                 policy: crate::billing::ledger::LedgerPolicy {
                     low_balance: settings.billing.low_balance_cents,

@@ -27,6 +27,10 @@ type Reply = oneshot::Sender<Result<Outcome, LedgerError>>;
 pub struct LedgerConfig {
     /// Most operations committed in one transaction (1 = no group commit).
     pub max_batch: usize,
+    /// Grouped transactions in flight at once (PostgreSQL; 1 on SQLite, whose one writer
+    /// would only make them queue). Groups never share an organization (each has one batch
+    /// in flight), so they lock disjoint accounts.
+    pub groups_in_flight: usize,
     /// An actor with nothing to do for this long stops.
     pub idle_after: Duration,
     /// Grants' default priorities and the low-balance threshold.
@@ -147,18 +151,29 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Gathers the batches that arrive while a transaction commits (across organizations,
-/// up to `max_ops` operations) and commits them together. A commit still running after
-/// [`DETACH_AFTER`] finishes on its own task while the committer goes on.
+/// Gathers the batches that arrive while transactions commit (across organizations, up to
+/// `max_ops` operations) and commits them together, up to `in_flight` groups at once: with
+/// the database a network hop away a group's transaction takes several round trips, and one
+/// group at a time would make every organization wait out every other's. A group still
+/// committing after [`DETACH_AFTER`] gives its place up to the next and finishes on its own.
 async fn run_committer(
     db: DatabaseConnection,
     cache: Arc<AccountCache>,
     held: Arc<Mutex<HashSet<OrgId>>>,
     mut queue: mpsc::Receiver<Pending>,
     max_ops: usize,
+    in_flight: usize,
     policy: LedgerPolicy,
 ) {
-    while let Some(first) = queue.recv().await {
+    let places = Arc::new(tokio::sync::Semaphore::new(in_flight.max(1)));
+    loop {
+        // A place first: while every place is taken, batches gather into the next group.
+        let Ok(place) = places.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = queue.recv().await else {
+            return;
+        };
         let mut size = first.ops.len();
         let mut group = vec![first];
         while size < max_ops {
@@ -178,7 +193,10 @@ async fn run_committer(
             policy,
             group,
         ));
-        let _ = tokio::time::timeout(DETACH_AFTER, commit).await;
+        actix::spawn(async move {
+            let _ = tokio::time::timeout(DETACH_AFTER, commit).await;
+            drop(place);
+        });
     }
 }
 
@@ -507,6 +525,7 @@ impl Ledger {
             held.clone(),
             queue,
             config.max_batch.max(1),
+            config.groups_in_flight,
             config.policy,
         ));
         Self {
