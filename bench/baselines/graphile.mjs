@@ -25,6 +25,7 @@ let done = 0;
 let finish;
 const finished = new Promise((resolve) => (finish = resolve));
 const started = performance.now();
+console.error("drain started");
 const runner = await run({
   connectionString: url,
   concurrency,
@@ -39,6 +40,7 @@ const runner = await run({
   },
 });
 await finished;
+console.error("drain ended");
 const seconds = (performance.now() - started) / 1000;
 await runner.stop();
 console.log(JSON.stringify({ enqueue_per_second: jobs / enqueueSeconds, jobs_per_second: jobs / seconds, done }));

@@ -25,6 +25,7 @@ let done = 0;
 let finish;
 const finished = new Promise((resolve) => (finish = resolve));
 const started = performance.now();
+console.error("drain started");
 for (let i = 0; i < loops; i++) {
   await boss.work("noop", { batchSize, pollingIntervalSeconds: 0.5 }, async (batch) => {
     done += batch.length;
@@ -32,6 +33,7 @@ for (let i = 0; i < loops; i++) {
   });
 }
 await finished;
+console.error("drain ended");
 const seconds = (performance.now() - started) / 1000;
 console.log(JSON.stringify({ enqueue_per_second: jobs / enqueueSeconds, jobs_per_second: jobs / seconds, done }));
 // Its stop waits on the work loops' polls; the figure is out, the scratch database goes next.
