@@ -23,6 +23,8 @@ pub struct ClaimsBench {
     pub seconds: u64,
     pub orgs: usize,
     pub rounds: usize,
+    /// The run fee keel charges each claimed job (none: keel's default).
+    pub run_fee_cents: Option<u64>,
 }
 
 struct Row {
@@ -67,8 +69,20 @@ pub async fn run(bench: ClaimsBench) -> anyhow::Result<()> {
             };
             for round in 0..bench.rounds {
                 let through_proxy = |url: &str| url.replacen(&host_port, &proxy.to_string(), 1);
-                let fleet =
-                    Fleet::start(&bench.postgres_url, &exe, instances, bench.orgs, through_proxy).await?;
+                let fee = bench.run_fee_cents.map(|cents| cents.to_string());
+                let envs: Vec<(&str, &str)> = fee
+                    .as_deref()
+                    .map(|fee| vec![("KEEL__BILLING__FLAT_RUN_FEE_CENTS", fee)])
+                    .unwrap_or_default();
+                let fleet = Fleet::start_with(
+                    &bench.postgres_url,
+                    &exe,
+                    instances,
+                    bench.orgs,
+                    through_proxy,
+                    &envs,
+                )
+                .await?;
                 // Enough for the whole window at a rate well above the goal's.
                 fleet.enqueue(20_000).await?;
                 let (rate, failures) =

@@ -28,6 +28,18 @@ impl Fleet {
         orgs: usize,
         db_url_of: impl Fn(&str) -> String,
     ) -> anyhow::Result<Self> {
+        Self::start_with(admin_url, exe, instances, orgs, db_url_of, &[]).await
+    }
+
+    /// As [`Fleet::start`], the processes with `extra` settings in their environment.
+    pub async fn start_with(
+        admin_url: &str,
+        exe: &Path,
+        instances: usize,
+        orgs: usize,
+        db_url_of: impl Fn(&str) -> String,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let db = BenchDb::create(Some(admin_url)).await?;
         let conn = migrated(&db).await?;
         let mut tenants = Vec::new();
@@ -35,10 +47,11 @@ impl Fleet {
             tenants.push(Tenant::named(&conn, &format!("bench-{n}")).await?);
         }
         let url = db_url_of(&db.url);
-        let envs = [
+        let mut envs = vec![
             ("KEEL__BILLING__STARTER_CREDIT_CENTS", "100000000"),
             ("KEEL__QUEUE__MAX_CLAIM_WAIT_SECS", "2"),
         ];
+        envs.extend_from_slice(extra);
         let mut processes = Vec::new();
         for _ in 0..instances {
             processes.push(Process::keel_serve_from(exe, &url, &envs).await?);

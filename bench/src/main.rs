@@ -249,6 +249,9 @@ enum BenchTarget {
         orgs: usize,
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// The run fee in cents (0: claims without a fee, so without the ledger).
+        #[arg(long)]
+        run_fee_cents: Option<u64>,
     },
     /// No-op jobs drained on PostgreSQL by keel's Python worker library, graphile-worker and
     /// pg-boss (npm, in bench/baselines), round by round in one run.
@@ -431,6 +434,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             seconds,
             orgs,
             rounds,
+            run_fee_cents,
         } => {
             crate::claims::run(crate::claims::ClaimsBench {
                 postgres_url,
@@ -440,6 +444,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 seconds,
                 orgs,
                 rounds,
+                run_fee_cents,
             })
             .await
         }

@@ -132,12 +132,15 @@ struct Cpu {
 
 impl Cpu {
     fn describe(&self) -> String {
-        let share = |part: f64| format!("{:.0}%", 100.0 * part);
+        let share = |part: f64| format!("{:.0}%", (100.0 * part).abs());
+        let workers = match self.workers > 0.0 {
+            true => format!(", Python workers {}", share(self.workers)),
+            false => String::new(),
+        };
         format!(
-            "queue {}, PostgreSQL {}, Python workers {}, machine busy {}",
+            "queue {}, PostgreSQL {}{workers}, machine busy {}",
             share(self.queue),
             share(self.postgres),
-            share(self.workers),
             share(self.busy)
         )
     }

@@ -334,3 +334,18 @@ async fn one_heartbeat_covers_every_job_a_worker_holds() {
         assert_eq!(issues[0]["loc"], loc, "{body}");
     }
 }
+
+#[actix_web::test]
+async fn without_a_run_fee_a_claim_charges_nothing_and_blocks_nothing() {
+    let app = spawn_app_with(|s| s.billing.flat_run_fee_cents = keel_core::domain::Cents(0)).await;
+    // No credit at all: with a fee this job would be blocked for funds.
+    let org = app.create_org("Free").await;
+    let project = app.create_project(&org, "P").await;
+    let id = tracer(&app, &org, &project).await;
+    let claimed = claim(&app, "w1", "tracer", 1).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["job_id"], id.as_str());
+    assert_eq!(job(&app, &org, &id).await["status"], "running");
+    let (balance, entries) = app.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!((balance, entries), (0, 0), "no ledger entry of zero");
+}

@@ -202,6 +202,11 @@ class Worker:
         self._running: Dict[str, Tuple[Job, threading.Thread]] = {}
         self._reporting: Dict[str, Job] = {}
         self._outbox: List[Tuple[Job, str, Dict[str, Any]]] = []
+        # Jobs asked for by claims in flight; and the action whose last claim came back full
+        # (more are queued: a second claim may go out beside the long poll), if any.
+        self._claiming = 0
+        self._backlog: Optional[str] = None
+        self._ahead: Optional[threading.Thread] = None
         self._stopping = threading.Event()
         self._hurry = False
         self._stopped_at: Optional[float] = None
@@ -247,6 +252,9 @@ class Worker:
             for n in range(self.concurrency)
         ]
         helpers.append(threading.Thread(target=self._report_loop, name="keel-reports", daemon=True))
+        ahead = threading.Thread(target=self._claim_ahead_loop, name="keel-claims-ahead", daemon=True)
+        self._ahead = ahead
+        helpers.append(ahead)
         helpers.append(threading.Thread(target=self._heartbeat_loop, name="keel-heartbeats", daemon=True))
         try:
             self._hand_back(deadline=None)
@@ -306,7 +314,7 @@ class Worker:
         wanted = self.concurrency + self.prefetch
         with self._changed:
             while not self._check_signals():
-                held = len(self._running) + len(self._ready)
+                held = len(self._running) + len(self._ready) + self._claiming
                 room = wanted - held
                 # Claim at once when a slot would otherwise idle, else when a quarter of the
                 # room is free (claims of several jobs, not one per job that ends).
@@ -328,7 +336,18 @@ class Worker:
             action = self.actions[turn % len(self.actions)]
             turn += 1
             asked = time.monotonic()
-            claimed, retry_after = self._claim(action, room, wait)
+            with self._changed:
+                self._claiming += room
+            try:
+                claimed, retry_after = self._claim(action, room, wait)
+            finally:
+                with self._changed:
+                    self._claiming -= room
+                    self._changed.notify_all()
+            with self._changed:
+                # A full answer: more are queued, and a claim beside this loop's may help.
+                self._backlog = action if claimed is not None and len(claimed) >= min(room, 100) else None
+                self._changed.notify_all()
             if claimed is None:
                 # keel failed or is draining: wait (its Retry-After, at least), with jitter.
                 self._pause(max(backoff.next(), retry_after * random.uniform(1.0, 1.2)))
@@ -347,16 +366,51 @@ class Worker:
                 self._ready.extend(jobs)
                 self._changed.notify_all()
 
-    def _claim(self, action: str, limit: int, wait: int) -> Tuple[Optional[List[Mapping[str, Any]]], float]:
+    def _claim_ahead_loop(self) -> None:
+        """While an action's claims come back full (a backlog), a second claim goes out beside
+        the main loop's, without a long poll, so the worker's claims overlap their round trips;
+        it stops as soon as one comes back short."""
+        wanted = self.concurrency + self.prefetch
+        while True:
+            with self._changed:
+                while True:
+                    if self._stopping.is_set():
+                        return
+                    room = wanted - len(self._running) - len(self._ready) - self._claiming
+                    if self._backlog is not None and room >= max(1, wanted // 4):
+                        break
+                    self._changed.wait(0.2)
+                action = self._backlog
+                self._claiming += room
+            claimed: Optional[List[Mapping[str, Any]]] = None
+            try:
+                claimed, _ = self._claim(action, room, 0, interruptible=False)
+            except KeelError as error:
+                log.warning("claim ahead: %s", error)
+            finally:
+                with self._changed:
+                    self._claiming -= room
+                    if claimed is None or len(claimed) < min(room, 100):
+                        self._backlog = None
+                    if claimed and not self._stopping.is_set():
+                        self._ready.extend(Job(self, item) for item in claimed)
+                    self._changed.notify_all()
+
+    def _claim(
+        self, action: str, limit: int, wait: int, interruptible: bool = True,
+    ) -> Tuple[Optional[List[Mapping[str, Any]]], float]:
         """The jobs claimed (perhaps none), or None after a transient failure; and the
-        seconds keel asked to wait before the next claim (its `Retry-After`, else 0)."""
+        seconds keel asked to wait before the next claim (its `Retry-After`, else 0). Only the
+        main loop's claims (`interruptible`) may be cut short by a signal."""
         headers = {"Prefer": f"wait={wait}"} if wait > 0 else {}
         body = {"worker_id": self.worker_id, "action": action, "limit": min(limit, 100)}
-        self._in_claim = True
+        client = self._claims if interruptible else self._http
+        if interruptible:
+            self._in_claim = True
         try:
-            if self._check_signals():
+            if interruptible and self._check_signals():
                 return [], 0.0
-            answer = self._claims.post(
+            answer = client.post(
                 f"{INTERNAL}/jobs/claim", json=body, headers=headers,
                 timeout=httpx.Timeout(wait + 30.0, connect=5.0),
             )
@@ -364,7 +418,8 @@ class Worker:
             log.warning("claim: keel unreachable (%s); retrying", error)
             return None, 0.0
         finally:
-            self._in_claim = False
+            if interruptible:
+                self._in_claim = False
         if _transient(answer.status_code):
             retry_after = _retry_after(answer)
             log.warning("claim: keel answered %s; retrying in %.0fs at least", answer.status_code, retry_after)
@@ -575,6 +630,11 @@ class Worker:
                 job.stop_requested.set()
         if leftover:
             log.warning("grace over: handing back %d job(s) not yet reported", len(leftover))
+        # A claim beside the main loop's (no long poll) ends soon; what it took is handed back
+        # with the rest, so it must have ended first.
+        ahead = self._ahead
+        if ahead is not None and ahead.is_alive():
+            ahead.join(35.0)
         self._hand_back(deadline=time.monotonic() + HAND_BACK_SECS)
 
     def _hand_back(self, deadline: Optional[float]) -> None:

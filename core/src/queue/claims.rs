@@ -74,6 +74,10 @@ async fn bill(
     wanted: &StillWanted,
 ) -> Result<(Vec<training_job::Model>, u64), JobError> {
     let run_fee = jobs.run_fee;
+    if run_fee.micros() == crate::domain::Microcents::ZERO {
+        // No fee configured: nothing to charge, no ledger entry of zero.
+        return Ok((claimed, 0));
+    }
     let mut by_org: BTreeMap<OrgId, Vec<training_job::Model>> = BTreeMap::new();
     for job in claimed {
         by_org.entry(job.org_id.clone()).or_default().push(job);
