@@ -537,7 +537,15 @@ pub async fn claim(
         if !wanted() {
             return Ok(Vec::new());
         }
-        let claimed = super::claims::claim_once(jobs, &worker_id, action, limit, &wanted).await?;
+        // Its own task: a claim that took jobs runs to its end (fees, or the jobs handed back)
+        // even when the claimant hangs up and its request is dropped.
+        let claim = tokio::spawn({
+            let (jobs, worker_id, wanted) = (jobs.clone(), worker_id.clone(), wanted.clone());
+            async move { super::claims::claim_once(&jobs, &worker_id, action, limit, &wanted).await }
+        });
+        let claimed = claim
+            .await
+            .map_err(|err| JobError::Queue(super::QueueError::Task(err)))??;
         let Some(deadline) = deadline.filter(|_| claimed.is_empty()) else {
             return Ok(claimed);
         };
