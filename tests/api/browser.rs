@@ -817,7 +817,10 @@ async fn an_owner_makes_a_limited_key_sees_its_use_and_edits_its_limit() {
             .open(&app, &format!("/console/o/{}/keys", org.org_id))
             .await;
         tokens = browser.text("#keys tbody tr:first-child .tokens").await;
-        if tokens.starts_with("32") {
+        // The tokens and the last use are written apart (the limiter's window, the key's
+        // usage flush): both must have landed.
+        let used = browser.text("#keys tbody tr:first-child .last-used").await;
+        if tokens.starts_with("32") && used != "—" {
             break;
         }
         actix_web::rt::time::sleep(Duration::from_millis(100)).await;

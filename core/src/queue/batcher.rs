@@ -1,81 +1,70 @@
-//! Group commit for single reports, without an actor: a report that finds no batch being
-//! applied starts one (a task of its own, so a client that hangs up cannot strand it) and the
-//! reports arriving meanwhile wait for the next, applied together. One transaction when idle,
-//! large batches when busy, and no hop through the queue actor.
+//! Group commit without an actor: items that arrive while a batch is being applied wait for
+//! the next. The first item to find no batch applying leads (its caller starts the applying
+//! task); the task takes what waits, batch after batch, until none does. Used for single
+//! reports (`queue::service::report`).
 
 use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-use super::repo::{Report, ReportOutcome};
-use super::{JobError, Jobs, QueueError};
-
-type Reply = oneshot::Sender<Result<ReportOutcome, JobError>>;
-
-#[derive(Default)]
-pub(crate) struct ReportBatcher {
-    state: Mutex<State>,
+/// The items waiting, each with where its answer goes, and whether a batch is being applied.
+pub(crate) struct GroupCommit<T, O> {
+    state: Mutex<(Vec<(T, oneshot::Sender<O>)>, bool)>,
 }
 
-#[derive(Default)]
-struct State {
-    pending: Vec<(Report, Reply)>,
-    applying: bool,
+impl<T, O> Default for GroupCommit<T, O> {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new((Vec::new(), false)),
+        }
+    }
 }
 
-/// Reports applied together at most.
-const MAX_BATCH: usize = 1000;
-
-impl ReportBatcher {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+impl<T, O> GroupCommit<T, O> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<(T, oneshot::Sender<O>)>, bool)> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
 
-/// Applies `report` with the others that arrive while a batch is applied; answers its own
-/// outcome.
-pub(crate) async fn submit(jobs: &Jobs, report: Report) -> Result<ReportOutcome, JobError> {
-    let (reply, answer) = oneshot::channel();
-    let lead = {
-        let mut state = jobs.reports.lock();
-        state.pending.push((report, reply));
-        !std::mem::replace(&mut state.applying, true)
-    };
-    if lead {
-        tokio::spawn(apply_pending(jobs.clone()));
+    /// Queues `item`; answers where its outcome will come, and whether the caller leads
+    /// (must start a task that applies with [`GroupCommit::next_batch`] until it is `None`).
+    pub(crate) fn push(&self, item: T) -> (oneshot::Receiver<O>, bool) {
+        let (reply, answer) = oneshot::channel();
+        let mut state = self.lock();
+        state.0.push((item, reply));
+        let lead = !std::mem::replace(&mut state.1, true);
+        (answer, lead)
     }
-    answer.await.unwrap_or(Err(JobError::Queue(QueueError::Stopped)))
+
+    /// Up to `max` waiting items; `None` once none waits (the applying ends with it).
+    pub(crate) fn next_batch(&self, max: usize) -> Option<Vec<(T, oneshot::Sender<O>)>> {
+        let mut state = self.lock();
+        if state.0.is_empty() {
+            state.1 = false;
+            return None;
+        }
+        let take = state.0.len().min(max);
+        Some(state.0.drain(..take).collect())
+    }
 }
 
-/// Applies the waiting reports, batch after batch, until none wait.
-async fn apply_pending(jobs: Jobs) {
-    loop {
-        let batch: Vec<(Report, Reply)> = {
-            let mut state = jobs.reports.lock();
-            if state.pending.is_empty() {
-                state.applying = false;
-                return;
-            }
-            let take = state.pending.len().min(MAX_BATCH);
-            state.pending.drain(..take).collect()
-        };
-        let (reports, replies): (Vec<Report>, Vec<Reply>) = batch.into_iter().unzip();
-        match super::service::reports(&jobs, reports).await {
-            Ok(outcomes) => {
-                for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                    let _ = reply.send(Ok(outcome));
-                }
-            }
-            Err(err) => {
-                tracing::error!(
-                    error = &err as &dyn std::error::Error,
-                    reports = replies.len(),
-                    "applying job reports failed"
-                );
-                for reply in replies {
-                    let _ = reply.send(Err(JobError::Queue(QueueError::Batch)));
-                }
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_leads_the_rest_wait_for_the_next_batch() {
+        let group: GroupCommit<u32, u32> = GroupCommit::default();
+        let (_a, lead_a) = group.push(1);
+        let (_b, lead_b) = group.push(2);
+        assert!(lead_a && !lead_b);
+        let batch = group.next_batch(10).unwrap();
+        assert_eq!(batch.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![1, 2]);
+        // Applying: a newcomer does not lead; it is in the next batch.
+        let (_c, lead_c) = group.push(3);
+        assert!(!lead_c);
+        assert_eq!(group.next_batch(10).unwrap().len(), 1);
+        assert!(group.next_batch(10).is_none());
+        // Done: the next item leads again.
+        assert!(group.push(4).1);
     }
 }

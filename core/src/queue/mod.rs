@@ -50,7 +50,7 @@ pub struct Jobs {
     /// claims take turns. On PostgreSQL claims hold nothing across round trips.
     pub(crate) claim_turn: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
     /// Single reports arriving together, applied together.
-    pub(crate) reports: std::sync::Arc<batcher::ReportBatcher>,
+    pub(crate) reports: std::sync::Arc<batcher::GroupCommit<Report, Result<ReportOutcome, JobError>>>,
 }
 
 /// Why a queue flow did not happen.

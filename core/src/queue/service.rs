@@ -443,7 +443,41 @@ pub async fn requeue_blocked_on_credit(
 /// A worker's terminal report (succeeded, failed, blocked, user-stopped), applied with the
 /// others that arrive meanwhile (group commit, no actor).
 pub async fn report(jobs: &Jobs, report: repo::Report) -> Result<repo::ReportOutcome, JobError> {
-    super::batcher::submit(jobs, report).await
+    let (answer, lead) = jobs.reports.push(report);
+    if lead {
+        // Its own task: a client that hangs up cannot strand the batch.
+        tokio::spawn(apply_waiting_reports(jobs.clone()));
+    }
+    answer
+        .await
+        .unwrap_or(Err(JobError::Queue(super::QueueError::Stopped)))
+}
+
+/// Reports applied together at most.
+const REPORTS_AT_ONCE: usize = 1000;
+
+/// Applies the single reports that wait, batch after batch, until none does.
+async fn apply_waiting_reports(jobs: Jobs) {
+    while let Some(batch) = jobs.reports.next_batch(REPORTS_AT_ONCE) {
+        let (batch, replies): (Vec<repo::Report>, Vec<_>) = batch.into_iter().unzip();
+        match reports(&jobs, batch).await {
+            Ok(outcomes) => {
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(err) => {
+                tracing::error!(
+                    error = &err as &dyn std::error::Error,
+                    reports = replies.len(),
+                    "applying job reports failed"
+                );
+                for reply in replies {
+                    let _ = reply.send(Err(JobError::Queue(super::QueueError::Batch)));
+                }
+            }
+        }
+    }
 }
 
 /// Several terminal reports, applied together (one transaction, one statement on PostgreSQL
