@@ -396,47 +396,47 @@ pub async fn heartbeat(
 /// At most this many reports, or held jobs heartbeaten, in one request.
 pub const MAX_BATCHED: usize = 1000;
 
-/// How a job ended, as a report of many names it (the single routes' names).
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportedOutcome {
-    Succeeded,
-    Failed,
-    Blocked,
-    UserStopped,
+/// One report of many, chosen by `outcome`: exactly the body of its single route
+/// (`succeeded`: `result?`; `failed`: `error`, `retryable?`; `blocked`: `reason`;
+/// `user_stopped`: `reason?`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ReportItem {
+    Succeeded(SucceededRequest),
+    Failed(FailedRequest),
+    Blocked(BlockedRequest),
+    UserStopped(UserStoppedRequest),
 }
 
-/// One report of many: exactly what its single route takes (`succeeded`: `result?`;
-/// `failed`: `error`, `retryable?`; `blocked`: `reason`; `user_stopped`: `reason?`).
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ReportItem {
-    #[schema(min_length = 1, max_length = 64)]
-    pub job_id: String,
-    #[schema(min_length = 1, max_length = 200)]
-    pub worker_id: String,
-    pub outcome: ReportedOutcome,
-    #[schema(value_type = Option<Object>)]
-    pub result: Option<Value>,
-    /// `failed`: what went wrong (1 to 10,000 characters).
-    #[schema(max_length = 10000)]
-    pub error: Option<String>,
-    /// `blocked` (required, 1 to 10,000 characters) and `user_stopped` (optional).
-    #[schema(max_length = 10000)]
-    pub reason: Option<String>,
-    /// `failed`: worth another attempt (as the single route's `retryable`).
-    pub retryable: Option<bool>,
+impl ReportItem {
+    fn ids(&self) -> (&str, &str) {
+        match self {
+            Self::Succeeded(r) => (&r.job_id, &r.worker_id),
+            Self::Failed(r) => (&r.job_id, &r.worker_id),
+            Self::Blocked(r) => (&r.job_id, &r.worker_id),
+            Self::UserStopped(r) => (&r.job_id, &r.worker_id),
+        }
+    }
 }
 
 impl Validate for ReportItem {
     fn validate(&self, c: &mut Checks) {
-        let required = |c: &mut Checks, field: &str, value: &Option<String>| match value {
-            Some(text) => c.str_len(field, text, 1, 10_000),
-            None => c.fail(field, "missing", "Field required"),
-        };
-        match self.outcome {
-            ReportedOutcome::Failed => required(c, "error", &self.error),
-            ReportedOutcome::Blocked => required(c, "reason", &self.reason),
-            ReportedOutcome::Succeeded | ReportedOutcome::UserStopped => {}
+        let (job_id, worker_id) = self.ids();
+        c.str_len("job_id", job_id, 1, 64);
+        c.str_len("worker_id", worker_id, 1, 200);
+        match self {
+            Self::Succeeded(r) => {
+                if r.result.as_ref().is_some_and(|v| !v.is_object() && !v.is_null()) {
+                    c.fail("result", "dict_type", "Input should be a valid dictionary");
+                }
+            }
+            Self::Failed(r) => c.str_len("error", &r.error, 1, 10_000),
+            Self::Blocked(r) => c.str_len("reason", &r.reason, 1, 10_000),
+            Self::UserStopped(r) => {
+                if let Some(reason) = &r.reason {
+                    c.str_len("reason", reason, 0, 10_000);
+                }
+            }
         }
     }
 }
@@ -490,39 +490,30 @@ pub async fn report_many(
     let mut reports = Vec::new();
     let mut placed = Vec::new();
     for item in items {
-        let Ok(job_id) = known_job(&item.job_id) else {
+        let job_text = item.ids().0.to_owned();
+        let Ok(job_id) = known_job(&job_text) else {
             results.push(ReportResult {
-                job_id: item.job_id,
+                job_id: job_text,
                 ok: false,
                 error: Some(Code::JobNotFound.as_str().to_owned()),
             });
             continue;
         };
-        let (status, result, error, retryable) = match item.outcome {
-            ReportedOutcome::Succeeded => (
-                JobStatus::Succeeded,
-                item.result.map(|r| r.to_string()),
-                None,
-                false,
-            ),
-            ReportedOutcome::Failed => (
-                JobStatus::Failed,
-                None,
-                item.error,
-                item.retryable.unwrap_or(false),
-            ),
-            ReportedOutcome::Blocked => (JobStatus::Blocked, None, item.reason, false),
-            ReportedOutcome::UserStopped => (JobStatus::UserStopped, None, item.reason, false),
+        let (worker_id, status, result, error, retryable) = match item {
+            ReportItem::Succeeded(r) => (r.worker_id, JobStatus::Succeeded, r.result.map(|v| v.to_string()), None, false),
+            ReportItem::Failed(r) => (r.worker_id, JobStatus::Failed, None, Some(r.error), r.retryable.unwrap_or(false)),
+            ReportItem::Blocked(r) => (r.worker_id, JobStatus::Blocked, None, Some(r.reason), false),
+            ReportItem::UserStopped(r) => (r.worker_id, JobStatus::UserStopped, None, r.reason, false),
         };
         placed.push(results.len());
         results.push(ReportResult {
-            job_id: item.job_id,
+            job_id: job_text,
             ok: true,
             error: None,
         });
         reports.push(Report {
             job_id,
-            worker_id: item.worker_id,
+            worker_id,
             status,
             result,
             error,
