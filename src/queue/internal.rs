@@ -500,8 +500,20 @@ pub async fn report_many(
             continue;
         };
         let (worker_id, status, result, error, retryable) = match item {
-            ReportItem::Succeeded(r) => (r.worker_id, JobStatus::Succeeded, r.result.map(|v| v.to_string()), None, false),
-            ReportItem::Failed(r) => (r.worker_id, JobStatus::Failed, None, Some(r.error), r.retryable.unwrap_or(false)),
+            ReportItem::Succeeded(r) => (
+                r.worker_id,
+                JobStatus::Succeeded,
+                r.result.map(|v| v.to_string()),
+                None,
+                false,
+            ),
+            ReportItem::Failed(r) => (
+                r.worker_id,
+                JobStatus::Failed,
+                None,
+                Some(r.error),
+                r.retryable.unwrap_or(false),
+            ),
             ReportItem::Blocked(r) => (r.worker_id, JobStatus::Blocked, None, Some(r.reason), false),
             ReportItem::UserStopped(r) => (r.worker_id, JobStatus::UserStopped, None, r.reason, false),
         };
