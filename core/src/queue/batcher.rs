@@ -7,21 +7,32 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-/// The items waiting, each with where its answer goes, and whether a batch is being applied.
+/// An item waiting, with where its answer goes.
+type Waiting<T, O> = (T, oneshot::Sender<O>);
+
+/// The items waiting, and whether a batch is being applied.
+struct State<T, O> {
+    waiting: Vec<Waiting<T, O>>,
+    applying: bool,
+}
+
 pub(crate) struct GroupCommit<T, O> {
-    state: Mutex<(Vec<(T, oneshot::Sender<O>)>, bool)>,
+    state: Mutex<State<T, O>>,
 }
 
 impl<T, O> Default for GroupCommit<T, O> {
     fn default() -> Self {
         Self {
-            state: Mutex::new((Vec::new(), false)),
+            state: Mutex::new(State {
+                waiting: Vec::new(),
+                applying: false,
+            }),
         }
     }
 }
 
 impl<T, O> GroupCommit<T, O> {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<(T, oneshot::Sender<O>)>, bool)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<T, O>> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -30,20 +41,20 @@ impl<T, O> GroupCommit<T, O> {
     pub(crate) fn push(&self, item: T) -> (oneshot::Receiver<O>, bool) {
         let (reply, answer) = oneshot::channel();
         let mut state = self.lock();
-        state.0.push((item, reply));
-        let lead = !std::mem::replace(&mut state.1, true);
+        state.waiting.push((item, reply));
+        let lead = !std::mem::replace(&mut state.applying, true);
         (answer, lead)
     }
 
     /// Up to `max` waiting items; `None` once none waits (the applying ends with it).
-    pub(crate) fn next_batch(&self, max: usize) -> Option<Vec<(T, oneshot::Sender<O>)>> {
+    pub(crate) fn next_batch(&self, max: usize) -> Option<Vec<Waiting<T, O>>> {
         let mut state = self.lock();
-        if state.0.is_empty() {
-            state.1 = false;
+        if state.waiting.is_empty() {
+            state.applying = false;
             return None;
         }
-        let take = state.0.len().min(max);
-        Some(state.0.drain(..take).collect())
+        let take = state.waiting.len().min(max);
+        Some(state.waiting.drain(..take).collect())
     }
 }
 
