@@ -46,6 +46,12 @@ impl<T, O> GroupCommit<T, O> {
         (answer, lead)
     }
 
+    /// The applying task is unwinding (a bug): the next item to arrive leads again and its
+    /// task takes what still waits.
+    pub(crate) fn abandon(&self) {
+        self.lock().applying = false;
+    }
+
     /// Up to `max` waiting items; `None` once none waits (the applying ends with it).
     pub(crate) fn next_batch(&self, max: usize) -> Option<Vec<Waiting<T, O>>> {
         let mut state = self.lock();
@@ -77,5 +83,9 @@ mod tests {
         assert!(group.next_batch(10).is_none());
         // Done: the next item leads again.
         assert!(group.push(4).1);
+        // A leader that unwound mid-batch: the next item leads, and what waited is taken.
+        group.abandon();
+        assert!(group.push(5).1);
+        assert_eq!(group.next_batch(10).unwrap().len(), 2);
     }
 }

@@ -458,6 +458,16 @@ const REPORTS_AT_ONCE: usize = 1000;
 
 /// Applies the single reports that wait, batch after batch, until none does.
 async fn apply_waiting_reports(jobs: Jobs) {
+    /// Should this task panic, the group commit does not stay "applying" with nobody to apply.
+    struct Unwinding<'a>(&'a Jobs);
+    impl Drop for Unwinding<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.reports.abandon();
+            }
+        }
+    }
+    let _unwinding = Unwinding(&jobs);
     while let Some(batch) = jobs.reports.next_batch(REPORTS_AT_ONCE) {
         let (batch, replies): (Vec<repo::Report>, Vec<_>) = batch.into_iter().unzip();
         match reports(&jobs, batch).await {
