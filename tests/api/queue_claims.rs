@@ -12,36 +12,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 use crate::queue::{claim, funded, job, tracer, worker_post};
-
-/// An organization with `jobs` queued tracer jobs and money for all of them.
-async fn backlogged(app: &TestApp, name: &str, jobs: usize) -> TestOrg {
-    let org = app.create_org(name).await;
-    let project = app.create_project(&org, "P").await;
-    app.fund(&org, 100 * jobs as i64 + 1000).await;
-    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
-        let items = vec![json!({"action": "tracer", "projectId": project}); chunk.len()];
-        json_of(
-            app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": items}))
-                .await,
-            StatusCode::ACCEPTED,
-        )
-        .await;
-    }
-    org
-}
-
-async fn set_share(app: &TestApp, org: &TestOrg, body: Value) {
-    json_of(
-        app.put(
-            &format!("/api/internal/orgs/{}/queue", org.org_id),
-            INTERNAL_KEY,
-            &body,
-        )
-        .await,
-        StatusCode::OK,
-    )
-    .await;
-}
+use crate::queue_rounds::{backlogged, set_share};
 
 /// The instances a test claims through: one on SQLite, two sharing the database on
 /// PostgreSQL.
@@ -63,7 +34,7 @@ async fn weights_hold_over_five_hundred_concurrent_one_job_claims() {
     let heavy = backlogged(app, "Heavy", 400).await;
     let one = backlogged(app, "One", 400).await;
     let two = backlogged(app, "Two", 400).await;
-    set_share(app, &heavy, json!({"weight": 3})).await;
+    let _ = set_share(app, &heavy, json!({"weight": 3})).await;
     let before: Vec<i64> = join_all([&heavy, &one, &two].map(|org| app.balance_microcents(org))).await;
     // Sixteen claimers at once (spread over the instances), one job a claim, 500 in all.
     let left = Arc::new(AtomicI64::new(500));
@@ -119,7 +90,7 @@ async fn a_cap_holds_for_eight_claimers_on_every_instance() {
     let app = &apps[0];
     let capped = backlogged(app, "Capped", 60).await;
     let free = backlogged(app, "Free", 200).await;
-    set_share(app, &capped, json!({"maxRunning": 3})).await;
+    let _ = set_share(app, &capped, json!({"maxRunning": 3})).await;
     let held = Arc::new(AtomicI64::new(0));
     let most = Arc::new(AtomicI64::new(0));
     let capped_claims = Arc::new(AtomicUsize::new(0));

@@ -590,22 +590,24 @@ async fn jobs_blocked_for_funds_are_queued_again_at_the_next_credit() {
     assert_eq!(job(&app, &org, &unpaid).await["status"], "blocked");
 }
 
-/// An organization with `jobs` queued tracer jobs and money for all of them.
-async fn backlogged(app: &TestApp, name: &str, jobs: usize) -> TestOrg {
+/// An organization with `jobs` queued tracer jobs (1,000 a batch) and money for all of them.
+pub async fn backlogged(app: &TestApp, name: &str, jobs: usize) -> TestOrg {
     let org = app.create_org(name).await;
     let project = app.create_project(&org, "P").await;
     app.fund(&org, 100 * jobs as i64 + 1000).await;
-    let items = vec![json!({"action": "tracer", "projectId": project}); jobs];
-    json_of(
-        app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": items}))
-            .await,
-        StatusCode::ACCEPTED,
-    )
-    .await;
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
+        let items = vec![json!({"action": "tracer", "projectId": project}); chunk.len()];
+        json_of(
+            app.post("/api/training/jobs/batch", &org.api_key, &json!({"jobs": items}))
+                .await,
+            StatusCode::ACCEPTED,
+        )
+        .await;
+    }
     org
 }
 
-async fn set_share(app: &TestApp, org: &TestOrg, body: Value) -> Value {
+pub async fn set_share(app: &TestApp, org: &TestOrg, body: Value) -> Value {
     json_of(
         app.put(
             &format!("/api/internal/orgs/{}/queue", org.org_id),
