@@ -258,9 +258,6 @@ pub fn observe_ended(metrics: &Metrics, ended: &[EndedAttempt]) {
     }
 }
 
-/// Asked before a claim hands jobs out: `false` once the claimant has gone.
-pub type StillWanted = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
-
 /// A new job; queued together with the others arriving meanwhile.
 #[derive(Message)]
 #[rtype(result = "Result<training_job::Model, QueueError>")]

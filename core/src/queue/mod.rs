@@ -10,7 +10,10 @@ pub(crate) mod repo;
 pub mod service;
 pub mod shares;
 
-pub use actor::{QueueError, StillWanted};
+pub use actor::QueueError;
+
+/// Asked before a claim hands jobs out: `false` once the claimant has gone.
+pub type StillWanted = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 pub use repo::{
     FailedFilter, Held, JobFilter, NewJob, Report, ReportOutcome, RetryPolicy, SweepCounts, DEFAULT_PRIORITY,
 };

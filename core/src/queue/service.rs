@@ -563,7 +563,7 @@ pub async fn claim(
     action: crate::domain::JobAction,
     limit: u32,
     wait: Option<std::time::Duration>,
-    wanted: super::actor::StillWanted,
+    wanted: super::StillWanted,
 ) -> Result<Vec<training_job::Model>, JobError> {
     let deadline = wait.map(|w| tokio::time::Instant::now() + w);
     let signal = jobs.cluster.jobs_signal(action);
