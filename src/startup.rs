@@ -113,7 +113,12 @@ impl Application {
                 .wrap_fn(move |req, srv| {
                     let request_id = req.extensions().get::<RequestId>().copied();
                     let draining = stopping.clone();
-                    let response = srv.call(req);
+                    // The request's id goes with the work it causes (a webhook event's row,
+                    // a ledger commit's failure).
+                    let response = keel_core::context::with_request_id(
+                        request_id.map(|id| id.to_string()).unwrap_or_default().into(),
+                        srv.call(req),
+                    );
                     async move {
                         let mut response = response.await?;
                         if draining.is_cancelled() {

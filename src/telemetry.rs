@@ -127,7 +127,6 @@ pub fn init(settings: &TelemetrySettings) -> Logs {
     if LOST.set(lost).is_err() {
         return Logs(None);
     }
-    let _ = FORMAT.set(settings.format);
     // actix's HTTP/1 dispatcher logs a client's malformed request at ERROR (the client's
     // fault, not keel's), and a response stream's failure without its cause (the proxy logs
     // its own line, naming it): left out unless RUST_LOG names actix_http itself.
@@ -145,8 +144,8 @@ pub fn init(settings: &TelemetrySettings) -> Logs {
         .with_writer(writer)
         // Colour codes only for a person at a terminal, never into a file or a pipe.
         .with_ansi(std::io::stderr().is_terminal())
-        // One line when a request's span closes, with its duration.
-        .with_span_events(FmtSpan::CLOSE);
+        // A request is its one line (written when answered), not its span's close too.
+        .with_span_events(FmtSpan::NONE);
     let _ = match settings.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Pretty => builder.compact().try_init(),
@@ -181,8 +180,8 @@ pub fn loggable_target(path: &str, query: &str) -> String {
     target
 }
 
-/// The log format in force (the request line is fields in JSON, one short line otherwise).
-static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+/// Whether keel's spans are exported (`telemetry.otlp_endpoint`).
+pub static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The path a request's log line names instead of its route pattern (the relay's, whose
 /// route is `/v1/{tail:.*}`), already without secrets and query.
@@ -196,6 +195,7 @@ pub struct RequestLine {
     route: String,
     path: String,
     request_id: String,
+    ids: RequestIds,
     started: std::time::Instant,
 }
 
@@ -203,43 +203,190 @@ impl RequestLine {
     /// Writes the line; `stream_error`: why a streamed body ended early.
     pub fn log(&self, status: u16, stream_error: Option<&str>) {
         log_request(
-            &self.method,
-            &self.route,
-            &self.path,
-            &self.request_id,
-            self.started,
+            &Line {
+                method: &self.method,
+                route: &self.route,
+                path: &self.path,
+                request_id: &self.request_id,
+                ids: &self.ids,
+                started: self.started,
+            },
             status,
             stream_error,
         );
     }
 }
 
-/// A request's line: fields in JSON, one short line otherwise.
-fn log_request(
-    method: &str,
-    route: &str,
-    path: &str,
-    request_id: &str,
+/// What a request's line is written from.
+struct Line<'a> {
+    method: &'a str,
+    route: &'a str,
+    path: &'a str,
+    request_id: &'a str,
+    ids: &'a RequestIds,
     started: std::time::Instant,
-    status: u16,
-    stream_error: Option<&str>,
-) {
-    let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-    match (FORMAT.get(), stream_error) {
-        (Some(LogFormat::Json), None) => {
-            tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, "request")
+}
+
+/// A request's line: its fields (JSON in production, `key=value` in text); the ids only
+/// where known.
+fn log_request(line: &Line<'_>, status: u16, stream_error: Option<&str>) {
+    let latency_ms = (line.started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    let ids = line.ids;
+    tracing::info!(
+        target: "keel::request",
+        method = line.method,
+        path = line.path,
+        route = line.route,
+        status,
+        latency_ms,
+        request_id = line.request_id,
+        org_id = ids.org_id.as_deref(),
+        api_key_id = ids.api_key_id.as_deref(),
+        job_id = ids.job_id.as_deref(),
+        trace_id = ids.trace_id.as_deref(),
+        worker_id = ids.worker_id.as_deref(),
+        stream_error,
+        "request"
+    );
+}
+
+/// The ids a request's line names where known, each set by whoever learns it: the
+/// credential's middleware (the API key and its organization), the organization's
+/// extractor, a JSON body's top-level `worker_id` / `job_id`, the proxy (its trace); the
+/// path's own (`{org_id}`, `{job_id}`, `{trace_id}`) are read when the line is written.
+/// Never a secret: an API key's id, not the key.
+#[derive(Debug, Clone, Default)]
+pub struct RequestIds {
+    pub org_id: Option<String>,
+    pub api_key_id: Option<String>,
+    pub job_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub worker_id: Option<String>,
+}
+
+impl RequestIds {
+    /// `value` as a logged id: printable ASCII without spaces or quotes, at most 128
+    /// characters (ids come from clients too: a line is never forged or flooded by one);
+    /// anything else is `[unprintable]`.
+    fn id(value: &str) -> String {
+        let plain = !value.is_empty()
+            && value.len() <= 128
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'='));
+        match plain {
+            true => value.to_owned(),
+            false => "[unprintable]".to_owned(),
         }
-        (Some(LogFormat::Json), Some(stream_error)) => {
-            tracing::info!(target: "keel::request", method, route, path, status, latency_ms, request_id, stream_error, "request")
-        }
-        (_, None) => {
-            tracing::info!(target: "keel::request", "{method} {path} {status} {latency_ms:.1}ms {request_id}")
-        }
-        (_, Some(stream_error)) => tracing::info!(
-            target: "keel::request",
-            "{method} {path} {status} {latency_ms:.1}ms {request_id} stream_error=\"{stream_error}\""
-        ),
     }
+
+    /// Sets the ids not known yet from the route's path parameters.
+    fn fill_from_path(&mut self, params: &actix_web::dev::Path<actix_web::dev::Url>) {
+        for (name, value) in params.iter() {
+            let slot = match name {
+                "org_id" | "org" => &mut self.org_id,
+                "job_id" | "job" => &mut self.job_id,
+                "trace_id" | "trace" => &mut self.trace_id,
+                _ => continue,
+            };
+            if slot.is_none() {
+                *slot = Some(Self::id(value));
+            }
+        }
+    }
+}
+
+/// Notes ids of the request's line (nothing when request lines are not written).
+pub fn note_ids(req: &actix_web::HttpRequest, note: impl FnOnce(&mut RequestIds)) {
+    if let Some(ids) = req.extensions_mut().get_mut::<RequestIds>() {
+        note(ids);
+    }
+}
+
+/// Notes the organization a request acts in.
+pub fn note_org(req: &actix_web::HttpRequest, org_id: &str) {
+    note_ids(req, |ids| ids.org_id = Some(RequestIds::id(org_id)));
+}
+
+/// Notes the API key (its id) that made a request, and its organization.
+pub fn note_api_key(req: &actix_web::HttpRequest, api_key_id: &str, org_id: &str) {
+    note_ids(req, |ids| {
+        ids.api_key_id = Some(RequestIds::id(api_key_id));
+        ids.org_id = Some(RequestIds::id(org_id));
+    });
+}
+
+/// Notes the trace a proxied call records.
+pub fn note_trace(req: &actix_web::HttpRequest, trace_id: &str) {
+    note_ids(req, |ids| ids.trace_id = Some(RequestIds::id(trace_id)));
+}
+
+/// Notes a JSON body's top-level `worker_id` and `job_id` (strings; the first of each),
+/// when request lines are written.
+pub fn note_body_ids(req: &actix_web::HttpRequest, body: &[u8]) {
+    if req.extensions().get::<RequestIds>().is_none() {
+        return;
+    }
+    struct Ids(Option<String>, Option<String>);
+    impl<'de> serde::de::Visitor<'de> for Ids {
+        type Value = (Option<String>, Option<String>);
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+            while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let slot = match name.as_ref() {
+                    "worker_id" | "workerId" if self.0.is_none() => &mut self.0,
+                    "job_id" | "jobId" if self.1.is_none() => &mut self.1,
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        continue;
+                    }
+                };
+                if let serde_json::Value::String(value) = map.next_value::<serde_json::Value>()? {
+                    *slot = Some(value);
+                }
+            }
+            Ok((self.0, self.1))
+        }
+    }
+    let read = serde::Deserializer::deserialize_map(
+        &mut serde_json::Deserializer::from_slice(body),
+        Ids(None, None),
+    );
+    if let Ok((worker_id, job_id)) = read {
+        note_ids(req, |ids| {
+            if let Some(worker_id) = worker_id {
+                ids.worker_id = Some(RequestIds::id(&worker_id));
+            }
+            if let (Some(job_id), None) = (job_id, &ids.job_id) {
+                ids.job_id = Some(RequestIds::id(&job_id));
+            }
+        });
+    }
+}
+
+/// A request's concrete path as logged: a segment that looks like a credential (an API key,
+/// a session token) is `[redacted]`.
+fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let secret = |segment: &str| {
+        keel_core::auth::keys::looks_like_api_key(segment)
+            || keel_core::auth::session::looks_like_jwt(segment)
+    };
+    if !path.split('/').any(secret) {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    std::borrow::Cow::Owned(
+        path.split('/')
+            .map(|segment| match secret(segment) {
+                true => "[redacted]",
+                false => segment,
+            })
+            .collect::<Vec<_>>()
+            .join("/"),
+    )
 }
 
 /// Put on a streamed response whose body writes the request's line itself when it ends
@@ -273,11 +420,11 @@ pub struct RootSpan;
 impl RootSpanBuilder for RootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
         if tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
-            request
-                .extensions_mut()
-                .insert(Started(std::time::Instant::now()));
+            let mut extensions = request.extensions_mut();
+            extensions.insert(Started(std::time::Instant::now()));
+            extensions.insert(RequestIds::default());
         }
-        if !tracing::enabled!(target: "keel::request", tracing::Level::DEBUG) {
+        if !tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
             return Span::none();
         }
         let request_id = request
@@ -285,25 +432,44 @@ impl RootSpanBuilder for RootSpan {
             .get::<RequestId>()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let connection = request.connection_info();
-        tracing::debug_span!(
+        let route = request.match_pattern();
+        let route = route.as_deref().unwrap_or("default");
+        if tracing::enabled!(target: "keel::request", tracing::Level::DEBUG) {
+            let connection = request.connection_info();
+            tracing::debug!(
+                target: "keel::request",
+                request_id = %request_id,
+                http.target = %loggable_target(request.path(), request.query_string()),
+                http.client_ip = connection.realip_remote_addr().unwrap_or(""),
+                http.user_agent = request
+                    .headers()
+                    .get("user-agent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or(""),
+                "request started"
+            );
+        }
+        let span = tracing::info_span!(
             target: "keel::request",
-            "HTTP request",
-            http.method = %request.method(),
-            http.route = request.match_pattern().as_deref().unwrap_or("default"),
-            http.target = %loggable_target(request.path(), request.query_string()),
-            http.client_ip = connection.realip_remote_addr().unwrap_or(""),
-            http.user_agent = request
-                .headers()
-                .get("user-agent")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
+            "request",
             request_id = %request_id,
+            http.method = tracing::field::Empty,
+            http.route = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
             http.status_code = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             exception.message = tracing::field::Empty,
             exception.details = tracing::field::Empty,
-        )
+        );
+        // What an exported span needs (the log's lines have it in the request line already).
+        if EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+            span.record("http.method", request.method().as_str());
+            span.record("http.route", route);
+            span.record("otel.name", format!("{} {route}", request.method()));
+            span.record("otel.kind", "server");
+        }
+        span
     }
 
     fn on_request_end<B: MessageBody>(span: Span, outcome: &Result<ServiceResponse<B>, actix_web::Error>) {
@@ -315,8 +481,21 @@ impl RootSpanBuilder for RootSpan {
                 let request_id = request_id.as_deref().unwrap_or("-");
                 let route = request.match_pattern();
                 let route = route.as_deref().unwrap_or("(no route)");
-                let path = extensions.get::<LoggedPath>().map_or(route, |p| p.0.as_str());
+                let concrete = loggable_path(request.path());
+                let path = extensions
+                    .get::<LoggedPath>()
+                    .map_or(concrete.as_ref(), |p| p.0.as_str());
                 let method = request.method().as_str();
+                let mut ids = extensions.get::<RequestIds>().cloned().unwrap_or_default();
+                ids.fill_from_path(request.match_info());
+                let line = Line {
+                    method,
+                    route,
+                    path,
+                    request_id,
+                    ids: &ids,
+                    started: at,
+                };
                 // A proxied stream says how it ended, in a line of its own when it ends (only
                 // then is the line kept: every other request's is written from borrowed parts).
                 match response.response().extensions().get::<DeferredLine>() {
@@ -325,17 +504,10 @@ impl RootSpanBuilder for RootSpan {
                         route: route.to_owned(),
                         path: path.to_owned(),
                         request_id: request_id.to_owned(),
+                        ids: ids.clone(),
                         started: at,
                     }),
-                    None => log_request(
-                        method,
-                        route,
-                        path,
-                        request_id,
-                        at,
-                        response.status().as_u16(),
-                        None,
-                    ),
+                    None => log_request(&line, response.status().as_u16(), None),
                 }
             }
         }
@@ -359,5 +531,20 @@ mod tests {
             "/x?[redacted]&a"
         );
         assert_eq!(loggable_target("/x", "limit=a%20b"), "/x?limit=a+b");
+    }
+
+    #[test]
+    fn a_logged_path_has_its_credentials_redacted_and_ids_are_plain() {
+        assert_eq!(loggable_path("/api/training/jobs/j-1"), "/api/training/jobs/j-1");
+        assert_eq!(
+            loggable_path("/v1/keel_sk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789/models"),
+            "/v1/[redacted]/models"
+        );
+        assert_eq!(RequestIds::id("w-1.a:b"), "w-1.a:b");
+        // A client's id that would forge or flood a line is not written as sent.
+        assert_eq!(RequestIds::id("w\n2026 INFO forged"), "[unprintable]");
+        assert_eq!(RequestIds::id("a\"b"), "[unprintable]");
+        assert_eq!(RequestIds::id(&"x".repeat(129)), "[unprintable]");
+        assert_eq!(RequestIds::id(""), "[unprintable]");
     }
 }

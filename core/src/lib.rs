@@ -12,6 +12,7 @@ pub mod cache;
 pub mod cluster;
 pub mod config;
 pub mod console;
+pub mod context;
 pub mod database;
 pub use keel_domain as domain;
 pub mod evals;

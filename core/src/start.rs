@@ -211,6 +211,10 @@ impl Core {
         }
         tasks.spawn("open streams", limiter.clone().run(stopping.clone()));
         tasks.spawn(
+            "key expiries",
+            crate::keys::service::log_expiries(db.clone(), Duration::from_secs(30), stopping.clone()),
+        );
+        tasks.spawn(
             "key usage",
             limiter.usage().clone().run(db.clone(), stopping.clone()),
         );

@@ -12,6 +12,8 @@ pub struct Model {
     /// The JSON every endpoint receives: `{id, type, createdAt, orgId, data}`.
     pub body: String,
     pub created_at: DateTimeUtc,
+    /// The id of the request whose change announced it (none for background work).
+    pub request_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

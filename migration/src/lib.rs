@@ -34,6 +34,7 @@ mod m20261128_000002_job_stop_reason;
 mod m20261128_000003_webhook_secrets_and_leases;
 mod m20261128_000004_sqlite_fts_off_the_writer;
 mod m20261128_000005_sqlite_fts_keel_words;
+mod m20261128_000006_event_request_id;
 
 pub struct Migrator;
 
@@ -72,6 +73,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000003_webhook_secrets_and_leases::Migration),
             Box::new(m20261128_000004_sqlite_fts_off_the_writer::Migration),
             Box::new(m20261128_000005_sqlite_fts_keel_words::Migration),
+            Box::new(m20261128_000006_event_request_id::Migration),
         ]
     }
 }

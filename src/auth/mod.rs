@@ -119,8 +119,9 @@ pub async fn authenticate(
         if let Some(token) = bearer(req.request()).map(str::to_owned) {
             let state = state_of(req.request())?;
             let principal = resolve(&state, &token).await?;
-            if let Some(Principal::User(UserPrincipal::ApiKey { org_id, .. })) = &principal {
+            if let Some(Principal::User(UserPrincipal::ApiKey { key_id, org_id })) = &principal {
                 req.extensions_mut().insert(ApiKeyOrg(org_id.clone()));
+                crate::telemetry::note_api_key(req.request(), key_id.as_str(), org_id.as_str());
             }
             req.extensions_mut().insert(Resolved(principal));
         }
@@ -447,6 +448,7 @@ where
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let caller = Caller::from_request(req, payload);
         let input = T::from_request(req, payload);
+        let req = req.clone();
         Box::pin(async move {
             let caller = caller.await?;
             let input = input.await.map_err(Into::into)?;
@@ -454,6 +456,7 @@ where
                 true => caller.owner(input.org_id()).await?,
                 false => caller.member(input.org_id()).await?,
             };
+            crate::telemetry::note_org(&req, access.org_id.as_str());
             Ok(Self {
                 access,
                 input,
@@ -472,7 +475,12 @@ impl FromRequest for MemberOf {
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let caller = Caller::from_request(req, payload);
-        Box::pin(async move { Ok(Self(caller.await?.member(None).await?)) })
+        let req = req.clone();
+        Box::pin(async move {
+            let access = caller.await?.member(None).await?;
+            crate::telemetry::note_org(&req, access.org_id.as_str());
+            Ok(Self(access))
+        })
     }
 }
 
@@ -485,7 +493,12 @@ impl FromRequest for OwnerOf {
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let caller = Caller::from_request(req, payload);
-        Box::pin(async move { Ok(Self(caller.await?.owner(None).await?)) })
+        let req = req.clone();
+        Box::pin(async move {
+            let access = caller.await?.owner(None).await?;
+            crate::telemetry::note_org(&req, access.org_id.as_str());
+            Ok(Self(access))
+        })
     }
 }
 

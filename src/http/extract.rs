@@ -54,8 +54,10 @@ impl<T: DeserializeOwned + Validate + utoipa::ToSchema + 'static> FromRequest fo
         let declared = declared_length(req);
         let key_org = req.extensions().get::<ApiKeyOrg>().map(|k| k.0.clone());
         let mut payload = payload.take();
+        let req = req.clone();
         Box::pin(async move {
             let bytes = read_body(&mut payload, declared, limit).await?;
+            crate::telemetry::note_body_ids(&req, &bytes);
             if let Some(key_org) = key_org {
                 // Before the body's own checks: a foreign organization is 403 even where
                 // the body has no such field.

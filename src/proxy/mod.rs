@@ -184,6 +184,7 @@ async fn authenticate<'r>(state: &AppState, req: &'r HttpRequest) -> ApiResult<(
         .await
         .map_err(ApiError::database)?
         .ok_or_else(unauthorized)?;
+    crate::telemetry::note_api_key(req, owner.key_id.as_str(), owner.org_id.as_str());
     // A key held by the cache may have expired since it was read.
     if owner.settings.expires_at.is_some() && owner.settings.expired(Utc::now()) {
         return Err(unauthorized());
@@ -289,6 +290,8 @@ async fn recording_project(state: &AppState, org_id: &OrgId, raw: &str) -> ApiRe
 
 /// What a trace needs from the request; completed when the call ends.
 struct TraceDraft {
+    /// Chosen when the call starts (the request's log line names it).
+    id: TraceId,
     org_id: OrgId,
     project_id: ProjectId,
     provider: &'static str,
@@ -327,9 +330,7 @@ impl TraceDraft {
         let indexed =
             keel_core::traces::search::index_text(&self.request, response.as_ref().map(|r| r.text.as_str()));
         trace::Model {
-            // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
-            // instead of landing on a random page of it per row.
-            id: TraceId::time_ordered(),
+            id: self.id,
             org_id: self.org_id,
             project_id: self.project_id,
             provider: self.provider.to_owned(),
@@ -578,6 +579,9 @@ async fn proxy_chat(
     let json_on_path = owner.settings.limits.tokens_per_day.is_some() || project_id.is_none();
     let recording = project_id.map(|project_id| Recording {
         draft: TraceDraft {
+            // Time-ordered (UUIDv7): a batch of traces appends to the primary-key index
+            // instead of landing on a random page of it per row.
+            id: TraceId::time_ordered(),
             org_id: owner.org_id.clone(),
             project_id,
             provider,
@@ -599,6 +603,9 @@ async fn proxy_chat(
         meter: meter.clone(),
         counted: json_on_path,
     });
+    if let Some(recording) = &recording {
+        crate::telemetry::note_trace(&req, recording.draft.id.as_str());
+    }
 
     let mut upstream = http::Request::new(http_body_util::Full::new(upstream_body));
     *upstream.method_mut() = http::Method::POST;

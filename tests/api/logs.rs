@@ -245,11 +245,16 @@ async fn at_info_a_request_is_one_short_line() {
     let lines: Vec<&str> = text.lines().filter(|l| l.contains(&request_id)).collect();
     assert_eq!(lines.len(), 1, "one line for the request: {text}");
     let line = lines[0];
-    assert!(
-        line.contains("GET /api/projects 403 "),
-        "method, route, status: {line}"
-    );
-    assert!(line.contains("ms "), "its time: {line}");
+    // Fields as key=value: the method, the concrete path, the route, the status, the time.
+    for field in [
+        "method=\"GET\"",
+        "path=\"/api/projects\"",
+        "route=\"/api/projects\"",
+        "status=403",
+        "latency_ms=",
+    ] {
+        assert!(line.contains(field), "{field}: {line}");
+    }
     assert!(
         !line.contains("keel_sk_secret") && !line.contains("user_agent"),
         "{line}"
@@ -480,4 +485,219 @@ async fn at_sigterm_every_task_the_core_started_reports_its_stop() {
     let drained = text.find("background work stopped").expect("shutdown finished");
     let last_stop = text.rfind("task stopped").unwrap();
     assert!(last_stop < drained, "every task stopped before the pool closed");
+}
+
+/// Issue 57: an operator reads what happened from the log alone. A scripted session (an
+/// organization and its key, a grant, a charge, a job created, claimed, failed and retried, a
+/// webhook that cannot be delivered, the key revoked) leaves one line per domain event with
+/// its ids, request lines that name the organization, key, job and worker, a failed
+/// delivery that names the request that caused it, and no secret anywhere.
+#[actix_web::test]
+async fn a_scripted_session_is_told_by_its_log_with_ids_and_without_secrets() {
+    // A port nobody listens on: every delivery fails (connection refused).
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut served = serve_with(
+        8192,
+        "info",
+        &[
+            ("KEEL__TELEMETRY__FORMAT", "json"),
+            ("KEEL__WEBHOOKS__ALLOW_HTTP", "true"),
+            ("KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ],
+    )
+    .await;
+    let output = capture(served.child.stderr.take().unwrap());
+    let http = served.client.clone();
+    let (org_id, key) = org_with_key(&http, &served.base, "logged").await;
+    let post = |path: &str, token: &str, body: serde_json::Value| {
+        http.post(served.url(path)).bearer_auth(token).json(&body).send()
+    };
+    let granted = http
+        .post(served.url("/api/internal/billing/grants"))
+        .bearer_auth(INTERNAL_KEY)
+        .header("Idempotency-Key", "goodwill-1")
+        .json(&json!({"orgId": org_id, "amountCents": 5000, "reason": "goodwill"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(granted.status(), StatusCode::CREATED);
+    let charged = post(
+        "/api/billing/debit",
+        &key,
+        json!({"orgId": org_id, "runId": "run-1"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(charged.status(), StatusCode::OK);
+    let charge_id = charged.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let endpoint = post(
+        "/api/webhooks/endpoints",
+        &key,
+        json!({"url": format!("http://127.0.0.1:{dead}/hook"), "events": ["job.failed"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(endpoint.status(), StatusCode::CREATED);
+    let endpoint: serde_json::Value = endpoint.json().await.unwrap();
+    let webhook_secret = endpoint["secret"].as_str().unwrap().to_owned();
+    let endpoint_id = endpoint["endpointId"]
+        .as_str()
+        .or(endpoint["id"].as_str())
+        .unwrap()
+        .to_owned();
+    let project: serde_json::Value = post("/api/projects", &key, json!({"name": "logged"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let queued: serde_json::Value = post(
+        "/api/training/jobs",
+        &key,
+        json!({"projectId": project["id"], "action": "tracer"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let job_id = queued["jobId"]
+        .as_str()
+        .or(queued["id"].as_str())
+        .unwrap()
+        .to_owned();
+    let claimed = post(
+        "/api/training/internal/jobs/claim",
+        INTERNAL_KEY,
+        json!({"worker_id": "w-logged", "action": "tracer", "limit": 1}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.status(), StatusCode::OK);
+    let failed = post(
+        "/api/training/internal/jobs/failed",
+        INTERNAL_KEY,
+        json!({"job_id": job_id, "worker_id": "w-logged", "error": "out of memory"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed.status(), StatusCode::OK);
+    let failed_id = failed.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let retried = post(&format!("/api/training/jobs/{job_id}/retry"), &key, json!({}))
+        .await
+        .unwrap();
+    assert!(retried.status().is_success(), "{}", retried.status());
+    let key_id = http
+        .get(served.url("/api/api-keys"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    let key_id = key_id["keys"]
+        .as_array()
+        .or(key_id.as_array())
+        .and_then(|keys| keys.first())
+        .and_then(|k| k["id"].as_str().or(k["apiKeyId"].as_str()))
+        .expect("the key's id")
+        .to_owned();
+    // The delivery fails at its first attempt, within a second or two.
+    let delivery_failed = |text: &str| text.contains("\"webhook.delivery_failed\"");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !delivery_failed(&String::from_utf8_lossy(&output.lock().unwrap()))
+        && std::time::Instant::now() < deadline
+    {
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    let revoked = http
+        .delete(served.url(&format!("/api/internal/api-keys/{key_id}")))
+        .bearer_auth(INTERNAL_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert!(revoked.status().is_success(), "{}", revoked.status());
+    assert!(served.terminate().await, "a clean exit");
+    actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    let text = String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let event =
+        |name: &str| -> Vec<&serde_json::Value> { lines.iter().filter(|l| l["event"] == name).collect() };
+    let one = |name: &str| -> &serde_json::Value {
+        let found = event(name);
+        assert!(!found.is_empty(), "a {name} line: {text}");
+        found[0]
+    };
+    assert_eq!(one("key.created")["org_id"], org_id.as_str());
+    assert_eq!(one("key.created")["api_key_id"], key_id.as_str());
+    let grant = one("grant.issued");
+    assert_eq!(grant["org_id"], org_id.as_str());
+    assert_eq!(grant["amount_cents"], 5000);
+    let created = one("job.created");
+    assert_eq!(created["job_id"], job_id.as_str());
+    assert_eq!(created["org_id"], org_id.as_str());
+    let claimed = one("job.claimed");
+    assert_eq!(claimed["job_id"], job_id.as_str());
+    assert_eq!(claimed["worker_id"], "w-logged");
+    assert_eq!(claimed["org_id"], org_id.as_str());
+    let ended = one("job.ended");
+    assert_eq!(ended["job_id"], job_id.as_str());
+    assert_eq!(ended["outcome"], "failed");
+    assert_eq!(ended["worker_id"], "w-logged");
+    let retried = one("job.retried");
+    assert_eq!(retried["job_id"], job_id.as_str());
+    let delivery = one("webhook.delivery_failed");
+    assert_eq!(delivery["endpoint_id"], endpoint_id.as_str());
+    assert_eq!(delivery["org_id"], org_id.as_str());
+    assert_eq!(delivery["event_type"], "job.failed");
+    assert_eq!(
+        delivery["request_id"],
+        failed_id.as_str(),
+        "the report that caused it"
+    );
+    assert!(
+        delivery["next_attempt_at"].is_string() && delivery["error"].is_string(),
+        "{delivery}"
+    );
+    assert_eq!(one("key.revoked")["api_key_id"], key_id.as_str());
+    // Request lines: the charge names its organization and key (by id); the worker's report
+    // its job and worker; the retry its job (from the path).
+    let request = |id: &str| -> &serde_json::Value {
+        lines
+            .iter()
+            .find(|l| l["message"] == "request" && l["request_id"] == id)
+            .unwrap_or_else(|| panic!("the request line of {id}: {text}"))
+    };
+    let charge = request(&charge_id);
+    assert_eq!(charge["org_id"], org_id.as_str());
+    assert_eq!(charge["api_key_id"], key_id.as_str());
+    assert_eq!(charge["path"], "/api/billing/debit");
+    assert_eq!(charge["route"], "/api/billing/debit");
+    let report = request(&failed_id);
+    assert_eq!(report["job_id"], job_id.as_str());
+    assert_eq!(report["worker_id"], "w-logged");
+    let retry = lines
+        .iter()
+        .find(|l| l["message"] == "request" && l["route"] == "/api/training/jobs/{job_id}/retry")
+        .expect("the retry's request line");
+    assert_eq!(retry["path"], format!("/api/training/jobs/{job_id}/retry"));
+    assert_eq!(retry["job_id"], job_id.as_str());
+    assert_eq!(retry["org_id"], org_id.as_str());
+    // No secret anywhere: the API key, the webhook's signing secret, the internal key, the
+    // session secret.
+    for secret in [
+        key.as_str(),
+        webhook_secret.as_str(),
+        INTERNAL_KEY,
+        SESSION_SECRET,
+    ] {
+        assert!(!text.contains(secret), "a secret in the log: {text}");
+    }
 }

@@ -309,13 +309,28 @@ impl LedgerActor {
             self.notify_if_idle();
             return;
         }
-        let (ops, replies): (Vec<_>, Vec<_>) = self.pending.drain(..n).unzip();
+        let (ops, replies): (Vec<LedgerOp>, Vec<_>) = self.pending.drain(..n).unzip();
         self.flushing = true;
         let shared = self.shared.clone();
         let org_id = self.org_id.clone();
+        // The commit's span is a child of the first operation's request (and follows from
+        // the others'), so what is logged or exported of it belongs to a request.
+        let span = tracing::info_span!(
+            parent: ops[0].cause.span.id(),
+            "ledger.commit",
+            org_id = %org_id,
+            ops = ops.len(),
+            request_id = ops[0].cause.request_id(),
+        );
+        for op in &ops[1..] {
+            span.follows_from(op.cause.span.id());
+        }
         // Its own task, so the commit always runs to its end (never frozen or dropped with
         // the actor's context while it holds a connection).
-        let commit = actix::spawn(async move { shared.commit(org_id, ops).await });
+        let commit = actix::spawn(tracing::Instrument::instrument(
+            async move { shared.commit(org_id, ops).await },
+            span,
+        ));
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.unwrap_or_else(|e| BatchResult {
                 outcomes: (0..replies.len())
@@ -402,13 +417,13 @@ async fn commit_batch(
                 "ledger batch committed"
             );
             if lock(held).remove(org_id) {
-                tracing::info!(org_id = %org_id, "organization's balance row free again");
+                tracing::info!(target: "keel::event", event = "ledger.resumed", org_id = %org_id, "organization's balance row free again");
             }
             result
         }
         Err(err) if is_lock_timeout(&err) => {
             if lock(held).insert(org_id.to_owned()) {
-                tracing::warn!(org_id = %org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
+                tracing::warn!(target: "keel::event", event = "ledger.stalled", org_id = %org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
             }
             BatchResult {
                 outcomes: ops.iter().map(|_| Err(LedgerError::Locked)).collect(),
@@ -440,7 +455,14 @@ async fn commit_batch(
                     }
                     Err(err) if is_lock_timeout(&err) => outcomes.push(Err(LedgerError::Locked)),
                     Err(err) => {
-                        tracing::error!(org_id = %org_id, error = %err, "ledger operation failed");
+                        tracing::error!(
+                            parent: &op.cause.span,
+                            org_id = %org_id,
+                            request_id = op.cause.request_id(),
+                            kind = op.kind.as_str(),
+                            error = %err,
+                            "ledger operation failed"
+                        );
                         outcomes.push(Err(LedgerError::Unavailable(err.to_string())));
                     }
                 }
@@ -591,7 +613,8 @@ impl Ledger {
 
     /// Applies one operation to the organization's balance and answers its outcome once
     /// it is committed.
-    pub async fn submit(&self, org_id: &OrgId, op: LedgerOp) -> Result<Outcome, LedgerError> {
+    pub async fn submit(&self, org_id: &OrgId, mut op: LedgerOp) -> Result<Outcome, LedgerError> {
+        op.cause = crate::context::Cause::current();
         let shared = &self.shared;
         // Counted out when dropped: a caller that goes away (a client hang-up drops the
         // handler) is no longer waiting.
@@ -614,9 +637,17 @@ impl Ledger {
 
     /// Applies several operations of one organization, handed to its actor at once (one
     /// message, one batch when the batch size allows); answers each one's outcome, in order.
-    pub async fn submit_all(&self, org_id: &OrgId, ops: Vec<LedgerOp>) -> Vec<Result<Outcome, LedgerError>> {
+    pub async fn submit_all(
+        &self,
+        org_id: &OrgId,
+        mut ops: Vec<LedgerOp>,
+    ) -> Vec<Result<Outcome, LedgerError>> {
         if ops.is_empty() {
             return Vec::new();
+        }
+        let cause = crate::context::Cause::current();
+        for op in &mut ops {
+            op.cause = cause.clone();
         }
         let shared = &self.shared;
         let _waiting = Waiting::start(shared);

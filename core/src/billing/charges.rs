@@ -152,6 +152,15 @@ async fn settle_answer(
     };
     match answer {
         Ok(intent) if intent.status.is_succeeded() => {
+            tracing::info!(
+                target: "keel::event",
+                event = "payment.succeeded",
+                org_id = %pending.org_id,
+                kind = pending.kind.as_str(),
+                amount_cents = pending.amount_cents.get(),
+                payment_intent = %intent.id,
+                "payment succeeded"
+            );
             let credit = Box::new(credit_op(pending, &intent.id));
             Ok(Charged::Succeeded { intent, credit })
         }
@@ -163,6 +172,16 @@ async fn settle_answer(
             message,
             payment_intent_id,
         }) => {
+            // The processor's reason ("Your card was declined."), never card data.
+            tracing::info!(
+                target: "keel::event",
+                event = "payment.declined",
+                org_id = %pending.org_id,
+                kind = pending.kind.as_str(),
+                amount_cents = pending.amount_cents.get(),
+                reason = %message.chars().take(200).collect::<String>(),
+                "payment declined"
+            );
             let id = record(
                 declined_intent_id(payment_intent_id),
                 PaymentState::Declined,
@@ -284,7 +303,7 @@ pub async fn reconcile(
                         "credited"
                     }
                     Err(err) => {
-                        tracing::warn!(org_id = %pending.org_id, error = %err, "pending payment not credited yet");
+                        tracing::warn!(target: "keel::event", event = "payment.unsettled", org_id = %pending.org_id, processor_key = %pending.processor_key, error = %err, "pending payment not credited yet");
                         done.failed += 1;
                         "failed"
                     }
@@ -302,7 +321,7 @@ pub async fn reconcile(
                 "declined"
             }
             Err(err) => {
-                tracing::warn!(org_id = %pending.org_id, error = %err, "pending payment not settled yet");
+                tracing::warn!(target: "keel::event", event = "payment.unsettled", org_id = %pending.org_id, processor_key = %pending.processor_key, error = %err, "pending payment not settled yet: the reconciler cannot settle it now");
                 done.failed += 1;
                 "failed"
             }

@@ -91,6 +91,15 @@ pub async fn sweep(billing: &Billing, now: DateTime<Utc>) -> Result<Swept, Billi
         {
             // (The ledger counts expiries in the metrics, whoever wrote them.)
             Ok(outcome) if outcome.amount < Microcents::ZERO => {
+                tracing::info!(
+                    target: "keel::event",
+                    event = "grant.expired",
+                    org_id = %grant.org_id,
+                    grant_id = %grant.id,
+                    kind = grant.kind.as_str(),
+                    expired_microcents = -outcome.amount.get(),
+                    "credit grant expired"
+                );
                 swept.expired += 1;
                 swept.expired_microcents += -outcome.amount.get();
             }

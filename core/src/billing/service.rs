@@ -23,6 +23,7 @@ const RECENT_ENTRIES: u64 = 20;
 
 /// The organization's billing account as of now (its lapsed grants expired first, so the
 /// balance read is the one the ledger would check); 404 when the organization is unknown.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn account_of(billing: &Billing, org_id: &OrgId) -> Result<billing_account::Model, BillingError> {
     expire_lapsed(billing, org_id).await?;
     repo::account(&billing.db, org_id)
@@ -33,6 +34,7 @@ pub async fn account_of(billing: &Billing, org_id: &OrgId) -> Result<billing_acc
 /// Ends the organization's grants whose expiry has passed, through the ledger (one
 /// operation: the planner ends every lapsed grant before any operation, the sweep's keyed
 /// entry included). One indexed read when none has lapsed.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn expire_lapsed(billing: &Billing, org_id: &OrgId) -> Result<(), BillingError> {
     let Some(grant) = repo::first_lapsed_grant(&billing.db, org_id, Utc::now()).await? else {
         return Ok(());
@@ -69,6 +71,7 @@ impl Overview {
 }
 
 /// The account with its most recent ledger entries and its active grants.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn overview(billing: &Billing, org_id: &OrgId) -> Result<Overview, BillingError> {
     let account = account_of(billing, org_id).await?;
     let recent = repo::recent_ledger(&billing.db, org_id, RECENT_ENTRIES).await?;
@@ -87,6 +90,7 @@ pub async fn overview(billing: &Billing, org_id: &OrgId) -> Result<Overview, Bil
 }
 
 /// The processor's customer of the account, created on first use.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn ensure_customer(
     billing: &Billing,
     account: &billing_account::Model,
@@ -99,6 +103,7 @@ pub async fn ensure_customer(
 }
 
 /// A setup intent for saving a card: `(client secret, customer id)`.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn setup_intent(billing: &Billing, org_id: &OrgId) -> Result<(String, String), BillingError> {
     let account = account_of(billing, org_id).await?;
     let customer_id = ensure_customer(billing, &account).await?;
@@ -108,6 +113,7 @@ pub async fn setup_intent(billing: &Billing, org_id: &OrgId) -> Result<(String, 
 
 /// Attaches the method to the customer and saves it as the card; a replaced card is
 /// detached (best effort: the new one is saved regardless).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn save_payment_method(
     billing: &Billing,
     org_id: &OrgId,
@@ -144,6 +150,7 @@ pub async fn save_payment_method(
 }
 
 /// Detaches and forgets the saved card; answers whether that turned auto top-up off.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn delete_payment_method(billing: &Billing, org_id: &OrgId) -> Result<bool, BillingError> {
     let account = account_of(billing, org_id).await?;
     let Some(payment_method_id) = &account.payment_method_id else {
@@ -161,6 +168,7 @@ pub struct CustomerDeletion {
     pub error: Option<String>,
 }
 
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn delete_customer(billing: &Billing, org_id: &OrgId) -> Result<CustomerDeletion, BillingError> {
     let account = account_of(billing, org_id).await?;
     let Some(customer_id) = account.customer_id else {
@@ -192,6 +200,7 @@ pub async fn delete_customer(billing: &Billing, org_id: &OrgId) -> Result<Custom
 
 /// Saves auto top-up settings (which lifts a pause after declines); enabling needs a card.
 /// Answers what auto top-up has charged this UTC month.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn set_auto_topup(
     billing: &Billing,
     org_id: &OrgId,
@@ -220,6 +229,7 @@ pub struct Topup {
 /// included) and charges nothing; the same key for another amount is 409. Requests with the
 /// same key that race each other reach the processor with the same key of its own, so they
 /// get one payment intent, credited once by its ledger key.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn topup(
     billing: &Billing,
     org_id: &OrgId,
@@ -337,6 +347,7 @@ fn expires_after(days: u32) -> Option<chrono::DateTime<Utc>> {
 
 /// The organization's grants: the active ones first (in draw order), then the spent and
 /// expired ones, newest first.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn grants(billing: &Billing, org_id: &OrgId) -> Result<Vec<credit_grant::Model>, BillingError> {
     account_of(billing, org_id).await?;
     Ok(repo::grants(&billing.db, org_id).await?)
@@ -356,6 +367,7 @@ pub struct ManualGrant {
 
 /// Grants `grant` once per key: a repeat answers the original grant; the same key with
 /// another body is [`BillingError::GrantKeyReused`].
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn manual_grant(
     billing: &Billing,
     org_id: &OrgId,
@@ -393,14 +405,28 @@ pub async fn manual_grant(
         request_hash: Some(hash.clone()),
     });
     // A race with the same key: the ledger's key makes the second a replay.
-    billing.ledger.submit(org_id, op).await?;
+    let outcome = billing.ledger.submit(org_id, op).await?;
     let found = repo::grant_by_key(&billing.db, org_id, &grant.key)
         .await?
         .ok_or_else(|| BillingError::Database(sea_orm::DbErr::RecordNotFound("the manual grant".into())))?;
+    if !outcome.replayed {
+        tracing::info!(
+            target: "keel::event",
+            event = "grant.issued",
+            org_id = %org_id,
+            grant_id = %found.id,
+            kind = "manual",
+            amount_cents = grant.amount.get(),
+            expires_at = grant.expires_at.map(|at| at.to_rfc3339()).as_deref(),
+            created_by = found.created_by.as_deref(),
+            "credit granted by an operator"
+        );
+    }
     original(found)
 }
 
 /// Grants the configured starter credit, once per organization (a repeat is 409).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn grant_starter_credit(
     billing: &Billing,
     org_id: &OrgId,
@@ -422,6 +448,14 @@ pub async fn grant_starter_credit(
         LedgerError::Duplicate => BillingError::StarterCreditGranted,
         other => other.into(),
     })?;
+    tracing::info!(
+        target: "keel::event",
+        event = "grant.issued",
+        org_id = %org_id,
+        kind = "starter",
+        amount_cents = cents.get(),
+        "starter credit granted"
+    );
     Ok((cents, outcome))
 }
 
@@ -433,6 +467,7 @@ pub struct PromoRedemption {
 }
 
 /// Redeems a configured promo code (case-insensitive), once per organization.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn redeem_promo(
     billing: &Billing,
     org_id: &OrgId,
@@ -470,6 +505,15 @@ pub async fn redeem_promo(
         LedgerError::Duplicate => BillingError::PromoRedeemed(code.clone()),
         other => other.into(),
     })?;
+    tracing::info!(
+        target: "keel::event",
+        event = "grant.issued",
+        org_id = %org_id,
+        kind = "promo",
+        code = %code,
+        amount_cents = cents.get(),
+        "promo code redeemed"
+    );
     Ok(PromoRedemption {
         code,
         credited: cents,
@@ -479,6 +523,7 @@ pub async fn redeem_promo(
 
 /// Verifies and applies a processor event; answers whether its id was already processed.
 /// A succeeded payment intent is credited once, by its ledger key.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn handle_webhook(
     billing: &Billing,
     signature: Option<&str>,
@@ -572,6 +617,7 @@ async fn credit_succeeded_payment(billing: &Billing, intent: &Value) -> Result<(
 }
 
 /// The flat run fee; with a run id, charged once per (organization, run). 402 when short.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn charge_run_fee(
     billing: &Billing,
     org_id: &OrgId,
@@ -603,6 +649,7 @@ pub struct ServingUsage<'a> {
 /// Meters a serving request at cost plus markup. The adapter, when named, decides the
 /// organization (an `orgId` that disagrees is 409) and the priced base model. A replayed
 /// request id answers the original charge.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn charge_serving(
     billing: &Billing,
     usage: ServingUsage<'_>,
@@ -664,6 +711,7 @@ pub async fn charge_serving(
 
 /// A training run's estimate, charged once per run id by the caller's organization; 402
 /// when the balance is short.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, run_id = %run_id))]
 pub async fn charge_training_estimate(
     billing: &Billing,
     org_id: &OrgId,
@@ -681,6 +729,7 @@ pub async fn charge_training_estimate(
 
 /// Whether the organization can pay `estimate`: from its balance, or by a card with auto
 /// top-up that is not paused. 402 when neither.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn precheck_training(
     billing: &Billing,
     org_id: &OrgId,
@@ -708,6 +757,7 @@ pub async fn precheck_training(
 }
 
 /// A completed training run's charge (work delivered: may overdraw), once per run id.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, run_id = %run_id))]
 pub async fn charge_training_run(
     billing: &Billing,
     org_id: &OrgId,
@@ -783,6 +833,7 @@ pub struct ModelUsage {
 }
 
 /// The organization's spending over the `days` days up to today (UTC).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn spending(billing: &Billing, org_id: &OrgId, days: i64) -> Result<Spending, BillingError> {
     let today = Utc::now().date_naive();
     let first = today - chrono::Duration::days(days - 1);
@@ -834,6 +885,7 @@ pub async fn spending(billing: &Billing, org_id: &OrgId, days: i64) -> Result<Sp
 }
 
 /// Upserts a run's realized provider cost (re-pulled runs update the same row).
+#[tracing::instrument(level = "debug", skip_all, fields(run_id = %run_id))]
 pub async fn record_training_cost(
     billing: &Billing,
     run_id: &RunId,
@@ -845,6 +897,7 @@ pub async fn record_training_cost(
 
 /// A page of the organization's ledger, newest first: entries of `kind` (any when `None`)
 /// with ids below `before`, at most `limit`.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn ledger_page(
     billing: &Billing,
     org_id: &OrgId,

@@ -7,6 +7,7 @@ use crate::domain::OrgId;
 
 /// Stores an uploaded run for a project of one of `orgs`; answers its id and what was
 /// derived from its cases.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn upload_run(
     db: &DatabaseConnection,
     orgs: &[OrgId],
@@ -23,6 +24,7 @@ pub async fn upload_run(
 
 /// The organization's eval runs, newest first, older than `before` `(created_at, id)`, at
 /// most `limit`, of one project when named.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn runs_of_org(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -43,6 +45,7 @@ pub async fn run_of_org(
 }
 
 /// A run's cases in upload order, from `after` (a position), at most `limit`.
+#[tracing::instrument(level = "debug", skip_all, fields(run_id = %run_id))]
 pub async fn cases(
     db: &DatabaseConnection,
     run_id: &str,

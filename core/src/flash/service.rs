@@ -10,6 +10,7 @@ use super::{EnvironmentPublish, FlashError};
 use crate::domain::{OrgId, ProjectId};
 
 /// The project, active within the organization.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id))]
 pub async fn active_project(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -22,6 +23,7 @@ pub async fn active_project(
 }
 
 /// Creates or replaces an environment's mirror (by slug); answers it and whether it is new.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id))]
 pub async fn publish_environment(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -34,6 +36,7 @@ pub async fn publish_environment(
 }
 
 /// Deletes an environment's mirror; answers whether there was one.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id))]
 pub async fn delete_environment(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -44,6 +47,7 @@ pub async fn delete_environment(
 }
 
 /// Whether the environment is the project's.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id))]
 pub async fn check_environment(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -57,6 +61,7 @@ pub async fn check_environment(
 }
 
 /// Records one use of an environment (by a run, when named).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id))]
 pub async fn record_use(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -75,6 +80,7 @@ pub struct Mirrored {
 }
 
 /// Creates or updates a managed run's mirror with the fields sent; answers its status too.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id, run_id = %run_id))]
 pub async fn upsert_run(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -89,6 +95,7 @@ pub async fn upsert_run(
 }
 
 /// Creates or updates a run's checkpoint mirror with the fields sent.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id, run_id = %run_id))]
 pub async fn upsert_checkpoint(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -103,6 +110,7 @@ pub async fn upsert_checkpoint(
 }
 
 /// Records a product event on `allowlist` for an existing organization.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn record_event(
     db: &impl ConnectionTrait,
     allowlist: &[String],

@@ -423,6 +423,20 @@ pub async fn refresh_streams(
     Ok(())
 }
 
+/// Keys (not revoked) whose expiry is in `(since, until]`.
+pub async fn expired_between(
+    db: &impl ConnectionTrait,
+    since: chrono::DateTime<chrono::Utc>,
+    until: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<api_key::Model>, DbErr> {
+    api_key::Entity::find()
+        .filter(api_key::Column::ExpiresAt.gt(since))
+        .filter(api_key::Column::ExpiresAt.lte(until))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .all(db)
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

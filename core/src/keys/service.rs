@@ -11,6 +11,7 @@ use crate::cluster::{Cluster, Event};
 use crate::domain::{ApiKeyId, OrgId};
 
 /// Mints a key of the organization with `settings`; its secret is in the answer only.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn create(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -23,6 +24,7 @@ pub async fn create(
 
 /// As [`create`], within the caller's transaction (the console keeps the new secret for its
 /// one view in the same one: a key whose view could not be kept is not created).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn create_in(
     db: &impl sea_orm::ConnectionTrait,
     org_id: &OrgId,
@@ -34,11 +36,21 @@ pub async fn create_in(
     if !crate::orgs::repo::org_exists(db, org_id).await? {
         return Err(KeyError::OrgNotFound);
     }
-    Ok(repo::insert(db, org_id, name, settings).await?)
+    let created = repo::insert(db, org_id, name, settings).await?;
+    tracing::info!(
+        target: "keel::event",
+        event = "key.created",
+        org_id = %org_id,
+        api_key_id = %created.api_key_id,
+        expires_at = settings.expires_at.map(|at| at.to_rfc3339()).as_deref(),
+        "API key created"
+    );
+    Ok(created)
 }
 
 /// Revokes one of the organization's keys; not found when it is another organization's or
 /// unknown. Every instance's proxy forgets it at once.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, api_key_id = %key_id))]
 pub async fn revoke(
     db: &DatabaseConnection,
     cluster: &Cluster,
@@ -49,6 +61,7 @@ pub async fn revoke(
 }
 
 /// Revokes any organization's key (the operator's route); every instance forgets it.
+#[tracing::instrument(level = "debug", skip_all, fields(api_key_id = %key_id))]
 pub async fn revoke_any(
     db: &DatabaseConnection,
     cluster: &Cluster,
@@ -66,11 +79,52 @@ async fn revoked(
     if !repo::revoke(db, org_id, key_id).await? {
         return Err(KeyError::NotFound);
     }
+    tracing::info!(
+        target: "keel::event",
+        event = "key.revoked",
+        org_id = org_id.map(OrgId::as_str),
+        api_key_id = %key_id,
+        "API key revoked"
+    );
     cluster.publish(Event::KeyChanged(key_id.clone())).await;
     Ok(())
 }
 
+/// Until `stop`, every `every`: one line for each key whose expiry passed since the last
+/// look (from this process's start; each instance says it once).
+pub async fn log_expiries(
+    db: DatabaseConnection,
+    every: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut since = Utc::now();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let until = Utc::now();
+        match repo::expired_between(&db, since, until).await {
+            Ok(keys) => {
+                for key in keys {
+                    tracing::info!(
+                        target: "keel::event",
+                        event = "key.expired",
+                        org_id = %key.org_id,
+                        api_key_id = %key.id,
+                        expires_at = %key.expires_at.map(|at| at.to_rfc3339()).unwrap_or_default(),
+                        "API key expired"
+                    );
+                }
+                since = until;
+            }
+            Err(err) => tracing::warn!(error = %err, "reading the keys that expired failed; next look later"),
+        }
+    }
+}
+
 /// One of the organization's keys (another organization's is not found).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, api_key_id = %key_id))]
 pub async fn key(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -80,6 +134,7 @@ pub async fn key(
 }
 
 /// Changes an active key's settings; every instance forgets what it held of the key.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, api_key_id = %key_id))]
 pub async fn update(
     db: &DatabaseConnection,
     cluster: &Cluster,
@@ -126,6 +181,7 @@ impl KeyUse {
 }
 
 /// The organization's keys, newest first, with today's usage.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn list(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -169,6 +225,7 @@ pub enum Denied {
 /// Lets a call of a key through its `models` list and limits, before any provider is called:
 /// the model first, then (for a stream) `concurrentStreams`, then `tokensPerDay` and
 /// `requestsPerMinute`. The call is counted; a stream holds the permit it answers until it ends.
+#[tracing::instrument(level = "debug", skip_all, fields(api_key_id = %key_id))]
 pub async fn admit(
     limiter: &Limiter,
     key_id: &ApiKeyId,

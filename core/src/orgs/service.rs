@@ -12,6 +12,7 @@ use crate::domain::{OrgId, UserId};
 
 /// Creates an organization with its owner. An explicit slug already taken is 409; a
 /// slug derived from the name gets a short suffix instead.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn create_org(
     db: &impl TransactionTrait,
     name: &str,
@@ -59,26 +60,31 @@ pub async fn create_org(
 }
 
 /// An organization by id; not found when there is none.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn org(db: &DatabaseConnection, org_id: &OrgId) -> Result<entities::organization::Model, OrgError> {
     repo::find_org(db, org_id).await?.ok_or(OrgError::OrgNotFound)
 }
 
 /// Whether the organization exists.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn exists(db: &DatabaseConnection, org_id: &OrgId) -> Result<bool, OrgError> {
     Ok(repo::org_exists(db, org_id).await?)
 }
 
 /// The oldest organization with exactly this name, if any (the CLI's bootstrap asks first).
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn named(db: &DatabaseConnection, name: &str) -> Result<Option<organization::Model>, OrgError> {
     Ok(repo::find_org_by_name(db, name).await?)
 }
 
 /// Every organization, by name (the operator's list).
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn all(db: &DatabaseConnection) -> Result<Vec<organization::Model>, OrgError> {
     Ok(repo::all_orgs(db).await?)
 }
 
 /// The organization's members with their e-mail, owners first.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn members(
     db: &DatabaseConnection,
     org_id: &OrgId,
@@ -87,6 +93,7 @@ pub async fn members(
 }
 
 /// Deletes an organization with everything it owns; every instance forgets it at once.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &OrgId) -> Result<(), OrgError> {
     if !repo::delete_org(db, org_id).await? {
         return Err(OrgError::OrgNotFound);
@@ -96,6 +103,7 @@ pub async fn delete_org(db: &DatabaseConnection, cluster: &Cluster, org_id: &Org
 }
 
 /// Gives `user_id` (created if new) `role` in the organization.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, user_id = %user_id))]
 pub async fn set_member(
     db: &DatabaseConnection,
     cluster: &Cluster,
@@ -114,6 +122,7 @@ pub async fn set_member(
 }
 
 /// Registers or updates an adapter of the organization; every instance reloads it.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn put_adapter(
     db: &DatabaseConnection,
     cluster: &Cluster,
@@ -133,6 +142,7 @@ pub async fn put_adapter(
 }
 
 /// Removes an adapter; every instance forgets it.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn delete_adapter(
     db: &DatabaseConnection,
     cluster: &Cluster,

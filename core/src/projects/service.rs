@@ -10,6 +10,7 @@ use crate::orgs::repo::{derived_slug, is_unique_violation, with_suffix};
 
 /// Creates a project. An explicit slug already taken in the organization is 409; a slug
 /// derived from the name gets a short random suffix instead.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn create_project(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -35,6 +36,7 @@ pub async fn create_project(
 }
 
 /// The projects of `orgs`.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn projects_of(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -43,6 +45,7 @@ pub async fn projects_of(
 }
 
 /// A project of one of `orgs`; another organization's is not found.
+#[tracing::instrument(level = "debug", skip_all, fields(project_id = %project_id))]
 pub async fn project_of(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -54,6 +57,7 @@ pub async fn project_of(
 }
 
 /// Sets how many days a project of `orgs` keeps its traces (`None`: forever); answers it.
+#[tracing::instrument(level = "debug", skip_all, fields(project_id = %project_id))]
 pub async fn set_trace_retention(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -67,6 +71,7 @@ pub async fn set_trace_retention(
 
 /// The organization a project belongs to, whichever it is (the proxy's look-up, which it
 /// caches; the caller decides what another organization's project means).
+#[tracing::instrument(level = "debug", skip_all, fields(project_id = %project_id))]
 pub async fn owner_of(
     db: &impl ConnectionTrait,
     project_id: &ProjectId,

@@ -233,6 +233,12 @@ async fn sweep(
 ) -> Result<SweepCounts, DbErr> {
     let stale_after = chrono::Duration::from_std(config.stale_after).unwrap_or(chrono::Duration::MAX);
     let (counts, ended) = repo::requeue_stale(db, stale_after, config.max_attempts as i32).await?;
+    // The repo answers the stopped attempts first, then the failed, then the requeued.
+    let (stopped, rest) = ended.split_at((counts.stopped as usize).min(ended.len()));
+    let (failed, requeued) = rest.split_at((counts.failed as usize).min(rest.len()));
+    super::logged::swept("job.stale_stopped", stopped);
+    super::logged::swept("job.stale_failed", failed);
+    super::logged::swept("job.requeued_stale", requeued);
     observe_ended(metrics, &ended);
     metrics
         .requeued

@@ -13,7 +13,7 @@ use super::repo;
 use super::{JobError, Jobs, StillWanted};
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::cluster::{Event, Wake};
-use crate::domain::{IdempotencyKey, JobAction, JobEvent, JobId, OrgId};
+use crate::domain::{IdempotencyKey, JobAction, JobId, OrgId};
 
 /// Claims up to `limit` jobs of `action` for `worker_id` once (no waiting), each billed its
 /// run fee once.
@@ -50,6 +50,7 @@ pub(super) async fn claim_once(
         return Ok(Vec::new());
     }
     let (handed, unsettled) = bill(jobs, worker_id, action, claimed, wanted).await?;
+    super::logged::claimed(worker_id, &handed);
     let metrics = &jobs.metrics;
     metrics.jobs_claimed.inc_by(handed.len() as u64);
     for job in &handed {
@@ -104,9 +105,7 @@ async fn bill(
         for (job, outcome) in org_jobs.into_iter().zip(outcomes) {
             match outcome {
                 Ok(_) => handed.push(job),
-                Err(LedgerError::InsufficientFunds { .. }) | Err(LedgerError::UnknownOrg) => {
-                    unpaid.push(job.id)
-                }
+                Err(LedgerError::InsufficientFunds { .. }) | Err(LedgerError::UnknownOrg) => unpaid.push(job),
                 Err(err) => {
                     tracing::warn!(job_id = %job.id, error = %err, "run fee not settled; job returned to the queue");
                     unsettled.push(job.id);
@@ -120,15 +119,11 @@ async fn bill(
         }
         false => "insufficient balance for the run fee: top up, then retry the job",
     };
-    let blocked = repo::block_unpaid(&jobs.db, &unpaid, worker_id, reason).await?;
-    if !blocked.is_empty() {
-        tracing::info!(
-            worker_id,
-            jobs = blocked.len(),
-            event = JobEvent::BlockForFunds.as_str(),
-            "claimed jobs blocked for funds"
-        );
-    }
+    let unpaid_ids: Vec<JobId> = unpaid.iter().map(|job| job.id.clone()).collect();
+    let blocked = repo::block_unpaid(&jobs.db, &unpaid_ids, worker_id, reason).await?;
+    let blocked_ids: std::collections::HashSet<&JobId> = blocked.iter().map(|b| &b.row.job_id).collect();
+    unpaid.retain(|job| blocked_ids.contains(&job.id));
+    super::logged::blocked_for_funds(worker_id, &unpaid);
     observe_ended(&jobs.metrics, &blocked);
     if !handed.is_empty() && !wanted() {
         // The worker left while its jobs were billed: they go back to the queue (their fee

@@ -6,6 +6,7 @@ mod batcher;
 mod claims;
 pub mod events;
 mod history;
+mod logged;
 pub(crate) mod repo;
 pub mod service;
 pub mod shares;

@@ -12,6 +12,7 @@ use crate::domain::{JobAction, JobId, JobStatus, OrgId};
 
 /// Sets (or, with an empty value, deletes) training secrets: every value is sealed first,
 /// then all are written in one transaction. Answers every name the organization has.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn set_secrets(
     jobs: &Jobs,
     org_id: &OrgId,
@@ -36,6 +37,7 @@ pub async fn set_secrets(
 
 /// The organization's secrets, opened, for the worker that runs one of its jobs. A secret
 /// that cannot be opened (the key changed) is left out and logged.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn worker_secrets(jobs: &Jobs, org_id: &OrgId) -> Result<BTreeMap<String, String>, JobError> {
     let mut secrets = BTreeMap::new();
     let Some(secret_box) = &jobs.secret_box else {
@@ -67,12 +69,15 @@ pub enum Created {
 /// Creates a job in a project of its organization. A plain job goes through the queue
 /// actor (jobs enqueued together are committed together); one with a unique key or an
 /// idempotency key is inserted on its own, the database's unique indexes deciding.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %job.org_id, project_id = %job.project_id))]
 pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
     crate::projects::repo::find_in_orgs(&jobs.db, &job.project_id, std::slice::from_ref(&job.org_id))
         .await?
         .ok_or(JobError::ProjectNotFound { index: None })?;
     if job.unique_key.is_none() && job.idempotency.is_none() {
-        return Ok(Created::New(ask(&jobs.actor, Enqueue(job)).await?));
+        let job = ask(&jobs.actor, Enqueue(job)).await?;
+        super::logged::created(std::slice::from_ref(&job), false);
+        return Ok(Created::New(job));
     }
     let created = match repo::insert_keyed(&jobs.db, job).await? {
         Inserted::New(job) => Created::New(job),
@@ -81,6 +86,7 @@ pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
         Inserted::KeyReused => return Err(JobError::IdempotencyKeyReused),
     };
     if let Created::New(job) = &created {
+        super::logged::created(std::slice::from_ref(job), false);
         wake_if_queued(jobs, std::slice::from_ref(job)).await;
     }
     Ok(created)
@@ -89,6 +95,7 @@ pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
 /// Creates up to a thousand jobs at once, all or none, in order; an
 /// item whose unique key an open job holds answers that job. Every project must be the
 /// organization's (else nothing is created, and the error names the first bad item).
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<Created>, JobError> {
     let mut known = std::collections::HashSet::new();
     let mut orgs: Vec<&OrgId> = batch.iter().map(|job| &job.org_id).collect();
@@ -127,6 +134,7 @@ pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<Created
             _ => None,
         })
         .collect();
+    super::logged::created(&new, true);
     wake_if_queued(jobs, &new).await;
     Ok(created)
 }
@@ -149,6 +157,7 @@ async fn wake_if_queued(jobs: &Jobs, created: &[training_job::Model]) {
 }
 
 /// The jobs' ended attempts, oldest first, by job.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn histories(
     jobs: &Jobs,
     job_ids: &[JobId],
@@ -157,6 +166,7 @@ pub async fn histories(
 }
 
 /// Stops a job (queued → user_stopped, running → stopping); 409 once it has ended.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job.id))]
 pub async fn stop_job(
     jobs: &Jobs,
     job: &training_job::Model,
@@ -171,9 +181,11 @@ pub async fn stop_job(
 
 /// Puts a failed, blocked or user-stopped job back in the queue (409 for any other state);
 /// waiting claims of its action look again, here and on every instance.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job.id))]
 pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<training_job::Model, JobError> {
     match repo::retry_job(&jobs.db, &job.id).await? {
         RetryOutcome::Retried(job) => {
+            super::logged::retried_by_hand(std::slice::from_ref(&job));
             jobs.cluster
                 .publish(Event::JobsQueued(Wake::Action(job.action)))
                 .await;
@@ -196,9 +208,11 @@ pub struct RetriedMany {
 
 /// Puts the failed, blocked or user-stopped jobs among `job_ids` back in the queue in one
 /// update (at most `MAX_RETRIED_AT_ONCE`); waiting claims of their actions look again.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn retry_jobs(jobs: &Jobs, job_ids: &[JobId]) -> Result<RetriedMany, JobError> {
     let job_ids = &job_ids[..job_ids.len().min(MAX_RETRIED_AT_ONCE)];
     let retried = repo::retry_jobs(&jobs.db, job_ids).await?;
+    super::logged::retried_by_hand(&retried);
     let mut actions: Vec<JobAction> = retried.iter().map(|job| job.action).collect();
     actions.sort_unstable_by_key(|a| a.as_str());
     actions.dedup();
@@ -217,6 +231,7 @@ pub async fn retry_jobs(jobs: &Jobs, job_ids: &[JobId]) -> Result<RetriedMany, J
 pub const FAILED_SHOWN: u64 = 200;
 
 /// Failed jobs across organizations, the latest to fail first (at most `FAILED_SHOWN`).
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn failed_jobs(
     jobs: &Jobs,
     filter: &repo::FailedFilter,
@@ -238,6 +253,7 @@ pub const THROUGHPUT_BUCKETS: i64 = 288;
 
 /// Attempts that ended in the last 24 hours, per 5 minutes and outcome; the last bucket
 /// holds `now`.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn throughput(jobs: &Jobs, now: chrono::DateTime<chrono::Utc>) -> Result<Throughput, JobError> {
     use crate::domain::AttemptOutcome;
     let last = now.timestamp().div_euclid(THROUGHPUT_BUCKET_SECS);
@@ -266,14 +282,18 @@ pub async fn throughput(jobs: &Jobs, now: chrono::DateTime<chrono::Utc>) -> Resu
 }
 
 /// Pauses an action's queue on every instance: claims of it hand out nothing until resumed.
+#[tracing::instrument(level = "debug", skip_all, fields(action = %action))]
 pub async fn pause(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobError> {
     repo::pause(&jobs.db, action).await?;
+    super::logged::paused(action, true);
     action_queue(jobs, action).await
 }
 
 /// Resumes an action's queue; the claims waiting on it look again, here and everywhere.
+#[tracing::instrument(level = "debug", skip_all, fields(action = %action))]
 pub async fn resume(jobs: &Jobs, action: JobAction) -> Result<ActionQueue, JobError> {
     repo::resume(&jobs.db, action).await?;
+    super::logged::paused(action, false);
     jobs.cluster
         .publish(Event::JobsQueued(Wake::Action(action)))
         .await;
@@ -294,6 +314,7 @@ pub struct OrgQueue {
 }
 
 /// An organization's share of the queue (an unknown organization is "not found").
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn org_queue(jobs: &Jobs, org_id: &OrgId) -> Result<OrgQueue, JobError> {
     if !crate::orgs::repo::org_exists(&jobs.db, org_id).await? {
         return Err(JobError::OrgNotFound);
@@ -323,6 +344,7 @@ const SHARES_SHOWN: usize = 200;
 
 /// The organizations with queued or running jobs, or with settings of their own: each one's
 /// share of the queue, the busiest first.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn org_shares(jobs: &Jobs) -> Result<Vec<(OrgQueue, i64)>, JobError> {
     let mut by_org: std::collections::BTreeMap<OrgId, (OrgQueue, i64)> = std::collections::BTreeMap::new();
     let default_cap = jobs.max_running_per_org;
@@ -347,6 +369,7 @@ pub async fn org_shares(jobs: &Jobs) -> Result<Vec<(OrgQueue, i64)>, JobError> {
 
 /// Sets an organization's weight and cap (`None`: the default cap); claims on every
 /// instance use them from their next turn.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn set_org_queue(
     jobs: &Jobs,
     org_id: &OrgId,
@@ -363,6 +386,7 @@ pub async fn set_org_queue(
 }
 
 /// Every action's queue: whether it is paused, and its jobs counted by status.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn action_queues(jobs: &Jobs) -> Result<Vec<ActionQueue>, JobError> {
     let paused = repo::paused_actions(&jobs.db).await?;
     let counts = repo::counts_by_action_status(&jobs.db).await?;
@@ -410,8 +434,14 @@ impl ActionQueue {
 /// The organization's jobs blocked at their claim for want of funds go back to the queue
 /// (its balance was just credited); the claims waiting on their actions look again, here
 /// and on every instance. A job a worker reported blocked stays as it is.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn requeue_blocked_for_funds(jobs: &Jobs, org_id: &OrgId) -> Result<(), JobError> {
-    for action in repo::requeue_blocked_for_funds(&jobs.db, org_id).await? {
+    let requeued = repo::requeue_blocked_for_funds(&jobs.db, org_id).await?;
+    super::logged::requeued_on_credit(org_id, &requeued);
+    let mut actions: Vec<JobAction> = requeued.into_iter().map(|job| job.action).collect();
+    actions.sort_by_key(|a| a.as_str());
+    actions.dedup();
+    for action in actions {
         jobs.cluster
             .publish(Event::JobsQueued(Wake::Action(action)))
             .await;
@@ -442,11 +472,13 @@ pub async fn requeue_blocked_on_credit(
 
 /// A worker's terminal report (succeeded, failed, blocked, user-stopped), applied with the
 /// others that arrive meanwhile (group commit, no actor).
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn report(jobs: &Jobs, report: repo::Report) -> Result<repo::ReportOutcome, JobError> {
     let (answer, lead) = jobs.reports.push(report);
     if lead {
         // Its own task: a client that hangs up cannot strand the batch.
-        tokio::spawn(apply_waiting_reports(jobs.clone()));
+        // (It applies the reports of other requests too: the leader's request is its cause.)
+        tokio::spawn(crate::context::carry(apply_waiting_reports(jobs.clone())));
     }
     answer
         .await
@@ -493,6 +525,7 @@ async fn apply_waiting_reports(jobs: Jobs) {
 /// Several terminal reports, applied together (one transaction, one statement on PostgreSQL
 /// when it can); each answers as it would alone, in order. A job named twice: the first
 /// report is applied, the later ones answer as repeats or as not held, as they would after it.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn reports(jobs: &Jobs, reports: Vec<repo::Report>) -> Result<Vec<repo::ReportOutcome>, JobError> {
     let mut outcomes = vec![repo::ReportOutcome::NotFound; reports.len()];
     let mut left: Vec<(usize, repo::Report)> = reports.into_iter().enumerate().collect();
@@ -504,6 +537,7 @@ pub async fn reports(jobs: &Jobs, reports: Vec<repo::Report>) -> Result<Vec<repo
         left = later;
         let (indexes, batch): (Vec<usize>, Vec<repo::Report>) = round.into_iter().unzip();
         let (applied, ended) = repo::apply_reports(&jobs.db, &batch, &jobs.retry_policy).await?;
+        super::logged::reported(&batch, &ended);
         for outcome in &applied {
             jobs.metrics.reports.with_label_values(&[outcome.as_str()]).inc();
         }
@@ -516,12 +550,14 @@ pub async fn reports(jobs: &Jobs, reports: Vec<repo::Report>) -> Result<Vec<repo
 }
 
 /// A worker says it still works on the job: whether it holds it, and whether a stop was asked.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job_id, worker_id = %worker_id))]
 pub async fn heartbeat(jobs: &Jobs, job_id: JobId, worker_id: String) -> Result<repo::Held, JobError> {
     Ok(repo::heartbeat(&jobs.db, &job_id, &worker_id).await?)
 }
 
 /// A worker says it still works on each of the jobs (one statement for all); answers, in
 /// order, whether it holds each and whether a stop was asked.
+#[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id))]
 pub async fn heartbeats(
     jobs: &Jobs,
     job_ids: &[JobId],
@@ -531,14 +567,17 @@ pub async fn heartbeats(
 }
 
 /// Requeues (or ends) jobs whose worker stopped sending heartbeats, through the queue actor.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn requeue_stale(jobs: &Jobs) -> Result<SweepCounts, JobError> {
     Ok(ask(&jobs.actor, RequeueStale).await?)
 }
 
 /// A restarted worker's running and stopping jobs go back to the queue; waiting claims
 /// look again.
+#[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id))]
 pub async fn requeue_interrupted(jobs: &Jobs, worker_id: &str) -> Result<u64, JobError> {
     let ended = repo::requeue_interrupted(&jobs.db, worker_id).await?;
+    super::logged::swept("job.requeued_interrupted", &ended);
     super::actor::observe_ended(&jobs.metrics, &ended);
     let requeued = ended.len() as u64;
     jobs.metrics
@@ -557,6 +596,7 @@ pub async fn requeue_interrupted(jobs: &Jobs, worker_id: &str) -> Result<u64, Jo
 /// With `wait`, a claim that finds none waits until jobs of that action are queued or
 /// requeued on any instance, the wait ends, or the process begins to shut down; it then
 /// answers what it finds (nothing on timeout).
+#[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id, action = %action))]
 pub async fn claim(
     jobs: &Jobs,
     worker_id: String,
@@ -583,10 +623,10 @@ pub async fn claim(
         }
         // Its own task: a claim that took jobs runs to its end (fees, or the jobs handed back)
         // even when the claimant hangs up and its request is dropped.
-        let claim = tokio::spawn({
+        let claim = tokio::spawn(crate::context::carry({
             let (jobs, worker_id, wanted) = (jobs.clone(), worker_id.clone(), wanted.clone());
             async move { super::claims::claim_once(&jobs, &worker_id, action, limit, &wanted).await }
-        });
+        }));
         let claimed = claim
             .await
             .map_err(|err| JobError::Queue(super::QueueError::Task(err)))??;
@@ -627,6 +667,7 @@ pub struct QueueOverview {
 /// How many held jobs the overview lists.
 const HELD_SHOWN: u64 = 500;
 
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn queue_overview(jobs: &Jobs) -> Result<QueueOverview, JobError> {
     let now = chrono::Utc::now();
     let stale_after = jobs.stale_after;
@@ -656,6 +697,7 @@ pub async fn queue_overview(jobs: &Jobs) -> Result<QueueOverview, JobError> {
 }
 
 /// The organization's job (another organization's is "not found").
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, job_id = %job_id))]
 pub async fn job_of_org(
     jobs: &Jobs,
     org_id: &OrgId,
@@ -665,6 +707,7 @@ pub async fn job_of_org(
 }
 
 /// A job of one of `orgs` (another organization's is "not found").
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job_id))]
 pub async fn job_of_orgs(
     jobs: &Jobs,
     orgs: &[OrgId],
@@ -677,11 +720,13 @@ pub async fn job_of_orgs(
 }
 
 /// A job as its worker reads it, whichever organization's.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job_id))]
 pub async fn job_for_worker(jobs: &Jobs, job_id: &JobId) -> Result<training_job::Model, JobError> {
     repo::find_job(&jobs.db, job_id).await?.ok_or(JobError::NotFound)
 }
 
 /// The claiming worker's free-form progress, which the job's readers see.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job_id, worker_id = %worker_id))]
 pub async fn set_live_status(
     jobs: &Jobs,
     job_id: &JobId,
@@ -692,6 +737,7 @@ pub async fn set_live_status(
 }
 
 /// A page of the organization's jobs, newest first, and whether more follow.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn jobs_page(
     jobs: &Jobs,
     org_ids: &[crate::domain::OrgId],

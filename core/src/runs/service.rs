@@ -24,6 +24,7 @@ use crate::peer::PeerError;
 const READ_CONCURRENCY: usize = 16;
 
 /// Creates a run in a project of one of `orgs`.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn create_run(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -47,6 +48,7 @@ pub async fn run_of(
 }
 
 /// Applies `changes` to a run of one of `orgs`.
+#[tracing::instrument(level = "debug", skip_all, fields(run_id = %run_id))]
 pub async fn update_run(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -58,6 +60,7 @@ pub async fn update_run(
 }
 
 /// Links a run of one of `orgs` to the tracker; answers the run's id.
+#[tracing::instrument(level = "debug", skip_all, fields(run_id = %run_id))]
 pub async fn link_tracker(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -83,6 +86,7 @@ async fn project_of_org(
 
 /// Upserts a run's checkpoints by step; answers the distinct steps written and the
 /// checkpoints the run has now.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id, run_id = %run_id))]
 pub async fn record_checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -97,6 +101,7 @@ pub async fn record_checkpoints(
 }
 
 /// A run's checkpoints, by step.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id, project_id = %project_id, run_id = %run_id))]
 pub async fn checkpoints(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -109,6 +114,7 @@ pub async fn checkpoints(
 
 /// The tracker's view of the asked runs of `entity/project` linked in `orgs`, one entry per
 /// distinct asked id in the order asked; the stored links when no tracker is configured.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn read_tracker(
     db: &impl ConnectionTrait,
     http: &reqwest::Client,
@@ -219,6 +225,7 @@ async fn read_run(
 
 /// The organization's runs, newest first, older than `before` `(created_at, id)`, at most
 /// `limit`, of one project when named.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn runs_of_org(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
@@ -230,6 +237,7 @@ pub async fn runs_of_org(
 }
 
 /// The checkpoints of the organization's runs `run_ids`.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn checkpoints_of_runs(
     db: &impl ConnectionTrait,
     org_id: &OrgId,

@@ -16,6 +16,7 @@ use crate::peer::PeerError;
 const TEARDOWN_CONCURRENCY: usize = 8;
 
 /// What a caller of `org_id` may do with `model`: an adapter it owns, or a priced base model.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn resolve_model(serving: &Serving, org_id: &OrgId, model: &str) -> Result<String, ServingError> {
     match serving.adapters.get(&serving.db, model).await? {
         Some(adapter) if adapter.org_id == org_id => Ok(adapter.base_model),
@@ -26,6 +27,7 @@ pub async fn resolve_model(serving: &Serving, org_id: &OrgId, model: &str) -> Re
 }
 
 /// The organization a user API key may bill for `model`, and the model's base.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn authorize(
     serving: &Serving,
     api_key: &str,
@@ -66,6 +68,7 @@ pub async fn authorize(
 
 /// Undeploys every live adapter of the organization, [`TEARDOWN_CONCURRENCY`] at a time; an
 /// adapter whose undeploy fails stays live, so a retry tries it again.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn teardown(serving: &Serving, org_id: &OrgId) -> Result<TeardownReport, ServingError> {
     let live = orgs_repo::live_adapter_ids(&serving.db, org_id).await?;
     let mut report = TeardownReport {
@@ -108,6 +111,7 @@ pub async fn teardown(serving: &Serving, org_id: &OrgId) -> Result<TeardownRepor
 
 /// Whom sampling `model` is for: the owning organization of an adapter, none for a priced
 /// base model; 404 for anything else.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn sample_target(serving: &Serving, model: &str) -> Result<Option<OrgId>, ServingError> {
     match serving.adapters.get(&serving.db, model).await? {
         Some(adapter) => Ok(Some(adapter.org_id)),
@@ -117,6 +121,7 @@ pub async fn sample_target(serving: &Serving, model: &str) -> Result<Option<OrgI
 }
 
 /// Samples `model` through the serving layer, for the adapter's organization if any.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn sample(serving: &Serving, org_id: Option<&str>, body: Sample) -> Result<Sampled, SampleFailure> {
     let Some(layer) = &serving.layer else {
         return Err(SampleFailure::NotConfigured);

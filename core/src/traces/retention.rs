@@ -18,9 +18,10 @@ pub async fn sweep(db: &DatabaseConnection, expired: &prometheus::IntCounter) ->
     let mut deleted = 0;
     for (project_id, days) in repo::retained_projects(db).await? {
         let before = Utc::now() - chrono::Duration::days(i64::from(days));
+        let mut of_project = 0;
         loop {
             let gone = repo::delete_older(db, &project_id, before, BATCH).await?;
-            deleted += gone;
+            of_project += gone;
             expired.inc_by(gone);
             if gone < BATCH {
                 break;
@@ -28,6 +29,17 @@ pub async fn sweep(db: &DatabaseConnection, expired: &prometheus::IntCounter) ->
             // Room for the writers between batches.
             tokio::task::yield_now().await;
         }
+        if of_project > 0 {
+            tracing::info!(
+                target: "keel::event",
+                event = "traces.retention_deleted",
+                project_id = %project_id,
+                retention_days = days,
+                deleted = of_project,
+                "trace retention deleted a project's old traces"
+            );
+        }
+        deleted += of_project;
     }
     Ok(deleted)
 }

@@ -99,6 +99,7 @@ impl Cursor {
 /// then starts right after the last trace written). Content is read a chunk of a few MiB at a
 /// time and each trace dropped once written, so a page holds about its own size in memory.
 #[allow(clippy::too_many_arguments)]
+#[tracing::instrument(level = "debug", skip_all, fields(project_id = %project_id))]
 pub async fn export_project(
     db: &impl ConnectionTrait,
     max_page_bytes: usize,
@@ -177,6 +178,7 @@ pub struct Selection {
 /// separated by `sep`. A selection whose records pass `traces.export_max_page_bytes` is 422:
 /// it has no cursor to go on with, so the caller selects fewer.
 #[allow(clippy::too_many_arguments)]
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn export_selection(
     db: &impl ConnectionTrait,
     max_page_bytes: usize,
@@ -226,6 +228,7 @@ pub async fn export_selection(
 }
 
 /// Every project of `orgs` that has traces: its id, name, trace count and newest trace's time.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn projects_with_traces(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
@@ -234,6 +237,7 @@ pub async fn projects_with_traces(
 }
 
 /// The models the project's traces name, for a filter's choices.
+#[tracing::instrument(level = "debug", skip_all, fields(project_id = %project_id))]
 pub async fn models_of_project(
     db: &impl ConnectionTrait,
     project_id: &ProjectId,

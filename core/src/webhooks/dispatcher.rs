@@ -346,6 +346,9 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, job: Job) {
             None => (DeliveryStatus::Failed, None),
         },
     };
+    if !succeeded {
+        log_failed(&job, &record, status, next);
+    }
     match repo::record_attempt(
         &webhooks.db,
         delivery,
@@ -371,6 +374,55 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, job: Job) {
         Err(err) => {
             tracing::warn!(delivery = %delivery.id, error = %err, "recording a webhook attempt failed")
         }
+    }
+}
+
+/// A failed attempt's line (never the answer's body: it is the receiver's text): INFO while
+/// it is retried, WARN once its retries are spent.
+fn log_failed(
+    job: &Job,
+    record: &repo::AttemptRecord,
+    status: DeliveryStatus,
+    next: Option<chrono::DateTime<Utc>>,
+) {
+    let delivery = &job.delivery;
+    let org_id = job.endpoint.as_ref().map(|e| e.org_id.as_str());
+    let event_type = job.event.as_ref().map(|e| e.event_type.as_str());
+    // The request whose change announced the event.
+    let request_id = job.event.as_ref().and_then(|e| e.request_id.as_deref());
+    let error = record
+        .error
+        .as_deref()
+        .map(|e| e.chars().take(300).collect::<String>());
+    let attempt = delivery.attempts + 1;
+    match status {
+        DeliveryStatus::Failed => tracing::warn!(
+            target: "keel::event",
+            event = "webhook.delivery_failed",
+            org_id,
+            endpoint_id = %delivery.endpoint_id,
+            delivery_id = %delivery.id,
+            event_type,
+            request_id,
+            attempt,
+            status_code = record.status_code,
+            error = error.as_deref(),
+            "webhook delivery failed; no attempts left"
+        ),
+        _ => tracing::info!(
+            target: "keel::event",
+            event = "webhook.delivery_failed",
+            org_id,
+            endpoint_id = %delivery.endpoint_id,
+            delivery_id = %delivery.id,
+            event_type,
+            request_id,
+            attempt,
+            status_code = record.status_code,
+            error = error.as_deref(),
+            next_attempt_at = next.map(|at| at.to_rfc3339()).as_deref(),
+            "webhook delivery failed; retried later"
+        ),
     }
 }
 

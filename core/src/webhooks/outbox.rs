@@ -99,6 +99,7 @@ pub(super) fn event_row(
         event_type: event_type.as_str().to_owned(),
         body: body.to_string(),
         created_at: now,
+        request_id: crate::context::request_id().map(|id| id.to_string()),
     }
 }
 

@@ -432,7 +432,14 @@ async fn announce_disabled(
     at: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     for endpoint in disabled {
-        tracing::warn!(endpoint = %endpoint.id, org_id = %endpoint.org_id, "webhook endpoint disabled: {why}");
+        tracing::warn!(
+            target: "keel::event",
+            event = "webhook.endpoint_disabled",
+            endpoint_id = %endpoint.id,
+            org_id = %endpoint.org_id,
+            reason = why,
+            "webhook endpoint disabled: {why}"
+        );
         crate::console::repo::insert_event(
             txn,
             &endpoint.org_id,

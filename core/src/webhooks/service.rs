@@ -99,6 +99,7 @@ pub fn events_of(endpoint: &webhook_endpoint::Model) -> Vec<String> {
 
 /// Creates an endpoint: its URL checked against the destination rules, a new secret (shown
 /// once: answered here, stored sealed).
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn create_endpoint(
     webhooks: &Webhooks,
     org_id: &OrgId,
@@ -133,6 +134,7 @@ pub async fn create_endpoint(
 }
 
 /// The organizations' endpoints, oldest first.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn endpoints(
     webhooks: &Webhooks,
     orgs: &[OrgId],
@@ -141,6 +143,7 @@ pub async fn endpoints(
 }
 
 /// One of the organizations' endpoints; another organization's is "not found".
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn endpoint(
     webhooks: &Webhooks,
     orgs: &[OrgId],
@@ -152,6 +155,7 @@ pub async fn endpoint(
 }
 
 /// Changes an endpoint; enabling it again clears why it was disabled.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn update_endpoint(
     webhooks: &Webhooks,
     orgs: &[OrgId],
@@ -184,6 +188,7 @@ pub async fn update_endpoint(
     Ok(endpoint)
 }
 
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn delete_endpoint(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<(), WebhookError> {
     let endpoint = endpoint(webhooks, orgs, id).await?;
     match repo::delete_endpoint(&webhooks.db, &endpoint.id).await? {
@@ -195,6 +200,7 @@ pub async fn delete_endpoint(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> R
 /// A new secret for the endpoint (answered once) and until when the one it replaces keeps
 /// signing beside it (24 hours), so receivers can switch without missing a delivery. Secrets
 /// rotated out before keep their own deadlines.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn rotate_secret(
     webhooks: &Webhooks,
     orgs: &[OrgId],
@@ -221,6 +227,7 @@ pub async fn rotate_secret(
 
 /// Sends the endpoint a `webhook.test` event (whatever it subscribes to), at most
 /// [`TESTS_PER_MINUTE`] a minute; answers the delivery's id.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<String, WebhookError> {
     let endpoint = endpoint(webhooks, orgs, id).await?;
     let now = Utc::now();
@@ -256,15 +263,19 @@ pub struct DeliveryLog {
     pub attempts: Vec<webhook_delivery_attempt::Model>,
 }
 
+/// Where a page of deliveries ends: the last one's time and id.
+pub type DeliveryCursor = (DateTime<Utc>, String);
+
 /// A page of an endpoint's deliveries, newest first, and the cursor of the next page.
+#[tracing::instrument(level = "debug", skip_all, fields(endpoint_id = %endpoint_id))]
 pub async fn deliveries(
     webhooks: &Webhooks,
     orgs: &[OrgId],
     endpoint_id: &str,
     status: Option<crate::domain::DeliveryStatus>,
-    before: Option<(DateTime<Utc>, String)>,
+    before: Option<DeliveryCursor>,
     limit: u64,
-) -> Result<(Vec<DeliveryLog>, Option<(DateTime<Utc>, String)>), WebhookError> {
+) -> Result<(Vec<DeliveryLog>, Option<DeliveryCursor>), WebhookError> {
     let endpoint = endpoint(webhooks, orgs, endpoint_id).await?;
     let mut page = repo::deliveries(&webhooks.db, &endpoint.id, status, before, limit + 1).await?;
     let more = page.len() as u64 > limit;
@@ -298,6 +309,7 @@ pub async fn deliveries(
 
 /// Sends the organization's delivery again now (the same event id, so receivers can tell
 /// it is one they may have had).
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn retry_delivery(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<(), WebhookError> {
     let delivery = repo::delivery(&webhooks.db, orgs, id)
         .await?
@@ -311,6 +323,7 @@ pub async fn retry_delivery(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Re
 
 /// Every organization's endpoints that keep failing or were disabled for it (the operator's
 /// view), with each one's pending deliveries.
+#[tracing::instrument(level = "debug", skip_all)]
 pub async fn failing_endpoints(
     webhooks: &Webhooks,
     limit: u64,
@@ -329,6 +342,7 @@ pub async fn failing_endpoints(
 
 /// What keel did on its own that the organization should see (an endpoint it disabled),
 /// newest first.
+#[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn console_events(
     webhooks: &Webhooks,
     org_id: &OrgId,

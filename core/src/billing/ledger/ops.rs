@@ -110,6 +110,9 @@ pub struct LedgerOp {
     pub payment: Option<Arc<SettledPayment>>,
     /// A credit's grant terms (none: the defaults).
     pub grant: Option<Box<GrantTerms>>,
+    /// The request that submitted it (set by [`crate::billing::Ledger::submit`]): the commit's
+    /// span is its child, and a failure names it.
+    pub cause: crate::context::Cause,
 }
 
 /// A succeeded charge settled by its credit: its payment row is recorded as succeeded and its
@@ -143,6 +146,7 @@ impl LedgerOp {
             side: SideEffect::None,
             payment: None,
             grant: None,
+            cause: crate::context::Cause::default(),
         }
     }
 

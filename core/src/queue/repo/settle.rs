@@ -92,9 +92,9 @@ pub async fn block_unpaid(
 pub async fn requeue_blocked_for_funds(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
-) -> Result<Vec<JobAction>, DbErr> {
+) -> Result<Vec<training_job::Model>, DbErr> {
     let now = Utc::now();
-    let requeued = transition(JobEvent::RequeueOnCredit)
+    transition(JobEvent::RequeueOnCredit)
         .col_expr(training_job::Column::BlockedForFunds, Expr::value(false))
         .col_expr(
             training_job::Column::WorkerId,
@@ -110,9 +110,5 @@ pub async fn requeue_blocked_for_funds(
         .filter(training_job::Column::OrgId.eq(org_id))
         .filter(training_job::Column::BlockedForFunds.eq(true))
         .exec_with_returning(db)
-        .await?;
-    let mut actions: Vec<JobAction> = requeued.into_iter().map(|job| job.action).collect();
-    actions.sort_by_key(|a| a.as_str());
-    actions.dedup();
-    Ok(actions)
+        .await
 }

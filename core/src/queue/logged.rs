@@ -1,0 +1,165 @@
+//! The queue's domain events as log lines (target `keel::event`, field `event`): one INFO
+//! line each, with its ids; WARN where an operator should look (retries exhausted).
+
+use entities::training_job;
+
+use super::repo::{EndedAttempt, Report};
+use crate::domain::{AttemptOutcome, JobAction, JobStatus, OrgId};
+
+/// Jobs created: one line a job, or one a batch's organization (with the count).
+pub(super) fn created(jobs: &[training_job::Model], batch: bool) {
+    if !batch {
+        for job in jobs {
+            tracing::info!(
+                target: "keel::event",
+                event = "job.created",
+                org_id = %job.org_id,
+                job_id = %job.id,
+                project_id = %job.project_id,
+                action = %job.action,
+                status = %job.status,
+                "job created"
+            );
+        }
+        return;
+    }
+    let mut by_org: std::collections::BTreeMap<&OrgId, usize> = Default::default();
+    for job in jobs {
+        *by_org.entry(&job.org_id).or_default() += 1;
+    }
+    for (org_id, count) in by_org {
+        tracing::info!(target: "keel::event", event = "jobs.created", org_id = %org_id, count, "jobs created (batch)");
+    }
+}
+
+/// Jobs handed to a worker (their run fee paid).
+pub(super) fn claimed(worker_id: &str, jobs: &[training_job::Model]) {
+    for job in jobs {
+        tracing::info!(
+            target: "keel::event",
+            event = "job.claimed",
+            org_id = %job.org_id,
+            job_id = %job.id,
+            worker_id,
+            action = %job.action,
+            attempt = job.attempts,
+            "job claimed"
+        );
+    }
+}
+
+/// Attempts that ended by a worker's report: the job ended (its outcome) or, for a
+/// retryable failure with attempts left, retried; a retryable failure without attempts
+/// left is a warning.
+pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
+    let retryable: std::collections::HashSet<&str> = reports
+        .iter()
+        .filter(|r| r.retryable && r.status == JobStatus::Failed)
+        .map(|r| r.job_id.as_str())
+        .collect();
+    for attempt in ended {
+        let row = &attempt.row;
+        match row.outcome {
+            AttemptOutcome::Retried => tracing::info!(
+                target: "keel::event",
+                event = "job.retried",
+                job_id = %row.job_id,
+                worker_id = row.worker_id.as_deref(),
+                action = %attempt.action,
+                attempt = row.attempt,
+                "job failed, retried after its backoff"
+            ),
+            AttemptOutcome::Failed if retryable.contains(row.job_id.as_str()) => tracing::warn!(
+                target: "keel::event",
+                event = "job.retries_exhausted",
+                job_id = %row.job_id,
+                worker_id = row.worker_id.as_deref(),
+                action = %attempt.action,
+                attempt = row.attempt,
+                "job failed with no attempts left: it stays failed"
+            ),
+            outcome => tracing::info!(
+                target: "keel::event",
+                event = "job.ended",
+                job_id = %row.job_id,
+                worker_id = row.worker_id.as_deref(),
+                action = %attempt.action,
+                attempt = row.attempt,
+                outcome = %outcome,
+                "job ended"
+            ),
+        }
+    }
+}
+
+/// Attempts the stale sweep ended (requeued, failed or stopped), or that a restarted
+/// worker handed back.
+pub(super) fn swept(event: &'static str, ended: &[EndedAttempt]) {
+    for attempt in ended {
+        let row = &attempt.row;
+        tracing::info!(
+            target: "keel::event",
+            event,
+            job_id = %row.job_id,
+            worker_id = row.worker_id.as_deref(),
+            action = %attempt.action,
+            attempt = row.attempt,
+            "job's attempt ended without a report"
+        );
+    }
+}
+
+/// Jobs put back in the queue by hand.
+pub(super) fn retried_by_hand(jobs: &[training_job::Model]) {
+    for job in jobs {
+        tracing::info!(
+            target: "keel::event",
+            event = "job.retried",
+            org_id = %job.org_id,
+            job_id = %job.id,
+            action = %job.action,
+            "job retried by hand"
+        );
+    }
+}
+
+/// An organization's jobs blocked for funds queued again at its credit.
+pub(super) fn requeued_on_credit(org_id: &OrgId, jobs: &[training_job::Model]) {
+    for job in jobs {
+        tracing::info!(
+            target: "keel::event",
+            event = "job.requeued_on_credit",
+            org_id = %org_id,
+            job_id = %job.id,
+            action = %job.action,
+            "job blocked for funds queued again at the organization's credit"
+        );
+    }
+}
+
+/// Claimed jobs blocked because their organization could not pay the run fee.
+pub(super) fn blocked_for_funds(worker_id: &str, jobs: &[training_job::Model]) {
+    for job in jobs {
+        tracing::info!(
+            target: "keel::event",
+            event = "job.blocked_for_funds",
+            org_id = %job.org_id,
+            job_id = %job.id,
+            worker_id,
+            action = %job.action,
+            "job blocked: its organization cannot pay the run fee"
+        );
+    }
+}
+
+/// An action's queue paused or resumed.
+pub(super) fn paused(action: JobAction, paused: bool) {
+    match paused {
+        true => {
+            tracing::info!(target: "keel::event", event = "queue.paused", action = %action, "queue paused")
+        }
+        false => {
+            tracing::info!(target: "keel::event", event = "queue.resumed", action = %action, "queue resumed")
+        }
+    }
+}
