@@ -27,7 +27,7 @@ Settings (environment variables; every other setting is KEEL__SECTION__KEY, see 
   KEEL_CONFIG_DIR             directory of default.toml and the profile files [./config]
   RUST_LOG                    log filter [info]
 Several instances share one PostgreSQL: give each the same KEEL_DATABASE_URL, KEEL_INTERNAL_KEYS
-and KEEL_SESSION_SECRET (README, Operations).";
+and KEEL_SESSION_SECRET (docs/OPERATIONS.md).";
 
 #[derive(Debug, Parser)]
 #[command(name = "keel", version, about = "keel: model-training platform backend")]

@@ -23,9 +23,6 @@ pub struct Health {
     pub draining: Option<bool>,
 }
 
-/// How long `/healthz` waits for the database to answer.
-const HEALTH_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Health
 ///
 /// 200 when the service, its database and its ledger answer; 503 when the database does
@@ -36,18 +33,13 @@ const HEALTH_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1)
         (status = 503, description = "Database unreachable, ledger stalled, or shutting down", body = Health)))]
 pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
     // Its own bound: an unreachable database is a prompt 503, never a probe that hangs.
-    let database = tokio::time::timeout(HEALTH_DB_TIMEOUT, state.db.ping())
-        .await
-        .is_ok_and(|pinged| pinged.is_ok());
-    let stall_after = std::time::Duration::from_secs(state.settings.billing.stall_after_secs);
-    let ledger = state.ledger_stalled_for() < stall_after;
-    let draining = state.cluster.stopping().is_cancelled();
-    let ok = database && ledger && !draining;
+    let readiness = state.readiness().await;
+    let ok = readiness.ok();
     let body = Health {
         ok,
-        database,
-        ledger: (!ledger).then_some(false),
-        draining: draining.then_some(true),
+        database: readiness.database,
+        ledger: (!readiness.ledger).then_some(false),
+        draining: readiness.draining.then_some(true),
     };
     if ok {
         HttpResponse::Ok().json(body)
@@ -73,7 +65,7 @@ pub struct OpenApiJson(pub actix_web::web::Bytes);
 /// Prometheus metrics
 ///
 /// Internal key: HTTP, queue, money, proxy, cluster and trace-writer metrics in Prometheus
-/// text format (README, Operations, lists them).
+/// text format (docs/OPERATIONS.md lists them).
 #[utoipa::path(get, path = "/metrics", tag = "system", security(("internalKey" = [])),
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]

@@ -34,7 +34,7 @@ pub mod tasks;
 pub mod traces;
 pub mod webhooks;
 
-pub use start::Core;
+pub use start::{Core, Readiness};
 
 /// What tests and benchmarks write (and read) directly, below the services: rows in bulk,
 /// keys and projects without the services' checks. Only with the `fixtures` feature; the

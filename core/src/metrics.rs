@@ -69,7 +69,11 @@ pub struct Metrics {
     proxy_limited: IntCounterVec,
     pub payments_reconciled: IntCounterVec,
     payments_pending: IntGauge,
+    payments_oldest: Gauge,
     ledger_stalled: Gauge,
+    /// This instance's readiness (`/healthz`) and whether its database answers, at scrape.
+    ready: IntGauge,
+    database_up: IntGauge,
     // The proxy.
     upstream_seconds: Vec<Histogram>,
     added_seconds: Histogram,
@@ -83,8 +87,11 @@ pub struct Metrics {
     webhook_seconds: Histogram,
     webhook_pending: IntGauge,
     webhook_oldest: Gauge,
+    webhook_endpoints: IntGaugeVec,
     // The trace writer.
     pub trace_lag: Gauge,
+    /// How far behind the OTLP export of keel's own spans is (`telemetry.otlp_endpoint`).
+    pub otlp_export_lag: Gauge,
     trace_queue: IntGauge,
     // The hot paths' look-up caches (`cache::LoadCache`).
     cache_loads: IntCounterVec,
@@ -215,6 +222,19 @@ impl Metrics {
                 "keel_webhook_oldest_pending_seconds",
                 "Age of the oldest pending webhook delivery (read at scrape; 0 when none)",
             )?,
+            webhook_endpoints: {
+                let endpoints = IntGaugeVec::new(
+                    Opts::new(
+                        "keel_webhook_endpoints",
+                        "Webhook endpoints by state: healthy (enabled, last delivery fine), failing (enabled, failing since its last success), disabled (read at scrape)",
+                    ),
+                    &["state"],
+                )?;
+                for state in ["healthy", "failing", "disabled"] {
+                    endpoints.with_label_values(&[state]);
+                }
+                endpoints
+            },
             queue_retries: counter_vec(
                 "keel_queue_retries_total",
                 "Retryable failures scheduled for another attempt, by action",
@@ -290,6 +310,18 @@ impl Metrics {
                 "keel_payments_pending",
                 "Charges recorded before the processor was called and not settled yet (read at scrape)",
             )?,
+            payments_oldest: gauge(
+                "keel_payments_oldest_pending_seconds",
+                "Age of the oldest charge not settled yet (read at scrape; 0 when none)",
+            )?,
+            ready: IntGauge::new(
+                "keel_ready",
+                "1 when this instance is ready (as /healthz: database answering, ledger not stalled, not draining), else 0",
+            )?,
+            database_up: IntGauge::new(
+                "keel_database_up",
+                "1 when the database answered a ping at this scrape (within 1 s), else 0",
+            )?,
             ledger_stalled: gauge(
                 "keel_ledger_stalled_seconds",
                 "How long ledger operations have waited without the ledger answering any (0 when none wait)",
@@ -311,6 +343,10 @@ impl Metrics {
                 &["provider", "model", "kind"],
             )?,
             token_models: Default::default(),
+            otlp_export_lag: gauge(
+                "keel_otlp_export_lag_seconds",
+                "How long the oldest span not yet exported over OTLP has waited (0 when none waits or nothing is exported)",
+            )?,
             trace_lag: gauge(
                 "keel_trace_writer_lag_seconds",
                 "How long the oldest trace of the last written batch waited between its call's end and its insert",
@@ -432,9 +468,14 @@ impl Metrics {
             Box::new(self.proxy_limited.clone()),
             Box::new(self.payments_reconciled.clone()),
             Box::new(self.payments_pending.clone()),
+            Box::new(self.payments_oldest.clone()),
+            Box::new(self.ready.clone()),
+            Box::new(self.database_up.clone()),
+            Box::new(self.webhook_endpoints.clone()),
             Box::new(self.ledger_stalled.clone()),
             Box::new(self.tokens.clone()),
             Box::new(self.trace_lag.clone()),
+            Box::new(self.otlp_export_lag.clone()),
             Box::new(self.trace_queue.clone()),
             Box::new(self.cache_loads.clone()),
             Box::new(self.ledger_seconds.clone()),
@@ -537,8 +578,20 @@ impl Metrics {
                 }
             }
         }
-        if let Some(pending) = readings.payments_pending {
+        if let Some((pending, oldest)) = readings.payments_pending {
             self.payments_pending.set(pending as i64);
+            self.payments_oldest.set(age_of(oldest));
+        }
+        self.ready.set(i64::from(readings.ready));
+        self.database_up.set(i64::from(readings.database_up));
+        if let Some(endpoints) = readings.webhook_endpoints {
+            for (state, count) in [
+                ("healthy", endpoints.healthy),
+                ("failing", endpoints.failing),
+                ("disabled", endpoints.disabled),
+            ] {
+                self.webhook_endpoints.with_label_values(&[state]).set(count);
+            }
         }
         self.ledger_stalled.set(readings.ledger_stalled.as_secs_f64());
         self.trace_queue.set(readings.trace_queue as i64);
@@ -659,14 +712,33 @@ pub fn quantile(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
     Some(lower.0)
 }
 
+/// Webhook endpoints by state (read at scrape).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EndpointStates {
+    pub healthy: i64,
+    pub failing: i64,
+    pub disabled: i64,
+}
+
+/// Seconds since `at` (0 when none).
+fn age_of(at: Option<chrono::DateTime<chrono::Utc>>) -> f64 {
+    at.map_or(0.0, |at| {
+        (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
+    })
+}
+
 /// What a scrape reads from the database and the background workers.
 pub struct Readings {
     /// Jobs per (action, status).
     pub jobs: Option<Vec<(String, String, i64)>>,
     /// The oldest queued job's creation per action.
     pub oldest_queued: Option<Vec<(String, chrono::DateTime<chrono::Utc>)>>,
-    pub payments_pending: Option<u64>,
+    /// Charges not settled yet, and when the oldest was recorded.
+    pub payments_pending: Option<(u64, Option<chrono::DateTime<chrono::Utc>>)>,
     pub ledger_stalled: std::time::Duration,
+    pub ready: bool,
+    pub database_up: bool,
+    pub webhook_endpoints: Option<EndpointStates>,
     pub trace_queue: usize,
     /// Pending webhook deliveries and when the oldest was created.
     pub webhooks_pending: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,

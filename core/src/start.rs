@@ -254,6 +254,20 @@ impl Core {
         })
     }
 
+    /// Whether this instance can serve: its database answers (within 1 s), its ledger is not
+    /// stalled past `billing.stall_after_secs`, it is not draining (`/healthz`, `keel_ready`).
+    pub async fn readiness(&self) -> Readiness {
+        let database = tokio::time::timeout(Duration::from_secs(1), self.db.ping())
+            .await
+            .is_ok_and(|pinged| pinged.is_ok());
+        let stall_after = Duration::from_secs(self.settings.billing.stall_after_secs);
+        Readiness {
+            database,
+            ledger: self.ledger.stalled_for() < stall_after,
+            draining: self.cluster.stopping().is_cancelled(),
+        }
+    }
+
     /// How long the ledger has had work it could not commit (the readiness check).
     pub fn ledger_stalled_for(&self) -> Duration {
         self.ledger.stalled_for()
@@ -264,10 +278,14 @@ impl Core {
     /// scrape is encoded (a figure that cannot be read keeps its last value).
     pub async fn refresh_metrics(&self) {
         let db = &self.db;
+        let readiness = self.readiness().await;
         self.metrics.record(crate::metrics::Readings {
             jobs: crate::queue::repo::counts_by_action_status(db).await.ok(),
             oldest_queued: crate::queue::repo::oldest_queued(db).await.ok(),
-            payments_pending: crate::billing::repo::pending_count(db).await.ok(),
+            payments_pending: crate::billing::repo::pending_summary(db).await.ok(),
+            ready: readiness.ok(),
+            database_up: readiness.database,
+            webhook_endpoints: crate::webhooks::repo::endpoint_states(db).await.ok(),
             ledger_stalled: self.ledger.stalled_for(),
             trace_queue: self.traces.queue_depth(),
             webhooks_pending: crate::webhooks::repo::pending_summary(db).await.ok(),
@@ -296,5 +314,20 @@ impl Core {
             tracing::warn!(error = %err, "closing the database pool");
         }
         tracing::info!("background work stopped");
+    }
+}
+
+/// What `/healthz` answers and `keel_ready` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    pub database: bool,
+    /// The ledger answers (not stalled).
+    pub ledger: bool,
+    pub draining: bool,
+}
+
+impl Readiness {
+    pub fn ok(&self) -> bool {
+        self.database && self.ledger && !self.draining
     }
 }

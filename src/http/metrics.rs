@@ -26,7 +26,13 @@ pub const OTHER: &str = "other";
 pub struct HttpMetrics {
     requests: IntCounterVec,
     seconds: HistogramVec,
+    /// Answers by status class, every class present from start-up (an alert's ratio has
+    /// its series before the first error).
+    classes: IntCounterVec,
 }
+
+/// `keel_http_responses_total`'s classes.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 impl HttpMetrics {
     /// Fails only on a malformed name or label set.
@@ -46,17 +52,34 @@ impl HttpMetrics {
             ),
             labels,
         )?;
-        Ok(Self { requests, seconds })
+        let classes = IntCounterVec::new(
+            Opts::new(
+                "keel_http_responses_total",
+                "HTTP answers by status class (1xx to 5xx), each class present from start-up",
+            ),
+            &["class"],
+        )?;
+        for class in CLASSES {
+            classes.with_label_values(&[class]);
+        }
+        Ok(Self {
+            requests,
+            seconds,
+            classes,
+        })
     }
 
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
         registry.register(Box::new(self.requests.clone()))?;
+        registry.register(Box::new(self.classes.clone()))?;
         registry.register(Box::new(self.seconds.clone()))
     }
 
     fn observe(&self, endpoint: &str, method: &Method, status: StatusCode, started: Instant) {
         let labels = [endpoint, method_label(method), status_label(&status)];
         self.requests.with_label_values(&labels).inc();
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.classes.with_label_values(&[CLASSES[class]]).inc();
         self.seconds
             .with_label_values(&labels)
             .observe(started.elapsed().as_secs_f64());

@@ -15,6 +15,7 @@ mod cli;
 mod cluster;
 mod console;
 mod contract;
+mod deploy;
 mod errors;
 mod export;
 mod flash;

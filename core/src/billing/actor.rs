@@ -417,13 +417,13 @@ async fn commit_batch(
                 "ledger batch committed"
             );
             if lock(held).remove(org_id) {
-                tracing::info!(target: "keel::event", event = "ledger.resumed", org_id = %org_id, "organization's balance row free again");
+                tracing::info!(target: "keel_event", event = "ledger.resumed", org_id = %org_id, "organization's balance row free again");
             }
             result
         }
         Err(err) if is_lock_timeout(&err) => {
             if lock(held).insert(org_id.to_owned()) {
-                tracing::warn!(target: "keel::event", event = "ledger.stalled", org_id = %org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
+                tracing::warn!(target: "keel_event", event = "ledger.stalled", org_id = %org_id, error = %err, "organization's balance row held by another session; its operations answer 503 until it is free");
             }
             BatchResult {
                 outcomes: ops.iter().map(|_| Err(LedgerError::Locked)).collect(),

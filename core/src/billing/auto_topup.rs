@@ -37,7 +37,7 @@ async fn limit_reached(
     let month = now.format("%Y-%m").to_string();
     let txn = db.begin().await?;
     if repo::mark_limit_notified(&txn, &account.org_id, &month).await? {
-        tracing::info!(target: "keel::event", event = "auto_topup.capped", org_id = %account.org_id, %month, "auto top-up reached its monthly cap");
+        tracing::info!(target: "keel_event", event = "auto_topup.capped", org_id = %account.org_id, %month, "auto top-up reached its monthly cap");
         crate::webhooks::outbox::emit(
             &txn,
             vec![crate::webhooks::outbox::Announcement {
@@ -176,14 +176,14 @@ async fn try_charge(
     metrics.auto_topups.with_label_values(&[outcome]).inc();
     match charged {
         Ok(Charged::Succeeded { intent, credit }) => {
-            tracing::info!(target: "keel::event", event = "auto_topup.charged", org_id = %org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
+            tracing::info!(target: "keel_event", event = "auto_topup.charged", org_id = %org_id, amount_cents = amount.get(), payment_intent = %intent.id, "auto top-up charged");
             Ok(Some(*credit))
         }
         // Not settled synchronously: the webhook credits it when it succeeds.
         Ok(Charged::Waiting(_)) => Ok(None),
         Ok(Charged::Declined { message, .. }) => {
             repo::count_auto_topup_decline(db, org_id).await?;
-            tracing::warn!(target: "keel::event", event = "auto_topup.declined", org_id = %org_id, %message, "auto top-up declined");
+            tracing::warn!(target: "keel_event", event = "auto_topup.declined", org_id = %org_id, %message, "auto top-up declined");
             Ok(None)
         }
         Err(ChargeError::Database(err)) => Err(err),

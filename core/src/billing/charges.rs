@@ -153,7 +153,7 @@ async fn settle_answer(
     match answer {
         Ok(intent) if intent.status.is_succeeded() => {
             tracing::info!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "payment.succeeded",
                 org_id = %pending.org_id,
                 kind = pending.kind.as_str(),
@@ -174,7 +174,7 @@ async fn settle_answer(
         }) => {
             // The processor's reason ("Your card was declined."), never card data.
             tracing::info!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "payment.declined",
                 org_id = %pending.org_id,
                 kind = pending.kind.as_str(),
@@ -303,7 +303,7 @@ pub async fn reconcile(
                         "credited"
                     }
                     Err(err) => {
-                        tracing::warn!(target: "keel::event", event = "payment.unsettled", org_id = %pending.org_id, processor_key = %pending.processor_key, error = %err, "pending payment not credited yet");
+                        tracing::warn!(target: "keel_event", event = "payment.unsettled", org_id = %pending.org_id, processor_key = %pending.processor_key, error = %err, "pending payment not credited yet");
                         done.failed += 1;
                         "failed"
                     }
@@ -321,7 +321,7 @@ pub async fn reconcile(
                 "declined"
             }
             Err(err) => {
-                tracing::warn!(target: "keel::event", event = "payment.unsettled", org_id = %pending.org_id, processor_key = %pending.processor_key, error = %err, "pending payment not settled yet: the reconciler cannot settle it now");
+                tracing::warn!(target: "keel_event", event = "payment.unsettled", org_id = %pending.org_id, processor_key = %pending.processor_key, error = %err, "pending payment not settled yet: the reconciler cannot settle it now");
                 done.failed += 1;
                 "failed"
             }

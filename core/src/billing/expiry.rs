@@ -92,7 +92,7 @@ pub async fn sweep(billing: &Billing, now: DateTime<Utc>) -> Result<Swept, Billi
             // (The ledger counts expiries in the metrics, whoever wrote them.)
             Ok(outcome) if outcome.amount < Microcents::ZERO => {
                 tracing::info!(
-                    target: "keel::event",
+                    target: "keel_event",
                     event = "grant.expired",
                     org_id = %grant.org_id,
                     grant_id = %grant.id,

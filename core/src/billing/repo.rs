@@ -220,6 +220,18 @@ pub async fn pending_count(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
     pending_payment::Entity::find().count(db).await
 }
 
+/// Charges not settled yet, and when the oldest was recorded.
+pub async fn pending_summary(
+    db: &impl ConnectionTrait,
+) -> Result<(u64, Option<chrono::DateTime<chrono::Utc>>), DbErr> {
+    let oldest = pending_payment::Entity::find()
+        .order_by_asc(pending_payment::Column::CreatedAt)
+        .one(db)
+        .await?
+        .map(|p| p.created_at);
+    Ok((pending_count(db).await?, oldest))
+}
+
 /// The organization's top-up made with this client `Idempotency-Key`, if any.
 pub async fn topup_by_key(
     db: &impl ConnectionTrait,

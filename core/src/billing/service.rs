@@ -411,7 +411,7 @@ pub async fn manual_grant(
         .ok_or_else(|| BillingError::Database(sea_orm::DbErr::RecordNotFound("the manual grant".into())))?;
     if !outcome.replayed {
         tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event = "grant.issued",
             org_id = %org_id,
             grant_id = %found.id,
@@ -449,7 +449,7 @@ pub async fn grant_starter_credit(
         other => other.into(),
     })?;
     tracing::info!(
-        target: "keel::event",
+        target: "keel_event",
         event = "grant.issued",
         org_id = %org_id,
         kind = "starter",
@@ -506,7 +506,7 @@ pub async fn redeem_promo(
         other => other.into(),
     })?;
     tracing::info!(
-        target: "keel::event",
+        target: "keel_event",
         event = "grant.issued",
         org_id = %org_id,
         kind = "promo",

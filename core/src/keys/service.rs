@@ -38,7 +38,7 @@ pub async fn create_in(
     }
     let created = repo::insert(db, org_id, name, settings).await?;
     tracing::info!(
-        target: "keel::event",
+        target: "keel_event",
         event = "key.created",
         org_id = %org_id,
         api_key_id = %created.api_key_id,
@@ -80,7 +80,7 @@ async fn revoked(
         return Err(KeyError::NotFound);
     }
     tracing::info!(
-        target: "keel::event",
+        target: "keel_event",
         event = "key.revoked",
         org_id = org_id.map(OrgId::as_str),
         api_key_id = %key_id,
@@ -108,7 +108,7 @@ pub async fn log_expiries(
             Ok(keys) => {
                 for key in keys {
                     tracing::info!(
-                        target: "keel::event",
+                        target: "keel_event",
                         event = "key.expired",
                         org_id = %key.org_id,
                         api_key_id = %key.id,

@@ -1,4 +1,4 @@
-//! The queue's domain events as log lines (target `keel::event`, field `event`): one INFO
+//! The queue's domain events as log lines (target `keel_event`, field `event`): one INFO
 //! line each, with its ids; WARN where an operator should look (retries exhausted).
 
 use entities::training_job;
@@ -11,7 +11,7 @@ pub(super) fn created(jobs: &[training_job::Model], batch: bool) {
     if !batch {
         for job in jobs {
             tracing::info!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "job.created",
                 org_id = %job.org_id,
                 job_id = %job.id,
@@ -28,7 +28,7 @@ pub(super) fn created(jobs: &[training_job::Model], batch: bool) {
         *by_org.entry(&job.org_id).or_default() += 1;
     }
     for (org_id, count) in by_org {
-        tracing::info!(target: "keel::event", event = "jobs.created", org_id = %org_id, count, "jobs created (batch)");
+        tracing::info!(target: "keel_event", event = "jobs.created", org_id = %org_id, count, "jobs created (batch)");
     }
 }
 
@@ -36,7 +36,7 @@ pub(super) fn created(jobs: &[training_job::Model], batch: bool) {
 pub(super) fn claimed(worker_id: &str, jobs: &[training_job::Model]) {
     for job in jobs {
         tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event = "job.claimed",
             org_id = %job.org_id,
             job_id = %job.id,
@@ -61,7 +61,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
         let row = &attempt.row;
         match row.outcome {
             AttemptOutcome::Retried => tracing::info!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "job.retried",
                 job_id = %row.job_id,
                 worker_id = row.worker_id.as_deref(),
@@ -70,7 +70,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
                 "job failed, retried after its backoff"
             ),
             AttemptOutcome::Failed if retryable.contains(row.job_id.as_str()) => tracing::warn!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "job.retries_exhausted",
                 job_id = %row.job_id,
                 worker_id = row.worker_id.as_deref(),
@@ -79,7 +79,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
                 "job failed with no attempts left: it stays failed"
             ),
             outcome => tracing::info!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "job.ended",
                 job_id = %row.job_id,
                 worker_id = row.worker_id.as_deref(),
@@ -98,7 +98,7 @@ pub(super) fn swept(event: &'static str, ended: &[EndedAttempt]) {
     for attempt in ended {
         let row = &attempt.row;
         tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event,
             job_id = %row.job_id,
             worker_id = row.worker_id.as_deref(),
@@ -113,7 +113,7 @@ pub(super) fn swept(event: &'static str, ended: &[EndedAttempt]) {
 pub(super) fn retried_by_hand(jobs: &[training_job::Model]) {
     for job in jobs {
         tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event = "job.retried",
             org_id = %job.org_id,
             job_id = %job.id,
@@ -127,7 +127,7 @@ pub(super) fn retried_by_hand(jobs: &[training_job::Model]) {
 pub(super) fn requeued_on_credit(org_id: &OrgId, jobs: &[training_job::Model]) {
     for job in jobs {
         tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event = "job.requeued_on_credit",
             org_id = %org_id,
             job_id = %job.id,
@@ -141,7 +141,7 @@ pub(super) fn requeued_on_credit(org_id: &OrgId, jobs: &[training_job::Model]) {
 pub(super) fn blocked_for_funds(worker_id: &str, jobs: &[training_job::Model]) {
     for job in jobs {
         tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event = "job.blocked_for_funds",
             org_id = %job.org_id,
             job_id = %job.id,
@@ -156,10 +156,10 @@ pub(super) fn blocked_for_funds(worker_id: &str, jobs: &[training_job::Model]) {
 pub(super) fn paused(action: JobAction, paused: bool) {
     match paused {
         true => {
-            tracing::info!(target: "keel::event", event = "queue.paused", action = %action, "queue paused")
+            tracing::info!(target: "keel_event", event = "queue.paused", action = %action, "queue paused")
         }
         false => {
-            tracing::info!(target: "keel::event", event = "queue.resumed", action = %action, "queue resumed")
+            tracing::info!(target: "keel_event", event = "queue.resumed", action = %action, "queue resumed")
         }
     }
 }

@@ -31,7 +31,7 @@ pub async fn sweep(db: &DatabaseConnection, expired: &prometheus::IntCounter) ->
         }
         if of_project > 0 {
             tracing::info!(
-                target: "keel::event",
+                target: "keel_event",
                 event = "traces.retention_deleted",
                 project_id = %project_id,
                 retention_days = days,

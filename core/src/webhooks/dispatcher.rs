@@ -397,7 +397,7 @@ fn log_failed(
     let attempt = delivery.attempts + 1;
     match status {
         DeliveryStatus::Failed => tracing::warn!(
-            target: "keel::event",
+            target: "keel_event",
             event = "webhook.delivery_failed",
             org_id,
             endpoint_id = %delivery.endpoint_id,
@@ -410,7 +410,7 @@ fn log_failed(
             "webhook delivery failed; no attempts left"
         ),
         _ => tracing::info!(
-            target: "keel::event",
+            target: "keel_event",
             event = "webhook.delivery_failed",
             org_id,
             endpoint_id = %delivery.endpoint_id,

@@ -433,7 +433,7 @@ async fn announce_disabled(
 ) -> Result<(), DbErr> {
     for endpoint in disabled {
         tracing::warn!(
-            target: "keel::event",
+            target: "keel_event",
             event = "webhook.endpoint_disabled",
             endpoint_id = %endpoint.id,
             org_id = %endpoint.org_id,
@@ -560,6 +560,30 @@ pub async fn pending_summary(db: &impl ConnectionTrait) -> Result<(i64, Option<D
         .one(db)
         .await?;
     Ok(row.unwrap_or((0, None)))
+}
+
+/// Endpoints of every organization by state: healthy, failing (enabled, failing since its
+/// last success) and disabled.
+pub async fn endpoint_states(db: &impl ConnectionTrait) -> Result<crate::metrics::EndpointStates, DbErr> {
+    let rows: Vec<(bool, bool, i64)> = webhook_endpoint::Entity::find()
+        .select_only()
+        .column(webhook_endpoint::Column::Enabled)
+        .column_as(webhook_endpoint::Column::FailingSince.is_not_null(), "failing")
+        .column_as(Expr::col(webhook_endpoint::Column::Id).count(), "n")
+        .group_by(webhook_endpoint::Column::Enabled)
+        .group_by(Expr::col(webhook_endpoint::Column::FailingSince).is_not_null())
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut states = crate::metrics::EndpointStates::default();
+    for (enabled, failing, n) in rows {
+        match (enabled, failing) {
+            (false, _) => states.disabled += n,
+            (true, true) => states.failing += n,
+            (true, false) => states.healthy += n,
+        }
+    }
+    Ok(states)
 }
 
 /// Endpoints of every organization whose deliveries keep failing, or that keel disabled for
