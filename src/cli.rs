@@ -51,8 +51,12 @@ pub enum Command {
         #[command(subcommand)]
         action: TracesAction,
     },
-    /// Operator tasks.
+    /// Operator tasks, on the database directly (docs/OPERATIONS.md, "The operator's command line").
+    #[command(after_help = crate::admin::ADMIN_HELP)]
     Admin {
+        /// JSON (the API's shapes) instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
         action: AdminAction,
     },
@@ -120,6 +124,42 @@ pub enum TracesAction {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminAction {
+    /// A session token for an existing user (by id or e-mail), e.g. an owner's after 24 h.
+    Session {
+        /// The user's id or e-mail.
+        #[arg(long)]
+        user: String,
+    },
+    /// Organizations.
+    Orgs {
+        #[command(subcommand)]
+        action: crate::admin::OrgsAction,
+    },
+    /// An organization's API keys.
+    Keys {
+        #[command(subcommand)]
+        action: crate::admin::KeysAction,
+    },
+    /// Credit grants.
+    Grants {
+        #[command(subcommand)]
+        action: crate::admin::GrantsAction,
+    },
+    /// The training-job queue's actions.
+    Queue {
+        #[command(subcommand)]
+        action: crate::admin::QueueAction,
+    },
+    /// An organization's training jobs.
+    Jobs {
+        #[command(subcommand)]
+        action: crate::admin::JobsAction,
+    },
+    /// An organization's webhook endpoints.
+    Webhooks {
+        #[command(subcommand)]
+        action: crate::admin::WebhooksAction,
+    },
     /// Create an organization, its owner and an API key; print them with a session token as JSON.
     Bootstrap {
         /// Organization name.
@@ -230,15 +270,39 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
             };
             crate::traces::cli::export_until_interrupted(&export, out.as_deref(), resume).await
         }
-        Command::Admin {
-            action:
-                AdminAction::Bootstrap {
-                    org,
-                    owner,
-                    email,
-                    another,
-                },
-        } => {
+        Command::Admin { json, action } => admin(json, action, settings).await,
+    }
+}
+
+async fn admin(json: bool, action: AdminAction, settings: Settings) -> anyhow::Result<()> {
+    use crate::admin::Command as Admin;
+    let command = match action {
+        AdminAction::Bootstrap {
+            org,
+            owner,
+            email,
+            another,
+        } => return bootstrap(org, owner, email, another, settings).await,
+        AdminAction::Session { user } => Admin::Session { user },
+        AdminAction::Orgs { action } => Admin::Orgs(action),
+        AdminAction::Keys { action } => Admin::Keys(action),
+        AdminAction::Grants { action } => Admin::Grants(action),
+        AdminAction::Queue { action } => Admin::Queue(action),
+        AdminAction::Jobs { action } => Admin::Jobs(action),
+        AdminAction::Webhooks { action } => Admin::Webhooks(action),
+    };
+    crate::admin::run(command, json, settings).await
+}
+
+async fn bootstrap(
+    org: String,
+    owner: String,
+    email: Option<String>,
+    another: bool,
+    settings: Settings,
+) -> anyhow::Result<()> {
+    {
+        {
             let owner_id =
                 keel_core::domain::UserId::parse(&owner).map_err(|e| anyhow::anyhow!("--owner: {e}"))?;
             let db = database::connect(&settings.database).await?;

@@ -3,6 +3,7 @@
 // SAFETY note); nowhere else.
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod auth;
 pub mod billing;
 pub mod cli;

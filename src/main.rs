@@ -23,7 +23,11 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("keel: {err:#}");
-            std::process::ExitCode::FAILURE
+            match err.downcast_ref::<keel::admin::AdminError>() {
+                // A refusal is 1, a usage or configuration error 2.
+                Some(admin) => std::process::ExitCode::from(admin.exit_code()),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

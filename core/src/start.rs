@@ -61,6 +61,18 @@ impl Core {
     /// Builds everything and starts every loop. Must run inside an actix system (the ledger
     /// has an arbiter of its own; the queue actor and the loops run on the current one).
     pub fn start(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {
+        Self::build(db, settings, Loops::Serving)
+    }
+
+    /// The same services for one command of the operator's CLI (`keel admin`), without the
+    /// loops a serving instance runs (no sweeps, dispatcher, reconciler or listener); only the
+    /// ledger's follow-up runs (a credit queues the organization's jobs blocked for funds
+    /// again). End it with [`Core::shutdown`].
+    pub fn for_command(db: DatabaseConnection, settings: Settings) -> anyhow::Result<Self> {
+        Self::build(db, settings, Loops::Command)
+    }
+
+    fn build(db: DatabaseConnection, settings: Settings, loops: Loops) -> anyhow::Result<Self> {
         let tasks = Tasks::default();
         let tls =
             native_tls::TlsConnector::new().map_err(|e| anyhow::anyhow!("TLS for outbound calls: {e}"))?;
@@ -106,7 +118,10 @@ impl Core {
         let queue_config = QueueConfig {
             stale_after: Duration::from_secs(settings.queue.stale_after_secs),
             max_attempts: settings.queue.max_attempts,
-            sweep_interval: Duration::from_secs(settings.queue.sweep_interval_secs),
+            sweep_interval: match loops {
+                Loops::Serving => Duration::from_secs(settings.queue.sweep_interval_secs),
+                Loops::Command => Duration::ZERO,
+            },
             max_batch: settings.billing.max_batch,
             retry_backoff_base: Duration::from_secs(settings.queue.retry_backoff_base_secs),
             retry_backoff_max: Duration::from_secs(settings.queue.retry_backoff_max_secs),
@@ -168,6 +183,59 @@ impl Core {
             layer: crate::serving::client::ServingLayer::new(&http, &settings.serving, &settings.auth),
         };
 
+        if settings.queue.requeue_blocked_on_credit {
+            if let Some(credited) = ledger.watch_credits() {
+                tasks.spawn(
+                    "requeue on credit",
+                    crate::queue::service::requeue_blocked_on_credit(
+                        jobs.clone(),
+                        credited,
+                        stopping.clone(),
+                    ),
+                );
+            }
+        }
+        if loops == Loops::Serving {
+            Self::start_loops(
+                &settings, &tasks, &db, &cluster, &ledger, &payments, &metrics, &billing, &webhooks, &limiter,
+            )?;
+        }
+        Ok(Self {
+            db,
+            settings: Arc::new(settings),
+            tls,
+            http,
+            adapters,
+            secret_box,
+            proxy_cache,
+            traces,
+            limiter,
+            metrics,
+            cluster,
+            billing,
+            jobs,
+            serving,
+            webhooks,
+            ledger,
+            tasks,
+        })
+    }
+
+    /// The loops of a serving instance.
+    #[allow(clippy::too_many_arguments)]
+    fn start_loops(
+        settings: &Settings,
+        tasks: &Tasks,
+        db: &DatabaseConnection,
+        cluster: &crate::cluster::Cluster,
+        ledger: &Ledger,
+        payments: &Arc<Payments>,
+        metrics: &crate::metrics::Metrics,
+        billing: &crate::billing::Billing,
+        webhooks: &crate::webhooks::Webhooks,
+        limiter: &crate::keys::Limiter,
+    ) -> anyhow::Result<()> {
+        let stopping = cluster.stopping().clone();
         if let Some(listener) = cluster.listener(&settings.database.url) {
             tasks.spawn("cluster listener", listener);
         }
@@ -185,18 +253,6 @@ impl Core {
                     stopping.clone(),
                 ),
             );
-        }
-        if settings.queue.requeue_blocked_on_credit {
-            if let Some(credited) = ledger.watch_credits() {
-                tasks.spawn(
-                    "requeue on credit",
-                    crate::queue::service::requeue_blocked_on_credit(
-                        jobs.clone(),
-                        credited,
-                        stopping.clone(),
-                    ),
-                );
-            }
         }
         tasks.spawn(
             "payments reconciler",
@@ -233,25 +289,7 @@ impl Core {
                 stopping,
             ),
         );
-        Ok(Self {
-            db,
-            settings: Arc::new(settings),
-            tls,
-            http,
-            adapters,
-            secret_box,
-            proxy_cache,
-            traces,
-            limiter,
-            metrics,
-            cluster,
-            billing,
-            jobs,
-            serving,
-            webhooks,
-            ledger,
-            tasks,
-        })
+        Ok(())
     }
 
     /// Whether this instance can serve: its database answers (within 1 s), its ledger is not
@@ -330,4 +368,13 @@ impl Readiness {
     pub fn ok(&self) -> bool {
         self.database && self.ledger && !self.draining
     }
+}
+
+/// Which loops a core runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loops {
+    /// Every loop of a serving instance.
+    Serving,
+    /// Only the ledger's follow-up (an operator's command).
+    Command,
 }

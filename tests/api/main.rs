@@ -5,6 +5,7 @@ mod fakes;
 mod helpers;
 mod imports;
 
+mod admin_cli;
 mod architecture;
 mod auth;
 mod billing;

@@ -30,6 +30,24 @@ pub async fn user_exists(db: &impl ConnectionTrait, user_id: &UserId) -> Result<
     Ok(user::Entity::find_by_id(user_id.clone()).one(db).await?.is_some())
 }
 
+/// The user with this id, else the one with this e-mail (case-insensitive).
+pub async fn user_by_id_or_email(
+    db: &impl ConnectionTrait,
+    wanted: &str,
+) -> Result<Option<user::Model>, sea_orm::DbErr> {
+    use sea_orm::sea_query::{Expr, ExprTrait, Func};
+    use sea_orm::QueryFilter;
+    if let Ok(id) = UserId::parse(wanted) {
+        if let Some(user) = user::Entity::find_by_id(id).one(db).await? {
+            return Ok(Some(user));
+        }
+    }
+    user::Entity::find()
+        .filter(Func::lower(Expr::col(user::Column::Email)).eq(wanted.to_lowercase()))
+        .one(db)
+        .await
+}
+
 /// Every organization the user belongs to, with the role held there.
 pub async fn memberships_of(
     db: &impl ConnectionTrait,

@@ -27,6 +27,15 @@ pub async fn user_exists(db: &impl ConnectionTrait, user_id: &UserId) -> Result<
     repo::user_exists(db, user_id).await
 }
 
+/// The user named by id or e-mail (the operator's `keel admin session`).
+#[tracing::instrument(level = "debug", skip_all)]
+pub async fn find_user(
+    db: &impl ConnectionTrait,
+    id_or_email: &str,
+) -> Result<Option<entities::user::Model>, DbErr> {
+    repo::user_by_id_or_email(db, id_or_email).await
+}
+
 /// Every organization the user belongs to, with the role held there.
 #[tracing::instrument(level = "debug", skip_all, fields(user_id = %user_id))]
 pub async fn memberships_of(

@@ -457,12 +457,15 @@ pub async fn requeue_blocked_on_credit(
     stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
+        // A credit already announced is handled before a stop (an operator's command that
+        // granted credit stops right after).
         let org_id = tokio::select! {
-            () = stop.cancelled() => return,
+            biased;
             credited = credited.recv() => match credited {
                 Some(org_id) => org_id,
                 None => return,
             },
+            () = stop.cancelled() => return,
         };
         if let Err(err) = requeue_blocked_for_funds(&jobs, &org_id).await {
             tracing::warn!(org_id = %org_id, error = %err, "requeueing jobs blocked for funds failed");
