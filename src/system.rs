@@ -76,6 +76,10 @@ pub async fn metrics(
 ) -> ApiResult<HttpResponse> {
     crate::telemetry::refresh_metrics();
     state.refresh_metrics().await;
+    state
+        .metrics
+        .otlp_export_lag
+        .set(crate::telemetry::otlp::lag_seconds());
     let mut buffer = Vec::new();
     TextEncoder::new()
         .encode(&registry.gather(), &mut buffer)

@@ -179,6 +179,38 @@ pub struct TelemetrySettings {
     pub level: String,
     /// Lines buffered for the log writer thread before new ones are dropped (and counted).
     pub buffered_lines: usize,
+    /// Where keel's own spans go over OTLP/HTTP protobuf: a base URL as in
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is appended unless it ends so). `None` (or
+    /// empty): nothing is exported.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl TelemetrySettings {
+    /// The OTLP traces URL, if one is configured: the base with `/v1/traces` appended unless
+    /// it already ends so. Errors name a value that is no http(s) URL.
+    pub fn otlp_traces_url(&self) -> Result<Option<String>, String> {
+        let Some(endpoint) = self
+            .otlp_endpoint
+            .as_deref()
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        else {
+            return Ok(None);
+        };
+        let parsed = url::Url::parse(endpoint)
+            .map_err(|e| format!("telemetry.otlp_endpoint {endpoint:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "telemetry.otlp_endpoint {endpoint:?} must be an http or https URL"
+            ));
+        }
+        let base = endpoint.trim_end_matches('/');
+        Ok(Some(match base.ends_with("/v1/traces") {
+            true => base.to_owned(),
+            false => format!("{base}/v1/traces"),
+        }))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -476,6 +508,10 @@ impl Settings {
             reason: reason.to_owned(),
         };
         self.listen_addr()?;
+        if let Err(reason) = self.telemetry.otlp_traces_url() {
+            let value = self.telemetry.otlp_endpoint.clone().unwrap_or_default();
+            return Err(invalid("telemetry.otlp_endpoint", &value, &reason));
+        }
         let db = &self.database.url;
         if !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://")) {
             return Err(invalid(
@@ -674,6 +710,37 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_otlp_endpoint_is_a_base_url_with_v1_traces_appended_once() {
+        let url = |endpoint: Option<&str>| {
+            TelemetrySettings {
+                format: LogFormat::Json,
+                level: "info".into(),
+                buffered_lines: 1,
+                otlp_endpoint: endpoint.map(str::to_owned),
+            }
+            .otlp_traces_url()
+        };
+        assert_eq!(url(None), Ok(None));
+        assert_eq!(url(Some("  ")), Ok(None));
+        assert_eq!(
+            url(Some("http://collector:4318")),
+            Ok(Some("http://collector:4318/v1/traces".into()))
+        );
+        assert_eq!(
+            url(Some("https://cloud.langfuse.com/api/public/otel/")),
+            Ok(Some(
+                "https://cloud.langfuse.com/api/public/otel/v1/traces".into()
+            ))
+        );
+        assert_eq!(
+            url(Some("http://collector:4318/v1/traces")),
+            Ok(Some("http://collector:4318/v1/traces".into()))
+        );
+        assert!(url(Some("collector:4318")).is_err());
+        assert!(url(Some("ftp://collector/x")).is_err());
+    }
 
     #[test]
     fn shipped_defaults_load_and_validate() {

@@ -64,3 +64,32 @@ pub fn carry<F: Future>(work: F) -> impl Future<Output = F::Output> {
         }
     }
 }
+
+/// W3C trace context across work handed on, when keel's spans are exported (the front that
+/// exports installs it; the core knows no exporter).
+#[derive(Debug, Clone, Copy)]
+pub struct Propagation {
+    /// The current span's `traceparent`.
+    pub current: fn() -> Option<String>,
+    /// Makes a span continue the trace of a `traceparent`.
+    pub continue_from: fn(&tracing::Span, &str),
+}
+
+static PROPAGATION: std::sync::OnceLock<Propagation> = std::sync::OnceLock::new();
+
+/// Installs the trace propagation (once per process).
+pub fn set_propagation(propagation: Propagation) {
+    let _ = PROPAGATION.set(propagation);
+}
+
+/// The current span's `traceparent`, when spans are exported.
+pub fn traceparent() -> Option<String> {
+    PROPAGATION.get().and_then(|p| (p.current)())
+}
+
+/// Makes `span` continue the trace of `traceparent`, when spans are exported.
+pub fn continue_from(span: &tracing::Span, traceparent: &str) {
+    if let Some(propagation) = PROPAGATION.get() {
+        (propagation.continue_from)(span, traceparent);
+    }
+}

@@ -14,6 +14,9 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// The id of the request whose change announced it (none for background work).
     pub request_id: Option<String>,
+    /// That request's W3C trace context (kept while keel exports its spans): each delivery's
+    /// span continues its trace, and the receiver gets it as `traceparent`.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -130,6 +130,8 @@ fn upstream_headers(req: &HttpRequest, provider_key: &str, headers: &mut http::H
             }
         }
     }
+    // The provider sees the request's trace (when keel's spans are exported).
+    crate::telemetry::otlp::inject_current(headers);
     Ok(())
 }
 

@@ -142,6 +142,8 @@ pub struct Call {
 /// What a [`FakeJson`] answers.
 pub enum Reply {
     Json(u16, Value),
+    /// A status with an empty body (an OTLP collector's success).
+    Empty(u16),
     /// Never answers in any test's patience (the caller's timeout must fire).
     Hang,
 }
@@ -193,6 +195,9 @@ async fn json_handler(req: HttpRequest, body: web::Bytes, fake: web::Data<FakeJs
     match (fake.responder)(&call) {
         Reply::Json(status, body) => {
             HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).json(body)
+        }
+        Reply::Empty(status) => {
+            HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).finish()
         }
         Reply::Hang => {
             actix_web::rt::time::sleep(std::time::Duration::from_secs(30)).await;

@@ -701,3 +701,218 @@ async fn a_scripted_session_is_told_by_its_log_with_ids_and_without_secrets() {
         assert!(!text.contains(secret), "a secret in the log: {text}");
     }
 }
+
+/// Issue 57: with `telemetry.otlp_endpoint` keel exports its own spans as OTLP/HTTP protobuf
+/// (decoded here with the protocol's generated types), whatever the log filter: a request's
+/// span continues the caller's `traceparent`, and its children (the service, the ledger
+/// commit, the database statements) carry the same trace id.
+#[actix_web::test]
+async fn keel_exports_its_spans_over_otlp_continuing_the_callers_trace() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let (collector, url) = crate::fakes::FakeJson::start(|_| crate::fakes::Reply::Empty(200));
+    let (provider, provider_url) = crate::fakes::FakeProvider::start();
+    let (receiver, receiver_url) =
+        crate::fakes::FakeJson::start(|_| crate::fakes::Reply::Json(200, json!({})));
+    let openai = format!("{provider_url}/openai/v1");
+    // A base URL: keel appends /v1/traces. The log says nothing below WARN.
+    let served = serve_with(
+        4096,
+        "warn",
+        &[
+            ("KEEL__TELEMETRY__OTLP_ENDPOINT", &url),
+            ("KEEL_PROVIDER_OPENAI_URL", &openai),
+            ("KEEL__WEBHOOKS__ALLOW_HTTP", "true"),
+            ("KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ],
+    )
+    .await;
+    let (org_id, key) = org_with_key(&served.client, &served.base, "traced").await;
+    let granted = served
+        .client
+        .post(served.url("/api/internal/billing/grants"))
+        .bearer_auth(INTERNAL_KEY)
+        .header("Idempotency-Key", "traced-1")
+        .json(&json!({"orgId": org_id, "amountCents": 5000, "reason": "goodwill"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(granted.status(), StatusCode::CREATED);
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let charged = served
+        .client
+        .post(served.url("/api/billing/debit"))
+        .bearer_auth(&key)
+        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
+        .json(&json!({"orgId": org_id, "runId": "traced-run"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(charged.status(), StatusCode::OK);
+    let traceparent = format!("00-{trace_id}-{caller_span}-01");
+    // A proxied call: the provider gets the trace (a span of keel's as the parent).
+    let proxied = served
+        .client
+        .post(served.url("/v1/chat/completions"))
+        .bearer_auth(&key)
+        .header("X-Service-Provider", "openai")
+        .header("X-Service-Provider-Key", "sk-provider")
+        .header("X-Service-Record", "false")
+        .header("traceparent", &traceparent)
+        .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxied.status(), StatusCode::OK);
+    let sent = provider
+        .calls()
+        .last()
+        .and_then(|c| c.headers.get("traceparent").cloned());
+    let sent = sent.expect("a traceparent to the provider");
+    assert!(
+        sent.starts_with(&format!("00-{trace_id}-")) && !sent.contains(caller_span),
+        "{sent}"
+    );
+    // A webhook: the event of a report made in the trace goes out with it.
+    let endpoint = served
+        .client
+        .post(served.url("/api/webhooks/endpoints"))
+        .bearer_auth(&key)
+        .json(&json!({"url": format!("{receiver_url}/hook"), "events": ["job.failed"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(endpoint.status(), StatusCode::CREATED);
+    let project: serde_json::Value = served
+        .client
+        .post(served.url("/api/projects"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "traced"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let job: serde_json::Value = served
+        .client
+        .post(served.url("/api/training/jobs"))
+        .bearer_auth(&key)
+        .json(&json!({"projectId": project["id"], "action": "tracer"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let claim = served
+        .client
+        .post(served.url("/api/training/internal/jobs/claim"))
+        .bearer_auth(INTERNAL_KEY)
+        .json(&json!({"worker_id": "w-traced", "action": "tracer", "limit": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(claim.status(), StatusCode::OK);
+    let failed = served
+        .client
+        .post(served.url("/api/training/internal/jobs/failed"))
+        .bearer_auth(INTERNAL_KEY)
+        .header("traceparent", &traceparent)
+        .json(&json!({"job_id": job["jobId"], "worker_id": "w-traced", "error": "boom"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), StatusCode::OK);
+    assert!(
+        crate::helpers::eventually(|| async { !receiver.calls().is_empty() }).await,
+        "the webhook is delivered"
+    );
+    let delivered = receiver.calls()[0].headers.get("traceparent").cloned();
+    let delivered = delivered.expect("a traceparent to the webhook receiver");
+    assert!(delivered.starts_with(&format!("00-{trace_id}-")), "{delivered}");
+    // SIGTERM: the last batch goes out before the exit.
+    assert!(served.terminate().await, "a clean exit");
+
+    struct Exported {
+        trace_id: String,
+        span_id: String,
+        parent: String,
+        name: String,
+    }
+    let mut spans = Vec::new();
+    for call in collector.calls() {
+        assert_eq!(call.path, "/v1/traces");
+        assert_eq!(
+            call.headers.get("content-type").map(String::as_str),
+            Some("application/x-protobuf")
+        );
+        let request = ExportTraceServiceRequest::decode(call.raw.as_slice()).expect("OTLP protobuf");
+        for resource in request.resource_spans {
+            let service = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .map(|a| format!("{:?}", a.value));
+            assert!(service.is_some_and(|s| s.contains("keel")), "service.name keel");
+            for scope in resource.scope_spans {
+                for span in scope.spans {
+                    spans.push(Exported {
+                        trace_id: hex::encode(&span.trace_id),
+                        span_id: hex::encode(&span.span_id),
+                        parent: hex::encode(&span.parent_span_id),
+                        name: span.name,
+                    });
+                }
+            }
+        }
+    }
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    let ours: Vec<&Exported> = spans.iter().filter(|s| s.trace_id == trace_id).collect();
+    let request = ours
+        .iter()
+        .find(|s| s.parent == caller_span)
+        .unwrap_or_else(|| panic!("the request's span, child of the caller's: {names:?}"));
+    assert_eq!(request.name, "POST /api/billing/debit");
+    let child_of = |parent: &str| {
+        ours.iter()
+            .filter(|s| s.parent == parent)
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+    };
+    let service = ours
+        .iter()
+        .find(|s| s.name == "charge_run_fee")
+        .unwrap_or_else(|| panic!("the service's span in the trace: {names:?}"));
+    // The service's span hangs below the request's (through the extractors' spans, if any).
+    let mut at = service.parent.clone();
+    let mut hops = 0;
+    while at != request.span_id {
+        at = ours
+            .iter()
+            .find(|s| s.span_id == at)
+            .unwrap_or_else(|| panic!("{at} in the trace: {:?}", child_of(&request.span_id)))
+            .parent
+            .clone();
+        hops += 1;
+        assert!(hops < 10);
+    }
+    assert!(
+        ours.iter().any(|s| s.name == "ledger.commit"),
+        "the ledger commit: {names:?}"
+    );
+    assert!(
+        ours.iter().any(|s| s.name.starts_with("sea_orm.")),
+        "database statements: {names:?}"
+    );
+    assert!(
+        ours.iter().any(|s| s.name == "webhook.deliver"),
+        "the delivery continues the trace: {names:?}"
+    );
+    // Other requests are traces of their own (no traceparent sent).
+    assert!(spans
+        .iter()
+        .any(|s| s.trace_id != trace_id && s.name.starts_with("POST /api/internal/orgs")));
+}

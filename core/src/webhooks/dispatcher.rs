@@ -321,7 +321,17 @@ async fn deliver(webhooks: &Webhooks, client: &reqwest::Client, job: Job) {
         }
         return;
     }
-    let outcome = attempt(webhooks, client, &job).await;
+    // A delivery's span continues the trace of the request whose change announced it.
+    let span = tracing::info_span!(
+        "webhook.deliver",
+        delivery_id = %delivery.id,
+        endpoint_id = %delivery.endpoint_id,
+        otel.kind = "client",
+    );
+    if let Some(traceparent) = job.event.as_ref().and_then(|e| e.traceparent.as_deref()) {
+        crate::context::continue_from(&span, traceparent);
+    }
+    let outcome = tracing::Instrument::instrument(attempt(webhooks, client, &job), span).await;
     let (record, succeeded, health) = match outcome {
         Ok(record) => {
             let ok = record.status_code.is_some_and(|s| (200..300).contains(&s));
@@ -474,8 +484,12 @@ async fn attempt(
         Ok(signature) => signature,
         Err(err) => return Err(failed(failure(err))),
     };
-    let sent = client
-        .post(&endpoint.url)
+    let mut request = client.post(&endpoint.url);
+    // The receiver sees the trace (when keel exports its spans).
+    if let Some(traceparent) = crate::context::traceparent() {
+        request = request.header("traceparent", traceparent);
+    }
+    let sent = request
         .header("content-type", "application/json")
         .header("webhook-id", &event.id)
         .header("webhook-timestamp", timestamp.to_string())

@@ -100,6 +100,7 @@ pub(super) fn event_row(
         body: body.to_string(),
         created_at: now,
         request_id: crate::context::request_id().map(|id| id.to_string()),
+        traceparent: crate::context::traceparent(),
     }
 }
 

@@ -20,7 +20,11 @@ use tracing::Span;
 use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::fmt::format::FmtSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+pub mod otlp;
 
 use keel_core::config::{LogFormat, TelemetrySettings};
 
@@ -86,12 +90,22 @@ impl Write for Stderr {
 }
 
 /// Written lines, flushed at [`Logs::flush`] or when dropped.
-pub struct Logs(Option<WorkerGuard>);
+pub struct Logs(
+    Option<WorkerGuard>,
+    Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+);
 
 impl Logs {
     /// Writes what is buffered, waiting at most [`FLUSH_TIMEOUT`]: an output that takes
     /// nothing does not hold the exit.
     pub fn flush(mut self) {
+        if let Some(provider) = self.1.take() {
+            // The last spans go out (the exporter has a runtime of its own), bounded by its
+            // timeout.
+            if let Err(err) = provider.shutdown() {
+                tracing::warn!(error = %err, "exporting the last spans failed");
+            }
+        }
         if let Some(guard) = self.0.take() {
             let (done, wait) = std::sync::mpsc::channel();
             let spawned = std::thread::Builder::new()
@@ -110,7 +124,7 @@ impl Logs {
 /// Installs the subscriber; a second call (tests, CLI sub-commands) keeps the first.
 pub fn init(settings: &TelemetrySettings) -> Logs {
     if LOST.get().is_some() {
-        return Logs(None);
+        return Logs(None, None);
     }
     let refused = Arc::new(AtomicU64::new(0));
     let (writer, guard) = NonBlockingBuilder::default()
@@ -125,7 +139,7 @@ pub fn init(settings: &TelemetrySettings) -> Logs {
         refused,
     };
     if LOST.set(lost).is_err() {
-        return Logs(None);
+        return Logs(None, None);
     }
     // actix's HTTP/1 dispatcher logs a client's malformed request at ERROR (the client's
     // fault, not keel's), and a response stream's failure without its cause (the proxy logs
@@ -138,19 +152,57 @@ pub fn init(settings: &TelemetrySettings) -> Logs {
         true => directives,
         false => format!("{directives},actix_http::h1::dispatcher=off"),
     };
+    // sea-orm's span per statement is for the exported traces; the log names statements only
+    // when RUST_LOG asks for sea_orm.
+    let directives = match directives.contains("sea_orm") {
+        true => directives,
+        false => format!("{directives},sea_orm::database=warn"),
+    };
     let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new(&settings.level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         // Colour codes only for a person at a terminal, never into a file or a pipe.
         .with_ansi(std::io::stderr().is_terminal())
         // A request is its one line (written when answered), not its span's close too.
         .with_span_events(FmtSpan::NONE);
-    let _ = match settings.format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Pretty => builder.compact().try_init(),
+    let lines: Box<dyn Layer<Registry> + Send + Sync> = match settings.format {
+        LogFormat::Json => lines.json().flatten_event(true).with_filter(filter).boxed(),
+        LogFormat::Pretty => lines.compact().with_filter(filter).boxed(),
     };
-    Logs(Some(guard))
+    // keel's spans go out whatever the log's filter: keel's at debug (the services'), the
+    // database statements' at info.
+    let (exported, provider) = match settings.otlp_traces_url() {
+        Ok(Some(url)) => match otlp::provider(&url) {
+            Ok((provider, tracer)) => {
+                let targets = tracing_subscriber::filter::Targets::new()
+                    .with_target("keel", tracing::Level::DEBUG)
+                    .with_target("keel_core", tracing::Level::DEBUG)
+                    .with_target("sea_orm::database", tracing::Level::INFO);
+                let layer = tracing_opentelemetry::layer()
+                    .with_tracer(tracer)
+                    .with_filter(targets)
+                    .boxed();
+                EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
+                (Some(layer), Some((provider, url)))
+            }
+            Err(err) => {
+                let _ = writeln!(std::io::stderr(), "keel: OTLP export to {url} not started: {err}");
+                (None, None)
+            }
+        },
+        _ => (None, None),
+    };
+    let mut layers = vec![lines];
+    layers.extend(exported);
+    let _ = tracing_subscriber::registry().with(layers).try_init();
+    if let Some((_, url)) = &provider {
+        tracing::info!(endpoint = %url, "keel's spans are exported over OTLP");
+        keel_core::context::set_propagation(keel_core::context::Propagation {
+            current: otlp::current_traceparent,
+            continue_from: otlp::continue_from,
+        });
+    }
+    Logs(Some(guard), provider.map(|(provider, _)| provider))
 }
 
 /// Query parameters whose values are logged; every other value is left out.
@@ -468,6 +520,7 @@ impl RootSpanBuilder for RootSpan {
             span.record("http.route", route);
             span.record("otel.name", format!("{} {route}", request.method()));
             span.record("otel.kind", "server");
+            otlp::continue_trace(&span, request.headers());
         }
         span
     }
