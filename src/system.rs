@@ -78,7 +78,7 @@ pub async fn metrics(
     state.refresh_metrics().await;
     state
         .metrics
-        .otlp_export_lag
+        .spans_export_lag
         .set(crate::telemetry::otlp::lag_seconds());
     let mut buffer = Vec::new();
     TextEncoder::new()

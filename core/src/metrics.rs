@@ -91,7 +91,7 @@ pub struct Metrics {
     // The trace writer.
     pub trace_lag: Gauge,
     /// How far behind the OTLP export of keel's own spans is (`telemetry.otlp_endpoint`).
-    pub otlp_export_lag: Gauge,
+    pub spans_export_lag: Gauge,
     trace_queue: IntGauge,
     // The hot paths' look-up caches (`cache::LoadCache`).
     cache_loads: IntCounterVec,
@@ -343,8 +343,8 @@ impl Metrics {
                 &["provider", "model", "kind"],
             )?,
             token_models: Default::default(),
-            otlp_export_lag: gauge(
-                "keel_otlp_export_lag_seconds",
+            spans_export_lag: gauge(
+                "keel_spans_export_lag_seconds",
                 "How long the oldest span not yet exported over OTLP has waited (0 when none waits or nothing is exported)",
             )?,
             trace_lag: gauge(
@@ -475,7 +475,7 @@ impl Metrics {
             Box::new(self.ledger_stalled.clone()),
             Box::new(self.tokens.clone()),
             Box::new(self.trace_lag.clone()),
-            Box::new(self.otlp_export_lag.clone()),
+            Box::new(self.spans_export_lag.clone()),
             Box::new(self.trace_queue.clone()),
             Box::new(self.cache_loads.clone()),
             Box::new(self.ledger_seconds.clone()),

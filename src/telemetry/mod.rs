@@ -182,7 +182,7 @@ pub fn init(settings: &TelemetrySettings) -> Logs {
                     .with_tracer(tracer)
                     .with_filter(targets)
                     .boxed();
-                EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
+                otlp::EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
                 (Some(layer), Some((provider, url)))
             }
             Err(err) => {
@@ -231,9 +231,6 @@ pub fn loggable_target(path: &str, query: &str) -> String {
     }
     target
 }
-
-/// Whether keel's spans are exported (`telemetry.otlp_endpoint`).
-pub static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The path a request's log line names instead of its route pattern (the relay's, whose
 /// route is `/v1/{tail:.*}`), already without secrets and query.
@@ -463,10 +460,10 @@ impl DeferredLine {
 #[derive(Clone, Copy)]
 struct Started(std::time::Instant);
 
-/// Each request's root span, at `debug`: method, route, path (query names only), client,
-/// request id, and the status once answered. Made only when it would be recorded (on the
-/// proxy's path, building it would be wasted work). At `info` a request is one short line
-/// instead, written when it is answered.
+/// Each request's root span, at `info`: its request id (what the lines logged inside it
+/// show), and while spans are exported its method, route and the caller's `traceparent` as its
+/// parent. Its close is not a line: a request is its one line, written when it is answered.
+/// At `debug` a line at its start adds the path (query names only), client and user agent.
 pub struct RootSpan;
 
 impl RootSpanBuilder for RootSpan {
@@ -515,7 +512,7 @@ impl RootSpanBuilder for RootSpan {
             exception.details = tracing::field::Empty,
         );
         // What an exported span needs (the log's lines have it in the request line already).
-        if EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+        if otlp::EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
             span.record("http.method", request.method().as_str());
             span.record("http.route", route);
             span.record("otel.name", format!("{} {route}", request.method()));

@@ -16,6 +16,9 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// Whether keel's spans are exported (`telemetry.otlp_endpoint`).
+pub static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How long one export may take before it counts as failed.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of a collector's answer read.
@@ -77,7 +80,7 @@ impl opentelemetry_http::HttpClient for Client {
 static OLDEST_UNEXPORTED: Mutex<Option<SystemTime>> = Mutex::new(None);
 
 /// How long the oldest span not yet exported has waited (0 when none waits), for
-/// `keel_otlp_export_lag_seconds`.
+/// `keel_spans_export_lag_seconds`.
 pub fn lag_seconds() -> f64 {
     let oldest = *OLDEST_UNEXPORTED
         .lock()
@@ -189,7 +192,7 @@ impl Injector for Outgoing<'_> {
 /// Adds the current span's `traceparent` to an outgoing request's headers (only while spans
 /// are exported: otherwise there is no trace to continue).
 pub fn inject_current(headers: &mut http::HeaderMap) {
-    if !super::EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
     let context = tracing::Span::current().context();

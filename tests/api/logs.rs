@@ -650,6 +650,7 @@ async fn a_scripted_session_is_told_by_its_log_with_ids_and_without_secrets() {
     let ended = one("job.ended");
     assert_eq!(ended["job_id"], job_id.as_str());
     assert_eq!(ended["outcome"], "failed");
+    assert_eq!(ended["org_id"], org_id.as_str());
     assert_eq!(ended["worker_id"], "w-logged");
     let retried = one("job.retried");
     assert_eq!(retried["job_id"], job_id.as_str());

@@ -63,6 +63,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
             AttemptOutcome::Retried => tracing::info!(
                 target: "keel_event",
                 event = "job.retried",
+                org_id = %attempt.org_id,
                 job_id = %row.job_id,
                 worker_id = row.worker_id.as_deref(),
                 action = %attempt.action,
@@ -72,6 +73,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
             AttemptOutcome::Failed if retryable.contains(row.job_id.as_str()) => tracing::warn!(
                 target: "keel_event",
                 event = "job.retries_exhausted",
+                org_id = %attempt.org_id,
                 job_id = %row.job_id,
                 worker_id = row.worker_id.as_deref(),
                 action = %attempt.action,
@@ -81,6 +83,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
             outcome => tracing::info!(
                 target: "keel_event",
                 event = "job.ended",
+                org_id = %attempt.org_id,
                 job_id = %row.job_id,
                 worker_id = row.worker_id.as_deref(),
                 action = %attempt.action,
@@ -100,6 +103,7 @@ pub(super) fn swept(event: &'static str, ended: &[EndedAttempt]) {
         tracing::info!(
             target: "keel_event",
             event,
+            org_id = %attempt.org_id,
             job_id = %row.job_id,
             worker_id = row.worker_id.as_deref(),
             action = %attempt.action,

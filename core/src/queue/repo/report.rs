@@ -76,6 +76,8 @@ impl RetryPolicy {
 #[derive(Debug, Clone)]
 pub struct EndedAttempt {
     pub action: JobAction,
+    /// The job's organization (its log line names it).
+    pub org_id: OrgId,
     pub row: training_job_attempt::Model,
 }
 
@@ -89,6 +91,7 @@ impl EndedAttempt {
     ) -> Self {
         Self {
             action: job.action,
+            org_id: job.org_id.clone(),
             row: training_job_attempt::Model {
                 job_id: job.id.clone(),
                 ordinal: job.attempts + job.refusals,
@@ -323,7 +326,7 @@ async fn end_reported(
 }
 
 /// The attempt a report ended, from the update's `RETURNING id, attempts, claimed_at, action,
-/// refusals`.
+/// refusals, org_id`.
 fn ended_by_report(
     row: sea_orm::QueryResult,
     job_id: JobId,
@@ -335,6 +338,7 @@ fn ended_by_report(
     let refusals: i32 = row.try_get_by_index(4)?;
     Ok(EndedAttempt {
         action: JobAction::parse(&action).unwrap_or(JobAction::Training),
+        org_id: row.try_get_by_index(5)?,
         row: training_job_attempt::Model {
             job_id,
             ordinal: attempt + refusals,

@@ -136,11 +136,11 @@ pub(super) mod postgres {
              WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
                AND j.id = r.id AND j.worker_id = r.worker_id AND {reportable} \
                {{unannounced}} \
-             RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error, j.refusals), \
+             RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error, j.refusals, j.org_id), \
              h AS (INSERT INTO training_job_attempts (job_id, ordinal, attempt, worker_id, claimed_at, ended_at, outcome, error) \
                 SELECT id, attempts + refusals, attempts, worker_id, claimed_at, $2, status, error FROM u \
                 ON CONFLICT (job_id, ordinal) DO NOTHING) \
-             SELECT id, attempts, claimed_at, action, refusals FROM u",
+             SELECT id, attempts, claimed_at, action, refusals, org_id FROM u",
             reportable = from_sql(JobEvent::Succeed, "j.status || ''"),
         )
     });
@@ -187,7 +187,7 @@ pub(super) mod sqlite {
                           json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
              WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id AND {reportable} \
              RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action, \
-                training_jobs.refusals",
+                training_jobs.refusals, training_jobs.org_id",
             reportable = from_sql(JobEvent::Succeed, "+training_jobs.status"),
         )
     });
