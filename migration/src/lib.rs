@@ -35,7 +35,6 @@ mod m20261128_000003_webhook_secrets_and_leases;
 mod m20261128_000004_sqlite_fts_off_the_writer;
 mod m20261128_000005_sqlite_fts_keel_words;
 mod m20261128_000006_event_request_id;
-mod m20261128_000007_event_traceparent;
 
 pub struct Migrator;
 
@@ -75,7 +74,6 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000004_sqlite_fts_off_the_writer::Migration),
             Box::new(m20261128_000005_sqlite_fts_keel_words::Migration),
             Box::new(m20261128_000006_event_request_id::Migration),
-            Box::new(m20261128_000007_event_traceparent::Migration),
         ]
     }
 }

@@ -6,22 +6,52 @@ use entities::training_job;
 use super::repo::{EndedAttempt, Report};
 use crate::domain::{AttemptOutcome, JobAction, JobStatus, OrgId};
 
+/// One line for each of `jobs`: the event, the job's ids, action and attempt, and the worker
+/// when one is involved.
+fn each_job(
+    event: &'static str,
+    message: &'static str,
+    jobs: &[training_job::Model],
+    worker_id: Option<&str>,
+) {
+    for job in jobs {
+        tracing::info!(
+            target: "keel_event",
+            event,
+            org_id = %job.org_id,
+            job_id = %job.id,
+            project_id = %job.project_id,
+            worker_id,
+            action = %job.action,
+            attempt = job.attempts,
+            "{message}"
+        );
+    }
+}
+
+/// One line for each ended attempt: the event, its job's ids, worker, action and attempt, and
+/// its outcome.
+fn each_attempt(event: &'static str, message: &'static str, ended: &[&EndedAttempt]) {
+    for attempt in ended {
+        let row = &attempt.row;
+        tracing::info!(
+            target: "keel_event",
+            event,
+            org_id = %attempt.org_id,
+            job_id = %row.job_id,
+            worker_id = row.worker_id.as_deref(),
+            action = %attempt.action,
+            attempt = row.attempt,
+            outcome = %row.outcome,
+            "{message}"
+        );
+    }
+}
+
 /// Jobs created: one line a job, or one a batch's organization (with the count).
 pub(super) fn created(jobs: &[training_job::Model], batch: bool) {
     if !batch {
-        for job in jobs {
-            tracing::info!(
-                target: "keel_event",
-                event = "job.created",
-                org_id = %job.org_id,
-                job_id = %job.id,
-                project_id = %job.project_id,
-                action = %job.action,
-                status = %job.status,
-                "job created"
-            );
-        }
-        return;
+        return each_job("job.created", "job created", jobs, None);
     }
     let mut by_org: std::collections::BTreeMap<&OrgId, usize> = Default::default();
     for job in jobs {
@@ -34,18 +64,7 @@ pub(super) fn created(jobs: &[training_job::Model], batch: bool) {
 
 /// Jobs handed to a worker (their run fee paid).
 pub(super) fn claimed(worker_id: &str, jobs: &[training_job::Model]) {
-    for job in jobs {
-        tracing::info!(
-            target: "keel_event",
-            event = "job.claimed",
-            org_id = %job.org_id,
-            job_id = %job.id,
-            worker_id,
-            action = %job.action,
-            attempt = job.attempts,
-            "job claimed"
-        );
-    }
+    each_job("job.claimed", "job claimed", jobs, Some(worker_id));
 }
 
 /// Attempts that ended by a worker's report: the job ended (its outcome) or, for a
@@ -60,16 +79,9 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
     for attempt in ended {
         let row = &attempt.row;
         match row.outcome {
-            AttemptOutcome::Retried => tracing::info!(
-                target: "keel_event",
-                event = "job.retried",
-                org_id = %attempt.org_id,
-                job_id = %row.job_id,
-                worker_id = row.worker_id.as_deref(),
-                action = %attempt.action,
-                attempt = row.attempt,
-                "job failed, retried after its backoff"
-            ),
+            AttemptOutcome::Retried => {
+                each_attempt("job.retried", "job failed, retried after its backoff", &[attempt])
+            }
             AttemptOutcome::Failed if retryable.contains(row.job_id.as_str()) => tracing::warn!(
                 target: "keel_event",
                 event = "job.retries_exhausted",
@@ -80,17 +92,7 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
                 attempt = row.attempt,
                 "job failed with no attempts left: it stays failed"
             ),
-            outcome => tracing::info!(
-                target: "keel_event",
-                event = "job.ended",
-                org_id = %attempt.org_id,
-                job_id = %row.job_id,
-                worker_id = row.worker_id.as_deref(),
-                action = %attempt.action,
-                attempt = row.attempt,
-                outcome = %outcome,
-                "job ended"
-            ),
+            _ => each_attempt("job.ended", "job ended", &[attempt]),
         }
     }
 }
@@ -98,62 +100,33 @@ pub(super) fn reported(reports: &[Report], ended: &[EndedAttempt]) {
 /// Attempts the stale sweep ended (requeued, failed or stopped), or that a restarted
 /// worker handed back.
 pub(super) fn swept(event: &'static str, ended: &[EndedAttempt]) {
-    for attempt in ended {
-        let row = &attempt.row;
-        tracing::info!(
-            target: "keel_event",
-            event,
-            org_id = %attempt.org_id,
-            job_id = %row.job_id,
-            worker_id = row.worker_id.as_deref(),
-            action = %attempt.action,
-            attempt = row.attempt,
-            "job's attempt ended without a report"
-        );
-    }
+    let ended: Vec<&EndedAttempt> = ended.iter().collect();
+    each_attempt(event, "job's attempt ended without a report", &ended);
 }
 
 /// Jobs put back in the queue by hand.
 pub(super) fn retried_by_hand(jobs: &[training_job::Model]) {
-    for job in jobs {
-        tracing::info!(
-            target: "keel_event",
-            event = "job.retried",
-            org_id = %job.org_id,
-            job_id = %job.id,
-            action = %job.action,
-            "job retried by hand"
-        );
-    }
+    each_job("job.retried", "job retried by hand", jobs, None);
 }
 
 /// An organization's jobs blocked for funds queued again at its credit.
-pub(super) fn requeued_on_credit(org_id: &OrgId, jobs: &[training_job::Model]) {
-    for job in jobs {
-        tracing::info!(
-            target: "keel_event",
-            event = "job.requeued_on_credit",
-            org_id = %org_id,
-            job_id = %job.id,
-            action = %job.action,
-            "job blocked for funds queued again at the organization's credit"
-        );
-    }
+pub(super) fn requeued_on_credit(jobs: &[training_job::Model]) {
+    each_job(
+        "job.requeued_on_credit",
+        "job blocked for funds queued again at the organization's credit",
+        jobs,
+        None,
+    );
 }
 
 /// Claimed jobs blocked because their organization could not pay the run fee.
 pub(super) fn blocked_for_funds(worker_id: &str, jobs: &[training_job::Model]) {
-    for job in jobs {
-        tracing::info!(
-            target: "keel_event",
-            event = "job.blocked_for_funds",
-            org_id = %job.org_id,
-            job_id = %job.id,
-            worker_id,
-            action = %job.action,
-            "job blocked: its organization cannot pay the run fee"
-        );
-    }
+    each_job(
+        "job.blocked_for_funds",
+        "job blocked: its organization cannot pay the run fee",
+        jobs,
+        Some(worker_id),
+    );
 }
 
 /// An action's queue paused or resumed.

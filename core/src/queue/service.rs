@@ -437,7 +437,7 @@ impl ActionQueue {
 #[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn requeue_blocked_for_funds(jobs: &Jobs, org_id: &OrgId) -> Result<(), JobError> {
     let requeued = repo::requeue_blocked_for_funds(&jobs.db, org_id).await?;
-    super::logged::requeued_on_credit(org_id, &requeued);
+    super::logged::requeued_on_credit(&requeued);
     let mut actions: Vec<JobAction> = requeued.into_iter().map(|job| job.action).collect();
     actions.sort_by_key(|a| a.as_str());
     actions.dedup();

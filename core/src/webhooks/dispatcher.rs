@@ -405,34 +405,28 @@ fn log_failed(
         .as_deref()
         .map(|e| e.chars().take(300).collect::<String>());
     let attempt = delivery.attempts + 1;
+    let next_attempt_at = next.map(|at| at.to_rfc3339());
+    macro_rules! failed {
+        ($level:ident, $message:literal) => {
+            tracing::$level!(
+                target: "keel_event",
+                event = "webhook.delivery_failed",
+                org_id,
+                endpoint_id = %delivery.endpoint_id,
+                delivery_id = %delivery.id,
+                event_type,
+                request_id,
+                attempt,
+                status_code = record.status_code,
+                error = error.as_deref(),
+                next_attempt_at = next_attempt_at.as_deref(),
+                $message
+            )
+        };
+    }
     match status {
-        DeliveryStatus::Failed => tracing::warn!(
-            target: "keel_event",
-            event = "webhook.delivery_failed",
-            org_id,
-            endpoint_id = %delivery.endpoint_id,
-            delivery_id = %delivery.id,
-            event_type,
-            request_id,
-            attempt,
-            status_code = record.status_code,
-            error = error.as_deref(),
-            "webhook delivery failed; no attempts left"
-        ),
-        _ => tracing::info!(
-            target: "keel_event",
-            event = "webhook.delivery_failed",
-            org_id,
-            endpoint_id = %delivery.endpoint_id,
-            delivery_id = %delivery.id,
-            event_type,
-            request_id,
-            attempt,
-            status_code = record.status_code,
-            error = error.as_deref(),
-            next_attempt_at = next.map(|at| at.to_rfc3339()).as_deref(),
-            "webhook delivery failed; retried later"
-        ),
+        DeliveryStatus::Failed => failed!(warn, "webhook delivery failed; no attempts left"),
+        _ => failed!(info, "webhook delivery failed; retried later"),
     }
 }
 
