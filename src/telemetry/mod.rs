@@ -468,13 +468,13 @@ pub struct RootSpan;
 
 impl RootSpanBuilder for RootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        if tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
+        if !tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
+            return Span::none();
+        }
+        {
             let mut extensions = request.extensions_mut();
             extensions.insert(Started(std::time::Instant::now()));
             extensions.insert(RequestIds::default());
-        }
-        if !tracing::enabled!(target: "keel::request", tracing::Level::INFO) {
-            return Span::none();
         }
         let request_id = request
             .extensions()

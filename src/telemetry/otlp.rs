@@ -6,7 +6,7 @@
 //! context comes in with a request's `traceparent` and goes out to providers and webhook
 //! receivers.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
@@ -24,28 +24,35 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of a collector's answer read.
 const MAX_ANSWER: usize = 64 * 1024;
 
+/// The exporter's runtime: made once, never dropped (whichever thread drops the exporter last,
+/// the batch thread or an async one, no runtime is torn down inside another).
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
 /// The exporter's HTTP client: keel's reqwest on a runtime of its own.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: &'static tokio::runtime::Runtime,
 }
 
 impl Client {
     fn new() -> anyhow::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("keel-otlp")
-            .enable_all()
-            .build()?;
+        let runtime = match RUNTIME.get() {
+            Some(runtime) => runtime,
+            None => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("keel-otlp")
+                    .enable_all()
+                    .build()?;
+                RUNTIME.get_or_init(|| runtime)
+            }
+        };
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(EXPORT_TIMEOUT)
             .build()?;
-        Ok(Self {
-            http,
-            runtime: Arc::new(runtime),
-        })
+        Ok(Self { http, runtime })
     }
 }
 
