@@ -201,13 +201,25 @@ impl Printed {
         let mut table = tabwriter::TabWriter::new(out).padding(2);
         writeln!(table, "{}", self.header.join("\t"))?;
         for row in &self.rows {
-            // A value is one cell: tabs and line breaks in it (names are anyone's text) are spaces.
-            let cells: Vec<String> = row.iter().map(|c| c.replace(['\t', '\n', '\r'], " ")).collect();
+            let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
             writeln!(table, "{}", cells.join("\t"))?;
         }
         table.flush()?;
         Ok(())
     }
+}
+
+/// A value as one table cell: names, URLs and errors are anyone's text, so a tab or line
+/// break is a space and any other control character (a terminal escape) is shown escaped.
+fn cell(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            '\t' | '\n' | '\r' => " ".to_owned(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 fn org_of(raw: &str) -> Result<OrgId, AdminError> {
@@ -557,4 +569,14 @@ async fn jobs(core: &Core, action: JobsAction) -> Result<Printed, AdminError> {
         vec!["JOB ID", "ACTION", "STATUS", "ATTEMPTS", "CREATED", "ERROR"],
         rows,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cell_is_one_line_without_terminal_escapes() {
+        assert_eq!(super::cell("Acme\tRobotics\nInc"), "Acme Robotics Inc");
+        assert_eq!(super::cell("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(super::cell("café"), "café");
+    }
 }

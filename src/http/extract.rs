@@ -57,11 +57,16 @@ impl<T: DeserializeOwned + Validate + utoipa::ToSchema + 'static> FromRequest fo
         let req = req.clone();
         Box::pin(async move {
             let bytes = read_body(&mut payload, declared, limit).await?;
-            crate::telemetry::note_body_ids(&req, &bytes);
-            if let Some(key_org) = key_org {
-                // Before the body's own checks: a foreign organization is 403 even where
-                // the body has no such field.
-                check_supplied_orgs(supplied_orgs(&bytes), &key_org)?;
+            let logged = crate::telemetry::writes_request_line(&req);
+            if key_org.is_some() || logged {
+                // One pass over the body's top level for both.
+                let ids = top_level_ids(&bytes);
+                if let Some(key_org) = key_org {
+                    // Before the body's own checks: a foreign organization is 403 even where
+                    // the body has no such field.
+                    check_supplied_orgs(&ids.orgs, &key_org)?;
+                }
+                crate::telemetry::note_worker_and_job(&req, ids.worker_id.as_deref(), ids.job_id.as_deref());
             }
             parse_checked_body(&bytes).map(Self)
         })
@@ -144,32 +149,50 @@ pub fn nul_issue(loc: Vec<Value>) -> ValidationIssue {
     )
 }
 
-/// Every string value of a top-level `orgId` or `org_id` in a JSON object body, repeats
-/// included; nothing for a body that is not a JSON object.
-pub fn supplied_orgs(bytes: &[u8]) -> Vec<String> {
-    struct Orgs;
-    impl<'de> serde::de::Visitor<'de> for Orgs {
-        type Value = Vec<String>;
+/// What a JSON object body says at its top level about whose it is, read in one pass: every
+/// string `orgId`/`org_id` (repeats included: the API key's check), and the first string
+/// `worker_id`/`workerId` and `job_id`/`jobId` (the request's log line). Nothing for a body
+/// that is not a JSON object.
+#[derive(Debug, Default)]
+pub struct TopLevelIds {
+    pub orgs: Vec<String>,
+    pub worker_id: Option<String>,
+    pub job_id: Option<String>,
+}
+
+pub fn top_level_ids(bytes: &[u8]) -> TopLevelIds {
+    struct Ids;
+    impl<'de> serde::de::Visitor<'de> for Ids {
+        type Value = TopLevelIds;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
 
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
-            let mut orgs = Vec::new();
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopLevelIds, A::Error> {
+            let mut ids = TopLevelIds::default();
             while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if name == "orgId" || name == "org_id" {
-                    if let Value::String(org) = map.next_value::<Value>()? {
-                        orgs.push(org);
+                let (list, slot) = match name.as_ref() {
+                    "orgId" | "org_id" => (true, None),
+                    "worker_id" | "workerId" if ids.worker_id.is_none() => (false, Some(&mut ids.worker_id)),
+                    "job_id" | "jobId" if ids.job_id.is_none() => (false, Some(&mut ids.job_id)),
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        continue;
                     }
-                } else {
-                    map.next_value::<serde::de::IgnoredAny>()?;
+                };
+                if let Value::String(value) = map.next_value::<Value>()? {
+                    match slot {
+                        Some(slot) => *slot = Some(value),
+                        None if list => ids.orgs.push(value),
+                        None => {}
+                    }
                 }
             }
-            Ok(orgs)
+            Ok(ids)
         }
     }
-    serde::Deserializer::deserialize_map(&mut serde_json::Deserializer::from_slice(bytes), Orgs)
+    serde::Deserializer::deserialize_map(&mut serde_json::Deserializer::from_slice(bytes), Ids)
         .unwrap_or_default()
 }
 

@@ -370,51 +370,21 @@ pub fn note_trace(req: &actix_web::HttpRequest, trace_id: &str) {
     note_ids(req, |ids| ids.trace_id = Some(RequestIds::id(trace_id)));
 }
 
-/// Notes a JSON body's top-level `worker_id` and `job_id` (strings; the first of each),
-/// when request lines are written.
-pub fn note_body_ids(req: &actix_web::HttpRequest, body: &[u8]) {
-    if req.extensions().get::<RequestIds>().is_none() {
-        return;
-    }
-    struct Ids(Option<String>, Option<String>);
-    impl<'de> serde::de::Visitor<'de> for Ids {
-        type Value = (Option<String>, Option<String>);
+/// Whether this request's line is written (its ids are worth noting).
+pub fn writes_request_line(req: &actix_web::HttpRequest) -> bool {
+    req.extensions().get::<RequestIds>().is_some()
+}
 
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a JSON object")
+/// Notes the worker and job a request's body names (`http::extract::top_level_ids`).
+pub fn note_worker_and_job(req: &actix_web::HttpRequest, worker_id: Option<&str>, job_id: Option<&str>) {
+    note_ids(req, |ids| {
+        if let Some(worker_id) = worker_id {
+            ids.worker_id = Some(RequestIds::id(worker_id));
         }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
-            while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                let slot = match name.as_ref() {
-                    "worker_id" | "workerId" if self.0.is_none() => &mut self.0,
-                    "job_id" | "jobId" if self.1.is_none() => &mut self.1,
-                    _ => {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                        continue;
-                    }
-                };
-                if let serde_json::Value::String(value) = map.next_value::<serde_json::Value>()? {
-                    *slot = Some(value);
-                }
-            }
-            Ok((self.0, self.1))
+        if let Some(job_id) = job_id {
+            ids.job_id = Some(RequestIds::id(job_id));
         }
-    }
-    let read = serde::Deserializer::deserialize_map(
-        &mut serde_json::Deserializer::from_slice(body),
-        Ids(None, None),
-    );
-    if let Ok((worker_id, job_id)) = read {
-        note_ids(req, |ids| {
-            if let Some(worker_id) = worker_id {
-                ids.worker_id = Some(RequestIds::id(&worker_id));
-            }
-            if let (Some(job_id), None) = (job_id, &ids.job_id) {
-                ids.job_id = Some(RequestIds::id(&job_id));
-            }
-        });
-    }
+    });
 }
 
 /// A request's concrete path as logged: a segment that looks like a credential (an API key,

@@ -314,8 +314,9 @@ impl LedgerActor {
         let shared = self.shared.clone();
         let org_id = self.org_id.clone();
         // The commit's span is a child of the first operation's request (and follows from
-        // the others'), so what is logged or exported of it belongs to a request.
-        let span = tracing::info_span!(
+        // the others'), so what is exported of it belongs to a request. At debug: on the
+        // ledger's hot path it is made only while spans are exported (or the log asks).
+        let span = tracing::debug_span!(
             parent: ops[0].cause.span.id(),
             "ledger.commit",
             org_id = %org_id,
