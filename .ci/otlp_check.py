@@ -10,6 +10,11 @@ base64: a line is read as an OTLP/JSON receiver reads it, its ids turned from he
 bytes they name before protobuf's parser sees them (read as base64 instead, a 32-character
 trace id becomes 24 other bytes).
 
+Then the push (issue 58): the project is pointed at a receiver (`PATCH /api/projects/{id}
+{"otlpExport": ...}`, as Langfuse takes it: a base URL and a Basic authorization header) that
+decodes each OTLP/HTTP protobuf request with the same reference classes; the calls recorded
+next arrive as spans with keel's ids, the model, the tokens and the messages.
+
 Usage: otlp_check.py KEEL_BINARY
 """
 
@@ -55,6 +60,31 @@ class Provider(BaseHTTPRequestHandler):
         pass
 
 
+PUSHED: List[Any] = []
+PUSH_HEADERS: List[Dict[str, str]] = []
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver: protobuf `ExportTraceServiceRequest`s at /api/public/otel/v1/traces."""
+
+    def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        ok = self.path == "/api/public/otel/v1/traces" and self.headers.get("content-type") == "application/x-protobuf"
+        if ok:
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            for resource in request.resource_spans:
+                for scope in resource.scope_spans:
+                    PUSHED.extend(scope.spans)
+            PUSH_HEADERS.append({k.lower(): v for k, v in self.headers.items()})
+        self.send_response(200 if ok else 404)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 def attributes(span: Any) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for kv in span.attributes:
@@ -94,7 +124,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(os.environ, KEEL_DATABASE_URL=f"sqlite://{scratch}/keel.db?mode=rwc",
                    KEEL_INTERNAL_KEYS="otlp-check-internal", KEEL_SESSION_SECRET="otlp-check-session-secret-0123456789",
-                   KEEL__PROVIDERS__OPENAI_URL=f"{fake}/v1", RUST_LOG="warn")
+                   KEEL__PROVIDERS__OPENAI_URL=f"{fake}/v1", RUST_LOG="warn",
+                   # The receiver listens on loopback over http.
+                   KEEL__WEBHOOKS__ALLOW_HTTP="true", KEEL__WEBHOOKS__ALLOW_PRIVATE_DESTINATIONS="true",
+                   KEEL__OTLP_PUSH__INTERVAL_MS="200")
         keel, base = start_keel(BINARY, env)
         try:
             boot = bootstrap(BINARY, env, "Otlp", "otlp-owner")
@@ -151,6 +184,38 @@ def main() -> None:
             assert a["keel.trace_id"] == chosen and a["keel.score.quality"] == 0.9, a
             print(f"   otlp-json: {len(spans)} spans parsed by opentelemetry-proto with the GenAI attributes "
                   "and keel's ids byte for byte; tag and minScore select the export")
+
+            # The push: the owner points the project at a receiver, Langfuse-style.
+            receiver, receiver_url = serve(Receiver)
+            basic = "Basic " + base64.b64encode(b"pk-lf-check:sk-lf-check").decode()
+            owner = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {boot['sessionToken']}",
+                                                         "X-Org-Id": boot["orgId"]}, timeout=30)
+            set_push = owner.patch(f"/api/projects/{project}", json={"otlpExport": {
+                "endpoint": f"{receiver_url}/api/public/otel", "headers": {"Authorization": basic}}})
+            assert set_push.status_code == 200, set_push.text
+            assert "sk-lf-check" not in set_push.text and basic not in set_push.text, set_push.text
+            for question in ["Capital of Peru?", "Capital of Chile?"]:
+                client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+            for _ in range(150):
+                if len(PUSHED) >= 2:
+                    break
+                time.sleep(0.1)
+            assert len(PUSHED) == 2, PUSHED
+            assert all(h.get("authorization") == basic for h in PUSH_HEADERS), PUSH_HEADERS
+            recorded = {t["traceId"] for t in api.get("/api/traces", params={"projectId": project}).json()["traces"]}
+            for span in PUSHED:
+                a = attributes(span)
+                keel_id = bytes.fromhex(a["keel.trace_id"].replace("-", ""))
+                assert span.trace_id == keel_id and span.span_id == keel_id[8:], span
+                assert a["keel.trace_id"] in recorded, a
+                assert a["gen_ai.request.model"] == "gpt-4o-mini", a
+                assert a["gen_ai.usage.input_tokens"] == 24 and a["gen_ai.usage.output_tokens"] == 8, a
+                question = json.loads(a["gen_ai.input.messages"])[0]["parts"][0]["content"]
+                assert question in ("Capital of Peru?", "Capital of Chile?"), question
+                assert json.loads(a["gen_ai.output.messages"])[0]["parts"][0]["content"] == "Paris.", a
+            receiver.shutdown()
+            print(f"   push: {len(PUSHED)} recorded calls arrived at an OTLP/HTTP receiver as protobuf spans "
+                  "(opentelemetry-proto) with keel's ids, the Basic header, the model, tokens and messages")
         finally:
             stop_keel(keel)
             provider.shutdown()

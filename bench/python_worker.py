@@ -8,6 +8,7 @@ stdin before it works (so a benchmark times the work, not the interpreter's star
 Usage: python_worker.py library|library10|naive|naive1 BASE_URL INTERNAL_KEY WORKER_ID [--go]
 """
 
+import os
 import signal
 import sys
 import time
@@ -33,7 +34,10 @@ def naive(url: str, key: str, worker_id: str, limit: int = 100) -> None:
 def library(url: str, key: str, worker_id: str, concurrency: int = 1) -> None:
     from keel_worker import Worker
 
-    worker = Worker(url, key, worker_id, ["tracer"], lambda job: None, concurrency=concurrency, wait_secs=1)
+    # KEEL_BENCH_PREFETCH: the library's prefetch (default: its own, half of concurrency).
+    prefetch = int(os.environ["KEEL_BENCH_PREFETCH"]) if "KEEL_BENCH_PREFETCH" in os.environ else None
+    worker = Worker(url, key, worker_id, ["tracer"], lambda job: None, concurrency=concurrency, wait_secs=1,
+                    prefetch=prefetch)
     ready()
     worker.run()
 

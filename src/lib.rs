@@ -8,6 +8,7 @@ pub mod auth;
 pub mod billing;
 pub mod cli;
 pub mod console;
+pub mod datasets;
 pub mod docs;
 pub mod error;
 pub mod evals;

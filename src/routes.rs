@@ -11,7 +11,8 @@ use actix_web::web;
 
 use crate::http::resource;
 use crate::{
-    auth, billing, evals, flash, keys, orgs, projects, proxy, queue, runs, serving, system, traces, webhooks,
+    auth, billing, datasets, evals, flash, keys, orgs, projects, proxy, queue, runs, serving, system, traces,
+    webhooks,
 };
 
 /// `root "" { ... }`: paths mounted as written. `scope "/prefix" { ... }`: paths under it.
@@ -73,6 +74,7 @@ route_table! {
         "/jobs/requeue-stale" => post queue::internal::requeue_stale;
         "/jobs/requeue-interrupted" => post queue::internal::requeue_interrupted;
         "/jobs/{job_id}" => get queue::internal::get_job_for_worker;
+        "/jobs/{job_id}/dataset" => get datasets::routes::job_dataset;
         "/agent-logs" => get queue::agent::list_agent_logs_internal, post queue::agent::create_agent_log_internal;
         "/agent-usage" => post queue::agent::report_agent_usage;
         "/optimizer-timelines/sync" => post queue::agent::sync_optimizer_timelines;
@@ -178,6 +180,12 @@ route_table! {
         "/{trace_id}" => get traces::routes::get_trace;
         "/{trace_id}/tags" => post traces::routes::tag_trace;
         "/{trace_id}/scores/{name}" => put traces::routes::put_score, delete traces::routes::delete_score;
+    }
+    scope "/api/datasets" {
+        "" => post datasets::routes::create_dataset, get datasets::routes::list_datasets;
+        "/{dataset_id}" => get datasets::routes::get_dataset, patch datasets::routes::patch_dataset, delete datasets::routes::delete_dataset;
+        "/{dataset_id}/versions" => post datasets::routes::create_version;
+        "/{dataset_id}/versions/{version}/export" => get datasets::routes::export_version;
     }
     scope "/api/evals" {
         "/runs" => post evals::routes::upload_eval_run;

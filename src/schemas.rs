@@ -83,6 +83,9 @@ pub enum Format {
     Records,
     Prompts,
     Raw,
+    /// OpenAI's chat fine-tuning lines (`{messages, tools?, parallel_tool_calls?}`).
+    #[serde(rename = "openai-chat")]
+    OpenaiChat,
     /// OTLP/JSON `ExportTraceServiceRequest`s (a page's spans, one per trace).
     #[serde(rename = "otlp-json")]
     OtlpJson,
@@ -145,11 +148,18 @@ mod tests {
                 .to_vec()
         );
         assert_eq!(
-            names(&[Format::Records, Format::Prompts, Format::Raw, Format::OtlpJson]),
+            names(&[
+                Format::Records,
+                Format::Prompts,
+                Format::Raw,
+                Format::OpenaiChat,
+                Format::OtlpJson
+            ]),
             names(&[
                 CoreFormat::Records,
                 CoreFormat::Prompts,
                 CoreFormat::Raw,
+                CoreFormat::OpenaiChat,
                 CoreFormat::OtlpJson
             ])
         );

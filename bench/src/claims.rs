@@ -20,6 +20,8 @@ pub struct ClaimsBench {
     pub keel: Option<PathBuf>,
     pub delays_ms: Vec<u64>,
     pub claimers: usize,
+    /// Each instance gets `claimers` (else they are spread over the instances).
+    pub per_instance: bool,
     pub seconds: u64,
     pub orgs: usize,
     pub rounds: usize,
@@ -30,6 +32,8 @@ pub struct ClaimsBench {
 struct Row {
     delay_ms: u64,
     instances: usize,
+    /// Claimers in all.
+    claimers: usize,
     claims_per_second: Vec<f64>,
     failures: u64,
 }
@@ -64,6 +68,10 @@ pub async fn run(bench: ClaimsBench) -> anyhow::Result<()> {
             let mut row = Row {
                 delay_ms,
                 instances,
+                claimers: match bench.per_instance {
+                    true => bench.claimers * instances,
+                    false => bench.claimers,
+                },
                 claims_per_second: Vec::new(),
                 failures: 0,
             };
@@ -86,7 +94,7 @@ pub async fn run(bench: ClaimsBench) -> anyhow::Result<()> {
                 // Enough for the whole window at a rate well above the goal's.
                 fleet.enqueue(20_000).await?;
                 let (rate, failures) =
-                    claim_for(&fleet, bench.claimers, Duration::from_secs(bench.seconds)).await;
+                    claim_for(&fleet, row.claimers, Duration::from_secs(bench.seconds)).await;
                 eprintln!(
                     "delay {delay_ms} ms, {instances} instance(s), round {}: {rate:.1} claims/s ({failures} failed)",
                     round + 1
@@ -99,7 +107,7 @@ pub async fn run(bench: ClaimsBench) -> anyhow::Result<()> {
         }
     }
     println!(
-        "| delay each way | instances | claimers | one-job claims/s (each round) | median | failed calls |"
+        "| delay each way | instances | claimers in all | one-job claims/s (each round) | median | failed calls |"
     );
     println!("|---|---|---|---|---|---|");
     for row in &rows {
@@ -107,7 +115,7 @@ pub async fn run(bench: ClaimsBench) -> anyhow::Result<()> {
             "| {} ms | {} | {} | {} | {:.1} | {} |",
             row.delay_ms,
             row.instances,
-            bench.claimers,
+            row.claimers,
             row.claims_per_second
                 .iter()
                 .map(|r| format!("{r:.1}"))

@@ -395,6 +395,15 @@ impl Process {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
+        // To see what keel did during a run: KEEL_BENCH_KEEL_LOG=<file> appends every
+        // instance's log there (at KEEL_BENCH_KEEL_RUST_LOG, else warn).
+        if let Ok(path) = std::env::var("KEEL_BENCH_KEEL_LOG") {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+            command.stderr(file.try_clone()?).stdout(file);
+            if let Ok(filter) = std::env::var("KEEL_BENCH_KEEL_RUST_LOG") {
+                command.env("RUST_LOG", filter);
+            }
+        }
         for (name, value) in envs {
             command.env(name, value);
         }

@@ -167,6 +167,8 @@ async fn run_one(
                     blocked_for_funds: Set(false),
                     refusals: Set(0),
                     stop_reason: Set(None),
+                    dataset_id: Set(None),
+                    dataset: Set(None),
                 }
             })
             .collect();
@@ -310,7 +312,13 @@ async fn run_one(
             format!("{o}/jobs?project={p}&task=task-7"),
             Some("member"),
         ),
+        (
+            "jobs, sort=priority page 100".into(),
+            format!("{o}/jobs?sort=priority&page=100"),
+            Some("member"),
+        ),
         ("job".into(), format!("{o}/jobs/{job_id}"), Some("member")),
+        ("credits".into(), format!("{o}/credits"), Some("member")),
         ("trace projects".into(), format!("{o}/traces"), Some("member")),
         (
             "project traces".into(),
@@ -323,6 +331,16 @@ async fn run_one(
             Some("member"),
         ),
         ("trace".into(), format!("{o}/traces/{trace_id}"), Some("member")),
+        (
+            "trace, Newer and Older within model=gpt-4o".into(),
+            format!("{o}/traces/{trace_id}?model=gpt-4o"),
+            Some("member"),
+        ),
+        (
+            "project traces, minScore=quality:0.5".into(),
+            format!("{o}/projects/{p}/traces?minScore=quality:0.5"),
+            Some("member"),
+        ),
         ("evals".into(), format!("{o}/evals"), Some("member")),
         ("runs".into(), format!("{o}/runs"), Some("member")),
         ("keys and members".into(), format!("{o}/keys"), Some("member")),
@@ -334,6 +352,16 @@ async fn run_one(
         (
             "operator: queue".into(),
             "/console/operator/queue".into(),
+            Some("operator"),
+        ),
+        (
+            "operator: failed jobs".into(),
+            "/console/operator/failed".into(),
+            Some("operator"),
+        ),
+        (
+            "operator: organizations, q=bench".into(),
+            "/console/orgs?q=bench".into(),
             Some("operator"),
         ),
         (

@@ -239,8 +239,15 @@ enum BenchTarget {
         /// Delays each way, in milliseconds, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,5")]
         delays_ms: Vec<u64>,
+        /// Claimers in all (spread over the instances), or each instance's with
+        /// `--per-instance`.
         #[arg(long, default_value_t = 16)]
         claimers: usize,
+        /// Every instance gets `--claimers` claimers (two instances: twice the load), so the
+        /// rows say whether a second instance adds claims a second; without it the same
+        /// claimers are spread over the instances.
+        #[arg(long)]
+        per_instance: bool,
         /// The measured window of each round (after a second of warm-up).
         #[arg(long, default_value_t = 10)]
         seconds: u64,
@@ -431,6 +438,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             keel,
             delays_ms,
             claimers,
+            per_instance,
             seconds,
             orgs,
             rounds,
@@ -441,6 +449,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 keel,
                 delays_ms,
                 claimers,
+                per_instance,
                 seconds,
                 orgs,
                 rounds,

@@ -55,6 +55,30 @@ pub struct Settings {
     pub secrets: SecretsSettings,
     pub console: ConsoleSettings,
     pub webhooks: WebhookSettings,
+    pub otlp_push: OtlpPushSettings,
+}
+
+/// Recorded calls pushed to projects' OTLP/HTTP endpoints (`[otlp_push]`); the destinations
+/// follow `[webhooks]`' rules.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OtlpPushSettings {
+    /// This instance sends what waits (default true; every instance may, sharing the work).
+    pub exporter: bool,
+    /// Spans in one request at most (1..=512)...
+    pub batch_spans: usize,
+    /// ...and how often the exporter looks for what waits, in milliseconds (a batch goes at
+    /// once when this many have queued here since its last look).
+    pub interval_ms: u64,
+    /// A push that takes longer fails, in seconds.
+    pub timeout_secs: u64,
+    /// A batch being sent is its exporter's for this long (seconds); one left by an instance
+    /// that died is sent again after it.
+    pub lease_secs: u64,
+    /// After a failed push the project's next waits 1 s, doubling up to this (seconds).
+    pub max_backoff_secs: u64,
+    /// After a failed push, the project's traces that have waited longer than this (hours)
+    /// are dropped and counted.
+    pub drop_after_hours: u64,
 }
 
 /// Outbound webhooks (`[webhooks]`).
@@ -347,6 +371,9 @@ pub struct QueueSettings {
     /// A job blocked at its claim for want of funds is queued again at the organization's
     /// next credit.
     pub requeue_blocked_on_credit: bool,
+    /// Claim statements of one action in flight at once per instance (PostgreSQL; 1..=64):
+    /// claims arriving while all are busy join the next one.
+    pub claims_in_flight: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -558,6 +585,27 @@ impl Settings {
                 "auth.session_ttl_secs",
                 &self.auth.session_ttl_secs.to_string(),
                 "must be positive",
+            ));
+        }
+        let push = &self.otlp_push;
+        for (key, value, range) in [
+            ("otlp_push.batch_spans", push.batch_spans as u64, 1..=512),
+            ("otlp_push.interval_ms", push.interval_ms, 1..=60_000),
+            ("otlp_push.timeout_secs", push.timeout_secs, 1..=300),
+            ("otlp_push.lease_secs", push.lease_secs, 1..=3600),
+            ("otlp_push.max_backoff_secs", push.max_backoff_secs, 1..=86_400),
+            ("otlp_push.drop_after_hours", push.drop_after_hours, 1..=8760),
+        ] {
+            if !range.contains(&value) {
+                let reason = format!("must be within {}..={}", range.start(), range.end());
+                return Err(invalid(key, &value.to_string(), &reason));
+            }
+        }
+        if !(1..=64).contains(&self.queue.claims_in_flight) {
+            return Err(invalid(
+                "queue.claims_in_flight",
+                &self.queue.claims_in_flight.to_string(),
+                "must be within 1..=64",
             ));
         }
         if !(0..=1000).contains(&self.billing.serving_markup_percent) {

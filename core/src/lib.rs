@@ -14,6 +14,7 @@ pub mod config;
 pub mod console;
 pub mod context;
 pub mod database;
+pub mod datasets;
 pub use keel_domain as domain;
 pub mod evals;
 pub mod flash;

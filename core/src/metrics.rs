@@ -31,6 +31,13 @@ pub const MAX_TOKEN_MODELS: usize = 200;
 /// The look-up caches, as `keel_cache_loads_total` labels them.
 pub const CACHES: [&str; 3] = ["api_keys", "projects", "adapters"];
 
+/// The formats of dataset lines, as `keel_dataset_export_*_total` label them (the datasets'
+/// `LineFormat` names; a test holds them equal).
+pub const DATASET_FORMATS: [&str; 3] = ["openai-chat", "records", "prompts"];
+
+/// Outcomes of pushed spans, as `keel_otlp_export_spans_total` labels them.
+pub const OTLP_OUTCOMES: [&str; 3] = ["exported", "failed", "dropped"];
+
 /// Classes of a provider's failure: its 4xx and 5xx answers, no answer at all, and a stream
 /// that failed in its middle (cut or stalled after its head).
 pub const UPSTREAM_ERROR_CLASSES: [&str; 4] = ["4xx", "5xx", "transport", "stream"];
@@ -39,6 +46,8 @@ pub const UPSTREAM_ERROR_CLASSES: [&str; 4] = ["4xx", "5xx", "transport", "strea
 pub struct Metrics {
     // The queue.
     pub jobs_claimed: IntCounter,
+    /// Claims one claim statement served (claims of one action that arrived together).
+    pub claims_per_statement: Histogram,
     pub reports: IntCounterVec,
     pub requeued: IntCounterVec,
     pub attempts_exhausted: IntCounter,
@@ -65,6 +74,12 @@ pub struct Metrics {
     /// Traces the search indexer indexed (PostgreSQL).
     pub traces_indexed: IntCounter,
     traces_index_lag: Gauge,
+    /// Spans of recorded calls pushed to projects' OTLP endpoints, by outcome.
+    otlp_spans: IntCounterVec,
+    otlp_lag: Gauge,
+    /// Dataset lines and bytes exported (the API and the workers' route), by format.
+    dataset_export_lines: IntCounterVec,
+    dataset_export_bytes: IntCounterVec,
     /// Proxied and relayed calls an API key's limit refused, by limit.
     proxy_limited: IntCounterVec,
     pub payments_reconciled: IntCounterVec,
@@ -172,6 +187,13 @@ impl Metrics {
         Ok(Self {
             ledger_seconds,
             jobs_claimed: counter("keel_queue_claimed_jobs_total", "Jobs handed to workers by claims")?,
+            claims_per_statement: Histogram::with_opts(
+                HistogramOpts::new(
+                    "keel_queue_claims_per_statement",
+                    "Claims one claim statement served (claims of one action that arrived together on this instance)",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            )?,
             reports: counter_vec(
                 "keel_queue_reports_total",
                 "Terminal job reports, by outcome (applied, replayed, conflict, ...)",
@@ -288,6 +310,43 @@ impl Metrics {
             traces_index_lag: gauge(
                 "keel_traces_index_lag_seconds",
                 "Age of the oldest trace the search indexer has not reached (read at scrape; 0 when none)",
+            )?,
+            otlp_spans: {
+                let spans = counter_vec(
+                    "keel_otlp_export_spans_total",
+                    "Spans of recorded calls pushed to projects' OTLP endpoints, by outcome: exported (accepted), failed (a push that failed; sent again), dropped (waited past otlp_push.drop_after_hours after a failure, their trace gone, or the export turned off)",
+                    &["outcome"],
+                )?;
+                for outcome in OTLP_OUTCOMES {
+                    spans.with_label_values(&[outcome]);
+                }
+                spans
+            },
+            dataset_export_lines: {
+                let lines = counter_vec(
+                    "keel_dataset_export_lines_total",
+                    "Lines of dataset versions streamed (exports and workers' reads), by format",
+                    &["format"],
+                )?;
+                for format in DATASET_FORMATS {
+                    lines.with_label_values(&[format]);
+                }
+                lines
+            },
+            dataset_export_bytes: {
+                let bytes = counter_vec(
+                    "keel_dataset_export_bytes_total",
+                    "Bytes of dataset versions streamed (exports and workers' reads), by format",
+                    &["format"],
+                )?;
+                for format in DATASET_FORMATS {
+                    bytes.with_label_values(&[format]);
+                }
+                bytes
+            },
+            otlp_lag: gauge(
+                "keel_otlp_export_lag_seconds",
+                "Age of the oldest recorded call waiting to be pushed to its project's OTLP endpoint (read at scrape; 0 when none)",
             )?,
             proxy_limited: {
                 let limited = counter_vec(
@@ -446,6 +505,7 @@ impl Metrics {
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(self.jobs_claimed.clone()),
+            Box::new(self.claims_per_statement.clone()),
             Box::new(self.reports.clone()),
             Box::new(self.requeued.clone()),
             Box::new(self.attempts_exhausted.clone()),
@@ -465,6 +525,10 @@ impl Metrics {
             Box::new(self.traces_expired.clone()),
             Box::new(self.traces_indexed.clone()),
             Box::new(self.traces_index_lag.clone()),
+            Box::new(self.otlp_spans.clone()),
+            Box::new(self.otlp_lag.clone()),
+            Box::new(self.dataset_export_lines.clone()),
+            Box::new(self.dataset_export_bytes.clone()),
             Box::new(self.proxy_limited.clone()),
             Box::new(self.payments_reconciled.clone()),
             Box::new(self.payments_pending.clone()),
@@ -608,6 +672,27 @@ impl Metrics {
             });
             self.traces_index_lag.set(age);
         }
+        if let Some(oldest) = readings.otlp_pending {
+            let age = oldest.map_or(0.0, |at| {
+                (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
+            });
+            self.otlp_lag.set(age);
+        }
+    }
+
+    /// The counter of pushed spans of `outcome` (one of [`OTLP_OUTCOMES`]).
+    /// Counts a streamed page of a dataset version (`format` is one of its line formats).
+    pub fn dataset_exported(&self, format: &str, lines: u64, bytes: u64) {
+        self.dataset_export_lines
+            .with_label_values(&[format])
+            .inc_by(lines);
+        self.dataset_export_bytes
+            .with_label_values(&[format])
+            .inc_by(bytes);
+    }
+
+    pub fn otlp_spans(&self, outcome: &str) -> IntCounter {
+        self.otlp_spans.with_label_values(&[outcome])
     }
 
     /// Each action's queue wait and run time (every outcome) at the 50th, 90th and 99th
@@ -642,24 +727,44 @@ pub struct ActionLatency {
     pub run: Percentiles,
 }
 
-/// Percentiles estimated from a histogram (seconds); None without observations.
-#[derive(Debug, Clone, PartialEq)]
+/// Where a histogram's percentiles fall: for each, the bucket that holds it, `(lower, upper)`
+/// in seconds (`upper` infinite past the last bound). A histogram knows no more than that; a
+/// point inside the bucket would be a guess. None without observations.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Percentiles {
     pub count: u64,
-    pub p50: Option<f64>,
-    pub p90: Option<f64>,
-    pub p99: Option<f64>,
+    pub p50: Option<(f64, f64)>,
+    pub p90: Option<(f64, f64)>,
+    pub p99: Option<(f64, f64)>,
 }
 
 impl Percentiles {
     fn of(buckets: &[(f64, u64)]) -> Self {
         Self {
             count: buckets.last().map_or(0, |(_, n)| *n),
-            p50: quantile(buckets, 0.5),
-            p90: quantile(buckets, 0.9),
-            p99: quantile(buckets, 0.99),
+            p50: quantile_bucket(buckets, 0.5),
+            p90: quantile_bucket(buckets, 0.9),
+            p99: quantile_bucket(buckets, 0.99),
         }
     }
+}
+
+/// The bucket of cumulative `buckets` that holds the `q` quantile: `(lower bound, upper
+/// bound)`, the first bucket from 0, the last one up to infinity.
+pub fn quantile_bucket(buckets: &[(f64, u64)], q: f64) -> Option<(f64, f64)> {
+    let total = buckets.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let rank = q * total as f64;
+    let mut lower = 0.0;
+    for &(bound, count) in buckets {
+        if count as f64 >= rank && count > 0 {
+            return Some((lower, bound));
+        }
+        lower = bound;
+    }
+    Some((lower, f64::INFINITY))
 }
 
 /// The summed cumulative buckets `(upper bound, observations at or under it)` of
@@ -744,11 +849,27 @@ pub struct Readings {
     pub webhooks_pending: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
     /// When the oldest trace the search indexer has not reached was recorded.
     pub traces_unindexed: Option<Option<chrono::DateTime<chrono::Utc>>>,
+    /// When the oldest trace waiting to be pushed to an OTLP endpoint was recorded.
+    pub otlp_pending: Option<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 #[cfg(test)]
 mod quantile_tests {
     use super::*;
+
+    #[test]
+    fn a_percentile_is_the_bucket_that_holds_its_rank() {
+        let buckets = [(0.01, 0), (0.05, 6), (0.1, 9), (f64::INFINITY, 10)];
+        assert_eq!(quantile_bucket(&buckets, 0.5), Some((0.01, 0.05)));
+        assert_eq!(quantile_bucket(&buckets, 0.9), Some((0.05, 0.1)));
+        assert_eq!(quantile_bucket(&buckets, 0.99), Some((0.1, f64::INFINITY)));
+        assert_eq!(quantile_bucket(&[(1.0, 0), (f64::INFINITY, 0)], 0.5), None);
+        // Everything in the first bucket: from 0.
+        assert_eq!(
+            quantile_bucket(&[(0.005, 4), (f64::INFINITY, 4)], 0.99),
+            Some((0.0, 0.005))
+        );
+    }
 
     #[test]
     fn interpolates_within_the_bucket_that_holds_the_rank() {
@@ -779,8 +900,12 @@ mod quantile_tests {
             .unwrap();
         assert_eq!(tracer.wait.count, 1);
         assert_eq!(tracer.run.count, 2);
-        let p50 = tracer.run.p50.unwrap();
-        assert!(p50 > 1.0 && p50 <= 5.0, "{p50}");
+        // 3 s lies in a bucket that starts at or under it and ends above it.
+        let (lower, upper) = tracer.run.p50.unwrap();
+        assert!(
+            lower <= 3.0 && upper >= 3.0 && upper.is_finite(),
+            "{lower}..{upper}"
+        );
         let idle = metrics
             .queue_latencies()
             .into_iter()

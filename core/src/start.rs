@@ -40,6 +40,8 @@ pub struct Core {
     pub jobs: crate::queue::Jobs,
     pub serving: crate::serving::Serving,
     pub webhooks: crate::webhooks::Webhooks,
+    /// Recorded calls pushed to projects' OTLP endpoints.
+    pub push: crate::traces::push::Push,
     ledger: Ledger,
     tasks: Tasks,
 }
@@ -165,7 +167,10 @@ impl Core {
             run_fee: settings.billing.flat_run_fee_cents,
             requeue_blocked_on_credit: settings.queue.requeue_blocked_on_credit,
             retry_policy: queue_config.retry_policy(),
-            claim_turn: (db.get_database_backend() != sea_orm::DbBackend::Postgres).then(Default::default),
+            claims: crate::queue::claim_groups(match db.get_database_backend() {
+                sea_orm::DbBackend::Postgres => settings.queue.claims_in_flight,
+                _ => 1,
+            }),
             reports: Default::default(),
         };
         let webhooks = crate::webhooks::Webhooks::new(
@@ -195,10 +200,23 @@ impl Core {
                 );
             }
         }
+        let push = crate::traces::push::Push::new(
+            db.clone(),
+            secret_box.clone(),
+            &settings.webhooks,
+            &settings.otlp_push,
+            metrics.clone(),
+        );
         if loops == Loops::Serving {
             Self::start_loops(
                 &settings, &tasks, &db, &cluster, &ledger, &payments, &metrics, &billing, &webhooks, &limiter,
             )?;
+            if settings.otlp_push.exporter {
+                tasks.spawn(
+                    "otlp exporter",
+                    crate::traces::push::exporter::run(push.clone(), cluster.stopping().clone()),
+                );
+            }
         }
         Ok(Self {
             db,
@@ -216,6 +234,7 @@ impl Core {
             jobs,
             serving,
             webhooks,
+            push,
             ledger,
             tasks,
         })
@@ -328,6 +347,7 @@ impl Core {
             trace_queue: self.traces.queue_depth(),
             webhooks_pending: crate::webhooks::repo::pending_summary(db).await.ok(),
             traces_unindexed: crate::traces::repo::oldest_unindexed(db).await.ok(),
+            otlp_pending: crate::traces::push::repo::oldest_pending(db).await.ok(),
         });
     }
 

@@ -17,12 +17,13 @@ pub enum EventType {
     JobFailed,
     JobBlocked,
     JobUserStopped,
+    DatasetVersionCreated,
     WebhookTest,
 }
 
 impl EventType {
     /// Every event, in the order the schema lists them.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::TopupSucceeded,
         Self::TopupFailed,
         Self::AutoTopupSucceeded,
@@ -35,6 +36,7 @@ impl EventType {
         Self::JobFailed,
         Self::JobBlocked,
         Self::JobUserStopped,
+        Self::DatasetVersionCreated,
         Self::WebhookTest,
     ];
 
@@ -55,6 +57,7 @@ impl EventType {
             Self::JobFailed => "job.failed",
             Self::JobBlocked => "job.blocked",
             Self::JobUserStopped => "job.user_stopped",
+            Self::DatasetVersionCreated => "dataset.version_created",
             Self::WebhookTest => "webhook.test",
         }
     }

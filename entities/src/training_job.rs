@@ -1,4 +1,4 @@
-use keel_domain::{JobAction, JobId, JobStatus, OrgId, ProjectId};
+use keel_domain::{DatasetId, JobAction, JobId, JobStatus, OrgId, ProjectId};
 use sea_orm::entity::prelude::*;
 
 /// A training-agent job: `queued` → `running` → a terminal state (see docs/DECISIONS.md).
@@ -46,6 +46,10 @@ pub struct Model {
     pub refusals: i32,
     /// Why the user stopped it (the worker's own report text stays in `error`).
     pub stop_reason: Option<String>,
+    /// The dataset it trains on, pinned at create (its version's view in `dataset`, JSON
+    /// `{datasetId, version, counts, sha256}`).
+    pub dataset_id: Option<DatasetId>,
+    pub dataset: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -35,6 +35,8 @@ mod m20261128_000003_webhook_secrets_and_leases;
 mod m20261128_000004_sqlite_fts_off_the_writer;
 mod m20261128_000005_sqlite_fts_keel_words;
 mod m20261128_000006_event_request_id;
+mod m20261202_000001_otlp_exports;
+mod m20261203_000001_datasets;
 
 pub struct Migrator;
 
@@ -74,6 +76,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000004_sqlite_fts_off_the_writer::Migration),
             Box::new(m20261128_000005_sqlite_fts_keel_words::Migration),
             Box::new(m20261128_000006_event_request_id::Migration),
+            Box::new(m20261202_000001_otlp_exports::Migration),
+            Box::new(m20261203_000001_datasets::Migration),
         ]
     }
 }

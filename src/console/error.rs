@@ -50,6 +50,8 @@ console_error_from!(
     keel_core::keys::KeyError,
     keel_core::projects::ProjectError,
     keel_core::traces::TraceError,
+    keel_core::traces::push::PushError,
+    keel_core::traces::settings::SettingsError,
     keel_core::evals::EvalError,
     keel_core::runs::RunError,
 );

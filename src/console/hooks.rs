@@ -6,8 +6,8 @@ use serde::Deserialize;
 
 use super::org::{keep_for_one_view, org_layout, take_one_view, Reveal};
 use super::pages::{
-    ConsoleEventRow, EndpointDraft, EndpointRow, FailingEndpointRow, HookDeliveryRow, Layout,
-    OperatorWebhooksPage, WebhookLogPage, WebhooksPage,
+    ConsoleEventRow, DeliveryAttemptRow, DeliveryPage, EndpointDraft, EndpointRow, FailingEndpointRow,
+    HookDeliveryRow, Layout, OperatorWebhooksPage, WebhookLogPage, WebhooksPage,
 };
 use super::session::{OrgView, Viewer};
 use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
@@ -17,6 +17,10 @@ use keel_core::webhooks::service::{self, EndpointChange, NewEndpoint};
 
 /// Deliveries shown on one page of an endpoint's log.
 const LOG_PAGE: u64 = 50;
+/// Characters of an event's body a delivery's page shows (then an ellipsis).
+const BODY_SHOWN: usize = 20_000;
+/// Characters of each attempt's answer a delivery's page shows.
+const ANSWER_SHOWN: usize = 2_000;
 
 #[derive(Deserialize)]
 pub struct RevealQuery {
@@ -38,6 +42,10 @@ pub struct DeliveryPath {
 #[derive(Deserialize)]
 pub struct LogQuery {
     cursor: Option<String>,
+    /// `pending`, `succeeded` or `failed` (none: any).
+    status: Option<String>,
+    /// An event type (none: any).
+    event: Option<String>,
 }
 
 fn orgs(org: &OrgView) -> &[OrgId] {
@@ -62,6 +70,15 @@ fn endpoint_row(e: entities::webhook_endpoint::Model) -> EndpointRow {
         enabled: e.enabled,
         url: e.url,
         id: e.id,
+    }
+}
+
+/// The events a form ticked (`every event` stands alone).
+fn ticked_events(form: &FormFields) -> Vec<String> {
+    let events: Vec<String> = form.all("events").into_iter().map(str::to_owned).collect();
+    match events.iter().any(|e| e == keel_core::webhooks::ALL_EVENTS) {
+        true => vec![keel_core::webhooks::ALL_EVENTS.to_owned()],
+        false => events,
     }
 }
 
@@ -140,10 +157,7 @@ pub async fn create(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path, &form.csrf, false).await?;
-    let mut events: Vec<String> = form.all("events").into_iter().map(str::to_owned).collect();
-    if events.iter().any(|e| e == keel_core::webhooks::ALL_EVENTS) {
-        events = vec![keel_core::webhooks::ALL_EVENTS.to_owned()];
-    }
+    let events = ticked_events(&form);
     // The form as the API's body, held to that body's bounds and rules (one place for them).
     let new = (|| {
         let mut body = serde_json::Map::new();
@@ -338,9 +352,40 @@ pub async fn log(
             Some(crate::webhooks::routes::decode_cursor(raw).ok_or_else(|| super::unreadable("cursor"))?)
         }
     };
-    let (log, next) = service::deliveries(webhooks, orgs(&org), &endpoint.id, None, before, LOG_PAGE)
-        .await
-        .map_err(ApiError::from)?;
+    use keel_core::domain::{DeliveryStatus, EventType};
+    let status = match query.status.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
+            super::unknown_choice("status", s, DeliveryStatus::ALL.iter().map(|s| s.as_str()))
+        })?),
+    };
+    let event =
+        match query.event.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => None,
+            Some(e) => Some(EventType::parse(e).ok_or_else(|| {
+                super::unknown_choice("event", e, EventType::ALL.iter().map(|t| t.as_str()))
+            })?),
+        };
+    let (log, next) = service::deliveries(
+        webhooks,
+        orgs(&org),
+        &endpoint.id,
+        status,
+        event,
+        before,
+        LOG_PAGE,
+    )
+    .await
+    .map_err(ApiError::from)?;
+    let mut filters = form_urlencoded::Serializer::new(String::new());
+    if let Some(status) = status {
+        filters.append_pair("status", status.as_str());
+    }
+    if let Some(event) = event {
+        filters.append_pair("event", event.as_str());
+    }
+    let filters = filters.finish();
+    let subscribed = service::events_of(&endpoint);
     let deliveries = log
         .into_iter()
         .map(|entry| {
@@ -375,7 +420,124 @@ pub async fn log(
             l: org_layout(&viewer, &org, "Webhook deliveries", "webhooks", &req).await?,
             endpoint: endpoint_row(endpoint),
             deliveries,
-            older: next.map(|(at, id)| crate::webhooks::routes::encode_cursor(at, &id)),
+            older: next.map(|(at, id)| {
+                let mut link = form_urlencoded::Serializer::new(filters.clone());
+                link.append_pair("cursor", &crate::webhooks::routes::encode_cursor(at, &id));
+                link.finish()
+            }),
+            can_act: org.can_act(),
+            statuses: DeliveryStatus::ALL.iter().map(|s| s.as_str()).collect(),
+            status: status.map(|s| s.as_str()).unwrap_or_default(),
+            event_types: EventType::ALL.iter().map(|t| t.as_str()).collect(),
+            event: event.map(|t| t.as_str()).unwrap_or_default(),
+            subscribed,
+            filtered: !filters.is_empty(),
+        },
+    ))
+}
+
+/// Changes an endpoint from its page: `url`, `events` (repeated), `description` (empty
+/// clears it) and `enabled` (`yes`, `no`), held to the API's body for the same change.
+pub async fn edit(
+    viewer: Viewer,
+    path: web::Path<EndpointPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = FormFields::parse(&body);
+    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
+    let back = format!("{}/{}", base(&org.org_id), path.endpoint);
+    let events = ticked_events(&form);
+    let change = (|| {
+        let mut body = serde_json::Map::new();
+        body.insert("url".into(), form.get("url").unwrap_or_default().trim().into());
+        body.insert("events".into(), events.into());
+        body.insert(
+            "description".into(),
+            match form.get("description").map(str::trim).filter(|d| !d.is_empty()) {
+                Some(d) => d.into(),
+                None => serde_json::Value::Null,
+            },
+        );
+        match form.get("enabled") {
+            Some("yes") => body.insert("enabled".into(), true.into()),
+            Some("no") => body.insert("enabled".into(), false.into()),
+            Some(other) => body.insert("enabled".into(), other.into()),
+            None => None,
+        };
+        let json = serde_json::Value::Object(body).to_string();
+        let body: crate::webhooks::dto::EndpointPatchBody =
+            crate::http::extract::parse_checked_body(json.as_bytes())?;
+        Ok::<_, ApiError>(EndpointChange {
+            url: body.url,
+            events: body.events,
+            description: body.description,
+            enabled: body.enabled,
+        })
+    })();
+    let outcome = match change {
+        Ok(change) => service::update_endpoint(&viewer.state.webhooks, orgs(&org), &path.endpoint, change)
+            .await
+            .map_err(ApiError::from),
+        Err(err) => Err(err),
+    };
+    after_form(&back, outcome, |_| "Endpoint saved.".into())
+}
+
+/// One delivery: its event as sent (pretty-printed, bounded), every attempt, and Retry.
+pub async fn delivery(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<DeliveryPath>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path.org).await?;
+    let detail = service::delivery_detail(&viewer.state.webhooks, orgs(&org), &path.delivery)
+        .await
+        .map_err(ApiError::from)?;
+    let endpoint = service::endpoint(&viewer.state.webhooks, orgs(&org), &detail.delivery.endpoint_id)
+        .await
+        .map_err(ApiError::from)?;
+    let attempts = detail
+        .attempts
+        .iter()
+        .map(|a| DeliveryAttemptRow {
+            attempt: a.attempt,
+            at: format::time(a.attempted_at),
+            code: a.status_code.map_or_else(|| "—".into(), |c| c.to_string()),
+            latency: format!("{} ms", a.latency_ms),
+            answer: a
+                .response
+                .clone()
+                .or_else(|| a.error.clone())
+                .map(|text| format::clip(&text, ANSWER_SHOWN))
+                .unwrap_or_default(),
+        })
+        .collect();
+    let d = &detail.delivery;
+    Ok(page(
+        &req,
+        &DeliveryPage {
+            l: org_layout(&viewer, &org, "Webhook delivery", "webhooks", &req).await?,
+            id: d.id.clone(),
+            endpoint_id: endpoint.id.clone(),
+            endpoint_url: endpoint.url.clone(),
+            event_id: d.event_id.clone(),
+            event_type: detail
+                .event
+                .as_ref()
+                .map(|e| e.event_type.clone())
+                .unwrap_or_default(),
+            body: detail
+                .event
+                .as_ref()
+                .map(|e| format::clip(&format::pretty_json(&e.body), BODY_SHOWN))
+                .unwrap_or_default(),
+            status: d.status.as_str().to_owned(),
+            created: format::time(d.created_at),
+            next_attempt: match d.status {
+                keel_core::domain::DeliveryStatus::Pending => format::opt_time(d.next_attempt_at),
+                _ => "—".into(),
+            },
+            attempts,
             can_act: org.can_act(),
         },
     ))
@@ -389,8 +551,9 @@ pub async fn retry(
 ) -> Result<HttpResponse, ConsoleError> {
     let form = FormFields::parse(&body);
     let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let back = match form.get("endpoint") {
-        Some(endpoint) if uuid::Uuid::try_parse(endpoint).is_ok() => {
+    let back = match (form.get("back"), form.get("endpoint")) {
+        (Some("delivery"), _) => format!("{}/deliveries/{}", base(&org.org_id), path.delivery),
+        (_, Some(endpoint)) if uuid::Uuid::try_parse(endpoint).is_ok() => {
             format!("{}/{endpoint}", base(&org.org_id))
         }
         _ => base(&org.org_id),

@@ -8,12 +8,14 @@ mod error;
 mod format;
 mod forms;
 mod hooks;
+mod jobs;
 mod operator;
 mod org;
 mod pages;
 mod respond;
 pub mod session;
 mod signin;
+mod trace_filter;
 mod words;
 mod work;
 
@@ -70,16 +72,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/topup", web::post().to(org::topup))
             .route("/o/{org}/promo", web::post().to(org::promo))
             .route("/o/{org}/starter-credit", web::post().to(org::starter_credit))
+            .route("/o/{org}/credits", web::get().to(org::credits))
             .route("/o/{org}/ledger", web::get().to(org::ledger))
             .route("/o/{org}/ledger.csv", web::get().to(org::ledger_csv))
             .route("/o/{org}/keys", web::get().to(org::keys))
             .route("/o/{org}/keys", web::post().to(org::create_key))
             .route("/o/{org}/keys/{key}/revoke", web::post().to(org::revoke_key))
             .route("/o/{org}/keys/{key}/edit", web::post().to(org::edit_key))
-            .route("/o/{org}/jobs", web::get().to(work::jobs))
-            .route("/o/{org}/jobs/{job}", web::get().to(work::job))
-            .route("/o/{org}/jobs/{job}/stop", web::post().to(work::stop_job))
-            .route("/o/{org}/jobs/{job}/retry", web::post().to(work::retry_job))
+            .route("/o/{org}/jobs", web::get().to(jobs::jobs))
+            .route("/o/{org}/jobs/bulk", web::post().to(jobs::bulk))
+            .route("/o/{org}/jobs/{job}", web::get().to(jobs::job))
+            .route("/o/{org}/jobs/{job}/stop", web::post().to(jobs::stop_job))
+            .route("/o/{org}/jobs/{job}/retry", web::post().to(jobs::retry_job))
             .route("/o/{org}/traces", web::get().to(work::trace_projects))
             .route("/o/{org}/projects/{project}/traces", web::get().to(work::traces))
             .route("/o/{org}/projects/{project}/export", web::post().to(work::export))
@@ -95,6 +99,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::post().to(work::tag_traces),
             )
             .route(
+                "/o/{org}/projects/{project}/score",
+                web::post().to(work::score_traces),
+            )
+            .route(
                 "/o/{org}/projects/{project}/retention",
                 web::post().to(work::set_retention),
             )
@@ -107,7 +115,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 "/o/{org}/webhooks/deliveries/{delivery}/retry",
                 web::post().to(hooks::retry),
             )
+            .route(
+                "/o/{org}/webhooks/deliveries/{delivery}",
+                web::get().to(hooks::delivery),
+            )
             .route("/o/{org}/webhooks/{endpoint}", web::get().to(hooks::log))
+            .route("/o/{org}/webhooks/{endpoint}/edit", web::post().to(hooks::edit))
             .route(
                 "/o/{org}/webhooks/{endpoint}/enabled",
                 web::post().to(hooks::set_enabled),
@@ -131,6 +144,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 "/operator/queue/{action}/resume",
                 web::post().to(operator::resume),
             )
+            .route("/operator/orgs/{org}/queue", web::post().to(operator::set_share))
             .route("/operator/failed", web::get().to(operator::failed))
             .route("/operator/failed/retry", web::post().to(operator::retry_failed))
             .route("/operator/writer", web::get().to(operator::writer))

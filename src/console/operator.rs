@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::DurationRound;
 
 use super::chart::{self, Series};
 use super::pages::{
-    CountRow, FailedPage, FailedRow, GrantPage, HeldJob, HeldRow, LatencyRow, Layout, OrgShareRow, QueuePage,
-    WriterPage,
+    CountRow, FailedPage, FailedRow, GrantPage, HeldJob, HeldRow, LatencyRow, Layout, OrgShareRow, Pager,
+    QueuePage, WriterPage,
 };
 use super::session::Viewer;
 use super::{after_form, confirm_page, format, page, Confirm, ConsoleError, Flash, FormFields};
@@ -21,8 +22,14 @@ fn operator_only(viewer: &Viewer) -> Result<(), ConsoleError> {
     }
 }
 
-fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::Utc>, stale: bool) -> HeldJob {
+fn held_job(
+    job: &entities::training_job::Model,
+    now: chrono::DateTime<chrono::Utc>,
+    stale: bool,
+    name_of: &dyn Fn(&str) -> String,
+) -> HeldJob {
     HeldJob {
+        org_name: name_of(job.org_id.as_str()),
         id: job.id.to_string(),
         org_id: job.org_id.to_string(),
         action: job.action.to_string(),
@@ -35,8 +42,20 @@ fn held_job(job: &entities::training_job::Model, now: chrono::DateTime<chrono::U
     }
 }
 
+/// Every organization's name by id (the operator's pages show names, ids on hover).
+async fn org_names(viewer: &Viewer) -> Result<std::collections::HashMap<String, String>, ConsoleError> {
+    Ok(keel_core::orgs::service::all(&viewer.state.db)
+        .await
+        .map_err(crate::error::ApiError::from)?
+        .into_iter()
+        .map(|o| (o.id.to_string(), o.name))
+        .collect())
+}
+
 pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
     operator_only(&viewer)?;
+    let names = org_names(&viewer).await?;
+    let name_of = |id: &str| names.get(id).cloned().unwrap_or_else(|| id.to_owned());
     let overview = keel_core::queue::service::queue_overview(&viewer.state.jobs).await?;
     let paused: Vec<JobAction> = keel_core::queue::service::action_queues(&viewer.state.jobs)
         .await?
@@ -48,7 +67,9 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
         .await?
         .into_iter()
         .map(|(share, queued)| OrgShareRow {
+            org_name: name_of(share.org_id.as_str()),
             org_id: share.org_id.to_string(),
+            max_running: share.max_running.map(|n| n.to_string()).unwrap_or_default(),
             weight: share.weight,
             queued,
             running: share.running,
@@ -106,7 +127,7 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
         by_worker
             .entry(job.worker_id.clone().unwrap_or_else(|| "(none)".into()))
             .or_default()
-            .push(held_job(job, now, stale_ids.contains(&job.id.as_str())));
+            .push(held_job(job, now, stale_ids.contains(&job.id.as_str()), &name_of));
     }
     Ok(page(
         &req,
@@ -119,7 +140,11 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
                 .into_iter()
                 .map(|(worker, jobs)| HeldRow { worker, jobs })
                 .collect(),
-            stale: overview.stale.iter().map(|j| held_job(j, now, true)).collect(),
+            stale: overview
+                .stale
+                .iter()
+                .map(|j| held_job(j, now, true, &name_of))
+                .collect(),
             stale_after: format::age(overview.stale_after),
             throughput_svg,
             throughput_summary,
@@ -129,13 +154,23 @@ pub async fn queue(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, Con
     ))
 }
 
-/// A percentile in seconds as the page writes it ("—" without observations).
-fn seconds(value: Option<f64>) -> String {
+/// A duration in seconds as the page writes it.
+fn duration(s: f64) -> String {
+    match s {
+        s if s < 1.0 => format!("{} ms", (s * 1000.0).round()),
+        s if s < 120.0 => format!("{s:.1} s").replace(".0 s", " s"),
+        s => format::age(chrono::Duration::seconds(s as i64)),
+    }
+}
+
+/// A percentile as the range of the histogram bucket that holds it ("—" without
+/// observations): `10–50 ms`, `under 5 ms`, `over 2 min 0 s`.
+fn seconds(value: Option<(f64, f64)>) -> String {
     match value {
         None => "—".into(),
-        Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
-        Some(s) if s < 120.0 => format!("{s:.1} s"),
-        Some(s) => format::age(chrono::Duration::seconds(s as i64)),
+        Some((lower, upper)) if upper.is_infinite() => format!("over {}", duration(lower)),
+        Some((lower, upper)) if lower <= 0.0 => format!("under {}", duration(upper)),
+        Some((lower, upper)) => format!("{}–{}", duration(lower), duration(upper)),
     }
 }
 
@@ -152,37 +187,58 @@ fn outcome_class(outcome: AttemptOutcome) -> &'static str {
     }
 }
 
-/// Stacked bars of attempts ended per 5 minutes by outcome, a summary line and the key.
+/// Stacked bars of attempts ended per hour by outcome (24 bars that fit a phone's width),
+/// a summary line and the key.
 fn throughput_chart(
     t: &keel_core::queue::service::Throughput,
 ) -> (String, String, Vec<(&'static str, &'static str)>) {
-    let columns: Vec<String> = t
-        .starts
+    // The 5-minute buckets summed into the hours they start in.
+    let mut hours: Vec<chrono::DateTime<chrono::Utc>> = Vec::new();
+    let mut of_bucket: Vec<usize> = Vec::with_capacity(t.starts.len());
+    for at in &t.starts {
+        let hour = at.duration_trunc(chrono::Duration::hours(1)).unwrap_or(*at);
+        if hours.last() != Some(&hour) {
+            hours.push(hour);
+        }
+        of_bucket.push(hours.len() - 1);
+    }
+    let columns: Vec<String> = hours
         .iter()
-        .map(|at| format!("{} UTC", at.format("%Y-%m-%d %H:%M")))
+        .map(|at| {
+            format!(
+                "{}–{} UTC",
+                at.format("%Y-%m-%d %H:00"),
+                (*at + chrono::Duration::hours(1)).format("%H:00")
+            )
+        })
         .collect();
-    // A label under every third hour (every 36th bucket), from the first whole one.
-    let axis: Vec<String> = t
-        .starts
+    // A label under every sixth hour: four labels, readable at 390 px.
+    let axis: Vec<String> = hours
         .iter()
-        .map(
-            |at| match at.format("%M").to_string() == "00" && at.timestamp() % (3 * 3600) == 0 {
-                true => at.format("%H:%M").to_string(),
-                false => String::new(),
-            },
-        )
+        .map(|at| match at.timestamp() % (6 * 3600) == 0 {
+            true => at.format("%H:00").to_string(),
+            false => String::new(),
+        })
         .collect();
     let series: Vec<Series> = t
         .counts
         .iter()
-        .map(|(outcome, values)| Series {
-            name: outcome.as_str(),
-            class: outcome_class(*outcome),
-            values: values.clone(),
+        .map(|(outcome, values)| {
+            let mut per_hour = vec![0i64; hours.len()];
+            for (bucket, n) in values.iter().enumerate() {
+                if let Some(&hour) = of_bucket.get(bucket) {
+                    per_hour[hour] += n;
+                }
+            }
+            Series {
+                name: outcome.as_str(),
+                class: outcome_class(*outcome),
+                values: per_hour,
+            }
         })
         .collect();
     let svg = chart::stacked_bars(
-        "Job attempts ended per 5 minutes over the last 24 hours, stacked by outcome",
+        "Job attempts ended per hour over the last 24 hours, stacked by outcome",
         &columns,
         &axis,
         &series,
@@ -247,6 +303,67 @@ pub async fn requeue_stale(viewer: Viewer, body: web::Bytes) -> Result<HttpRespo
     })
 }
 
+/// Sets an organization's weight and cap on running jobs, as
+/// `PUT /api/internal/orgs/{id}/queue` does (the same body and bounds), once confirmed.
+pub async fn set_share(
+    viewer: Viewer,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = operator_form(&viewer, &body)?;
+    let back = "/console/operator/queue";
+    let org_id = keel_core::domain::OrgId::parse(&path).map_err(|_| ConsoleError::NotFound)?;
+    let org = keel_core::orgs::service::org(&viewer.state.db, &org_id)
+        .await
+        .map_err(|_| ConsoleError::NotFound)?;
+    let mut json = serde_json::Map::new();
+    if let Some(weight) = form.number("weight") {
+        json.insert("weight".into(), weight);
+    }
+    json.insert(
+        "maxRunning".into(),
+        form.number("maxRunning").unwrap_or(serde_json::Value::Null),
+    );
+    let parsed = crate::http::extract::parse_checked_body::<crate::queue::internal::OrgQueueBody>(
+        serde_json::Value::Object(json).to_string().as_bytes(),
+    );
+    let body = match parsed {
+        Ok(body) => body,
+        Err(err) => return after_form(back, Err::<(), _>(err), |()| String::new()),
+    };
+    let weight = body.weight.unwrap_or(1);
+    let cap = match body.max_running {
+        None => format!(
+            "the default cap ({})",
+            viewer.state.settings.queue.max_running_per_org
+        ),
+        Some(0) => "no cap".to_owned(),
+        Some(n) => format!("a cap of {n} running jobs"),
+    };
+    if !form.confirmed() {
+        return Ok(confirm_page(
+            Layout::new("Change the organization's share?", &viewer, "queue", None),
+            Confirm {
+                title: "Change the organization's share?",
+                question: format!(
+                    "{}: weight {weight} and {cap}. Claims hand its jobs out by the new weight from the next claim on.",
+                    org.name
+                ),
+                details: vec![org.id.to_string()],
+                action: format!("/console/operator/orgs/{}/queue", org.id),
+                button: "Save share",
+                back: back.into(),
+            },
+            form.carried(),
+        ));
+    }
+    let outcome =
+        keel_core::queue::service::set_org_queue(&viewer.state.jobs, &org.id, weight, body.max_running).await;
+    after_form(back, outcome, |_| {
+        format!("{}: weight {weight}, {cap}.", org.name)
+    })
+}
+
 /// Pauses an action's queue, as `POST /api/internal/queue/{action}/pause` does, once confirmed.
 pub async fn pause(
     viewer: Viewer,
@@ -305,6 +422,8 @@ pub struct FailedQuery {
     action: Option<String>,
     org: Option<String>,
     q: Option<String>,
+    /// 1 for the first.
+    page: Option<String>,
 }
 
 /// The filter a failed-jobs address or form names; an unknown action or a malformed
@@ -344,13 +463,26 @@ pub async fn failed(
     operator_only(&viewer)?;
     let query = query.into_inner();
     let filter = failed_filter(query.action.as_deref(), query.org.as_deref(), query.q.as_deref())?;
-    let jobs = keel_core::queue::service::failed_jobs(&viewer.state.jobs, &filter).await?;
+    let per_page = keel_core::queue::service::FAILED_SHOWN;
+    let number = Pager::number(query.page.as_deref(), per_page)?;
+    let (jobs, total) = keel_core::queue::service::failed_jobs(
+        &viewer.state.jobs,
+        &filter,
+        (number - 1) * per_page,
+        per_page,
+    )
+    .await?;
+    let names = org_names(&viewer).await?;
     let now = chrono::Utc::now();
     let jobs = jobs
         .iter()
         .map(|job| FailedRow {
             id: job.id.to_string(),
             org_id: job.org_id.to_string(),
+            org_name: names
+                .get(job.org_id.as_str())
+                .cloned()
+                .unwrap_or_else(|| job.org_id.to_string()),
             action: job.action.to_string(),
             attempts: job.attempts,
             error: format::clip(job.error.as_deref().unwrap_or(""), 500),
@@ -360,17 +492,41 @@ pub async fn failed(
                 .unwrap_or_else(|| "—".into()),
         })
         .collect();
-    let clipped = |v: Option<String>| v.map(|v| v.chars().take(200).collect()).unwrap_or_default();
+    let clipped = |v: &Option<String>| {
+        v.as_ref()
+            .map(|v| v.trim().chars().take(200).collect())
+            .unwrap_or_default()
+    };
+    let mut filters = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in [("action", &query.action), ("org", &query.org), ("q", &query.q)] {
+        if let Some(value) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+            filters.append_pair(name, value);
+        }
+    }
+    let filters = filters.finish();
+    let link_to = |n: u64| match n {
+        1 => format!("/console/operator/failed?{filters}"),
+        n => {
+            let mut link = form_urlencoded::Serializer::new(filters.clone());
+            link.append_pair("page", &n.to_string());
+            format!("/console/operator/failed?{}", link.finish())
+        }
+    };
+    let mut orgs: Vec<(String, String)> = names.into_iter().collect();
+    orgs.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
     Ok(page(
         &req,
         &FailedPage {
             l: Layout::new("Failed jobs", &viewer, "failed", Flash::read(&req)),
             actions: JobAction::NAMES.to_vec(),
-            action: clipped(query.action),
-            org: clipped(query.org),
-            q: clipped(query.q),
+            action: clipped(&query.action),
+            org: clipped(&query.org),
+            orgs,
+            q: clipped(&query.q),
             jobs,
-            limit: keel_core::queue::service::FAILED_SHOWN,
+            pager: Pager::of(number, total, per_page, link_to),
+            all_cap: (total > keel_core::queue::service::MAX_RETRIED_AT_ONCE as u64)
+                .then(|| format::count(keel_core::queue::service::MAX_RETRIED_AT_ONCE as i64)),
         },
     ))
 }
@@ -386,11 +542,18 @@ pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpRespon
                 form.get("filter_org"),
                 form.get("filter_q"),
             )?;
-            keel_core::queue::service::failed_jobs(&viewer.state.jobs, &filter)
-                .await?
-                .into_iter()
-                .map(|job| job.id)
-                .collect()
+            // Every failed job the filter keeps, the newest a retry of many takes.
+            keel_core::queue::service::failed_jobs(
+                &viewer.state.jobs,
+                &filter,
+                0,
+                keel_core::queue::service::MAX_RETRIED_AT_ONCE as u64,
+            )
+            .await?
+            .0
+            .into_iter()
+            .map(|job| job.id)
+            .collect()
         }
         _ => form
             .all("job")

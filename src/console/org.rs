@@ -8,7 +8,8 @@ use serde::Deserialize;
 
 use super::chart::{self, Series};
 use super::pages::{
-    CreditRow, KeyDraft, KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow, OverviewPage, UsageRow,
+    CreditRow, CreditsPage, GrantRow, KeyDraft, KeyRow, KeysPage, Layout, LedgerPage, LedgerRow, MemberRow,
+    OverviewPage, UsageRow,
 };
 use super::session::{OrgView, Viewer};
 use super::{after_form, confirm_page, format, page, redirect, Confirm, ConsoleError, Flash, FormFields};
@@ -66,6 +67,125 @@ fn credit_kind(kind: keel_core::domain::GrantKind) -> &'static str {
     }
 }
 
+/// When a grant expires, as the overview says it.
+fn expiry_of(at: Option<chrono::DateTime<chrono::Utc>>, now: chrono::DateTime<chrono::Utc>) -> String {
+    match at {
+        Some(at) if at > now => format!("expires in {} ({})", format::age(at - now), format::time(at)),
+        Some(at) => format!("expired {} (being swept)", format::time(at)),
+        None => "never expires".to_owned(),
+    }
+}
+
+/// Credit groups the overview shows at most (the credits page lists every grant).
+const CREDIT_GROUPS: usize = 6;
+
+/// The active grants grouped by kind and day of expiry, in draw order (a group where its
+/// first grant is drawn): one line for twelve top-ups that never expire, not twelve.
+fn credit_groups(
+    grants: &[entities::credit_grant::Model],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<CreditRow> {
+    let mut groups: Vec<(
+        keel_core::domain::GrantKind,
+        Option<chrono::NaiveDate>,
+        Vec<&entities::credit_grant::Model>,
+    )> = Vec::new();
+    for grant in grants {
+        let day = grant.expires_at.map(|at| at.date_naive());
+        match groups
+            .iter_mut()
+            .find(|(kind, d, _)| *kind == grant.kind && *d == day)
+        {
+            Some((_, _, members)) => members.push(grant),
+            None => groups.push((grant.kind, day, vec![grant])),
+        }
+    }
+    groups
+        .into_iter()
+        .take(CREDIT_GROUPS)
+        .map(|(kind, _, members)| {
+            let left = Microcents(members.iter().map(|g| g.remaining_microcents.0).sum());
+            let soonest = members.iter().filter_map(|g| g.expires_at).min();
+            CreditRow {
+                left: format::dollars(left),
+                left_exact: format::exact(left),
+                kind: match members.len() {
+                    1 => credit_kind(kind).to_owned(),
+                    n => format!("{} ({n} grants)", credit_kind(kind)),
+                },
+                expires: expiry_of(soonest, now),
+            }
+        })
+        .collect()
+}
+
+#[derive(Deserialize, Default)]
+pub struct CreditsQuery {
+    /// `active` (something left), `ended` (spent or expired); none: every grant.
+    state: Option<String>,
+}
+
+/// Every credit grant of the organization: the active ones in draw order, then the ended.
+pub async fn credits(
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<String>,
+    query: web::Query<CreditsQuery>,
+) -> Result<HttpResponse, ConsoleError> {
+    let org = viewer.org(&path).await?;
+    let state = match query.state.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s @ ("active" | "ended")) => Some(s.to_owned()),
+        Some(other) => {
+            return Err(super::unknown_choice(
+                "state",
+                other,
+                ["active", "ended"].into_iter(),
+            ))
+        }
+    };
+    let now = chrono::Utc::now();
+    let grants = service::grants(&viewer.state.billing, &org.org_id).await?;
+    let rows: Vec<GrantRow> = grants
+        .iter()
+        .map(|g| {
+            let active = g.remaining_microcents.0 > 0
+                && g.expired_at.is_none()
+                && g.expires_at.is_none_or(|at| at > now);
+            GrantRow {
+                created: format::time(g.created_at),
+                kind: credit_kind(g.kind).to_owned(),
+                granted: format::dollars(g.original_microcents),
+                left: format::dollars(g.remaining_microcents),
+                left_exact: format::exact(g.remaining_microcents),
+                state: match (active, g.expired_at) {
+                    (true, _) => "active",
+                    (false, Some(_)) => "expired",
+                    (false, None) if g.remaining_microcents.0 <= 0 => "spent",
+                    (false, None) => "expired",
+                },
+                expires: expiry_of(g.expires_at, now),
+                reason: g.reason.clone(),
+            }
+        })
+        .filter(|row| match state.as_deref() {
+            Some("active") => row.state == "active",
+            Some(_) => row.state != "active",
+            None => true,
+        })
+        .collect();
+    let l = org_layout(&viewer, &org, "Credits", "overview", &req).await?;
+    Ok(page(
+        &req,
+        &CreditsPage {
+            l,
+            total: format::count(rows.len() as i64),
+            state: state.unwrap_or_default(),
+            rows,
+        },
+    ))
+}
+
 pub async fn overview(
     req: HttpRequest,
     viewer: Viewer,
@@ -81,21 +201,8 @@ pub async fn overview(
         auto_topup_charged,
     } = service::overview(&state.billing, &org.org_id).await?;
     let now = chrono::Utc::now();
-    let credits = grants
-        .iter()
-        .map(|g| CreditRow {
-            left: format::dollars(g.remaining_microcents),
-            left_exact: format::exact(g.remaining_microcents),
-            kind: credit_kind(g.kind).to_owned(),
-            expires: match g.expires_at {
-                Some(at) if at > now => {
-                    format!("expires in {} ({})", format::age(at - now), format::time(at))
-                }
-                Some(at) => format!("expired {} (being swept)", format::time(at)),
-                None => "never expires".to_owned(),
-            },
-        })
-        .collect();
+    let grant_count = grants.len();
+    let credits = credit_groups(&grants, now);
     let spent = service::spending(&state.billing, &org.org_id, PERIOD_DAYS).await?;
     let series = [
         Series {
@@ -174,8 +281,13 @@ pub async fn overview(
                 .auto_topup_monthly_limit_cents
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
+            auto_limit_money: account
+                .auto_topup_monthly_limit_cents
+                .map(|c| format::cents(c.get()))
+                .unwrap_or_default(),
             auto_charged: format::cents(auto_topup_charged.get()),
             credits,
+            grant_count,
             starter_granted: account.starter_credit_granted,
             starter_amount: format::cents(state.settings.billing.starter_credit_cents.get()),
             chart_summary: format!(
@@ -578,6 +690,7 @@ fn key_row(k: keel_core::keys::service::KeyUse, now: chrono::DateTime<Utc>) -> K
         settings,
         requests_today,
         tokens_today,
+        streams_open,
     } = k;
     let limits = settings.limits;
     let text = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_default();
@@ -606,7 +719,7 @@ fn key_row(k: keel_core::keys::service::KeyUse, now: chrono::DateTime<Utc>) -> K
             .unwrap_or_default(),
         streams_limit: limits
             .concurrent_streams
-            .map(|n| format!("{n} at once"))
+            .map(|n| format!("{streams_open} open of {n} at once"))
             .unwrap_or_default(),
         expires: format::opt_time(settings.expires_at),
         expires_input: settings

@@ -102,6 +102,9 @@ pub struct OrgRow {
 pub struct OrgsPage {
     pub l: Layout,
     pub orgs: Vec<OrgRow>,
+    /// The operator's search as typed, and how many organizations it shows.
+    pub q: String,
+    pub total: usize,
 }
 
 pub struct LedgerRow {
@@ -136,9 +139,13 @@ pub struct OverviewPage {
     pub auto_amount: String,
     /// The monthly cap in cents (empty: none), and what auto top-up charged this month.
     pub auto_limit: String,
+    /// The monthly cap as money (empty: none).
+    pub auto_limit_money: String,
     pub auto_charged: String,
-    /// The active credit grants, in the order debits draw from them.
+    /// The active credit grants grouped by kind and day of expiry, in the order debits draw
+    /// from them (the first few groups), and how many grants are active.
     pub credits: Vec<CreditRow>,
+    pub grant_count: usize,
     pub starter_granted: bool,
     pub starter_amount: String,
     pub chart: String,
@@ -155,6 +162,29 @@ pub struct CreditRow {
     pub left_exact: String,
     pub kind: String,
     pub expires: String,
+}
+
+/// One grant on the credits page.
+pub struct GrantRow {
+    pub created: String,
+    pub kind: String,
+    pub granted: String,
+    pub left: String,
+    pub left_exact: String,
+    /// `active`, `spent` or `expired`.
+    pub state: &'static str,
+    pub expires: String,
+    pub reason: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/credits.html")]
+pub struct CreditsPage {
+    pub l: Layout,
+    pub rows: Vec<GrantRow>,
+    pub total: String,
+    /// The state filter (`active`, `ended`; empty: every grant).
+    pub state: String,
 }
 
 #[derive(Template)]
@@ -255,11 +285,65 @@ pub struct JobRow {
     pub action: String,
     pub status: String,
     pub project: String,
+    /// The project's name (its id when it has none to show).
+    pub project_name: String,
     pub task: String,
     pub worker: String,
     pub attempts: i32,
+    pub max_attempts: u32,
+    pub priority: i32,
+    /// When a scheduled job is due (empty for the others).
+    pub scheduled: String,
     pub created: String,
     pub updated: String,
+}
+
+/// A status to filter by, with how many jobs the rest of the filter keeps in it.
+pub struct StatusChip {
+    pub status: &'static str,
+    pub count: String,
+    pub chosen: bool,
+    /// The page with this status added to (or removed from) the filter.
+    pub link: String,
+}
+
+/// Where a list is and the links to the pages around it.
+pub struct Pager {
+    pub page: u64,
+    pub pages: u64,
+    pub total: String,
+    pub first: Option<String>,
+    pub previous: Option<String>,
+    pub next: Option<String>,
+    pub last: Option<String>,
+}
+
+impl Pager {
+    /// The page number an address asks for (1 for none; anything but 1.. is a 400 page).
+    pub fn number(raw: Option<&str>, per_page: u64) -> Result<u64, super::ConsoleError> {
+        match raw.map(str::trim).filter(|p| !p.is_empty()) {
+            None => Ok(1),
+            Some(p) => p
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n >= 1 && *n <= u64::MAX / per_page)
+                .ok_or_else(|| super::unreadable("\"page\"")),
+        }
+    }
+
+    /// Page `page` of `total` rows, `per_page` a page; `link` writes a page's address.
+    pub fn of(page: u64, total: u64, per_page: u64, link: impl Fn(u64) -> String) -> Self {
+        let pages = total.div_ceil(per_page).max(1);
+        Pager {
+            page,
+            pages,
+            total: super::format::count(i64::try_from(total).unwrap_or(i64::MAX)),
+            first: (page > 1).then(|| link(1)),
+            previous: (page > 1).then(|| link((page - 1).min(pages))),
+            next: (page < pages).then(|| link(page + 1)),
+            last: (page < pages).then(|| link(pages)),
+        }
+    }
 }
 
 #[derive(Template)]
@@ -272,10 +356,18 @@ pub struct JobsPage {
     pub status: Vec<&'static str>,
     pub action: String,
     pub project: String,
+    /// The organization's projects `(id, name)`, by name.
+    pub projects: Vec<(String, String)>,
+    /// The chosen project is one of `projects` (else it is shown as its id).
+    pub project_listed: bool,
     pub task: String,
-    pub org_id: String,
-    pub jobs: Vec<JobRow>,
-    pub next: Option<String>,
+    pub sort: &'static str,
+    /// Each order `(name, link, chosen)`.
+    pub sorts: Vec<(&'static str, String, bool)>,
+    pub chips: Vec<StatusChip>,
+    /// The filter as the bulk form carries it.
+    pub carried: Vec<(String, String)>,
+    pub table: JobsTable,
     pub refresh_url: String,
     pub refresh_secs: u64,
 }
@@ -285,6 +377,11 @@ pub struct JobsPage {
 pub struct JobsTable {
     pub org_id: String,
     pub jobs: Vec<JobRow>,
+    /// Rows carry a box to pick them for a stop or retry.
+    pub selectable: bool,
+    pub pager: Pager,
+    /// A filter is set (an empty list says so).
+    pub filtered: bool,
 }
 
 pub struct Event {
@@ -364,6 +461,8 @@ pub struct TraceRow {
     pub preview_input: String,
     pub preview_output: String,
     pub tags: Vec<String>,
+    /// `name value` of each score, by name.
+    pub scores: Vec<(String, String)>,
 }
 
 pub struct ScoreRow {
@@ -386,10 +485,33 @@ pub struct TracesPage {
     pub tag: String,
     pub since: String,
     pub until: String,
+    /// `NAME:VALUE` as typed.
+    pub min_score: String,
+    /// The filter as the forms carry it (`filter_<name>`), and as a query string.
+    pub carried: Vec<(String, String)>,
+    pub filter_query: String,
+    /// How many traces the filter keeps, and the cap of an action on all of them when it
+    /// keeps more.
+    pub total: String,
+    pub matching_cap: Option<String>,
+    /// The first page, when this is a later one.
+    pub first_page: Option<String>,
     pub traces: Vec<TraceRow>,
     pub next: Option<String>,
     /// Days the project keeps its traces; empty: forever.
     pub retention_days: String,
+    /// Where its recorded calls are pushed (OTLP), if anywhere.
+    pub otlp_export: Option<OtlpExportRow>,
+}
+
+/// A project's OTLP push as its settings show it (never a header's value).
+pub struct OtlpExportRow {
+    pub endpoint: String,
+    pub header_names: String,
+    pub last_exported_at: String,
+    pub last_error: String,
+    pub last_error_at: String,
+    pub pending: String,
 }
 
 pub struct Part {
@@ -408,13 +530,16 @@ pub struct Message {
 pub struct TracePage {
     pub l: Layout,
     pub row: TraceRow,
-    pub project_id: String,
     pub conversation: Vec<Message>,
     pub reply: Vec<Message>,
     pub request: String,
     pub response: String,
     pub error: Option<String>,
     pub scores: Vec<ScoreRow>,
+    /// The traces either side in the list it was opened from, and that list.
+    pub newer: Option<String>,
+    pub older: Option<String>,
+    pub list: String,
 }
 
 pub struct EvalRow {
@@ -500,6 +625,9 @@ pub struct CountRow {
 /// An organization's share of the queue, as the operator's page lists it.
 pub struct OrgShareRow {
     pub org_id: String,
+    pub org_name: String,
+    /// The cap as set (empty: the default), for the form.
+    pub max_running: String,
     pub weight: i32,
     pub queued: i64,
     pub running: i64,
@@ -516,6 +644,7 @@ pub struct HeldRow {
 pub struct HeldJob {
     pub id: String,
     pub org_id: String,
+    pub org_name: String,
     pub action: String,
     pub status: String,
     pub heartbeat: String,
@@ -553,6 +682,7 @@ pub struct QueuePage {
 pub struct FailedRow {
     pub id: String,
     pub org_id: String,
+    pub org_name: String,
     pub action: String,
     pub attempts: i32,
     pub error: String,
@@ -566,9 +696,13 @@ pub struct FailedPage {
     pub actions: Vec<&'static str>,
     pub action: String,
     pub org: String,
+    /// Every organization `(id, name)`, by name, for the filter.
+    pub orgs: Vec<(String, String)>,
     pub q: String,
     pub jobs: Vec<FailedRow>,
-    pub limit: u64,
+    pub pager: Pager,
+    /// The most a retry of every match takes, when more match.
+    pub all_cap: Option<String>,
 }
 
 /// The second step of a destructive form: what it will do, and the same form again with
@@ -660,8 +794,51 @@ pub struct WebhookLogPage {
     pub l: Layout,
     pub endpoint: EndpointRow,
     pub deliveries: Vec<HookDeliveryRow>,
-    /// The cursor of the next (older) page.
+    /// The query of the next (older) page (its filters kept).
     pub older: Option<String>,
+    pub can_act: bool,
+    pub statuses: Vec<&'static str>,
+    /// The status and event type filtered by (empty: any).
+    pub status: &'static str,
+    pub event_types: Vec<&'static str>,
+    pub event: &'static str,
+    /// The endpoint's events as its edit form ticks them (`*`: every event).
+    pub subscribed: Vec<String>,
+    pub filtered: bool,
+}
+
+impl WebhookLogPage {
+    /// Whether the endpoint subscribes to `event` by name (or `*` for every event).
+    pub fn subscribes(&self, event: &str) -> bool {
+        self.subscribed.iter().any(|e| e == event)
+    }
+}
+
+/// One attempt on a delivery's page.
+pub struct DeliveryAttemptRow {
+    pub attempt: i32,
+    pub at: String,
+    pub code: String,
+    pub latency: String,
+    /// The answer's start (or why there was none): hostile text, escaped.
+    pub answer: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/delivery.html")]
+pub struct DeliveryPage {
+    pub l: Layout,
+    pub id: String,
+    pub endpoint_id: String,
+    pub endpoint_url: String,
+    pub event_id: String,
+    pub event_type: String,
+    /// The event's body as sent, pretty-printed and bounded.
+    pub body: String,
+    pub status: String,
+    pub created: String,
+    pub next_attempt: String,
+    pub attempts: Vec<DeliveryAttemptRow>,
     pub can_act: bool,
 }
 

@@ -140,8 +140,23 @@ pub async fn logout(
 /// The operator's list of every organization, or a user's organizations to pick from.
 pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpResponse, ConsoleError> {
     let flash = Flash::read(&req);
-    let orgs = if viewer.is_operator() {
-        operator_rows(&viewer.state).await?
+    // The operator's search: words of a name, a slug or an id, any case.
+    let q: String = form_urlencoded::parse(req.query_string().as_bytes())
+        .find(|(k, _)| k == "q")
+        .map(|(_, v)| v.trim().chars().take(200).collect())
+        .unwrap_or_default();
+    let orgs: Vec<OrgRow> = if viewer.is_operator() {
+        let needle = q.to_lowercase();
+        operator_rows(&viewer.state)
+            .await?
+            .into_iter()
+            .filter(|o| {
+                needle.is_empty()
+                    || o.name.to_lowercase().contains(&needle)
+                    || o.slug.to_lowercase().contains(&needle)
+                    || o.id.contains(&needle)
+            })
+            .collect()
     } else {
         let memberships = viewer.user_orgs().await?;
         if memberships.is_empty() {
@@ -177,7 +192,9 @@ pub async fn organizations(req: HttpRequest, viewer: Viewer) -> Result<HttpRespo
         &req,
         &OrgsPage {
             l: Layout::new("Organizations", &viewer, "orgs", flash),
+            total: orgs.len(),
             orgs,
+            q,
         },
     ))
 }

@@ -2,25 +2,21 @@
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use entities::training_job;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::org::org_layout;
 use super::pages::{
-    AttemptRow, CaseRow, EvalRow, EvalRunPage, EvalsPage, Event, JobDetail, JobPage, JobRow, JobsPage,
-    JobsTable, Message, Part, ProjectRow, RunRow, RunsPage, ScoreRow, SuiteChart, TracePage,
-    TraceProjectsPage, TraceRow, TracesPage,
+    CaseRow, EvalRow, EvalRunPage, EvalsPage, Message, Part, ProjectRow, RunRow, RunsPage, ScoreRow,
+    SuiteChart, TracePage, TraceProjectsPage, TraceRow, TracesPage,
 };
 use super::session::{OrgView, Viewer};
-use super::{
-    after_form, chart, confirm_page, format, html, page, wants_partial, Confirm, ConsoleError, FormFields,
-};
+use super::{after_form, chart, confirm_page, format, page, Confirm, ConsoleError, FormFields};
 use crate::error::ApiError;
-use keel_core::domain::{JobAction, JobStatus};
-use keel_core::queue::JobFilter;
 use keel_core::traces::export::Format;
 use keel_core::traces::TraceFilter;
+
+use super::trace_filter::TraceFilters;
 
 /// Rows per page of jobs and traces.
 const PAGE: u64 = 50;
@@ -60,350 +56,15 @@ fn keyset_cursor(raw: Option<&str>) -> Result<Option<keel_core::paging::Keyset>,
     }
 }
 
-fn job_row(job: &training_job::Model) -> JobRow {
-    JobRow {
-        id: job.id.to_string(),
-        action: job.action.to_string(),
-        status: job.status.to_string(),
-        project: job.project_id.to_string(),
-        task: job.training_task_id.clone().unwrap_or_default(),
-        worker: job.worker_id.clone().unwrap_or_default(),
-        attempts: job.attempts,
-        created: format::time(job.created_at),
-        updated: format::time(job.updated_at),
-    }
-}
-
-#[derive(Deserialize, Default)]
-pub struct JobsQuery {
-    /// Any of these statuses (repeated: `status=failed&status=blocked`).
-    #[serde(default)]
-    status: Vec<String>,
-    action: Option<String>,
-    project: Option<String>,
-    task: Option<String>,
-    before: Option<String>,
-}
-
-pub async fn jobs(
-    req: HttpRequest,
-    viewer: Viewer,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ConsoleError> {
-    let query: JobsQuery =
-        serde_html_form::from_str(req.query_string()).map_err(|_| super::unreadable("filter"))?;
-    let org = viewer.org(&path).await?;
-    let nonempty = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    };
-    let mut status = Vec::new();
-    for s in query.status.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        let parsed = JobStatus::parse(s)
-            .ok_or_else(|| super::unknown_choice("status", s, JobStatus::ALL.iter().map(|s| s.as_str())))?;
-        if !status.contains(&parsed) {
-            status.push(parsed);
-        }
-    }
-    let action = match nonempty(&query.action) {
-        None => None,
-        Some(a) => Some(
-            JobAction::parse(&a)
-                .ok_or_else(|| super::unknown_choice("action", &a, JobAction::NAMES.into_iter()))?,
-        ),
-    };
-    let filter = JobFilter {
-        project_id: nonempty(&query.project),
-        training_task_id: nonempty(&query.task),
-        status,
-        action,
-        before: match keyset_cursor(query.before.as_deref())? {
-            None => None,
-            Some(k) => Some((
-                k.at,
-                keel_core::domain::JobId::parse(&k.id).map_err(|_| super::unreadable("\"before\""))?,
-            )),
-        },
-    };
-    let (jobs, next_page) = keel_core::queue::service::jobs_page(
-        &viewer.state.jobs,
-        std::slice::from_ref(&org.org_id),
-        &filter,
-        PAGE,
-    )
-    .await?;
-    let org_id = org.org_id.to_string();
-    let table = JobsTable {
-        org_id: org_id.clone(),
-        jobs: jobs.iter().map(job_row).collect(),
-    };
-    if wants_partial(&req) {
-        return Ok(html(actix_web::http::StatusCode::OK, &table));
-    }
-    let mut link = form_urlencoded::Serializer::new(String::new());
-    for status in &filter.status {
-        link.append_pair("status", status.as_str());
-    }
-    for (name, value) in [
-        ("action", filter.action.map(|a| a.as_str().to_owned())),
-        ("project", filter.project_id.clone()),
-        ("task", filter.training_task_id.clone()),
-    ] {
-        if let Some(value) = value {
-            link.append_pair(name, &value);
-        }
-    }
-    let filters = link.finish();
-    let next = next_page.map(|after| {
-        let mut link = form_urlencoded::Serializer::new(filters.clone());
-        link.append_pair("before", &after.encode());
-        format!("/console/o/{org_id}/jobs?{}", link.finish())
-    });
-    let l = org_layout(&viewer, &org, "Jobs", "jobs", &req).await?;
-    Ok(page(
-        &req,
-        &JobsPage {
-            l,
-            statuses: JobStatus::ALL.iter().map(|s| s.as_str()).collect(),
-            actions: JobAction::NAMES.to_vec(),
-            status: filter.status.iter().map(|s| s.as_str()).collect(),
-            action: filter.action.map(|a| a.as_str()).unwrap_or_default().to_owned(),
-            project: filter.project_id.clone().unwrap_or_default(),
-            task: filter.training_task_id.clone().unwrap_or_default(),
-            org_id: org_id.clone(),
-            jobs: table.jobs,
-            // Only the first page refreshes itself (a later one would shift under the reader).
-            refresh_url: match query.before {
-                None => format!("/console/o/{org_id}/jobs?{filters}"),
-                Some(_) => String::new(),
-            },
-            refresh_secs: viewer.state.settings.console.refresh_secs,
-            next,
-        },
-    ))
-}
-
-#[derive(Deserialize)]
-pub struct JobPath {
-    org: String,
-    job: String,
-}
-
-fn is_live(job: &training_job::Model) -> bool {
-    [
-        JobStatus::Queued,
-        JobStatus::Scheduled,
-        JobStatus::Running,
-        JobStatus::Stopping,
-    ]
-    .contains(&job.status)
-}
-
-pub async fn job(
-    req: HttpRequest,
-    viewer: Viewer,
-    path: web::Path<JobPath>,
-) -> Result<HttpResponse, ConsoleError> {
-    let org = viewer.org(&path.org).await?;
-    let job_id = keel_core::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
-    let job = keel_core::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
-        .await
-        .map_err(|_| ConsoleError::NotFound)?;
-    let mut timeline = vec![Event {
-        at: format::time(job.created_at),
-        what: "created (queued)".into(),
-    }];
-    if let Some(at) = job.claimed_at {
-        timeline.push(Event {
-            at: format::time(at),
-            what: format!(
-                "claimed by {} (attempt {})",
-                job.worker_id.as_deref().unwrap_or("a worker"),
-                job.attempts
-            ),
-        });
-    }
-    if let Some(at) = job.heartbeat_at {
-        timeline.push(Event {
-            at: format::time(at),
-            what: "last heartbeat".into(),
-        });
-    }
-    if let Some(at) = job.finished_at {
-        timeline.push(Event {
-            at: format::time(at),
-            what: format!("finished: {}", job.status),
-        });
-    }
-    let live = is_live(&job);
-    let history = keel_core::queue::service::histories(&viewer.state.jobs, std::slice::from_ref(&job.id))
-        .await?
-        .remove(&job.id)
-        .unwrap_or_default()
-        .iter()
-        .map(|a| AttemptRow {
-            attempt: a.attempt,
-            worker: a.worker_id.clone().unwrap_or_default(),
-            claimed: a.claimed_at.map(format::time).unwrap_or_default(),
-            ended: format::time(a.ended_at),
-            outcome: a.outcome.to_string(),
-            error: a
-                .error
-                .as_deref()
-                .map(|e| format::clip(e, 500))
-                .unwrap_or_default(),
-        })
-        .collect();
-    let detail = JobDetail {
-        org_id: org.org_id.to_string(),
-        csrf: viewer.csrf.clone(),
-        priority: job.priority,
-        scheduled_at: job
-            .scheduled_at
-            .filter(|_| job.status == JobStatus::Scheduled)
-            .map(format::time),
-        history,
-        can_stop: org.can_act()
-            && [JobStatus::Queued, JobStatus::Scheduled, JobStatus::Running].contains(&job.status),
-        can_retry: org.can_act()
-            && [JobStatus::Failed, JobStatus::Blocked, JobStatus::UserStopped].contains(&job.status),
-        stop_requested: job.stop_requested,
-        stop_reason: job.stop_reason.clone(),
-        timeline,
-        live_status: job.live_status.as_deref().map(format::pretty_json),
-        result: job.result.as_deref().map(format::pretty_json),
-        error: job.error.clone(),
-        payload: format::pretty_json(&job.payload),
-        job: job_row(&job),
-    };
-    if wants_partial(&req) {
-        return Ok(html(actix_web::http::StatusCode::OK, &detail));
-    }
-    let l = org_layout(&viewer, &org, &format!("Job {}", job.id), "jobs", &req).await?;
-    Ok(page(
-        &req,
-        &JobPage {
-            l,
-            refresh_url: format!("/console/o/{}/jobs/{}", org.org_id, job.id),
-            refresh_secs: viewer.state.settings.console.refresh_secs,
-            id: job.id.to_string(),
-            live,
-            detail: askama::Template::render(&detail)
-                .map_err(anyhow::Error::from)
-                .map_err(crate::error::ApiError::from)?,
-        },
-    ))
-}
-
-/// The job a console form acts on: the form read, the caller's right to act in the
-/// organization checked (its CSRF token included), the job found in it.
-async fn job_to_act_on(
-    viewer: &Viewer,
-    path: &JobPath,
-    body: &[u8],
-) -> Result<(FormFields, OrgView, training_job::Model), ConsoleError> {
-    let form = FormFields::parse(body);
-    let org = viewer.act_in(&path.org, &form.csrf, false).await?;
-    let job_id = keel_core::domain::JobId::parse(&path.job).map_err(|_| ConsoleError::NotFound)?;
-    let job = keel_core::queue::service::job_of_org(&viewer.state.jobs, &org.org_id, &job_id)
-        .await
-        .map_err(|_| ConsoleError::NotFound)?;
-    Ok((form, org, job))
-}
-
-/// The page that asks before stopping or retrying `job`, carrying the form on.
-async fn confirm_job_action(
-    viewer: &Viewer,
-    req: &HttpRequest,
-    org: &OrgView,
-    job: &training_job::Model,
-    form: &FormFields,
-    verb: &'static str,
-    question: String,
-) -> Result<HttpResponse, ConsoleError> {
-    let title = match verb {
-        "stop" => "Stop the job?",
-        _ => "Retry the job?",
-    };
-    let back = format!("/console/o/{}/jobs/{}", job.org_id, job.id);
-    Ok(confirm_page(
-        org_layout(viewer, org, title, "jobs", req).await?,
-        Confirm {
-            title,
-            question,
-            details: vec![format!("{} ({}, {})", job.id, job.action, job.status)],
-            action: format!("{back}/{verb}"),
-            button: match verb {
-                "stop" => "Stop job",
-                _ => "Retry job",
-            },
-            back,
-        },
-        form.carried(),
-    ))
-}
-
-/// Stops the job by the API's rules (queued ends at once, running is asked to stop).
-pub async fn stop_job(
-    req: HttpRequest,
-    viewer: Viewer,
-    path: web::Path<JobPath>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ConsoleError> {
-    let (form, org, job) = job_to_act_on(&viewer, &path, &body).await?;
-    if !form.confirmed() {
-        let question = match job.status {
-            keel_core::domain::JobStatus::Running => {
-                "Its worker is told to stop at its next heartbeat; the work done so far may be lost."
-            }
-            _ => "It ends now and will not run.",
-        };
-        return confirm_job_action(&viewer, &req, &org, &job, &form, "stop", question.into()).await;
-    }
-    let reason = form.get("reason").map(|r| format::clip(r, 2000));
-    let outcome = keel_core::queue::service::stop_job(&viewer.state.jobs, &job, reason.as_deref()).await;
-    after_form(
-        &format!("/console/o/{}/jobs/{}", job.org_id, job.id),
-        outcome,
-        |job| match job.status {
-            keel_core::domain::JobStatus::Stopping => {
-                "Stop requested: the worker is told at its next heartbeat.".into()
-            }
-            _ => "Job stopped.".into(),
-        },
-    )
-}
-
-/// Puts a failed, blocked or stopped job back in the queue, by the API's rules.
-pub async fn retry_job(
-    req: HttpRequest,
-    viewer: Viewer,
-    path: web::Path<JobPath>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ConsoleError> {
-    let (form, org, job) = job_to_act_on(&viewer, &path, &body).await?;
-    if !form.confirmed() {
-        let question = "It goes back to the queue and will be claimed again; its attempts keep counting.";
-        return confirm_job_action(&viewer, &req, &org, &job, &form, "retry", question.into()).await;
-    }
-    let outcome = keel_core::queue::service::retry_job(&viewer.state.jobs, &job).await;
-    after_form(
-        &format!("/console/o/{}/jobs/{}", job.org_id, job.id),
-        outcome,
-        |_| "Job queued again.".into(),
-    )
-}
-
 pub async fn trace_projects(
     req: HttpRequest,
     viewer: Viewer,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path).await?;
-    let projects =
-        keel_core::traces::service::projects_with_traces(&viewer.state.db, std::slice::from_ref(&org.org_id))
+    let orgs = std::slice::from_ref(&org.org_id);
+    let mut projects: Vec<ProjectRow> =
+        keel_core::traces::service::projects_with_traces(&viewer.state.db, orgs)
             .await?
             .into_iter()
             .map(|(id, name, count, last)| ProjectRow {
@@ -413,6 +74,20 @@ pub async fn trace_projects(
                 last: format::time(last),
             })
             .collect();
+    // Every project, its first trace yet to come included (its retention set beforehand).
+    for p in keel_core::projects::service::projects_in(&viewer.state.db, orgs)
+        .await
+        .map_err(ApiError::from)?
+    {
+        if !projects.iter().any(|row| row.id == p.id.as_str()) {
+            projects.push(ProjectRow {
+                id: p.id.into(),
+                name: p.name,
+                count: 0,
+                last: "no traces yet".into(),
+            });
+        }
+    }
     let l = org_layout(&viewer, &org, "Traces", "traces", &req).await?;
     Ok(page(&req, &TraceProjectsPage { l, projects }))
 }
@@ -421,19 +96,6 @@ pub async fn trace_projects(
 pub struct ProjectPath {
     org: String,
     project: String,
-}
-
-#[derive(Deserialize, Default)]
-pub struct TracesQuery {
-    model: Option<String>,
-    status: Option<String>,
-    before: Option<String>,
-    /// The search box.
-    q: Option<String>,
-    tag: Option<String>,
-    /// Days (`YYYY-MM-DD`), both included.
-    since: Option<String>,
-    until: Option<String>,
 }
 
 fn trace_row(t: &keel_core::traces::ListedTrace, marks: &keel_core::traces::marks::Marks) -> TraceRow {
@@ -455,18 +117,11 @@ fn trace_row(t: &keel_core::traces::ListedTrace, marks: &keel_core::traces::mark
         preview_input: t.preview_input.clone().unwrap_or_default(),
         preview_output: t.preview_output.clone().unwrap_or_default(),
         tags: marks.tags.clone(),
-    }
-}
-
-/// A day typed in a date input (`YYYY-MM-DD`), as its first instant (UTC).
-fn day_start(raw: Option<&str>, name: &str) -> Result<Option<chrono::DateTime<chrono::Utc>>, ConsoleError> {
-    match raw.map(str::trim).filter(|d| !d.is_empty()) {
-        None => Ok(None),
-        Some(day) => chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
-            .ok()
-            .and_then(|d| d.and_hms_opt(0, 0, 0))
-            .map(|d| Some(d.and_utc()))
-            .ok_or_else(|| super::unreadable(name)),
+        scores: marks
+            .scores
+            .iter()
+            .map(|(name, score)| (name.clone(), score.value.to_string()))
+            .collect(),
     }
 }
 
@@ -485,82 +140,38 @@ async fn project_of(
         })
 }
 
+/// How many traces an action on "every trace the filter keeps" takes at most (the newest).
+const MATCHING_AT_ONCE: u64 = 1000;
+
 pub async fn traces(
     req: HttpRequest,
     viewer: Viewer,
     path: web::Path<ProjectPath>,
-    query: web::Query<TracesQuery>,
 ) -> Result<HttpResponse, ConsoleError> {
     let org = viewer.org(&path.org).await?;
     let project = project_of(&viewer, &org.org_id, &path.project).await?;
-    let model = query.model.clone().filter(|m| !m.is_empty());
-    let status = match query.status.clone().filter(|s| !s.is_empty()) {
-        Some(s) if s != "ok" && s != "error" => {
-            return Err(super::unknown_choice("status", &s, ["ok", "error"].into_iter()))
-        }
-        status => status,
-    };
-    let q = query.q.clone().filter(|q| !q.trim().is_empty());
-    let tag = query.tag.clone().filter(|t| !t.is_empty());
-    if tag
-        .as_deref()
-        .is_some_and(|t| !keel_core::traces::marks::is_name(t))
-    {
-        return Err(super::unreadable("tag"));
-    }
-    let since = day_start(query.since.as_deref(), "since")?;
-    // `until` is a day included: the filter stops at the next day's start.
-    let until = day_start(query.until.as_deref(), "until")?.map(|d| d + chrono::Duration::days(1));
-    let before = match keyset_cursor(query.before.as_deref())? {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let (filters, filter) = TraceFilters::read(get)?;
+    let before = match keyset_cursor(get("before"))? {
         None => None,
         Some(k) => Some(keel_core::traces::service::Cursor {
             at: k.at,
             id: keel_core::domain::TraceId::parse(&k.id).map_err(|_| super::unreadable("\"before\""))?,
         }),
     };
-    let filter = TraceFilter {
-        model: model.clone(),
-        ok: status.as_deref().map(|s| s == "ok"),
-        since,
-        until,
-        tag: tag.clone(),
-        search: q
-            .as_deref()
-            .map(keel_core::traces::search::Query::parse)
-            .filter(|q| !q.is_empty()),
-        ..TraceFilter::default()
-    };
     let db = &viewer.state.db;
-    let listed = keel_core::traces::browse::list(
-        db,
-        std::slice::from_ref(&org.org_id),
-        &project.id,
-        filter,
-        before,
-        PAGE,
-    )
-    .await?;
+    let orgs = std::slice::from_ref(&org.org_id);
+    let total = keel_core::traces::browse::count(db, orgs, &project.id, &filter).await?;
+    let listed = keel_core::traces::browse::list(db, orgs, &project.id, filter, before.clone(), PAGE).await?;
+    let query = filters.query();
+    let base = format!("/console/o/{}/projects/{}/traces", org.org_id, project.id);
     let next = listed.next_cursor.map(|cursor| {
-        let mut link = form_urlencoded::Serializer::new(String::new());
-        for (name, value) in [
-            ("model", &model),
-            ("status", &status),
-            ("q", &q),
-            ("tag", &tag),
-            ("since", &query.since),
-            ("until", &query.until),
-        ] {
-            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
-                link.append_pair(name, value);
-            }
-        }
+        let mut link = form_urlencoded::Serializer::new(query.clone());
         link.append_pair("before", &cursor.encode());
-        format!(
-            "/console/o/{}/projects/{}/traces?{}",
-            org.org_id,
-            project.id,
-            link.finish()
-        )
+        format!("{base}?{}", link.finish())
     });
     let l = org_layout(
         &viewer,
@@ -570,19 +181,30 @@ pub async fn traces(
         &req,
     )
     .await?;
+    let field = |v: &Option<String>| v.clone().unwrap_or_default();
     Ok(page(
         &req,
         &TracesPage {
             l,
             models: keel_core::traces::service::models_of_project(db, &project.id).await?,
-            project_id: project.id.into(),
+            project_id: project.id.clone().into(),
             project_name: project.name,
-            model: model.unwrap_or_default(),
-            status: status.unwrap_or_default(),
-            q: q.unwrap_or_default(),
-            tag: tag.unwrap_or_default(),
-            since: query.since.clone().unwrap_or_default(),
-            until: query.until.clone().unwrap_or_default(),
+            model: field(&filters.model),
+            status: field(&filters.status),
+            q: field(&filters.q),
+            tag: field(&filters.tag),
+            since: field(&filters.since),
+            until: field(&filters.until),
+            min_score: field(&filters.min_score),
+            carried: filters
+                .pairs()
+                .into_iter()
+                .map(|(n, v)| (format!("filter_{n}"), v))
+                .collect(),
+            total: format::count(i64::try_from(total).unwrap_or(i64::MAX)),
+            matching_cap: (total > MATCHING_AT_ONCE).then(|| format::count(MATCHING_AT_ONCE as i64)),
+            filter_query: query.clone(),
+            first_page: before.as_ref().map(|_| format!("{base}?{query}")),
             traces: listed
                 .traces
                 .iter()
@@ -593,8 +215,45 @@ pub async fn traces(
                 .trace_retention_days
                 .map(|d| d.to_string())
                 .unwrap_or_default(),
+            otlp_export: keel_core::traces::push::service::view(db, &project.id)
+                .await?
+                .map(|e| super::pages::OtlpExportRow {
+                    endpoint: e.url,
+                    header_names: e.header_names.join(", "),
+                    last_exported_at: e.last_exported_at.map(format::time).unwrap_or_default(),
+                    last_error: e.last_error.unwrap_or_default(),
+                    last_error_at: e.last_error_at.map(format::time).unwrap_or_default(),
+                    pending: format::count(i64::try_from(e.pending).unwrap_or(i64::MAX)),
+                }),
         },
     ))
+}
+
+/// The traces a project form acts on: with `scope=matching`, the newest
+/// [`MATCHING_AT_ONCE`] the form's filter keeps; else the ticked `traceIds`.
+async fn selected_traces(
+    viewer: &Viewer,
+    org: &OrgView,
+    project: &entities::project::Model,
+    form: &FormFields,
+) -> Result<Vec<String>, ConsoleError> {
+    match form.get("scope") {
+        Some("matching") => {
+            // Carried as `filter_<name>`: the form's own fields (an export's `since`, say)
+            // keep their meaning.
+            let (_, filter) = TraceFilters::read(|name| form.get(&format!("filter_{name}")))?;
+            let ids = keel_core::traces::browse::ids_matching(
+                &viewer.state.db,
+                std::slice::from_ref(&org.org_id),
+                &project.id,
+                filter,
+                MATCHING_AT_ONCE,
+            )
+            .await?;
+            Ok(ids.into_iter().map(|id| id.to_string()).collect())
+        }
+        _ => Ok(form.all("traceIds").into_iter().map(str::to_owned).collect()),
+    }
 }
 
 /// Downloads the selected traces (or the newest N) as JSON Lines: each line is a row the
@@ -660,7 +319,16 @@ pub async fn export(
                 Err(err) => Err(err),
             }
         }
-        None => match form.plain_body::<crate::traces::dto::TraceSelectionBody>() {
+        None => match match form.get("scope") {
+            Some("matching") => {
+                let ids = selected_traces(&viewer, &org, &project, &form).await?;
+                let json = serde_json::json!({"traceIds": ids}).to_string();
+                crate::http::extract::parse_checked_body::<crate::traces::dto::TraceSelectionBody>(
+                    json.as_bytes(),
+                )
+            }
+            _ => form.plain_body::<crate::traces::dto::TraceSelectionBody>(),
+        } {
             Ok(selection) => {
                 let filter = TraceFilter::default();
                 keel_core::traces::service::export_selection(
@@ -805,11 +473,31 @@ pub async fn trace(
                 .collect()
         })
         .unwrap_or_default();
+    // Previous and next within the list it was opened from (its filter in the address).
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let (filters, filter) =
+        TraceFilters::read(|name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()))?;
+    let query = filters.query();
+    let (newer, older) = keel_core::traces::browse::neighbours(&viewer.state.db, &t, &filter).await?;
+    let link = |id: Option<keel_core::domain::TraceId>| {
+        id.map(|id| match query.is_empty() {
+            true => format!("/console/o/{}/traces/{id}", org.org_id),
+            false => format!("/console/o/{}/traces/{id}?{query}", org.org_id),
+        })
+    };
     let l = org_layout(&viewer, &org, &format!("Trace {}", t.id), "traces", &req).await?;
     Ok(page(
         &req,
         &TracePage {
             l,
+            newer: link(newer),
+            older: link(older),
+            list: format!(
+                "/console/o/{}/projects/{}/traces?{query}",
+                org.org_id, t.project_id
+            ),
             row: trace_row(&keel_core::traces::ListedTrace::of(&t), &marks),
             scores: marks
                 .scores
@@ -820,7 +508,6 @@ pub async fn trace(
                     comment: score.comment.clone().unwrap_or_default(),
                 })
                 .collect(),
-            project_id: t.project_id.to_string(),
             conversation,
             reply,
             request: format::pretty_json(&t.request),
@@ -1110,10 +797,11 @@ pub async fn tag_traces(
     path: web::Path<ProjectPath>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ConsoleError> {
-    let (form, org, _project, back) = project_form(&viewer, &path, &body).await?;
+    let (form, org, project, back) = project_form(&viewer, &path, &body).await?;
+    let ids = selected_traces(&viewer, &org, &project, &form).await?;
     // Held to the API's body: the same bounds, in one place.
     let json = serde_json::json!({
-        "traceIds": form.all("traceIds"),
+        "traceIds": ids,
         "add": form.get("bulkTag").map(|t| vec![t.trim()]).unwrap_or_default(),
     })
     .to_string();
@@ -1134,6 +822,75 @@ pub async fn tag_traces(
     .await;
     after_form(&back, outcome, |tagged| {
         format!("Tagged {} traces.", tagged.updated)
+    })
+}
+
+/// A score's value as typed: a JSON number when it is a finite one, else the text as it is
+/// (for the score body's own 422).
+fn score_value(raw: Option<&str>) -> Option<serde_json::Value> {
+    raw.map(|v| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .map_or_else(|| serde_json::Value::from(v), serde_json::Value::from)
+    })
+}
+
+/// A score's name, refused (at `loc`) as the API refuses it unless it is a mark's name.
+fn check_score_name(name: &str, loc: [&str; 2]) -> Result<(), ApiError> {
+    match keel_core::traces::marks::is_name(name) {
+        true => Ok(()),
+        false => Err(ApiError::validation(
+            vec![loc[0].into(), loc[1].into()],
+            "string_pattern_mismatch",
+            format!(
+                "String should match pattern '{}'",
+                keel_core::traces::marks::NAME_PATTERN
+            ),
+        )),
+    }
+}
+
+/// Sets one score (`scoreName`, `scoreValue`) on the ticked traces, or on every trace the
+/// filter keeps (`scope=matching`), held to the API's score body.
+pub async fn score_traces(
+    viewer: Viewer,
+    path: web::Path<ProjectPath>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let (form, org, project, back) = project_form(&viewer, &path, &body).await?;
+    let ids = selected_traces(&viewer, &org, &project, &form).await?;
+    let name = form.get("scoreName").unwrap_or_default().trim().to_owned();
+    let value = score_value(form.get("scoreValue"));
+    let outcome = async {
+        check_score_name(&name, ["body", "scoreName"])?;
+        let selection = serde_json::json!({"traceIds": ids}).to_string();
+        let selection = crate::http::extract::parse_checked_body::<crate::traces::dto::TraceSelectionBody>(
+            selection.as_bytes(),
+        )?;
+        let json = serde_json::json!({"value": value}).to_string();
+        let score =
+            crate::http::extract::parse_checked_body::<crate::traces::dto::ScoreBody>(json.as_bytes())?;
+        Ok::<_, ApiError>(
+            keel_core::traces::marks::set_scores(
+                &viewer.state.db,
+                std::slice::from_ref(&org.org_id),
+                &selection.trace_ids,
+                &name,
+                score.value,
+                None,
+            )
+            .await?,
+        )
+    }
+    .await;
+    after_form(&back, outcome, |scored| {
+        format!(
+            "Scored {} traces ({name} = {}).",
+            scored.updated,
+            form.get("scoreValue").unwrap_or_default().trim()
+        )
     })
 }
 
@@ -1186,14 +943,20 @@ pub async fn set_retention(
     }
     let outcome = async {
         let body = parsed?;
+        let change = keel_core::traces::settings::TraceSettingsChange {
+            trace_retention_days: Some(body.trace_retention_days.flatten()),
+            otlp_export: None,
+        };
         Ok::<_, ApiError>(
-            keel_core::projects::service::set_trace_retention(
+            keel_core::traces::settings::change(
                 &viewer.state.db,
+                &viewer.state.push,
                 std::slice::from_ref(&org.org_id),
                 &project.id,
-                body.trace_retention_days.flatten(),
+                change,
             )
-            .await?,
+            .await?
+            .project,
         )
     }
     .await;
@@ -1246,25 +1009,10 @@ pub async fn set_score(
 ) -> Result<HttpResponse, ConsoleError> {
     let (form, org, id, back) = trace_form(&viewer, &path.org, &path.trace, &body).await?;
     let name = form.get("name").unwrap_or_default().trim().to_owned();
-    let value = form.get("value").map(|v| {
-        v.trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite())
-            .map_or_else(|| serde_json::Value::from(v), serde_json::Value::from)
-    });
+    let value = score_value(form.get("value"));
     let json = serde_json::json!({"value": value, "comment": form.get("comment")}).to_string();
     let outcome = async {
-        if !keel_core::traces::marks::is_name(&name) {
-            return Err(ApiError::validation(
-                vec!["path".into(), "name".into()],
-                "string_pattern_mismatch",
-                format!(
-                    "String should match pattern '{}'",
-                    keel_core::traces::marks::NAME_PATTERN
-                ),
-            ));
-        }
+        check_score_name(&name, ["path", "name"])?;
         let body =
             crate::http::extract::parse_checked_body::<crate::traces::dto::ScoreBody>(json.as_bytes())?;
         keel_core::traces::marks::set_score(
@@ -1276,7 +1024,7 @@ pub async fn set_score(
             body.comment,
         )
         .await?;
-        Ok(())
+        Ok::<(), ApiError>(())
     }
     .await;
     after_form(&back, outcome, |()| "Score saved.".into())

@@ -119,6 +119,7 @@ impl From<JobError> for ApiError {
             // A batch's item too: the schema cannot say which projects exist (a 404 as for one
             // job, its message naming the item).
             JobError::ProjectNotFound { .. } => coded(Code::ProjectNotFound, err),
+            JobError::DatasetNotFound { .. } => coded(Code::DatasetNotFound, err),
             JobError::IdempotencyKeyReused => coded(Code::IdempotencyKeyReused, err),
             JobError::OrgNotFound => coded(Code::OrganizationNotFound, err),
             JobError::SecretsUnconfigured => {
@@ -217,6 +218,28 @@ impl From<RunError> for ApiError {
     }
 }
 
+impl From<keel_core::datasets::DatasetError> for ApiError {
+    fn from(err: keel_core::datasets::DatasetError) -> Self {
+        use keel_core::datasets::DatasetError as E;
+        match err {
+            E::ProjectNotFound => coded(Code::ProjectNotFound, err),
+            E::DatasetNotFound | E::VersionNotFound => coded(Code::DatasetNotFound, err),
+            E::JobNotFound => coded(Code::JobNotFound, err),
+            E::JobNotHeld => coded(Code::JobNotHeld, err),
+            E::NameTaken(_) => coded(Code::DatasetNameTaken, err),
+            E::InUse(_) => coded(Code::DatasetInUse, err),
+            E::Concurrent => coded(Code::Conflict, err),
+            // The listed ids are the body's fault: a 422 naming the field.
+            E::UnknownTraces(_) => ApiError::validation(
+                vec!["body".into(), "traceIds".into()],
+                "value_error",
+                format!("Value error, {err}"),
+            ),
+            E::Database(err) => err.into(),
+        }
+    }
+}
+
 impl From<EvalError> for ApiError {
     fn from(err: EvalError) -> Self {
         match err {
@@ -263,6 +286,44 @@ impl From<ServingError> for ApiError {
             }
             ServingError::Database(err) => err.into(),
             ServingError::CachedDatabase(err) => ApiError::database(err),
+        }
+    }
+}
+
+impl From<keel_core::traces::push::PushError> for ApiError {
+    fn from(err: keel_core::traces::push::PushError) -> Self {
+        use keel_core::traces::push::PushError;
+        let at = |path: &[&str]| {
+            let mut loc = vec![Value::from("body"), Value::from("otlpExport")];
+            loc.extend(path.iter().map(|p| Value::from(*p)));
+            loc
+        };
+        match err {
+            // A destination keel will not call is the endpoint's fault: a 422 naming it.
+            PushError::Destination(refused) => ApiError::Validation(vec![ValidationIssue::new(
+                at(&["endpoint"]),
+                "value_error",
+                refused.to_string(),
+            )]),
+            PushError::Header { ref name, reason } => ApiError::Validation(vec![ValidationIssue::new(
+                at(&["headers", name.as_str()]),
+                "value_error",
+                reason,
+            )]),
+            PushError::SecretsUnconfigured => {
+                ApiError::unavailable(Code::SecretsNotConfigured, &err.to_string())
+            }
+            PushError::Sealing(err) => ApiError::Unexpected(err),
+            PushError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<keel_core::traces::settings::SettingsError> for ApiError {
+    fn from(err: keel_core::traces::settings::SettingsError) -> Self {
+        match err {
+            keel_core::traces::settings::SettingsError::Project(err) => err.into(),
+            keel_core::traces::settings::SettingsError::Push(err) => err.into(),
         }
     }
 }

@@ -217,6 +217,7 @@ impl From<KeyUse> for ApiKeyView {
             settings,
             requests_today,
             tokens_today,
+            ..
         } = k;
         let mut scopes = Vec::with_capacity(2);
         if settings.scopes.inference {

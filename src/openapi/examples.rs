@@ -15,6 +15,23 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
     vec![
         (
             "post",
+            "/api/datasets",
+            json!({"projectId": PROJECT, "name": "refund answers", "description": "good refund replies",
+            "filter": {"q": "refund", "status": "ok", "minScore": "quality:0.8"},
+            "split": {"validation": 0.1, "seed": 7}, "dedupe": "prompt"}),
+        ),
+        (
+            "patch",
+            "/api/datasets/{dataset_id}",
+            json!({"name": "refund answers (reviewed)", "description": null}),
+        ),
+        (
+            "post",
+            "/api/datasets/{dataset_id}/versions",
+            json!({"filter": {"tag": "reviewed"}, "traceIds": {"remove": [JOB]}}),
+        ),
+        (
+            "post",
             "/api/agent-logs",
             json!({"content": "step 120: loss 0.42"}),
         ),

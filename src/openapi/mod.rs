@@ -196,6 +196,11 @@ pub fn document_json() -> serde_json::Value {
     refine::alternatives(&mut doc);
     refine::org_ids(&mut doc);
     refine::storable_strings(&mut doc);
+    refine::at_least_one(&mut doc, &["ProjectPatchBody"]);
+    if let Some(body) = doc.pointer_mut("/components/schemas/DatasetCreateBody") {
+        // A dataset selects by a filter, by ids, or both.
+        body["anyOf"] = serde_json::json!([{"required": ["filter"]}, {"required": ["traceIds"]}]);
+    }
     refine::optional_bodies(&mut doc);
     refine::links(&mut doc);
     refine::request_examples(&mut doc, examples::request_examples());
@@ -204,11 +209,23 @@ pub fn document_json() -> serde_json::Value {
 }
 
 /// The document as `GET /openapi.json` serves it, with what depends on this instance's
-/// settings: the product events the flash route accepts.
+/// settings: the product events the flash route accepts, and whether a destination keel
+/// calls (a webhook endpoint, an OTLP export) may be `http://` (`webhooks.allow_http`).
 pub fn served(settings: &keel_core::config::Settings) -> crate::system::OpenApiJson {
     let mut doc = document_value().clone();
     if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
         event["enum"] = serde_json::json!(settings.flash.event_allowlist);
+    }
+    if !settings.webhooks.allow_http {
+        for url in [
+            "/components/schemas/EndpointCreateBody/properties/url",
+            "/components/schemas/EndpointPatchBody/properties/url",
+            "/components/schemas/OtlpExportBody/properties/endpoint",
+        ] {
+            if let Some(url) = doc.pointer_mut(url) {
+                url["pattern"] = serde_json::json!(r"^https://[!-~]+$");
+            }
+        }
     }
     crate::system::OpenApiJson(serde_json::to_vec(&doc).unwrap_or_default().into())
 }

@@ -434,7 +434,7 @@ pub fn request_examples(doc: &mut Value, examples: Vec<(&str, &str, Value)>) {
     }
 }
 
-/// A JSON body whose object has no required member may be left out, or sent as `null`: the
+/// A JSON body whose object has no required member (and no `minProperties`) may be left out, or sent as `null`: the
 /// service reads both as `{}` (`ValidJson`), so the document says the body is not required
 /// and may be null.
 pub fn optional_bodies(doc: &mut Value) {
@@ -466,7 +466,8 @@ pub fn optional_bodies(doc: &mut Value) {
             let requires_none = object
                 .get("required")
                 .and_then(Value::as_array)
-                .is_none_or(|required| required.is_empty());
+                .is_none_or(|required| required.is_empty())
+                && object.get("minProperties").is_none();
             if is_object && requires_none {
                 body["required"] = json!(false);
                 if let Some(schema) = body.pointer_mut("/content/application~1json/schema") {
@@ -474,6 +475,17 @@ pub fn optional_bodies(doc: &mut Value) {
                     *schema = json!({"oneOf": [{"type": "null"}, object]});
                 }
             }
+        }
+    }
+}
+
+/// Bodies whose fields are each optional but which must name one of them (a change with
+/// nothing in it is 422): `minProperties: 1`, which also keeps them required. (utoipa's own
+/// `min_properties` container attribute writes `maxProperties`.)
+pub fn at_least_one(doc: &mut Value, schemas: &[&str]) {
+    for name in schemas {
+        if let Some(schema) = doc.pointer_mut(&format!("/components/schemas/{name}")) {
+            schema["minProperties"] = json!(1);
         }
     }
 }
@@ -551,6 +563,30 @@ fn event_data(event_type: EventType) -> (Value, &'static str) {
                 }
             }),
             "An auto top-up was not charged: it would have taken the month past its cap (sent once a month).",
+        ),
+        EventType::DatasetVersionCreated => (
+            json!({
+                "type": "object",
+                "required": ["datasetId", "projectId", "name", "version"],
+                "properties": {
+                    "datasetId": {"type": "string", "format": "uuid"},
+                    "projectId": {"type": "string", "format": "uuid"},
+                    "name": {"type": "string"},
+                    "version": {
+                        "type": "object",
+                        "required": ["version", "createdAt", "filter", "counts", "skipped", "sha256"],
+                        "properties": {
+                            "version": {"type": "integer"},
+                            "createdAt": {"type": "string", "format": "date-time"},
+                            "filter": {"type": ["object", "null"]},
+                            "counts": {"$ref": "#/components/schemas/SplitCounts"},
+                            "skipped": {"type": "integer"},
+                            "sha256": {"$ref": "#/components/schemas/SplitDigests"}
+                        }
+                    }
+                }
+            }),
+            "A dataset version was made (a dataset's first, or `POST /api/datasets/{id}/versions`).",
         ),
         EventType::WebhookTest => (
             json!({

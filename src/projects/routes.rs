@@ -51,7 +51,7 @@ pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
     } else {
         caller.organizations().await?
     };
-    let projects = service::projects_of(&caller.state().db, &orgs).await?;
+    let projects = keel_core::traces::settings::list(&caller.state().db, &orgs).await?;
     Ok(HttpResponse::Ok().json(projects.into_iter().map(ProjectView::from).collect::<Vec<_>>()))
 }
 
@@ -64,20 +64,26 @@ pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
 pub async fn get_project(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let project_id = path_id("project_id", &path, keel_core::domain::ProjectId::parse)?;
     let orgs = caller.organizations().await?;
-    let project = service::project_of(&caller.state().db, &orgs, &project_id).await?;
+    let project = keel_core::traces::settings::detail(&caller.state().db, &orgs, &project_id).await?;
     Ok(HttpResponse::Ok().json(ProjectView::from(project)))
 }
 
 /// Change a project
 ///
-/// Any member: sets how many days the project keeps its traces (`traceRetentionDays`, 1 to
-/// 3650; `null` keeps them forever). A sweep on every instance deletes older traces in batches.
-/// Another organization's project is 404.
+/// Only the fields given change. Any member sets how many days the project keeps its traces
+/// (`traceRetentionDays`, 1 to 3650; `null` keeps them forever; a sweep on every instance
+/// deletes older traces in batches). An owner's session sets where its recorded calls are
+/// pushed as OpenTelemetry spans (`otlpExport: {endpoint, headers}`, OTLP/HTTP protobuf to
+/// `<endpoint>/v1/traces`; `null`: nowhere, and what waited is dropped): a body that carries
+/// `otlpExport` from anyone else is 403 and changes nothing. The headers are stored
+/// encrypted and never shown again; the view shows their names. Another organization's
+/// project is 404.
 #[utoipa::path(patch, path = "/api/projects/{project_id}", tag = "projects", security(("apiKey" = []), ("session" = [])),
     params(("project_id" = String, Path, format = Uuid)),
     request_body = ProjectPatchBody,
     responses((status = 200, body = ProjectView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody),
+        (status = 503, description = "Headers given and no secrets key configured", body = ErrorBody)))]
 pub async fn patch_project(
     caller: Caller,
     path: web::Path<String>,
@@ -85,7 +91,14 @@ pub async fn patch_project(
 ) -> ApiResult<HttpResponse> {
     let project_id = path_id("project_id", &path, keel_core::domain::ProjectId::parse)?;
     let orgs = caller.organizations().await?;
-    let days = body.0.trace_retention_days.flatten();
-    let project = service::set_trace_retention(&caller.state().db, &orgs, &project_id, days).await?;
+    let state = caller.state();
+    if body.0.otlp_export.is_some() {
+        // Where a project's calls go is the owner's to say: checked before anything changes.
+        let project = service::project_of(&state.db, &orgs, &project_id).await?;
+        caller.owner(Some(&project.org_id)).await?;
+    }
+    let project =
+        keel_core::traces::settings::change(&state.db, &state.push, &orgs, &project_id, body.0.change())
+            .await?;
     Ok(HttpResponse::Ok().json(ProjectView::from(project)))
 }

@@ -47,6 +47,11 @@ pub struct ClaimedJob {
     pub attempt: i32,
     /// 0 (most urgent) to 9.
     pub priority: i32,
+    /// The dataset version it trains on (read its lines at
+    /// `GET /api/training/internal/jobs/{job_id}/dataset`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::datasets::dto::PinnedDataset>)]
+    pub dataset: Option<Value>,
 }
 
 /// The `wait` preference of a `Prefer` header (RFC 7240: comma-separated preferences, each
@@ -116,6 +121,7 @@ pub async fn claim_jobs(
             action: job.action.to_string(),
             attempt: job.attempts,
             priority: job.priority,
+            dataset: parse_stored(job.dataset.as_deref()),
         })
         .collect();
     Ok(HttpResponse::Ok().json(ClaimedJobs { jobs }))

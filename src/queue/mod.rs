@@ -43,6 +43,9 @@ pub struct JobView {
     pub priority: i32,
     /// When a `scheduled` job becomes `queued`.
     pub scheduled_at: Option<DateTime<Utc>>,
+    /// The dataset version it trains on, as pinned at create.
+    #[schema(value_type = Option<crate::datasets::dto::PinnedDataset>)]
+    pub dataset: Option<Value>,
     /// Every ended attempt, oldest first (the one a worker holds now is not in it yet).
     pub history: Vec<AttemptView>,
 }
@@ -132,6 +135,7 @@ impl From<&training_job::Model> for JobView {
             finished_at: job.finished_at,
             priority: job.priority,
             scheduled_at: job.scheduled_at,
+            dataset: parse_stored(job.dataset.as_deref()),
             history: Vec::new(),
         }
     }
@@ -178,6 +182,8 @@ mod tests {
             blocked_for_funds: false,
             refusals: 0,
             stop_reason: None,
+            dataset_id: None,
+            dataset: Some(r#"{"datasetId":"x","version":1}"#.into()),
         };
         let attempt = training_job_attempt::Model {
             job_id: job.id.clone(),

@@ -44,6 +44,9 @@ pub struct TracerJob {
     /// answers that job (200) instead of making another.
     #[schema(min_length = 1, max_length = 200)]
     pub unique_key: Option<String>,
+    /// The dataset it trains on (its version pinned now; the latest when none is named).
+    /// Another organization's dataset is 404.
+    pub dataset: Option<JobDatasetBody>,
     #[schema(
         min_length = 3,
         max_length = 512,
@@ -75,6 +78,9 @@ pub struct DraftJob {
     /// answers that job (200) instead of making another.
     #[schema(min_length = 1, max_length = 200)]
     pub unique_key: Option<String>,
+    /// The dataset it trains on (its version pinned now; the latest when none is named).
+    /// Another organization's dataset is 404.
+    pub dataset: Option<JobDatasetBody>,
     #[schema(min_length = 1, max_length = 50000)]
     pub prompt: Option<String>,
 }
@@ -100,6 +106,9 @@ pub struct OptimizeJob {
     /// answers that job (200) instead of making another.
     #[schema(min_length = 1, max_length = 200)]
     pub unique_key: Option<String>,
+    /// The dataset it trains on (its version pinned now; the latest when none is named).
+    /// Another organization's dataset is 404.
+    pub dataset: Option<JobDatasetBody>,
     #[schema(min_length = 1, max_length = 200)]
     pub base_model: Option<String>,
     #[schema(min_length = 1, max_length = 2000)]
@@ -127,6 +136,9 @@ pub struct TrainingJob {
     /// answers that job (200) instead of making another.
     #[schema(min_length = 1, max_length = 200)]
     pub unique_key: Option<String>,
+    /// The dataset it trains on (its version pinned now; the latest when none is named).
+    /// Another organization's dataset is 404.
+    pub dataset: Option<JobDatasetBody>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: String,
     #[schema(
@@ -139,6 +151,17 @@ pub struct TrainingJob {
     pub algorithm: Option<String>,
     #[schema(min_length = 1, max_length = 100)]
     pub gpu_type: Option<String>,
+}
+
+/// A job's dataset: `{datasetId, version?}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobDatasetBody {
+    #[schema(value_type = String, format = Uuid)]
+    pub dataset_id: keel_core::domain::DatasetId,
+    /// A version of it (1 or more); the latest when absent.
+    #[schema(minimum = 1, maximum = 2147483647)]
+    pub version: Option<i32>,
 }
 
 /// One of four bodies, chosen by `action`.
@@ -170,6 +193,7 @@ struct Common<'a> {
     priority: Option<i32>,
     run_at: &'a Option<String>,
     unique_key: &'a Option<String>,
+    dataset: &'a Option<JobDatasetBody>,
 }
 
 /// A create body's parts, as the queue takes them.
@@ -182,6 +206,7 @@ struct Parts {
     priority: i32,
     run_at: Option<chrono::DateTime<chrono::Utc>>,
     unique_key: Option<String>,
+    dataset: Option<JobDatasetBody>,
 }
 
 impl JobCreateBody {
@@ -191,21 +216,25 @@ impl JobCreateBody {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
+                dataset: &b.dataset,
             },
             Self::Draft(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
+                dataset: &b.dataset,
             },
             Self::Optimize(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
+                dataset: &b.dataset,
             },
             Self::Training(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
+                dataset: &b.dataset,
             },
         }
     }
@@ -213,10 +242,11 @@ impl JobCreateBody {
     fn into_parts(self) -> Parts {
         let input = |i: Option<Map<String, Value>>| Value::Object(i.unwrap_or_default());
         let common = self.common();
-        let (priority, run_at, unique_key) = (
+        let (priority, run_at, unique_key, dataset) = (
             common.priority.unwrap_or(DEFAULT_PRIORITY),
             common.run_at.as_deref().and_then(parse_datetime),
             common.unique_key.clone(),
+            common.dataset.clone(),
         );
         let (project_id, org_id, training_task_id, action, payload) = match self {
             Self::Tracer(b) => (
@@ -258,6 +288,7 @@ impl JobCreateBody {
             priority,
             run_at,
             unique_key,
+            dataset,
         }
     }
 }
@@ -274,6 +305,11 @@ impl Parts {
             run_at: self.run_at,
             unique_key: self.unique_key,
             idempotency,
+            dataset: self.dataset.map(|d| keel_core::queue::JobDataset {
+                id: d.dataset_id,
+                version: d.version,
+                pinned: None,
+            }),
         }
     }
 }

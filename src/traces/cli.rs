@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use keel_core::traces::export::openai_chat_line;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub struct ExportArgs {
     pub project: String,
@@ -342,66 +343,6 @@ async fn fetch(
     Ok(body)
 }
 
-/// A `raw` export row as one line of OpenAI's chat fine-tuning format: the request's
-/// messages followed by the assistant's reply (tool calls kept), and the request's `tools`
-/// and `parallel_tool_calls` beside them (a tool-calling example needs its functions'
-/// schemas). `None` when the trace has no pair (no messages, an error answer, a reply with
-/// neither text nor tool calls).
-pub fn openai_chat_line(raw: &Value) -> Option<Value> {
-    let status = raw["statusCode"].as_i64()?;
-    if !(200..300).contains(&status) {
-        return None;
-    }
-    // A broken stream or an answer with an error is never a training example.
-    if raw["complete"] != Value::Bool(true) || !raw["error"].is_null() {
-        return None;
-    }
-    let messages = raw
-        .pointer("/request/messages")?
-        .as_array()
-        .filter(|m| !m.is_empty())?;
-    let reply = raw.pointer("/response/choices/0/message")?;
-    let text = match reply.get("content") {
-        Some(Value::String(text)) => Some(text.clone()),
-        Some(Value::Array(parts)) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str).is_none_or(|t| t == "text"))
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect();
-            (!texts.is_empty()).then(|| texts.concat())
-        }
-        _ => None,
-    };
-    let tool_calls = reply
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .filter(|c| !c.is_empty());
-    if text.is_none() && tool_calls.is_none() {
-        return None;
-    }
-    let mut assistant = json!({"role": "assistant", "content": text});
-    if let Some(calls) = tool_calls {
-        assistant["tool_calls"] = Value::Array(calls.clone());
-    }
-    let mut conversation = messages.clone();
-    conversation.push(assistant);
-    let mut line = json!({ "messages": conversation });
-    if let Some(tools) = raw
-        .pointer("/request/tools")
-        .filter(|t| t.as_array().is_some_and(|t| !t.is_empty()))
-    {
-        line["tools"] = tools.clone();
-    }
-    if let Some(parallel) = raw
-        .pointer("/request/parallel_tool_calls")
-        .filter(|p| p.is_boolean())
-    {
-        line["parallel_tool_calls"] = parallel.clone();
-    }
-    Some(line)
-}
-
 #[cfg(test)]
 mod summary_tests {
     use super::*;
@@ -439,6 +380,7 @@ mod summary_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn raw(request: Value, response: Value, status: i64) -> Value {
         json!({"statusCode": status, "request": request, "response": response, "complete": true, "error": null})

@@ -33,7 +33,7 @@ pub struct ExportQuery {
     /// 1..1000, default 1000: the newest traces.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
-    /// `records` (default), `prompts`, `raw` or `otlp-json` (each record an OTLP/JSON
+    /// `records` (default), `prompts`, `raw`, `openai-chat` or `otlp-json` (each record an OTLP/JSON
     /// `ExportTraceServiceRequest` of up to 1,000 spans, ids in hex).
     #[param(value_type = Option<crate::schemas::Format>)]
     pub format: Option<String>,
@@ -110,7 +110,7 @@ fn rfc3339(value: &str) -> Option<DateTime<Utc>> {
 }
 
 impl ExportFilters {
-    fn check(&self, c: &mut Checks) {
+    pub fn check(&self, c: &mut Checks) {
         for (field, value) in [("since", &self.since), ("until", &self.until)] {
             if value.as_deref().is_some_and(|v| rfc3339(v).is_none()) {
                 c.fail(
@@ -188,7 +188,7 @@ pub struct TraceSelectionBody {
     /// The selected traces, exported in this order.
     #[schema(value_type = Vec<uuid::Uuid>, min_items = 1, max_items = 1000)]
     pub trace_ids: Vec<TraceId>,
-    /// `records` (default), `prompts`, `raw` or `otlp-json` (each record an OTLP/JSON
+    /// `records` (default), `prompts`, `raw`, `openai-chat` or `otlp-json` (each record an OTLP/JSON
     /// `ExportTraceServiceRequest` of up to 1,000 spans, ids in hex).
     #[schema(value_type = Option<crate::schemas::Format>)]
     pub format: Option<String>,
@@ -222,9 +222,7 @@ impl ToSchema for TagName {}
 
 /// `NAME:VALUE` as the name and the value (the pattern was checked).
 pub fn min_score(raw: &str) -> Option<(String, f64)> {
-    let (name, value) = raw.rsplit_once(':')?;
-    let value: f64 = value.parse().ok()?;
-    (keel_core::traces::marks::is_name(name) && value.is_finite()).then(|| (name.to_owned(), value))
+    keel_core::traces::marks::parse_min_score(raw)
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -225,6 +225,7 @@ pub async fn list_deliveries(
         &orgs,
         &endpoint_id(&path)?,
         query.status.as_deref().and_then(DeliveryStatus::parse),
+        None,
         before,
         query.limit.unwrap_or(50),
     )

@@ -435,10 +435,7 @@ async fn an_operator_pauses_and_resumes_an_action_and_an_owner_retries_a_failed_
     browser.submit("button[type=submit]").await;
     browser.open(&app, "/console/operator/queue").await;
     let shares = browser.text("#shares").await;
-    assert!(
-        shares.contains(&org.org_id) && shares.contains("(at cap)"),
-        "{shares}"
-    );
+    assert!(shares.contains("Acme") && shares.contains("(at cap)"), "{shares}");
     browser.submit("#pause-tracer").await;
     // Asked first: Cancel goes back with nothing paused.
     assert_eq!(browser.text("h1").await, "Pause the queue?");
@@ -795,6 +792,22 @@ async fn an_owner_makes_a_limited_key_sees_its_use_and_edits_its_limit() {
     browser.submit("#new-key-form button[type=submit]").await;
     let secret = browser.text("#new-key").await;
     assert!(secret.starts_with("keel_sk_"), "{secret}");
+    // Copied with its button: pasted into a field, it is the key.
+    browser.click("#copy-new-key").await;
+    assert_eq!(browser.text("#new-key-copied").await, "Copied.");
+    let field = browser.client.find(Locator::Css("#name")).await.unwrap();
+    field.clear().await.unwrap();
+    field
+        .send_keys(&format!("{}v", fantoccini::key::Key::Control))
+        .await
+        .unwrap();
+    let pasted = browser
+        .client
+        .execute("return document.getElementById('name').value;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(pasted, json!(secret), "the clipboard holds the key");
+    browser.shoot("key-copied").await;
     let caller = org.with_key(&secret);
     let call = crate::proxy::sdk_request(
         &app,
@@ -980,4 +993,393 @@ async fn a_refreshing_page_keeps_the_keyboards_focus() {
     }
     assert_eq!(status, json!("stopping"));
     browser.client.clone().close().await.unwrap();
+}
+
+#[actix_web::test]
+async fn a_member_picks_jobs_that_stay_picked_through_refreshes_stops_them_and_retries_all_a_filter_keeps() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app_with(|s| s.console.refresh_secs = 1).await;
+    let org = app.create_org("Acme").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(tracer(&app, &org, &project).await);
+    }
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    let list = format!("/console/o/{}/jobs", org.org_id);
+    browser.open(&app, &list).await;
+    assert_eq!(browser.text("#jobs-total").await, "3 job(s)");
+    assert_eq!(browser.text("#chip-queued .count").await, "3");
+    assert!(browser.text("#jobs").await.contains("Vision"));
+    browser.click(&format!("#sel-{}", jobs[0])).await;
+    browser.click(&format!("#sel-{}", jobs[1])).await;
+    browser
+        .client
+        .execute("document.activeElement.blur();", vec![])
+        .await
+        .unwrap();
+    // A job made meanwhile appears by itself; the two picked stay picked.
+    let later = tracer(&app, &org, &project).await;
+    let mut seen = Value::Null;
+    for _ in 0..100 {
+        seen = browser
+            .client
+            .execute(
+                &format!("return document.getElementById('job-{later}') !== null;"),
+                vec![],
+            )
+            .await
+            .unwrap();
+        if seen == json!(true) {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, json!(true), "the list refreshed");
+    let picked = browser
+        .client
+        .execute(
+            "return Array.from(document.querySelectorAll('input[name=job]:checked')).map(function (b) { return b.value; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let mut picked: Vec<String> = serde_json::from_value(picked).unwrap();
+    picked.sort();
+    let mut expected = vec![jobs[0].clone(), jobs[1].clone()];
+    expected.sort();
+    assert_eq!(picked, expected, "the selection survived the refresh");
+    browser.shoot("jobs-picked").await;
+
+    // Stop the two: one confirmation that says how many.
+    browser.submit("#bulk-stop").await;
+    assert_eq!(browser.text("h1").await, "Stop these jobs?");
+    assert!(browser
+        .text("#confirm-question")
+        .await
+        .starts_with("Stop 2 job(s)"));
+    browser.submit("#confirm").await;
+    assert!(browser.text(".flash").await.contains("2 job(s) stopped"));
+    for id in &jobs[..2] {
+        let api = json_of(
+            app.get(&format!("/api/training/jobs/{id}"), &org.api_key).await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(api["status"], "user_stopped");
+    }
+    assert_eq!(browser.text("#chip-user_stopped .count").await, "2");
+
+    // Everything the filter keeps, retried from the filtered list.
+    browser.submit("#chip-user_stopped").await;
+    assert_eq!(browser.text("#jobs-total").await, "2 job(s)");
+    browser.click("#scope-matching").await;
+    browser.submit("#bulk-retry").await;
+    assert_eq!(browser.text("h1").await, "Retry these jobs?");
+    assert!(browser
+        .text("#confirm-question")
+        .await
+        .starts_with("Retry 2 job(s)"));
+    browser.submit("#confirm").await;
+    assert!(browser.text(".flash").await.contains("2 job(s) queued again"));
+    for id in &jobs[..2] {
+        let api = json_of(
+            app.get(&format!("/api/training/jobs/{id}"), &org.api_key).await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(api["status"], "queued");
+    }
+    // Sorted by priority, then paged: the address holds it, and Back returns to it.
+    browser.open(&app, &list).await;
+    browser.submit("#sort-priority").await;
+    let url = browser.client.current_url().await.unwrap();
+    assert!(url.query().unwrap_or_default().contains("sort=priority"));
+    assert_eq!(browser.text("#sort-priority").await, "priority");
+    browser.shoot("jobs-sorted").await;
+    browser.client.clone().close().await.unwrap();
+}
+
+#[actix_web::test]
+async fn an_owner_reads_grants_grouped_and_follows_them_to_every_grant() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    for _ in 0..4 {
+        app.fund(&org, 250).await;
+    }
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.owner_token).await;
+    browser.submit("button[type=submit]").await;
+    browser.open(&app, &format!("/console/o/{}", org.org_id)).await;
+    assert_eq!(
+        browser.text("#credits").await,
+        "$10.00 top-up (4 grants) never expires"
+    );
+    browser.shoot("overview-grants").await;
+    browser.submit("#all-credits").await;
+    assert_eq!(browser.text("h1").await, "Credits");
+    let rows = browser
+        .client
+        .find_all(Locator::Css("#grants tr.grant"))
+        .await
+        .unwrap()
+        .len();
+    let api = json_of(
+        app.get(&format!("/api/billing/grants?orgId={}", org.org_id), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(rows, api["grants"].as_array().unwrap().len());
+    assert_eq!(browser.text("#grants-total").await, "4 grant(s)");
+    browser.shoot("credits").await;
+}
+
+#[actix_web::test]
+async fn a_member_reads_a_deliverys_body_and_attempts_retries_it_filters_the_log_and_edits_the_endpoint() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = crate::webhooks::local_app().await;
+    let org = app.create_org("Acme").await;
+    let (receiver, url) = crate::fakes::FakeJson::start(|_| {
+        crate::fakes::Reply::Json(500, json!({"error": "<script>alert(1)</script>"}))
+    });
+    let created = crate::webhooks::create(
+        &app,
+        &org,
+        json!({"url": format!("{url}/hooks"), "events": ["webhook.test"]}),
+    )
+    .await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    let log = format!("/console/o/{}/webhooks/{id}", org.org_id);
+    browser.open(&app, &log).await;
+    browser.submit(".send-test").await;
+    for _ in 0..60 {
+        if !receiver.calls().is_empty() {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(receiver.calls().len(), 1);
+    // The delivery's page: the event as sent, its attempt with the (hostile) answer as text.
+    let mut attempts = 0;
+    for _ in 0..40 {
+        browser.open(&app, &log).await;
+        browser.submit("#deliveries .delivery-link").await;
+        attempts = browser
+            .client
+            .find_all(Locator::Css("#attempts tr.attempt"))
+            .await
+            .unwrap()
+            .len();
+        if attempts == 1 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(attempts, 1);
+    let body: Value = serde_json::from_str(&browser.text("#event-body").await).unwrap();
+    let sent: Value = serde_json::from_slice(&receiver.calls()[0].raw).unwrap();
+    assert_eq!(body, sent, "the page shows the body as it was sent");
+    assert!(browser.text("#attempts").await.contains("500"));
+    assert!(browser.text("#attempts code.answer").await.contains("<script>"));
+    browser.assert_no_alert().await;
+    browser.shoot("delivery").await;
+    browser.submit("#retry-delivery").await;
+    assert!(browser.text(".flash").await.contains("sent again now"));
+    for _ in 0..60 {
+        if receiver.calls().len() == 2 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(receiver.calls().len(), 2);
+    // The log filtered by status and event: the address holds the filter.
+    browser.open(&app, &log).await;
+    browser
+        .client
+        .execute(
+            "document.getElementById('filter-status').value = 'succeeded';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser.submit("#filter-deliveries").await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .query()
+        .unwrap_or_default()
+        .contains("status=succeeded"));
+    assert!(browser
+        .text("#deliveries")
+        .await
+        .contains("No deliveries match this filter."));
+    // Edit the endpoint on its page: the API then reads the change.
+    browser.click("#edit-endpoint summary").await;
+    browser.fill("#edit-description", "billing alerts").await;
+    browser.click("#edit-event-job\\.failed").await;
+    browser
+        .client
+        .execute("document.getElementById('edit-enabled').value = 'no';", vec![])
+        .await
+        .unwrap();
+    browser.submit("#save-endpoint").await;
+    assert!(browser.text(".flash").await.contains("Endpoint saved."));
+    assert_eq!(browser.text("#endpoint-status").await, "disabled");
+    assert_eq!(browser.text("#endpoint-description").await, "billing alerts");
+    let read = json_of(
+        app.get(&format!("/api/webhooks/endpoints/{id}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(read["description"], "billing alerts");
+    assert_eq!(read["enabled"], false);
+    assert_eq!(read["events"], json!(["job.failed", "webhook.test"]));
+    browser.shoot("webhook-edit").await;
+}
+
+#[actix_web::test]
+async fn a_member_tags_every_trace_a_filter_keeps_and_steps_through_them() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (app, _provider, org, project, traces) = traced_app().await;
+    let plain: Vec<String> = traces
+        .iter()
+        .filter(|t| t["model"] == "gpt-plain")
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect();
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(
+            &app,
+            &format!(
+                "/console/o/{}/projects/{project}/traces?model=gpt-plain",
+                org.org_id
+            ),
+        )
+        .await;
+    assert_eq!(browser.text("#traces-total").await, "2 trace(s) match.");
+    browser.click("#scope-matching").await;
+    browser.fill("#bulk-tag", "plain").await;
+    browser.submit("#tag-selected").await;
+    assert!(browser.text(".flash").await.contains("Tagged 2 traces."));
+    for t in &traces {
+        let id = t["id"].as_str().unwrap();
+        let api = json_of(
+            app.get(&format!("/api/traces/{id}"), &org.api_key).await,
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(
+            api["tags"] == json!(["plain"]),
+            plain.contains(&id.to_owned()),
+            "{id}"
+        );
+    }
+    // Step from the first of the filtered list to the next one, and back to the list.
+    browser
+        .open(
+            &app,
+            &format!(
+                "/console/o/{}/projects/{project}/traces?model=gpt-plain",
+                org.org_id
+            ),
+        )
+        .await;
+    browser.submit("#traces .trace-link").await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with(&plain[0]));
+    browser.submit("#older-trace").await;
+    assert!(browser
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with(&plain[1]));
+    browser.shoot("trace-stepping").await;
+    browser.submit("#back-to-list").await;
+    let url = browser.client.current_url().await.unwrap();
+    assert!(url.query().unwrap_or_default().contains("model=gpt-plain"));
+    assert_eq!(browser.text("#traces-total").await, "2 trace(s) match.");
+    browser.shoot("traces-filtered").await;
+}
+
+#[actix_web::test]
+async fn an_operator_changes_an_organizations_weight_in_place_and_reads_the_hourly_chart_at_phone_width() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Acme Robotics").await;
+    app.fund(&org, 1000).await;
+    let project = app.create_project(&org, "Vision").await;
+    tracer(&app, &org, &project).await;
+    tracer(&app, &org, &project).await;
+    claim(&app, "worker-1", "tracer", 1).await;
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", INTERNAL_KEY).await;
+    browser.submit("button[type=submit]").await;
+    browser.open(&app, "/console/operator/queue").await;
+    let row = format!("#share-{}", org.org_id);
+    assert_eq!(browser.text(&format!("{row} .org-name")).await, "Acme Robotics");
+    browser.click(&format!("{row} details.edit-share summary")).await;
+    browser.fill(&format!("#weight-{}", org.org_id), "4").await;
+    browser.fill(&format!("#cap-{}", org.org_id), "7").await;
+    browser.submit(&format!("{row} .save-share")).await;
+    assert_eq!(browser.text("h1").await, "Change the organization's share?");
+    browser.submit("#confirm").await;
+    assert!(browser
+        .text(".flash")
+        .await
+        .contains("weight 4, a cap of 7 running jobs"));
+    assert_eq!(browser.text(&format!("{row} .weight")).await, "4");
+    assert_eq!(browser.text(&format!("{row} .cap")).await, "7");
+    let read = json_of(
+        app.get(&format!("/api/internal/orgs/{}/queue", org.org_id), INTERNAL_KEY)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (read["weight"].as_i64(), read["maxRunning"].as_i64()),
+        (Some(4), Some(7))
+    );
+    // The chart's hour labels do not overlap at 390 px.
+    browser.client.set_window_size(390, 900).await.unwrap();
+    let overlap = browser
+        .client
+        .execute(
+            "var labels = Array.from(document.querySelectorAll('#throughput svg text')).map(function (t) { return t.getBoundingClientRect(); }).filter(function (r) { return r.width > 0; }); for (var i = 1; i < labels.length; i++) { if (labels[i].left < labels[i - 1].right && labels[i].top < labels[i - 1].bottom && labels[i - 1].top < labels[i].bottom) { return true; } } return false;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser.client.set_window_size(1280, 900).await.unwrap();
+    assert_eq!(overlap, json!(false), "the chart's labels overlap at 390 px");
+    browser.shoot("operator-share").await;
 }

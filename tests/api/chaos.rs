@@ -86,13 +86,13 @@ impl Instance {
         assert!(sent.success());
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         self.signal("-KILL");
         let _ = self.child.wait();
     }
 
     /// The same process again (same port and settings), after a crash; `envs` replace.
-    async fn restart(&mut self, envs: &[(&str, &str)]) {
+    pub(crate) async fn restart(&mut self, envs: &[(&str, &str)]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for (k, v) in envs {

@@ -755,7 +755,7 @@ async fn jobs_list_filter_refresh_and_stop_by_the_apis_rules() {
     let only_running = console.page(&org_path(&org, "/jobs?status=running")).await;
     assert!(only_running.contains(&running) && !only_running.contains(&queued));
     let none = console.page(&org_path(&org, "/jobs?action=draft")).await;
-    assert!(none.contains("No jobs."));
+    assert!(none.contains("No jobs match this filter."));
     // The part that refreshes itself.
     let partial = console
         .client
@@ -872,7 +872,7 @@ async fn traces_are_listed_shown_escaped_and_the_selected_ones_download_as_the_a
             &format!("/projects/{project}/traces?status=error"),
         ))
         .await;
-    assert!(errors.contains("No traces match."));
+    assert!(errors.contains("No traces match this filter."));
 
     // The hostile trace: text on the page, never markup.
     let hostile = traces
@@ -1126,7 +1126,7 @@ async fn bad_addresses_and_tampered_forms_get_console_pages_never_a_500() {
             org_path(&org, "/jobs?action=nope"),
             "nope&#34;, which is not one of: tracer",
         ),
-        (org_path(&org, "/jobs?before=not-a-cursor"), "cannot read"),
+        (org_path(&org, "/jobs?page=not-a-number"), "cannot read"),
         (
             org_path(&org, &format!("/projects/{project}/traces?status=bogus")),
             "which is not one of: ok, error",
@@ -1372,7 +1372,7 @@ async fn the_operator_pauses_and_resumes_actions_and_sees_each_organizations_sha
     let operator = Console::sign_in(&app, INTERNAL_KEY).await;
     let queue = operator.page("/console/operator/queue").await;
     let row = format!(
-        "<tr class=\"stale\"><td><code>{}</code></td><td class=\"num\">1</td><td class=\"num\">1</td><td class=\"num\">1</td><td>1 (default) (at cap)</td></tr>",
+        "<tr id=\"share-{0}\" class=\"stale\"><td><span title=\"{0}\" class=\"org-name\">Acme</span></td><td class=\"num weight\">1</td><td class=\"num\">1</td><td class=\"num\">1</td><td class=\"cap\">1 (default) (at cap)</td>",
         org.org_id
     );
     assert!(queue.contains(&row), "{queue}");

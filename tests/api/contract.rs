@@ -522,3 +522,66 @@ async fn every_reference_in_the_document_resolves() {
         .collect();
     assert!(missing.is_empty(), "references to nothing: {missing:?}");
 }
+
+/// What the document lets a generator send, keel takes: a destination keel calls is
+/// `https://` unless this instance allows `http://` (a schema-valid `http://` URL refused
+/// would be the document lying), and a project change must name a field (an empty one is
+/// 422, so the document says `minProperties: 1` and the body is required).
+#[actix_web::test]
+async fn the_document_says_what_this_instance_takes_of_destinations_and_changes() {
+    let urls = [
+        "/components/schemas/EndpointCreateBody/properties/url/pattern",
+        "/components/schemas/EndpointPatchBody/properties/url/pattern",
+        "/components/schemas/OtlpExportBody/properties/endpoint/pattern",
+    ];
+    let strict = spawn_app().await;
+    let doc = strict.openapi().await;
+    for url in urls {
+        assert_eq!(doc.pointer(url), Some(&json!(r"^https://[!-~]+$")), "{url}");
+    }
+    assert_eq!(
+        doc["components"]["schemas"]["ProjectPatchBody"]["minProperties"],
+        json!(1)
+    );
+    assert!(
+        doc["components"]["schemas"]["ProjectPatchBody"]
+            .get("maxProperties")
+            .is_none(),
+        "both fields may change at once"
+    );
+    let patch = &doc["paths"]["/api/projects/{project_id}"]["patch"]["requestBody"];
+    assert_eq!(patch["required"], json!(true), "{patch}");
+    assert_eq!(
+        patch["content"]["application/json"]["schema"]["$ref"],
+        json!("#/components/schemas/ProjectPatchBody")
+    );
+    // The strict instance refuses what its document refuses, and an empty change.
+    let org = strict.create_org("Documented").await;
+    let project = strict.create_project(&org, "doc-destinations").await;
+    for (body, field) in [
+        (
+            json!({"otlpExport": {"endpoint": "http://collector.example.com:4318"}}),
+            "otlpExport",
+        ),
+        (json!({}), "traceRetentionDays"),
+    ] {
+        let refused = strict
+            .request(
+                Method::PATCH,
+                &format!("/api/projects/{project}"),
+                Some(&org.owner_token),
+            )
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let detail = json_of(refused, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(detail["detail"][0]["loc"][1], json!(field), "{detail}");
+    }
+
+    let lenient = spawn_app_with(|s| s.webhooks.allow_http = true).await;
+    let doc = lenient.openapi().await;
+    for url in urls {
+        assert_eq!(doc.pointer(url), Some(&json!(r"^https?://[!-~]+$")), "{url}");
+    }
+}

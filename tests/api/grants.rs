@@ -1009,7 +1009,7 @@ async fn the_console_shows_credits_the_cap_the_statement_and_the_csv_and_operato
         "{overview}"
     );
     assert!(
-        overview.contains("Charged this month: $0.00 of a 5000-cent cap"),
+        overview.contains("Charged this month: $0.00 of a $50.00 monthly cap"),
         "{overview}"
     );
     assert!(overview.contains("name=\"monthlyLimitCents\""));
@@ -1025,7 +1025,7 @@ async fn the_console_shows_credits_the_cap_the_statement_and_the_csv_and_operato
             ],
         )
         .await;
-    assert!(html.contains("of a 3000-cent cap"), "{html}");
+    assert!(html.contains("of a $30.00 monthly cap"), "{html}");
 
     // The ledger page: this month's statement, and the CSV the API streams.
     let month = chrono::Utc::now().format("%Y-%m").to_string();

@@ -12,7 +12,7 @@ use crate::helpers::*;
 use crate::proxy::{chat, proxy_app, sdk_request, PROVIDER_KEY};
 
 /// A key of `org` made by its owner with `settings`: (id, secret).
-async fn key_with(app: &TestApp, org: &TestOrg, settings: Value) -> (String, String) {
+pub async fn key_with(app: &TestApp, org: &TestOrg, settings: Value) -> (String, String) {
     let created = json_of(
         app.post(
             &format!("/api/api-keys?orgId={}", org.org_id),

@@ -84,6 +84,75 @@ async fn weights_hold_over_five_hundred_concurrent_one_job_claims() {
     }
 }
 
+/// Claims that arrive together share claim statements: each is still answered as if alone
+/// (its own limit, its own jobs, held by its own worker), a worker claiming twice at once gets
+/// two answers, and no job goes to two of them.
+#[actix_web::test]
+async fn claims_arriving_together_are_each_answered_as_their_own() {
+    let apps = instances(|_| {}).await;
+    let app = &apps[0];
+    let orgs = [
+        backlogged(app, "A", 60).await,
+        backlogged(app, "B", 60).await,
+        backlogged(app, "C", 60).await,
+    ];
+    // Twelve workers, each claiming twice at once (1..=5 jobs a claim): 72 jobs of 180.
+    let claims = (0..24).map(|i| {
+        let instance = &apps[i % apps.len()];
+        let worker = format!("together-{}", i / 2);
+        let limit = (i % 5 + 1) as i64;
+        async move {
+            (
+                worker.clone(),
+                limit,
+                claim(instance, &worker, "tracer", limit).await,
+            )
+        }
+    });
+    let answers = join_all(claims).await;
+    let mut seen = std::collections::HashSet::new();
+    for (worker, limit, jobs) in &answers {
+        assert_eq!(jobs.len() as i64, *limit, "{worker} asked for {limit}: {jobs:?}");
+        for claimed in jobs {
+            let id = claimed["job_id"].as_str().unwrap();
+            assert!(seen.insert(id.to_owned()), "{id} handed twice");
+            let org = orgs
+                .iter()
+                .find(|o| claimed["org_id"] == o.org_id.as_str())
+                .unwrap();
+            let view = job(app, org, id).await;
+            assert_eq!(view["status"], "running");
+            assert_eq!(view["workerId"], worker.as_str(), "{id} is held by its claimant");
+        }
+    }
+    let handed: i64 = answers.iter().map(|(_, limit, _)| limit).sum();
+    assert_eq!(seen.len() as i64, handed);
+    // The 24 claims took fewer statements than claims: some were served together.
+    let (mut claims, mut statements) = (0.0, 0.0);
+    for instance in &apps {
+        let text = instance.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+        claims += metric(&text, "keel_queue_claims_per_statement_sum");
+        statements += metric(&text, "keel_queue_claims_per_statement_count");
+    }
+    assert_eq!(claims, 24.0);
+    assert!(statements < 24.0, "{statements} statements for 24 claims");
+    // Every fee charged once: 100 cents a job handed.
+    for org in &orgs {
+        let mine = answers
+            .iter()
+            .flat_map(|(_, _, jobs)| jobs)
+            .filter(|j| j["org_id"] == org.org_id.as_str())
+            .count() as i64;
+        assert_eq!(
+            app.balance_microcents(org).await,
+            (100 * 60 + 1000 - 100 * mine) * 1_000_000,
+            "{}",
+            org.org_id
+        );
+        app.assert_ledger_invariant(&org.org_id).await;
+    }
+}
+
 #[actix_web::test]
 async fn a_cap_holds_for_eight_claimers_on_every_instance() {
     let apps = instances(|_| {}).await;

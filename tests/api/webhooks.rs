@@ -9,7 +9,7 @@ use crate::fakes::{FakeJson, Reply};
 use crate::helpers::*;
 
 /// An app whose endpoints may be plain http on this machine (as a receiver in a test is).
-async fn local_app() -> TestApp {
+pub async fn local_app() -> TestApp {
     spawn_app_with(|s| {
         s.webhooks.allow_http = true;
         s.webhooks.allow_private_destinations = true;
@@ -17,7 +17,7 @@ async fn local_app() -> TestApp {
     .await
 }
 
-async fn create(app: &TestApp, org: &TestOrg, body: Value) -> Value {
+pub async fn create(app: &TestApp, org: &TestOrg, body: Value) -> Value {
     json_of(
         app.post("/api/webhooks/endpoints", &org.api_key, &body).await,
         StatusCode::CREATED,

@@ -195,6 +195,10 @@ class Worker:
         # Reentrant: the main thread may stop() while it holds the lock (after a signal).
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        # What the slot threads wait on (the same lock): told once per job made ready and at
+        # a stop, so a change that only the claim, report or heartbeat threads care about
+        # does not wake every slot.
+        self._work = threading.Condition(self._lock)
         # Jobs claimed ahead, waiting for a slot; jobs whose handler runs (they hold a slot);
         # then jobs whose report is on its way (they do not: the next job overlaps the report),
         # with the reports not yet sent.
@@ -231,6 +235,7 @@ class Worker:
                 self._stopped_at = time.monotonic()
                 self._stopping.set()
             self._changed.notify_all()
+            self._work.notify_all()
 
     @property
     def stopping(self) -> bool:
@@ -364,6 +369,7 @@ class Worker:
                 continue
             with self._changed:
                 self._ready.extend(jobs)
+                self._work.notify(len(jobs))
                 self._changed.notify_all()
 
     def _claim_ahead_loop(self) -> None:
@@ -394,6 +400,7 @@ class Worker:
                         self._backlog = None
                     if claimed and not self._stopping.is_set():
                         self._ready.extend(Job(self, item) for item in claimed)
+                        self._work.notify(len(claimed))
                     self._changed.notify_all()
 
     def _claim(
@@ -434,9 +441,9 @@ class Worker:
     def _slot_loop(self) -> None:
         """One slot: runs the jobs waiting for a slot, one after another, until stopping."""
         while True:
-            with self._changed:
+            with self._work:
                 while not self._ready and not self._stopping.is_set():
-                    self._changed.wait(0.2)
+                    self._work.wait(0.2)
                 if self._stopping.is_set():
                     return
                 job = self._ready.popleft()

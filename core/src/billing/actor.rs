@@ -16,8 +16,8 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::ledger::{
-    apply_batch, apply_group, is_lock_timeout, AccountAfter, AccountCache, BatchResult, LedgerError,
-    LedgerOp, LedgerPolicy, Outcome,
+    apply_batch, apply_group_locked, apply_guarded, is_lock_timeout, AccountAfter, AccountCache, BatchResult,
+    LedgerError, LedgerOp, LedgerPolicy, Outcome,
 };
 use crate::domain::{Cents, OrgId};
 
@@ -89,10 +89,32 @@ impl Shared {
         let low = self.config.policy;
         if self.config.max_batch <= 1 {
             // No batching at all (the benchmarks' baseline): each organization commits alone.
-            return commit_batch(&self.db, None, &self.held, low, &org_id, ops).await;
+            return commit_batch(&self.db, None, &self.held, low, &org_id, ops, Path::Any).await;
         }
         if lock(&self.held).contains(&org_id) {
-            return commit_batch(&self.db, Some(&self.cache), &self.held, low, &org_id, ops).await;
+            return commit_batch(
+                &self.db,
+                Some(&self.cache),
+                &self.held,
+                low,
+                &org_id,
+                ops,
+                Path::Any,
+            )
+            .await;
+        }
+        if self.db.get_database_backend() == sea_orm::DbBackend::Postgres {
+            // Each organization's batch first by its own guarded statements, beside every
+            // other organization's (a round trip each, no row held across one, and no wait
+            // for another organization's commit); what they cannot write goes to the
+            // committer's locked transactions.
+            match apply_guarded(&self.db, &self.cache, low, &org_id, &ops).await {
+                Ok(Some(result)) => return result,
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::debug!(org_id = %org_id, error = %err, "guarded ledger write failed; taking the locked path");
+                }
+            }
         }
         let (reply, answer) = oneshot::channel();
         let pending = Pending { org_id, ops, reply };
@@ -104,6 +126,7 @@ impl Shared {
                 low,
                 &pending.org_id,
                 pending.ops,
+                Path::Locked,
             )
             .await;
         }
@@ -212,14 +235,23 @@ async fn commit_group(
 ) {
     if group.len() == 1 {
         if let Some(only) = group.pop() {
-            let result = commit_batch(&db, Some(&cache), &held, policy, &only.org_id, only.ops).await;
+            let result = commit_batch(
+                &db,
+                Some(&cache),
+                &held,
+                policy,
+                &only.org_id,
+                only.ops,
+                Path::Locked,
+            )
+            .await;
             let _ = only.reply.send(result);
         }
         return;
     }
-    let batches: Vec<(&OrgId, &[LedgerOp])> = group.iter().map(|p| (&p.org_id, p.ops.as_slice())).collect();
     let mut alone = Vec::new();
-    match apply_group(&db, Some(&cache), policy, &batches).await {
+    let batches: Vec<(&OrgId, &[LedgerOp])> = group.iter().map(|p| (&p.org_id, p.ops.as_slice())).collect();
+    match apply_group_locked(&db, Some(&cache), policy, &batches).await {
         Ok(results) => {
             for (pending, result) in group.into_iter().zip(results) {
                 if matches!(result.outcomes.first(), Some(Err(LedgerError::Contended))) {
@@ -237,7 +269,16 @@ async fn commit_group(
     let commits = alone.into_iter().map(|pending| {
         let (db, cache, held) = (&db, &cache, &held);
         async move {
-            let result = commit_batch(db, Some(cache), held, policy, &pending.org_id, pending.ops).await;
+            let result = commit_batch(
+                db,
+                Some(cache),
+                held,
+                policy,
+                &pending.org_id,
+                pending.ops,
+                Path::Locked,
+            )
+            .await;
             let _ = pending.reply.send(result);
         }
     });
@@ -396,6 +437,34 @@ impl LedgerActor {
     }
 }
 
+/// Which way a batch is applied: any (the guarded statements first on PostgreSQL), or the
+/// locked transaction only (the guarded statements were tried already).
+#[derive(Clone, Copy)]
+enum Path {
+    Any,
+    Locked,
+}
+
+async fn apply_on(
+    db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
+    policy: LedgerPolicy,
+    org_id: &OrgId,
+    ops: &[LedgerOp],
+    path: Path,
+) -> Result<BatchResult, sea_orm::DbErr> {
+    match path {
+        Path::Any => apply_batch(db, cache, policy, org_id, ops).await,
+        Path::Locked => Ok(apply_group_locked(db, cache, policy, &[(org_id, ops)])
+            .await?
+            .pop()
+            .unwrap_or(BatchResult {
+                outcomes: Vec::new(),
+                account: None,
+            })),
+    }
+}
+
 /// Commits a batch; if the batch as a whole fails (say a unique key raced with another
 /// instance), each operation is retried alone so one bad operation fails only itself. A
 /// row held past the lock timeout fails the batch at once (`Locked`, a 503 to retry with
@@ -407,9 +476,10 @@ async fn commit_batch(
     policy: LedgerPolicy,
     org_id: &OrgId,
     ops: Vec<LedgerOp>,
+    path: Path,
 ) -> BatchResult {
     let started = Instant::now();
-    match apply_batch(db, cache, policy, org_id, &ops).await {
+    match apply_on(db, cache, policy, org_id, &ops, path).await {
         Ok(result) => {
             tracing::debug!(
                 org_id = %org_id,
@@ -436,7 +506,7 @@ async fn commit_batch(
             let mut outcomes = Vec::with_capacity(ops.len());
             let mut account = None;
             for op in &ops {
-                match apply_batch(db, cache, policy, org_id, std::slice::from_ref(op)).await {
+                match apply_on(db, cache, policy, org_id, std::slice::from_ref(op), path).await {
                     Ok(result) => {
                         outcomes.extend(result.outcomes);
                         account = match (account, result.account) {

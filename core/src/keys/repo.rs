@@ -387,6 +387,29 @@ pub async fn open_stream(
     Ok(true)
 }
 
+/// The streams open now of each of `key_ids` that has any, summed over the instances that
+/// counted them lately.
+pub async fn open_streams(
+    db: &impl ConnectionTrait,
+    key_ids: &[ApiKeyId],
+    now: DateTime<Utc>,
+) -> Result<Vec<(ApiKeyId, i64)>, DbErr> {
+    if key_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    api_key_stream::Entity::find()
+        .select_only()
+        .column(api_key_stream::Column::KeyId)
+        .column_as(Expr::cust("CAST(COALESCE(SUM(active), 0) AS BIGINT)"), "open")
+        .filter(api_key_stream::Column::KeyId.is_in(key_ids.iter().cloned()))
+        .filter(api_key_stream::Column::Active.gt(0))
+        .filter(api_key_stream::Column::SeenAt.gt(now - Duration::seconds(STREAM_ROW_TTL_SECS)))
+        .group_by(api_key_stream::Column::KeyId)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
 /// Closes one stream of a key on `instance`.
 pub async fn close_stream(db: &impl ConnectionTrait, key_id: &ApiKeyId, instance: &str) -> Result<(), DbErr> {
     use sea_orm::sea_query::ExprTrait;

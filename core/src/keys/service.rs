@@ -167,6 +167,9 @@ pub struct KeyUse {
     pub settings: KeySettings,
     pub requests_today: i64,
     pub tokens_today: i64,
+    /// Streams open now, on every instance (counted for keys with a `concurrentStreams`
+    /// limit; 0 for the others).
+    pub streams_open: i64,
 }
 
 impl KeyUse {
@@ -176,6 +179,7 @@ impl KeyUse {
             key,
             requests_today,
             tokens_today,
+            streams_open: 0,
         }
     }
 }
@@ -190,12 +194,20 @@ pub async fn list(
     let keys = repo::keys_of(db, org_id).await?;
     let ids: Vec<ApiKeyId> = keys.iter().map(|k| k.id.clone()).collect();
     let usage = repo::usage_of_keys(db, &ids, &day_of(now)).await?;
+    let streams = repo::open_streams(db, &ids, now).await?;
     Ok(keys
         .into_iter()
         .map(|key| {
             let used = usage.iter().find(|u| u.key_id == key.id);
             let (requests, tokens) = used.map_or((0, 0), |u| (u.requests, u.tokens));
-            KeyUse::new(key, requests, tokens)
+            let open = streams
+                .iter()
+                .find(|(id, _)| *id == key.id)
+                .map_or(0, |(_, n)| *n);
+            KeyUse {
+                streams_open: open,
+                ..KeyUse::new(key, requests, tokens)
+            }
         })
         .collect())
 }

@@ -35,13 +35,13 @@ pub async fn create_project(
     Err(ProjectError::NoFreeSlug)
 }
 
-/// The projects of `orgs`.
+/// The projects of `orgs`, oldest first (the console's names for the ids it shows).
 #[tracing::instrument(level = "debug", skip_all)]
-pub async fn projects_of(
+pub async fn projects_in(
     db: &impl ConnectionTrait,
     orgs: &[OrgId],
-) -> Result<Vec<project::Model>, ProjectError> {
-    Ok(repo::list_for_orgs(db, orgs).await?)
+) -> Result<Vec<project::Model>, sea_orm::DbErr> {
+    repo::list_for_orgs(db, orgs).await
 }
 
 /// A project of one of `orgs`; another organization's is not found.
@@ -54,19 +54,6 @@ pub async fn project_of(
     repo::find_in_orgs(db, project_id, orgs)
         .await?
         .ok_or(ProjectError::NotFound)
-}
-
-/// Sets how many days a project of `orgs` keeps its traces (`None`: forever); answers it.
-#[tracing::instrument(level = "debug", skip_all, fields(project_id = %project_id))]
-pub async fn set_trace_retention(
-    db: &impl ConnectionTrait,
-    orgs: &[OrgId],
-    project_id: &ProjectId,
-    days: Option<i32>,
-) -> Result<project::Model, ProjectError> {
-    project_of(db, orgs, project_id).await?;
-    repo::set_trace_retention(db, project_id, days).await?;
-    project_of(db, orgs, project_id).await
 }
 
 /// The organization a project belongs to, whichever it is (the proxy's look-up, which it

@@ -1,37 +1,63 @@
-//! Group commit without an actor: items that arrive while a batch is being applied wait for
-//! the next. The first item to find no batch applying leads (its caller starts the applying
-//! task); the task takes what waits, batch after batch, until none does. Used for single
-//! reports (`queue::service::report`).
+//! Group commit without an actor: items that arrive while every applier is busy wait for the
+//! next batch. An item that finds an applier's place free leads (its caller starts an
+//! applying task); the task takes what waits, batch after batch, until none does. Used for
+//! single reports (`queue::service::report`, one applier) and for claims (`queue::claims`,
+//! one group per action, up to `queue.claims_in_flight` statements at once).
 
 use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
+/// One value per job action (a group commit per action, say).
+pub(crate) struct PerAction<T>([T; 4]);
+
+impl<T> PerAction<T> {
+    pub(crate) fn new(mut make: impl FnMut() -> T) -> Self {
+        Self(std::array::from_fn(|_| make()))
+    }
+
+    pub(crate) fn of(&self, action: crate::domain::JobAction) -> &T {
+        let index = crate::domain::JobAction::ALL
+            .iter()
+            .position(|a| *a == action)
+            .unwrap_or(0);
+        &self.0[index]
+    }
+}
+
 /// An item waiting, with where its answer goes.
 type Waiting<T, O> = (T, oneshot::Sender<O>);
 
-/// The items waiting, and whether a batch is being applied.
+/// The items waiting, and how many tasks are applying batches.
 struct State<T, O> {
     waiting: Vec<Waiting<T, O>>,
-    applying: bool,
+    applying: usize,
 }
 
 pub(crate) struct GroupCommit<T, O> {
     state: Mutex<State<T, O>>,
+    /// Applying tasks at most (1: one batch at a time).
+    appliers: usize,
 }
 
 impl<T, O> Default for GroupCommit<T, O> {
     fn default() -> Self {
-        Self {
-            state: Mutex::new(State {
-                waiting: Vec::new(),
-                applying: false,
-            }),
-        }
+        Self::new(1)
     }
 }
 
 impl<T, O> GroupCommit<T, O> {
+    /// A group with up to `appliers` batches applied at once (at least one).
+    pub(crate) fn new(appliers: usize) -> Self {
+        Self {
+            state: Mutex::new(State {
+                waiting: Vec::new(),
+                applying: 0,
+            }),
+            appliers: appliers.max(1),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State<T, O>> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -42,21 +68,25 @@ impl<T, O> GroupCommit<T, O> {
         let (reply, answer) = oneshot::channel();
         let mut state = self.lock();
         state.waiting.push((item, reply));
-        let lead = !std::mem::replace(&mut state.applying, true);
+        let lead = state.applying < self.appliers;
+        if lead {
+            state.applying += 1;
+        }
         (answer, lead)
     }
 
-    /// The applying task is unwinding (a bug): the next item to arrive leads again and its
-    /// task takes what still waits.
+    /// An applying task is unwinding (a bug): its place is free again, so the next item to
+    /// arrive leads and its task takes what still waits.
     pub(crate) fn abandon(&self) {
-        self.lock().applying = false;
+        let mut state = self.lock();
+        state.applying = state.applying.saturating_sub(1);
     }
 
     /// Up to `max` waiting items; `None` once none waits (the applying ends with it).
     pub(crate) fn next_batch(&self, max: usize) -> Option<Vec<Waiting<T, O>>> {
         let mut state = self.lock();
         if state.waiting.is_empty() {
-            state.applying = false;
+            state.applying = state.applying.saturating_sub(1);
             return None;
         }
         let take = state.waiting.len().min(max);
@@ -87,5 +117,24 @@ mod tests {
         group.abandon();
         assert!(group.push(5).1);
         assert_eq!(group.next_batch(10).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn up_to_the_appliers_lead_at_once_then_items_wait() {
+        let group: GroupCommit<u32, u32> = GroupCommit::new(2);
+        assert!(group.push(1).1);
+        assert!(group.push(2).1);
+        // Both places taken: the third waits for whichever applier asks next.
+        assert!(!group.push(3).1);
+        assert_eq!(group.next_batch(10).unwrap().len(), 3);
+        // The first applier finds none and ends; a newcomer leads in its place.
+        assert!(group.next_batch(10).is_none());
+        assert!(group.push(4).1);
+        assert!(!group.push(5).1);
+        assert_eq!(group.next_batch(1).unwrap().len(), 1);
+        assert_eq!(group.next_batch(1).unwrap().len(), 1);
+        assert!(group.next_batch(1).is_none());
+        assert!(group.next_batch(1).is_none());
+        assert!(group.push(6).1);
     }
 }

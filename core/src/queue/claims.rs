@@ -2,18 +2,30 @@
 //! trips on PostgreSQL), then each organization's fees go to its ledger actor as one batched
 //! operation; a job whose organization cannot pay is blocked, one whose fee could not be
 //! settled now (or whose claimant left) goes back to the queue.
+//!
+//! Claims of one action that arrive together on an instance share one claim statement: up
+//! to `queue.claims_in_flight` statements of an action are in flight at once (one on
+//! SQLite), and claims that arrive while all are busy wait for the next, which hands jobs to
+//! every one of them ([`super::batcher::GroupCommit`], one group per action). An idle queue
+//! claims at once; a busy one makes fewer statements, each serving many claimants, so one
+//! action's claims no longer wait out each other's turn on the server one by one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use entities::training_job;
 use futures_util::future::join_all;
 
 use super::actor::observe_ended;
-use super::repo;
-use super::{JobError, Jobs, StillWanted};
+use super::repo::{self, Claimant};
+use super::{ClaimGroup, JobError, Jobs, QueueError, StillWanted};
 use crate::billing::ledger::{EntryKind, LedgerError, LedgerOp};
 use crate::cluster::{Event, Wake};
 use crate::domain::{IdempotencyKey, JobAction, JobId, OrgId};
+
+/// Claims one statement serves at most, and the jobs they may ask for together (a
+/// statement's allotment weighs every organization's next picks up to that many).
+const CLAIMS_AT_ONCE: usize = 64;
+const JOBS_AT_ONCE: u32 = 400;
 
 /// Claims up to `limit` jobs of `action` for `worker_id` once (no waiting), each billed its
 /// run fee once.
@@ -24,19 +36,18 @@ pub(super) async fn claim_once(
     limit: u32,
     wanted: &StillWanted,
 ) -> Result<Vec<training_job::Model>, JobError> {
-    let claimed = {
-        // SQLite only: one writer, and the claim reads its backlog before its transaction.
-        let _turn = match &jobs.claim_turn {
-            Some(turn) => Some(turn.lock().await),
-            None => None,
-        };
-        repo::claim(&jobs.db, worker_id, action, limit, jobs.max_running_per_org)
-            .await
-            .map_err(|err| match crate::billing::ledger::is_lock_timeout(&err) {
-                true => JobError::Busy,
-                false => JobError::Database(err),
-            })?
-    };
+    let group = jobs.claims.of(action);
+    let (answer, lead) = group.push(Claimant {
+        worker_id: worker_id.to_owned(),
+        limit,
+    });
+    if lead {
+        // Its own task: it serves the claims of other requests too.
+        tokio::spawn(crate::context::carry(apply_waiting_claims(jobs.clone(), action)));
+    }
+    let claimed = answer
+        .await
+        .unwrap_or(Err(JobError::Queue(QueueError::Stopped)))?;
     if claimed.is_empty() {
         return Ok(claimed);
     }
@@ -63,6 +74,77 @@ pub(super) async fn claim_once(
         .with_label_values(&["unsettled"])
         .inc_by(unsettled);
     Ok(handed)
+}
+
+/// Claims what waits in `action`'s group, statement after statement, until none does. A
+/// statement serves one claim per worker (a worker's second claim waits for the next).
+async fn apply_waiting_claims(jobs: Jobs, action: JobAction) {
+    /// Should this task panic, the group does not keep its place taken with nobody applying.
+    struct Unwinding<'a>(&'a ClaimGroup);
+    impl Drop for Unwinding<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.abandon();
+            }
+        }
+    }
+    let group = jobs.claims.of(action);
+    let _unwinding = Unwinding(group);
+    while let Some(batch) = group.next_batch(CLAIMS_AT_ONCE) {
+        let mut left = batch;
+        while !left.is_empty() {
+            let mut workers = HashSet::new();
+            let mut asked = 0u32;
+            let (round, later): (Vec<_>, Vec<_>) = left.into_iter().partition(|(claimant, _)| {
+                let fits = asked == 0 || asked + claimant.limit <= JOBS_AT_ONCE;
+                let take = fits && workers.insert(claimant.worker_id.clone());
+                if take {
+                    asked += claimant.limit;
+                }
+                take
+            });
+            left = later;
+            let (claimants, replies): (Vec<Claimant>, Vec<_>) = round.into_iter().unzip();
+            jobs.metrics.claims_per_statement.observe(claimants.len() as f64);
+            match repo::claim(&jobs.db, action, &claimants, jobs.max_running_per_org).await {
+                Ok(claimed) => {
+                    let mut by_worker: HashMap<String, Vec<training_job::Model>> = HashMap::new();
+                    for job in claimed {
+                        let worker = job.worker_id.clone().unwrap_or_default();
+                        by_worker.entry(worker).or_default().push(job);
+                    }
+                    for (claimant, reply) in claimants.iter().zip(replies) {
+                        let mine = by_worker.remove(&claimant.worker_id).unwrap_or_default();
+                        if let Err(Ok(unanswered)) = reply.send(Ok(mine)) {
+                            // Its claim is gone (the runtime stopping): the jobs go back.
+                            let ids: Vec<JobId> = unanswered.into_iter().map(|job| job.id).collect();
+                            if let Err(err) = repo::release_claims(&jobs.db, &ids, &claimant.worker_id).await
+                            {
+                                tracing::warn!(error = %err, "handing back an unanswered claim's jobs failed");
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    let busy = crate::billing::ledger::is_lock_timeout(&err);
+                    if !busy {
+                        tracing::error!(
+                            error = &err as &dyn std::error::Error,
+                            claims = replies.len(),
+                            %action,
+                            "claiming jobs failed"
+                        );
+                    }
+                    for reply in replies {
+                        let _ = reply.send(Err(match busy {
+                            true => JobError::Busy,
+                            false => JobError::Queue(QueueError::Batch),
+                        }));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Charges the claimed jobs' run fees, one batched ledger operation per organization;

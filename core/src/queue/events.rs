@@ -61,6 +61,7 @@ pub fn job_data(job: &training_job::Model, history: &[training_job_attempt::Mode
         "finishedAt": job.finished_at,
         "priority": job.priority,
         "scheduledAt": job.scheduled_at,
+        "dataset": parse_stored(job.dataset.as_deref()),
         "history": history,
     })
 }

@@ -3,6 +3,7 @@
 pub(crate) mod actor;
 pub mod agent;
 mod batcher;
+pub mod bulk;
 mod claims;
 pub mod events;
 mod history;
@@ -16,7 +17,8 @@ pub use actor::QueueError;
 /// Asked before a claim hands jobs out: `false` once the claimant has gone.
 pub type StillWanted = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 pub use repo::{
-    FailedFilter, Held, JobFilter, NewJob, Report, ReportOutcome, RetryPolicy, SweepCounts, DEFAULT_PRIORITY,
+    FailedFilter, Held, JobDataset, JobFilter, JobSort, NewJob, Report, ReportOutcome, RetryPolicy,
+    SweepCounts, DEFAULT_PRIORITY,
 };
 
 use sea_orm::DatabaseConnection;
@@ -50,11 +52,20 @@ pub struct Jobs {
     pub(crate) requeue_blocked_on_credit: bool,
     /// How retryable failures wait.
     pub(crate) retry_policy: RetryPolicy,
-    /// SQLite only (one writer; its claim reads before its transaction): the instance's
-    /// claims take turns. On PostgreSQL claims hold nothing across round trips.
-    pub(crate) claim_turn: Option<std::sync::Arc<tokio::sync::Mutex<()>>>,
+    /// Claims of each action that arrive together, claimed by one statement (on SQLite,
+    /// whose claim reads before its transaction, one statement at a time).
+    pub(crate) claims: std::sync::Arc<batcher::PerAction<ClaimGroup>>,
     /// Single reports arriving together, applied together.
     pub(crate) reports: std::sync::Arc<batcher::GroupCommit<Report, Result<ReportOutcome, JobError>>>,
+}
+
+/// The claims of one action waiting for a claim statement, with where each one's jobs go.
+pub(crate) type ClaimGroup =
+    batcher::GroupCommit<repo::Claimant, Result<Vec<entities::training_job::Model>, JobError>>;
+
+/// A claim group per action, each with up to `in_flight` statements at once.
+pub(crate) fn claim_groups(in_flight: usize) -> std::sync::Arc<batcher::PerAction<ClaimGroup>> {
+    std::sync::Arc::new(batcher::PerAction::new(|| batcher::GroupCommit::new(in_flight)))
 }
 
 /// Why a queue flow did not happen.
@@ -73,6 +84,10 @@ pub enum JobError {
     ProjectNotFound { index: Option<usize> },
     #[error("organization not found")]
     OrgNotFound,
+    /// The dataset (or its version) is not one of the organization's (`index`: the batch
+    /// item that named it).
+    #[error("dataset not found{}", .index.map(|i| format!(" (the dataset of jobs[{i}])")).unwrap_or_default())]
+    DatasetNotFound { index: Option<usize> },
     #[error("this Idempotency-Key was used with another body")]
     IdempotencyKeyReused,
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]

@@ -70,10 +70,11 @@ pub enum Created {
 /// actor (jobs enqueued together are committed together); one with a unique key or an
 /// idempotency key is inserted on its own, the database's unique indexes deciding.
 #[tracing::instrument(level = "debug", skip_all, fields(org_id = %job.org_id, project_id = %job.project_id))]
-pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
+pub async fn create_job(jobs: &Jobs, mut job: NewJob) -> Result<Created, JobError> {
     crate::projects::repo::find_in_orgs(&jobs.db, &job.project_id, std::slice::from_ref(&job.org_id))
         .await?
         .ok_or(JobError::ProjectNotFound { index: None })?;
+    pin_dataset(jobs, &mut job, None).await?;
     if job.unique_key.is_none() && job.idempotency.is_none() {
         let job = ask(&jobs.actor, Enqueue(job)).await?;
         super::logged::created(std::slice::from_ref(&job), false);
@@ -92,11 +93,27 @@ pub async fn create_job(jobs: &Jobs, job: NewJob) -> Result<Created, JobError> {
     Ok(created)
 }
 
+/// Pins the version of the dataset a job names (the latest when it names none); another
+/// organization's dataset, or a version it does not have, is 404.
+async fn pin_dataset(jobs: &Jobs, job: &mut NewJob, index: Option<usize>) -> Result<(), JobError> {
+    let Some(dataset) = job.dataset.as_mut() else {
+        return Ok(());
+    };
+    match crate::datasets::service::pin(&jobs.db, &job.org_id, &dataset.id, dataset.version).await {
+        Ok(pinned) => {
+            dataset.pinned = Some(pinned);
+            Ok(())
+        }
+        Err(crate::datasets::DatasetError::Database(err)) => Err(err.into()),
+        Err(_) => Err(JobError::DatasetNotFound { index }),
+    }
+}
+
 /// Creates up to a thousand jobs at once, all or none, in order; an
 /// item whose unique key an open job holds answers that job. Every project must be the
 /// organization's (else nothing is created, and the error names the first bad item).
 #[tracing::instrument(level = "debug", skip_all)]
-pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<Created>, JobError> {
+pub async fn create_batch(jobs: &Jobs, mut batch: Vec<NewJob>) -> Result<Vec<Created>, JobError> {
     let mut known = std::collections::HashSet::new();
     let mut orgs: Vec<&OrgId> = batch.iter().map(|job| &job.org_id).collect();
     orgs.sort();
@@ -116,6 +133,23 @@ pub async fn create_batch(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<Created
     let unknown = |job: &NewJob| !known.contains(&(job.org_id.clone(), job.project_id.clone()));
     if let Some(index) = batch.iter().position(unknown) {
         return Err(JobError::ProjectNotFound { index: Some(index) });
+    }
+    type Pinned = (OrgId, crate::domain::DatasetId, Option<i32>);
+    let mut pinned: std::collections::HashMap<Pinned, serde_json::Value> = std::collections::HashMap::new();
+    for (index, job) in batch.iter_mut().enumerate() {
+        let Some(dataset) = job.dataset.as_mut() else {
+            continue;
+        };
+        // A pipeline's items often share one dataset: read it once.
+        let key = (job.org_id.clone(), dataset.id.clone(), dataset.version);
+        if let Some(view) = pinned.get(&key) {
+            dataset.pinned = Some(view.clone());
+            continue;
+        }
+        pin_dataset(jobs, job, Some(index)).await?;
+        if let Some(view) = job.dataset.as_ref().and_then(|d| d.pinned.clone()) {
+            pinned.insert(key, view);
+        }
     }
     let created: Vec<Created> = repo::insert_batch(&jobs.db, batch)
         .await?
@@ -212,7 +246,16 @@ pub struct RetriedMany {
 pub async fn retry_jobs(jobs: &Jobs, job_ids: &[JobId]) -> Result<RetriedMany, JobError> {
     let job_ids = &job_ids[..job_ids.len().min(MAX_RETRIED_AT_ONCE)];
     let retried = repo::retry_jobs(&jobs.db, job_ids).await?;
-    super::logged::retried_by_hand(&retried);
+    queued_again(jobs, &retried).await;
+    Ok(RetriedMany {
+        skipped: job_ids.len() - retried.len(),
+        retried,
+    })
+}
+
+/// Jobs retried by hand: logged, and the waiting claims of their actions look again.
+pub(super) async fn queued_again(jobs: &Jobs, retried: &[training_job::Model]) {
+    super::logged::retried_by_hand(retried);
     let mut actions: Vec<JobAction> = retried.iter().map(|job| job.action).collect();
     actions.sort_unstable_by_key(|a| a.as_str());
     actions.dedup();
@@ -221,22 +264,26 @@ pub async fn retry_jobs(jobs: &Jobs, job_ids: &[JobId]) -> Result<RetriedMany, J
             .publish(Event::JobsQueued(Wake::Action(action)))
             .await;
     }
-    Ok(RetriedMany {
-        skipped: job_ids.len() - retried.len(),
-        retried,
-    })
 }
 
-/// How many failed jobs an operator's listing shows at most.
-pub const FAILED_SHOWN: u64 = 200;
+/// Failed jobs across organizations a page of the operator's listing shows.
+pub const FAILED_SHOWN: u64 = 50;
 
-/// Failed jobs across organizations, the latest to fail first (at most `FAILED_SHOWN`).
+/// A page of failed jobs across organizations, the latest to fail first (`limit` from
+/// `offset`), and how many the filter keeps.
 #[tracing::instrument(level = "debug", skip_all)]
 pub async fn failed_jobs(
     jobs: &Jobs,
     filter: &repo::FailedFilter,
-) -> Result<Vec<training_job::Model>, JobError> {
-    Ok(repo::failed_jobs(&jobs.db, filter, FAILED_SHOWN).await?)
+    offset: u64,
+    limit: u64,
+) -> Result<(Vec<training_job::Model>, u64), JobError> {
+    let total = repo::count_failed(&jobs.db, filter).await?;
+    let page = match offset < total {
+        true => repo::failed_jobs(&jobs.db, filter, offset, limit).await?,
+        false => Vec::new(),
+    };
+    Ok((page, total))
 }
 
 /// Attempts ended per bucket over a window, by outcome.

@@ -47,6 +47,12 @@ impl Allotment {
 /// lowest organization id), each pick advancing that pass by 1 / weight. Answers every
 /// contender that may take jobs, with what it is handed (0 included).
 pub fn allot(contenders: &[Contender], limit: u32) -> Vec<Allotment> {
+    allot_in_order(contenders, limit).0
+}
+
+/// [`allot`], and its picks in the order they were made (an index into the allotments per
+/// job): a claim statement serving several claimants hands each its run of picks.
+pub fn allot_in_order(contenders: &[Contender], limit: u32) -> (Vec<Allotment>, Vec<usize>) {
     let highest = contenders
         .iter()
         .filter_map(|c| c.pass)
@@ -70,24 +76,27 @@ pub fn allot(contenders: &[Contender], limit: u32) -> Vec<Allotment> {
             (allotment, pass, c.available)
         })
         .collect();
+    let mut picks = Vec::new();
     for _ in 0..limit {
-        let next =
-            state
-                .iter_mut()
-                .filter(|(_, _, left)| *left > 0)
-                .min_by(|(a, pass_a, _), (b, pass_b, _)| {
-                    pass_a
-                        .total_cmp(pass_b)
-                        .then_with(|| a.org_id.as_str().cmp(b.org_id.as_str()))
-                });
-        let Some((allotment, pass, left)) = next else {
+        let next = state
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, (_, _, left))| *left > 0)
+            .min_by(|(_, (a, pass_a, _)), (_, (b, pass_b, _))| {
+                pass_a
+                    .total_cmp(pass_b)
+                    .then_with(|| a.org_id.as_str().cmp(b.org_id.as_str()))
+            });
+        let Some((index, (allotment, pass, left))) = next else {
             break;
         };
         allotment.jobs += 1;
         *pass += 1.0 / f64::from(allotment.weight);
         *left -= 1;
+        picks.push(index);
     }
-    state.into_iter().map(|(allotment, _, _)| allotment).collect()
+    let allotted = state.into_iter().map(|(allotment, _, _)| allotment).collect();
+    (allotted, picks)
 }
 
 #[cfg(test)]
@@ -149,6 +158,15 @@ mod tests {
         assert!(allotted.iter().all(|a| a.first));
         // Nothing available: nothing allotted.
         assert!(allot(&[contender(1, 1, 0, None)], 5).is_empty());
+    }
+
+    #[test]
+    fn picks_come_in_the_order_made() {
+        let contenders = [contender(1, 2, 10, Some(0.0)), contender(2, 1, 10, Some(0.0))];
+        let (allotted, picks) = allot_in_order(&contenders, 6);
+        assert_eq!(allotted.iter().map(|a| a.jobs).collect::<Vec<_>>(), vec![4, 2]);
+        // Passes 0, 0 -> org 1 (0.5), org 2 (1) -> org 1 (1.0) ... ties to the lower id.
+        assert_eq!(picks, vec![0, 1, 0, 0, 1, 0]);
     }
 
     #[test]

@@ -78,3 +78,42 @@ pub async fn get(
         .unwrap_or_default();
     Ok((trace, marks))
 }
+
+/// How many of the project's traces `filter` keeps; 404 unless the project is one of
+/// `orgs'`.
+pub async fn count(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    project_id: &ProjectId,
+    filter: &TraceFilter,
+) -> Result<u64, TraceError> {
+    crate::projects::repo::find_in_orgs(db, project_id, orgs)
+        .await?
+        .ok_or(TraceError::ProjectNotFound)?;
+    Ok(repo::count_matching(db, project_id, filter).await?)
+}
+
+/// The newest `limit` of the project's traces `filter` keeps, their ids only (a selection
+/// of "every trace the filter keeps").
+pub async fn ids_matching(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    project_id: &ProjectId,
+    filter: TraceFilter,
+    limit: u64,
+) -> Result<Vec<TraceId>, TraceError> {
+    let page = list(db, orgs, project_id, filter, None, limit).await?;
+    Ok(page.traces.into_iter().map(|l| l.trace.id).collect())
+}
+
+/// The traces either side of `trace` in its project's list under `filter` (newest first):
+/// `(newer, older)`.
+pub async fn neighbours(
+    db: &impl ConnectionTrait,
+    trace: &trace::Model,
+    filter: &TraceFilter,
+) -> Result<(Option<TraceId>, Option<TraceId>), TraceError> {
+    let newer = repo::neighbour(db, &trace.project_id, filter, trace.created_at, &trace.id, false).await?;
+    let older = repo::neighbour(db, &trace.project_id, filter, trace.created_at, &trace.id, true).await?;
+    Ok((newer, older))
+}

@@ -18,19 +18,23 @@ pub enum Format {
     Records,
     Prompts,
     Raw,
+    /// OpenAI's chat fine-tuning format: the request's messages and the reply (tools kept).
+    #[serde(rename = "openai-chat")]
+    OpenaiChat,
     /// OTLP/JSON: a page's traces as one `ExportTraceServiceRequest`, a span each.
     #[serde(rename = "otlp-json")]
     OtlpJson,
 }
 
 impl Format {
-    pub const NAMES: &'static [&'static str] = &["records", "prompts", "raw", "otlp-json"];
+    pub const NAMES: &'static [&'static str] = &["records", "prompts", "raw", "openai-chat", "otlp-json"];
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "records" => Some(Self::Records),
             "prompts" => Some(Self::Prompts),
             "raw" => Some(Self::Raw),
+            "openai-chat" => Some(Self::OpenaiChat),
             "otlp-json" => Some(Self::OtlpJson),
             _ => None,
         }
@@ -41,6 +45,7 @@ impl Format {
             Self::Records => "records",
             Self::Prompts => "prompts",
             Self::Raw => "raw",
+            Self::OpenaiChat => "openai-chat",
             Self::OtlpJson => "otlp-json",
         }
     }
@@ -140,6 +145,7 @@ pub fn convert(t: &trace::Model, format: Format, marks: &super::marks::Marks) ->
     match format {
         Format::Raw => return Some(raw_of(t, marks)),
         Format::OtlpJson => return Some(super::otlp::span(t, marks)),
+        Format::OpenaiChat => return openai_chat_line(&raw_of(t, marks)),
         _ => {}
     }
     // A stream that broke, or an answer carrying an error, is never a training example.
@@ -153,6 +159,66 @@ pub fn convert(t: &trace::Model, format: Format, marks: &super::marks::Marks) ->
         Format::Prompts => json!({ "input": input }),
         _ => json!({ "input": input, "output": output }),
     })
+}
+
+/// A `raw` export row as one line of OpenAI's chat fine-tuning format: the request's
+/// messages followed by the assistant's reply (tool calls kept), and the request's `tools`
+/// and `parallel_tool_calls` beside them (a tool-calling example needs its functions'
+/// schemas). `None` when the trace has no pair (no messages, an error answer, a reply with
+/// neither text nor tool calls).
+pub fn openai_chat_line(raw: &Value) -> Option<Value> {
+    let status = raw["statusCode"].as_i64()?;
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    // A broken stream or an answer with an error is never a training example.
+    if raw["complete"] != Value::Bool(true) || !raw["error"].is_null() {
+        return None;
+    }
+    let messages = raw
+        .pointer("/request/messages")?
+        .as_array()
+        .filter(|m| !m.is_empty())?;
+    let reply = raw.pointer("/response/choices/0/message")?;
+    let text = match reply.get("content") {
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Array(parts)) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str).is_none_or(|t| t == "text"))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            (!texts.is_empty()).then(|| texts.concat())
+        }
+        _ => None,
+    };
+    let tool_calls = reply
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty());
+    if text.is_none() && tool_calls.is_none() {
+        return None;
+    }
+    let mut assistant = json!({"role": "assistant", "content": text});
+    if let Some(calls) = tool_calls {
+        assistant["tool_calls"] = Value::Array(calls.clone());
+    }
+    let mut conversation = messages.clone();
+    conversation.push(assistant);
+    let mut line = json!({ "messages": conversation });
+    if let Some(tools) = raw
+        .pointer("/request/tools")
+        .filter(|t| t.as_array().is_some_and(|t| !t.is_empty()))
+    {
+        line["tools"] = tools.clone();
+    }
+    if let Some(parallel) = raw
+        .pointer("/request/parallel_tool_calls")
+        .filter(|p| p.is_boolean())
+    {
+        line["parallel_tool_calls"] = parallel.clone();
+    }
+    Some(line)
 }
 
 #[cfg(test)]

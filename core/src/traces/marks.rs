@@ -32,6 +32,13 @@ pub fn is_name(name: &str) -> bool {
             .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b':' | b'-'))
 }
 
+/// `NAME:VALUE` as the score's name and the least value (`None` when it is not that).
+pub fn parse_min_score(raw: &str) -> Option<(String, f64)> {
+    let (name, value) = raw.rsplit_once(':')?;
+    let value: f64 = value.parse().ok()?;
+    (is_name(name) && value.is_finite()).then(|| (name.to_owned(), value))
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Score {
     pub value: f64,
@@ -164,6 +171,17 @@ pub async fn change_tags(
     })
 }
 
+/// A score set again replaces its value and comment.
+fn score_replaced() -> OnConflict {
+    OnConflict::columns([trace_score::Column::TraceId, trace_score::Column::Name])
+        .update_columns([
+            trace_score::Column::Value,
+            trace_score::Column::Comment,
+            trace_score::Column::UpdatedAt,
+        ])
+        .to_owned()
+}
+
 /// Sets a score of a trace of `orgs`; answers the trace's scores.
 pub async fn set_score(
     db: &impl TransactionTrait,
@@ -184,15 +202,7 @@ pub async fn set_score(
         comment: Set(comment),
         updated_at: Set(Utc::now()),
     })
-    .on_conflict(
-        OnConflict::columns([trace_score::Column::TraceId, trace_score::Column::Name])
-            .update_columns([
-                trace_score::Column::Value,
-                trace_score::Column::Comment,
-                trace_score::Column::UpdatedAt,
-            ])
-            .to_owned(),
-    )
+    .on_conflict(score_replaced())
     .exec_without_returning(&txn)
     .await?;
     let scores = marks_of(&txn, std::slice::from_ref(id))
@@ -208,6 +218,47 @@ pub async fn set_score(
     }
     txn.commit().await?;
     Ok(scores)
+}
+
+/// Sets one score on each of `ids` of `orgs` in one transaction (the others are not found):
+/// a bulk score from the console. Refused whole if a trace would pass its scores' bound.
+pub async fn set_scores(
+    db: &impl TransactionTrait,
+    orgs: &[OrgId],
+    ids: &[TraceId],
+    name: &str,
+    value: f64,
+    comment: Option<String>,
+) -> Result<Tagged, TraceError> {
+    let wanted: Vec<TraceId> = ids.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+    let txn = db.begin().await?;
+    let found = owned(&txn, &wanted, orgs).await?;
+    let now = Utc::now();
+    for chunk in found.chunks(200) {
+        trace_score::Entity::insert_many(chunk.iter().map(|id| trace_score::ActiveModel {
+            trace_id: Set(id.clone()),
+            name: Set(name.to_owned()),
+            value: Set(value),
+            comment: Set(comment.clone()),
+            updated_at: Set(now),
+        }))
+        .on_conflict(score_replaced())
+        .exec_without_returning(&txn)
+        .await?;
+    }
+    for (id, marks) in marks_of(&txn, &found).await? {
+        if marks.scores.len() > MAX_PER_TRACE {
+            return Err(TraceError::TooManyMarks {
+                trace_id: id,
+                what: "scores",
+            });
+        }
+    }
+    txn.commit().await?;
+    Ok(Tagged {
+        updated: found.len(),
+        not_found: wanted.len() - found.len(),
+    })
 }
 
 /// Deletes a score of a trace of `orgs` (deleting one it does not have is no error); answers

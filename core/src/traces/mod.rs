@@ -5,10 +5,12 @@ pub mod export;
 pub mod indexer;
 pub mod marks;
 pub mod otlp;
+pub mod push;
 pub(crate) mod repo;
 pub mod retention;
 pub mod search;
 pub mod service;
+pub mod settings;
 pub mod writer;
 
 pub use repo::{ListedTrace, ProjectTraces, TraceFilter};

@@ -366,6 +366,63 @@ async fn all_words_common(db: &impl ConnectionTrait, query: &super::search::Quer
 }
 
 /// A page of the project's traces that `filter` keeps, newest first.
+/// How many of the project's traces `filter` keeps (its `before` included).
+pub async fn count_matching(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+    filter: &TraceFilter,
+) -> Result<u64, DbErr> {
+    use sea_orm::PaginatorTrait;
+    let unordered = trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id));
+    kept_by(db.get_database_backend(), unordered, filter)
+        .count(db)
+        .await
+}
+
+/// The trace `filter` keeps that comes right after `(at, id)` in the newest-first order
+/// (`older`), or right before it (`!older`).
+pub async fn neighbour(
+    db: &impl ConnectionTrait,
+    project_id: &ProjectId,
+    filter: &TraceFilter,
+    at: DateTime<Utc>,
+    id: &TraceId,
+    older: bool,
+) -> Result<Option<TraceId>, DbErr> {
+    use sea_orm::sea_query::Condition;
+    let unordered = trace::Entity::find().filter(trace::Column::ProjectId.eq(project_id));
+    let query = kept_by(db.get_database_backend(), unordered, filter);
+    let query = match older {
+        true => query
+            .filter(
+                Condition::any().add(trace::Column::CreatedAt.lt(at)).add(
+                    Condition::all()
+                        .add(trace::Column::CreatedAt.eq(at))
+                        .add(trace::Column::Id.lt(id.clone())),
+                ),
+            )
+            .order_by_desc(trace::Column::CreatedAt)
+            .order_by_desc(trace::Column::Id),
+        false => query
+            .filter(
+                Condition::any().add(trace::Column::CreatedAt.gt(at)).add(
+                    Condition::all()
+                        .add(trace::Column::CreatedAt.eq(at))
+                        .add(trace::Column::Id.gt(id.clone())),
+                ),
+            )
+            .order_by_asc(trace::Column::CreatedAt)
+            .order_by_asc(trace::Column::Id),
+    };
+    query
+        .select_only()
+        .column(trace::Column::Id)
+        .limit(1)
+        .into_tuple()
+        .one(db)
+        .await
+}
+
 pub async fn list_page(
     db: &impl ConnectionTrait,
     project_id: &ProjectId,
@@ -614,13 +671,17 @@ pub async fn find_in_orgs(
 }
 
 /// Inserts traces (at most a batch), all or nothing, in one commit.
-pub async fn insert_traces(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<(), DbErr> {
+/// Writes the traces, and in the same transaction puts those of projects that push to an
+/// OTLP endpoint in the push's outbox; answers how many it put there.
+pub async fn insert_traces(db: &DatabaseConnection, traces: &[trace::Model]) -> Result<u64, DbErr> {
     let inserts = insert_statements(db.get_database_backend(), traces);
     let txn = db.begin().await?;
     for insert in inserts {
         txn.execute_raw(insert).await?;
     }
-    txn.commit().await
+    let queued = super::push::repo::enqueue(&txn, traces).await?;
+    txn.commit().await?;
+    Ok(queued)
 }
 
 /// The traces table's columns, in the order [`push_values`] gives a trace's values.

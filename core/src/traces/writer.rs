@@ -413,7 +413,12 @@ async fn write_retrying(db: &DatabaseConnection, traces: &[trace::Model]) -> Res
     loop {
         attempt += 1;
         match repo::insert_traces(own.as_ref().unwrap_or(db), traces).await {
-            Ok(()) => return Ok(()),
+            Ok(queued) => {
+                if queued > 0 {
+                    super::push::exporter::queued(queued);
+                }
+                return Ok(());
+            }
             Err(err) if err.sql_err().is_some() || refuses_value(&err) => {
                 return Err(WriteError::Refused(err))
             }

@@ -72,17 +72,28 @@ impl reqwest::dns::Resolve for CheckedResolver {
 /// resolution, and so its check, away from keel). With `proxy_url`, deliveries go through
 /// that proxy, each destination resolved and checked by keel first ([`attempt`]).
 pub fn client(rules: destination::Rules, proxy_url: Option<&str>) -> reqwest::Result<reqwest::Client> {
-    let builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(TIMEOUT)
-        .connect_timeout(TIMEOUT)
-        .user_agent("keel-webhooks/1")
-        .no_proxy()
-        .dns_resolver(Arc::new(CheckedResolver { rules }));
+    let builder = checked_client_builder(rules, "keel-webhooks/1", TIMEOUT);
     match proxy_url {
         Some(url) => builder.proxy(reqwest::Proxy::all(url)?).build(),
         None => builder.build(),
     }
+}
+
+/// A client for calls to destinations people configure (webhook endpoints, OTLP endpoints):
+/// no redirects, no proxy from the environment, every address it connects to checked against
+/// the destination rules.
+pub fn checked_client_builder(
+    rules: destination::Rules,
+    user_agent: &str,
+    timeout: Duration,
+) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .user_agent(user_agent)
+        .no_proxy()
+        .dns_resolver(Arc::new(CheckedResolver { rules }))
 }
 
 /// A claimed delivery with what sending it needs.

@@ -457,6 +457,7 @@ pub async fn deliveries(
     db: &impl ConnectionTrait,
     endpoint_id: &str,
     status: Option<DeliveryStatus>,
+    event_type: Option<&str>,
     before: Option<(DateTime<Utc>, String)>,
     limit: u64,
 ) -> Result<Vec<webhook_delivery::Model>, DbErr> {
@@ -464,6 +465,17 @@ pub async fn deliveries(
         webhook_delivery::Entity::find().filter(webhook_delivery::Column::EndpointId.eq(endpoint_id));
     if let Some(status) = status {
         query = query.filter(webhook_delivery::Column::Status.eq(status));
+    }
+    if let Some(event_type) = event_type {
+        query = query.filter(
+            webhook_delivery::Column::EventId.in_subquery(
+                sea_orm::sea_query::Query::select()
+                    .column(outbound_event::Column::Id)
+                    .from(outbound_event::Entity)
+                    .and_where(outbound_event::Column::EventType.eq(event_type))
+                    .to_owned(),
+            ),
+        );
     }
     if let Some((at, id)) = before {
         query = query.filter(
@@ -528,6 +540,16 @@ pub async fn delivery(
         .one(db)
         .await?
         .filter(|d| orgs.contains(&d.org_id)))
+}
+
+/// One outbound event.
+pub async fn event(
+    db: &impl ConnectionTrait,
+    event_id: &str,
+) -> Result<Option<outbound_event::Model>, DbErr> {
+    outbound_event::Entity::find_by_id(event_id.to_owned())
+        .one(db)
+        .await
 }
 
 /// Makes the delivery due now, whatever it came to (one more attempt; its attempts keep

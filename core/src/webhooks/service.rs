@@ -273,11 +273,14 @@ pub async fn deliveries(
     orgs: &[OrgId],
     endpoint_id: &str,
     status: Option<crate::domain::DeliveryStatus>,
+    event_type: Option<crate::domain::EventType>,
     before: Option<DeliveryCursor>,
     limit: u64,
 ) -> Result<(Vec<DeliveryLog>, Option<DeliveryCursor>), WebhookError> {
     let endpoint = endpoint(webhooks, orgs, endpoint_id).await?;
-    let mut page = repo::deliveries(&webhooks.db, &endpoint.id, status, before, limit + 1).await?;
+    let event_type = event_type.map(|t| t.as_str());
+    let mut page =
+        repo::deliveries(&webhooks.db, &endpoint.id, status, event_type, before, limit + 1).await?;
     let more = page.len() as u64 > limit;
     page.truncate(limit as usize);
     let next = more
@@ -305,6 +308,32 @@ pub async fn deliveries(
         })
         .collect();
     Ok((log, next))
+}
+
+/// One delivery of the organization as its page shows it: the delivery, its event (type and
+/// body as sent) and every attempt, oldest first.
+pub struct DeliveryDetail {
+    pub delivery: webhook_delivery::Model,
+    pub event: Option<entities::outbound_event::Model>,
+    pub attempts: Vec<webhook_delivery_attempt::Model>,
+}
+
+#[tracing::instrument(level = "debug", skip_all)]
+pub async fn delivery_detail(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    id: &str,
+) -> Result<DeliveryDetail, WebhookError> {
+    let delivery = repo::delivery(&webhooks.db, orgs, id)
+        .await?
+        .ok_or(WebhookError::NotFound("delivery"))?;
+    let event = repo::event(&webhooks.db, &delivery.event_id).await?;
+    let attempts = repo::attempts(&webhooks.db, std::slice::from_ref(&delivery.id)).await?;
+    Ok(DeliveryDetail {
+        delivery,
+        event,
+        attempts,
+    })
 }
 
 /// Sends the organization's delivery again now (the same event id, so receivers can tell

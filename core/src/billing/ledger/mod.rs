@@ -68,6 +68,41 @@ pub async fn apply_group(
                 return Ok(vec![result]);
             }
         }
+    }
+    apply_group_locked(db, cache, policy, batches).await
+}
+
+/// PostgreSQL: one organization's batch written by guarded autocommit statements (see
+/// [`apply_cached`]), without a transaction or a lock held across a round trip. `None`:
+/// not written (not applicable, refused, or the row kept moving); the locked path decides.
+/// Nothing on SQLite.
+pub async fn apply_guarded(
+    db: &DatabaseConnection,
+    cache: &AccountCache,
+    policy: LedgerPolicy,
+    org_id: &OrgId,
+    ops: &[LedgerOp],
+) -> Result<Option<BatchResult>, DbErr> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => apply_cached(db, cache, policy, org_id, ops).await,
+        _ => Ok(None),
+    }
+}
+
+/// [`apply_group`] on the locked path only (the guarded statements already tried).
+pub async fn apply_group_locked(
+    db: &DatabaseConnection,
+    cache: Option<&AccountCache>,
+    policy: LedgerPolicy,
+    batches: &[(&OrgId, &[LedgerOp])],
+) -> Result<Vec<BatchResult>, DbErr> {
+    let distinct: HashSet<&OrgId> = batches.iter().map(|(org, _)| *org).collect();
+    if distinct.len() != batches.len() {
+        return Err(DbErr::Custom(
+            "an organization appears twice in one ledger group".into(),
+        ));
+    }
+    if db.get_database_backend() == DbBackend::Postgres {
         if let Some(results) = apply_group_with(db, cache, policy, batches, KeyCheck::Optimistic).await? {
             return Ok(results);
         }
@@ -86,6 +121,7 @@ async fn apply_group_with(
     batches: &[(&OrgId, &[LedgerOp])],
     check: KeyCheck,
 ) -> Result<Option<Vec<BatchResult>>, DbErr> {
+    let started = std::time::Instant::now();
     let txn = db.begin().await?;
     let org_ids: Vec<OrgId> = batches.iter().map(|(org, _)| (*org).clone()).collect();
     let sql::Locked { accounts, contended } = sql::lock_accounts(&txn, &org_ids).await?;
@@ -178,6 +214,11 @@ async fn apply_group_with(
         return Ok(None);
     };
     txn.commit().await?;
+    tracing::debug!(
+        orgs = batches.len(),
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "locked ledger group committed"
+    );
     if let (Some(cache), Some((balances, settled, mut grants))) = (cache, after) {
         // What this transaction left is what the next batch of these organizations may
         // plan on (unless another writer moves the row first, which its version shows).
@@ -196,11 +237,18 @@ async fn apply_group_with(
     Ok(Some(results))
 }
 
+/// Guarded writes one batch tries (the kept account, then the account read again after
+/// each time the row moved) before it takes the locked path.
+const GUARDED_TRIES: usize = 3;
+
 /// PostgreSQL: one planned batch of one organization written in one autocommit
 /// statement, planned on the account as this process last committed it and guarded by
-/// that row version (`xmin`): no `BEGIN`, no lock round trip, no separate `COMMIT`. If the
-/// row moved meanwhile, or a key is taken, nothing is written. `None`: not applicable, or
-/// nothing written (the caller takes the locked path, which looks at the row itself).
+/// that row version (`xmin`): no `BEGIN`, no lock round trip, no separate `COMMIT`. If none
+/// was kept, the account is read as it is now (one unlocked statement); if the row moved
+/// meanwhile (another instance wrote it, say), the failed statement answers the account as
+/// it found it, and the batch is planned and written again on that, a few times, so instances that charge the same organization never hold its row across a
+/// round trip. `None`: not applicable, refused, or still moving (the caller takes the locked
+/// path, which looks at the row itself).
 async fn apply_cached(
     db: &DatabaseConnection,
     cache: &AccountCache,
@@ -208,42 +256,60 @@ async fn apply_cached(
     org_id: &OrgId,
     ops: &[LedgerOp],
 ) -> Result<Option<BatchResult>, DbErr> {
-    let Some((account, held, version)) = cache.get(org_id) else {
-        return Ok(None);
-    };
-    let now = Utc::now();
-    let mut writes = Writes::new(KeyCheck::Optimistic).policy(policy);
-    let result = plan(
-        org_id,
-        &account,
-        &held,
-        ops,
-        &mut HashMap::new(),
-        &mut HashMap::new(),
-        &mut writes,
-        now,
-    );
-    // Only a batch whose account row it updates is checked by the guard; promo grants,
-    // settled top-ups, webhook events and new grants write more than this statement does
-    // (changes of existing grants it writes, under the same guard).
-    let Some(after) = writes.balances.first().cloned() else {
-        return Ok(None);
-    };
-    if writes.keys_unchecked
-        || !writes.promo_rows.is_empty()
-        || !writes.settled_auto_topups.is_empty()
-        || !writes.settled_payments.is_empty()
-        || !writes.events.is_empty()
-        || !writes.new_grants.is_empty()
-    {
-        return Ok(None);
+    let mut kept = cache.get(org_id);
+    let started = std::time::Instant::now();
+    for attempt in 1..=GUARDED_TRIES {
+        let (account, held, version) = match kept.take() {
+            Some(kept) => kept,
+            None => match sql::read_account(db, org_id).await? {
+                Some(read) => read,
+                None => return Ok(None),
+            },
+        };
+        let now = Utc::now();
+        let mut writes = Writes::new(KeyCheck::Optimistic).policy(policy);
+        let result = plan(
+            org_id,
+            &account,
+            &held,
+            ops,
+            &mut HashMap::new(),
+            &mut HashMap::new(),
+            &mut writes,
+            now,
+        );
+        // Only a batch whose account row it updates is checked by the guard; promo grants,
+        // settled top-ups, webhook events and new grants write more than this statement does
+        // (changes of existing grants it writes, under the same guard).
+        let Some(after) = writes.balances.first().cloned() else {
+            return Ok(None);
+        };
+        if writes.keys_unchecked
+            || !writes.promo_rows.is_empty()
+            || !writes.settled_auto_topups.is_empty()
+            || !writes.settled_payments.is_empty()
+            || !writes.events.is_empty()
+            || !writes.new_grants.is_empty()
+        {
+            return Ok(None);
+        }
+        let written = sql::guarded_write(db, &writes, &after, now, version).await;
+        cache.forget(org_id);
+        match written? {
+            sql::Guarded::Written(version) => {
+                tracing::debug!(org_id = %org_id, attempt, elapsed_us = started.elapsed().as_micros() as u64, "guarded ledger write");
+                let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
+                cache.put(after.account_after(&account, now), held, version);
+                return Ok(Some(result));
+            }
+            // Planned again on the account as the failed write found it.
+            sql::Guarded::Moved(found) => match found {
+                Some(found) => kept = Some(*found),
+                None => return Ok(None),
+            },
+            sql::Guarded::Refused => return Ok(None),
+        }
     }
-    let written = sql::guarded_write(db, &writes, &after, now, version).await;
-    cache.forget(org_id);
-    let Some(version) = written? else {
-        return Ok(None);
-    };
-    let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
-    cache.put(after.account_after(&account, now), held, version);
-    Ok(Some(result))
+    tracing::debug!(org_id = %org_id, elapsed_us = started.elapsed().as_micros() as u64, "guarded ledger writes lost to other writers; taking the locked path");
+    Ok(None)
 }

@@ -1,39 +1,57 @@
-//! Claims: which queued jobs of an action go to a worker, across organizations by their
+//! Claims: which queued jobs of an action go to workers, across organizations by their
 //! weights ([`crate::queue::shares`]), never past an organization's running cap.
 //!
-//! On PostgreSQL a claim is one statement (`keel_claim_jobs`, see [`super::sql::postgres`]):
+//! One claim statement serves several claimants at once (the claims of one action that
+//! arrived together on this instance, `queue::claims`): their jobs are allotted as
+//! one claim of their limits' sum, and each claimant is handed its run of the picks in
+//! order. On PostgreSQL it is one statement (`keel_claim_jobs`, see [`super::sql::postgres`]):
 //! claims of one action take turns only for its length, claims of different actions never
 //! wait for each other (but for an organization under a running cap, whose own claims take
 //! turns), and nothing is held across a round trip, in the cluster or in the instance. On
-//! SQLite (one instance, one writer) the instance's claims take turns (the caller's), the
-//! backlog is read and split in memory, and the jobs taken in one transaction.
+//! SQLite (one instance, one writer) the backlog is read and split in memory, and the jobs
+//! taken in one transaction.
 
 use entities::{queue_share, training_job};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{DatabaseConnection, EntityTrait, TransactionTrait};
 
 use super::*;
-use crate::queue::shares::{allot, Allotment, Contender};
+use crate::queue::shares::{allot_in_order, Allotment, Contender};
 
-/// Hands up to `limit` queued jobs of `action` to `worker_id`, committed: most urgent
-/// (lowest priority) first, then oldest, within an organization. A caller whose worker left
-/// meanwhile gives them back with [`super::release_claims`].
+/// One worker's part of a claim statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimant {
+    pub worker_id: String,
+    /// Jobs it asks for (1..=100).
+    pub limit: u32,
+}
+
+/// Hands each claimant up to its `limit` queued jobs of `action`, committed: most urgent
+/// (lowest priority) first, then oldest, within an organization; answers every job handed,
+/// its `worker_id` naming its claimant. The claimants' workers must be distinct. A caller
+/// whose worker left meanwhile gives them back with [`super::release_claims`].
 pub async fn claim(
     db: &DatabaseConnection,
-    worker_id: &str,
     action: JobAction,
-    limit: u32,
+    claimants: &[Claimant],
     default_cap: u32,
 ) -> Result<Vec<training_job::Model>, DbErr> {
+    let limit: u32 = claimants.iter().map(|c| c.limit).sum();
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
     let mut jobs = match db.get_database_backend() {
         DbBackend::Postgres => {
+            let claimants: Vec<serde_json::Value> = claimants
+                .iter()
+                .map(|c| serde_json::json!({"worker_id": c.worker_id, "limit": c.limit}))
+                .collect();
             let statement = Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 super::sql::postgres::CLAIM,
                 [
                     action.as_str().into(),
-                    worker_id.into(),
-                    i32::try_from(limit).unwrap_or(i32::MAX).into(),
+                    serde_json::Value::Array(claimants).into(),
                     i64::from(default_cap).into(),
                     Utc::now().into(),
                 ],
@@ -44,10 +62,10 @@ pub async fn claim(
                 .await?
         }
         _ => {
-            let allotted = allot_claim(db, action, limit, default_cap).await?;
-            match allotted.iter().any(|a| a.jobs > 0) {
-                true => claim_sqlite(db, worker_id, action, &allotted).await?,
-                false => Vec::new(),
+            let (allotted, picks) = allot_claim(db, action, limit, default_cap).await?;
+            match picks.is_empty() {
+                true => Vec::new(),
+                false => claim_sqlite(db, action, claimants, &allotted, &picks).await?,
             }
         }
     };
@@ -73,14 +91,15 @@ pub(crate) async fn install(db: &DatabaseConnection) -> Result<(), DbErr> {
     txn.commit().await
 }
 
-/// How a claim of `limit` splits among the organizations with queued jobs of `action`
-/// (SQLite: the instance's claims take turns, so what is read holds until the claim).
+/// How a claim of `limit` splits among the organizations with queued jobs of `action`, and
+/// its picks in order (SQLite: one claim statement at a time, so what is read holds until
+/// the claim).
 async fn allot_claim(
     db: &DatabaseConnection,
     action: JobAction,
     limit: u32,
     default_cap: u32,
-) -> Result<Vec<Allotment>, DbErr> {
+) -> Result<(Vec<Allotment>, Vec<usize>), DbErr> {
     let backlog = backlog(db, action, limit, default_cap).await?;
     let contenders: Vec<Contender> = backlog
         .iter()
@@ -97,7 +116,7 @@ async fn allot_claim(
             }
         })
         .collect();
-    Ok(allot(&contenders, limit))
+    Ok(allot_in_order(&contenders, limit))
 }
 
 /// An organization with queued jobs of the action being claimed.
@@ -144,32 +163,52 @@ async fn backlog(
         .collect()
 }
 
-/// Claims each organization's allotted jobs (SQLite): one index range per organization,
-/// and the passes it moved, in one transaction.
+/// Claims the allotted jobs (SQLite): for each claimant, its run of the picks (one index
+/// range per organization), and the passes the claim moved, in one transaction.
 async fn claim_sqlite(
     db: &DatabaseConnection,
-    worker_id: &str,
     action: JobAction,
+    claimants: &[Claimant],
     allotted: &[Allotment],
+    picks: &[usize],
 ) -> Result<Vec<training_job::Model>, DbErr> {
     let now = Utc::now();
-    let wanted: Vec<&Allotment> = allotted.iter().filter(|a| a.jobs > 0).collect();
-    let mut values: Vec<Value> = vec![worker_id.into(), now.into(), now.into(), now.into()];
-    let heads: Vec<&str> = wanted
-        .iter()
-        .map(|a| {
-            values.push(a.org_id.as_str().into());
-            values.push(action.as_str().into());
-            values.push(a.jobs.into());
-            super::sql::sqlite::CLAIM_HEAD.as_str()
-        })
-        .collect();
-    let sql = super::sql::sqlite::CLAIM.replace("{heads}", &heads.join(" UNION ALL "));
     let txn = db.begin().await?;
-    let jobs = training_job::Entity::find()
-        .from_raw_sql(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values))
-        .all(&txn)
-        .await?;
+    let mut jobs = Vec::new();
+    let mut picks = picks.iter();
+    for claimant in claimants {
+        let mut per_org = vec![0i64; allotted.len()];
+        for &index in picks.by_ref().take(claimant.limit as usize) {
+            per_org[index] += 1;
+        }
+        let mut values: Vec<Value> = vec![
+            claimant.worker_id.as_str().into(),
+            now.into(),
+            now.into(),
+            now.into(),
+        ];
+        let heads: Vec<&str> = allotted
+            .iter()
+            .zip(&per_org)
+            .filter(|(_, n)| **n > 0)
+            .map(|(a, n)| {
+                values.push(a.org_id.as_str().into());
+                values.push(action.as_str().into());
+                values.push((*n).into());
+                super::sql::sqlite::CLAIM_HEAD.as_str()
+            })
+            .collect();
+        if heads.is_empty() {
+            continue;
+        }
+        let sql = super::sql::sqlite::CLAIM.replace("{heads}", &heads.join(" UNION ALL "));
+        jobs.extend(
+            training_job::Entity::find()
+                .from_raw_sql(Statement::from_sql_and_values(DbBackend::Sqlite, sql, values))
+                .all(&txn)
+                .await?,
+        );
+    }
     let mut handed: HashMap<OrgId, i64> = HashMap::new();
     for job in &jobs {
         *handed.entry(job.org_id.clone()).or_default() += 1;

@@ -53,6 +53,43 @@ pub async fn stop_job(
     })
 }
 
+/// Of `job_ids`, the queued and scheduled end now (user_stopped, announced in the same
+/// transaction) and the running are asked to stop (stopping), as [`stop_job`] does each; in
+/// one transaction. Answers the jobs it changed; the others (ended, already stopping) are
+/// left alone.
+pub async fn stop_jobs(
+    db: &impl TransactionTrait,
+    job_ids: &[JobId],
+    reason: Option<&str>,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    if job_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = Utc::now();
+    let txn = db.begin().await?;
+    let mut changed = transition(JobEvent::StopWaiting)
+        .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::Error, Expr::value(reason))
+        .col_expr(training_job::Column::StopReason, Expr::value(reason))
+        .col_expr(training_job::Column::FinishedAt, Expr::value(now))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
+        .exec_with_returning(&txn)
+        .await?;
+    let ended: Vec<JobId> = changed.iter().map(|job| job.id.clone()).collect();
+    crate::queue::events::announce_ended(&txn, &ended).await?;
+    let asked = transition(JobEvent::StopRunning)
+        .col_expr(training_job::Column::StopRequested, Expr::value(true))
+        .col_expr(training_job::Column::StopReason, Expr::value(reason))
+        .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
+        .filter(training_job::Column::Id.is_in(job_ids.iter().cloned()))
+        .exec_with_returning(&txn)
+        .await?;
+    txn.commit().await?;
+    changed.extend(asked);
+    Ok(changed)
+}
+
 pub enum RetryOutcome {
     Retried(training_job::Model),
     /// Not failed, blocked or user-stopped: nothing to retry.

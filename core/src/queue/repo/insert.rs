@@ -21,6 +21,18 @@ pub struct NewJob {
     pub unique_key: Option<String>,
     /// The `Idempotency-Key` it was submitted with, and the SHA-256 (hex) of its body.
     pub idempotency: Option<(String, String)>,
+    /// The dataset it trains on (its version pinned at create).
+    pub dataset: Option<JobDataset>,
+}
+
+/// A job's dataset: the one named, and the version's view once pinned.
+#[derive(Clone, Debug)]
+pub struct JobDataset {
+    pub id: crate::domain::DatasetId,
+    /// `None`: the latest.
+    pub version: Option<i32>,
+    /// `{datasetId, version, counts, sha256}`, set by the create flow.
+    pub pinned: Option<serde_json::Value>,
 }
 
 /// The priority of a job created without one.
@@ -28,6 +40,10 @@ pub const DEFAULT_PRIORITY: i32 = 5;
 
 fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
     let scheduled_at = job.run_at.filter(|at| *at > now);
+    let (dataset_id, dataset) = match job.dataset {
+        Some(d) => (Some(d.id), d.pinned.map(|p| p.to_string())),
+        None => (None, None),
+    };
     training_job::Model {
         id: JobId::generate(),
         org_id: job.org_id,
@@ -52,6 +68,8 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         blocked_for_funds: false,
         refusals: 0,
         stop_reason: None,
+        dataset_id,
+        dataset,
         payload: job.payload.to_string(),
         worker_id: None,
         attempts: 0,

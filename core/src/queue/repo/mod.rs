@@ -22,14 +22,15 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-pub use claim::claim;
 pub(crate) use claim::install;
-pub use control::{retry_job, retry_jobs, stop_job, RetryOutcome, StopOutcome};
+pub use claim::{claim, Claimant};
+pub use control::{retry_job, retry_jobs, stop_job, stop_jobs, RetryOutcome, StopOutcome};
 pub use heartbeat::{heartbeat, heartbeats, set_live_status, Held};
-pub use insert::{insert_batch, insert_jobs, insert_keyed, Inserted, NewJob, DEFAULT_PRIORITY};
+pub use insert::{insert_batch, insert_jobs, insert_keyed, Inserted, JobDataset, NewJob, DEFAULT_PRIORITY};
 pub use read::{
-    counts_by_action_status, ended_per_bucket, failed_jobs, find_job, held_jobs, list_jobs, oldest_queued,
-    open_counts_by_org, FailedFilter, JobFilter,
+    count_failed, counts_by_action_status, ended_per_bucket, failed_jobs, find_job, held_jobs,
+    job_ids_matching, list_jobs, oldest_queued, open_counts_by_org, sorted_jobs, status_counts, statuses_of,
+    FailedFilter, JobFilter, JobSort,
 };
 pub use report::{apply_reports, EndedAttempt, Report, ReportOutcome, RetryPolicy};
 pub use secrets::{apply_secret_changes, sealed_secrets, SecretChange};

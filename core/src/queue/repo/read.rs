@@ -17,15 +17,41 @@ pub struct JobFilter {
     pub before: Option<(DateTime<Utc>, JobId)>,
 }
 
-pub async fn list_jobs(
-    db: &impl ConnectionTrait,
+/// The order of a console's page of jobs (the API's lists are newest first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JobSort {
+    /// Newest created first.
+    #[default]
+    Created,
+    /// Most recently changed first.
+    Updated,
+    /// Highest priority (the lowest number) first, then oldest queued first: the order
+    /// claims take them in.
+    Priority,
+}
+
+impl JobSort {
+    pub const ALL: [JobSort; 3] = [JobSort::Created, JobSort::Updated, JobSort::Priority];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSort::Created => "created",
+            JobSort::Updated => "updated",
+            JobSort::Priority => "priority",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<JobSort> {
+        JobSort::ALL.into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
+/// The jobs of `org_ids` that `filter` keeps (its `before` included), in no order.
+fn filtered(
     org_ids: &[OrgId],
     filter: &JobFilter,
-    limit: u64,
-) -> Result<Vec<training_job::Model>, DbErr> {
-    if org_ids.is_empty() {
-        return Ok(Vec::new());
-    }
+    with_status: bool,
+) -> sea_orm::Select<training_job::Entity> {
     let mut query = training_job::Entity::find()
         .filter(training_job::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)));
     if let Some(project) = &filter.project_id {
@@ -34,7 +60,7 @@ pub async fn list_jobs(
     if let Some(task) = &filter.training_task_id {
         query = query.filter(training_job::Column::TrainingTaskId.eq(task.as_str()));
     }
-    if !filter.status.is_empty() {
+    if with_status && !filter.status.is_empty() {
         query = query.filter(training_job::Column::Status.is_in(filter.status.iter().map(|s| s.as_str())));
     }
     if let Some(action) = filter.action {
@@ -50,11 +76,124 @@ pub async fn list_jobs(
         );
     }
     query
+}
+
+pub async fn list_jobs(
+    db: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+    filter: &JobFilter,
+    limit: u64,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    filtered(org_ids, filter, true)
         .order_by_desc(training_job::Column::CreatedAt)
         .order_by_desc(training_job::Column::Id)
         .limit(limit)
         .all(db)
         .await
+}
+
+/// A page of the jobs `filter` keeps in `sort`'s order: `limit` from `offset`.
+pub async fn sorted_jobs(
+    db: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+    filter: &JobFilter,
+    sort: JobSort,
+    offset: u64,
+    limit: u64,
+) -> Result<Vec<training_job::Model>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = filtered(org_ids, filter, true);
+    let query = match sort {
+        JobSort::Created => query.order_by_desc(training_job::Column::CreatedAt),
+        JobSort::Updated => query.order_by_desc(training_job::Column::UpdatedAt),
+        JobSort::Priority => query
+            .order_by_asc(training_job::Column::Priority)
+            .order_by_asc(training_job::Column::CreatedAt),
+    };
+    query
+        .order_by_desc(training_job::Column::Id)
+        .offset(offset)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The ids of the jobs `filter` keeps, newest first, at most `limit`.
+pub async fn job_ids_matching(
+    db: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+    filter: &JobFilter,
+    limit: u64,
+) -> Result<Vec<JobId>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    filtered(org_ids, filter, true)
+        .select_only()
+        .column(training_job::Column::Id)
+        .order_by_desc(training_job::Column::CreatedAt)
+        .order_by_desc(training_job::Column::Id)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
+/// The status of each of `ids` that is a job of one of `org_ids`.
+pub async fn statuses_of(
+    db: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+    ids: &[JobId],
+) -> Result<Vec<(JobId, JobStatus)>, DbErr> {
+    let mut found = Vec::with_capacity(ids.len());
+    if org_ids.is_empty() {
+        return Ok(found);
+    }
+    for chunk in ids.chunks(500) {
+        let rows: Vec<(JobId, String)> = training_job::Entity::find()
+            .select_only()
+            .column(training_job::Column::Id)
+            .column(training_job::Column::Status)
+            .filter(training_job::Column::OrgId.is_in(org_ids.iter().map(OrgId::to_string)))
+            .filter(training_job::Column::Id.is_in(chunk.iter().cloned()))
+            .into_tuple()
+            .all(db)
+            .await?;
+        found.extend(
+            rows.into_iter()
+                .filter_map(|(id, status)| JobStatus::parse(&status).map(|s| (id, s))),
+        );
+    }
+    Ok(found)
+}
+
+/// How many jobs `filter` keeps in each status, its own statuses set aside (the counts a
+/// page shows beside its status choices).
+pub async fn status_counts(
+    db: &impl ConnectionTrait,
+    org_ids: &[OrgId],
+    filter: &JobFilter,
+) -> Result<Vec<(JobStatus, u64)>, DbErr> {
+    if org_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(String, i64)> = filtered(org_ids, filter, false)
+        .select_only()
+        .column(training_job::Column::Status)
+        .column_as(Expr::col(training_job::Column::Id).count(), "jobs")
+        .group_by(training_job::Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(status, n)| JobStatus::parse(&status).map(|s| (s, u64::try_from(n).unwrap_or(0))))
+        .collect())
 }
 
 pub async fn find_job(
@@ -137,11 +276,29 @@ fn contains_pattern(text: &str) -> String {
 }
 
 /// Failed jobs of every organization, the latest to fail first; at most `limit`.
+/// How many failed jobs `filter` keeps.
+pub async fn count_failed(db: &impl ConnectionTrait, filter: &FailedFilter) -> Result<u64, DbErr> {
+    use sea_orm::PaginatorTrait;
+    failed_kept(filter).count(db).await
+}
+
 pub async fn failed_jobs(
     db: &impl ConnectionTrait,
     filter: &FailedFilter,
+    offset: u64,
     limit: u64,
 ) -> Result<Vec<training_job::Model>, DbErr> {
+    failed_kept(filter)
+        .order_by_desc(training_job::Column::FinishedAt)
+        .order_by_desc(training_job::Column::Id)
+        .offset(offset)
+        .limit(limit)
+        .all(db)
+        .await
+}
+
+/// The failed jobs `filter` keeps, in no order.
+fn failed_kept(filter: &FailedFilter) -> sea_orm::Select<training_job::Entity> {
     // Written as the partial index states it (`m20261126_000006`).
     let mut query = training_job::Entity::find().filter(Expr::cust("status = 'failed'"));
     if let Some(action) = filter.action {
@@ -155,11 +312,6 @@ pub async fn failed_jobs(
         query = query.filter(error.like(LikeExpr::new(contains_pattern(text)).escape('!')));
     }
     query
-        .order_by_desc(training_job::Column::FinishedAt)
-        .order_by_desc(training_job::Column::Id)
-        .limit(limit)
-        .all(db)
-        .await
 }
 
 /// Attempts that ended since `since`, counted per `bucket_secs`-long bucket (seconds since

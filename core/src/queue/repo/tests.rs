@@ -72,6 +72,7 @@ impl Fixture {
             run_at: None,
             unique_key: None,
             idempotency: None,
+            dataset: None,
         };
         let job = insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap();
         let hour_ago = Utc::now() - Duration::hours(1);
@@ -120,7 +121,11 @@ impl Fixture {
                 promote_due(db, Utc::now()).await.unwrap();
             }
             JobEvent::Claim => {
-                claim(db, "w2", JobAction::Training, 10, 0).await.unwrap();
+                let claimant = Claimant {
+                    worker_id: "w2".into(),
+                    limit: 10,
+                };
+                claim(db, JobAction::Training, &[claimant], 0).await.unwrap();
             }
             JobEvent::Heartbeat => {
                 let held = heartbeat(db, job_id, "w1").await.unwrap();
@@ -223,6 +228,7 @@ async fn a_new_job_is_queued_or_scheduled_as_the_table_says() {
         run_at,
         unique_key: None,
         idempotency: None,
+        dataset: None,
     };
     let made = insert_jobs(&f.db, vec![new(None), new(Some(Utc::now() + Duration::hours(1)))]).await;
     let statuses: Vec<JobStatus> = made.into_iter().map(|job| job.unwrap().status).collect();

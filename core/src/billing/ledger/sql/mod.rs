@@ -23,8 +23,8 @@ use crate::domain::{Microcents, OrgId, PaymentState};
 use crate::webhooks::outbox::{self, Announcement};
 
 pub use payments::{record_payment, settle_pending, PaymentRow};
-pub(super) use postgres::guarded_write;
 pub use postgres::is_lock_timeout;
+pub(super) use postgres::{guarded_write, read_account, Guarded};
 
 /// Locked accounts, and the organizations whose account row another transaction held.
 pub(super) struct Locked {

@@ -9,6 +9,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, 
 use super::rows::{
     json_param, JsonRows, LEDGER_ROWS, LEDGER_ROWS_SKIPPING_APPLIED, USAGE_ROWS, USAGE_ROWS_SKIPPING_RECORDED,
 };
+use crate::billing::ledger::grants::Grant;
 use crate::billing::ledger::planner::{BalanceRow, KeyCheck, Writes};
 
 /// Whether PostgreSQL gave up waiting (`lock_timeout`, `statement_timeout`): the row is
@@ -120,11 +121,20 @@ static PG_WRITES: LazyLock<String> = LazyLock::new(|| pg_writes(&LEDGER_ROWS, &U
 static PG_WRITES_SKIPPING_APPLIED: LazyLock<String> =
     LazyLock::new(|| pg_writes(&LEDGER_ROWS_SKIPPING_APPLIED, &USAGE_ROWS_SKIPPING_RECORDED));
 
+/// An account row with its row version and its active grants, one row per grant (or one
+/// without): what [`account_from_rows`] reads (`{a}`: the account's alias).
+const ACCOUNT_WITH_GRANTS: &str = "{a}.*, {a}.xmin::text AS keel_version, g.id AS grant_id, \
+    g.remaining_microcents AS grant_remaining, g.priority AS grant_priority, \
+    g.expires_at AS grant_expires_at, g.created_at AS grant_created_at \
+    FROM billing_accounts {a} LEFT JOIN credit_grants g \
+      ON g.org_id = {a}.org_id AND g.remaining_microcents > 0";
+
 /// [`guarded_write`]'s one autocommit statement: the account `$3` takes balance `$5` and
 /// starter flag `$6` only if its row version is still `$7`; the entries (`$1`) and usage
 /// rows (`$2`), stamped `$4`, are inserted (and the grant changes `$8` made) only if it did (no conflict clause: a key
-/// already taken fails the whole statement, so they insert every row or none). Answers
-/// one row with the account's new version, or no row if it had moved (nothing written).
+/// already taken fails the whole statement, so they insert every row or none). Answers the
+/// account's new version in `keel_written`; when the row had moved (nothing written), the
+/// account as the statement found it, with its grants (so the next try needs no read).
 static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
     let guard = "WHERE EXISTS (SELECT 1 FROM balances)";
     format!(
@@ -132,10 +142,11 @@ static PG_GUARDED_WRITES: LazyLock<String> = LazyLock::new(|| {
                   starter_credit_granted = $6, updated_at = $4 \
                 WHERE org_id = $3 AND xmin = $7::text::xid RETURNING xmin::text AS version), \
               e AS ({}), u AS ({}), g AS ({}) \
-         SELECT version FROM balances",
+         SELECT (SELECT version FROM balances) AS keel_written, {} WHERE a.org_id = $3",
         LEDGER_ROWS.pg_insert(1, 4, guard),
         USAGE_ROWS.pg_insert(2, 4, guard),
-        grant_changes(8, 4, guard)
+        grant_changes(8, 4, guard),
+        ACCOUNT_WITH_GRANTS.replace("{a}", "a")
     )
 });
 
@@ -174,16 +185,31 @@ pub(super) async fn write_group(
     }
 }
 
+/// An account as the planner needs it: the row, its active grants and its row version.
+pub(in crate::billing::ledger) type ReadAccount = (entities::billing_account::Model, Vec<Grant>, String);
+
+/// What a guarded write did.
+pub(in crate::billing::ledger) enum Guarded {
+    /// Written; the account's new row version.
+    Written(String),
+    /// Nothing written: the row had moved since it was read (another writer, perhaps
+    /// another instance); the account as the statement found it (if it still has one), to
+    /// plan on again.
+    Moved(Option<Box<ReadAccount>>),
+    /// Nothing written: the statement was refused (a key already taken, say). The locked
+    /// path, which looks keys up, decides.
+    Refused,
+}
+
 /// One organization's planned batch in one autocommit statement, guarded by the row
-/// version it was planned on. `Some(version)`: written, the account's new version.
-/// `None`: nothing written (the row had moved, or a key was taken).
+/// version it was planned on.
 pub(in crate::billing::ledger) async fn guarded_write(
     db: &DatabaseConnection,
     writes: &Writes,
     after: &BalanceRow,
     now: DateTime<Utc>,
     version: String,
-) -> Result<Option<String>, DbErr> {
+) -> Result<Guarded, DbErr> {
     let params = [
         Value::from(json_param(&writes.entries)?),
         Value::from(json_param(&writes.usage_rows)?),
@@ -195,19 +221,75 @@ pub(in crate::billing::ledger) async fn guarded_write(
         Value::from(json_param(&writes.grant_changes)?),
     ];
     let answer = db
-        .query_one_raw(Statement::from_sql_and_values(
+        .query_all_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             &*PG_GUARDED_WRITES,
             params,
         ))
         .await;
     match answer {
-        Ok(row) => Ok(row.and_then(|row| row.try_get_by_index::<String>(0).ok())),
+        Ok(rows) => {
+            let written = match rows.first() {
+                Some(row) => row.try_get::<Option<String>>("", "keel_written")?,
+                None => None,
+            };
+            Ok(match written {
+                Some(version) => Guarded::Written(version),
+                None => Guarded::Moved(account_from_rows(&rows)?.map(Box::new)),
+            })
+        }
         // Waiting longer on the locked path would only double the wait.
         Err(err) if is_lock_timeout(&err) => Err(err),
         Err(err) => {
             tracing::debug!(org_id = %after.org_id, error = %err, "guarded ledger write refused; taking the locked path");
-            Ok(None)
+            Ok(Guarded::Refused)
         }
     }
+}
+
+/// An account as it is now, without locking it: the row, its active grants and its row
+/// version (`xmin`), read in one statement (one snapshot), so a guarded write planned on
+/// them lands only if nothing changed either since (every change of a grant changes its
+/// account row). `None`: no account row yet.
+pub(in crate::billing::ledger) async fn read_account(
+    db: &DatabaseConnection,
+    org_id: &crate::domain::OrgId,
+) -> Result<Option<ReadAccount>, DbErr> {
+    static READ: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {} WHERE a.org_id = $1",
+            ACCOUNT_WITH_GRANTS.replace("{a}", "a")
+        )
+    });
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            READ.as_str(),
+            [Value::from(org_id.as_str())],
+        ))
+        .await?;
+    account_from_rows(&rows)
+}
+
+/// The account of [`ACCOUNT_WITH_GRANTS`]'s rows (`None`: no row).
+fn account_from_rows(rows: &[sea_orm::QueryResult]) -> Result<Option<ReadAccount>, DbErr> {
+    use sea_orm::FromQueryResult;
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let account = entities::billing_account::Model::from_query_result(first, "")?;
+    let version: String = first.try_get("", "keel_version")?;
+    let mut grants = Vec::new();
+    for row in rows {
+        if let Some(id) = row.try_get::<Option<String>>("", "grant_id")? {
+            grants.push(Grant {
+                id,
+                remaining: row.try_get("", "grant_remaining")?,
+                priority: row.try_get("", "grant_priority")?,
+                expires_at: row.try_get("", "grant_expires_at")?,
+                created_at: row.try_get("", "grant_created_at")?,
+            });
+        }
+    }
+    Ok(Some((account, grants, version)))
 }

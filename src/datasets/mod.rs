@@ -1,0 +1,5 @@
+//! Datasets: `POST|GET /api/datasets`, one dataset (`GET|PATCH|DELETE`), its versions and
+//! their export; the worker's read of its job's dataset is in `queue::internal`.
+
+pub mod dto;
+pub mod routes;

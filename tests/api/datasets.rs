@@ -1,0 +1,451 @@
+//! Datasets (issue 60): frozen, versioned, split selections of a project's traces, exported
+//! byte for byte the same whatever happens to their traces, pinned by the jobs that train on
+//! them and read by the worker that holds the job.
+
+use std::collections::HashSet;
+
+use chrono::{Duration as Span, SubsecRound, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::export::trace;
+use crate::helpers::*;
+use crate::queue::{claim, enqueue, funded};
+
+/// `n` traces of model `m-ok` (every fourth a 500 of `m-err`), a millisecond apart; their ids.
+async fn seed(app: &TestApp, org: &TestOrg, project: &str, n: usize) -> Vec<String> {
+    let newest = (Utc::now() - Span::seconds(60)).trunc_subsecs(3);
+    let rows: Vec<_> = (0..n)
+        .map(|i| {
+            let (model, status) = if i % 4 == 0 { ("m-err", 500) } else { ("m-ok", 200) };
+            let id = uuid::Uuid::new_v4().to_string();
+            trace(
+                id,
+                org,
+                project,
+                model,
+                status,
+                newest - Span::milliseconds(i as i64),
+            )
+        })
+        .collect();
+    insert(app, &rows).await;
+    rows.iter().map(|t| t.id.to_string()).collect()
+}
+
+async fn insert(app: &TestApp, rows: &[entities::trace::Model]) {
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    keel_core::fixtures::insert_traces(&db, rows).await.unwrap();
+    db.close().await.ok();
+}
+
+async fn export(app: &TestApp, org: &TestOrg, path: &str) -> (Vec<u8>, String, i64) {
+    let response = app.get(path, &org.api_key).await;
+    assert_eq!(response.status(), StatusCode::OK, "{path}");
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let sha = response.headers()["x-dataset-sha256"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let lines: i64 = response.headers()["x-dataset-lines"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body = response.bytes().await.unwrap().to_vec();
+    assert_eq!(
+        hex::encode(Sha256::digest(&body)),
+        sha,
+        "the header's digest is the body's"
+    );
+    assert_eq!(body.iter().filter(|b| **b == b'\n').count() as i64, lines);
+    (body, sha, lines)
+}
+
+fn ids_of(body: &[u8]) -> Vec<String> {
+    // The openai-chat lines of these traces ask "question <id>".
+    String::from_utf8_lossy(body)
+        .lines()
+        .map(|line| {
+            let line: Value = serde_json::from_str(line).unwrap();
+            let ask = line["messages"][0]["content"].as_str().unwrap();
+            ask.trim_start_matches("question ").to_owned()
+        })
+        .collect()
+}
+
+async fn create(app: &TestApp, org: &TestOrg, body: Value) -> Value {
+    json_of(
+        app.post("/api/datasets", &org.api_key, &body).await,
+        StatusCode::CREATED,
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn a_version_is_split_stable_and_byte_identical_after_its_traces_change_or_go() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let ids = seed(&app, &org, &project, 40).await;
+    let ok: HashSet<String> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 4 != 0)
+        .map(|(_, id)| id.clone())
+        .collect();
+    let errored = ids[0].clone();
+
+    let view = create(
+        &app,
+        &org,
+        json!({"projectId": project, "name": "support-v1", "description": "refund answers",
+               "filter": {"model": "m-ok"}, "traceIds": [errored],
+               "split": {"validation": 0.3, "seed": 7}}),
+    )
+    .await;
+    let dataset = view["datasetId"].as_str().unwrap().to_owned();
+    assert_eq!(view["version"], 1);
+    assert_eq!(view["name"], "support-v1");
+    let v1 = &view["versions"][0];
+    assert_eq!(v1["version"], 1);
+    assert_eq!(v1["filter"], json!({"model": "m-ok"}));
+    let (train, validation) = (
+        v1["counts"]["train"].as_i64().unwrap(),
+        v1["counts"]["validation"].as_i64().unwrap(),
+    );
+    assert_eq!(
+        train + validation,
+        ok.len() as i64,
+        "the 500 listed by id is not trainable"
+    );
+    assert!(validation > 0 && train > validation, "{train}/{validation}");
+    assert_eq!(v1["skipped"], 1);
+
+    let base = format!("/api/datasets/{dataset}/versions/1/export");
+    let (all, _, _) = export(&app, &org, &base).await;
+    let (train_body, train_sha, train_lines) = export(&app, &org, &format!("{base}?split=train")).await;
+    let (valid_body, valid_sha, _) = export(&app, &org, &format!("{base}?split=validation")).await;
+    assert_eq!(
+        train_sha, v1["sha256"]["train"],
+        "the view's digest is of the openai-chat lines"
+    );
+    assert_eq!(valid_sha, v1["sha256"]["validation"]);
+    assert_eq!(train_lines, train);
+    let (train_ids, valid_ids) = (ids_of(&train_body), ids_of(&valid_body));
+    let sides: HashSet<&String> = train_ids.iter().collect();
+    assert!(
+        valid_ids.iter().all(|id| !sides.contains(id)),
+        "the split is disjoint"
+    );
+    let union: HashSet<String> = train_ids.iter().chain(&valid_ids).cloned().collect();
+    assert_eq!(union, ok);
+    // OpenAI's chat fine-tuning format: the request's messages then the assistant's reply.
+    let first: Value = serde_json::from_slice(all.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(first["messages"][1]["role"], "assistant");
+    assert!(first["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("answer "));
+    let (records, _, _) = export(&app, &org, &format!("{base}?format=records&split=all")).await;
+    let record: Value = serde_json::from_slice(records.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert!(
+        record["input"].as_str().unwrap().starts_with("question "),
+        "{record}"
+    );
+
+    // The same seed splits another dataset of the same traces the same way.
+    let twin = create(
+        &app,
+        &org,
+        json!({"projectId": project, "name": "twin", "filter": {"model": "m-ok"}, "split": {"validation": 0.3, "seed": 7}}),
+    )
+    .await;
+    assert_eq!(twin["versions"][0]["sha256"], v1["sha256"]);
+
+    // Retagged, rescored, then deleted (as retention does): version 1 reads the same bytes.
+    let some: Vec<&String> = ok.iter().take(5).collect();
+    let tagged = app
+        .post(
+            "/api/traces/tags",
+            &org.api_key,
+            &json!({"traceIds": some, "add": ["reviewed"]}),
+        )
+        .await;
+    assert_eq!(tagged.status(), StatusCode::OK);
+    let scored = app
+        .request(
+            Method::PUT,
+            &format!("/api/traces/{}/scores/quality", some[0]),
+            Some(&org.api_key),
+        )
+        .json(&json!({"value": 0.1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scored.status(), StatusCode::OK);
+    let db = sea_orm::Database::connect(app.db_url.as_str()).await.unwrap();
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    entities::trace::Entity::delete_many()
+        .filter(entities::trace::Column::ProjectId.eq(project.as_str()))
+        .exec(&db)
+        .await
+        .unwrap();
+    db.close().await.ok();
+    assert_eq!(
+        export(&app, &org, &base).await.0,
+        all,
+        "byte-identical after its traces went"
+    );
+    assert_eq!(
+        export(&app, &org, &format!("{base}?split=train")).await.0,
+        train_body
+    );
+
+    // A new version from the previous selection: one removed; a deleted trace can't be added
+    // to a dataset that never took it (422), one it took can.
+    let removed = train_ids[0].clone();
+    let v2 = json_of(
+        app.post(
+            &format!("/api/datasets/{dataset}/versions"),
+            &org.api_key,
+            &json!({"traceIds": {"remove": [removed]}}),
+        )
+        .await,
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(v2["version"], 2);
+    assert_eq!(v2["versions"].as_array().unwrap().len(), 2);
+    let v2_train = ids_of(
+        &export(
+            &app,
+            &org,
+            &format!("/api/datasets/{dataset}/versions/2/export?split=train"),
+        )
+        .await
+        .0,
+    );
+    assert_eq!(v2_train.len(), train_ids.len() - 1);
+    assert!(!v2_train.contains(&removed));
+    let unknown = app
+        .post(
+            &format!("/api/datasets/{dataset}/versions"),
+            &org.api_key,
+            &json!({"traceIds": {"add": [uuid::Uuid::new_v4()]}}),
+        )
+        .await;
+    let detail = json_of(unknown, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(detail["detail"][0]["loc"], json!(["body", "traceIds"]));
+    assert_eq!(export(&app, &org, &base).await.0, all, "version 1 never changes");
+
+    // A refresh (empty body) runs the latest filter again: new traces join.
+    let fresh = seed(&app, &org, &project, 4).await;
+    let v3 = json_of(
+        app.post(
+            &format!("/api/datasets/{dataset}/versions"),
+            &org.api_key,
+            &json!({}),
+        )
+        .await,
+        StatusCode::CREATED,
+    )
+    .await;
+    let v3 = &v3["versions"][2];
+    let counted = v3["counts"]["train"].as_i64().unwrap() + v3["counts"]["validation"].as_i64().unwrap();
+    assert_eq!(counted as usize, ok.len() - 1 + 3, "{v3}: the 3 new m-ok traces");
+    let _ = fresh;
+}
+
+#[actix_web::test]
+async fn dedupe_keeps_the_latest_trace_of_each_prompt_and_bad_bodies_are_4xx() {
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    let at = (Utc::now() - Span::seconds(30)).trunc_subsecs(3);
+    let same = |id: String, ms: i64| {
+        let mut t = trace(id, &org, &project, "m-ok", 200, at + Span::milliseconds(ms));
+        t.request = json!({"model": "m-ok", "messages": [{"role": "user", "content": "the same question"}]})
+            .to_string();
+        t
+    };
+    let (older, newer) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
+    insert(&app, &[same(older.clone(), 0), same(newer.clone(), 5)]).await;
+    let other = seed(&app, &org, &project, 2).await;
+    let body = |name: &str, dedupe: &str| json!({"projectId": project, "name": name, "filter": {"status": "ok"}, "dedupe": dedupe});
+    let none = create(&app, &org, body("all", "none")).await;
+    assert_eq!(none["versions"][0]["counts"]["train"], 3);
+    let deduped = create(&app, &org, body("deduped", "prompt")).await;
+    assert_eq!(deduped["versions"][0]["counts"]["train"], 2);
+    assert_eq!(deduped["versions"][0]["skipped"], 1);
+    let id = deduped["datasetId"].as_str().unwrap();
+    let (records, _, _) = export(
+        &app,
+        &org,
+        &format!("/api/datasets/{id}/versions/1/export?format=records"),
+    )
+    .await;
+    let text = String::from_utf8(records).unwrap();
+    assert!(
+        text.contains(&format!("answer {newer}")),
+        "the latest of the prompt: {text}"
+    );
+    assert!(!text.contains(&format!("answer {older}")));
+    let _ = other;
+
+    // Bad bodies: a taken name is 409, nothing to select 422, a bad split or format 422,
+    // another organization's project or dataset 404.
+    let taken = app
+        .post("/api/datasets", &org.api_key, &body("all", "none"))
+        .await;
+    assert_eq!(
+        json_of(taken, StatusCode::CONFLICT).await["code"],
+        "dataset_name_taken"
+    );
+    for bad in [
+        json!({"projectId": project, "name": "x"}),
+        json!({"projectId": project, "name": "x", "filter": {}, "split": {"validation": 0.9}}),
+        json!({"projectId": project, "name": "x", "filter": {}, "dedupe": "words"}),
+        json!({"projectId": project, "name": "", "filter": {}}),
+    ] {
+        let refused = app.post("/api/datasets", &org.api_key, &bad).await;
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
+    let bad_format = app
+        .get(
+            &format!("/api/datasets/{id}/versions/1/export?format=raw"),
+            &org.api_key,
+        )
+        .await;
+    assert_eq!(bad_format.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let stranger = app.create_org("Stranger").await;
+    let theirs = app
+        .post("/api/datasets", &stranger.api_key, &body("mine", "none"))
+        .await;
+    assert_eq!(theirs.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.get(&format!("/api/datasets/{id}"), &stranger.api_key)
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let listed = json_of(
+        app.get(&format!("/api/datasets?projectId={project}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["datasets"].as_array().unwrap().len(), 2);
+    let renamed = app
+        .request(Method::PATCH, &format!("/api/datasets/{id}"), Some(&org.api_key))
+        .json(&json!({"name": "deduped-2", "description": null}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(renamed, StatusCode::OK).await["name"], "deduped-2");
+}
+
+#[actix_web::test]
+async fn a_job_pins_its_dataset_and_only_the_worker_holding_it_reads_it() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Trainer").await;
+    seed(&app, &org, &project, 12).await;
+    let view = create(
+        &app,
+        &org,
+        json!({"projectId": project, "name": "train-set", "filter": {"model": "m-ok"}, "split": {"validation": 0.25}}),
+    )
+    .await;
+    let dataset = view["datasetId"].as_str().unwrap().to_owned();
+    let digests = view["versions"][0]["sha256"].clone();
+    let job = enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "training", "model": "m", "environmentSlug": "acme/agents/env", "dataset": {"datasetId": dataset}}),
+    )
+    .await;
+    let pinned = json!({"datasetId": dataset, "version": 1, "counts": view["versions"][0]["counts"], "sha256": digests});
+    assert_eq!(job["dataset"], pinned);
+    let job_id = job["jobId"].as_str().unwrap().to_owned();
+    // Another organization's dataset, or a version it does not have, is 404.
+    let stranger = app.create_org("Stranger").await;
+    let elsewhere = app.create_project(&stranger, "P").await;
+    let refused = app
+        .post(
+            "/api/training/jobs",
+            &stranger.api_key,
+            &json!({"action": "tracer", "projectId": elsewhere, "dataset": {"datasetId": dataset}}),
+        )
+        .await;
+    assert_eq!(
+        json_of(refused, StatusCode::NOT_FOUND).await["code"],
+        "dataset_not_found"
+    );
+    let no_version = app
+        .post("/api/training/jobs", &org.api_key, &json!({"action": "tracer", "projectId": project, "dataset": {"datasetId": dataset, "version": 9}}))
+        .await;
+    assert_eq!(no_version.status(), StatusCode::NOT_FOUND);
+
+    // The dataset a job that is not over trains on cannot be deleted.
+    let delete = app
+        .request(
+            Method::DELETE,
+            &format!("/api/datasets/{dataset}"),
+            Some(&org.api_key),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        json_of(delete, StatusCode::CONFLICT).await["code"],
+        "dataset_in_use"
+    );
+
+    let read = |worker: Option<&str>| {
+        let query = worker.map(|w| format!("?worker_id={w}")).unwrap_or_default();
+        app.request(
+            Method::GET,
+            &format!("/api/training/internal/jobs/{job_id}/dataset{query}"),
+            Some(INTERNAL_KEY),
+        )
+        .send()
+    };
+    assert_eq!(
+        read(Some("w1")).await.unwrap().status(),
+        StatusCode::CONFLICT,
+        "not claimed yet"
+    );
+    let claimed = claim(&app, "w1", "training", 1).await;
+    assert_eq!(claimed[0]["dataset"], pinned, "the claim item carries it");
+    assert_eq!(
+        json_of(read(Some("w2")).await.unwrap(), StatusCode::CONFLICT).await["code"],
+        "job_not_held"
+    );
+    assert_eq!(read(None).await.unwrap().status(), StatusCode::CONFLICT);
+    let held = read(Some("w1")).await.unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let sha = held.headers()["x-dataset-sha256"].to_str().unwrap().to_owned();
+    let body = held.bytes().await.unwrap();
+    assert_eq!(hex::encode(Sha256::digest(&body)), sha);
+    assert_eq!(
+        json!(sha),
+        digests["train"],
+        "the train split, openai-chat, by default"
+    );
+
+    // The dataset lists the job under the version it pinned.
+    let view = json_of(
+        app.get(&format!("/api/datasets/{dataset}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(view["versions"][0]["jobs"][0]["jobId"], json!(job_id));
+    assert_eq!(view["versions"][0]["jobs"][0]["status"], "running");
+    let metrics = app.get("/metrics", INTERNAL_KEY).await.text().await.unwrap();
+    assert!(
+        metrics.contains("keel_dataset_export_lines_total{format=\"openai-chat\"}"),
+        "{metrics}"
+    );
+}
