@@ -51,6 +51,11 @@ pub enum Command {
         #[command(subcommand)]
         action: TracesAction,
     },
+    /// Datasets, through the HTTP API.
+    Datasets {
+        #[command(subcommand)]
+        action: DatasetsAction,
+    },
     /// Operator tasks, on the database directly (docs/OPERATIONS.md, "The operator's command line").
     #[command(after_help = crate::admin::ADMIN_HELP)]
     Admin {
@@ -117,6 +122,39 @@ pub enum TracesAction {
         #[arg(long, env = "KEEL_URL", default_value = "http://127.0.0.1:8080")]
         base_url: String,
         /// A keel API key (or a session token) of the project's organization.
+        #[arg(long, env = "KEEL_API_KEY", hide_env_values = true)]
+        api_key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetsAction {
+    /// Write a dataset version's lines of one split as JSONL, with progress on stderr,
+    /// checked against the version's SHA-256 at the end (exit 1 if they differ).
+    Export {
+        /// The dataset's id.
+        #[arg(long)]
+        dataset: String,
+        /// The version (the latest when absent).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        version: Option<u32>,
+        /// openai-chat (OpenAI's fine-tuning format), records ({input, output}) or prompts ({input}).
+        #[arg(long, default_value = "openai-chat", value_parser = ["openai-chat", "records", "prompts"])]
+        format: String,
+        /// train, validation or all.
+        #[arg(long, default_value = "all", value_parser = ["train", "validation", "all"])]
+        split: String,
+        /// Go on with the interrupted download into --out (its whole lines are kept).
+        #[arg(long, requires = "out")]
+        resume: bool,
+        /// Output file, written as FILE.part and renamed once its digest matches; standard
+        /// output when absent.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// keel's base URL.
+        #[arg(long, env = "KEEL_URL", default_value = "http://127.0.0.1:8080")]
+        base_url: String,
+        /// A keel API key (or a session token) of the dataset's organization.
         #[arg(long, env = "KEEL_API_KEY", hide_env_values = true)]
         api_key: String,
     },
@@ -192,7 +230,7 @@ struct Bootstrapped {
 pub async fn run(cli: Cli, settings: Settings) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(Command::Serve);
     let mut telemetry_settings = settings.telemetry.clone();
-    if matches!(command, Command::Traces { .. }) {
+    if matches!(command, Command::Traces { .. } | Command::Datasets { .. }) {
         // Per-request log lines would measure the terminal, not keel.
         telemetry_settings.level = "warn".into();
     }
@@ -269,6 +307,29 @@ async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()>
                 api_key,
             };
             crate::traces::cli::export_until_interrupted(&export, out.as_deref(), resume).await
+        }
+        Command::Datasets {
+            action:
+                DatasetsAction::Export {
+                    dataset,
+                    version,
+                    format,
+                    split,
+                    resume,
+                    out,
+                    base_url,
+                    api_key,
+                },
+        } => {
+            let export = crate::datasets::cli::ExportArgs {
+                dataset,
+                version,
+                format,
+                split,
+                base_url,
+                api_key,
+            };
+            crate::datasets::cli::export_until_interrupted(&export, out.as_deref(), resume).await
         }
         Command::Admin { json, action } => admin(json, action, settings).await,
     }

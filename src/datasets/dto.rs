@@ -218,9 +218,18 @@ pub struct ExportQuery {
     /// `train`, `validation` or `all` (default).
     #[param(pattern = "^(train|validation|all)$")]
     pub split: Option<String>,
+    /// Lines to leave out at the start: a download resumed after the lines it has (the
+    /// headers still describe the whole split, whose bytes never change). Default 0.
+    #[param(minimum = 0, maximum = 2147483647)]
+    pub offset: Option<i64>,
 }
 
 impl ExportQuery {
+    /// Lines to leave out at the start.
+    pub fn offset(&self) -> u64 {
+        self.offset.map_or(0, |o| o.max(0) as u64)
+    }
+
     pub fn format(&self) -> LineFormat {
         self.format
             .as_deref()
@@ -260,6 +269,9 @@ pub struct JobDatasetQuery {
     /// `train` (default), `validation` or `all`.
     #[param(pattern = "^(train|validation|all)$")]
     pub split: Option<String>,
+    /// Lines to leave out at the start (a read resumed after the lines it has). Default 0.
+    #[param(minimum = 0, maximum = 2147483647)]
+    pub offset: Option<i64>,
 }
 
 impl JobDatasetQuery {
@@ -268,6 +280,7 @@ impl JobDatasetQuery {
         ExportQuery {
             format: self.format.clone(),
             split: self.split.clone(),
+            offset: self.offset,
         }
     }
 }

@@ -148,8 +148,8 @@ pub async fn create_version(
     params(("dataset_id" = String, Path), ("version" = i32, Path, minimum = 1), ExportQuery),
     responses(
         (status = 200, description = "JSONL, a line each", content_type = "application/x-ndjson", body = String,
-            headers(("X-Dataset-Lines" = i64, description = "Lines in the body"),
-                    ("X-Dataset-Sha256" = String, description = "SHA-256 (hex) of the body"))),
+            headers(("X-Dataset-Lines" = i64, description = "Lines of the split (the body's, from offset 0)"),
+                    ("X-Dataset-Sha256" = String, description = "SHA-256 (hex) of the split's lines (the body's, from offset 0)"))),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn export_version(
@@ -171,6 +171,7 @@ pub async fn export_version(
         Some(version),
         query.format(),
         query.part(SplitPart::All),
+        query.offset(),
         state.metrics.clone(),
     )
     .await?;
@@ -186,8 +187,8 @@ pub async fn export_version(
     params(("job_id" = String, Path), JobDatasetQuery),
     responses(
         (status = 200, description = "JSONL, a line each", content_type = "application/x-ndjson", body = String,
-            headers(("X-Dataset-Lines" = i64, description = "Lines in the body"),
-                    ("X-Dataset-Sha256" = String, description = "SHA-256 (hex) of the body"))),
+            headers(("X-Dataset-Lines" = i64, description = "Lines of the split (the body's, from offset 0)"),
+                    ("X-Dataset-Sha256" = String, description = "SHA-256 (hex) of the split's lines (the body's, from offset 0)"))),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn job_dataset(
@@ -204,6 +205,7 @@ pub async fn job_dataset(
         query.0.worker_id.as_deref(),
         asked.format(),
         asked.part(SplitPart::Train),
+        asked.offset(),
         state.metrics.clone(),
     )
     .await?;

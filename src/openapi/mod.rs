@@ -197,9 +197,14 @@ pub fn document_json() -> serde_json::Value {
     refine::org_ids(&mut doc);
     refine::storable_strings(&mut doc);
     refine::at_least_one(&mut doc, &["ProjectPatchBody"]);
+    // Checked against the lenient pattern; the served document says what this instance takes.
+    refine::destinations(&mut doc, true);
     if let Some(body) = doc.pointer_mut("/components/schemas/DatasetCreateBody") {
-        // A dataset selects by a filter, by ids, or both.
-        body["anyOf"] = serde_json::json!([{"required": ["filter"]}, {"required": ["traceIds"]}]);
+        // A dataset selects by a filter, by ids, or both (`null` is neither).
+        body["anyOf"] = serde_json::json!([
+            {"required": ["filter"], "properties": {"filter": {"type": "object"}}},
+            {"required": ["traceIds"], "properties": {"traceIds": {"type": "array", "minItems": 1}}}
+        ]);
     }
     refine::optional_bodies(&mut doc);
     refine::links(&mut doc);
@@ -216,17 +221,7 @@ pub fn served(settings: &keel_core::config::Settings) -> crate::system::OpenApiJ
     if let Some(event) = doc.pointer_mut("/components/schemas/FlashProductEventBody/properties/event") {
         event["enum"] = serde_json::json!(settings.flash.event_allowlist);
     }
-    if !settings.webhooks.allow_http {
-        for url in [
-            "/components/schemas/EndpointCreateBody/properties/url",
-            "/components/schemas/EndpointPatchBody/properties/url",
-            "/components/schemas/OtlpExportBody/properties/endpoint",
-        ] {
-            if let Some(url) = doc.pointer_mut(url) {
-                url["pattern"] = serde_json::json!(r"^https://[!-~]+$");
-            }
-        }
-    }
+    refine::destinations(&mut doc, settings.webhooks.allow_http);
     crate::system::OpenApiJson(serde_json::to_vec(&doc).unwrap_or_default().into())
 }
 

@@ -490,6 +490,20 @@ pub fn at_least_one(doc: &mut Value, schemas: &[&str]) {
     }
 }
 
+/// The URLs keel calls (webhook endpoints, OTLP exports): the pattern of what
+/// `webhooks::destination::check_url` parses and takes, `https://` only unless `allow_http`.
+pub fn destinations(doc: &mut Value, allow_http: bool) {
+    for url in [
+        "/components/schemas/EndpointCreateBody/properties/url",
+        "/components/schemas/EndpointPatchBody/properties/url",
+        "/components/schemas/OtlpExportBody/properties/endpoint",
+    ] {
+        if let Some(url) = doc.pointer_mut(url) {
+            url["pattern"] = json!(keel_core::webhooks::destination::url_pattern(allow_http));
+        }
+    }
+}
+
 /// What each event's `data` is, as a schema.
 fn event_data(event_type: EventType) -> (Value, &'static str) {
     let declined = json!({

@@ -102,7 +102,7 @@ pub struct ProjectPatchBody {
 pub struct OtlpExportBody {
     /// A base URL (`https://collector:4318`, Langfuse's `https://cloud.langfuse.com/api/public/otel`);
     /// keel appends `/v1/traces` unless it ends so. `https://` unless `webhooks.allow_http`.
-    #[schema(min_length = 8, max_length = 2000, pattern = r"^https?://[!-~]+$")]
+    #[schema(min_length = 8, max_length = 2000)]
     pub endpoint: String,
     /// Headers sent with each push (`Authorization: Basic ...` for Langfuse); stored
     /// encrypted, never shown again.

@@ -89,7 +89,7 @@ pub async fn export_until_interrupted(
 }
 
 /// Ctrl-C or SIGTERM.
-async fn interrupted() {
+pub(crate) async fn interrupted() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -33,7 +33,7 @@ pub struct EndpointCreateBody {
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
     #[serde(default, deserialize_with = "OrgId::optional")]
     pub org_id: Option<OrgId>,
-    #[schema(min_length = 10, max_length = 2000, pattern = r"^https?://[!-~]+$")]
+    #[schema(min_length = 10, max_length = 2000)]
     pub url: String,
     /// Event names, or `"*"` for every event.
     #[schema(value_type = Vec<crate::schemas::WebhookEventName>, min_items = 1, max_items = 15)]
@@ -54,7 +54,7 @@ crate::org_scoped!(EndpointCreateBody);
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointPatchBody {
-    #[schema(min_length = 10, max_length = 2000, pattern = r"^https?://[!-~]+$")]
+    #[schema(min_length = 10, max_length = 2000)]
     pub url: Option<String>,
     #[schema(value_type = Option<Vec<crate::schemas::WebhookEventName>>, min_items = 1, max_items = 15)]
     pub events: Option<Vec<String>>,

@@ -305,6 +305,8 @@ async fn dedupe_keeps_the_latest_trace_of_each_prompt_and_bad_bodies_are_4xx() {
     );
     for bad in [
         json!({"projectId": project, "name": "x"}),
+        json!({"projectId": project, "name": "x", "filter": null}),
+        json!({"projectId": project, "name": "x", "filter": null, "traceIds": []}),
         json!({"projectId": project, "name": "x", "filter": {}, "split": {"validation": 0.9}}),
         json!({"projectId": project, "name": "x", "filter": {}, "dedupe": "words"}),
         json!({"projectId": project, "name": "", "filter": {}}),
@@ -448,4 +450,167 @@ async fn a_job_pins_its_dataset_and_only_the_worker_holding_it_reads_it() {
         metrics.contains("keel_dataset_export_lines_total{format=\"openai-chat\"}"),
         "{metrics}"
     );
+}
+
+/// A keel in front of keel whose dataset downloads break off after `bytes` bytes of body
+/// (the rest of its answers pass through whole).
+fn cutting_after(target: String, bytes: usize) -> String {
+    use actix_web::{web, HttpRequest, HttpResponse};
+    crate::fakes::serve(move |cfg: &mut web::ServiceConfig| {
+        let target = target.clone();
+        cfg.default_service(web::to(move |req: HttpRequest| {
+            let target = target.clone();
+            async move {
+                let url = format!("{target}{}?{}", req.path(), req.query_string());
+                let auth = req.headers().get("authorization").unwrap().to_str().unwrap().to_owned();
+                let upstream = reqwest::Client::new()
+                    .get(url)
+                    .header("authorization", auth)
+                    .send()
+                    .await
+                    .unwrap();
+                let mut answer = HttpResponse::build(
+                    actix_web::http::StatusCode::from_u16(upstream.status().as_u16()).unwrap(),
+                );
+                for (name, value) in upstream.headers() {
+                    if name.as_str().starts_with("x-dataset") || name == "content-type" {
+                        answer.insert_header((name.as_str(), value.to_str().unwrap()));
+                    }
+                }
+                let body = upstream.bytes().await.unwrap();
+                if !req.path().ends_with("/export") {
+                    return answer.body(body);
+                }
+                let head = body.slice(..bytes.min(body.len()));
+                // The head goes out (and is read) before the connection breaks.
+                let cut = futures_util::stream::unfold(Some(head), |head| async move {
+                    match head {
+                        Some(head) => Some((Ok(head), None)),
+                        None => {
+                            actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+                            Some((Err(std::io::Error::other("the connection broke")), None))
+                        }
+                    }
+                });
+                answer.streaming(cut)
+            }
+        }));
+    })
+}
+
+/// `keel datasets export`: to a file through a connection that breaks, then `--resume` to
+/// the same bytes as the API's (checked against the digest); to standard output; a resume of
+/// another download refused. The API's `offset` leaves out the lines a resume has.
+#[actix_web::test]
+async fn the_cli_downloads_a_split_resumes_a_broken_download_and_checks_its_digest() {
+    use crate::export::{args, keel};
+    let app = spawn_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    seed(&app, &org, &project, 400).await;
+    let view = create(
+        &app,
+        &org,
+        json!({"projectId": project, "name": "cli", "filter": {}, "split": {"validation": 0.25, "seed": 3}}),
+    )
+    .await;
+    let id = view["datasetId"].as_str().unwrap().to_owned();
+    let base = format!("/api/datasets/{id}/versions/1/export");
+    let (train, sha, lines) = export(&app, &org, &format!("{base}?split=train")).await;
+    assert!(lines > 150, "{lines}");
+    assert_eq!(sha, view["versions"][0]["sha256"]["train"].as_str().unwrap());
+
+    // The API's offset: the lines after the first 100, with the whole split's headers.
+    let response = app
+        .get(&format!("{base}?split=train&offset=100"), &org.api_key)
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-dataset-sha256"].to_str().unwrap(), sha);
+    let tail = response.bytes().await.unwrap();
+    let hundredth = train
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(99)
+        .unwrap()
+        .0;
+    assert_eq!(&tail[..], &train[hundredth + 1..]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("train.jsonl");
+    let download = |extra: &[&str]| {
+        let mut list = args(&["datasets", "export", "--dataset", &id, "--split", "train"]);
+        list.extend(args(&["--out", out.to_str().unwrap()]));
+        list.extend(args(extra));
+        list
+    };
+    // Broken off in the middle of a line.
+    let cut_at = train.len() / 2 + 7;
+    let flaky = cutting_after(app.address.clone(), cut_at);
+    let failed = keel(
+        download(&[]),
+        vec![("KEEL_URL", flaky), ("KEEL_API_KEY", org.api_key.clone())],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{stderr}");
+    assert!(stderr.contains("broke off"), "{stderr}");
+    assert!(!out.exists());
+    let part = std::fs::read(dir.path().join("train.jsonl.part")).unwrap();
+    assert!(!part.is_empty() && train.starts_with(&part), "the part is a prefix");
+    assert!(dir.path().join("train.jsonl.cursor").exists());
+
+    // A resume of another split is refused, and what was kept stays.
+    let other = keel(
+        args(&[
+            "datasets",
+            "export",
+            "--dataset",
+            &id,
+            "--split",
+            "validation",
+            "--out",
+            out.to_str().unwrap(),
+            "--resume",
+        ]),
+        vec![
+            ("KEEL_URL", app.address.clone()),
+            ("KEEL_API_KEY", org.api_key.clone()),
+        ],
+    )
+    .await;
+    assert!(!other.status.success());
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("resume it with the same"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+
+    let resumed = keel(
+        download(&["--resume"]),
+        vec![
+            ("KEEL_URL", app.address.clone()),
+            ("KEEL_API_KEY", org.api_key.clone()),
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("sha256 {sha} verified")), "{stderr}");
+    assert_eq!(std::fs::read(&out).unwrap(), train, "the same bytes as the API's");
+    assert!(!dir.path().join("train.jsonl.part").exists());
+    assert!(!dir.path().join("train.jsonl.cursor").exists());
+
+    // Standard output, the latest version, the validation split.
+    let (validation, _, _) = export(&app, &org, &format!("{base}?split=validation")).await;
+    let printed = keel(
+        args(&["datasets", "export", "--dataset", &id, "--split", "validation"]),
+        vec![
+            ("KEEL_URL", app.address.clone()),
+            ("KEEL_API_KEY", org.api_key.clone()),
+        ],
+    )
+    .await;
+    assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+    assert_eq!(printed.stdout, validation);
 }

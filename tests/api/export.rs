@@ -228,7 +228,7 @@ fn urlencode(value: &str) -> String {
 }
 
 /// Runs the `keel` binary on a blocking thread (this test's runtime drives the app).
-async fn keel(args: Vec<String>, envs: Vec<(&'static str, String)>) -> std::process::Output {
+pub(crate) async fn keel(args: Vec<String>, envs: Vec<(&'static str, String)>) -> std::process::Output {
     actix_web::rt::task::spawn_blocking(move || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command.args(args).env(
@@ -244,7 +244,7 @@ async fn keel(args: Vec<String>, envs: Vec<(&'static str, String)>) -> std::proc
     .unwrap()
 }
 
-fn args(list: &[&str]) -> Vec<String> {
+pub(crate) fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 

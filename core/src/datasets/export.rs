@@ -26,7 +26,9 @@ pub struct Export {
 }
 
 /// The lines of `version` of a dataset of `orgs` (its latest when `None`), of `part`, in
-/// `format`.
+/// `format`, after the first `offset` (a download resumed: `lines` and `sha256` are still
+/// the whole part's).
+#[allow(clippy::too_many_arguments)]
 pub async fn export(
     db: &DatabaseConnection,
     orgs: &[OrgId],
@@ -34,6 +36,7 @@ pub async fn export(
     version: Option<i32>,
     format: LineFormat,
     part: SplitPart,
+    offset: u64,
     meter: crate::metrics::Metrics,
 ) -> Result<Export, DatasetError> {
     let dataset = service::get(db, orgs, id).await?;
@@ -50,7 +53,7 @@ pub async fn export(
         part,
         lines: chosen.lines(part),
         sha256,
-        body: stream_lines(db.clone(), id.clone(), chosen.version, format, part, meter),
+        body: stream_lines(db.clone(), id.clone(), chosen.version, format, part, offset, meter),
     })
 }
 
@@ -62,6 +65,7 @@ pub async fn for_job(
     worker_id: Option<&str>,
     format: LineFormat,
     part: SplitPart,
+    offset: u64,
     meter: crate::metrics::Metrics,
 ) -> Result<Export, DatasetError> {
     use crate::domain::JobStatus;
@@ -88,6 +92,7 @@ pub async fn for_job(
         Some(version),
         format,
         part,
+        offset,
         meter,
     )
     .await
@@ -98,6 +103,8 @@ struct Walk {
     id: DatasetId,
     version: i32,
     after: Option<i32>,
+    /// Lines still to leave out (the first page's).
+    skip: u64,
     done: bool,
 }
 
@@ -107,6 +114,7 @@ fn stream_lines(
     version: i32,
     format: LineFormat,
     part: SplitPart,
+    skip: u64,
     meter: crate::metrics::Metrics,
 ) -> BoxStream<'static, Result<Vec<u8>, DbErr>> {
     let walk = Walk {
@@ -114,6 +122,7 @@ fn stream_lines(
         id,
         version,
         after: None,
+        skip,
         done: false,
     };
     stream::try_unfold(walk, move |mut walk| {
@@ -128,6 +137,7 @@ fn stream_lines(
                 walk.version,
                 part.validation(),
                 walk.after,
+                std::mem::take(&mut walk.skip),
                 PAGE,
             )
             .await?;
