@@ -10,7 +10,7 @@
     Worker("http://keel:8080", internal_key, "gpu-node-7", ["training"], train).run()
 """
 
-from ._worker import MAX_TEXT, Blocked, Handler, Job, KeelError, RetryableError, Worker
+from ._worker import MAX_TEXT, Blocked, DatasetMismatch, Handler, Job, KeelError, RetryableError, Worker
 
-__all__ = ["Worker", "Job", "Handler", "RetryableError", "Blocked", "KeelError", "MAX_TEXT"]
+__all__ = ["Worker", "Job", "Handler", "RetryableError", "Blocked", "KeelError", "DatasetMismatch", "MAX_TEXT"]
 __version__ = "0.1.0"

@@ -13,7 +13,8 @@ import threading
 import time
 from collections import deque
 from types import FrameType
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+import hashlib
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import httpx
 
@@ -39,6 +40,15 @@ class KeelError(Exception):
         super().__init__(f"keel answered {status}: {body[:500]}")
         self.status = status
         self.body = body
+
+
+class DatasetMismatch(KeelError):
+    """The lines `Job.dataset()` read are not the version the job pinned (their count or
+    SHA-256 differs from what keel said): raised after the last line, so train on them only
+    once the iteration ended without it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
 
 
 class RetryableError(Exception):
@@ -91,6 +101,11 @@ class Job:
         self.attempt: int = int(claimed["attempt"])
         #: 0 (most urgent) to 9.
         self.priority: int = int(claimed.get("priority", 5))
+        #: The dataset version the job trains on, as keel pinned it when the job was created:
+        #: `{"datasetId", "version", "counts": {"train", "validation"}, "sha256": {"train",
+        #: "validation"}}` (the digests of the `openai-chat` lines), or None.
+        self.dataset_pinned: Optional[Dict[str, Any]] = (
+            dict(claimed["dataset"]) if isinstance(claimed.get("dataset"), Mapping) else None)
         #: Set when keel asks the job to stop (the user stopped it), when the job is no
         #: longer this worker's, or when the worker's grace period ran out. A handler that
         #: returns once it is set because the user asked reports `user-stopped`.
@@ -123,6 +138,74 @@ class Job:
             raise KeelError(answer.status_code, answer.text)
         secrets = answer.json().get("secrets") or {}
         return {str(k): str(v) for k, v in secrets.items()}
+
+
+    def dataset(self, split: str = "train", format: str = "openai-chat") -> Iterator[Dict[str, Any]]:
+        """The lines of the job's dataset version, `split` (`train`, `validation` or `all`) in
+        `format` (`openai-chat`, `records` or `prompts`), each parsed, streamed as keel sends
+        them (constant memory). A connection that breaks is taken up again after the lines
+        already read. After the last line the bytes are checked against the count and SHA-256
+        keel gave (and, for `openai-chat`, the digest pinned in `dataset_pinned`):
+        `DatasetMismatch` if they differ."""
+        if self.dataset_pinned is None:
+            raise KeelError(404, f"job {self.job_id} has no dataset")
+        expected: Optional[str] = None
+        if format == "openai-chat" and split in ("train", "validation"):
+            expected = str((self.dataset_pinned.get("sha256") or {}).get(split) or "") or None
+        path = f"{INTERNAL}/jobs/{self.job_id}/dataset"
+        params = {"worker_id": self._worker.worker_id, "split": split, "format": format}
+        return _dataset_lines(self._worker._http, path, params, expected)
+
+
+def _dataset_lines(http: httpx.Client, path: str, params: Mapping[str, str],
+                   pinned: Optional[str]) -> Iterator[Dict[str, Any]]:
+    """The lines at `path`, hashed as they come, taken up after the lines read when the
+    connection breaks (at most 5 times in a row), checked at the end."""
+    digest = hashlib.sha256()
+    lines = 0
+    total: Optional[int] = None
+    said: Optional[str] = pinned
+    backoff = _Backoff()
+    breaks = 0
+    while True:
+        pending = b""
+        try:
+            with http.stream("GET", path, params=dict(params, offset=str(lines)), timeout=httpx.Timeout(300.0, connect=5.0)) as answer:
+                if answer.status_code != 200:
+                    answer.read()
+                    if _transient(answer.status_code) and breaks < 5:
+                        raise httpx.RemoteProtocolError(f"HTTP {answer.status_code}")
+                    raise KeelError(answer.status_code, answer.text)
+                total = int(answer.headers.get("x-dataset-lines", "-1"))
+                sha = answer.headers.get("x-dataset-sha256", "")
+                if said is not None and sha != said:
+                    raise DatasetMismatch(f"keel serves sha256 {sha}, the job pinned {said}")
+                said = sha
+                for chunk in answer.iter_bytes():
+                    pending += chunk
+                    *whole, pending = pending.split(b"\n")
+                    for line in whole:
+                        digest.update(line + b"\n")
+                        lines += 1
+                        try:
+                            parsed = json.loads(line)
+                        except ValueError as error:
+                            raise DatasetMismatch(f"line {lines} is not JSON: {error}") from error
+                        yield dict(parsed)
+                        breaks = 0
+            if pending:
+                raise DatasetMismatch(f"the lines end without a newline after line {lines}")
+            break
+        except httpx.TransportError as error:
+            breaks += 1
+            if breaks > 5:
+                raise KeelError(0, f"the dataset could not be read: {error}") from error
+            delay = backoff.next()
+            log.warning("reading the dataset broke off after %d lines (%s); going on in %.1fs", lines, error, delay)
+            time.sleep(delay)
+    got = digest.hexdigest()
+    if lines != total or got != said:
+        raise DatasetMismatch(f"read {lines} lines with sha256 {got}; keel said {total} with {said}")
 
 
 Handler = Callable[[Job], Any]

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -23,6 +24,38 @@ ROOT = Path(__file__).resolve().parents[3]
 BINARY = Path(os.environ.get("KEEL_BINARY", ROOT / "target" / "debug" / "keel"))
 ADMIN_URL = os.environ.get("KEEL_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 INTERNAL_KEY = "pyworker-internal-key"
+
+
+class _Provider(BaseHTTPRequestHandler):
+    """An OpenAI-compatible provider for the recording proxy: each chat completion answers
+    "answer to <the last message>"."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+        asked = body["messages"][-1]["content"]
+        reply = json.dumps({
+            "id": "chatcmpl-py", "object": "chat.completion", "created": 1764000000, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": f"answer to {asked}"}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+        }).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _provider_url() -> str:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Provider)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+PROVIDER_URL = _provider_url()
 
 
 def free_port() -> int:
@@ -55,6 +88,7 @@ class Keel:
             KEEL_SESSION_SECRET="pyworker-session-secret",
             KEEL__BILLING__STARTER_CREDIT_CENTS="1000000",
             KEEL__QUEUE__RETRY_BACKOFF_BASE_SECS="1",
+            KEEL__PROVIDERS__OPENAI_URL=PROVIDER_URL,
             RUST_LOG="warn",
         )
         self.process: Optional[subprocess.Popen[bytes]] = None
@@ -68,6 +102,22 @@ class Keel:
                                      timeout=60)
         self.project_id: str = self.ok(self.api.post("/api/projects", json={"name": "Workers"}))["id"]
         self.ok(self.api.post("/api/billing/starter-credit", json={"orgId": self.org_id}))
+        self.api_key: str = boot["apiKey"]
+
+    def record(self, questions: List[str]) -> None:
+        """Chat completions through keel's recording proxy, one per question, waited for until
+        each is a trace of the project."""
+        headers = {"X-Service-Provider": "openai", "X-Service-Provider-Key": "sk-py-provider",
+                   "X-Service-Project-Id": self.project_id}
+        for question in questions:
+            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question}]}
+            self.ok(self.api.post("/v1/chat/completions", json=body, headers=headers))
+        deadline = time.monotonic() + 30
+        while True:
+            page = self.ok(self.api.get("/api/traces", params={"projectId": self.project_id, "limit": 200}))
+            if len(page["traces"]) >= len(questions) or time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
 
     def start(self) -> None:
         log = open(self.log_path, "ab")

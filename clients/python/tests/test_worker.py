@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from conftest import INTERNAL_KEY, Keel, Running
-from keel_worker import Blocked, Job, KeelError, RetryableError, Worker
+from keel_worker import Blocked, DatasetMismatch, Job, KeelError, RetryableError, Worker
 
 RunWorker = Callable[[Worker], Running]
 
@@ -515,3 +516,88 @@ def test_jobs_that_end_together_are_reported_in_one_request(keel: Keel) -> None:
     assert batches >= 1 and singles + batches < 8, Counting.seen
     # Heartbeats cover every held job in one request.
     assert "heartbeat" not in Counting.seen, Counting.seen
+
+
+def test_a_job_reads_its_pinned_dataset_streamed_and_verified(keel: Keel, run_worker: RunWorker) -> None:
+    questions = [f"question {i}" for i in range(60)]
+    keel.record(questions)
+    dataset = keel.ok(keel.api.post("/api/datasets", json={
+        "projectId": keel.project_id, "name": "support", "filter": {}, "split": {"validation": 0.25, "seed": 5}}))
+    pinned = dataset["versions"][0]
+    body = {"action": "tracer", "projectId": keel.project_id, "input": {},
+            "dataset": {"datasetId": dataset["datasetId"]}}
+    job_id = str(keel.ok(keel.api.post("/api/training/jobs", json=body))["jobId"])
+    read: Dict[str, List[Dict[str, Any]]] = {}
+
+    def handler(job: Job) -> Any:
+        assert job.dataset_pinned is not None
+        read["train"] = list(job.dataset())
+        read["validation"] = list(job.dataset(split="validation"))
+        read["records"] = list(job.dataset(split="all", format="records"))
+        return {"pinned": job.dataset_pinned}
+
+    running = run_worker(keel.worker(handler))
+    view = keel.wait_for(job_id, ["succeeded", "failed"])
+    running.stop()
+    assert view["status"] == "succeeded", view
+    assert view["result"]["pinned"]["version"] == 1
+    assert view["result"]["pinned"]["sha256"] == pinned["sha256"]
+    assert len(read["train"]) == pinned["counts"]["train"] > 0
+    assert len(read["validation"]) == pinned["counts"]["validation"] > 0
+    assert len(read["records"]) == len(questions)
+    asked = {line["messages"][0]["content"] for line in read["train"] + read["validation"]}
+    assert asked == set(questions)
+    for line in read["train"]:
+        assert line["messages"][-1] == {"role": "assistant", "content": f"answer to {line['messages'][0]['content']}"}
+
+
+class _Dataset(BaseHTTPRequestHandler):
+    """keel's dataset route, as a broken connection and a changed file see it: the first read
+    breaks off after `cut` bytes; `tamper` changes one byte of what is served."""
+
+    lines = b"".join(b'{"messages": [{"role": "user", "content": "q%d"}]}\n' % i for i in range(50))
+    cut = 0
+    tamper = False
+    offsets: List[int] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        offset = int(self.path.split("offset=")[1].split("&")[0])
+        type(self).offsets.append(offset)
+        served = bytearray(self.lines)
+        if self.tamper:
+            served[4] ^= 1  # "messages" becomes "mersages"
+        body = b"".join(line + b"\n" for line in bytes(served).split(b"\n")[offset:-1])
+        self.send_response(200)
+        self.send_header("x-dataset-lines", "50")
+        self.send_header("x-dataset-sha256", hashlib.sha256(self.lines).hexdigest())
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if type(self).cut:
+            self.wfile.write(body[: type(self).cut])
+            type(self).cut = 0
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_broken_dataset_read_goes_on_after_its_lines_and_a_changed_one_is_refused() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Dataset)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    worker = Worker(f"http://127.0.0.1:{server.server_address[1]}", INTERNAL_KEY, "w", ["tracer"], lambda job: None)
+    claimed = {"job_id": "j", "org_id": "o", "project_id": "p", "action": "tracer", "attempt": 1,
+               "dataset": {"datasetId": "d", "version": 1, "counts": {"train": 50, "validation": 0},
+                           "sha256": {"train": hashlib.sha256(_Dataset.lines).hexdigest(), "validation": ""}}}
+    job = Job(worker, claimed)
+    try:
+        _Dataset.cut = len(_Dataset.lines) // 2 + 5
+        lines = list(job.dataset())
+        assert [line["messages"][0]["content"] for line in lines] == [f"q{i}" for i in range(50)]
+        assert _Dataset.offsets[0] == 0 and _Dataset.offsets[1] > 20, _Dataset.offsets
+        _Dataset.tamper = True
+        with pytest.raises(DatasetMismatch):
+            list(job.dataset())
+    finally:
+        server.shutdown()
