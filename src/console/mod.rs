@@ -4,6 +4,7 @@
 
 mod assets;
 mod chart;
+mod datasets;
 mod error;
 mod format;
 mod forms;
@@ -105,6 +106,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(
                 "/o/{org}/projects/{project}/retention",
                 web::post().to(work::set_retention),
+            )
+            .route(
+                "/o/{org}/projects/{project}/datasets",
+                web::get().to(datasets::list),
+            )
+            .route(
+                "/o/{org}/projects/{project}/datasets",
+                web::post().to(datasets::save),
+            )
+            .route(
+                "/o/{org}/datasets/{dataset}/versions",
+                web::post().to(datasets::refresh),
+            )
+            .route(
+                "/o/{org}/datasets/{dataset}/versions/{version}",
+                web::get().to(datasets::version),
+            )
+            .route(
+                "/o/{org}/datasets/{dataset}/versions/{version}/export",
+                web::get().to(datasets::download),
             )
             .route("/o/{org}/evals", web::get().to(work::evals))
             .route("/o/{org}/evals/{run}", web::get().to(work::eval_run))

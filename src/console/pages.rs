@@ -865,3 +865,75 @@ pub struct GrantPage {
     /// The form's idempotency key: a resubmitted form makes one grant.
     pub key: String,
 }
+
+pub struct VersionJobRow {
+    pub id: String,
+    pub link: String,
+    pub action: String,
+    pub status: &'static str,
+}
+
+pub struct DatasetVersionRow {
+    pub version: i32,
+    pub created: String,
+    pub train: String,
+    pub validation: String,
+    pub skipped: String,
+    pub sha_train: String,
+    pub sha_validation: String,
+    /// The version's page (its traces); its downloads add `/export?split=`.
+    pub link: String,
+    pub jobs: Vec<VersionJobRow>,
+}
+
+pub struct DatasetRow {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub created: String,
+    /// A version ran a filter, which a new version runs again.
+    pub refreshable: bool,
+    /// Newest first.
+    pub versions: Vec<DatasetVersionRow>,
+}
+
+#[derive(Template)]
+#[template(path = "console/datasets.html")]
+pub struct DatasetsPage {
+    pub l: Layout,
+    pub project_id: String,
+    pub project_name: String,
+    pub can_act: bool,
+    pub datasets: Vec<DatasetRow>,
+}
+
+pub struct VersionItemRow {
+    /// 1-based, in the version's order.
+    pub place: String,
+    pub split: &'static str,
+    pub trace_id: String,
+    /// The trace's page, while retention keeps it.
+    pub link: Option<String>,
+    pub question: String,
+    pub answer: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/dataset_version.html")]
+pub struct DatasetVersionPage {
+    pub l: Layout,
+    pub dataset_id: String,
+    pub name: String,
+    pub project_id: String,
+    pub version: i32,
+    pub created: String,
+    pub train: String,
+    pub validation: String,
+    pub sha_train: String,
+    pub sha_validation: String,
+    /// The filter it ran, as JSON (empty: ids only).
+    pub filter: String,
+    pub items: Vec<VersionItemRow>,
+    pub first_page: Option<String>,
+    pub older: Option<String>,
+}

@@ -94,8 +94,8 @@ pub async fn trace_projects(
 
 #[derive(Deserialize)]
 pub struct ProjectPath {
-    org: String,
-    project: String,
+    pub(super) org: String,
+    pub(super) project: String,
 }
 
 fn trace_row(t: &keel_core::traces::ListedTrace, marks: &keel_core::traces::marks::Marks) -> TraceRow {
@@ -126,7 +126,7 @@ fn trace_row(t: &keel_core::traces::ListedTrace, marks: &keel_core::traces::mark
 }
 
 /// The project, if it is the organization's.
-async fn project_of(
+pub(super) async fn project_of(
     viewer: &Viewer,
     org_id: &keel_core::domain::OrgId,
     raw: &str,
@@ -231,7 +231,7 @@ pub async fn traces(
 
 /// The traces a project form acts on: with `scope=matching`, the newest
 /// [`MATCHING_AT_ONCE`] the form's filter keeps; else the ticked `traceIds`.
-async fn selected_traces(
+pub(super) async fn selected_traces(
     viewer: &Viewer,
     org: &OrgView,
     project: &entities::project::Model,

@@ -127,24 +127,32 @@ pub async fn export_to_file(args: &ExportArgs, out: &Path, resume: bool) -> anyh
     let mut sink = BufWriter::new(file);
     let mut started = false;
     let mut checkpoint = checkpoint;
-    let done = download(&http, args, checkpoint.version, kept, &mut hasher, &mut sink, |lines, sha256| {
-        if checkpoint.sha256.is_empty() {
-            checkpoint.lines = lines;
-            checkpoint.sha256 = sha256.to_owned();
-        } else if checkpoint.sha256 != sha256 {
-            anyhow::bail!(
-                "{} says version {} has sha256 {}, keel now says {sha256}: run without --resume",
-                checkpoint_path.display(),
-                checkpoint.version,
-                checkpoint.sha256
-            );
-        }
-        if !started {
-            started = true;
-            write_checkpoint(&checkpoint_path, &checkpoint)?;
-        }
-        Ok(())
-    })
+    let done = download(
+        &http,
+        args,
+        checkpoint.version,
+        kept,
+        &mut hasher,
+        &mut sink,
+        |lines, sha256| {
+            if checkpoint.sha256.is_empty() {
+                checkpoint.lines = lines;
+                checkpoint.sha256 = sha256.to_owned();
+            } else if checkpoint.sha256 != sha256 {
+                anyhow::bail!(
+                    "{} says version {} has sha256 {}, keel now says {sha256}: run without --resume",
+                    checkpoint_path.display(),
+                    checkpoint.version,
+                    checkpoint.sha256
+                );
+            }
+            if !started {
+                started = true;
+                write_checkpoint(&checkpoint_path, &checkpoint)?;
+            }
+            Ok(())
+        },
+    )
     .await?;
     sink.flush()?;
     sink.get_ref().sync_all()?;
@@ -176,7 +184,10 @@ fn client() -> anyhow::Result<reqwest::Client> {
 
 fn read_checkpoint(path: &Path, args: &ExportArgs) -> anyhow::Result<Checkpoint> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        anyhow::anyhow!("nothing to resume: {} cannot be read ({e}); run without --resume", path.display())
+        anyhow::anyhow!(
+            "nothing to resume: {} cannot be read ({e}); run without --resume",
+            path.display()
+        )
     })?;
     let checkpoint: Checkpoint = serde_json::from_str(&text)
         .map_err(|e| anyhow::anyhow!("{} is not a dataset download's checkpoint: {e}", path.display()))?;
@@ -231,7 +242,11 @@ fn whole_lines(file: &mut File, hasher: &mut Sha256) -> anyhow::Result<(u64, u64
 }
 
 async fn latest_version(http: &reqwest::Client, args: &ExportArgs) -> anyhow::Result<u32> {
-    let url = format!("{}/api/datasets/{}", args.base_url.trim_end_matches('/'), args.dataset);
+    let url = format!(
+        "{}/api/datasets/{}",
+        args.base_url.trim_end_matches('/'),
+        args.dataset
+    );
     let response = http
         .get(&url)
         .bearer_auth(&args.api_key)

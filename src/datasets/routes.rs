@@ -212,7 +212,7 @@ pub async fn job_dataset(
     Ok(streamed(export))
 }
 
-fn streamed(export: Export) -> HttpResponse {
+pub(crate) fn streamed(export: Export) -> HttpResponse {
     let filename = format!(
         "dataset-{}-v{}-{}.{}.jsonl",
         export.dataset_id,

@@ -1383,3 +1383,75 @@ async fn an_operator_changes_an_organizations_weight_in_place_and_reads_the_hour
     assert_eq!(overlap, json!(false), "the chart's labels overlap at 390 px");
     browser.shoot("operator-share").await;
 }
+
+#[actix_web::test]
+async fn a_member_saves_a_filter_as_a_dataset_reads_its_version_and_downloads_a_split() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let (app, _provider, org, project, _traces) = traced_app().await;
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(
+            &app,
+            &format!(
+                "/console/o/{}/projects/{project}/traces?model=gpt-plain",
+                org.org_id
+            ),
+        )
+        .await;
+    assert_eq!(browser.text("#traces-total").await, "2 trace(s) match.");
+    browser.click("#scope-matching").await;
+    browser.fill("#dataset-name", "plain-set").await;
+    browser.fill("#dataset-validation", "0").await;
+    browser.submit("#save-dataset-button").await;
+    assert!(
+        browser
+            .text(".flash")
+            .await
+            .contains("Saved dataset plain-set: version 1 has 2 training and 0 validation lines."),
+        "{}",
+        browser.text(".flash").await
+    );
+    browser.shoot("datasets").await;
+    let listed = json_of(
+        app.get(&format!("/api/datasets?projectId={project}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    let id = listed["datasets"][0]["datasetId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        listed["datasets"][0]["versions"][0]["filter"],
+        json!({"model": "gpt-plain"})
+    );
+    browser
+        .submit(&format!("#version-{id}-1 a[href$='/versions/1']"))
+        .await;
+    assert_eq!(
+        browser
+            .client
+            .find_all(Locator::Css("#version-items .trace-link"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    browser.shoot("dataset-version").await;
+    browser.click("#version-facts a[href$='split=train']").await;
+    let downloaded = browser.downloaded().await;
+    let api = app
+        .get(
+            &format!("/api/datasets/{id}/versions/1/export?split=train"),
+            &org.api_key,
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(downloaded, api);
+    assert_eq!(downloaded.lines().count(), 2);
+    browser.assert_no_alert().await;
+}

@@ -462,7 +462,13 @@ fn cutting_after(target: String, bytes: usize) -> String {
             let target = target.clone();
             async move {
                 let url = format!("{target}{}?{}", req.path(), req.query_string());
-                let auth = req.headers().get("authorization").unwrap().to_str().unwrap().to_owned();
+                let auth = req
+                    .headers()
+                    .get("authorization")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
                 let upstream = reqwest::Client::new()
                     .get(url)
                     .header("authorization", auth)
@@ -557,7 +563,10 @@ async fn the_cli_downloads_a_split_resumes_a_broken_download_and_checks_its_dige
     assert!(stderr.contains("broke off"), "{stderr}");
     assert!(!out.exists());
     let part = std::fs::read(dir.path().join("train.jsonl.part")).unwrap();
-    assert!(!part.is_empty() && train.starts_with(&part), "the part is a prefix");
+    assert!(
+        !part.is_empty() && train.starts_with(&part),
+        "the part is a prefix"
+    );
     assert!(dir.path().join("train.jsonl.cursor").exists());
 
     // A resume of another split is refused, and what was kept stays.
@@ -611,6 +620,159 @@ async fn the_cli_downloads_a_split_resumes_a_broken_download_and_checks_its_dige
         ],
     )
     .await;
-    assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
     assert_eq!(printed.stdout, validation);
+}
+
+/// The console: "Save as dataset" from the traces page's filter and from ticked rows, the
+/// project's datasets page (versions, counts, digests, the jobs that trained on each,
+/// downloads that are the API's bytes, a new version), and a version's traces, paged.
+#[actix_web::test]
+async fn the_console_saves_a_filter_or_ticked_traces_as_datasets_and_pages_a_version() {
+    use crate::console::{org_path, Console};
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let ids = seed(&app, &org, &project, 100).await;
+    let console = Console::sign_in(&app, &org.api_key).await;
+    let traces = console
+        .page(&org_path(&org, &format!("/projects/{project}/traces?model=m-ok")))
+        .await;
+    assert!(traces.contains("id=\"save-dataset-button\"") && traces.contains("id=\"datasets-link\""));
+
+    // The filter itself (75 of the 100 are m-ok), with a validation share.
+    let save = org_path(&org, &format!("/projects/{project}/datasets"));
+    let saved = console
+        .submit(
+            &save,
+            &[
+                ("scope", "matching"),
+                ("filter_model", "m-ok"),
+                ("datasetName", "from-filter"),
+                ("validation", "0.2"),
+            ],
+        )
+        .await;
+    assert!(
+        saved.contains("Saved dataset from-filter: version 1 has"),
+        "{saved}"
+    );
+    let listed = json_of(
+        app.get(&format!("/api/datasets?projectId={project}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    let filtered = &listed["datasets"][0];
+    assert_eq!(filtered["versions"][0]["filter"], json!({"model": "m-ok"}));
+    let counts = &filtered["versions"][0]["counts"];
+    assert_eq!(
+        counts["train"].as_i64().unwrap() + counts["validation"].as_i64().unwrap(),
+        75
+    );
+    assert!(counts["validation"].as_i64().unwrap() > 0);
+    let id = filtered["datasetId"].as_str().unwrap().to_owned();
+
+    // Ticked rows; a taken name is said on the traces page.
+    let ticked: Vec<(&str, &str)> = ids[1..4].iter().map(|t| ("traceIds", t.as_str())).collect();
+    let mut fields = ticked.clone();
+    fields.extend([("datasetName", "picked"), ("validation", "0")]);
+    let picked = console.submit(&save, &fields).await;
+    assert!(
+        picked.contains("Saved dataset picked: version 1 has 3 training and 0 validation lines."),
+        "{picked}"
+    );
+    let mut again = ticked.clone();
+    again.push(("datasetName", "picked"));
+    let taken = console.submit(&save, &again).await;
+    assert!(
+        taken.contains("Traces of Agents") && taken.contains("picked"),
+        "{taken}"
+    );
+    assert!(!taken.contains("Saved dataset"), "{taken}");
+
+    // A job trains on the filtered one; the datasets page shows it beside its version.
+    let job = enqueue(
+        &app,
+        &org,
+        &project,
+        json!({"action": "training", "model": "m", "environmentSlug": "acme/agents/env", "dataset": {"datasetId": id}}),
+    )
+    .await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let page = console.page(&save).await;
+    assert!(page.contains("from-filter") && page.contains("picked"));
+    assert!(page.contains(&format!("/jobs/{job}")), "{page}");
+    let sha = filtered["versions"][0]["sha256"]["train"].as_str().unwrap();
+    assert!(page.contains(&format!("title=\"{sha}\"")), "{page}");
+
+    // A download is the API's export, byte for byte.
+    let version = org_path(&org, &format!("/datasets/{id}/versions/1"));
+    for split in ["train", "validation", "all"] {
+        let (api, _, _) = export(
+            &app,
+            &org,
+            &format!("/api/datasets/{id}/versions/1/export?split={split}"),
+        )
+        .await;
+        let downloaded = console.get(&format!("{version}/export?split={split}")).await;
+        assert_eq!(downloaded.status(), StatusCode::OK);
+        assert_eq!(downloaded.bytes().await.unwrap().to_vec(), api, "{split}");
+    }
+    assert_eq!(
+        console
+            .get(&format!("{version}/export?split=half"))
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    // The version's page: 50 traces, then the other 25, each linking to its trace.
+    let first = console.page(&version).await;
+    assert_eq!(first.matches("class=\"trace-link\"").count(), 50, "{first}");
+    assert!(first.contains("question "), "the line's question is shown");
+    let more = first
+        .split("href=\"")
+        .find_map(|s| s.split('"').next().filter(|l| l.contains("?after=")))
+        .unwrap()
+        .to_owned();
+    let second = console.page(&more).await;
+    assert_eq!(second.matches("class=\"trace-link\"").count(), 25, "{second}");
+    assert!(!second.contains("id=\"more-items\""));
+
+    // A new version runs the filter again.
+    seed(&app, &org, &project, 4).await;
+    let refreshed = console
+        .submit(&org_path(&org, &format!("/datasets/{id}/versions")), &[])
+        .await;
+    assert!(refreshed.contains("Made version 2 of from-filter"), "{refreshed}");
+    let view = json_of(
+        app.get(&format!("/api/datasets/{id}"), &org.api_key).await,
+        StatusCode::OK,
+    )
+    .await;
+    let v2 = &view["versions"][1]["counts"];
+    assert_eq!(
+        v2["train"].as_i64().unwrap() + v2["validation"].as_i64().unwrap(),
+        78
+    );
+
+    // Another organization's dataset is not found.
+    let stranger = app.create_org("Stranger").await;
+    let theirs = Console::sign_in(&app, &stranger.api_key).await;
+    assert_eq!(
+        theirs
+            .get(&format!(
+                "/console/o/{}/datasets/{id}/versions/1",
+                stranger.org_id
+            ))
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
 }

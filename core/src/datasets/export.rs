@@ -53,7 +53,15 @@ pub async fn export(
         part,
         lines: chosen.lines(part),
         sha256,
-        body: stream_lines(db.clone(), id.clone(), chosen.version, format, part, offset, meter),
+        body: stream_lines(
+            db.clone(),
+            id.clone(),
+            chosen.version,
+            format,
+            part,
+            offset,
+            meter,
+        ),
     })
 }
 

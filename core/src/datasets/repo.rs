@@ -57,6 +57,24 @@ pub async fn versions_of(
         .await
 }
 
+/// Version `version` of a dataset, or its latest when `None`.
+pub async fn version_one(
+    db: &impl ConnectionTrait,
+    id: &DatasetId,
+    version: Option<i32>,
+) -> Result<Option<dataset_version::Model>, DbErr> {
+    let query = dataset_version::Entity::find().filter(dataset_version::Column::DatasetId.eq(id));
+    match version {
+        Some(v) => query.filter(dataset_version::Column::Version.eq(v)).one(db).await,
+        None => {
+            query
+                .order_by_desc(dataset_version::Column::Version)
+                .one(db)
+                .await
+        }
+    }
+}
+
 /// The jobs that pinned one of `ids`, newest first (at most 1,000).
 pub async fn jobs_of(
     db: &impl ConnectionTrait,
@@ -134,6 +152,21 @@ pub async fn lines(
         .filter(dataset_line::Column::TraceId.is_in(ids.iter().cloned()))
         .all(db)
         .await
+}
+
+/// Which of `ids` are still traces (retention may have deleted some).
+pub async fn traces_kept(
+    db: &impl ConnectionTrait,
+    ids: &[TraceId],
+) -> Result<std::collections::HashSet<TraceId>, DbErr> {
+    let kept: Vec<TraceId> = entities::trace::Entity::find()
+        .select_only()
+        .column(entities::trace::Column::Id)
+        .filter(entities::trace::Column::Id.is_in(ids.iter().cloned()))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(kept.into_iter().collect())
 }
 
 /// The traces a version holds, in its order.

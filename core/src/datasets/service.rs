@@ -448,15 +448,62 @@ pub async fn pin(
         .await?
         .filter(|d| d.org_id == *org_id)
         .ok_or(DatasetError::DatasetNotFound)?;
-    let versions: Vec<Version> = repo::versions_of(db, std::slice::from_ref(id))
+    let row = repo::version_one(db, id, version)
         .await?
-        .iter()
-        .map(version_of)
+        .ok_or(DatasetError::VersionNotFound)?;
+    Ok(version_of(&row).pinned(id))
+}
+
+/// A line of a version as a page of its traces lists it.
+#[derive(Debug, Clone)]
+pub struct VersionItem {
+    pub ordinal: i32,
+    pub trace_id: crate::domain::TraceId,
+    pub validation: bool,
+    /// The `openai-chat` line as the version keeps it (not the trace: it may be gone).
+    pub chat: String,
+    /// The trace is still kept (retention may have deleted it since).
+    pub trace_kept: bool,
+}
+
+/// `limit` lines of version `version` of a dataset of `orgs` after the ordinal `after`, in
+/// the version's order, and whether more follow.
+pub async fn version_items(
+    db: &impl ConnectionTrait,
+    orgs: &[OrgId],
+    id: &DatasetId,
+    version: i32,
+    after: Option<i32>,
+    limit: u64,
+) -> Result<(Vec<VersionItem>, bool), DatasetError> {
+    repo::find(db, id)
+        .await?
+        .filter(|d| orgs.contains(&d.org_id))
+        .ok_or(DatasetError::DatasetNotFound)?;
+    repo::version_one(db, id, Some(version))
+        .await?
+        .ok_or(DatasetError::VersionNotFound)?;
+    let mut items = repo::items_page(db, id, version, None, after, 0, limit + 1).await?;
+    let more = items.len() as u64 > limit;
+    items.truncate(limit as usize);
+    let ids: Vec<crate::domain::TraceId> = items.iter().map(|i| i.trace_id.clone()).collect();
+    let mut chats: std::collections::HashMap<_, _> = repo::lines(db, id, &ids)
+        .await?
+        .into_iter()
+        .map(|l| (l.trace_id, l.chat))
         .collect();
-    let version = match version {
-        Some(v) => versions.iter().find(|x| x.version == v),
-        None => versions.last(),
-    }
-    .ok_or(DatasetError::VersionNotFound)?;
-    Ok(version.pinned(id))
+    let kept = repo::traces_kept(db, &ids).await?;
+    Ok((
+        items
+            .into_iter()
+            .map(|item| VersionItem {
+                ordinal: item.ordinal,
+                chat: chats.remove(&item.trace_id).unwrap_or_default(),
+                trace_kept: kept.contains(&item.trace_id),
+                trace_id: item.trace_id,
+                validation: item.validation,
+            })
+            .collect(),
+        more,
+    ))
 }

@@ -286,7 +286,10 @@ mod tests {
 
     /// The strings a pattern matches whole (the generator takes no anchors).
     fn unanchored(pattern: &str) -> proptest::string::RegexGeneratorStrategy<String> {
-        let inner = pattern.strip_prefix('^').and_then(|p| p.strip_suffix('$')).unwrap();
+        let inner = pattern
+            .strip_prefix('^')
+            .and_then(|p| p.strip_suffix('$'))
+            .unwrap();
         proptest::string::string_regex(inner).unwrap()
     }
 
@@ -312,7 +315,17 @@ mod tests {
             "https://[::1]",
         ] {
             assert!(pattern.is_match(taken), "{taken}");
-            assert!(check_url(taken, Rules { allow_private_destinations: true, ..STRICT }).is_ok(), "{taken}");
+            assert!(
+                check_url(
+                    taken,
+                    Rules {
+                        allow_private_destinations: true,
+                        ..STRICT
+                    }
+                )
+                .is_ok(),
+                "{taken}"
+            );
         }
         // What the fuzzer once sent and keel refused; a port past 65535; a numeric last
         // label (an IPv4 address to the URL parser); punycode that may not decode.
