@@ -86,3 +86,13 @@ assert not any("tok0" in line for line in lines), "the cut stream was exported"
 first = json.loads(lines[0])
 assert [m["role"] for m in first["messages"]] == ["user", "assistant"], first
 print(f"   keel traces export --all --format openai-chat: {len(lines)} lines")
+
+# The same calls as a dataset: its openai-chat lines, downloaded with `keel datasets export`
+# (checked against the version's SHA-256), are the trace export's lines.
+dataset = api("POST", "/api/datasets", {"projectId": project, "name": "sdk", "filter": {}})
+assert dataset["versions"][0]["counts"]["train"] == CALLS, dataset
+frozen = work / "dataset.jsonl"
+subprocess.run([binary, "datasets", "export", "--dataset", dataset["datasetId"], "--split", "train",
+                "--out", str(frozen)], check=True, env=dict(os.environ, KEEL_URL=base, KEEL_API_KEY=key))
+assert sorted(frozen.read_text().splitlines()) == sorted(lines), "the dataset's lines are the export's"
+print(f"   keel datasets export: {CALLS} lines, the trace export's")

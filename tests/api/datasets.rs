@@ -776,3 +776,40 @@ async fn the_console_saves_a_filter_or_ticked_traces_as_datasets_and_pages_a_ver
         StatusCode::NOT_FOUND
     );
 }
+
+/// A dataset's `openai-chat` lines pass the trace export's checks (OpenAI's fine-tuning
+/// format, the conversation whole, tools kept) and are the trace export's lines.
+#[actix_web::test]
+async fn a_datasets_openai_chat_lines_are_the_trace_exports_and_pass_its_checks() {
+    let (app, _provider) = crate::proxy::proxy_app().await;
+    let org = app.create_org("Acme").await;
+    let project = app.create_project(&org, "Support").await;
+    crate::traces::record_five(&app, &org, &project).await;
+    let view = create(&app, &org, json!({"projectId": project, "name": "five", "filter": {}})).await;
+    assert_eq!(view["versions"][0]["skipped"], 1, "the 401 cannot train");
+    let id = view["datasetId"].as_str().unwrap();
+    let (body, _, _) = export(&app, &org, &format!("/api/datasets/{id}/versions/1/export")).await;
+    let text = String::from_utf8(body).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    crate::export::check_openai_chat_lines(&lines);
+    let exported = json_of(
+        app.get(
+            &format!("/api/traces/export?project_id={project}&format=openai-chat&limit=10"),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let mut theirs: Vec<String> = exported["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    // Byte for byte: the lines as the dataset serves them.
+    let mut ours: Vec<String> = text.lines().map(str::to_owned).collect();
+    theirs.sort();
+    ours.sort();
+    assert_eq!(ours, theirs);
+}

@@ -436,8 +436,15 @@ async fn openai_chat_lines_keep_the_conversation_and_tool_calls() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    check_openai_chat_lines(&lines);
+}
+
+/// What `traces::record_five`'s calls give as `openai-chat` lines (any order): OpenAI's chat
+/// fine-tuning format, one line for each call with an answer (the 401 has none), the
+/// conversation kept whole, the tool call kept with its tools.
+pub(crate) fn check_openai_chat_lines(lines: &[Value]) {
     assert_eq!(lines.len(), 4);
-    for line in &lines {
+    for line in lines {
         let messages = line["messages"].as_array().unwrap();
         assert_eq!(messages.last().unwrap()["role"], "assistant");
         if !messages.last().unwrap()["tool_calls"].is_array() {
