@@ -1,8 +1,10 @@
 //! `keel-bench export`: a whole project's traces (100,000 by default) exported by
-//! `keel traces export --all` from a `keel serve` process, both the built binary: the time,
-//! the rate, and the peak RSS of the server and of the CLI, against the simplest baseline
-//! measured in the same run (reading the same rows straight from the database, in pages of
-//! the same size, in this process).
+//! `keel traces export --all` (as records, and as openai-chat lines) and, frozen as a
+//! dataset, by `keel datasets export`, each from a fresh `keel serve` process, both the built
+//! binary: the time, the rate, and the peak RSS of the server and of the CLI, against the
+//! simplest baseline measured in the same run (reading the same rows straight from the
+//! database, in pages of the same size, in this process). The dataset's build (its
+//! `POST /api/datasets`) is timed apart.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -39,7 +41,7 @@ pub async fn run(bench: ExportBench) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "| database | what | time s | traces/s | keel peak RSS MiB | CLI peak RSS MiB |"
+        "| database | what | time s | lines/s | keel peak RSS MiB | CLI peak RSS MiB |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|")?;
     for (database, admin_url) in databases {
@@ -50,18 +52,28 @@ pub async fn run(bench: ExportBench) -> anyhow::Result<()> {
             result.baseline.as_secs_f64(),
             bench.traces as f64 / result.baseline.as_secs_f64()
         )?;
+        for run in &result.runs {
+            writeln!(
+                out,
+                "| {database} | {} | {:.2} | {:.0} | {:.1} (idle {:.1}) | {:.1} |",
+                run.what,
+                run.time.as_secs_f64(),
+                run.lines as f64 / run.time.as_secs_f64(),
+                mib(run.server_peak),
+                mib(run.server_idle),
+                mib(run.cli_peak)
+            )?;
+            if run.lines != bench.traces {
+                anyhow::bail!("{}: {} lines of {} traces", run.what, run.lines, bench.traces);
+            }
+        }
         writeln!(
             out,
-            "| {database} | `keel traces export --all` through `keel serve` | {:.2} | {:.0} | {:.1} (idle {:.1}) | {:.1} |",
-            result.export.as_secs_f64(),
-            result.lines as f64 / result.export.as_secs_f64(),
-            mib(result.server_peak),
-            mib(result.server_idle),
-            mib(result.cli_peak)
+            "| {database} | the dataset's build (`POST /api/datasets`, every trace) | {:.2} | {:.0} | {:.1} | |",
+            result.build.as_secs_f64(),
+            bench.traces as f64 / result.build.as_secs_f64(),
+            mib(result.build_peak)
         )?;
-        if result.lines != bench.traces {
-            anyhow::bail!("exported {} lines of {} traces", result.lines, bench.traces);
-        }
     }
     Ok(())
 }
@@ -72,7 +84,15 @@ fn mib(kib: u64) -> f64 {
 
 struct Measured {
     baseline: Duration,
-    export: Duration,
+    runs: Vec<Run>,
+    build: Duration,
+    build_peak: u64,
+}
+
+/// One export by the command line from a fresh server.
+struct Run {
+    what: &'static str,
+    time: Duration,
     lines: usize,
     server_idle: u64,
     server_peak: u64,
@@ -144,29 +164,84 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
     anyhow::ensure!(read == bench.traces, "the baseline read {read} traces");
     conn.close().await?;
 
-    let server = Process::keel_serve(&db.url, &[]).await?;
+    let project = tenant.project_id.as_str();
+    let mut runs = Vec::new();
+    for (what, format) in [
+        ("`keel traces export --all --format records`", "records"),
+        ("`keel traces export --all --format openai-chat`", "openai-chat"),
+    ] {
+        let args = [
+            "traces",
+            "export",
+            "--all",
+            "--project",
+            project,
+            "--format",
+            format,
+        ];
+        runs.push(measure(what, &db.url, &tenant.key, &args).await?);
+    }
+
+    // The dataset is built by one server; its export is measured from a fresh one.
+    let (build, build_peak, dataset) = {
+        let server = Process::keel_serve(&db.url, &[]).await?;
+        let started = Instant::now();
+        let created: serde_json::Value = reqwest::Client::new()
+            .post(format!("{}/api/datasets", server.base))
+            .bearer_auth(&tenant.key)
+            .json(&json!({"projectId": project, "name": "bench", "filter": {}}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let build = started.elapsed();
+        let peak = proc_kib(&server.pid().to_string(), "VmHWM:").unwrap_or(0);
+        let id = created["datasetId"].as_str().unwrap_or_default().to_owned();
+        (build, peak, id)
+    };
+    let args = [
+        "datasets",
+        "export",
+        "--dataset",
+        dataset.as_str(),
+        "--split",
+        "all",
+    ];
+    runs.push(
+        measure(
+            "`keel datasets export` (openai-chat, the version's digest checked)",
+            &db.url,
+            &tenant.key,
+            &args,
+        )
+        .await?,
+    );
+    db.drop_now().await;
+    Ok(Measured {
+        baseline,
+        runs,
+        build,
+        build_peak,
+    })
+}
+
+/// `keel <args> --out FILE` against a fresh `keel serve`: its time, lines and both peaks.
+async fn measure(what: &'static str, db_url: &str, key: &str, args: &[&str]) -> anyhow::Result<Run> {
+    let server = Process::keel_serve(db_url, &[]).await?;
     let base = server.base.clone();
     let server_pid = server.pid();
     let server_idle = proc_kib(&server_pid.to_string(), "VmRSS:").unwrap_or(0);
-
     let dir = std::env::temp_dir().join(format!("keel-export-bench-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;
     let out = dir.join("train.jsonl");
     let started = Instant::now();
     let mut cli = Command::new(keel_exe()?)
-        .args([
-            "traces",
-            "export",
-            "--all",
-            "--project",
-            tenant.project_id.as_str(),
-            "--format",
-            "records",
-            "--out",
-        ])
+        .args(args)
+        .arg("--out")
         .arg(&out)
         .env("KEEL_URL", &base)
-        .env("KEEL_API_KEY", &tenant.key)
+        .env("KEEL_API_KEY", key)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -186,15 +261,14 @@ async fn run_one(bench: &ExportBench, admin_url: Option<&str>) -> anyhow::Result
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    let export = started.elapsed();
-    anyhow::ensure!(status.success(), "the export failed: {status}");
+    let time = started.elapsed();
+    anyhow::ensure!(status.success(), "{what} failed: {status}");
     let lines = std::io::BufRead::lines(std::io::BufReader::new(std::fs::File::open(&out)?)).count();
     let _ = std::fs::remove_dir_all(&dir);
     drop(server);
-    db.drop_now().await;
-    Ok(Measured {
-        baseline,
-        export,
+    Ok(Run {
+        what,
+        time,
         lines,
         server_idle,
         server_peak,

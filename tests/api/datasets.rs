@@ -785,7 +785,12 @@ async fn a_datasets_openai_chat_lines_are_the_trace_exports_and_pass_its_checks(
     let org = app.create_org("Acme").await;
     let project = app.create_project(&org, "Support").await;
     crate::traces::record_five(&app, &org, &project).await;
-    let view = create(&app, &org, json!({"projectId": project, "name": "five", "filter": {}})).await;
+    let view = create(
+        &app,
+        &org,
+        json!({"projectId": project, "name": "five", "filter": {}}),
+    )
+    .await;
     assert_eq!(view["versions"][0]["skipped"], 1, "the 401 cannot train");
     let id = view["datasetId"].as_str().unwrap();
     let (body, _, _) = export(&app, &org, &format!("/api/datasets/{id}/versions/1/export")).await;
