@@ -61,11 +61,8 @@ pub struct DatasetCreateBody {
     #[schema(value_type = String, format = Uuid)]
     pub project_id: ProjectId,
     /// Unique in the project (not only whitespace).
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
-    )]
+    // Its pattern (not blank) is set on the document: openapi::refine::NOT_BLANK.
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     #[schema(max_length = 2000)]
     pub description: Option<String>,
@@ -177,11 +174,8 @@ impl DatasetVersionBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DatasetPatchBody {
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
-    )]
+    // Its pattern (not blank) is set on the document: openapi::refine::NOT_BLANK.
+    #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
     #[serde(default, deserialize_with = "crate::http::extract::present")]
     #[schema(value_type = Option<String>, max_length = 2000)]

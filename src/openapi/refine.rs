@@ -18,6 +18,27 @@ pub use crate::http::schemas::STORABLE;
 /// `\s` differs between regex dialects.
 pub const ORG_ID: &str = "^([^\\u0000]*[^\\u0000\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*)?$";
 
+/// The pattern of a display name (an organization's, a project's, a dataset's): no NUL, and
+/// at least one character that is not whitespace (the class as in [`ORG_ID`]).
+pub const NOT_BLANK: &str = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$";
+
+/// The display names keel refuses blank, by schema and property.
+const NAMES: [(&str, &str); 4] = [
+    ("CreateOrgBody", "name"),
+    ("ProjectCreateBody", "name"),
+    ("DatasetCreateBody", "name"),
+    ("DatasetPatchBody", "name"),
+];
+
+/// Gives each display name of [`NAMES`] the [`NOT_BLANK`] pattern.
+pub fn names(doc: &mut Value) {
+    for (schema, property) in NAMES {
+        if let Some(field) = doc.pointer_mut(&format!("/components/schemas/{schema}/properties/{property}")) {
+            field["pattern"] = json!(NOT_BLANK);
+        }
+    }
+}
+
 /// A UUID in a spelling the service reads (hyphenated, 32 hex digits, braced, or a URN), as
 /// a pattern: `format: uuid` alone is an annotation in JSON Schema 2020-12.
 pub use crate::http::schemas::UUID;

@@ -14,11 +14,8 @@ pub static SLUG_RE: lazy_regex::Lazy<regex::Regex> = lazy_regex::lazy_regex!(r"^
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateOrgBody {
     /// Not only whitespace.
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$"
-    )]
+    // Its pattern (not blank) is set on the document: openapi::refine::NOT_BLANK.
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     /// Derived from the name when absent.
     #[schema(min_length = 1, max_length = 100, pattern = r"^[a-z0-9][a-z0-9._-]*$")]
