@@ -366,6 +366,9 @@ pub async fn log(
                 super::unknown_choice("event", e, EventType::ALL.iter().map(|t| t.as_str()))
             })?),
         };
+    let total = service::count_deliveries(webhooks, orgs(&org), &endpoint.id, status, event)
+        .await
+        .map_err(ApiError::from)?;
     let (log, next) = service::deliveries(
         webhooks,
         orgs(&org),
@@ -420,6 +423,7 @@ pub async fn log(
             l: org_layout(&viewer, &org, "Webhook deliveries", "webhooks", &req).await?,
             endpoint: endpoint_row(endpoint),
             deliveries,
+            total: format::count(i64::try_from(total).unwrap_or(i64::MAX)),
             older: next.map(|(at, id)| {
                 let mut link = form_urlencoded::Serializer::new(filters.clone());
                 link.append_pair("cursor", &crate::webhooks::routes::encode_cursor(at, &id));

@@ -484,6 +484,7 @@ pub async fn ledger(
     };
     let statement =
         keel_core::billing::statement::statement(&viewer.state.billing, &org.org_id, &month).await?;
+    let total = service::ledger_count(&viewer.state.billing, &org.org_id, kind).await?;
     let mut entries = service::ledger_page(
         &viewer.state.billing,
         &org.org_id,
@@ -509,6 +510,7 @@ pub async fn ledger(
             kinds: EntryKind::ALL.iter().map(|k| k.as_str()).collect(),
             kind: kind.unwrap_or_default().to_owned(),
             entries: entries.iter().map(ledger_row).collect(),
+            total: format::count(i64::try_from(total).unwrap_or(i64::MAX)),
             next,
             statement: statement_rows(&statement),
             month,

@@ -194,6 +194,8 @@ pub struct LedgerPage {
     pub kinds: Vec<&'static str>,
     pub kind: String,
     pub entries: Vec<LedgerRow>,
+    /// Entries of the kind shown (every kind when none).
+    pub total: String,
     pub next: Option<String>,
     /// The month's statement: (what, amount, exact amount).
     pub statement: Vec<(String, String, String)>,
@@ -567,6 +569,8 @@ pub struct SuiteChart {
 pub struct EvalsPage {
     pub l: Layout,
     pub runs: Vec<EvalRow>,
+    /// Runs of the project shown (every project when none).
+    pub total: String,
     pub charts: Vec<SuiteChart>,
     /// The next (older) page.
     pub next: Option<String>,
@@ -611,6 +615,8 @@ pub struct RunRow {
 pub struct RunsPage {
     pub l: Layout,
     pub runs: Vec<RunRow>,
+    /// Runs of the project shown (every project when none).
+    pub total: String,
     /// The next (older) page.
     pub next: Option<String>,
 }
@@ -794,6 +800,8 @@ pub struct WebhookLogPage {
     pub l: Layout,
     pub endpoint: EndpointRow,
     pub deliveries: Vec<HookDeliveryRow>,
+    /// Deliveries the filter keeps.
+    pub total: String,
     /// The query of the next (older) page (its filters kept).
     pub older: Option<String>,
     pub can_act: bool,

@@ -579,6 +579,7 @@ pub async fn evals(
     let org = viewer.org(&path).await?;
     let project = query.project.as_deref().filter(|p| !p.is_empty());
     let before = text_cursor(query.before.as_deref())?;
+    let total = keel_core::evals::service::count_of_org(&viewer.state.db, &org.org_id, project).await?;
     let runs = keel_core::evals::service::runs_of_org(
         &viewer.state.db,
         &org.org_id,
@@ -626,6 +627,7 @@ pub async fn evals(
         &EvalsPage {
             l,
             runs: runs.iter().map(eval_row).collect(),
+            total: format::count(i64::try_from(total).unwrap_or(i64::MAX)),
             charts,
             next,
         },
@@ -721,6 +723,7 @@ pub async fn runs(
     let project = query.project.as_deref().filter(|p| !p.is_empty());
     let db = &viewer.state.db;
     let before = text_cursor(query.before.as_deref())?;
+    let total = keel_core::runs::service::count_of_org(db, &org.org_id, project).await?;
     let runs =
         keel_core::runs::service::runs_of_org(db, &org.org_id, project, before.as_ref(), RUNS_PAGE + 1)
             .await?;
@@ -759,7 +762,15 @@ pub async fn runs(
         })
         .collect();
     let l = org_layout(&viewer, &org, "Runs", "runs", &req).await?;
-    Ok(page(&req, &RunsPage { l, runs: rows, next }))
+    Ok(page(
+        &req,
+        &RunsPage {
+            l,
+            runs: rows,
+            total: format::count(i64::try_from(total).unwrap_or(i64::MAX)),
+            next,
+        },
+    ))
 }
 
 /// A member's form about a project's traces: its fields, the organization, the project, and

@@ -1603,6 +1603,17 @@ async fn the_runs_and_eval_runs_pages_page_past_fifty() {
             .collect::<Vec<_>>()
     };
     assert_eq!(shown(&first), (11..61).collect::<Vec<_>>());
+    assert!(
+        first.contains("<p class=\"muted\" id=\"runs-total\">61 run(s).</p>"),
+        "{first}"
+    );
+    let elsewhere = console
+        .page(&org_path(
+            &org,
+            &format!("/runs?project={}", uuid::Uuid::new_v4()),
+        ))
+        .await;
+    assert!(elsewhere.contains("id=\"runs-total\">0 run(s).") && elsewhere.contains("No runs yet."));
     let next = older(&first).expect("a link to older runs");
     let second = console.page(&next).await;
     assert_eq!(shown(&second), (0..11).collect::<Vec<_>>());
@@ -1611,6 +1622,7 @@ async fn the_runs_and_eval_runs_pages_page_past_fifty() {
     let first = console.page(&org_path(&org, "/evals")).await;
     let rows = |page: &str| page.matches(&format!("/console/o/{}/evals/", org.org_id)).count();
     assert_eq!(rows(&first), 50);
+    assert!(first.contains("id=\"eval-runs-total\">53 run(s)."), "{first}");
     let second = console
         .page(&older(&first).expect("a link to older eval runs"))
         .await;

@@ -55,6 +55,17 @@ async fn the_overview_groups_grants_by_kind_and_expiry_and_links_every_grant() {
     assert_eq!(active.matches(r#"<tr class="grant">"#).count(), 13);
     let ended = console.page(&org_path(&org, "/credits?state=ended")).await;
     assert!(ended.contains("No grants in this state."));
+    // The ledger says how many entries it holds, of a kind or of every kind.
+    let ledger = console.page(&org_path(&org, "/ledger?kind=topup")).await;
+    assert!(
+        ledger.contains(r#"id="ledger-total">12 entries of kind topup."#),
+        "{ledger}"
+    );
+    let promo = console.page(&org_path(&org, "/ledger?kind=promo")).await;
+    assert!(
+        promo.contains(r#"id="ledger-total">1 entry of kind promo."#),
+        "{promo}"
+    );
     let bad = console.get(&org_path(&org, "/credits?state=bogus")).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert!(bad
@@ -81,6 +92,10 @@ async fn a_keys_open_streams_show_against_its_limit() {
     .await;
     let console = Console::sign_in(&app, &org.owner_token).await;
     let page = console.page(&org_path(&org, "/keys")).await;
+    assert!(
+        page.contains(r#"id="keys-total">"#),
+        "the keys page says how many"
+    );
     assert!(
         page.contains(r#"<td class="streams">0 open of 3 at once</td>"#),
         "{page}"
@@ -185,6 +200,15 @@ async fn an_endpoint_is_edited_on_its_page_by_the_apis_rules_and_its_deliveries_
     // Filters: by status and by event type; unknown values are a 400 page.
     let none = console.page(&format!("{path}?status=failed")).await;
     assert!(none.contains("No deliveries match this filter."));
+    assert!(
+        none.contains(r#"id="deliveries-total">0 deliveries match the filter."#),
+        "{none}"
+    );
+    let listed = console.page(&org_path(&org, "/webhooks")).await;
+    assert!(
+        listed.contains(r#"id="endpoints-total">1 endpoint(s)."#),
+        "{listed}"
+    );
     let bad = console.get(&format!("{path}?status=bogus")).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     let bad = console.get(&format!("{path}?event=no.such")).await;

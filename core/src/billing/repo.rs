@@ -405,6 +405,19 @@ pub async fn ledger_page(
         .await
 }
 
+/// The organization's ledger entries (of `kind`, if given).
+pub async fn ledger_count(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    kind: Option<&str>,
+) -> Result<u64, DbErr> {
+    let mut query = ledger_entry::Entity::find().filter(ledger_entry::Column::OrgId.eq(org_id));
+    if let Some(kind) = kind {
+        query = query.filter(ledger_entry::Column::Kind.eq(kind));
+    }
+    sea_orm::PaginatorTrait::count(query, db).await
+}
+
 /// The ledger since `since`, summed per (UTC day `YYYY-MM-DD`, kind).
 pub async fn daily_totals(
     db: &impl ConnectionTrait,

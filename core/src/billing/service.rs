@@ -898,6 +898,15 @@ pub async fn record_training_cost(
 /// A page of the organization's ledger, newest first: entries of `kind` (any when `None`)
 /// with ids below `before`, at most `limit`.
 #[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
+/// How many entries the organization's ledger holds (of `kind`, if given).
+pub async fn ledger_count(
+    billing: &Billing,
+    org_id: &OrgId,
+    kind: Option<&str>,
+) -> Result<u64, BillingError> {
+    Ok(repo::ledger_count(&billing.db, org_id, kind).await?)
+}
+
 pub async fn ledger_page(
     billing: &Billing,
     org_id: &OrgId,

@@ -35,6 +35,15 @@ pub async fn runs_of_org(
     Ok(repo::runs_of_org(db, org_id, project_id, before, limit).await?)
 }
 
+/// How many eval runs the organization has (of one project, if given).
+pub async fn count_of_org(
+    db: &DatabaseConnection,
+    org_id: &OrgId,
+    project_id: Option<&str>,
+) -> Result<u64, EvalError> {
+    Ok(repo::count_of_org(db, org_id, project_id).await?)
+}
+
 /// The organization's eval run; `None` for another organization's or none.
 pub async fn run_of_org(
     db: &DatabaseConnection,

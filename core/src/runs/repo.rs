@@ -202,6 +202,19 @@ pub async fn count_checkpoints(
         .await
 }
 
+/// How many runs the organization has (of one project, if given).
+pub async fn count_of_org(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    project_id: Option<&str>,
+) -> Result<u64, DbErr> {
+    let mut query = run::Entity::find().filter(run::Column::OrgId.eq(org_id));
+    if let Some(project) = project_id {
+        query = query.filter(run::Column::ProjectId.eq(project));
+    }
+    sea_orm::PaginatorTrait::count(query, db).await
+}
+
 /// The organization's runs (of one project when given), newest first; at most `limit`.
 pub async fn runs_of_org(
     db: &impl ConnectionTrait,

@@ -236,6 +236,15 @@ pub async fn runs_of_org(
     Ok(repo::runs_of_org(db, org_id, project_id, before, limit).await?)
 }
 
+/// How many runs the organization has (of one project, if given).
+pub async fn count_of_org(
+    db: &impl ConnectionTrait,
+    org_id: &OrgId,
+    project_id: Option<&str>,
+) -> Result<u64, RunError> {
+    Ok(repo::count_of_org(db, org_id, project_id).await?)
+}
+
 /// The checkpoints of the organization's runs `run_ids`.
 #[tracing::instrument(level = "debug", skip_all, fields(org_id = %org_id))]
 pub async fn checkpoints_of_runs(

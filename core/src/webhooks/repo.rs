@@ -452,15 +452,12 @@ async fn announce_disabled(
     Ok(())
 }
 
-/// A page of an endpoint's deliveries, newest first, older than `before` when given.
-pub async fn deliveries(
-    db: &impl ConnectionTrait,
+/// An endpoint's deliveries of `status` and `event_type` (each when given).
+fn deliveries_of(
     endpoint_id: &str,
     status: Option<DeliveryStatus>,
     event_type: Option<&str>,
-    before: Option<(DateTime<Utc>, String)>,
-    limit: u64,
-) -> Result<Vec<webhook_delivery::Model>, DbErr> {
+) -> sea_orm::Select<webhook_delivery::Entity> {
     let mut query =
         webhook_delivery::Entity::find().filter(webhook_delivery::Column::EndpointId.eq(endpoint_id));
     if let Some(status) = status {
@@ -477,6 +474,29 @@ pub async fn deliveries(
             ),
         );
     }
+    query
+}
+
+/// How many deliveries of `status` and `event_type` an endpoint has.
+pub async fn count_deliveries(
+    db: &impl ConnectionTrait,
+    endpoint_id: &str,
+    status: Option<DeliveryStatus>,
+    event_type: Option<&str>,
+) -> Result<u64, DbErr> {
+    sea_orm::PaginatorTrait::count(deliveries_of(endpoint_id, status, event_type), db).await
+}
+
+/// A page of an endpoint's deliveries, newest first, older than `before` when given.
+pub async fn deliveries(
+    db: &impl ConnectionTrait,
+    endpoint_id: &str,
+    status: Option<DeliveryStatus>,
+    event_type: Option<&str>,
+    before: Option<(DateTime<Utc>, String)>,
+    limit: u64,
+) -> Result<Vec<webhook_delivery::Model>, DbErr> {
+    let mut query = deliveries_of(endpoint_id, status, event_type);
     if let Some((at, id)) = before {
         query = query.filter(
             Condition::any()

@@ -266,6 +266,18 @@ pub struct DeliveryLog {
 /// Where a page of deliveries ends: the last one's time and id.
 pub type DeliveryCursor = (DateTime<Utc>, String);
 
+/// How many deliveries of `status` and `event_type` (each when given) an endpoint has.
+pub async fn count_deliveries(
+    webhooks: &Webhooks,
+    orgs: &[OrgId],
+    endpoint_id: &str,
+    status: Option<crate::domain::DeliveryStatus>,
+    event_type: Option<crate::domain::EventType>,
+) -> Result<u64, WebhookError> {
+    let endpoint = endpoint(webhooks, orgs, endpoint_id).await?;
+    Ok(repo::count_deliveries(&webhooks.db, &endpoint.id, status, event_type.map(|t| t.as_str())).await?)
+}
+
 /// A page of an endpoint's deliveries, newest first, and the cursor of the next page.
 #[tracing::instrument(level = "debug", skip_all, fields(endpoint_id = %endpoint_id))]
 pub async fn deliveries(
