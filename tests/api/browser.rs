@@ -290,6 +290,17 @@ async fn an_owner_signs_in_redeems_a_promo_stops_a_job_exports_two_traces_and_si
         browser.text("h1").await;
         browser.shoot(name).await;
     }
+    // Each list says how many it holds.
+    for (path, total, says) in [
+        ("/evals", "#eval-runs-total", "2 run(s)."),
+        ("/runs", "#runs-total", "1 run(s)."),
+        ("/keys", "#keys-total", "1 key(s)."),
+    ] {
+        browser.open(&app, &format!("{org_home}{path}")).await;
+        assert_eq!(browser.text(total).await, says, "{path}");
+    }
+    browser.open(&app, &format!("{org_home}/ledger?kind=topup")).await;
+    assert_eq!(browser.text("#ledger-total").await, "1 entry of kind topup.");
 
     // Stop the running job.
     browser.open(&app, &format!("{org_home}/jobs/{job}")).await;
