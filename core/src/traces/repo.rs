@@ -238,11 +238,19 @@ pub async fn export_sizes(
     limit: u64,
 ) -> Result<Vec<(TraceId, DateTime<Utc>, i64)>, DbErr> {
     use sea_orm::sea_query::ExprTrait;
-    let size = Expr::expr(Func::char_length(Expr::col(trace::Column::Request))).add(Func::coalesce([
-        Expr::from(Func::char_length(Expr::col(trace::Column::Response))),
-        Expr::val(0),
-    ]));
-    filtered(db.get_database_backend(), project_id, filter)
+    let backend = db.get_database_backend();
+    let size = match backend {
+        // The bodies' bytes from their TOAST headers: `octet_length` reads no value, where
+        // `char_length` reads and decompresses each one (every body was read twice a page).
+        DbBackend::Postgres => Expr::cust(
+            r#"octet_length("traces"."request") + coalesce(octet_length("traces"."response"), 0)"#,
+        ),
+        _ => Expr::expr(Func::char_length(Expr::col(trace::Column::Request))).add(Func::coalesce([
+            Expr::from(Func::char_length(Expr::col(trace::Column::Response))),
+            Expr::val(0),
+        ])),
+    };
+    filtered(backend, project_id, filter)
         .select_only()
         .column(trace::Column::Id)
         .column(trace::Column::CreatedAt)
