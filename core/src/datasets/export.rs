@@ -1,14 +1,12 @@
 //! A version's lines as JSONL, streamed page by page (bounded memory, any size), with the
 //! count and SHA-256 the version recorded for that format and split.
 
-use std::collections::HashMap;
-
 use futures_util::stream::{self, BoxStream, StreamExt};
 use sea_orm::{DatabaseConnection, DbErr};
 
-use super::lines::line_of;
+use super::lines::column_of;
 use super::{repo, service, DatasetError, LineFormat, SplitPart};
-use crate::domain::{DatasetId, OrgId, TraceId};
+use crate::domain::{DatasetId, OrgId};
 
 /// Items read at a time.
 const PAGE: u64 = 500;
@@ -139,7 +137,7 @@ fn stream_lines(
             if walk.done {
                 return Ok(None);
             }
-            let items = repo::items_page(
+            let lines = repo::page_lines(
                 &walk.db,
                 &walk.id,
                 walk.version,
@@ -147,29 +145,20 @@ fn stream_lines(
                 walk.after,
                 std::mem::take(&mut walk.skip),
                 PAGE,
+                column_of(format),
             )
             .await?;
-            let Some(last) = items.last() else {
+            let Some((last, _)) = lines.last() else {
                 return Ok(None);
             };
-            walk.after = Some(last.ordinal);
-            walk.done = (items.len() as u64) < PAGE;
-            let ids: Vec<TraceId> = items.iter().map(|i| i.trace_id.clone()).collect();
-            let by_id: HashMap<TraceId, entities::dataset_line::Model> =
-                repo::lines(&walk.db, &walk.id, &ids)
-                    .await?
-                    .into_iter()
-                    .map(|line| (line.trace_id.clone(), line))
-                    .collect();
+            walk.after = Some(*last);
+            walk.done = (lines.len() as u64) < PAGE;
             let mut out = Vec::with_capacity(64 * 1024);
-            for item in &items {
-                let line = by_id.get(&item.trace_id).ok_or_else(|| {
-                    DbErr::RecordNotFound(format!("the dataset's line of trace {}", item.trace_id))
-                })?;
-                out.extend_from_slice(line_of(line, format).as_bytes());
+            for (_, line) in &lines {
+                out.extend_from_slice(line.as_bytes());
                 out.push(b'\n');
             }
-            meter.dataset_exported(format.as_str(), items.len() as u64, out.len() as u64);
+            meter.dataset_exported(format.as_str(), lines.len() as u64, out.len() as u64);
             Ok(Some((out, walk)))
         }
     })

@@ -87,6 +87,16 @@ pub fn line_of(line: &entities::dataset_line::Model, format: LineFormat) -> &str
     }
 }
 
+/// The column of `dataset_lines` that holds the lines of `format`.
+pub fn column_of(format: LineFormat) -> entities::dataset_line::Column {
+    use entities::dataset_line::Column;
+    match format {
+        LineFormat::OpenaiChat => Column::Chat,
+        LineFormat::Records => Column::Record,
+        LineFormat::Prompts => Column::Prompt,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -216,6 +216,49 @@ pub async fn items_page(
         .await
 }
 
+/// The next `limit` lines of a version after `after` (an ordinal, or the first `skip` of
+/// them), of one side of the split or both, in `column`'s format: one statement joining each
+/// item to its line (ordinal, line).
+#[allow(clippy::too_many_arguments)]
+pub async fn page_lines(
+    db: &impl ConnectionTrait,
+    id: &DatasetId,
+    version: i32,
+    validation: Option<bool>,
+    after: Option<i32>,
+    skip: u64,
+    limit: u64,
+    column: dataset_line::Column,
+) -> Result<Vec<(i32, String)>, DbErr> {
+    use sea_orm::JoinType;
+    let line = dataset_item::Entity::belongs_to(dataset_line::Entity)
+        .from((dataset_item::Column::DatasetId, dataset_item::Column::TraceId))
+        .to((dataset_line::Column::DatasetId, dataset_line::Column::TraceId))
+        .into();
+    let mut query = dataset_item::Entity::find()
+        .join(JoinType::InnerJoin, line)
+        .filter(dataset_item::Column::DatasetId.eq(id))
+        .filter(dataset_item::Column::Version.eq(version));
+    if let Some(validation) = validation {
+        query = query.filter(dataset_item::Column::Validation.eq(validation));
+    }
+    if let Some(after) = after {
+        query = query.filter(dataset_item::Column::Ordinal.gt(after));
+    }
+    if skip > 0 {
+        query = query.offset(skip);
+    }
+    query
+        .select_only()
+        .column(dataset_item::Column::Ordinal)
+        .column(column)
+        .order_by_asc(dataset_item::Column::Ordinal)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await
+}
+
 pub async fn insert_dataset(db: &impl ConnectionTrait, model: dataset::Model) -> Result<(), DbErr> {
     dataset::Entity::insert(dataset::ActiveModel::from(model))
         .exec_without_returning(db)
