@@ -9,12 +9,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::traces::cli::side_file;
 
 pub struct ExportArgs {
     pub dataset: String,
@@ -45,12 +47,6 @@ pub struct Downloaded {
     pub sha256: String,
 }
 
-fn side_file(out: &Path, suffix: &str) -> PathBuf {
-    let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(suffix);
-    out.with_file_name(name)
-}
-
 /// Downloads to `out` (or standard output), stopping at Ctrl-C or SIGTERM with a word on
 /// what was kept and how to go on.
 pub async fn export_until_interrupted(
@@ -70,19 +66,7 @@ pub async fn export_until_interrupted(
         );
         Ok(())
     };
-    tokio::select! {
-        done = export => done,
-        () = crate::traces::cli::interrupted() => {
-            let advice = match out {
-                Some(path) => format!(
-                    "interrupted; the lines written so far are kept in {}: run the same command with --resume to go on",
-                    side_file(path, ".part").display()
-                ),
-                None => "interrupted; standard output has what was written so far (write to a file with --out to be able to --resume)".to_owned(),
-            };
-            anyhow::bail!("{advice}")
-        }
-    }
+    crate::traces::cli::or_interrupted(export, out, "lines").await
 }
 
 /// Downloads to `out` through `FILE.part`, renamed once the digest matches; `resume` goes on

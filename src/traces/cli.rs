@@ -53,7 +53,8 @@ pub struct Written {
     pub skipped: u64,
 }
 
-fn side_file(out: &Path, suffix: &str) -> PathBuf {
+/// `FILE` with `suffix` added to its name (`FILE.part`, `FILE.cursor`).
+pub(crate) fn side_file(out: &Path, suffix: &str) -> PathBuf {
     let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(suffix);
     out.with_file_name(name)
@@ -73,12 +74,22 @@ pub async fn export_until_interrupted(
             None => export_to_stdout(args).await.map(drop),
         }
     };
+    or_interrupted(export, out, "pages").await
+}
+
+/// `work`, unless Ctrl-C or SIGTERM comes first: then an error that says where the `kept`
+/// (pages, lines) written so far are and how to go on.
+pub(crate) async fn or_interrupted(
+    work: impl std::future::Future<Output = anyhow::Result<()>>,
+    out: Option<&Path>,
+    kept: &str,
+) -> anyhow::Result<()> {
     tokio::select! {
-        done = export => done,
+        done = work => done,
         () = interrupted() => {
             let advice = match out {
                 Some(path) => format!(
-                    "interrupted; the pages written so far are kept in {}: run the same command with --resume to go on",
+                    "interrupted; the {kept} written so far are kept in {}: run the same command with --resume to go on",
                     side_file(path, ".part").display()
                 ),
                 None => "interrupted; standard output has what was written so far (write to a file with --out to be able to --resume)".to_owned(),
@@ -89,7 +100,7 @@ pub async fn export_until_interrupted(
 }
 
 /// Ctrl-C or SIGTERM.
-pub(crate) async fn interrupted() {
+async fn interrupted() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

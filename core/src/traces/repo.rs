@@ -242,9 +242,9 @@ pub async fn export_sizes(
     let size = match backend {
         // The bodies' bytes from their TOAST headers: `octet_length` reads no value, where
         // `char_length` reads and decompresses each one (every body was read twice a page).
-        DbBackend::Postgres => Expr::cust(
-            r#"octet_length("traces"."request") + coalesce(octet_length("traces"."response"), 0)"#,
-        ),
+        DbBackend::Postgres => {
+            Expr::cust(r#"octet_length("traces"."request") + coalesce(octet_length("traces"."response"), 0)"#)
+        }
         _ => Expr::expr(Func::char_length(Expr::col(trace::Column::Request))).add(Func::coalesce([
             Expr::from(Func::char_length(Expr::col(trace::Column::Response))),
             Expr::val(0),
