@@ -1053,8 +1053,10 @@ async fn two_instances_never_send_one_delivery_twice_at_once() {
         std::thread::sleep(Duration::from_millis(20));
         Reply::Json(200, json!({}))
     });
+    // Twelve endpoints, so that none is sent more than its 10 test deliveries a minute
+    // (with four, 30 each passed the limit only while every check ran before any insert).
     let mut ids = Vec::new();
-    for i in 0..4 {
+    for i in 0..12 {
         let created = create(
             &first,
             &org,
