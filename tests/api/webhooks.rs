@@ -1513,3 +1513,38 @@ async fn deliveries_never_take_a_proxy_from_the_environment_and_a_configured_one
         "the configured proxy carries the delivery"
     );
 }
+
+/// Thirty test sends to one endpoint at once (through two instances on PostgreSQL): ten are
+/// taken, the rest are 429, never more than the limit.
+#[actix_web::test]
+async fn test_sends_at_once_never_pass_the_limit_of_ten_a_minute() {
+    let first = local_app().await;
+    let second = match postgres() {
+        true => {
+            let mut settings = test_settings(&first.db_url);
+            settings.webhooks.allow_http = true;
+            settings.webhooks.allow_private_destinations = true;
+            Some(spawn_on(TestDb::reuse(&first.db_url), settings).await)
+        }
+        false => None,
+    };
+    let org = first.create_org("Acme").await;
+    let (_receiver, url) = FakeJson::start(|_| Reply::Json(200, json!({})));
+    let created = create(&first, &org, json!({"url": url, "events": ["webhook.test"]})).await;
+    let id = created["endpointId"].as_str().unwrap().to_owned();
+    let sends = (0..30).map(|i| {
+        let app = match (&second, i % 2) {
+            (Some(second), 1) => second,
+            _ => &first,
+        };
+        let (org, id) = (&org, &id);
+        async move { send_test(app, org, id).await.status() }
+    });
+    let statuses = futures_util::future::join_all(sends).await;
+    let taken = statuses.iter().filter(|s| **s == StatusCode::ACCEPTED).count();
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((taken, limited), (10, 20), "{statuses:?}");
+}

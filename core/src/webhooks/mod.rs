@@ -27,6 +27,8 @@ pub struct Webhooks {
     /// The operator's proxy for deliveries (`webhooks.proxy_url`), if any.
     pub proxy_url: Option<String>,
     pub metrics: Metrics,
+    /// This instance's test sends take turns (other instances wait on the endpoint's row).
+    tests_turn: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Webhooks {
@@ -46,6 +48,7 @@ impl Webhooks {
             max_endpoints_per_org: settings.max_endpoints_per_org,
             proxy_url: Some(settings.proxy_url.clone()).filter(|url| !url.is_empty()),
             metrics,
+            tests_turn: Default::default(),
         }
     }
 }

@@ -213,6 +213,18 @@ pub async fn release_leases(
 }
 
 /// Test deliveries (`webhook.test`) made for an endpoint since `since`, oldest first: when.
+/// Locks an endpoint's row until the transaction ends (PostgreSQL; SQLite's one instance
+/// takes turns in the process).
+pub async fn lock_endpoint(db: &impl ConnectionTrait, endpoint_id: &str) -> Result<(), DbErr> {
+    if db.get_database_backend() == sea_orm::DbBackend::Postgres {
+        webhook_endpoint::Entity::find_by_id(endpoint_id.to_owned())
+            .lock_exclusive()
+            .one(db)
+            .await?;
+    }
+    Ok(())
+}
+
 pub async fn tests_since(
     db: &impl ConnectionTrait,
     endpoint_id: &str,

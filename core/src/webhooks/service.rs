@@ -230,8 +230,13 @@ pub async fn rotate_secret(
 #[tracing::instrument(level = "debug", skip_all)]
 pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<String, WebhookError> {
     let endpoint = endpoint(webhooks, orgs, id).await?;
+    // The count and the insert under one lock, so that sends at once cannot all pass it: this
+    // instance's take turns, and on PostgreSQL every instance's wait on the endpoint's row.
+    let _turn = webhooks.tests_turn.lock().await;
+    let txn = webhooks.db.begin().await?;
+    repo::lock_endpoint(&txn, &endpoint.id).await?;
     let now = Utc::now();
-    let recent = repo::tests_since(&webhooks.db, &endpoint.id, now - Duration::minutes(1)).await?;
+    let recent = repo::tests_since(&txn, &endpoint.id, now - Duration::minutes(1)).await?;
     if recent.len() >= TESTS_PER_MINUTE {
         // Free again once the oldest of the last ten leaves the minute.
         let frees_at = recent[recent.len() - TESTS_PER_MINUTE] + Duration::minutes(1);
@@ -240,7 +245,6 @@ pub async fn send_test(webhooks: &Webhooks, orgs: &[OrgId], id: &str) -> Result<
             retry_after_secs: wait.div_ceil(1000).max(1),
         });
     }
-    let txn = webhooks.db.begin().await?;
     let event = outbox::event_row(
         &endpoint.org_id,
         crate::domain::EventType::WebhookTest,
