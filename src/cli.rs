@@ -139,10 +139,10 @@ pub enum DatasetsAction {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         version: Option<u32>,
         /// openai-chat (OpenAI's fine-tuning format), records ({input, output}) or prompts ({input}).
-        #[arg(long, default_value = "openai-chat", value_parser = ["openai-chat", "records", "prompts"])]
+        #[arg(long, default_value = "openai-chat", value_parser = clap::builder::PossibleValuesParser::new(keel_core::datasets::LineFormat::NAMES.iter().copied()))]
         format: String,
         /// train, validation or all.
-        #[arg(long, default_value = "all", value_parser = ["train", "validation", "all"])]
+        #[arg(long, default_value = "all", value_parser = clap::builder::PossibleValuesParser::new(keel_core::datasets::SplitPart::NAMES.iter().copied()))]
         split: String,
         /// Go on with the interrupted download into --out (its whole lines are kept).
         #[arg(long, requires = "out")]

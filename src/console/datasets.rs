@@ -263,7 +263,7 @@ pub async fn version(
         .version(path.version)
         .cloned()
         .ok_or(ConsoleError::NotFound)?;
-    let (items, more) = service::version_items(db, orgs(&org), &id, path.version, query.after, ITEMS_PAGE)
+    let (items, more) = service::version_items(db, &dataset, path.version, query.after, ITEMS_PAGE)
         .await
         .map_err(not_found)?;
     let base = format!(

@@ -194,7 +194,6 @@ pub async fn items_page(
     version: i32,
     validation: Option<bool>,
     after: Option<i32>,
-    skip: u64,
     limit: u64,
 ) -> Result<Vec<dataset_item::Model>, DbErr> {
     let mut query = dataset_item::Entity::find()
@@ -205,9 +204,6 @@ pub async fn items_page(
     }
     if let Some(after) = after {
         query = query.filter(dataset_item::Column::Ordinal.gt(after));
-    }
-    if skip > 0 {
-        query = query.offset(skip);
     }
     query
         .order_by_asc(dataset_item::Column::Ordinal)

@@ -466,24 +466,18 @@ pub struct VersionItem {
     pub trace_kept: bool,
 }
 
-/// `limit` lines of version `version` of a dataset of `orgs` after the ordinal `after`, in
-/// the version's order, and whether more follow.
+/// `limit` lines of version `version` of `dataset` (as [`get`] read it for its caller) after
+/// the ordinal `after`, in the version's order, and whether more follow.
 pub async fn version_items(
     db: &impl ConnectionTrait,
-    orgs: &[OrgId],
-    id: &DatasetId,
+    dataset: &Dataset,
     version: i32,
     after: Option<i32>,
     limit: u64,
 ) -> Result<(Vec<VersionItem>, bool), DatasetError> {
-    repo::find(db, id)
-        .await?
-        .filter(|d| orgs.contains(&d.org_id))
-        .ok_or(DatasetError::DatasetNotFound)?;
-    repo::version_one(db, id, Some(version))
-        .await?
-        .ok_or(DatasetError::VersionNotFound)?;
-    let mut items = repo::items_page(db, id, version, None, after, 0, limit + 1).await?;
+    dataset.version(version).ok_or(DatasetError::VersionNotFound)?;
+    let id = &dataset.dataset.id;
+    let mut items = repo::items_page(db, id, version, None, after, limit + 1).await?;
     let more = items.len() as u64 > limit;
     items.truncate(limit as usize);
     let ids: Vec<crate::domain::TraceId> = items.iter().map(|i| i.trace_id.clone()).collect();
