@@ -122,6 +122,9 @@ route_table! {
         "/jobs/{job_id}/stop" => post queue::routes::stop_job;
         "/jobs/{job_id}/retry" => post queue::routes::retry_job;
         "/secrets" => post queue::routes::set_secrets;
+        "/schedules" => post queue::schedules::create_schedule, get queue::schedules::list_schedules;
+        "/schedules/{schedule_id}" => get queue::schedules::get_schedule, patch queue::schedules::update_schedule, delete queue::schedules::delete_schedule;
+        "/schedules/{schedule_id}/run" => post queue::schedules::run_schedule;
     }
     // The spec's path for a user's agent logs: the queue's agent module.
     root "" {

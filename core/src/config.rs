@@ -374,6 +374,12 @@ pub struct QueueSettings {
     /// Claim statements of one action in flight at once per instance (PostgreSQL; 1..=64):
     /// claims arriving while all are busy join the next one.
     pub claims_in_flight: usize,
+    /// Cron schedules: each instance looks for due ticks at most this far apart, in
+    /// milliseconds (a new or changed schedule wakes this instance's look at once).
+    pub schedule_poll_ms: u64,
+    /// A tick enqueued at most this long after its time is on time; an older one was missed
+    /// (no instance ran then) and follows its schedule's `catchUp`, in seconds.
+    pub schedule_grace_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -595,6 +601,19 @@ impl Settings {
             ("otlp_push.lease_secs", push.lease_secs, 1..=3600),
             ("otlp_push.max_backoff_secs", push.max_backoff_secs, 1..=86_400),
             ("otlp_push.drop_after_hours", push.drop_after_hours, 1..=8760),
+        ] {
+            if !range.contains(&value) {
+                let reason = format!("must be within {}..={}", range.start(), range.end());
+                return Err(invalid(key, &value.to_string(), &reason));
+            }
+        }
+        for (key, value, range) in [
+            ("queue.schedule_poll_ms", self.queue.schedule_poll_ms, 10..=60_000),
+            (
+                "queue.schedule_grace_secs",
+                self.queue.schedule_grace_secs,
+                1..=86_400,
+            ),
         ] {
             if !range.contains(&value) {
                 let reason = format!("must be within {}..={}", range.start(), range.end());

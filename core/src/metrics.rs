@@ -35,6 +35,9 @@ pub const CACHES: [&str; 3] = ["api_keys", "projects", "adapters"];
 /// `LineFormat` names; a test holds them equal).
 pub const DATASET_FORMATS: [&str; 3] = ["openai-chat", "records", "prompts"];
 
+/// What enqueued a schedule's job, as `keel_schedule_enqueued_total` labels it.
+pub const SCHEDULE_TRIGGERS: [&str; 3] = ["tick", "catch_up", "run_now"];
+
 /// Outcomes of pushed spans, as `keel_otlp_export_spans_total` labels them.
 pub const OTLP_OUTCOMES: [&str; 3] = ["exported", "failed", "dropped"];
 
@@ -59,6 +62,10 @@ pub struct Metrics {
     queue_retries: IntCounterVec,
     queue_jobs: IntGaugeVec,
     queue_oldest: GaugeVec,
+    /// Jobs cron schedules enqueued, by trigger (tick, catch_up, run_now).
+    schedule_enqueued: IntCounterVec,
+    /// How long the earliest due tick has waited to be enqueued (read at scrape).
+    schedule_lag: Gauge,
     // The money.
     ledger_ops: Vec<IntCounter>,
     /// A ledger operation's time from its submission to its commit (or refusal).
@@ -369,6 +376,21 @@ impl Metrics {
                 "keel_payments_pending",
                 "Charges recorded before the processor was called and not settled yet (read at scrape)",
             )?,
+            schedule_enqueued: {
+                let enqueued = counter_vec(
+                    "keel_schedule_enqueued_total",
+                    "Jobs cron schedules enqueued, by trigger: tick (on time), catch_up (the latest tick missed while no instance ran, catchUp latest), run_now",
+                    &["trigger"],
+                )?;
+                for trigger in SCHEDULE_TRIGGERS {
+                    enqueued.with_label_values(&[trigger]);
+                }
+                enqueued
+            },
+            schedule_lag: gauge(
+                "keel_schedule_lag_seconds",
+                "How long the earliest due tick of an enabled schedule has waited to be enqueued (read at scrape; 0 when none is due)",
+            )?,
             payments_oldest: gauge(
                 "keel_payments_oldest_pending_seconds",
                 "Age of the oldest charge not settled yet (read at scrape; 0 when none)",
@@ -518,6 +540,8 @@ impl Metrics {
             Box::new(self.webhook_oldest.clone()),
             Box::new(self.queue_jobs.clone()),
             Box::new(self.queue_oldest.clone()),
+            Box::new(self.schedule_enqueued.clone()),
+            Box::new(self.schedule_lag.clone()),
             Box::new(self.auto_topups.clone()),
             Box::new(self.credit_grants_expired.clone()),
             Box::new(self.credit_expired_microcents.clone()),
@@ -642,6 +666,9 @@ impl Metrics {
                 }
             }
         }
+        if let Some(due) = readings.schedules_due {
+            self.schedule_lag.set(age_of(due));
+        }
         if let Some((pending, oldest)) = readings.payments_pending {
             self.payments_pending.set(pending as i64);
             self.payments_oldest.set(age_of(oldest));
@@ -681,6 +708,11 @@ impl Metrics {
     }
 
     /// The counter of pushed spans of `outcome` (one of [`OTLP_OUTCOMES`]).
+    /// Counts jobs a schedule enqueued (`trigger` is one of [`SCHEDULE_TRIGGERS`]).
+    pub fn schedule_enqueued(&self, trigger: &str, jobs: u64) {
+        self.schedule_enqueued.with_label_values(&[trigger]).inc_by(jobs);
+    }
+
     /// Counts a streamed page of a dataset version (`format` is one of its line formats).
     pub fn dataset_exported(&self, format: &str, lines: u64, bytes: u64) {
         self.dataset_export_lines
@@ -851,6 +883,8 @@ pub struct Readings {
     pub traces_unindexed: Option<Option<chrono::DateTime<chrono::Utc>>>,
     /// When the oldest trace waiting to be pushed to an OTLP endpoint was recorded.
     pub otlp_pending: Option<Option<chrono::DateTime<chrono::Utc>>>,
+    /// The earliest tick due and not enqueued yet.
+    pub schedules_due: Option<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 #[cfg(test)]

@@ -38,6 +38,8 @@ pub struct Core {
     /// What the core's flows need, each its narrow part of the above.
     pub billing: crate::billing::Billing,
     pub jobs: crate::queue::Jobs,
+    /// Cron schedules of jobs.
+    pub schedules: crate::queue::schedules::Schedules,
     pub serving: crate::serving::Serving,
     pub webhooks: crate::webhooks::Webhooks,
     /// Recorded calls pushed to projects' OTLP endpoints.
@@ -173,6 +175,11 @@ impl Core {
             }),
             reports: Default::default(),
         };
+        let schedules = crate::queue::schedules::Schedules::new(
+            jobs.clone(),
+            chrono::Duration::seconds(settings.queue.schedule_grace_secs as i64),
+            Duration::from_millis(settings.queue.schedule_poll_ms),
+        );
         let webhooks = crate::webhooks::Webhooks::new(
             db.clone(),
             secret_box.clone(),
@@ -211,6 +218,10 @@ impl Core {
             Self::start_loops(
                 &settings, &tasks, &db, &cluster, &ledger, &payments, &metrics, &billing, &webhooks, &limiter,
             )?;
+            tasks.spawn(
+                "cron schedules",
+                crate::queue::schedules::service::run(schedules.clone(), cluster.stopping().clone()),
+            );
             if settings.otlp_push.exporter {
                 tasks.spawn(
                     "otlp exporter",
@@ -232,6 +243,7 @@ impl Core {
             cluster,
             billing,
             jobs,
+            schedules,
             serving,
             webhooks,
             push,
@@ -348,6 +360,7 @@ impl Core {
             webhooks_pending: crate::webhooks::repo::pending_summary(db).await.ok(),
             traces_unindexed: crate::traces::repo::oldest_unindexed(db).await.ok(),
             otlp_pending: crate::traces::push::repo::oldest_pending(db).await.ok(),
+            schedules_due: crate::queue::schedules::repo::oldest_due(db).await.ok(),
         });
     }
 

@@ -255,6 +255,12 @@ id!(
 );
 
 id!(
+    /// A cron schedule's id (a UUID keel gave out), in its canonical spelling.
+    ScheduleId,
+    canonical_uuid
+);
+
+id!(
     /// A training run id as its caller named it (any text but NUL, at least one character):
     /// compared and keyed exactly as sent.
     RunId,

@@ -17,7 +17,7 @@ pub mod transition;
 
 pub use event::{DeliveryStatus, EventType};
 pub use idempotency::IdempotencyKey;
-pub use ids::{ApiKeyId, DatasetId, IdError, JobId, OrgId, ProjectId, RunId, TraceId, UserId};
+pub use ids::{ApiKeyId, DatasetId, IdError, JobId, OrgId, ProjectId, RunId, ScheduleId, TraceId, UserId};
 pub use job::{AttemptOutcome, JobAction, JobStatus};
 pub use ledger::{EntryKind, GrantKind};
 pub use limit::LimitKind;

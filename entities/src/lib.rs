@@ -49,6 +49,8 @@ pub mod trace_tag;
 pub mod training_job;
 pub mod training_job_attempt;
 pub mod training_run_cost;
+pub mod training_schedule;
+pub mod training_schedule_tick;
 pub mod user;
 pub mod webhook_delivery;
 pub mod webhook_delivery_attempt;

@@ -1,4 +1,4 @@
-use keel_domain::{DatasetId, JobAction, JobId, JobStatus, OrgId, ProjectId};
+use keel_domain::{DatasetId, JobAction, JobId, JobStatus, OrgId, ProjectId, ScheduleId};
 use sea_orm::entity::prelude::*;
 
 /// A training-agent job: `queued` → `running` → a terminal state (see docs/DECISIONS.md).
@@ -50,6 +50,10 @@ pub struct Model {
     /// `{datasetId, version, counts, sha256}`).
     pub dataset_id: Option<DatasetId>,
     pub dataset: Option<String>,
+    /// The cron schedule that enqueued it, and the tick it was enqueued for (none for a
+    /// schedule's "run now").
+    pub schedule_id: Option<ScheduleId>,
+    pub schedule_tick: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

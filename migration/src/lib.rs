@@ -37,6 +37,7 @@ mod m20261128_000005_sqlite_fts_keel_words;
 mod m20261128_000006_event_request_id;
 mod m20261202_000001_otlp_exports;
 mod m20261203_000001_datasets;
+mod m20261203_000002_schedules;
 
 pub struct Migrator;
 
@@ -78,6 +79,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_000006_event_request_id::Migration),
             Box::new(m20261202_000001_otlp_exports::Migration),
             Box::new(m20261203_000001_datasets::Migration),
+            Box::new(m20261203_000002_schedules::Migration),
         ]
     }
 }

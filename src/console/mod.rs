@@ -14,6 +14,7 @@ mod operator;
 mod org;
 mod pages;
 mod respond;
+mod schedules;
 pub mod session;
 mod signin;
 mod trace_filter;
@@ -85,6 +86,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/o/{org}/jobs/{job}", web::get().to(jobs::job))
             .route("/o/{org}/jobs/{job}/stop", web::post().to(jobs::stop_job))
             .route("/o/{org}/jobs/{job}/retry", web::post().to(jobs::retry_job))
+            .route("/o/{org}/schedules", web::get().to(schedules::list))
+            .route(
+                "/o/{org}/schedules/{schedule}/enabled",
+                web::post().to(schedules::set_enabled),
+            )
+            .route(
+                "/o/{org}/schedules/{schedule}/run",
+                web::post().to(schedules::run_now),
+            )
             .route("/o/{org}/traces", web::get().to(work::trace_projects))
             .route("/o/{org}/projects/{project}/traces", web::get().to(work::traces))
             .route("/o/{org}/projects/{project}/export", web::post().to(work::export))

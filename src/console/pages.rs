@@ -945,3 +945,33 @@ pub struct DatasetVersionPage {
     pub first_page: Option<String>,
     pub older: Option<String>,
 }
+
+pub struct ScheduleJobRow {
+    pub link: String,
+    pub id: String,
+    pub status: String,
+    /// The tick it was enqueued for, or "run now".
+    pub tick: String,
+    pub error: String,
+}
+
+pub struct ScheduleRow {
+    pub id: String,
+    pub name: String,
+    pub cron: String,
+    pub timezone: String,
+    pub enabled: bool,
+    pub catch_up: String,
+    /// The job body's action.
+    pub action: String,
+    pub next_runs: Vec<String>,
+    pub jobs: Vec<ScheduleJobRow>,
+}
+
+#[derive(Template)]
+#[template(path = "console/schedules.html")]
+pub struct SchedulesPage {
+    pub l: Layout,
+    pub can_act: bool,
+    pub schedules: Vec<ScheduleRow>,
+}

@@ -218,6 +218,29 @@ impl From<RunError> for ApiError {
     }
 }
 
+impl From<keel_core::queue::schedules::ScheduleError> for ApiError {
+    fn from(err: keel_core::queue::schedules::ScheduleError) -> Self {
+        use keel_core::queue::schedules::ScheduleError as E;
+        match err {
+            E::NotFound => coded(Code::ScheduleNotFound, err),
+            E::LimitReached => coded(Code::ScheduleLimitReached, err),
+            // The body's fault: a 422 naming the field.
+            E::Cadence(cadence) => ApiError::validation(
+                vec!["body".into(), cadence.field().into()],
+                "value_error",
+                format!("Value error, {cadence}"),
+            ),
+            E::JobOrgMismatch => ApiError::validation(
+                vec!["body".into(), "job".into(), "orgId".into()],
+                "value_error",
+                format!("Value error, {err}"),
+            ),
+            E::Job(err) => err.into(),
+            E::Database(err) => err.into(),
+        }
+    }
+}
+
 impl From<keel_core::datasets::DatasetError> for ApiError {
     fn from(err: keel_core::datasets::DatasetError) -> Self {
         use keel_core::datasets::DatasetError as E;

@@ -327,6 +327,17 @@ pub fn request_examples() -> Vec<(&'static str, &'static str, Value)> {
         ),
         ("post", "/api/training/jobs/{job_id}/retry", json!({"orgId": ORG})),
         (
+            "post",
+            "/api/training/schedules",
+            json!({"name": "nightly eval", "cron": "30 2 * * *", "timezone": "Europe/Berlin", "catchUp": "latest",
+            "job": {"action": "training", "projectId": PROJECT, "model": "meta-llama/Llama-3.1-8B-Instruct", "environmentSlug": SLUG, "uniqueKey": "nightly-eval"}}),
+        ),
+        (
+            "patch",
+            "/api/training/schedules/{schedule_id}",
+            json!({"cron": "0 */6 * * *", "enabled": false}),
+        ),
+        (
             "put",
             "/api/internal/orgs/{org_id}/queue",
             json!({"weight": 3, "maxRunning": 10}),

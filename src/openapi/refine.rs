@@ -23,11 +23,13 @@ pub const ORG_ID: &str = "^([^\\u0000]*[^\\u0000\\t\\n\\u000b\\f\\r \\u0085\\u00
 pub const NOT_BLANK: &str = "^[^\\u0000]*[^\\u0000\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000]*$";
 
 /// The display names keel refuses blank, by schema and property.
-const NAMES: [(&str, &str); 4] = [
+const NAMES: [(&str, &str); 6] = [
     ("CreateOrgBody", "name"),
     ("ProjectCreateBody", "name"),
     ("DatasetCreateBody", "name"),
     ("DatasetPatchBody", "name"),
+    ("ScheduleCreateBody", "name"),
+    ("SchedulePatchBody", "name"),
 ];
 
 /// Gives each display name of [`NAMES`] the [`NOT_BLANK`] pattern.
@@ -360,6 +362,33 @@ pub fn links(doc: &mut Value) {
             "$response.body#/jobId",
         ),
         (
+            "/api/training/schedules",
+            "post",
+            "201",
+            "GetSchedule",
+            "get_schedule",
+            "schedule_id",
+            "$response.body#/scheduleId",
+        ),
+        (
+            "/api/training/schedules",
+            "post",
+            "201",
+            "UpdateSchedule",
+            "update_schedule",
+            "schedule_id",
+            "$response.body#/scheduleId",
+        ),
+        (
+            "/api/training/schedules",
+            "post",
+            "201",
+            "RunSchedule",
+            "run_schedule",
+            "schedule_id",
+            "$response.body#/scheduleId",
+        ),
+        (
             "/api/runs",
             "post",
             "200",
@@ -674,4 +703,34 @@ pub fn webhooks(doc: &mut Value, event_types: &[EventType]) {
         section.insert(event_type.as_str().to_owned(), operation);
     }
     doc["webhooks"] = Value::Object(section);
+}
+
+/// A schedule's `cron` takes the shape [`CRON_PATTERN`] states, and its `timezone` one of the
+/// zone names this build knows (a schedule's ticks are read on that zone's clock).
+///
+/// [`CRON_PATTERN`]: keel_core::queue::schedules::cadence::CRON_PATTERN
+pub fn schedules(doc: &mut Value) {
+    use keel_core::queue::schedules::cadence::{zone_names, CRON_PATTERN};
+    for schema in ["ScheduleCreateBody", "SchedulePatchBody"] {
+        let Some(properties) = doc.pointer_mut(&format!("/components/schemas/{schema}/properties")) else {
+            continue;
+        };
+        if let Some(cron) = properties.get_mut("cron") {
+            cron["pattern"] = json!(CRON_PATTERN);
+        }
+        if let Some(zone) = properties.get_mut("timezone") {
+            let mut names: Vec<Value> = zone_names().map(Value::from).collect();
+            if zone["type"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!("null")))
+            {
+                names.push(Value::Null);
+            }
+            zone["enum"] = Value::Array(names);
+            if let Some(zone) = zone.as_object_mut() {
+                zone.remove("minLength");
+                zone.remove("maxLength");
+            }
+        }
+    }
 }

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod internal;
 pub mod routes;
+pub mod schedules;
 
 use chrono::{DateTime, Utc};
 use entities::{training_job, training_job_attempt};
@@ -46,6 +47,10 @@ pub struct JobView {
     /// The dataset version it trains on, as pinned at create.
     #[schema(value_type = Option<crate::datasets::dto::PinnedDataset>)]
     pub dataset: Option<Value>,
+    /// The cron schedule that enqueued it (`/api/training/schedules`).
+    pub schedule_id: Option<String>,
+    /// The schedule's tick it was enqueued for (none for a schedule's "run now").
+    pub schedule_tick: Option<DateTime<Utc>>,
     /// Every ended attempt, oldest first (the one a worker holds now is not in it yet).
     pub history: Vec<AttemptView>,
 }
@@ -136,6 +141,8 @@ impl From<&training_job::Model> for JobView {
             priority: job.priority,
             scheduled_at: job.scheduled_at,
             dataset: parse_stored(job.dataset.as_deref()),
+            schedule_id: job.schedule_id.as_ref().map(|id| id.to_string()),
+            schedule_tick: job.schedule_tick,
             history: Vec::new(),
         }
     }
@@ -184,6 +191,10 @@ mod tests {
             stop_reason: None,
             dataset_id: None,
             dataset: Some(r#"{"datasetId":"x","version":1}"#.into()),
+            schedule_id: Some(
+                keel_core::domain::ScheduleId::parse("3b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap(),
+            ),
+            schedule_tick: Some(at(0)),
         };
         let attempt = training_job_attempt::Model {
             job_id: job.id.clone(),

@@ -310,8 +310,45 @@ impl Parts {
                 version: d.version,
                 pinned: None,
             }),
+            schedule: None,
         }
     }
+}
+
+/// A schedule's `job`, read as `POST /api/training/jobs` reads its body (the same checks),
+/// its issues placed under `job`: its own `orgId`, if any, and what each tick enqueues. A
+/// `runAt` is refused: each of the schedule's jobs runs at its tick.
+pub(crate) fn schedule_job(
+    value: &Value,
+) -> ApiResult<(Option<OrgId>, keel_core::queue::schedules::JobTemplate)> {
+    let bytes = serde_json::to_vec(value).map_err(anyhow::Error::from)?;
+    let parts = match parse_job_body(&bytes) {
+        Ok(body) => body.into_parts(),
+        Err(ApiError::Validation(mut issues)) => {
+            for issue in &mut issues {
+                issue.loc.insert(1, json!("job"));
+            }
+            return Err(ApiError::Validation(issues));
+        }
+        Err(other) => return Err(other),
+    };
+    if parts.run_at.is_some() {
+        return Err(ApiError::validation(
+            vec![json!("body"), json!("job"), json!("runAt")],
+            "value_error",
+            "Value error, a schedule's jobs run at its ticks: a job body of a schedule takes no runAt",
+        ));
+    }
+    let template = keel_core::queue::schedules::JobTemplate {
+        project_id: parts.project_id,
+        training_task_id: parts.training_task_id,
+        action: parts.action,
+        payload: parts.payload,
+        priority: parts.priority,
+        unique_key: parts.unique_key,
+        dataset: parts.dataset.map(|d| (d.dataset_id, d.version)),
+    };
+    Ok((parts.org_id, template))
 }
 
 /// Reads a job body: `action` first (so its errors point at it), then the action's body.

@@ -35,6 +35,7 @@ mod queue_claims;
 mod queue_rounds;
 mod relay;
 mod runs;
+mod schedules;
 mod serving;
 mod streams;
 mod system;

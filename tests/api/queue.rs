@@ -1205,6 +1205,7 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
         unique_key: None,
         idempotency: None,
         dataset: None,
+        schedule: None,
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
     // jobs are then inserted one by one.

@@ -62,6 +62,8 @@ pub fn job_data(job: &training_job::Model, history: &[training_job_attempt::Mode
         "priority": job.priority,
         "scheduledAt": job.scheduled_at,
         "dataset": parse_stored(job.dataset.as_deref()),
+        "scheduleId": job.schedule_id.as_ref().map(|id| id.to_string()),
+        "scheduleTick": job.schedule_tick,
         "history": history,
     })
 }

@@ -9,6 +9,7 @@ pub mod events;
 mod history;
 mod logged;
 pub(crate) mod repo;
+pub mod schedules;
 pub mod service;
 pub mod shares;
 

@@ -175,7 +175,7 @@ pub async fn create_batch(jobs: &Jobs, mut batch: Vec<NewJob>) -> Result<Vec<Cre
 
 /// Wakes the claims waiting on the actions of the queued jobs among `created`, here and on
 /// every instance (a scheduled one is queued by the promotion poll when due).
-async fn wake_if_queued(jobs: &Jobs, created: &[training_job::Model]) {
+pub(crate) async fn wake_if_queued(jobs: &Jobs, created: &[training_job::Model]) {
     let mut actions: Vec<JobAction> = created
         .iter()
         .filter(|job| job.status == JobStatus::Queued)

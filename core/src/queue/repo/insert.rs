@@ -23,6 +23,8 @@ pub struct NewJob {
     pub idempotency: Option<(String, String)>,
     /// The dataset it trains on (its version pinned at create).
     pub dataset: Option<JobDataset>,
+    /// The cron schedule that enqueues it, and the tick (none for a "run now").
+    pub schedule: Option<(crate::domain::ScheduleId, Option<DateTime<Utc>>)>,
 }
 
 /// A job's dataset: the one named, and the version's view once pinned.
@@ -44,8 +46,14 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         Some(d) => (Some(d.id), d.pinned.map(|p| p.to_string())),
         None => (None, None),
     };
+    let (schedule_id, schedule_tick) = match job.schedule {
+        Some((id, tick)) => (Some(id), tick),
+        None => (None, None),
+    };
     training_job::Model {
         id: JobId::generate(),
+        schedule_id,
+        schedule_tick,
         org_id: job.org_id,
         project_id: job.project_id,
         training_task_id: job.training_task_id,

@@ -73,6 +73,7 @@ impl Fixture {
             unique_key: None,
             idempotency: None,
             dataset: None,
+            schedule: None,
         };
         let job = insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap();
         let hour_ago = Utc::now() - Duration::hours(1);
@@ -229,6 +230,7 @@ async fn a_new_job_is_queued_or_scheduled_as_the_table_says() {
         unique_key: None,
         idempotency: None,
         dataset: None,
+        schedule: None,
     };
     let made = insert_jobs(&f.db, vec![new(None), new(Some(Utc::now() + Duration::hours(1)))]).await;
     let statuses: Vec<JobStatus> = made.into_iter().map(|job| job.unwrap().status).collect();
