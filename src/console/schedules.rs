@@ -11,6 +11,7 @@ use super::session::Viewer;
 use super::{after_form, format, page, ConsoleError, FormFields};
 use crate::error::ApiError;
 use keel_core::domain::{OrgId, ScheduleId};
+use keel_core::queue::schedules::cadence::on_clock;
 use keel_core::queue::schedules::{service, ScheduleChange, ScheduleError};
 use keel_core::queue::service::Created;
 
@@ -40,6 +41,14 @@ pub async fn list(
         .into_iter()
         .map(|s| {
             let row = s.row;
+            let next_runs = s
+                .upcoming
+                .into_iter()
+                .map(|at| match on_clock(at, &row.timezone) {
+                    Some(local) if row.timezone != "UTC" => format!("{local} ({})", format::time(at)),
+                    _ => format::time(at),
+                })
+                .collect();
             ScheduleRow {
                 id: row.id.to_string(),
                 name: row.name,
@@ -51,7 +60,7 @@ pub async fn list(
                     .ok()
                     .and_then(|job| job["action"].as_str().map(str::to_owned))
                     .unwrap_or_default(),
-                next_runs: s.upcoming.into_iter().map(format::time).collect(),
+                next_runs,
                 jobs: s
                     .recent_jobs
                     .into_iter()

@@ -1466,3 +1466,68 @@ async fn a_member_saves_a_filter_as_a_dataset_reads_its_version_and_downloads_a_
     assert_eq!(downloaded.lines().count(), 2);
     browser.assert_no_alert().await;
 }
+
+#[actix_web::test]
+async fn a_member_reads_a_schedules_next_ticks_runs_it_now_and_disables_it() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let org = app.create_org("Cron").await;
+    let project = app.create_project(&org, "evals").await;
+    let created = json_of(
+        app.post(
+            "/api/training/schedules",
+            &org.api_key,
+            &json!({"name": "nightly eval", "cron": "30 2 * * *", "timezone": "Europe/Berlin",
+                "job": {"action": "tracer", "projectId": project}}),
+        )
+        .await,
+        StatusCode::CREATED,
+    )
+    .await;
+    let id = created["scheduleId"].as_str().unwrap().to_owned();
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    browser.click("nav a[href$='/schedules']").await;
+    let section = format!("#schedule-{id}");
+    assert!(browser
+        .text(&section)
+        .await
+        .contains("30 2 * * * in Europe/Berlin"));
+    assert_eq!(
+        browser
+            .text(&format!("{section} .next-runs"))
+            .await
+            .lines()
+            .count(),
+        5
+    );
+    browser.shoot("schedules").await;
+    browser.submit(&format!("#run-{id}")).await;
+    assert!(
+        browser.text(".flash").await.contains("queued."),
+        "{}",
+        browser.text(".flash").await
+    );
+    assert!(browser
+        .text(&format!("{section} .recent-jobs"))
+        .await
+        .contains("run now queued"));
+    browser.submit(&format!("#disable-{id}")).await;
+    assert!(browser.text(".flash").await.contains("disabled"));
+    assert!(browser
+        .text(&format!("{section} .next-runs"))
+        .await
+        .contains("none (disabled)"));
+    let api = json_of(
+        app.get(&format!("/api/training/schedules/{id}"), &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(api["enabled"], false);
+    assert_eq!(api["recentJobs"][0]["scheduleTick"], Value::Null);
+    browser.assert_no_alert().await;
+}

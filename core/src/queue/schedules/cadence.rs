@@ -25,6 +25,13 @@ pub fn zone_names() -> impl Iterator<Item = &'static str> {
     chrono_tz::TZ_VARIANTS.iter().map(|zone| zone.name())
 }
 
+/// `at` on `zone`'s wall clock with the zone's abbreviation (`2026-12-04 02:30 CET`), as
+/// the console shows a tick; `None` for a zone this build does not know.
+pub fn on_clock(at: DateTime<Utc>, zone: &str) -> Option<String> {
+    let zone = chrono_tz::Tz::from_str(zone).ok()?;
+    Some(at.with_timezone(&zone).format("%Y-%m-%d %H:%M %Z").to_string())
+}
+
 /// Why a cron expression or a zone cannot make ticks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CadenceError {
@@ -294,6 +301,11 @@ mod tests {
         ] {
             assert!(!shape.is_match(bad), "{bad}");
         }
+        let tick = Utc.with_ymd_and_hms(2026, 12, 4, 1, 30, 0).unwrap();
+        assert_eq!(
+            on_clock(tick, "Europe/Berlin").as_deref(),
+            Some("2026-12-04 02:30 CET")
+        );
         let zones: Vec<&str> = zone_names().collect();
         assert!(zones.len() > 400 && zones.contains(&"Europe/Berlin") && zones.contains(&"UTC"));
         for zone in zones {
