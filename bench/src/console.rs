@@ -169,6 +169,8 @@ async fn run_one(
                     stop_reason: Set(None),
                     dataset_id: Set(None),
                     dataset: Set(None),
+                    schedule_id: Set(None),
+                    schedule_tick: Set(None),
                 }
             })
             .collect();
