@@ -705,12 +705,13 @@ pub fn webhooks(doc: &mut Value, event_types: &[EventType]) {
     doc["webhooks"] = Value::Object(section);
 }
 
-/// A schedule's `cron` takes the shape [`CRON_PATTERN`] states, and its `timezone` one of the
-/// zone names this build knows (a schedule's ticks are read on that zone's clock).
+/// A schedule's `cron` takes the shape [`CRON_PATTERN`] states, and its `timezone` that of
+/// [`ZONE_PATTERN`] (what they mean the service checks: a 422 naming the field).
 ///
 /// [`CRON_PATTERN`]: keel_core::queue::schedules::cadence::CRON_PATTERN
+/// [`ZONE_PATTERN`]: keel_core::queue::schedules::cadence::ZONE_PATTERN
 pub fn schedules(doc: &mut Value) {
-    use keel_core::queue::schedules::cadence::{zone_names, CRON_PATTERN};
+    use keel_core::queue::schedules::cadence::{CRON_PATTERN, ZONE_PATTERN};
     for schema in ["ScheduleCreateBody", "SchedulePatchBody"] {
         let Some(properties) = doc.pointer_mut(&format!("/components/schemas/{schema}/properties")) else {
             continue;
@@ -719,18 +720,7 @@ pub fn schedules(doc: &mut Value) {
             cron["pattern"] = json!(CRON_PATTERN);
         }
         if let Some(zone) = properties.get_mut("timezone") {
-            let mut names: Vec<Value> = zone_names().map(Value::from).collect();
-            if zone["type"]
-                .as_array()
-                .is_some_and(|t| t.contains(&json!("null")))
-            {
-                names.push(Value::Null);
-            }
-            zone["enum"] = Value::Array(names);
-            if let Some(zone) = zone.as_object_mut() {
-                zone.remove("minLength");
-                zone.remove("maxLength");
-            }
+            zone["pattern"] = json!(ZONE_PATTERN);
         }
     }
 }

@@ -55,9 +55,8 @@ pub struct ScheduleCreateBody {
     /// `@monthly`, `@yearly`.
     #[schema(min_length = 1, max_length = 200, example = "0 3 * * *")]
     pub cron: String,
-    /// The IANA zone whose wall clock the fields are read on (default `UTC`): one of the
-    /// names the document lists.
-    #[schema(example = "Europe/Berlin")]
+    /// The IANA zone whose wall clock the fields are read on (default `UTC`).
+    #[schema(min_length = 1, max_length = 64, example = "Europe/Berlin")]
     pub timezone: Option<String>,
     /// What each tick enqueues: a body exactly as `POST /api/training/jobs` takes it, with
     /// the same checks, but no `runAt` (each job runs at its tick).
@@ -84,7 +83,7 @@ pub struct SchedulePatchBody {
     /// As at creation; a new cron or zone starts from the first tick after now.
     #[schema(min_length = 1, max_length = 200)]
     pub cron: Option<String>,
-    #[schema(example = "UTC")]
+    #[schema(min_length = 1, max_length = 64, example = "UTC")]
     pub timezone: Option<String>,
     /// A new job body, checked as at creation; its `orgId`, if any, must be the schedule's.
     #[schema(value_type = Option<super::routes::JobCreateBody>)]

@@ -20,6 +20,12 @@ pub const MAX_CRON_LEN: usize = 200;
 pub const CRON_PATTERN: &str =
     "^(@(yearly|annually|monthly|weekly|daily|hourly)|[0-9A-Za-z*?,/#-]+( +[0-9A-Za-z*?,/#-]+){4,5})$";
 
+/// The shape of an IANA zone name, as the documents state it (`UTC`, `Europe/Berlin`,
+/// `America/Argentina/Buenos_Aires`, `Etc/GMT+1`): whether this build's database has it the
+/// parse checks. (A list of the names would be exact, but generated clients make an enum of
+/// it whose members collide: `Etc/GMT+0` and `Etc/GMT-0`.)
+pub const ZONE_PATTERN: &str = "^[A-Z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$";
+
 /// The IANA zone names [`Cadence::parse`] knows (this build's time zone database).
 pub fn zone_names() -> impl Iterator<Item = &'static str> {
     chrono_tz::TZ_VARIANTS.iter().map(|zone| zone.name())
@@ -308,8 +314,21 @@ mod tests {
         );
         let zones: Vec<&str> = zone_names().collect();
         assert!(zones.len() > 400 && zones.contains(&"Europe/Berlin") && zones.contains(&"UTC"));
+        let zone_shape = regex::Regex::new(ZONE_PATTERN).unwrap();
         for zone in zones {
+            assert!(zone.len() <= 64 && zone_shape.is_match(zone), "{zone}");
             assert!(Cadence::parse("@daily", zone).is_ok(), "{zone}");
+        }
+        for bad in [
+            "",
+            "a",
+            "utc",
+            " UTC",
+            "Europe/",
+            "Europe//Berlin",
+            "Europe/Berlin/A/B",
+        ] {
+            assert!(!zone_shape.is_match(bad), "{bad}");
         }
     }
 
