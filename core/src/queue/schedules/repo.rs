@@ -117,11 +117,20 @@ pub async fn lock_due(
     let mut query = training_schedule::Entity::find_by_id(id.clone())
         .filter(training_schedule::Column::Enabled.eq(true))
         .filter(training_schedule::Column::NextRunAt.lte(now));
-    if db.get_database_backend() == sea_orm::DbBackend::Postgres {
-        query = query.lock_with_behavior(
-            sea_orm::sea_query::LockType::Update,
-            sea_orm::sea_query::LockBehavior::SkipLocked,
-        );
+    match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => {
+            query = query.lock_with_behavior(
+                sea_orm::sea_query::LockType::Update,
+                sea_orm::sea_query::LockBehavior::SkipLocked,
+            );
+        }
+        // SQLite's write lock first (as `BEGIN IMMEDIATE` would): a transaction that read
+        // before writing fails at its first write if another wrote meanwhile (the trace
+        // writer, a report), where one that holds the lock waits its busy timeout.
+        _ => {
+            db.execute_unprepared("UPDATE training_schedules SET enabled = enabled WHERE 0")
+                .await?;
+        }
     }
     query.one(db).await
 }
