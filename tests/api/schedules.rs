@@ -606,3 +606,48 @@ async fn the_console_shows_each_schedules_next_ticks_and_latest_jobs_and_enables
         .await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
+
+#[actix_web::test]
+async fn creates_at_once_never_pass_the_limit_of_a_hundred_schedules() {
+    let app = spawn_app().await;
+    let org = app.create_org("Many").await;
+    let project = app.create_project(&org, "evals").await;
+    let body = |n: usize| json!({"name": format!("s{n}"), "cron": "@daily", "job": tracer_job(&project)});
+    for n in 0..90 {
+        let response = app.post(SCHEDULES, &org.api_key, &body(n)).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let sends = (90..130).map(|n| {
+        let (client, url, key, body) = (
+            app.client.clone(),
+            app.url(SCHEDULES),
+            org.api_key.clone(),
+            body(n),
+        );
+        async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    let mut created = 0;
+    for response in futures_util::future::join_all(sends).await {
+        match response.status() {
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => {
+                assert_eq!(
+                    response.json::<Value>().await.unwrap()["code"],
+                    "schedule_limit_reached"
+                )
+            }
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(created, 10, "forty creates at once past ninety");
+    let list = json_of(app.get(SCHEDULES, &org.api_key).await, StatusCode::OK).await;
+    assert_eq!(list["schedules"].as_array().unwrap().len(), 100);
+}

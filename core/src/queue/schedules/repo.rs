@@ -10,6 +10,28 @@ use sea_orm::{
 
 use crate::domain::{JobId, OrgId, ScheduleId};
 
+/// One class of PostgreSQL's two-key advisory locks: an organization's schedule creates.
+const CREATE_LOCKS: i32 = 0x6b65_656e;
+
+/// Until the transaction ends, makes the organization's schedule creates take turns
+/// (PostgreSQL: an advisory lock on the organization; SQLite: its write lock, one writer).
+pub async fn lock_org_creates(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<(), DbErr> {
+    match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => db
+            .execute_raw(sea_orm::Statement::from_sql_and_values(
+                sea_orm::DbBackend::Postgres,
+                format!("SELECT pg_advisory_xact_lock({CREATE_LOCKS}, hashtext($1))"),
+                [org_id.as_str().into()],
+            ))
+            .await
+            .map(|_| ()),
+        _ => db
+            .execute_unprepared("UPDATE training_schedules SET enabled = enabled WHERE 0")
+            .await
+            .map(|_| ()),
+    }
+}
+
 pub async fn count_in_org(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<u64, DbErr> {
     training_schedule::Entity::find()
         .filter(training_schedule::Column::OrgId.eq(org_id))

@@ -69,7 +69,11 @@ async fn shown(s: &Schedules, row: training_schedule::Model) -> Result<Schedule,
 pub async fn create(s: &Schedules, new: NewSchedule) -> Result<Schedule, ScheduleError> {
     let cadence = Cadence::parse(&new.cron, &new.timezone)?;
     check_template(s, &new.org_id, &new.template).await?;
-    if repo::count_in_org(&s.jobs.db, &new.org_id).await? >= MAX_SCHEDULES_PER_ORG {
+    // The count and the insert under the organization's lock: creates at once never pass
+    // the limit.
+    let txn = s.jobs.db.begin().await?;
+    repo::lock_org_creates(&txn, &new.org_id).await?;
+    if repo::count_in_org(&txn, &new.org_id).await? >= MAX_SCHEDULES_PER_ORG {
         return Err(ScheduleError::LimitReached);
     }
     let now = Utc::now();
@@ -89,7 +93,8 @@ pub async fn create(s: &Schedules, new: NewSchedule) -> Result<Schedule, Schedul
         created_at: now,
         updated_at: now,
     };
-    repo::insert(&s.jobs.db, row.clone()).await?;
+    repo::insert(&txn, row.clone()).await?;
+    txn.commit().await?;
     tracing::info!(
         target: "keel_event",
         event = "schedule.created",
