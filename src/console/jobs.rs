@@ -101,6 +101,7 @@ impl Filters {
             training_task_id: self.task.clone(),
             status: self.status.clone(),
             action: self.action,
+            schedule_id: None,
             before: None,
         }
     }

@@ -585,6 +585,10 @@ pub struct ListQuery {
     pub status: Vec<String>,
     #[param(value_type = Option<crate::schemas::JobAction>)]
     pub action: Option<String>,
+    /// Only the jobs of this cron schedule (`/api/training/schedules`): its ticks and its runs
+    /// now.
+    #[param(min_length = 1, max_length = 100)]
+    pub schedule_id: Option<String>,
     /// The last page's `nextCursor`.
     #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
     pub cursor: Option<String>,
@@ -632,7 +636,7 @@ pub struct JobList {
 /// List jobs
 ///
 /// The caller's jobs, newest first, optionally narrowed to an organization, project, training
-/// task, states (`status`, repeatable) or action; `limit` at a time, the next page from
+/// task, states (`status`, repeatable), action or cron schedule (`scheduleId`); `limit` at a time, the next page from
 /// `cursor` (the last page's `nextCursor`).
 #[utoipa::path(get, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     params(ListQuery),
@@ -658,6 +662,10 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
         training_task_id: query.training_task_id,
         status,
         action: query.action.as_deref().and_then(JobAction::parse),
+        // A schedule id in any UUID spelling; other text matches no job.
+        schedule_id: query.schedule_id.map(|s| {
+            keel_core::domain::ScheduleId::parse(&s).map_or(s, keel_core::domain::ScheduleId::into_string)
+        }),
         before: query
             .cursor
             .as_deref()

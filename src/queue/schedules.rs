@@ -144,7 +144,8 @@ pub struct ScheduleView {
     pub next_runs: Vec<DateTime<Utc>>,
     /// The last tick enqueued.
     pub last_tick_at: Option<DateTime<Utc>>,
-    /// Its latest five jobs, newest first, with their states.
+    /// Its latest five jobs, newest first, with their states (every one:
+    /// `GET /api/training/jobs?scheduleId=`).
     pub recent_jobs: Vec<ScheduleJob>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

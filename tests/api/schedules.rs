@@ -331,6 +331,30 @@ async fn a_seconds_schedule_enqueues_a_job_each_tick_within_two_seconds_even_unf
     .await;
     assert_eq!(read["scheduleId"], id.as_str());
 
+    // Every job of the schedule, its ticks' and the run now's; a job of no schedule is not one.
+    app.post("/api/training/jobs", &org.api_key, &tracer_job(&project))
+        .await;
+    let of_schedule = json_of(
+        app.get(
+            &format!("/api/training/jobs?scheduleId={id}&limit=200"),
+            &org.api_key,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    let listed = of_schedule["jobs"].as_array().unwrap();
+    assert_eq!(listed.len(), count + 1);
+    assert!(listed.iter().all(|job| job["scheduleId"] == id.as_str()));
+    assert_eq!(listed[0]["jobId"], run["jobId"]);
+    let unknown = json_of(
+        app.get("/api/training/jobs?scheduleId=not-a-schedule", &org.api_key)
+            .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(unknown["jobs"].as_array().unwrap().is_empty());
+
     let metrics = app.metrics_text().await;
     assert!(metric(&metrics, "keel_schedule_enqueued_total{trigger=\"tick\"}") >= count as f64);
     assert_eq!(

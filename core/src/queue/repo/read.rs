@@ -13,6 +13,8 @@ pub struct JobFilter {
     /// Any of these (none: any status).
     pub status: Vec<JobStatus>,
     pub action: Option<JobAction>,
+    /// Only the jobs of this cron schedule (its ticks and runs now).
+    pub schedule_id: Option<String>,
     /// Keyset paging: only jobs older than this `(created_at, id)`.
     pub before: Option<(DateTime<Utc>, JobId)>,
 }
@@ -65,6 +67,9 @@ fn filtered(
     }
     if let Some(action) = filter.action {
         query = query.filter(training_job::Column::Action.eq(action.as_str()));
+    }
+    if let Some(schedule) = &filter.schedule_id {
+        query = query.filter(training_job::Column::ScheduleId.eq(schedule.as_str()));
     }
     if let Some((at, id)) = &filter.before {
         query = query.filter(
