@@ -361,6 +361,15 @@ impl Caller {
         }
     }
 
+    /// The organizations a list or read may touch: the one the call names (query or header,
+    /// the caller's membership checked), else every one it may read.
+    pub async fn named_or_all_orgs(&self) -> ApiResult<Vec<OrgId>> {
+        match self.named_org() {
+            true => Ok(vec![self.member(None).await?.org_id]),
+            false => self.organizations().await,
+        }
+    }
+
     /// Whether the caller named an organization explicitly (query or header).
     pub fn named_org(&self) -> bool {
         self.query_org.is_some() || self.header_org.is_some()

@@ -46,11 +46,7 @@ pub async fn create_project(member: Member<ValidJson<ProjectCreateBody>>) -> Api
     params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
     responses((status = 200, body = Vec<ProjectView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_projects(caller: Caller) -> ApiResult<HttpResponse> {
-    let orgs = if caller.named_org() {
-        vec![caller.member(None).await?.org_id]
-    } else {
-        caller.organizations().await?
-    };
+    let orgs = caller.named_or_all_orgs().await?;
     let projects = keel_core::traces::settings::list(&caller.state().db, &orgs).await?;
     Ok(HttpResponse::Ok().json(projects.into_iter().map(ProjectView::from).collect::<Vec<_>>()))
 }

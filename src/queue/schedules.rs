@@ -190,15 +190,6 @@ pub struct ScheduleList {
     pub schedules: Vec<ScheduleView>,
 }
 
-/// The organizations whose schedules the call may touch: the one it names, else all of the
-/// caller's.
-async fn orgs_of(caller: &Caller) -> ApiResult<Vec<OrgId>> {
-    match caller.named_org() {
-        true => Ok(vec![caller.member(None).await?.org_id]),
-        false => caller.organizations().await,
-    }
-}
-
 fn schedule_id(raw: &str) -> Result<ScheduleId, ScheduleError> {
     ScheduleId::parse(raw).map_err(|_| ScheduleError::NotFound)
 }
@@ -246,7 +237,7 @@ pub async fn create_schedule(caller: Caller, body: ValidJson<ScheduleCreateBody>
     params(("orgId" = Option<String>, Query, description = "Only this organization's schedules")),
     responses((status = 200, body = ScheduleList), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_schedules(caller: Caller) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let schedules = service::list(&caller.state().schedules, &orgs).await?;
     Ok(HttpResponse::Ok().json(ScheduleList {
         schedules: schedules.into_iter().map(ScheduleView::from).collect(),
@@ -263,7 +254,7 @@ pub async fn list_schedules(caller: Caller) -> ApiResult<HttpResponse> {
         (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn get_schedule(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id = schedule_id(&path)?;
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let schedule = service::get(&caller.state().schedules, &orgs, &id).await?;
     Ok(HttpResponse::Ok().json(ScheduleView::from(schedule)))
 }
@@ -284,7 +275,7 @@ pub async fn update_schedule(
     body: ValidJson<SchedulePatchBody>,
 ) -> ApiResult<HttpResponse> {
     let id = schedule_id(&path)?;
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let body = body.0;
     let job = match body.job {
         Some(job) => {
@@ -314,7 +305,7 @@ pub async fn update_schedule(
         (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn delete_schedule(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id = schedule_id(&path)?;
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     service::delete(&caller.state().schedules, &orgs, &id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -332,7 +323,7 @@ pub async fn delete_schedule(caller: Caller, path: web::Path<String>) -> ApiResu
         (status = 422, body = ValidationErrorBody)))]
 pub async fn run_schedule(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id = schedule_id(&path)?;
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let state = caller.state();
     Ok(match service::run_now(&state.schedules, &orgs, &id).await? {
         Created::New(job) => HttpResponse::Accepted().json(JobView::from(&job)),

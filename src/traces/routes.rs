@@ -23,11 +23,7 @@ use keel_core::traces::service;
     params(("orgId" = Option<String>, Query, description = "Only this organization's projects")),
     responses((status = 200, body = TraceProjectsResponse), (status = 401, body = ErrorBody)))]
 pub async fn trace_projects(caller: Caller) -> ApiResult<HttpResponse> {
-    let orgs = if caller.named_org() {
-        vec![caller.member(None).await?.org_id]
-    } else {
-        caller.organizations().await?
-    };
+    let orgs = caller.named_or_all_orgs().await?;
     let projects = service::projects_with_traces(&caller.state().db, &orgs)
         .await?
         .into_iter()

@@ -17,15 +17,6 @@ use crate::http::extract::{path_str, ValidJson, ValidQuery};
 use crate::http::validate::{Checks, Validate};
 use keel_core::webhooks::service::{self, EndpointChange, NewEndpoint};
 
-/// The organizations whose endpoints the call may touch: the one it names, else all of the
-/// caller's.
-async fn orgs_of(caller: &Caller) -> ApiResult<Vec<keel_core::domain::OrgId>> {
-    match caller.named_org() {
-        true => Ok(vec![caller.member(None).await?.org_id]),
-        false => caller.organizations().await,
-    }
-}
-
 fn endpoint_id(raw: &str) -> ApiResult<String> {
     path_str("endpoint_id", raw, 1, 64)
 }
@@ -64,7 +55,7 @@ pub async fn create_endpoint(member: Member<ValidJson<EndpointCreateBody>>) -> A
     params(("orgId" = Option<String>, Query, description = "Only this organization's endpoints")),
     responses((status = 200, body = EndpointList), (status = 403, body = ErrorBody)))]
 pub async fn list_endpoints(caller: Caller) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let endpoints = service::endpoints(&caller.state().webhooks, &orgs).await?;
     Ok(HttpResponse::Ok().json(EndpointList {
         endpoints: endpoints.into_iter().map(EndpointView::from).collect(),
@@ -78,7 +69,7 @@ pub async fn list_endpoints(caller: Caller) -> ApiResult<HttpResponse> {
     params(("endpoint_id" = String, Path)),
     responses((status = 200, body = EndpointView), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn get_endpoint(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let endpoint = service::endpoint(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
     Ok(HttpResponse::Ok().json(EndpointView::from(endpoint)))
 }
@@ -97,7 +88,7 @@ pub async fn update_endpoint(
     path: web::Path<String>,
     body: ValidJson<EndpointPatchBody>,
 ) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let body = body.0;
     let change = EndpointChange {
         url: body.url,
@@ -117,7 +108,7 @@ pub async fn update_endpoint(
     params(("endpoint_id" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn delete_endpoint(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     service::delete_endpoint(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -130,7 +121,7 @@ pub async fn delete_endpoint(caller: Caller, path: web::Path<String>) -> ApiResu
     params(("endpoint_id" = String, Path)),
     responses((status = 200, body = RotatedSecret), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody)))]
 pub async fn rotate_secret(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let (secret, until) =
         service::rotate_secret(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
     Ok(HttpResponse::Ok().json(RotatedSecret {
@@ -154,7 +145,7 @@ pub struct DeliveryQueued {
     responses((status = 202, body = DeliveryQueued), (status = 404, body = ErrorBody), (status = 422, body = ValidationErrorBody),
         (status = 429, description = "More than 10 test deliveries of this endpoint in a minute (`Retry-After` says when)", body = ErrorBody)))]
 pub async fn send_test(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let delivery_id = service::send_test(&caller.state().webhooks, &orgs, &endpoint_id(&path)?).await?;
     Ok(HttpResponse::Accepted().json(DeliveryQueued { delivery_id }))
 }
@@ -217,7 +208,7 @@ pub async fn list_deliveries(
     path: web::Path<String>,
     query: ValidQuery<DeliveriesQuery>,
 ) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let query = query.0;
     let before = query.cursor.as_deref().and_then(decode_cursor);
     let (log, next) = service::deliveries(
@@ -246,7 +237,7 @@ pub async fn list_deliveries(
         (status = 409, description = "The delivery is being sent right now (`delivery_in_flight`)", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn retry_delivery(caller: Caller, path: web::Path<String>) -> ApiResult<HttpResponse> {
-    let orgs = orgs_of(&caller).await?;
+    let orgs = caller.named_or_all_orgs().await?;
     let id = path_str("delivery_id", &path, 1, 64)?;
     service::retry_delivery(&caller.state().webhooks, &orgs, &id).await?;
     Ok(HttpResponse::Accepted().json(DeliveryQueued { delivery_id: id }))

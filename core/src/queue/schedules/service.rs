@@ -308,6 +308,8 @@ async fn tick(s: &Schedules, id: &ScheduleId, now: DateTime<Utc>) -> Result<usiz
         MAX_TICKS_A_PASS,
     );
     let mut made: Vec<(training_job::Model, bool, DateTime<Utc>)> = Vec::new();
+    // Logged once committed (a rolled-back pass made nothing to tell).
+    let mut unmade: Vec<(DateTime<Utc>, Unmakeable)> = Vec::new();
     for at in due.ticks.iter().copied() {
         if !repo::insert_tick(&txn, id, at).await? {
             continue;
@@ -315,7 +317,7 @@ async fn tick(s: &Schedules, id: &ScheduleId, now: DateTime<Utc>) -> Result<usiz
         let job = match tick_job(&txn, &row, at).await? {
             Ok(job) => job,
             Err(why) => {
-                tracing::warn!(target: "keel_event", event = "schedule.tick_failed", org_id = %row.org_id, schedule_id = %row.id, tick = %at, reason = why.reason(), "a schedule's tick enqueued nothing");
+                unmade.push((at, why));
                 continue;
             }
         };
@@ -339,6 +341,9 @@ async fn tick(s: &Schedules, id: &ScheduleId, now: DateTime<Utc>) -> Result<usiz
     }
     repo::prune_ticks(&txn, id, TICKS_KEPT).await?;
     txn.commit().await?;
+    for (at, why) in &unmade {
+        tracing::warn!(target: "keel_event", event = "schedule.tick_failed", org_id = %row.org_id, schedule_id = %row.id, tick = %at, reason = why.reason(), "a schedule's tick enqueued nothing");
+    }
     if due.missed > 0 {
         tracing::warn!(
             target: "keel_event",
