@@ -38,6 +38,10 @@ pub enum JobStatus {
     Blocked,
     UserStopped,
     Failed,
+    /// Waits for the jobs it depends on (`dependsOn`).
+    Waiting,
+    /// A job it depends on ended without success.
+    Cancelled,
 }
 
 /// An event a webhook endpoint may subscribe to (`*`: every one): the names of
@@ -141,7 +145,9 @@ mod tests {
                 JobStatus::Succeeded,
                 JobStatus::Blocked,
                 JobStatus::UserStopped,
-                JobStatus::Failed
+                JobStatus::Failed,
+                JobStatus::Waiting,
+                JobStatus::Cancelled
             ]),
             keel_core::domain::JobStatus::ALL
                 .map(|s| s.as_str().to_owned())

@@ -17,13 +17,14 @@ pub enum EventType {
     JobFailed,
     JobBlocked,
     JobUserStopped,
+    JobCancelled,
     DatasetVersionCreated,
     WebhookTest,
 }
 
 impl EventType {
     /// Every event, in the order the schema lists them.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::TopupSucceeded,
         Self::TopupFailed,
         Self::AutoTopupSucceeded,
@@ -36,6 +37,7 @@ impl EventType {
         Self::JobFailed,
         Self::JobBlocked,
         Self::JobUserStopped,
+        Self::JobCancelled,
         Self::DatasetVersionCreated,
         Self::WebhookTest,
     ];
@@ -57,6 +59,7 @@ impl EventType {
             Self::JobFailed => "job.failed",
             Self::JobBlocked => "job.blocked",
             Self::JobUserStopped => "job.user_stopped",
+            Self::JobCancelled => "job.cancelled",
             Self::DatasetVersionCreated => "dataset.version_created",
             Self::WebhookTest => "webhook.test",
         }

@@ -24,10 +24,19 @@ pub enum JobStatus {
     UserStopped,
     #[sea_orm(string_value = "failed")]
     Failed,
+    /// Created with `dependsOn`: waits until every job it depends on has succeeded, then
+    /// is queued (or scheduled, with a `runAt` ahead). Never claimed, never counted against
+    /// a cap or a weight.
+    #[sea_orm(string_value = "waiting")]
+    Waiting,
+    /// A job it depends on ended without success (failed for good, stopped, blocked by its
+    /// worker, or cancelled itself): it will not run unless that job is retried.
+    #[sea_orm(string_value = "cancelled")]
+    Cancelled,
 }
 
 impl JobStatus {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Queued,
         Self::Scheduled,
         Self::Running,
@@ -36,6 +45,8 @@ impl JobStatus {
         Self::Blocked,
         Self::UserStopped,
         Self::Failed,
+        Self::Waiting,
+        Self::Cancelled,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -48,6 +59,8 @@ impl JobStatus {
             Self::Blocked => "blocked",
             Self::UserStopped => "user_stopped",
             Self::Failed => "failed",
+            Self::Waiting => "waiting",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -195,6 +208,8 @@ mod tests {
             "blocked",
             "user_stopped",
             "failed",
+            "waiting",
+            "cancelled",
         ] {
             let parsed = JobStatus::parse(status).unwrap();
             assert_eq!(parsed.as_str(), status);

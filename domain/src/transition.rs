@@ -3,7 +3,9 @@
 //! IN (…)` and their new status from this table and nowhere else, so a transition that is
 //! not here cannot happen, on any instance.
 
-use crate::JobStatus::{self, Blocked, Failed, Queued, Running, Scheduled, Stopping, Succeeded, UserStopped};
+use crate::JobStatus::{
+    self, Blocked, Cancelled, Failed, Queued, Running, Scheduled, Stopping, Succeeded, UserStopped, Waiting,
+};
 
 /// What happens to a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,10 +50,23 @@ pub enum JobEvent {
     RequeueOnCredit,
     /// Claimed, but its fee could not be settled now or its claimant left: back to the queue.
     Release,
+    /// Created with dependencies that have not all succeeded yet.
+    CreateWaiting,
+    /// The last of its dependencies succeeded: queued.
+    DependenciesMet,
+    /// The last of its dependencies succeeded, and its `runAt` is ahead: scheduled.
+    DependenciesMetLater,
+    /// One of its dependencies ended without success (or was cancelled itself).
+    DependencyBroke,
+    /// The dependency that cancelled it was retried: it waits again.
+    DependencyRetried,
+    /// A user retries a job (stopped while it waited) whose dependencies have not all
+    /// succeeded: it waits for them again.
+    RetryWaiting,
 }
 
 impl JobEvent {
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 26] = [
         Self::Create,
         Self::Schedule,
         Self::Promote,
@@ -72,13 +87,19 @@ impl JobEvent {
         Self::BlockForFunds,
         Self::RequeueOnCredit,
         Self::Release,
+        Self::CreateWaiting,
+        Self::DependenciesMet,
+        Self::DependenciesMetLater,
+        Self::DependencyBroke,
+        Self::DependencyRetried,
+        Self::RetryWaiting,
     ];
 
     /// The statuses the event applies to (none: it makes a new job).
     pub const fn from(self) -> &'static [JobStatus] {
         const HELD: &[JobStatus] = &[Running, Stopping];
         match self {
-            Self::Create | Self::Schedule => &[],
+            Self::Create | Self::Schedule | Self::CreateWaiting => &[],
             Self::Promote => &[Scheduled],
             Self::Claim => &[Queued],
             Self::Heartbeat
@@ -89,13 +110,16 @@ impl JobEvent {
             | Self::Interrupted => HELD,
             // A stop asked while a retryable failure is reported wins: the job is not retried.
             Self::FailRetryable => &[Running],
-            Self::StopWaiting => &[Queued, Scheduled],
+            Self::StopWaiting => &[Queued, Scheduled, Waiting],
             Self::StopRunning => &[Running],
-            Self::Retry => &[Failed, Blocked, UserStopped],
+            // Not a cancelled job: it runs again when the dependency that cancelled it does.
+            Self::Retry | Self::RetryWaiting => &[Failed, Blocked, UserStopped],
             Self::StaleStopping => &[Stopping],
             Self::StaleRequeue | Self::StaleFail | Self::BlockForFunds | Self::Release => &[Running],
             // Only a job blocked at its claim (marked so); one its worker blocked stays.
             Self::RequeueOnCredit => &[Blocked],
+            Self::DependenciesMet | Self::DependenciesMetLater | Self::DependencyBroke => &[Waiting],
+            Self::DependencyRetried => &[Cancelled],
         }
     }
 
@@ -110,7 +134,10 @@ impl JobEvent {
             | Self::RequeueOnCredit
             | Self::Release => Queued,
             Self::Schedule | Self::FailRetryable => Scheduled,
-            Self::Promote => Queued,
+            Self::Promote | Self::DependenciesMet => Queued,
+            Self::CreateWaiting | Self::DependencyRetried | Self::RetryWaiting => Waiting,
+            Self::DependenciesMetLater => Scheduled,
+            Self::DependencyBroke => Cancelled,
             Self::Claim => Running,
             Self::Succeed => Succeeded,
             Self::Fail | Self::StaleFail => Failed,
@@ -165,6 +192,12 @@ impl JobEvent {
             Self::BlockForFunds => "block_for_funds",
             Self::RequeueOnCredit => "requeue_on_credit",
             Self::Release => "release",
+            Self::CreateWaiting => "create_waiting",
+            Self::DependenciesMet => "dependencies_met",
+            Self::DependenciesMetLater => "dependencies_met_later",
+            Self::DependencyBroke => "dependency_broke",
+            Self::DependencyRetried => "dependency_retried",
+            Self::RetryWaiting => "retry_waiting",
         }
     }
 }
@@ -183,15 +216,16 @@ mod tests {
 
     #[test]
     fn terminal_statuses_leave_only_by_a_retry_or_a_credit() {
-        for status in [Succeeded, Failed, Blocked, UserStopped] {
+        for status in [Succeeded, Failed, Blocked, UserStopped, Cancelled] {
             let leaving: Vec<JobEvent> = JobEvent::ALL
                 .into_iter()
                 .filter(|e| e.applies_to(status))
                 .collect();
             let expected: &[JobEvent] = match status {
                 Succeeded => &[],
-                Blocked => &[JobEvent::Retry, JobEvent::RequeueOnCredit],
-                _ => &[JobEvent::Retry],
+                Blocked => &[JobEvent::Retry, JobEvent::RequeueOnCredit, JobEvent::RetryWaiting],
+                Cancelled => &[JobEvent::DependencyRetried],
+                _ => &[JobEvent::Retry, JobEvent::RetryWaiting],
             };
             assert_eq!(leaving, expected, "{status:?}");
         }
@@ -224,5 +258,27 @@ mod tests {
         assert_eq!(JobEvent::of_report(Running, false), None);
         assert_eq!(JobEvent::Heartbeat.next(Stopping), Some(Stopping));
         assert_eq!(JobEvent::Heartbeat.next(Queued), None);
+    }
+
+    #[test]
+    fn a_waiting_job_leaves_only_by_its_dependencies_or_a_stop() {
+        let leaving: Vec<JobEvent> = JobEvent::ALL
+            .into_iter()
+            .filter(|e| e.applies_to(Waiting))
+            .collect();
+        assert_eq!(
+            leaving,
+            [
+                JobEvent::StopWaiting,
+                JobEvent::DependenciesMet,
+                JobEvent::DependenciesMetLater,
+                JobEvent::DependencyBroke,
+            ]
+        );
+        assert!(!JobEvent::Claim.applies_to(Waiting));
+        assert!(!JobEvent::Retry.applies_to(Cancelled));
+        assert_eq!(JobEvent::StopWaiting.next(Waiting), Some(UserStopped));
+        assert_eq!(JobEvent::DependencyBroke.next(Waiting), Some(Cancelled));
+        assert_eq!(JobEvent::DependencyRetried.next(Cancelled), Some(Waiting));
     }
 }

@@ -48,6 +48,7 @@ pub mod trace_score;
 pub mod trace_tag;
 pub mod training_job;
 pub mod training_job_attempt;
+pub mod training_job_dependency;
 pub mod training_run_cost;
 pub mod training_schedule;
 pub mod training_schedule_tick;

@@ -54,6 +54,8 @@ pub struct Model {
     /// schedule's "run now").
     pub schedule_id: Option<ScheduleId>,
     pub schedule_tick: Option<DateTimeUtc>,
+    /// Other jobs wait for it (`training_job_dependencies`): its end settles them.
+    pub has_dependents: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -38,6 +38,7 @@ mod m20261128_000006_event_request_id;
 mod m20261202_000001_otlp_exports;
 mod m20261203_000001_datasets;
 mod m20261203_000002_schedules;
+mod m20261204_000001_pipelines;
 
 pub struct Migrator;
 
@@ -80,6 +81,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000001_otlp_exports::Migration),
             Box::new(m20261203_000001_datasets::Migration),
             Box::new(m20261203_000002_schedules::Migration),
+            Box::new(m20261204_000001_pipelines::Migration),
         ]
     }
 }

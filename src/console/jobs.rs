@@ -8,7 +8,10 @@ use entities::training_job;
 use serde::Deserialize;
 
 use super::org::org_layout;
-use super::pages::{AttemptRow, Event, JobDetail, JobPage, JobRow, JobsPage, JobsTable, Pager, StatusChip};
+use super::pages::{
+    AttemptRow, Event, JobDetail, JobPage, JobRow, JobsPage, JobsTable, Pager, PipelineDrawing, PipelineEdge,
+    PipelineNode, StatusChip,
+};
 use super::session::{OrgView, Viewer};
 use super::{after_form, confirm_page, format, html, page, wants_partial, Confirm, ConsoleError, FormFields};
 use keel_core::domain::{JobAction, JobId, JobStatus};
@@ -102,6 +105,7 @@ impl Filters {
             status: self.status.clone(),
             action: self.action,
             schedule_id: None,
+            pipeline: None,
             before: None,
         }
     }
@@ -424,10 +428,103 @@ fn is_live(job: &training_job::Model) -> bool {
     [
         JobStatus::Queued,
         JobStatus::Scheduled,
+        JobStatus::Waiting,
         JobStatus::Running,
         JobStatus::Stopping,
     ]
     .contains(&job.status)
+}
+
+/// A node's size and the gaps between them, in the drawing's units.
+const NODE_W: i64 = 190;
+const NODE_H: i64 = 46;
+const GAP_X: i64 = 60;
+const GAP_Y: i64 = 16;
+
+/// The pipeline's jobs laid out: a job's column is one past the furthest column of the jobs
+/// it waits for (the first jobs in column 0), each column's jobs in creation order.
+pub(super) fn draw_pipeline(
+    current: &JobId,
+    jobs: &[training_job::Model],
+    edges: &[(JobId, JobId)],
+    more: bool,
+) -> Option<PipelineDrawing> {
+    if jobs.len() < 2 {
+        return None;
+    }
+    let index: HashMap<&JobId, usize> = jobs.iter().enumerate().map(|(i, j)| (&j.id, i)).collect();
+    let mut waits_for: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
+    for (job, on) in edges {
+        if let (Some(&j), Some(&o)) = (index.get(job), index.get(on)) {
+            waits_for[j].push(o);
+        }
+    }
+    // Columns by longest path, relaxed until stable (a pipeline has no cycles; the bound
+    // guards the drawing anyway).
+    let mut column = vec![0usize; jobs.len()];
+    for _ in 0..jobs.len() {
+        let mut changed = false;
+        for j in 0..jobs.len() {
+            let want = waits_for[j].iter().map(|&o| column[o] + 1).max().unwrap_or(0);
+            if want > column[j] {
+                column[j] = want;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut rows: HashMap<usize, i64> = HashMap::new();
+    let mut place = vec![(0i64, 0i64); jobs.len()];
+    for (j, c) in column.iter().enumerate() {
+        let row = rows.entry(*c).or_default();
+        place[j] = (*c as i64 * (NODE_W + GAP_X), *row * (NODE_H + GAP_Y));
+        *row += 1;
+    }
+    let columns = column.iter().max().copied().unwrap_or(0) as i64 + 1;
+    let tallest = rows.values().max().copied().unwrap_or(1);
+    let nodes = jobs
+        .iter()
+        .zip(&place)
+        .map(|(job, (x, y))| PipelineNode {
+            id: job.id.to_string(),
+            short: job.id.as_str().chars().take(8).collect(),
+            action: job.action.to_string(),
+            status: job.status.to_string(),
+            x: *x,
+            y: *y,
+            current: job.id == *current,
+            fill: match job.status {
+                JobStatus::Succeeded => "#d3f0da",
+                JobStatus::Failed | JobStatus::Blocked | JobStatus::Cancelled => "#fbdde2",
+                JobStatus::Running | JobStatus::Stopping => "#dbe9f7",
+                _ => "#f3ead2",
+            },
+        })
+        .collect();
+    let edges = waits_for
+        .iter()
+        .enumerate()
+        .flat_map(|(j, ons)| {
+            let place = &place;
+            ons.iter().map(move |&o| PipelineEdge {
+                x1: place[o].0 + NODE_W,
+                y1: place[o].1 + NODE_H / 2,
+                x2: place[j].0,
+                y2: place[j].1 + NODE_H / 2,
+                done: jobs[o].status == JobStatus::Succeeded,
+            })
+        })
+        .collect();
+    Some(PipelineDrawing {
+        width: columns * (NODE_W + GAP_X) - GAP_X,
+        height: tallest * (NODE_H + GAP_Y) - GAP_Y,
+        nodes,
+        edges,
+        more,
+        jobs: jobs.len(),
+    })
 }
 
 pub async fn job(
@@ -495,7 +592,13 @@ pub async fn job(
             .map(format::time),
         history,
         can_stop: org.can_act()
-            && [JobStatus::Queued, JobStatus::Scheduled, JobStatus::Running].contains(&job.status),
+            && [
+                JobStatus::Queued,
+                JobStatus::Scheduled,
+                JobStatus::Waiting,
+                JobStatus::Running,
+            ]
+            .contains(&job.status),
         can_retry: org.can_act()
             && [JobStatus::Failed, JobStatus::Blocked, JobStatus::UserStopped].contains(&job.status),
         stop_requested: job.stop_requested,
@@ -511,6 +614,11 @@ pub async fn job(
             .map(|t| format::clip(&format::pretty_json(t), SHOWN)),
         error: job.error.clone(),
         payload: format::clip(&format::pretty_json(&job.payload), SHOWN),
+        pipeline: {
+            let (jobs, edges, more) =
+                keel_core::queue::service::pipeline_graph(&viewer.state.jobs, &job.id).await?;
+            draw_pipeline(&job.id, &jobs, &edges, more)
+        },
         job: job_row(
             &job,
             &project_names(&viewer, &org).await?,

@@ -432,6 +432,43 @@ pub struct JobDetail {
     pub result: Option<String>,
     pub error: Option<String>,
     pub payload: String,
+    /// The pipeline it is in, drawn (none for a job without dependencies or dependents).
+    pub pipeline: Option<PipelineDrawing>,
+}
+
+/// A pipeline laid out in columns: each job one column right of the last job it waits for.
+pub struct PipelineDrawing {
+    pub width: i64,
+    pub height: i64,
+    pub nodes: Vec<PipelineNode>,
+    pub edges: Vec<PipelineEdge>,
+    /// Jobs past those drawn.
+    pub more: bool,
+    /// The jobs drawn.
+    pub jobs: usize,
+}
+
+pub struct PipelineNode {
+    pub id: String,
+    pub short: String,
+    pub action: String,
+    pub status: String,
+    pub x: i64,
+    pub y: i64,
+    /// The job whose page this is.
+    pub current: bool,
+    /// Its box's colour, by its state (the status chips' palette).
+    pub fill: &'static str,
+}
+
+/// An edge from a job to one that waits for it.
+pub struct PipelineEdge {
+    pub x1: i64,
+    pub y1: i64,
+    pub x2: i64,
+    pub y2: i64,
+    /// The job it leads from succeeded.
+    pub done: bool,
 }
 
 pub struct ProjectRow {

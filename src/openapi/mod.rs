@@ -197,6 +197,7 @@ pub fn document_json() -> serde_json::Value {
     refine::org_ids(&mut doc);
     refine::names(&mut doc);
     refine::schedules(&mut doc);
+    refine::pipelines(&mut doc);
     refine::storable_strings(&mut doc);
     refine::at_least_one(&mut doc, &["ProjectPatchBody"]);
     // Checked against the lenient pattern; the served document says what this instance takes.

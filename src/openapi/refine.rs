@@ -582,6 +582,11 @@ fn event_data(event_type: EventType) -> (Value, &'static str) {
             json!({"$ref": "#/components/schemas/JobView"}),
             "A job ended so: `data` is the job's view, as `GET /api/training/jobs/{id}` answers it.",
         ),
+        EventType::JobCancelled => (
+            json!({"$ref": "#/components/schemas/JobView"}),
+            "A job waiting for its dependencies (`dependsOn`) was cancelled: one of them ended \
+             without success (`error` names it). `data` is the job's view.",
+        ),
         EventType::TopupSucceeded => (
             json!({"$ref": "#/components/schemas/LedgerEntryView"}),
             "A top-up was credited: `data` is its ledger entry.",
@@ -719,6 +724,22 @@ pub fn webhooks(doc: &mut Value, event_types: &[EventType]) {
 ///
 /// [`CRON_PATTERN`]: keel_core::queue::schedules::cadence::CRON_PATTERN
 /// [`ZONE_PATTERN`]: keel_core::queue::schedules::cadence::ZONE_PATTERN
+/// A pipeline's names in a job's create body: an item's `ref`, and each `dependsOn` entry
+/// (`ref:` and a ref, or a job id).
+pub fn pipelines(doc: &mut Value) {
+    for schema in ["TracerJob", "DraftJob", "OptimizeJob", "TrainingJob"] {
+        let Some(properties) = doc.pointer_mut(&format!("/components/schemas/{schema}/properties")) else {
+            continue;
+        };
+        if let Some(reference) = properties.get_mut("ref") {
+            reference["pattern"] = json!(crate::queue::routes::REF_PATTERN);
+        }
+        if let Some(items) = properties.pointer_mut("/dependsOn/items") {
+            items["pattern"] = json!(crate::queue::routes::depends_on_pattern());
+        }
+    }
+}
+
 pub fn schedules(doc: &mut Value) {
     use keel_core::queue::schedules::cadence::{CRON_PATTERN, ZONE_PATTERN};
     for schema in ["ScheduleCreateBody", "SchedulePatchBody"] {

@@ -53,6 +53,38 @@ pub struct JobView {
     pub schedule_tick: Option<DateTime<Utc>>,
     /// Every ended attempt, oldest first (the one a worker holds now is not in it yet).
     pub history: Vec<AttemptView>,
+    /// The jobs it waits for (`dependsOn`), with their states: on the own read (`GET
+    /// /api/training/jobs/{id}`) of a job of a pipeline (one with dependencies or dependents),
+    /// and the create that gave them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Vec<LinkedJob>>,
+    /// The jobs that wait for it, with their states (the first 100, oldest first; the
+    /// pipeline's list, `GET /api/training/jobs?pipeline=`, has them all): as `dependsOn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dependents: Option<Vec<LinkedJob>>,
+    /// How many jobs wait for it: as `dependsOn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dependents_count: Option<u64>,
+}
+
+/// A job of a pipeline, as another job's view names it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkedJob {
+    pub job_id: String,
+    pub action: String,
+    /// Its state now.
+    pub status: String,
+}
+
+impl From<&keel_core::queue::Linked> for LinkedJob {
+    fn from(job: &keel_core::queue::Linked) -> Self {
+        Self {
+            job_id: job.id.to_string(),
+            action: job.action.to_string(),
+            status: job.status.to_string(),
+        }
+    }
 }
 
 /// One ended attempt at a job.
@@ -111,6 +143,23 @@ pub async fn view(
     Ok(views.pop().unwrap_or_else(|| JobView::from(job)))
 }
 
+/// One job's view, with its history, the jobs it depends on and the jobs that depend on it.
+pub async fn pipeline_view(
+    jobs: &keel_core::queue::Jobs,
+    job: &training_job::Model,
+) -> crate::error::ApiResult<JobView> {
+    let mut view = view(jobs, job).await?;
+    let pipeline = service::pipeline_view(jobs, &job.id).await?;
+    // A job of no pipeline reads as it always did.
+    if pipeline.depends_on.is_empty() && pipeline.dependents_count == 0 {
+        return Ok(view);
+    }
+    view.depends_on = Some(pipeline.depends_on.iter().map(LinkedJob::from).collect());
+    view.dependents = Some(pipeline.dependents.iter().map(LinkedJob::from).collect());
+    view.dependents_count = Some(pipeline.dependents_count);
+    Ok(view)
+}
+
 /// A job id as a caller sent it: text that is no id keel gave out names no job (404, as
 /// an unknown id does).
 pub fn known_job(raw: &str) -> crate::error::ApiResult<keel_core::domain::JobId> {
@@ -144,6 +193,9 @@ impl From<&training_job::Model> for JobView {
             schedule_id: job.schedule_id.as_ref().map(|id| id.to_string()),
             schedule_tick: job.schedule_tick,
             history: Vec::new(),
+            depends_on: None,
+            dependents: None,
+            dependents_count: None,
         }
     }
 }
@@ -195,6 +247,7 @@ mod tests {
                 keel_core::domain::ScheduleId::parse("3b6f5f0e-4c1a-4a44-9d5c-2f1c3e0a7b11").unwrap(),
             ),
             schedule_tick: Some(at(0)),
+            has_dependents: false,
         };
         let attempt = training_job_attempt::Model {
             job_id: job.id.clone(),

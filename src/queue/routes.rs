@@ -7,17 +7,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::{known_job, view, views, JobView};
+use super::{known_job, pipeline_view, view, views, JobView};
 use crate::auth::{Caller, Member};
+use crate::error::ValidationIssue;
 use crate::error::{ApiError, ApiResult, ErrorBody, ValidationErrorBody};
 use crate::http::extract::{
     check_parsed, parse_checked_body, parse_json_body, IdempotencyKeyHeader, RawBody, ValidJson, ValidQuery,
 };
 use crate::http::validate::{Checks, Validate};
-use keel_core::domain::{JobAction, OrgId, ProjectId};
+use keel_core::domain::{JobAction, JobId, OrgId, ProjectId};
 use keel_core::evals::parse_datetime;
 use keel_core::queue::service::{self, Created};
-use keel_core::queue::{JobFilter, NewJob, DEFAULT_PRIORITY};
+use keel_core::queue::{Dependency, JobFilter, NewJob, DEFAULT_PRIORITY};
 
 /// Environment slugs: `<org-slug>/<project-slug>/<name>`, 3..512 characters.
 pub static ENV_SLUG_RE: lazy_regex::Lazy<regex::Regex> =
@@ -47,6 +48,15 @@ pub struct TracerJob {
     /// The dataset it trains on (its version pinned now; the latest when none is named).
     /// Another organization's dataset is 404.
     pub dataset: Option<JobDatasetBody>,
+    /// Jobs of the organization (1..100) this one waits for: it is `waiting` until every one
+    /// has succeeded, then queued (or scheduled, its `runAt` ahead); `cancelled` if one ends
+    /// without success. In a batch, `ref:<name>` names another item by its `ref`.
+    #[schema(min_items = 1, max_items = 100)]
+    pub depends_on: Option<Vec<String>>,
+    /// Names this item within its batch, for the `dependsOn` of others (`ref:<name>`); a
+    /// single create has no other item to name it.
+    #[schema(min_length = 1, max_length = 100)]
+    pub r#ref: Option<String>,
     #[schema(
         min_length = 3,
         max_length = 512,
@@ -81,6 +91,15 @@ pub struct DraftJob {
     /// The dataset it trains on (its version pinned now; the latest when none is named).
     /// Another organization's dataset is 404.
     pub dataset: Option<JobDatasetBody>,
+    /// Jobs of the organization (1..100) this one waits for: it is `waiting` until every one
+    /// has succeeded, then queued (or scheduled, its `runAt` ahead); `cancelled` if one ends
+    /// without success. In a batch, `ref:<name>` names another item by its `ref`.
+    #[schema(min_items = 1, max_items = 100)]
+    pub depends_on: Option<Vec<String>>,
+    /// Names this item within its batch, for the `dependsOn` of others (`ref:<name>`); a
+    /// single create has no other item to name it.
+    #[schema(min_length = 1, max_length = 100)]
+    pub r#ref: Option<String>,
     #[schema(min_length = 1, max_length = 50000)]
     pub prompt: Option<String>,
 }
@@ -109,6 +128,15 @@ pub struct OptimizeJob {
     /// The dataset it trains on (its version pinned now; the latest when none is named).
     /// Another organization's dataset is 404.
     pub dataset: Option<JobDatasetBody>,
+    /// Jobs of the organization (1..100) this one waits for: it is `waiting` until every one
+    /// has succeeded, then queued (or scheduled, its `runAt` ahead); `cancelled` if one ends
+    /// without success. In a batch, `ref:<name>` names another item by its `ref`.
+    #[schema(min_items = 1, max_items = 100)]
+    pub depends_on: Option<Vec<String>>,
+    /// Names this item within its batch, for the `dependsOn` of others (`ref:<name>`); a
+    /// single create has no other item to name it.
+    #[schema(min_length = 1, max_length = 100)]
+    pub r#ref: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub base_model: Option<String>,
     #[schema(min_length = 1, max_length = 2000)]
@@ -139,6 +167,15 @@ pub struct TrainingJob {
     /// The dataset it trains on (its version pinned now; the latest when none is named).
     /// Another organization's dataset is 404.
     pub dataset: Option<JobDatasetBody>,
+    /// Jobs of the organization (1..100) this one waits for: it is `waiting` until every one
+    /// has succeeded, then queued (or scheduled, its `runAt` ahead); `cancelled` if one ends
+    /// without success. In a batch, `ref:<name>` names another item by its `ref`.
+    #[schema(min_items = 1, max_items = 100)]
+    pub depends_on: Option<Vec<String>>,
+    /// Names this item within its batch, for the `dependsOn` of others (`ref:<name>`); a
+    /// single create has no other item to name it.
+    #[schema(min_length = 1, max_length = 100)]
+    pub r#ref: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     pub model: String,
     #[schema(
@@ -194,6 +231,8 @@ struct Common<'a> {
     run_at: &'a Option<String>,
     unique_key: &'a Option<String>,
     dataset: &'a Option<JobDatasetBody>,
+    depends_on: &'a Option<Vec<String>>,
+    reference: &'a Option<String>,
 }
 
 /// A create body's parts, as the queue takes them.
@@ -207,6 +246,38 @@ struct Parts {
     run_at: Option<chrono::DateTime<chrono::Utc>>,
     unique_key: Option<String>,
     dataset: Option<JobDatasetBody>,
+    /// `dependsOn` as given (job ids and `ref:` names), each once.
+    depends_on: Vec<String>,
+    /// The item's `ref`.
+    reference: Option<String>,
+}
+
+/// What a `dependsOn` entry names.
+enum Named {
+    Job(JobId),
+    Ref(String),
+}
+
+/// A `dependsOn` entry: `ref:<name>` or a job id (the schema's pattern held it to one).
+fn named(entry: &str) -> Named {
+    match entry.strip_prefix(REF_PREFIX) {
+        Some(name) => Named::Ref(name.to_owned()),
+        None => JobId::parse(entry).map_or_else(|_| Named::Ref(entry.to_owned()), Named::Job),
+    }
+}
+
+/// How a `dependsOn` entry names another item of its batch.
+const REF_PREFIX: &str = "ref:";
+
+/// An item's `ref`: 1..100 letters, digits, `_`, `.` and `-`, starting with a letter or digit.
+pub const REF_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$";
+
+/// A `dependsOn` entry: `ref:` and a ref, or a job id (any spelling of a UUID).
+pub fn depends_on_pattern() -> String {
+    format!(
+        "^ref:[A-Za-z0-9][A-Za-z0-9_.-]{{0,99}}$|{}",
+        crate::http::schemas::UUID
+    )
 }
 
 impl JobCreateBody {
@@ -217,24 +288,32 @@ impl JobCreateBody {
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
                 dataset: &b.dataset,
+                depends_on: &b.depends_on,
+                reference: &b.r#ref,
             },
             Self::Draft(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
                 dataset: &b.dataset,
+                depends_on: &b.depends_on,
+                reference: &b.r#ref,
             },
             Self::Optimize(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
                 dataset: &b.dataset,
+                depends_on: &b.depends_on,
+                reference: &b.r#ref,
             },
             Self::Training(b) => Common {
                 priority: b.priority,
                 run_at: &b.run_at,
                 unique_key: &b.unique_key,
                 dataset: &b.dataset,
+                depends_on: &b.depends_on,
+                reference: &b.r#ref,
             },
         }
     }
@@ -248,6 +327,13 @@ impl JobCreateBody {
             common.unique_key.clone(),
             common.dataset.clone(),
         );
+        let mut depends_on: Vec<String> = Vec::new();
+        for entry in common.depends_on.iter().flatten() {
+            if !depends_on.contains(entry) {
+                depends_on.push(entry.clone());
+            }
+        }
+        let reference = common.reference.clone();
         let (project_id, org_id, training_task_id, action, payload) = match self {
             Self::Tracer(b) => (
                 b.project_id,
@@ -289,12 +375,40 @@ impl JobCreateBody {
             run_at,
             unique_key,
             dataset,
+            depends_on,
+            reference,
         }
     }
 }
 
 impl Parts {
-    fn into_new_job(self, org_id: OrgId, idempotency: Option<(String, String)>) -> NewJob {
+    /// The dependencies of a single create: job ids only (a `ref:` names a batch's item).
+    fn single_dependencies(&self) -> ApiResult<Vec<Dependency>> {
+        let mut issues = Vec::new();
+        let mut found = Vec::new();
+        for (k, entry) in self.depends_on.iter().enumerate() {
+            match named(entry) {
+                Named::Job(id) => found.push(Dependency::Job(id)),
+                Named::Ref(_) => issues.push(ValidationIssue::new(
+                    vec![json!("body"), json!("dependsOn"), json!(k)],
+                    "value_error",
+                    "Value error, a ref names another item of the same batch (POST /api/training/jobs/batch); \
+                     a single create depends on job ids",
+                )),
+            }
+        }
+        match issues.is_empty() {
+            true => Ok(found),
+            false => Err(ApiError::Validation(issues)),
+        }
+    }
+
+    fn into_new_job(
+        self,
+        org_id: OrgId,
+        idempotency: Option<(String, String)>,
+        depends_on: Vec<Dependency>,
+    ) -> NewJob {
         NewJob {
             org_id,
             project_id: self.project_id,
@@ -311,6 +425,7 @@ impl Parts {
                 pinned: None,
             }),
             schedule: None,
+            depends_on,
         }
     }
 }
@@ -337,6 +452,13 @@ pub(crate) fn schedule_job(
             vec![json!("body"), json!("job"), json!("runAt")],
             "value_error",
             "Value error, a schedule's jobs run at its ticks: a job body of a schedule takes no runAt",
+        ));
+    }
+    if !parts.depends_on.is_empty() {
+        return Err(ApiError::validation(
+            vec![json!("body"), json!("job"), json!("dependsOn")],
+            "value_error",
+            "Value error, a schedule's jobs start at its ticks: a job body of a schedule takes no dependsOn",
         ));
     }
     let template = keel_core::queue::schedules::JobTemplate {
@@ -429,12 +551,15 @@ fn action_issue(action: Option<&Value>) -> ApiError {
         (status = 422, body = ValidationErrorBody)))]
 pub async fn create_job(caller: Caller, key: IdempotencyKeyHeader, body: RawBody) -> ApiResult<HttpResponse> {
     let parts = parse_job_body(&body.0)?.into_parts();
+    let depends_on = parts.single_dependencies()?;
     let access = caller.member(parts.org_id.as_ref()).await?;
     let idempotency = key.0.map(|key| (key, body_hash(&body.0)));
     let jobs = &caller.state().jobs;
+    let waits = !depends_on.is_empty();
     Ok(
-        match service::create_job(jobs, parts.into_new_job(access.org_id, idempotency)).await? {
+        match service::create_job(jobs, parts.into_new_job(access.org_id, idempotency, depends_on)).await? {
             // A new job has no history yet.
+            Created::New(job) if waits => HttpResponse::Accepted().json(pipeline_view(jobs, &job).await?),
             Created::New(job) => HttpResponse::Accepted().json(JobView::from(&job)),
             Created::Replayed(job) => HttpResponse::Accepted().json(view(jobs, &job).await?),
             Created::Existing(job) => HttpResponse::Ok().json(view(jobs, &job).await?),
@@ -516,6 +641,117 @@ fn parse_batch(bytes: &[u8]) -> ApiResult<Vec<Parts>> {
     }
 }
 
+/// Each item's dependencies, its `ref:` entries resolved to the items they name: an unknown
+/// ref, a ref two items give, or a cycle is a 422 naming the item (and the entry).
+fn batch_dependencies(parts: &[Parts]) -> ApiResult<Vec<Vec<Dependency>>> {
+    let item = |i: usize, rest: &[Value]| -> Vec<Value> {
+        [json!("body"), json!("jobs"), json!(i)]
+            .into_iter()
+            .chain(rest.iter().cloned())
+            .collect()
+    };
+    let mut issues = Vec::new();
+    let mut refs: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, part) in parts.iter().enumerate() {
+        if let Some(name) = part.reference.as_deref() {
+            if let Some(first) = refs.insert(name, i) {
+                refs.insert(name, first);
+                issues.push(ValidationIssue::new(
+                    item(i, &[json!("ref")]),
+                    "value_error",
+                    format!("Value error, jobs[{first}] has this ref already: each item's ref is its own"),
+                ));
+            }
+        }
+    }
+    let mut resolved = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let mut dependencies = Vec::with_capacity(part.depends_on.len());
+        for (k, entry) in part.depends_on.iter().enumerate() {
+            match named(entry) {
+                Named::Job(id) => dependencies.push(Dependency::Job(id)),
+                Named::Ref(name) => match refs.get(name.as_str()) {
+                    Some(&j) if !dependencies.contains(&Dependency::Item(j)) => {
+                        dependencies.push(Dependency::Item(j))
+                    }
+                    Some(_) => {}
+                    None => issues.push(ValidationIssue::new(
+                        item(i, &[json!("dependsOn"), json!(k)]),
+                        "value_error",
+                        format!("Value error, no item of this batch has the ref {name:?}"),
+                    )),
+                },
+            }
+        }
+        resolved.push(dependencies);
+    }
+    if issues.is_empty() {
+        if let Some(cycle) = find_cycle(&resolved) {
+            let names: Vec<String> = cycle
+                .iter()
+                .map(|&i| match parts[i].reference.as_deref() {
+                    Some(name) => format!("jobs[{i}] ({name})"),
+                    None => format!("jobs[{i}]"),
+                })
+                .collect();
+            issues.push(ValidationIssue::new(
+                item(cycle[0], &[json!("dependsOn")]),
+                "value_error",
+                format!(
+                    "Value error, the batch's dependencies run in a circle: {} → {}",
+                    names.join(" → "),
+                    names[0]
+                ),
+            ));
+        }
+    }
+    match issues.is_empty() {
+        true => Ok(resolved),
+        false => Err(ApiError::Validation(issues)),
+    }
+}
+
+/// A cycle among the items' dependencies on each other, if any: its items in order, each
+/// depending on the next (the last on the first).
+fn find_cycle(dependencies: &[Vec<Dependency>]) -> Option<Vec<usize>> {
+    // Depth first, without recursion (a thousand items in a chain): 0 unseen, 1 on the
+    // path, 2 done.
+    let mut state = vec![0u8; dependencies.len()];
+    for start in 0..dependencies.len() {
+        if state[start] != 0 {
+            continue;
+        }
+        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        state[start] = 1;
+        while let Some((node, next)) = path.last_mut() {
+            let node = *node;
+            let edges = &dependencies[node];
+            if *next == edges.len() {
+                state[node] = 2;
+                path.pop();
+                continue;
+            }
+            let edge = &edges[*next];
+            *next += 1;
+            let Dependency::Item(to) = *edge else {
+                continue;
+            };
+            match state[to] {
+                0 => {
+                    state[to] = 1;
+                    path.push((to, 0));
+                }
+                1 => {
+                    let from = path.iter().position(|(n, _)| *n == to).unwrap_or(0);
+                    return Some(path[from..].iter().map(|(n, _)| *n).collect());
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// Enqueue jobs in bulk
 ///
 /// Queues 1 to 1,000 jobs at once, all or nothing: one bad item is a 422 naming its index and
@@ -528,6 +764,7 @@ fn parse_batch(bytes: &[u8]) -> ApiResult<Vec<Parts>> {
         (status = 422, description = "A bad item (its index in `loc`)", body = ValidationErrorBody)))]
 pub async fn create_batch(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
     let parts = parse_batch(&body.0)?;
+    let mut dependencies = batch_dependencies(&parts)?.into_iter();
     // Each item's organization as the caller may name it (another's is 403, as everywhere).
     let mut orgs: Vec<(Option<OrgId>, OrgId)> = Vec::new();
     let mut batch = Vec::with_capacity(parts.len());
@@ -540,7 +777,25 @@ pub async fn create_batch(caller: Caller, body: RawBody) -> ApiResult<HttpRespon
                 org_id
             }
         };
-        batch.push(part.into_new_job(org_id, None));
+        batch.push(part.into_new_job(org_id, None, dependencies.next().unwrap_or_default()));
+    }
+    // A pipeline is one organization's: an item depends only on items of its organization.
+    let mut issues = Vec::new();
+    for (i, job) in batch.iter().enumerate() {
+        for dependency in &job.depends_on {
+            if let Dependency::Item(j) = dependency {
+                if batch[*j].org_id != job.org_id {
+                    issues.push(ValidationIssue::new(
+                        vec![json!("body"), json!("jobs"), json!(i), json!("dependsOn")],
+                        "value_error",
+                        format!("Value error, jobs[{j}] is another organization's: a job depends only on jobs of its own"),
+                    ));
+                }
+            }
+        }
+    }
+    if !issues.is_empty() {
+        return Err(ApiError::Validation(issues));
     }
     let jobs = &caller.state().jobs;
     let created = service::create_batch(jobs, batch).await?;
@@ -589,6 +844,10 @@ pub struct ListQuery {
     /// now.
     #[param(min_length = 1, max_length = 100)]
     pub schedule_id: Option<String>,
+    /// Only the jobs of the pipeline this job is in: every job linked to it by `dependsOn`,
+    /// either way (itself included).
+    #[param(min_length = 1, max_length = 100)]
+    pub pipeline: Option<String>,
     /// The last page's `nextCursor`.
     #[param(pattern = "^[0-9]{1,12}-[0-9]{9}-[0-9a-f]{32}$")]
     pub cursor: Option<String>,
@@ -636,8 +895,9 @@ pub struct JobList {
 /// List jobs
 ///
 /// The caller's jobs, newest first, optionally narrowed to an organization, project, training
-/// task, states (`status`, repeatable), action or cron schedule (`scheduleId`); `limit` at a time, the next page from
-/// `cursor` (the last page's `nextCursor`).
+/// task, states (`status`, repeatable), action, cron schedule (`scheduleId`) or pipeline
+/// (`pipeline`: any job of it); `limit` at a time, the next page from `cursor` (the last
+/// page's `nextCursor`).
 #[utoipa::path(get, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     params(ListQuery),
     responses((status = 200, body = JobList), (status = 422, body = ValidationErrorBody)))]
@@ -666,6 +926,10 @@ pub async fn list_jobs(caller: Caller, query: ValidQuery<ListQuery>) -> ApiResul
         schedule_id: query.schedule_id.map(|s| {
             keel_core::domain::ScheduleId::parse(&s).map_or(s, keel_core::domain::ScheduleId::into_string)
         }),
+        // A job id in any UUID spelling; other text matches no job.
+        pipeline: query
+            .pipeline
+            .map(|p| JobId::parse(&p).map_or(p, JobId::into_string)),
         before: query
             .cursor
             .as_deref()
@@ -740,7 +1004,7 @@ pub async fn get_job(
     if !(project_matches && task_matches) {
         return Err(ApiError::not_found("job"));
     }
-    Ok(HttpResponse::Ok().json(view(&caller.state().jobs, &job).await?))
+    Ok(HttpResponse::Ok().json(pipeline_view(&caller.state().jobs, &job).await?))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -36,7 +36,7 @@ pub struct EndpointCreateBody {
     #[schema(min_length = 10, max_length = 2000)]
     pub url: String,
     /// Event names, or `"*"` for every event.
-    #[schema(value_type = Vec<crate::schemas::WebhookEventName>, min_items = 1, max_items = 15)]
+    #[schema(value_type = Vec<crate::schemas::WebhookEventName>, min_items = 1, max_items = 16)]
     pub events: Vec<String>,
     #[schema(max_length = 500)]
     pub description: Option<String>,
@@ -56,7 +56,7 @@ crate::org_scoped!(EndpointCreateBody);
 pub struct EndpointPatchBody {
     #[schema(min_length = 10, max_length = 2000)]
     pub url: Option<String>,
-    #[schema(value_type = Option<Vec<crate::schemas::WebhookEventName>>, min_items = 1, max_items = 15)]
+    #[schema(value_type = Option<Vec<crate::schemas::WebhookEventName>>, min_items = 1, max_items = 16)]
     pub events: Option<Vec<String>>,
     /// `null` clears it.
     #[serde(default, deserialize_with = "crate::http::extract::present")]

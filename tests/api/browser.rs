@@ -1531,3 +1531,79 @@ async fn a_member_reads_a_schedules_next_ticks_runs_it_now_and_disables_it() {
     assert_eq!(api["recentJobs"][0]["scheduleTick"], Value::Null);
     browser.assert_no_alert().await;
 }
+
+#[actix_web::test]
+async fn a_member_follows_a_pipeline_drawn_on_a_jobs_page() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let (org, project) = crate::queue::funded(&app, "Flow").await;
+    let answer = json_of(
+        app.post(
+            "/api/training/jobs/batch",
+            &org.api_key,
+            &json!({"jobs": [
+                {"ref": "a", "action": "tracer", "projectId": project},
+                {"ref": "b", "action": "draft", "projectId": project, "dependsOn": ["ref:a"]},
+                {"ref": "c", "action": "optimize", "projectId": project, "dependsOn": ["ref:a"]},
+                {"action": "draft", "projectId": project, "dependsOn": ["ref:b", "ref:c"]},
+            ]}),
+        )
+        .await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let ids: Vec<String> = answer["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobId"].as_str().unwrap().to_owned())
+        .collect();
+    browser.open(&app, "/console/login").await;
+    browser.fill("#credential", &org.member_token).await;
+    browser.submit("button[type=submit]").await;
+    browser
+        .open(&app, &format!("/console/o/{}/jobs/{}", org.org_id, ids[3]))
+        .await;
+    // Every job drawn as a box of its own size, each arrow from a box's right edge.
+    let drawn = browser
+        .client
+        .execute(
+            "var s = document.getElementById('pipeline'); if (!s) { return null; } \
+             var nodes = Array.from(s.querySelectorAll('a.node')).map(function (a) { \
+               var r = a.getBoundingClientRect(); return [a.getAttribute('data-job'), a.getAttribute('data-status'), r.width > 100 && r.height > 30]; }); \
+             return {nodes: nodes, edges: s.querySelectorAll('path.edge').length};",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let mut nodes: Vec<(String, String, bool)> = drawn["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no pipeline drawn: {drawn}"))
+        .iter()
+        .map(|n| {
+            (
+                n[0].as_str().unwrap().to_owned(),
+                n[1].as_str().unwrap().to_owned(),
+                n[2].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    nodes.sort();
+    let mut expected: Vec<(String, String, bool)> = ids
+        .iter()
+        .zip(["queued", "waiting", "waiting", "waiting"])
+        .map(|(id, status)| (id.clone(), status.to_owned(), true))
+        .collect();
+    expected.sort();
+    assert_eq!(nodes, expected);
+    assert_eq!(drawn["edges"], 4);
+    browser.shoot("pipeline").await;
+    // The first job's box leads to its page.
+    browser
+        .submit(&format!("#pipeline a[data-job='{}']", ids[0]))
+        .await;
+    assert!(browser.text("h1").await.contains(ids[0].as_str()));
+    assert_eq!(browser.text("#job-status").await, "queued");
+}

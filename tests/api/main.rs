@@ -28,6 +28,7 @@ mod keys;
 mod logs;
 mod operator;
 mod otlp_push;
+mod pipelines;
 mod projects;
 mod proxy;
 mod queue;

@@ -1206,6 +1206,7 @@ async fn a_batch_of_new_jobs_with_one_bad_job_queues_the_others() {
         idempotency: None,
         dataset: None,
         schedule: None,
+        depends_on: Vec::new(),
     };
     // The middle job's project does not exist: the one-statement insert fails, and the
     // jobs are then inserted one by one.

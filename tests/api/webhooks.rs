@@ -510,7 +510,7 @@ async fn a_name_that_resolves_to_a_private_address_is_refused_when_it_is_called(
 
 /// A receiver answering 204 to everything, and an endpoint of `org` subscribed to `events`
 /// pointing at it; answers the receiver and the endpoint's secret.
-async fn listening(app: &TestApp, org: &TestOrg, events: Value) -> (FakeJson, String) {
+pub(crate) async fn listening(app: &TestApp, org: &TestOrg, events: Value) -> (FakeJson, String) {
     let (receiver, url) = FakeJson::start(|_| Reply::Json(204, json!({})));
     let created = create(app, org, json!({"url": format!("{url}/in"), "events": events})).await;
     (receiver, created["secret"].as_str().unwrap().to_owned())
@@ -518,7 +518,7 @@ async fn listening(app: &TestApp, org: &TestOrg, events: Value) -> (FakeJson, St
 
 /// Waits for the receiver's `n`-th delivery; every one verified with the Standard Webhooks
 /// reference library. Answers the events, in the order they arrived.
-async fn events(receiver: &FakeJson, secret: &str, n: usize) -> Vec<Value> {
+pub(crate) async fn events(receiver: &FakeJson, secret: &str, n: usize) -> Vec<Value> {
     let calls = calls(receiver, n, Duration::from_secs(10)).await;
     let bodies: Vec<Value> = calls.iter().map(|c| c.body.clone()).collect();
     assert!(
@@ -533,7 +533,7 @@ async fn events(receiver: &FakeJson, secret: &str, n: usize) -> Vec<Value> {
     bodies
 }
 
-fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
+pub(crate) fn of_type<'a>(events: &'a [Value], event_type: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == event_type).collect()
 }
 

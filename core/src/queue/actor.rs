@@ -232,7 +232,8 @@ async fn sweep(
     metrics: &Metrics,
 ) -> Result<SweepCounts, DbErr> {
     let stale_after = chrono::Duration::from_std(config.stale_after).unwrap_or(chrono::Duration::MAX);
-    let (counts, ended) = repo::requeue_stale(db, stale_after, config.max_attempts as i32).await?;
+    let (counts, ended, settled) = repo::requeue_stale(db, stale_after, config.max_attempts as i32).await?;
+    super::logged::settled(&settled);
     // The repo answers the stopped attempts first, then the failed, then the requeued.
     let (stopped, rest) = ended.split_at((counts.stopped as usize).min(ended.len()));
     let (failed, requeued) = rest.split_at((counts.failed as usize).min(rest.len()));

@@ -68,7 +68,12 @@ impl BulkAction {
     /// The statuses the action changes (any other is left alone).
     pub fn acts_on(self) -> &'static [JobStatus] {
         match self {
-            BulkAction::Stop => &[JobStatus::Queued, JobStatus::Scheduled, JobStatus::Running],
+            BulkAction::Stop => &[
+                JobStatus::Queued,
+                JobStatus::Scheduled,
+                JobStatus::Waiting,
+                JobStatus::Running,
+            ],
             BulkAction::Retry => &[JobStatus::Failed, JobStatus::Blocked, JobStatus::UserStopped],
         }
     }
@@ -139,11 +144,16 @@ pub async fn act(
 ) -> Result<Acted, JobError> {
     let selected = select(jobs, org_id, selection, action).await?;
     let changed = match action {
-        BulkAction::Stop => repo::stop_jobs(&jobs.db, &selected.ids, reason).await?,
+        BulkAction::Stop => {
+            let (changed, settled) = repo::stop_jobs(&jobs.db, &selected.ids, reason).await?;
+            super::logged::settled(&settled);
+            changed
+        }
         BulkAction::Retry => {
             let retried = repo::retry_jobs(&jobs.db, &selected.ids).await?;
-            super::service::queued_again(jobs, &retried).await;
-            retried
+            super::logged::settled(&retried.settled);
+            super::service::queued_again(jobs, &retried.retried).await;
+            retried.retried
         }
     };
     tracing::info!(target: "keel_event", event = "jobs.acted_on", org_id = %org_id, action = ?action, selected = selected.ids.len(), changed = changed.len(), "jobs stopped or retried together");

@@ -1,5 +1,5 @@
 //! The job events keel sends out (`job.succeeded`, `job.failed`, `job.blocked`,
-//! `job.user_stopped`), written by the transaction that ends the job (the webhook outbox).
+//! `job.user_stopped`, `job.cancelled`), written by the transaction that ends the job (the webhook outbox).
 
 use entities::{training_job, training_job_attempt};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
@@ -15,6 +15,7 @@ pub fn event_of(status: JobStatus) -> Option<EventType> {
         JobStatus::Failed => Some(EventType::JobFailed),
         JobStatus::Blocked => Some(EventType::JobBlocked),
         JobStatus::UserStopped => Some(EventType::JobUserStopped),
+        JobStatus::Cancelled => Some(EventType::JobCancelled),
         _ => None,
     }
 }

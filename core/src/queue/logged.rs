@@ -129,6 +129,39 @@ pub(super) fn blocked_for_funds(worker_id: &str, jobs: &[training_job::Model]) {
     );
 }
 
+/// Jobs of pipelines settled by their dependencies: queued or scheduled once all succeeded
+/// (`job.dependencies_met`), cancelled by one that ended without success (`job.cancelled`,
+/// WARN: a pipeline stopped short, its `error` names the dependency), waiting again after
+/// that one was retried (`job.waiting_again`).
+pub(super) fn settled(jobs: &[training_job::Model]) {
+    for job in jobs {
+        match job.status {
+            JobStatus::Cancelled => tracing::warn!(
+                target: "keel_event",
+                event = "job.cancelled",
+                org_id = %job.org_id,
+                job_id = %job.id,
+                project_id = %job.project_id,
+                action = %job.action,
+                error = job.error.as_deref(),
+                "job cancelled: a job it depends on ended without success"
+            ),
+            JobStatus::Waiting => each_job(
+                "job.waiting_again",
+                "job waits again: the dependency that cancelled it was retried",
+                std::slice::from_ref(job),
+                None,
+            ),
+            _ => each_job(
+                "job.dependencies_met",
+                "job's dependencies all succeeded: it is queued",
+                std::slice::from_ref(job),
+                None,
+            ),
+        }
+    }
+}
+
 /// An action's queue paused or resumed.
 pub(super) fn paused(action: JobAction, paused: bool) {
     match paused {

@@ -18,8 +18,8 @@ pub use actor::QueueError;
 /// Asked before a claim hands jobs out: `false` once the claimant has gone.
 pub type StillWanted = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 pub use repo::{
-    FailedFilter, Held, JobDataset, JobFilter, JobSort, NewJob, Report, ReportOutcome, RetryPolicy,
-    SweepCounts, DEFAULT_PRIORITY,
+    Dependency, FailedFilter, Held, JobDataset, JobFilter, JobSort, Linked, NewJob, PipelineView, Report,
+    ReportOutcome, RetryPolicy, SweepCounts, DEFAULT_PRIORITY, DEPENDENTS_SHOWN,
 };
 
 use sea_orm::DatabaseConnection;
@@ -89,6 +89,20 @@ pub enum JobError {
     /// item that named it).
     #[error("dataset not found{}", .index.map(|i| format!(" (the dataset of jobs[{i}])")).unwrap_or_default())]
     DatasetNotFound { index: Option<usize> },
+    /// A job named in `dependsOn` is not one of the organization's (`index`: the batch item
+    /// that named it).
+    #[error("no job {job_id} in the organization to depend on{}", .index.map(|i| format!(" (dependsOn of jobs[{i}])")).unwrap_or_default())]
+    DependencyNotFound {
+        index: Option<usize>,
+        job_id: crate::domain::JobId,
+    },
+    /// A retry of a job (cancelled, or stopped while it waited) one of whose dependencies
+    /// ended without success: that one is to be retried.
+    #[error("job {dependency}, which this job depends on, is {status}: retry that job, and this one waits for it again")]
+    DependencyBroken {
+        dependency: crate::domain::JobId,
+        status: crate::domain::JobStatus,
+    },
     #[error("this Idempotency-Key was used with another body")]
     IdempotencyKeyReused,
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]

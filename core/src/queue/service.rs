@@ -75,6 +75,14 @@ pub async fn create_job(jobs: &Jobs, mut job: NewJob) -> Result<Created, JobErro
         .await?
         .ok_or(JobError::ProjectNotFound { index: None })?;
     pin_dataset(jobs, &mut job, None).await?;
+    if !job.depends_on.is_empty() {
+        check_dependencies(jobs, std::slice::from_ref(&job), false).await?;
+        let mut created = create_pipeline(jobs, vec![job]).await?;
+        return match created.pop() {
+            Some(Some(created)) => Ok(created),
+            _ => Err(JobError::IdempotencyKeyReused),
+        };
+    }
     if job.unique_key.is_none() && job.idempotency.is_none() {
         let job = ask(&jobs.actor, Enqueue(job)).await?;
         super::logged::created(std::slice::from_ref(&job), false);
@@ -151,10 +159,55 @@ pub async fn create_batch(jobs: &Jobs, mut batch: Vec<NewJob>) -> Result<Vec<Cre
             pinned.insert(key, view);
         }
     }
-    let created: Vec<Created> = repo::insert_batch(&jobs.db, batch)
+    check_dependencies(jobs, &batch, true).await?;
+    Ok(create_pipeline(jobs, batch)
         .await?
         .into_iter()
-        .filter_map(|inserted| match inserted {
+        .flatten()
+        .collect())
+}
+
+/// Every job a `dependsOn` names is one of its item's organization (else 404 naming the
+/// first that is not, and its item when `batch`).
+async fn check_dependencies(jobs: &Jobs, batch: &[NewJob], batch_items: bool) -> Result<(), JobError> {
+    let mut named: std::collections::BTreeMap<&OrgId, Vec<JobId>> = Default::default();
+    for job in batch {
+        for dependency in &job.depends_on {
+            if let repo::Dependency::Job(id) = dependency {
+                named.entry(&job.org_id).or_default().push(id.clone());
+            }
+        }
+    }
+    for (org_id, mut ids) in named {
+        ids.sort();
+        ids.dedup();
+        let known = repo::jobs_of_org(&jobs.db, org_id, &ids).await?;
+        for (index, job) in batch.iter().enumerate().filter(|(_, job)| job.org_id == *org_id) {
+            for dependency in &job.depends_on {
+                match dependency {
+                    repo::Dependency::Job(id) if !known.contains(id) => {
+                        return Err(JobError::DependencyNotFound {
+                            index: batch_items.then_some(index),
+                            job_id: id.clone(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Inserts a batch (one transaction, pipelines' edges and settling in it): logged, and the
+/// claims of the queued jobs' actions woken. `None` for an item whose idempotency key came
+/// with another body.
+async fn create_pipeline(jobs: &Jobs, batch: Vec<NewJob>) -> Result<Vec<Option<Created>>, JobError> {
+    let single = batch.len() == 1;
+    let created: Vec<Option<Created>> = repo::insert_batch(&jobs.db, batch)
+        .await?
+        .into_iter()
+        .map(|inserted| match inserted {
             Inserted::New(job) => Some(Created::New(job)),
             Inserted::Unique(job) => Some(Created::Existing(job)),
             Inserted::Replayed(job) => Some(Created::Replayed(job)),
@@ -164,11 +217,17 @@ pub async fn create_batch(jobs: &Jobs, mut batch: Vec<NewJob>) -> Result<Vec<Cre
     let new: Vec<training_job::Model> = created
         .iter()
         .filter_map(|c| match c {
-            Created::New(job) => Some(job.clone()),
+            Some(Created::New(job)) => Some(job.clone()),
             _ => None,
         })
         .collect();
-    super::logged::created(&new, true);
+    super::logged::created(&new, !single);
+    let cancelled: Vec<training_job::Model> = new
+        .iter()
+        .filter(|job| job.status == JobStatus::Cancelled)
+        .cloned()
+        .collect();
+    super::logged::settled(&cancelled);
     wake_if_queued(jobs, &new).await;
     Ok(created)
 }
@@ -206,26 +265,31 @@ pub async fn stop_job(
     job: &training_job::Model,
     reason: Option<&str>,
 ) -> Result<training_job::Model, JobError> {
-    match repo::stop_job(&jobs.db, &job.id, reason).await? {
+    let (outcome, settled) = repo::stop_job(&jobs.db, &job.id, reason).await?;
+    super::logged::settled(&settled);
+    match outcome {
         StopOutcome::Stopped(job) => Ok(job),
         StopOutcome::AlreadyFinished(job) => Err(JobError::AlreadyEnded(job.status)),
         StopOutcome::NotFound => Err(JobError::NotFound),
     }
 }
 
-/// Puts a failed, blocked or user-stopped job back in the queue (409 for any other state);
+/// Puts a failed, blocked or user-stopped job back in the queue, or back to waiting when its
+/// dependencies have not all succeeded (409 for any other state, and for a job whose
+/// dependency ended without success: retry that one); the jobs its end cancelled wait again;
 /// waiting claims of its action look again, here and on every instance.
 #[tracing::instrument(level = "debug", skip_all, fields(job_id = %job.id))]
 pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<training_job::Model, JobError> {
     match repo::retry_job(&jobs.db, &job.id).await? {
-        RetryOutcome::Retried(job) => {
-            super::logged::retried_by_hand(std::slice::from_ref(&job));
-            jobs.cluster
-                .publish(Event::JobsQueued(Wake::Action(job.action)))
-                .await;
+        RetryOutcome::Retried { job, settled } => {
+            super::logged::settled(&settled);
+            queued_again(jobs, std::slice::from_ref(&job)).await;
             Ok(job)
         }
         RetryOutcome::NotRetryable(job) => Err(JobError::NotRetryable(job.status)),
+        RetryOutcome::DependencyBroken { dependency, status } => {
+            Err(JobError::DependencyBroken { dependency, status })
+        }
         RetryOutcome::NotFound => Err(JobError::NotFound),
     }
 }
@@ -246,17 +310,23 @@ pub struct RetriedMany {
 pub async fn retry_jobs(jobs: &Jobs, job_ids: &[JobId]) -> Result<RetriedMany, JobError> {
     let job_ids = &job_ids[..job_ids.len().min(MAX_RETRIED_AT_ONCE)];
     let retried = repo::retry_jobs(&jobs.db, job_ids).await?;
-    queued_again(jobs, &retried).await;
+    super::logged::settled(&retried.settled);
+    queued_again(jobs, &retried.retried).await;
     Ok(RetriedMany {
-        skipped: job_ids.len() - retried.len(),
-        retried,
+        skipped: job_ids.len() - retried.retried.len(),
+        retried: retried.retried,
     })
 }
 
-/// Jobs retried by hand: logged, and the waiting claims of their actions look again.
+/// Jobs retried by hand: logged, and the waiting claims of their actions look again (of
+/// those queued: one that waits for its dependencies is not claimable yet).
 pub(super) async fn queued_again(jobs: &Jobs, retried: &[training_job::Model]) {
     super::logged::retried_by_hand(retried);
-    let mut actions: Vec<JobAction> = retried.iter().map(|job| job.action).collect();
+    let mut actions: Vec<JobAction> = retried
+        .iter()
+        .filter(|job| job.status == JobStatus::Queued)
+        .map(|job| job.action)
+        .collect();
     actions.sort_unstable_by_key(|a| a.as_str());
     actions.dedup();
     for action in actions {
@@ -586,8 +656,14 @@ pub async fn reports(jobs: &Jobs, reports: Vec<repo::Report>) -> Result<Vec<repo
             left.into_iter().partition(|(_, r)| ids.insert(r.job_id.clone()));
         left = later;
         let (indexes, batch): (Vec<usize>, Vec<repo::Report>) = round.into_iter().unzip();
-        let (applied, ended) = repo::apply_reports(&jobs.db, &batch, &jobs.retry_policy).await?;
+        let repo::AppliedReports {
+            outcomes: applied,
+            ended,
+            settled,
+        } = repo::apply_reports(&jobs.db, &batch, &jobs.retry_policy).await?;
         super::logged::reported(&batch, &ended);
+        super::logged::settled(&settled);
+        wake_if_queued(jobs, &settled).await;
         for outcome in &applied {
             jobs.metrics.reports.with_label_values(&[outcome.as_str()]).inc();
         }
@@ -784,6 +860,22 @@ pub async fn set_live_status(
     live_status: &serde_json::Value,
 ) -> Result<repo::Held, JobError> {
     Ok(repo::set_live_status(&jobs.db, job_id, worker_id, live_status).await?)
+}
+
+/// A job's dependencies and dependents, with their states.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job_id))]
+pub async fn pipeline_view(jobs: &Jobs, job_id: &JobId) -> Result<repo::PipelineView, JobError> {
+    Ok(repo::pipeline_view(&jobs.db, job_id).await?)
+}
+
+/// Jobs of a pipeline the console draws at most.
+pub const PIPELINE_DRAWN: u64 = 200;
+
+/// The pipeline `job_id` is in, as the console draws it: its first [`PIPELINE_DRAWN`] jobs
+/// (oldest first), the edges between them (`(job, depends on)`), and whether it has more.
+#[tracing::instrument(level = "debug", skip_all, fields(job_id = %job_id))]
+pub async fn pipeline_graph(jobs: &Jobs, job_id: &JobId) -> Result<repo::PipelineGraph, JobError> {
+    Ok(repo::pipeline_graph(&jobs.db, job_id, PIPELINE_DRAWN).await?)
 }
 
 /// A page of the organization's jobs, newest first, and whether more follow.

@@ -25,6 +25,8 @@ pub struct NewJob {
     pub dataset: Option<JobDataset>,
     /// The cron schedule that enqueues it, and the tick (none for a "run now").
     pub schedule: Option<(crate::domain::ScheduleId, Option<DateTime<Utc>>)>,
+    /// The jobs it waits for (`dependsOn`): it is `waiting` until all have succeeded.
+    pub depends_on: Vec<super::pipeline::Dependency>,
 }
 
 /// A job's dataset: the one named, and the version's view once pinned.
@@ -42,6 +44,12 @@ pub const DEFAULT_PRIORITY: i32 = 5;
 
 fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
     let scheduled_at = job.run_at.filter(|at| *at > now);
+    // A job with dependencies waits for them; its `runAt`, if ahead, counts once they succeed.
+    let event = match (job.depends_on.is_empty(), scheduled_at) {
+        (false, _) => JobEvent::CreateWaiting,
+        (true, Some(_)) => JobEvent::Schedule,
+        (true, None) => JobEvent::Create,
+    };
     let (dataset_id, dataset) = match job.dataset {
         Some(d) => (Some(d.id), d.pinned.map(|p| p.to_string())),
         None => (None, None),
@@ -58,16 +66,11 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         project_id: job.project_id,
         training_task_id: job.training_task_id,
         action: job.action,
-        status: match scheduled_at {
-            Some(_) => JobEvent::Schedule,
-            None => JobEvent::Create,
-        }
-        .to()
-        .unwrap_or(JobStatus::Queued),
+        status: event.to().unwrap_or(JobStatus::Queued),
         priority: job.priority,
-        queued_at: match scheduled_at {
-            Some(_) => None,
-            None => Some(now),
+        queued_at: match event {
+            JobEvent::Create => Some(now),
+            _ => None,
         },
         scheduled_at,
         unique_key: job.unique_key,
@@ -90,6 +93,7 @@ fn queued_job(job: NewJob, now: DateTime<Utc>) -> training_job::Model {
         claimed_at: None,
         heartbeat_at: None,
         finished_at: None,
+        has_dependents: false,
     }
 }
 
@@ -138,11 +142,12 @@ pub enum Inserted {
 }
 
 /// The statuses a job with a unique key holds it in (the unique index's condition).
-const OPEN: [JobStatus; 4] = [
+const OPEN: [JobStatus; 5] = [
     JobStatus::Queued,
     JobStatus::Scheduled,
     JobStatus::Running,
     JobStatus::Stopping,
+    JobStatus::Waiting,
 ];
 
 /// Creates a job with a unique key or an idempotency key. The database's unique indexes
@@ -190,10 +195,16 @@ pub async fn insert_keyed(db: &impl ConnectionTrait, job: NewJob) -> Result<Inse
 
 /// Creates many jobs at once, all or none, in order: the ones without a unique key in
 /// multi-row statements, each with one as [`insert_keyed`] does (an earlier item of the
-/// batch with the same key counts).
+/// batch with the same key counts). Items with dependencies are created `waiting`, their
+/// edges written (an item answered by an open job with its unique key, or replayed, keeps
+/// the edges it has), then settled by their dependencies as they are now, all in the same
+/// transaction; answers the jobs as they are at its commit, and every other job the
+/// settling changed (none but the batch's own items, which have no dependents yet).
 pub async fn insert_batch(db: &impl TransactionTrait, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, DbErr> {
+    use super::pipeline::{self, Dependency};
     let txn = db.begin().await?;
     let now = Utc::now();
+    let dependencies: Vec<Vec<Dependency>> = jobs.iter().map(|job| job.depends_on.clone()).collect();
     let mut results: Vec<Option<Inserted>> = Vec::with_capacity(jobs.len());
     let mut plain = Vec::new();
     for job in jobs {
@@ -214,9 +225,58 @@ pub async fn insert_batch(db: &impl TransactionTrait, jobs: Vec<NewJob>) -> Resu
         .exec_without_returning(&txn)
         .await?;
     }
-    txn.commit().await?;
     for (index, model) in plain {
         results[index] = Some(Inserted::New(model));
     }
-    Ok(results.into_iter().flatten().collect())
+    let mut results: Vec<Inserted> = results.into_iter().flatten().collect();
+    let id_of = |result: &Inserted| match result {
+        Inserted::New(job) | Inserted::Unique(job) | Inserted::Replayed(job) => Some(job.id.clone()),
+        Inserted::KeyReused => None,
+    };
+    let mut edges = Vec::new();
+    let mut waiting = Vec::new();
+    for (index, depends_on) in dependencies.iter().enumerate() {
+        let Inserted::New(job) = &results[index] else {
+            continue;
+        };
+        if depends_on.is_empty() {
+            continue;
+        }
+        waiting.push(job.id.clone());
+        for dependency in depends_on {
+            let on = match dependency {
+                Dependency::Job(id) => Some(id.clone()),
+                Dependency::Item(item) => results.get(*item).and_then(id_of),
+            };
+            if let Some(on) = on {
+                edges.push((job.id.clone(), on));
+            }
+        }
+    }
+    if !edges.is_empty() {
+        pipeline::insert_edges(&txn, &edges, now).await?;
+        let settled = pipeline::settle_new(&txn, &waiting, now).await?;
+        let mut by_id: HashMap<JobId, training_job::Model> =
+            settled.into_iter().map(|job| (job.id.clone(), job)).collect();
+        for result in &mut results {
+            if let Inserted::New(job) = result {
+                if let Some(now) = by_id.remove(&job.id) {
+                    *job = now;
+                }
+            }
+        }
+        crate::queue::events::announce_ended(
+            &txn,
+            &results
+                .iter()
+                .filter_map(|r| match r {
+                    Inserted::New(job) if job.status == JobStatus::Cancelled => Some(job.id.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(results)
 }

@@ -1,6 +1,7 @@
 //! Queue persistence, by concern: new jobs (`insert`), claims (`claim`, its statements per
 //! dialect in `sql`), what a claim's fee settles (`settle`), workers' reports and heartbeats
-//! (`report`, `heartbeat`), stops and retries (`control`), the periodic sweeps (`sweep`),
+//! (`report`, `heartbeat`), stops and retries (`control`), pipelines' dependencies
+//! (`pipeline`), the periodic sweeps (`sweep`),
 //! reads (`read`), operators' settings (`settings`) and secrets (`secrets`).
 //!
 //! Every change of a job's status is a guarded update named by its [`JobEvent`]: the
@@ -12,6 +13,7 @@ mod claim;
 mod control;
 mod heartbeat;
 mod insert;
+mod pipeline;
 mod read;
 mod report;
 mod secrets;
@@ -27,12 +29,16 @@ pub use claim::{claim, Claimant};
 pub use control::{retry_job, retry_jobs, stop_job, stop_jobs, RetryOutcome, StopOutcome};
 pub use heartbeat::{heartbeat, heartbeats, set_live_status, Held};
 pub use insert::{insert_batch, insert_jobs, insert_keyed, Inserted, JobDataset, NewJob, DEFAULT_PRIORITY};
+pub use pipeline::{
+    jobs_of_org, pipeline_graph, pipeline_view, Dependency, Linked, PipelineGraph, PipelineView,
+    DEPENDENTS_SHOWN,
+};
 pub use read::{
     count_failed, counts_by_action_status, ended_per_bucket, failed_jobs, find_job, held_jobs,
     job_ids_matching, list_jobs, oldest_queued, open_counts_by_org, sorted_jobs, status_counts, statuses_of,
     FailedFilter, JobFilter, JobSort,
 };
-pub use report::{apply_reports, EndedAttempt, Report, ReportOutcome, RetryPolicy};
+pub use report::{apply_reports, AppliedReports, EndedAttempt, Report, ReportOutcome, RetryPolicy};
 pub use secrets::{apply_secret_changes, sealed_secrets, SecretChange};
 pub use settings::{
     all_org_settings, is_paused, org_settings, pause, paused_actions, resume, running_count, set_org_settings,
@@ -135,4 +141,17 @@ async fn running_counts(db: &impl ConnectionTrait, org_ids: &[OrgId]) -> Result<
         .await?
         .into_iter()
         .collect())
+}
+
+/// Takes SQLite's write lock first (as `BEGIN IMMEDIATE` would), so a transaction that reads
+/// before it writes is not refused its write by another that wrote meanwhile; on PostgreSQL
+/// nothing (its row locks decide).
+async fn write_lock(db: &impl ConnectionTrait) -> Result<(), DbErr> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => Ok(()),
+        _ => db
+            .execute_unprepared("UPDATE training_jobs SET status = status WHERE 0")
+            .await
+            .map(|_| ()),
+    }
 }

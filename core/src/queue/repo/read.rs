@@ -15,6 +15,9 @@ pub struct JobFilter {
     pub action: Option<JobAction>,
     /// Only the jobs of this cron schedule (its ticks and runs now).
     pub schedule_id: Option<String>,
+    /// Only the jobs of the pipeline this job is in: every job linked to it by dependencies,
+    /// either way (itself included).
+    pub pipeline: Option<String>,
     /// Keyset paging: only jobs older than this `(created_at, id)`.
     pub before: Option<(DateTime<Utc>, JobId)>,
 }
@@ -50,6 +53,7 @@ impl JobSort {
 
 /// The jobs of `org_ids` that `filter` keeps (its `before` included), in no order.
 fn filtered(
+    backend: DbBackend,
     org_ids: &[OrgId],
     filter: &JobFilter,
     with_status: bool,
@@ -70,6 +74,15 @@ fn filtered(
     }
     if let Some(schedule) = &filter.schedule_id {
         query = query.filter(training_job::Column::ScheduleId.eq(schedule.as_str()));
+    }
+    if let Some(job_id) = &filter.pipeline {
+        query = query.filter(Expr::cust_with_values(
+            format!(
+                "\"training_jobs\".\"id\" IN ({})",
+                super::pipeline::pipeline_ids_sql(backend)
+            ),
+            [job_id.as_str()],
+        ));
     }
     if let Some((at, id)) = &filter.before {
         query = query.filter(
@@ -92,7 +105,7 @@ pub async fn list_jobs(
     if org_ids.is_empty() {
         return Ok(Vec::new());
     }
-    filtered(org_ids, filter, true)
+    filtered(db.get_database_backend(), org_ids, filter, true)
         .order_by_desc(training_job::Column::CreatedAt)
         .order_by_desc(training_job::Column::Id)
         .limit(limit)
@@ -112,7 +125,7 @@ pub async fn sorted_jobs(
     if org_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let query = filtered(org_ids, filter, true);
+    let query = filtered(db.get_database_backend(), org_ids, filter, true);
     let query = match sort {
         JobSort::Created => query.order_by_desc(training_job::Column::CreatedAt),
         JobSort::Updated => query.order_by_desc(training_job::Column::UpdatedAt),
@@ -138,7 +151,7 @@ pub async fn job_ids_matching(
     if org_ids.is_empty() {
         return Ok(Vec::new());
     }
-    filtered(org_ids, filter, true)
+    filtered(db.get_database_backend(), org_ids, filter, true)
         .select_only()
         .column(training_job::Column::Id)
         .order_by_desc(training_job::Column::CreatedAt)
@@ -187,7 +200,7 @@ pub async fn status_counts(
     if org_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, i64)> = filtered(org_ids, filter, false)
+    let rows: Vec<(String, i64)> = filtered(db.get_database_backend(), org_ids, filter, false)
         .select_only()
         .column(training_job::Column::Status)
         .column_as(Expr::col(training_job::Column::Id).count(), "jobs")

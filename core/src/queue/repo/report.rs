@@ -193,9 +193,9 @@ pub async fn apply_reports(
     db: &DatabaseConnection,
     reports: &[Report],
     policy: &RetryPolicy,
-) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
+) -> Result<AppliedReports, DbErr> {
     if reports.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(AppliedReports::default());
     }
     let now = Utc::now();
     let retrying = reports
@@ -203,7 +203,7 @@ pub async fn apply_reports(
         .any(|r| r.retryable && r.status == JobStatus::Failed);
     if db.get_database_backend() == DbBackend::Postgres && !retrying {
         let all: Vec<&Report> = reports.iter().collect();
-        let (mut ended, _) = end_reported(db, &all, now, Announced::NotHere).await?;
+        let (mut ended, _, _) = end_reported(db, &all, now, Announced::NotHere).await?;
         let done: std::collections::HashSet<JobId> = ended.iter().map(|e| e.row.job_id.clone()).collect();
         let rest: Vec<Report> = reports
             .iter()
@@ -211,28 +211,54 @@ pub async fn apply_reports(
             .cloned()
             .collect();
         if rest.is_empty() {
-            return Ok((vec![ReportOutcome::Applied; reports.len()], ended));
+            return Ok(AppliedReports {
+                outcomes: vec![ReportOutcome::Applied; reports.len()],
+                ended,
+                settled: Vec::new(),
+            });
         }
-        // Jobs of organizations with endpoints (or not held: the transaction tells which).
-        let (rest_outcomes, rest_ended) = apply_in_transaction(db, &rest, policy, now).await?;
-        ended.extend(rest_ended);
-        let mut by_id: HashMap<&JobId, ReportOutcome> =
-            rest.iter().map(|r| &r.job_id).zip(rest_outcomes).collect();
+        // Jobs of organizations with endpoints, or with dependents (or not held: the
+        // transaction tells which).
+        let rest_applied = apply_in_transaction(db, &rest, policy, now).await?;
+        ended.extend(rest_applied.ended);
+        let mut by_id: HashMap<&JobId, ReportOutcome> = rest
+            .iter()
+            .map(|r| &r.job_id)
+            .zip(rest_applied.outcomes)
+            .collect();
         let outcomes = reports
             .iter()
             .map(|r| by_id.remove(&r.job_id).unwrap_or(ReportOutcome::Applied))
             .collect();
-        return Ok((outcomes, ended));
+        return Ok(AppliedReports {
+            outcomes,
+            ended,
+            settled: rest_applied.settled,
+        });
     }
     apply_in_transaction(db, reports, policy, now).await
 }
 
-/// Whether `end_reported` ends jobs whose organization has an enabled webhook endpoint.
+/// What a batch of reports did.
+#[derive(Debug, Default)]
+pub struct AppliedReports {
+    /// Each report's outcome, in order.
+    pub outcomes: Vec<ReportOutcome>,
+    /// The attempts that ended.
+    pub ended: Vec<EndedAttempt>,
+    /// The jobs waiting for the reported ones that changed (queued, scheduled, cancelled), as
+    /// they are now.
+    pub settled: Vec<training_job::Model>,
+}
+
+/// Whether `end_reported` ends jobs whose organization has an enabled webhook endpoint, or
+/// that other jobs wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Announced {
-    /// Ends them too: the caller's transaction writes their events.
+    /// Ends them too: the caller's transaction writes their events and settles their
+    /// dependents.
     Here,
-    /// Leaves them (a statement on its own cannot write their events).
+    /// Leaves them (a statement on its own can do neither).
     NotHere,
 }
 
@@ -242,7 +268,7 @@ async fn apply_in_transaction(
     reports: &[Report],
     policy: &RetryPolicy,
     now: DateTime<Utc>,
-) -> Result<(Vec<ReportOutcome>, Vec<EndedAttempt>), DbErr> {
+) -> Result<AppliedReports, DbErr> {
     let txn = db.begin().await?;
     let mut ended: Vec<EndedAttempt> = retry_failures(&txn, reports, policy, now)
         .await?
@@ -251,22 +277,34 @@ async fn apply_in_transaction(
         .collect();
     let retried: std::collections::HashSet<JobId> = ended.iter().map(|e| e.row.job_id.clone()).collect();
     let rest: Vec<&Report> = reports.iter().filter(|r| !retried.contains(&r.job_id)).collect();
-    let (reported, recorded) = end_reported(&txn, &rest, now, Announced::Here).await?;
+    let (reported, recorded, with_dependents) = end_reported(&txn, &rest, now, Announced::Here).await?;
     record_attempts(&txn, &ended).await?;
     if !recorded {
         record_attempts(&txn, &reported).await?;
     }
-    let ended_ids: Vec<JobId> = reported.iter().map(|e| e.row.job_id.clone()).collect();
+    let settled = super::pipeline::settle_dependents(&txn, &with_dependents, now).await?;
+    let mut ended_ids: Vec<JobId> = reported.iter().map(|e| e.row.job_id.clone()).collect();
+    ended_ids.extend(
+        settled
+            .iter()
+            .filter(|job| job.status == JobStatus::Cancelled)
+            .map(|job| job.id.clone()),
+    );
     crate::queue::events::announce_ended(&txn, &ended_ids).await?;
     ended.extend(reported);
     let outcomes = outcomes_of(&txn, reports, &ended).await?;
     txn.commit().await?;
-    Ok((outcomes, ended))
+    Ok(AppliedReports {
+        outcomes,
+        ended,
+        settled,
+    })
 }
 
 /// Ends the reported jobs that their workers hold, in one statement, and answers the
 /// attempts that ended, with whether the statement wrote their history rows itself (on
-/// PostgreSQL, by a data-modifying CTE; on SQLite the caller writes them).
+/// PostgreSQL, by a data-modifying CTE; on SQLite the caller writes them), and the ended
+/// jobs that others wait for.
 ///
 /// Every job is found by its primary key, not by a scan of all held jobs joined to the
 /// batch. On PostgreSQL through `= ANY(ARRAY(...))`, with `status || ''` keeping the status
@@ -278,11 +316,11 @@ async fn end_reported(
     reports: &[&Report],
     now: DateTime<Utc>,
     announced: Announced,
-) -> Result<(Vec<EndedAttempt>, bool), DbErr> {
+) -> Result<(Vec<EndedAttempt>, bool, Vec<JobId>), DbErr> {
     let backend = db.get_database_backend();
     let postgres = backend == DbBackend::Postgres;
     if reports.is_empty() {
-        return Ok((Vec::new(), postgres));
+        return Ok((Vec::new(), postgres, Vec::new()));
     }
     let rows: Vec<serde_json::Value> = reports
         .iter()
@@ -300,7 +338,8 @@ async fn end_reported(
                 match announced {
                     Announced::Here => "",
                     Announced::NotHere => {
-                        "AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.org_id = j.org_id AND e.enabled)"
+                        "AND NOT j.has_dependents \
+                         AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.org_id = j.org_id AND e.enabled)"
                     }
                 },
             ),
@@ -313,20 +352,24 @@ async fn end_reported(
     };
     let by_id: HashMap<&JobId, &Report> = reports.iter().map(|r| (&r.job_id, *r)).collect();
     let mut ended = Vec::new();
+    let mut with_dependents = Vec::new();
     for row in db
         .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?
     {
         let job_id: JobId = row.try_get_by_index(0)?;
+        if row.try_get_by_index::<bool>(6)? {
+            with_dependents.push(job_id.clone());
+        }
         if let Some(report) = by_id.get(&job_id) {
             ended.push(ended_by_report(row, job_id, report, now)?);
         }
     }
-    Ok((ended, postgres))
+    Ok((ended, postgres, with_dependents))
 }
 
 /// The attempt a report ended, from the update's `RETURNING id, attempts, claimed_at, action,
-/// refusals, org_id`.
+/// refusals, org_id, has_dependents`.
 fn ended_by_report(
     row: sea_orm::QueryResult,
     job_id: JobId,

@@ -147,7 +147,8 @@ pub(super) mod postgres {
 
     /// Ends the reported jobs (`$1`: `[{id, worker_id, status, result, error}]`, `$2` now)
     /// their workers hold, and writes each ended attempt to the history in the same statement
-    /// (`{unannounced}`: none, or the condition that leaves jobs with webhook endpoints).
+    /// (`{unannounced}`: none, or the condition that leaves jobs with webhook endpoints or
+    /// with dependents, whose ends are settled in a transaction).
     pub(in crate::queue::repo) static END_REPORTED: LazyLock<String> = LazyLock::new(|| {
         format!(
             "WITH u AS (UPDATE training_jobs AS j SET status = r.status, result = r.result, error = r.error, \
@@ -156,11 +157,12 @@ pub(super) mod postgres {
              WHERE j.id = ANY(ARRAY(SELECT x->>'id' FROM jsonb_array_elements($1) AS x)) \
                AND j.id = r.id AND j.worker_id = r.worker_id AND {reportable} \
                {{unannounced}} \
-             RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error, j.refusals, j.org_id), \
+             RETURNING j.id, j.attempts, j.claimed_at, j.action, r.worker_id, r.status, r.error, j.refusals, j.org_id, \
+                j.has_dependents), \
              h AS (INSERT INTO training_job_attempts (job_id, ordinal, attempt, worker_id, claimed_at, ended_at, outcome, error) \
                 SELECT id, attempts + refusals, attempts, worker_id, claimed_at, $2, status, error FROM u \
                 ON CONFLICT (job_id, ordinal) DO NOTHING) \
-             SELECT id, attempts, claimed_at, action, refusals, org_id FROM u",
+             SELECT id, attempts, claimed_at, action, refusals, org_id, has_dependents FROM u",
             reportable = from_sql(JobEvent::Succeed, "j.status || ''"),
         )
     });
@@ -207,7 +209,7 @@ pub(super) mod sqlite {
                           json_extract(value, '$.error') AS error FROM json_each(?)) AS r \
              WHERE training_jobs.id = r.id AND training_jobs.worker_id = r.worker_id AND {reportable} \
              RETURNING training_jobs.id, training_jobs.attempts, training_jobs.claimed_at, training_jobs.action, \
-                training_jobs.refusals, training_jobs.org_id",
+                training_jobs.refusals, training_jobs.org_id, training_jobs.has_dependents",
             reportable = from_sql(JobEvent::Succeed, "+training_jobs.status"),
         )
     });

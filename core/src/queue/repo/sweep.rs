@@ -46,12 +46,12 @@ pub struct SweepCounts {
 /// Jobs whose last heartbeat (or claim) is older than `stale_after`: stopping ones end
 /// `user_stopped`, running ones go back to the queue, or fail once their attempts are spent.
 /// Each ended attempt is written to its job's history (outcome `stale`) in the same
-/// transaction.
+/// transaction, and the jobs waiting for the ended ones settled (cancelled); answers those too.
 pub async fn requeue_stale(
     db: &impl TransactionTrait,
     stale_after: Duration,
     max_attempts: i32,
-) -> Result<(SweepCounts, Vec<EndedAttempt>), DbErr> {
+) -> Result<(SweepCounts, Vec<EndedAttempt>, Vec<training_job::Model>), DbErr> {
     let now = Utc::now();
     let cutoff: DateTime<Utc> = now - stale_after;
     let stale = || {
@@ -106,8 +106,8 @@ pub async fn requeue_stale(
         })
         .collect();
     record_attempts(&txn, &ended).await?;
-    let ended_ids: Vec<JobId> = stopped.iter().chain(&failed).map(|job| job.id.clone()).collect();
-    crate::queue::events::announce_ended(&txn, &ended_ids).await?;
+    let ended_jobs: Vec<training_job::Model> = stopped.iter().chain(&failed).cloned().collect();
+    let settled = super::control::ended_with_dependents(&txn, &ended_jobs, now).await?;
     txn.commit().await?;
     Ok((
         SweepCounts {
@@ -116,6 +116,7 @@ pub async fn requeue_stale(
             stopped: stopped.len() as u64,
         },
         ended,
+        settled,
     ))
 }
 

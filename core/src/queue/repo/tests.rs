@@ -59,7 +59,9 @@ impl Fixture {
     /// last sign of life and its due time an hour ago, marked blocked for funds.
     async fn job_in(&self, status: JobStatus) -> JobId {
         self.db
-            .execute_unprepared("DELETE FROM training_job_attempts; DELETE FROM training_jobs;")
+            .execute_unprepared(
+                "DELETE FROM training_job_attempts; DELETE FROM training_job_dependencies; DELETE FROM training_jobs;",
+            )
             .await
             .unwrap();
         let job = NewJob {
@@ -74,6 +76,7 @@ impl Fixture {
             idempotency: None,
             dataset: None,
             schedule: None,
+            depends_on: Vec::new(),
         };
         let job = insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap();
         let hour_ago = Utc::now() - Duration::hours(1);
@@ -90,6 +93,42 @@ impl Fixture {
             .await
             .unwrap();
         job.id
+    }
+
+    /// A job `job_id` depends on, in `status` (of another action: no claim takes it).
+    async fn dependency(&self, job_id: &JobId, status: JobStatus) -> JobId {
+        let job = NewJob {
+            org_id: self.org_id.clone(),
+            project_id: self.project_id.clone(),
+            training_task_id: None,
+            action: JobAction::Tracer,
+            payload: serde_json::json!({}),
+            priority: DEFAULT_PRIORITY,
+            run_at: None,
+            unique_key: None,
+            idempotency: None,
+            dataset: None,
+            schedule: None,
+            depends_on: Vec::new(),
+        };
+        let dependency = insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap().id;
+        training_job::Entity::update_many()
+            .col_expr(training_job::Column::Status, Expr::value(status.as_str()))
+            .filter(training_job::Column::Id.eq(&dependency))
+            .exec(&self.db)
+            .await
+            .unwrap();
+        super::pipeline::insert_edges(&self.db, &[(job_id.clone(), dependency.clone())], Utc::now())
+            .await
+            .unwrap();
+        dependency
+    }
+
+    /// The jobs waiting for `dependency` settled, as its change of status does.
+    async fn settle(&self, dependency: &JobId) {
+        super::pipeline::settle_dependents(&self.db, std::slice::from_ref(dependency), Utc::now())
+            .await
+            .unwrap();
     }
 
     async fn status_of(&self, job_id: &JobId) -> JobStatus {
@@ -117,7 +156,38 @@ impl Fixture {
         };
         let report = |status, retryable| self.report(job_id, status, retryable);
         match event {
-            JobEvent::Create | JobEvent::Schedule => unreachable!("a new job has no status before"),
+            JobEvent::Create | JobEvent::Schedule | JobEvent::CreateWaiting => {
+                unreachable!("a new job has no status before")
+            }
+            JobEvent::DependenciesMet => {
+                let on = self.dependency(job_id, JobStatus::Succeeded).await;
+                self.settle(&on).await;
+            }
+            JobEvent::DependenciesMetLater => {
+                training_job::Entity::update_many()
+                    .col_expr(
+                        training_job::Column::ScheduledAt,
+                        Expr::value(Utc::now() + Duration::hours(1)),
+                    )
+                    .filter(training_job::Column::Id.eq(job_id))
+                    .exec(db)
+                    .await
+                    .unwrap();
+                let on = self.dependency(job_id, JobStatus::Succeeded).await;
+                self.settle(&on).await;
+            }
+            JobEvent::DependencyBroke => {
+                let on = self.dependency(job_id, JobStatus::Failed).await;
+                self.settle(&on).await;
+            }
+            JobEvent::DependencyRetried => {
+                let on = self.dependency(job_id, JobStatus::Queued).await;
+                self.settle(&on).await;
+            }
+            JobEvent::RetryWaiting => {
+                self.dependency(job_id, JobStatus::Running).await;
+                retry_jobs(db, std::slice::from_ref(job_id)).await.unwrap();
+            }
             JobEvent::Promote => {
                 promote_due(db, Utc::now()).await.unwrap();
             }
@@ -189,6 +259,11 @@ fn expected(event: JobEvent, status: JobStatus) -> JobStatus {
             &[JobEvent::StaleStopping, JobEvent::StaleRequeue]
         }
         JobEvent::StaleFail => &[JobEvent::StaleStopping, JobEvent::StaleFail],
+        // A cancelled job whose dependencies all succeeded waits again, then is queued.
+        JobEvent::DependenciesMet | JobEvent::DependenciesMetLater if status == JobStatus::Cancelled => {
+            let waiting = JobEvent::DependencyRetried.next(status).unwrap_or(status);
+            return event.next(waiting).unwrap_or(waiting);
+        }
         _ => std::slice::from_ref(&event),
     };
     also.iter().find_map(|e| e.next(status)).unwrap_or(status)
@@ -198,7 +273,10 @@ fn expected(event: JobEvent, status: JobStatus) -> JobStatus {
 async fn every_event_moves_a_job_exactly_as_the_table_says() {
     let f = fixture().await;
     for event in JobEvent::ALL {
-        if matches!(event, JobEvent::Create | JobEvent::Schedule) {
+        if matches!(
+            event,
+            JobEvent::Create | JobEvent::Schedule | JobEvent::CreateWaiting
+        ) {
             continue;
         }
         for status in JobStatus::ALL {
@@ -231,6 +309,7 @@ async fn a_new_job_is_queued_or_scheduled_as_the_table_says() {
         idempotency: None,
         dataset: None,
         schedule: None,
+        depends_on: Vec::new(),
     };
     let made = insert_jobs(&f.db, vec![new(None), new(Some(Utc::now() + Duration::hours(1)))]).await;
     let statuses: Vec<JobStatus> = made.into_iter().map(|job| job.unwrap().status).collect();

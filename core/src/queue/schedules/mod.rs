@@ -94,6 +94,7 @@ impl JobTemplate {
                 pinned: None,
             }),
             schedule: Some((schedule_id.clone(), tick)),
+            depends_on: Vec::new(),
         }
     }
 }
