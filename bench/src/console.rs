@@ -165,6 +165,7 @@ async fn run_one(
                     idempotency_key: Set(None),
                     request_hash: Set(None),
                     blocked_for_funds: Set(false),
+                    has_dependents: Set(false),
                     refusals: Set(0),
                     stop_reason: Set(None),
                     dataset_id: Set(None),

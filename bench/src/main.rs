@@ -11,6 +11,7 @@ mod delay;
 mod export;
 mod fleet;
 mod ledger;
+mod pipelines;
 mod proxy;
 mod queue;
 mod relay;
@@ -226,6 +227,23 @@ enum BenchTarget {
         /// Python worker processes in those runs.
         #[arg(long, default_value_t = 8)]
         python_workers: usize,
+    },
+    /// What settling pipelines costs the report path: reports/s of jobs nobody waits for
+    /// against jobs with one waiting dependent each, rounds interleaved.
+    Pipelines {
+        #[arg(long, env = "KEEL_BENCH_POSTGRES_URL")]
+        postgres_url: Option<String>,
+        /// Jobs reported per round.
+        #[arg(long, default_value_t = 5_000)]
+        jobs: usize,
+        /// Reports in flight.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Measure PostgreSQL only (with --postgres-url).
+        #[arg(long)]
+        skip_sqlite: bool,
     },
     /// One-job claims per second from concurrent claimers with the database one network
     /// hop away (a TCP proxy adding a delay each way), one keel instance against two.
@@ -512,6 +530,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 concurrency,
                 rounds,
                 deliveries,
+                skip_sqlite,
+            })
+            .await
+        }
+        BenchTarget::Pipelines {
+            postgres_url,
+            jobs,
+            concurrency,
+            rounds,
+            skip_sqlite,
+        } => {
+            crate::pipelines::run(crate::pipelines::PipelinesBench {
+                postgres_url,
+                jobs,
+                concurrency,
+                rounds,
                 skip_sqlite,
             })
             .await

@@ -144,17 +144,21 @@ pub async fn run(bench: QueueBench) -> anyhow::Result<()> {
 
 /// keel on a fresh database (no sweep timer), with one organization funded for every job's
 /// run fee.
-struct QueueApp {
+pub(crate) struct QueueApp {
     db: BenchDb,
     state: keel::state::AppState,
     handle: actix_web::dev::ServerHandle,
     server: actix_web::rt::task::JoinHandle<anyhow::Result<()>>,
-    tenant: crate::common::Tenant,
-    addr: SocketAddr,
+    pub(crate) tenant: crate::common::Tenant,
+    pub(crate) addr: SocketAddr,
 }
 
 impl QueueApp {
-    async fn start(bench: &QueueBench, admin_url: Option<&str>, max_batch: usize) -> anyhow::Result<Self> {
+    pub(crate) async fn start(
+        bench: &QueueBench,
+        admin_url: Option<&str>,
+        max_batch: usize,
+    ) -> anyhow::Result<Self> {
         let db = BenchDb::create(admin_url).await?;
         let mut settings = bench_settings(&db.url)?;
         settings.billing.max_batch = max_batch;
@@ -186,14 +190,14 @@ impl QueueApp {
     }
 
     /// Jobs in `status`.
-    async fn count(&self, status: &str) -> anyhow::Result<u64> {
+    pub(crate) async fn count(&self, status: &str) -> anyhow::Result<u64> {
         Ok(training_job::Entity::find()
             .filter(training_job::Column::Status.eq(status))
             .count(&self.state.db)
             .await?)
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.handle.stop(true).await;
         let _ = self.server.await;
         self.db.drop_now().await;
