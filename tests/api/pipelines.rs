@@ -722,3 +722,51 @@ async fn two_branches_ending_at_once_on_two_instances_queue_the_job_that_waits_f
         worker_post(&second, "succeeded", json!({"job_id": ids[2], "worker_id": "w3"})).await;
     }
 }
+
+#[actix_web::test]
+async fn a_cancelled_job_whose_unique_key_was_taken_meanwhile_stays_cancelled_at_the_retry() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Acme").await;
+    let ids = batch(
+        &app,
+        &org,
+        json!([
+            {"ref": "a", "action": "tracer", "projectId": project},
+            {"action": "draft", "projectId": project, "uniqueKey": "nightly", "dependsOn": ["ref:a"]},
+        ]),
+    )
+    .await;
+    // A waiting job holds its unique key.
+    let same = app
+        .post(
+            "/api/training/jobs",
+            &org.api_key,
+            &json!({"action": "draft", "projectId": project, "uniqueKey": "nightly"}),
+        )
+        .await;
+    assert_eq!(same.status(), StatusCode::OK);
+    assert_eq!(same.json::<Value>().await.unwrap()["jobId"], ids[1].as_str());
+    run(&app, &ids[0], "tracer", "failed", json!({"error": "OOM"})).await;
+    assert_eq!(job(&app, &org, &ids[1]).await["status"], "cancelled");
+    // Cancelled, it holds it no more: another job takes it.
+    let taken = json_of(
+        app.post(
+            "/api/training/jobs",
+            &org.api_key,
+            &json!({"action": "draft", "projectId": project, "uniqueKey": "nightly"}),
+        )
+        .await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    assert_ne!(taken["jobId"], ids[1].as_str());
+    let retried = app
+        .post(
+            &format!("/api/training/jobs/{}/retry", ids[0]),
+            &org.api_key,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    assert_eq!(job(&app, &org, &ids[1]).await["status"], "cancelled");
+}

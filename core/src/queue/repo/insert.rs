@@ -142,7 +142,7 @@ pub enum Inserted {
 }
 
 /// The statuses a job with a unique key holds it in (the unique index's condition).
-const OPEN: [JobStatus; 5] = [
+pub(super) const OPEN: [JobStatus; 5] = [
     JobStatus::Queued,
     JobStatus::Scheduled,
     JobStatus::Running,
