@@ -540,13 +540,14 @@ fn action_issue(action: Option<&Value>) -> ApiError {
 /// chosen by `action`: `tracer`, `draft`, `optimize` or `training`. With an
 /// `Idempotency-Key`, a repeat with the same body answers the job the first made (202); the
 /// same key with another body is 409. With `uniqueKey`, while a job of the organization with
-/// that key is not terminal, the create answers it (200) instead of making another.
+/// that key is not terminal, the create answers it (200) instead of making another. With
+/// `dependsOn`, the job is `waiting` until every job it names has succeeded.
 #[utoipa::path(post, path = "/api/training/jobs", tag = "training", security(("apiKey" = []), ("session" = [])),
     request_body = JobCreateBody,
     params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200, pattern = "^[!-~]+$",
         description = "Makes a retried create one job: a repeat with the same body answers the first one's job")),
     responses((status = 202, body = JobView), (status = 200, description = "An open job with the same uniqueKey", body = JobView),
-        (status = 404, description = "Project not in the organization", body = ErrorBody),
+        (status = 404, description = "Project (or a job dependsOn names) not in the organization", body = ErrorBody),
         (status = 409, description = "The Idempotency-Key was used with another body", body = ErrorBody),
         (status = 422, body = ValidationErrorBody)))]
 pub async fn create_job(caller: Caller, key: IdempotencyKeyHeader, body: RawBody) -> ApiResult<HttpResponse> {
@@ -756,11 +757,13 @@ fn find_cycle(dependencies: &[Vec<Dependency>]) -> Option<Vec<usize>> {
 ///
 /// Queues 1 to 1,000 jobs at once, all or nothing: one bad item is a 422 naming its index and
 /// nothing is queued (an item whose project is not the organization's: 404, naming it). Each
-/// item is a create body and keeps its priority, runAt and uniqueKey.
+/// item is a create body and keeps its priority, runAt, uniqueKey and dependsOn; a whole
+/// pipeline is one batch, its items naming each other by `ref` (`"dependsOn": ["ref:tracer"]`;
+/// an unknown ref, a ref two items give, or a cycle is 422 naming the item).
 #[utoipa::path(post, path = "/api/training/jobs/batch", tag = "training", security(("apiKey" = []), ("session" = [])),
     request_body = BatchBody,
     responses((status = 202, body = BatchView),
-        (status = 404, description = "An item's project is not in the organization (the message names the item)", body = ErrorBody),
+        (status = 404, description = "An item's project, or a job its dependsOn names, is not in the organization (the message names the item)", body = ErrorBody),
         (status = 422, description = "A bad item (its index in `loc`)", body = ValidationErrorBody)))]
 pub async fn create_batch(caller: Caller, body: RawBody) -> ApiResult<HttpResponse> {
     let parts = parse_batch(&body.0)?;

@@ -141,15 +141,6 @@ pub enum Inserted {
     KeyReused,
 }
 
-/// The statuses a job with a unique key holds it in (the unique index's condition).
-pub(super) const OPEN: [JobStatus; 5] = [
-    JobStatus::Queued,
-    JobStatus::Scheduled,
-    JobStatus::Running,
-    JobStatus::Stopping,
-    JobStatus::Waiting,
-];
-
 /// Creates a job with a unique key or an idempotency key. The database's unique indexes
 /// decide between instances: the insert does nothing on a conflict, then the job it
 /// conflicted with is read. (If that one ended in between, the insert is tried again.)
@@ -198,8 +189,8 @@ pub async fn insert_keyed(db: &impl ConnectionTrait, job: NewJob) -> Result<Inse
 /// batch with the same key counts). Items with dependencies are created `waiting`, their
 /// edges written (an item answered by an open job with its unique key, or replayed, keeps
 /// the edges it has), then settled by their dependencies as they are now, all in the same
-/// transaction; answers the jobs as they are at its commit, and every other job the
-/// settling changed (none but the batch's own items, which have no dependents yet).
+/// transaction (the settling changes none but the batch's own items, which have no
+/// dependents yet); answers the jobs as they are at its commit.
 pub async fn insert_batch(db: &impl TransactionTrait, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, DbErr> {
     use super::pipeline::{self, Dependency};
     let txn = db.begin().await?;
@@ -253,7 +244,7 @@ pub async fn insert_batch(db: &impl TransactionTrait, jobs: Vec<NewJob>) -> Resu
             }
         }
     }
-    if !edges.is_empty() {
+    if !waiting.is_empty() {
         pipeline::insert_edges(&txn, &edges, now).await?;
         let settled = pipeline::settle_new(&txn, &waiting, now).await?;
         let mut by_id: HashMap<JobId, training_job::Model> =

@@ -119,6 +119,16 @@ fn transition(event: JobEvent) -> sea_orm::UpdateMany<training_job::Entity> {
     update.filter(guard(event))
 }
 
+/// The statuses a job with a unique key holds it in (the unique index's condition,
+/// migration `m20261204_000001`): every status a job is not done in.
+const OPEN: [JobStatus; 5] = [
+    JobStatus::Queued,
+    JobStatus::Scheduled,
+    JobStatus::Running,
+    JobStatus::Stopping,
+    JobStatus::Waiting,
+];
+
 /// The claim index's order (migration `m20261126_000003`), unqualified and for alias `t`.
 const CLAIM_ORDER: &str = "action, org_id, priority, created_at, id";
 const CLAIM_ORDER_T: &str = "t.action, t.org_id, t.priority, t.created_at, t.id";

@@ -77,7 +77,7 @@ static KEY_FREE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         "(\"training_jobs\".\"unique_key\" IS NULL OR NOT EXISTS (SELECT 1 FROM training_jobs o \
          WHERE o.org_id = \"training_jobs\".\"org_id\" AND o.unique_key = \"training_jobs\".\"unique_key\" \
          AND o.id <> \"training_jobs\".\"id\" AND {}))",
-        statuses_sql("o.status", &super::insert::OPEN)
+        statuses_sql("o.status", &OPEN)
     )
 });
 
