@@ -523,7 +523,8 @@ pub(super) fn draw_pipeline(
         nodes,
         edges,
         more,
-        jobs: jobs.len(),
+        node_w: NODE_W,
+        node_h: NODE_H,
     })
 }
 

@@ -444,8 +444,9 @@ pub struct PipelineDrawing {
     pub edges: Vec<PipelineEdge>,
     /// Jobs past those drawn.
     pub more: bool,
-    /// The jobs drawn.
-    pub jobs: usize,
+    /// Each job's box.
+    pub node_w: i64,
+    pub node_h: i64,
 }
 
 pub struct PipelineNode {

@@ -274,8 +274,10 @@ pub const REF_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$";
 
 /// A `dependsOn` entry: `ref:` and a ref, or a job id (any spelling of a UUID).
 pub fn depends_on_pattern() -> String {
+    // The ref's own pattern after `ref:`.
     format!(
-        "^ref:[A-Za-z0-9][A-Za-z0-9_.-]{{0,99}}$|{}",
+        "^{REF_PREFIX}{}|{}",
+        REF_PATTERN.trim_start_matches('^'),
         crate::http::schemas::UUID
     )
 }

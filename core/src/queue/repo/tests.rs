@@ -64,21 +64,7 @@ impl Fixture {
             )
             .await
             .unwrap();
-        let job = NewJob {
-            org_id: self.org_id.clone(),
-            project_id: self.project_id.clone(),
-            training_task_id: None,
-            action: JobAction::Training,
-            payload: serde_json::json!({}),
-            priority: DEFAULT_PRIORITY,
-            run_at: None,
-            unique_key: None,
-            idempotency: None,
-            dataset: None,
-            schedule: None,
-            depends_on: Vec::new(),
-        };
-        let job = insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap();
+        let job = self.insert(JobAction::Training).await;
         let hour_ago = Utc::now() - Duration::hours(1);
         training_job::Entity::update_many()
             .col_expr(training_job::Column::Status, Expr::value(status.as_str()))
@@ -95,13 +81,13 @@ impl Fixture {
         job.id
     }
 
-    /// A job `job_id` depends on, in `status` (of another action: no claim takes it).
-    async fn dependency(&self, job_id: &JobId, status: JobStatus) -> JobId {
+    /// A new job of `action`, queued.
+    async fn insert(&self, action: JobAction) -> training_job::Model {
         let job = NewJob {
             org_id: self.org_id.clone(),
             project_id: self.project_id.clone(),
             training_task_id: None,
-            action: JobAction::Tracer,
+            action,
             payload: serde_json::json!({}),
             priority: DEFAULT_PRIORITY,
             run_at: None,
@@ -111,7 +97,12 @@ impl Fixture {
             schedule: None,
             depends_on: Vec::new(),
         };
-        let dependency = insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap().id;
+        insert_jobs(&self.db, vec![job]).await.pop().unwrap().unwrap()
+    }
+
+    /// A job `job_id` depends on, in `status` (of another action: no claim takes it).
+    async fn dependency(&self, job_id: &JobId, status: JobStatus) -> JobId {
+        let dependency = self.insert(JobAction::Tracer).await.id;
         training_job::Entity::update_many()
             .col_expr(training_job::Column::Status, Expr::value(status.as_str()))
             .filter(training_job::Column::Id.eq(&dependency))
