@@ -411,7 +411,7 @@ pub async fn bulk(
                 acted.changed,
                 match action {
                     BulkAction::Stop => "queued, scheduled or running",
-                    BulkAction::Retry => "failed, blocked or stopped",
+                    BulkAction::Retry => "failed, blocked or stopped, or their uniqueKey held by an open job",
                 }
             ),
         }

@@ -586,12 +586,14 @@ pub async fn retry_failed(viewer: Viewer, body: web::Bytes) -> Result<HttpRespon
         ));
     }
     let outcome = keel_core::queue::service::retry_jobs(&viewer.state.jobs, ids).await;
-    after_form(back, outcome, |r| match r.skipped {
+    after_form(back, outcome, |r| {
+        match r.skipped {
         0 => format!("{} job(s) queued again.", r.retried.len()),
         skipped => format!(
-            "{} job(s) queued again; {skipped} left alone (no longer failed, blocked or stopped).",
+            "{} job(s) queued again; {skipped} left alone (no longer failed, blocked or stopped, or their uniqueKey held by an open job).",
             r.retried.len()
         ),
+    }
     })
 }
 

@@ -82,7 +82,7 @@ error_codes! {
     AdapterOrganizationMismatch = ("adapter_organization_mismatch", 409, "The orgId given is not the adapter's owner."),
     JobEnded = ("job_ended", 409, "The job already ended."),
     JobNotHeld = ("job_not_held", 409, "The worker does not hold the job (it was requeued or reclaimed)."),
-    JobNotRetryable = ("job_not_retryable", 409, "Only a failed, blocked or user-stopped job can be retried (a cancelled one runs again when the dependency that cancelled it is retried)."),
+    JobNotRetryable = ("job_not_retryable", 409, "Only a failed, blocked or user-stopped job can be retried (a cancelled one runs again when the dependency that cancelled it is retried; one whose uniqueKey another open job holds, once that job is done)."),
     DatasetNameTaken = ("dataset_name_taken", 409, "The project has a dataset of this name."),
     DatasetInUse = ("dataset_in_use", 409, "A job that is not over trains on the dataset."),
     ScheduleLimitReached = ("schedule_limit_reached", 409, "The organization has 100 schedules, as many as it may have."),

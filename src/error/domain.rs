@@ -115,9 +115,9 @@ impl From<JobError> for ApiError {
         match err {
             JobError::NotFound => coded(Code::JobNotFound, err),
             JobError::AlreadyEnded(_) => coded(Code::JobEnded, err),
-            JobError::NotRetryable(_) | JobError::DependencyBroken { .. } => {
-                coded(Code::JobNotRetryable, err)
-            }
+            JobError::NotRetryable(_)
+            | JobError::DependencyBroken { .. }
+            | JobError::UniqueKeyTaken { .. } => coded(Code::JobNotRetryable, err),
             JobError::DependencyNotFound { .. } => coded(Code::DependencyNotFound, err),
             // A batch's item too: the schema cannot say which projects exist (a 404 as for one
             // job, its message naming the item).

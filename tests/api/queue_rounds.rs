@@ -8,6 +8,7 @@ use futures_util::future::join_all;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::console::{org_path, Console};
 use crate::helpers::*;
 use crate::queue::{claim, funded, job, tracer, worker_post, CLAIM};
 
@@ -588,6 +589,132 @@ async fn jobs_blocked_for_funds_are_queued_again_at_the_next_credit() {
     app.fund(&org, 1000).await;
     actix_web::rt::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(job(&app, &org, &unpaid).await["status"], "blocked");
+}
+
+/// A keyed job's id, created (202) or answered by the open job with its key (200).
+async fn keyed(app: &TestApp, org: &TestOrg, project: &str, key: &str, created: bool) -> String {
+    let body = json!({"action": "tracer", "projectId": project, "uniqueKey": key});
+    let status = if created {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    json_of(app.post("/api/training/jobs", &org.api_key, &body).await, status).await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn retry(app: &TestApp, org: &TestOrg, job_id: &str) -> reqwest::Response {
+    app.post(
+        &format!("/api/training/jobs/{job_id}/retry"),
+        &org.api_key,
+        &json!({}),
+    )
+    .await
+}
+
+#[actix_web::test]
+async fn a_retry_leaves_a_job_whose_unique_key_another_open_job_holds() {
+    let app = spawn_app().await;
+    let (org, project) = funded(&app, "Nightly").await;
+    // The first run failed for good; the next was created with the key (the first is done).
+    let first = keyed(&app, &org, &project, "nightly", true).await;
+    assert_eq!(claim(&app, "w1", "tracer", 1).await.len(), 1);
+    let failed = json!({"job_id": first, "worker_id": "w1", "error": "out of memory"});
+    assert_eq!(worker_post(&app, "failed", failed).await.status(), StatusCode::OK);
+    let second = keyed(&app, &org, &project, "nightly", true).await;
+    assert_ne!(first, second);
+
+    // Retrying the first while the second is open is a 409 naming the second, not a 500.
+    let body = json_of(retry(&app, &org, &first).await, StatusCode::CONFLICT).await;
+    assert_eq!(body["code"], "job_not_retryable");
+    assert!(body["detail"].as_str().unwrap().contains(&second), "{body}");
+    assert_eq!(job(&app, &org, &first).await["status"], "failed");
+
+    // Both failed: a retry of both puts one back; the other stays failed.
+    assert_eq!(claim(&app, "w1", "tracer", 1).await.len(), 1);
+    let failed = json!({"job_id": second, "worker_id": "w1", "error": "out of memory"});
+    assert_eq!(worker_post(&app, "failed", failed).await.status(), StatusCode::OK);
+    let console = Console::sign_in(&app, &org.member_token).await;
+    let both = [("do", "retry"), ("job", second.as_str()), ("job", first.as_str())];
+    let (_, done) = console.confirm(&org_path(&org, "/jobs/bulk"), &both).await;
+    assert!(
+        done.contains("1 job(s) queued again; 1 left alone (not failed, blocked or stopped, or their uniqueKey held by an open job)."),
+        "{done}"
+    );
+    let statuses = [
+        job(&app, &org, &first).await["status"].clone(),
+        job(&app, &org, &second).await["status"].clone(),
+    ];
+    assert!(
+        statuses.contains(&json!("queued")) && statuses.contains(&json!("failed")),
+        "{statuses:?}"
+    );
+    let open = keyed(&app, &org, &project, "nightly", false).await;
+
+    // Once the open one is done, the other may be retried.
+    assert_eq!(claim(&app, "w1", "tracer", 1).await[0]["job_id"], open.as_str());
+    let succeeded = json!({"job_id": open, "worker_id": "w1"});
+    assert_eq!(
+        worker_post(&app, "succeeded", succeeded).await.status(),
+        StatusCode::OK
+    );
+    let other = if open == first { &second } else { &first };
+    let again = json_of(retry(&app, &org, other).await, StatusCode::OK).await;
+    assert_eq!(again["status"], "queued");
+    assert_eq!(keyed(&app, &org, &project, "nightly", false).await, *other);
+}
+
+#[actix_web::test]
+async fn a_credit_requeues_the_jobs_blocked_for_funds_whose_unique_key_is_free() {
+    let app = spawn_app().await;
+    let org = app.create_org("Thin").await;
+    let project = app.create_project(&org, "P").await;
+    // Blocked at their claims for want of funds, one after another: two with one key (the
+    // second created once the first was blocked: a blocked job is done), one whose key a
+    // job created after it holds (queued), and one without a key.
+    let mut blocked = Vec::new();
+    for key in ["weekly", "weekly", "daily"] {
+        blocked.push(keyed(&app, &org, &project, key, true).await);
+        assert!(claim(&app, "w1", "tracer", 1).await.is_empty());
+    }
+    let holder = keyed(&app, &org, &project, "daily", true).await;
+    let plain = tracer(&app, &org, &project).await;
+    assert!(claim(&app, "w1", "tracer", 5).await.is_empty());
+    for id in blocked.iter().chain([&plain]) {
+        assert_eq!(job(&app, &org, id).await["status"], "blocked", "{id}");
+    }
+    assert_eq!(job(&app, &org, &holder).await["status"], "blocked");
+    // The holder is blocked too now; queue it again by hand so it holds its key.
+    assert_eq!(
+        json_of(retry(&app, &org, &holder).await, StatusCode::OK).await["status"],
+        "queued"
+    );
+
+    // Credited: the first with "weekly" and the one without a key are queued; the second
+    // "weekly" and the "daily" whose key the holder has stay blocked, for a later credit.
+    app.fund(&org, 10_000).await;
+    let requeued = eventually(|| async { job(&app, &org, &plain).await["status"] == "queued" }).await;
+    assert!(requeued, "{}", job(&app, &org, &plain).await);
+    assert_eq!(job(&app, &org, &blocked[0]).await["status"], "queued");
+    assert_eq!(job(&app, &org, &blocked[1]).await["status"], "blocked");
+    assert_eq!(job(&app, &org, &blocked[2]).await["status"], "blocked");
+    assert_eq!(job(&app, &org, &holder).await["status"], "queued");
+
+    // The holder and the first "weekly" done, the next credit queues the rest.
+    let handed = claim(&app, "w1", "tracer", 10).await;
+    assert_eq!(handed.len(), 3, "{handed:?}");
+    for item in &handed {
+        let done = json!({"job_id": item["job_id"], "worker_id": "w1"});
+        assert_eq!(
+            worker_post(&app, "succeeded", done).await.status(),
+            StatusCode::OK
+        );
+    }
+    app.fund(&org, 1_000).await;
+    assert!(eventually(|| async { job(&app, &org, &blocked[1]).await["status"] == "queued" }).await);
+    assert_eq!(job(&app, &org, &blocked[2]).await["status"], "queued");
 }
 
 /// An organization with `jobs` queued tracer jobs (1,000 a batch) and money for all of them.

@@ -103,6 +103,12 @@ pub enum JobError {
         dependency: crate::domain::JobId,
         status: crate::domain::JobStatus,
     },
+    /// A retry of a job whose unique key another open job of the organization holds (one
+    /// created with it after this one ended).
+    #[error(
+        "job {holder}, which is not done, holds this job's uniqueKey: retry this one once that one is done"
+    )]
+    UniqueKeyTaken { holder: crate::domain::JobId },
     #[error("this Idempotency-Key was used with another body")]
     IdempotencyKeyReused,
     #[error("secrets need secrets.encryption_key or KEEL_SESSION_SECRET to be configured")]

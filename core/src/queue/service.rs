@@ -276,7 +276,8 @@ pub async fn stop_job(
 
 /// Puts a failed, blocked or user-stopped job back in the queue, or back to waiting when its
 /// dependencies have not all succeeded (409 for any other state, and for a job whose
-/// dependency ended without success: retry that one); the jobs its end cancelled wait again;
+/// dependency ended without success: retry that one, and for a job whose unique key another
+/// open job holds); the jobs its end cancelled wait again;
 /// waiting claims of its action look again, here and on every instance.
 #[tracing::instrument(level = "debug", skip_all, fields(job_id = %job.id))]
 pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<training_job::Model, JobError> {
@@ -290,6 +291,7 @@ pub async fn retry_job(jobs: &Jobs, job: &training_job::Model) -> Result<trainin
         RetryOutcome::DependencyBroken { dependency, status } => {
             Err(JobError::DependencyBroken { dependency, status })
         }
+        RetryOutcome::KeyTaken { holder } => Err(JobError::UniqueKeyTaken { holder }),
         RetryOutcome::NotFound => Err(JobError::NotFound),
     }
 }

@@ -127,6 +127,11 @@ pub enum RetryOutcome {
         dependency: JobId,
         status: JobStatus,
     },
+    /// Another open job of the organization holds its unique key (created after it ended):
+    /// it may be retried once that one is done.
+    KeyTaken {
+        holder: JobId,
+    },
     NotFound,
 }
 
@@ -143,6 +148,9 @@ pub async fn retry_job(
             job,
             settled: retried.settled,
         });
+    }
+    if let Some((_, holder)) = retried.key_taken.into_iter().next() {
+        return Ok(RetryOutcome::KeyTaken { holder });
     }
     let Some(job) = find_job(db, job_id).await? else {
         return Ok(RetryOutcome::NotFound);
@@ -175,14 +183,31 @@ pub struct Retried {
     /// Jobs it left because a dependency of theirs ended without success: `(job, dependency,
     /// its status)`.
     pub refused: Vec<(JobId, JobId, JobStatus)>,
+    /// Jobs it left because another open job holds their unique key (one created after they
+    /// ended, or an earlier one of the same retry): `(job, the holder)`.
+    pub key_taken: Vec<(JobId, JobId)>,
     /// The jobs waiting for the retried ones that it settled.
     pub settled: Vec<training_job::Model>,
 }
 
 /// Of `job_ids`, the failed, blocked or user-stopped jobs go back to the queue (or, with
 /// dependencies not all succeeded, wait for them again), the jobs waiting for them settled,
-/// in one transaction; answers those it moved (the others are left alone).
+/// in one transaction; answers those it moved (the others are left alone). A job whose
+/// unique key another open job holds stays as it is (of several retried together with one
+/// key, the first asked goes back).
 pub async fn retry_jobs(db: &impl TransactionTrait, job_ids: &[JobId]) -> Result<Retried, DbErr> {
+    // A job created with the key between the look and the update breaks the unique index
+    // (PostgreSQL): the transaction is rolled back and the look taken again.
+    let mut tries = 0;
+    loop {
+        match retry_once(db, job_ids).await {
+            Err(err) if tries < 2 && crate::orgs::repo::is_unique_violation(&err) => tries += 1,
+            done => return done,
+        }
+    }
+}
+
+async fn retry_once(db: &impl TransactionTrait, job_ids: &[JobId]) -> Result<Retried, DbErr> {
     use super::pipeline::{dependencies_of, lock_jobs, verdict, Verdict};
     if job_ids.is_empty() {
         return Ok(Retried::default());
@@ -191,28 +216,38 @@ pub async fn retry_jobs(db: &impl TransactionTrait, job_ids: &[JobId]) -> Result
     let txn = db.begin().await?;
     write_lock(&txn).await?;
     // Locked before their dependencies are read: a dependency's end settles them after.
-    let retryable: Vec<JobId> = lock_jobs(&txn, job_ids)
+    let mut locked: HashMap<JobId, training_job::Model> = lock_jobs(&txn, job_ids)
         .await?
         .into_iter()
         .filter(|job| JobEvent::Retry.applies_to(job.status))
-        .map(|job| job.id)
+        .map(|job| (job.id.clone(), job))
         .collect();
-    let dependencies = dependencies_of(&txn, &retryable).await?;
-    let mut queued = Vec::new();
-    let mut waiting = Vec::new();
+    // In the order asked (the first of several with one unique key goes back).
+    let retryable: Vec<training_job::Model> = job_ids.iter().filter_map(|id| locked.remove(id)).collect();
+    let ids: Vec<JobId> = retryable.iter().map(|job| job.id.clone()).collect();
+    let dependencies = dependencies_of(&txn, &ids).await?;
+    let mut reopened = Vec::new();
     let mut refused = Vec::new();
-    for id in retryable {
-        match dependencies.get(&id).map(|d| verdict(d)) {
-            None | Some(Verdict::Met) => queued.push(id),
-            Some(Verdict::Wait) => waiting.push(id),
-            Some(Verdict::Broken(dependency, status)) => refused.push((id, dependency, status)),
+    for job in &retryable {
+        match dependencies.get(&job.id).map(|d| verdict(d)) {
+            None | Some(Verdict::Met) => reopened.push((job, JobEvent::Retry)),
+            Some(Verdict::Wait) => reopened.push((job, JobEvent::RetryWaiting)),
+            Some(Verdict::Broken(dependency, status)) => refused.push((job.id.clone(), dependency, status)),
         }
     }
+    let candidates: Vec<&training_job::Model> = reopened.iter().map(|(job, _)| *job).collect();
+    let key_taken = super::keys_taken(&txn, &candidates).await?;
     let mut retried = Vec::new();
-    for (event, ids) in [(JobEvent::Retry, &queued), (JobEvent::RetryWaiting, &waiting)] {
-        for chunk in ids.chunks(500) {
+    for event in [JobEvent::Retry, JobEvent::RetryWaiting] {
+        let chosen: Vec<JobId> = reopened
+            .iter()
+            .filter(|(job, e)| *e == event && !key_taken.iter().any(|(id, _)| id == &job.id))
+            .map(|(job, _)| job.id.clone())
+            .collect();
+        for chunk in chosen.chunks(500) {
             retried.extend(
                 reset(transition(event), now, event == JobEvent::Retry)
+                    .filter(super::key_free())
                     .filter(training_job::Column::Id.is_in(chunk.iter().cloned()))
                     .exec_with_returning(&txn)
                     .await?,
@@ -228,6 +263,7 @@ pub async fn retry_jobs(db: &impl TransactionTrait, job_ids: &[JobId]) -> Result
     Ok(Retried {
         retried,
         refused,
+        key_taken,
         settled,
     })
 }

@@ -129,6 +129,59 @@ const OPEN: [JobStatus; 5] = [
     JobStatus::Waiting,
 ];
 
+/// The job has no unique key, or no other open job of its organization holds it: the guard
+/// of every update that reopens a job, so a reopened job never breaks the unique index.
+static KEY_FREE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "(\"training_jobs\".\"unique_key\" IS NULL OR NOT EXISTS (SELECT 1 FROM training_jobs o \
+         WHERE o.org_id = \"training_jobs\".\"org_id\" AND o.unique_key = \"training_jobs\".\"unique_key\" \
+         AND o.id <> \"training_jobs\".\"id\" AND {}))",
+        statuses_sql("o.status", &OPEN)
+    )
+});
+
+fn key_free() -> Condition {
+    Condition::all().add(Expr::cust(KEY_FREE.as_str()))
+}
+
+/// Of `jobs`, about to be reopened together in this order, those whose unique key an open job
+/// of their organization holds, or an earlier one of `jobs` will: `(job, the holder)`.
+async fn keys_taken(
+    db: &impl ConnectionTrait,
+    jobs: &[&training_job::Model],
+) -> Result<Vec<(JobId, JobId)>, DbErr> {
+    use sea_orm::QuerySelect;
+    let keys: Vec<&str> = jobs.iter().filter_map(|job| job.unique_key.as_deref()).collect();
+    let mut holders: HashMap<(OrgId, String), JobId> = HashMap::new();
+    for chunk in keys.chunks(500) {
+        let open: Vec<(JobId, OrgId, String)> = training_job::Entity::find()
+            .select_only()
+            .column(training_job::Column::Id)
+            .column(training_job::Column::OrgId)
+            .column(training_job::Column::UniqueKey)
+            .filter(training_job::Column::UniqueKey.is_in(chunk.iter().copied()))
+            .filter(Expr::cust(statuses_sql("status", &OPEN)))
+            .into_tuple()
+            .all(db)
+            .await?;
+        holders.extend(open.into_iter().map(|(id, org, key)| ((org, key), id)));
+    }
+    let mut taken = Vec::new();
+    for job in jobs {
+        let Some(key) = &job.unique_key else { continue };
+        match holders.entry((job.org_id.clone(), key.clone())) {
+            std::collections::hash_map::Entry::Occupied(holder) if holder.get() != &job.id => {
+                taken.push((job.id.clone(), holder.get().clone()));
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {}
+            std::collections::hash_map::Entry::Vacant(free) => {
+                free.insert(job.id.clone());
+            }
+        }
+    }
+    Ok(taken)
+}
+
 /// The claim index's order (migration `m20261126_000003`), unqualified and for alias `t`.
 const CLAIM_ORDER: &str = "action, org_id, priority, created_at, id";
 const CLAIM_ORDER_T: &str = "t.action, t.org_id, t.priority, t.created_at, t.id";

@@ -71,16 +71,6 @@ pub fn cancelled_because(dependency: &JobId, status: JobStatus) -> String {
     format!("dependency {dependency} is {status}: this job will not run unless that job is retried")
 }
 
-/// The job has no unique key, or no other open job of its organization holds it.
-static KEY_FREE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "(\"training_jobs\".\"unique_key\" IS NULL OR NOT EXISTS (SELECT 1 FROM training_jobs o \
-         WHERE o.org_id = \"training_jobs\".\"org_id\" AND o.unique_key = \"training_jobs\".\"unique_key\" \
-         AND o.id <> \"training_jobs\".\"id\" AND {}))",
-        statuses_sql("o.status", &OPEN)
-    )
-});
-
 /// Ids at a time in one `IN (…)`.
 const CHUNK: usize = 500;
 
@@ -300,7 +290,7 @@ async fn settle(
             transition(JobEvent::DependencyRetried)
                 // Its unique key, if another job took it while it was cancelled, keeps it
                 // cancelled: a waiting job holds its key.
-                .filter(Expr::cust(KEY_FREE.as_str()))
+                .filter(key_free())
                 .col_expr(training_job::Column::Error, Expr::value(Option::<String>::None))
                 .col_expr(
                     training_job::Column::FinishedAt,

@@ -88,11 +88,37 @@ pub async fn block_unpaid(
 }
 
 /// The organization's jobs blocked at their claim for want of funds go back to the queue
-/// (a job a worker reported blocked is not touched); answers their actions.
+/// (a job a worker reported blocked is not touched); answers them. One whose unique key an
+/// open job holds (created after it was blocked) stays blocked, as do all but the first
+/// blocked with one key: a later credit looks at them again.
 pub async fn requeue_blocked_for_funds(
     db: &impl ConnectionTrait,
     org_id: &OrgId,
 ) -> Result<Vec<training_job::Model>, DbErr> {
+    // A job created with the key between the statement's look and its write breaks the
+    // unique index (PostgreSQL): the statement is run again, and then sees it.
+    let mut tries = 0;
+    loop {
+        match requeue_once(db, org_id).await {
+            Err(err) if tries < 2 && crate::orgs::repo::is_unique_violation(&err) => tries += 1,
+            done => return done,
+        }
+    }
+}
+
+/// No job blocked for funds with the same unique key created before it (by id at the same
+/// instant): the first of them.
+static FIRST_WITH_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "(\"training_jobs\".\"unique_key\" IS NULL OR NOT EXISTS (SELECT 1 FROM training_jobs e \
+         WHERE e.org_id = \"training_jobs\".\"org_id\" AND e.unique_key = \"training_jobs\".\"unique_key\" \
+         AND e.blocked_for_funds AND {} AND (e.created_at < \"training_jobs\".\"created_at\" \
+         OR (e.created_at = \"training_jobs\".\"created_at\" AND e.id < \"training_jobs\".\"id\"))))",
+        from_sql(JobEvent::RequeueOnCredit, "e.status")
+    )
+});
+
+async fn requeue_once(db: &impl ConnectionTrait, org_id: &OrgId) -> Result<Vec<training_job::Model>, DbErr> {
     let now = Utc::now();
     transition(JobEvent::RequeueOnCredit)
         .col_expr(training_job::Column::BlockedForFunds, Expr::value(false))
@@ -109,6 +135,8 @@ pub async fn requeue_blocked_for_funds(
         .col_expr(training_job::Column::UpdatedAt, Expr::value(now))
         .filter(training_job::Column::OrgId.eq(org_id))
         .filter(training_job::Column::BlockedForFunds.eq(true))
+        .filter(key_free())
+        .filter(Expr::cust(FIRST_WITH_KEY.as_str()))
         .exec_with_returning(db)
         .await
 }
