@@ -872,11 +872,28 @@ async fn keel_exports_its_spans_over_otlp_continuing_the_callers_trace() {
     }
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     let ours: Vec<&Exported> = spans.iter().filter(|s| s.trace_id == trace_id).collect();
+    // Each request sent with the caller's traceparent is a child of the caller's span. They
+    // are found by name: a span is exported when it ends, and a request's span ends only once
+    // its children (work it started) have, so the order they arrive in is not theirs.
+    let callers_children: Vec<&str> = ours
+        .iter()
+        .filter(|s| s.parent == caller_span)
+        .map(|s| s.name.as_str())
+        .collect();
+    for sent in [
+        "POST /api/billing/debit",
+        "POST /v1/chat/completions",
+        "POST /api/training/internal/jobs/failed",
+    ] {
+        assert!(
+            callers_children.contains(&sent),
+            "{sent}, child of the caller's span: {callers_children:?}"
+        );
+    }
     let request = ours
         .iter()
-        .find(|s| s.parent == caller_span)
-        .unwrap_or_else(|| panic!("the request's span, child of the caller's: {names:?}"));
-    assert_eq!(request.name, "POST /api/billing/debit");
+        .find(|s| s.parent == caller_span && s.name == "POST /api/billing/debit")
+        .unwrap_or_else(|| panic!("the debit's span, child of the caller's: {names:?}"));
     let child_of = |parent: &str| {
         ours.iter()
             .filter(|s| s.parent == parent)
