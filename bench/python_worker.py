@@ -34,7 +34,7 @@ def naive(url: str, key: str, worker_id: str, limit: int = 100) -> None:
 def library(url: str, key: str, worker_id: str, concurrency: int = 1) -> None:
     from keel_worker import Worker
 
-    # KEEL_BENCH_PREFETCH: the library's prefetch (default: its own, half of concurrency).
+    # KEEL_BENCH_PREFETCH: a fixed prefetch (default: the library's own, adaptive).
     prefetch = int(os.environ["KEEL_BENCH_PREFETCH"]) if "KEEL_BENCH_PREFETCH" in os.environ else None
     worker = Worker(url, key, worker_id, ["tracer"], lambda job: None, concurrency=concurrency, wait_secs=1,
                     prefetch=prefetch)

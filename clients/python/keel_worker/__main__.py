@@ -136,7 +136,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--heartbeat-secs", type=float, default=30)
     parser.add_argument("--grace-secs", type=float, default=60)
     parser.add_argument("--prefetch", type=int, default=None,
-                        help="jobs claimed ahead to wait for a slot (default: half of --concurrency)")
+                        help="jobs claimed ahead to wait for a slot (default: adaptive, at least half of --concurrency)")
     parser.add_argument("--kill-after", type=float, default=10, help="seconds between SIGTERM and SIGKILL on a stop")
     parser.add_argument("--log-level", default=os.environ.get("KEEL_LOG_LEVEL", "INFO"))
     options = parser.parse_args(args)

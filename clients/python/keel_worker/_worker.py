@@ -1,4 +1,4 @@
-"""The worker loop: claim ahead with a long poll (free slots plus a small prefetch), run the
+"""The worker loop: claim ahead with a long poll (free slots plus an adaptive prefetch), run the
 handler on `concurrency` slot threads, heartbeat every held job in one request, send
 reports from a thread of their own (several that end together in one request), hand jobs
 back on shutdown."""
@@ -27,6 +27,12 @@ HAND_BACK_SECS = 10.0
 INTERNAL = "/api/training/internal"
 #: At most this many reports, or held jobs heartbeaten, in one request (keel's bound).
 MAX_BATCHED = 1000
+#: Claims that may go out beside the long poll while an action's claims come back full.
+CLAIMS_AHEAD = 2
+#: The adaptive prefetch's most, per slot.
+MAX_PREFETCH_PER_SLOT = 4
+#: The weight of the latest observation in the running means of a job's and a claim's time.
+SMOOTHING = 0.2
 #: A report's route, by the name `reported` counts it under; and the outcome the batched
 #: route names it by.
 OUTCOMES = {"succeeded": "succeeded", "failed": "failed", "blocked": "blocked", "user-stopped": "user_stopped"}
@@ -228,10 +234,15 @@ class Worker:
     stop reports `user-stopped`.
 
     The worker keeps its slots full: it claims up to its free slots plus `prefetch` jobs
-    that wait for a slot (heartbeaten like the running ones; by default half of
-    `concurrency`, none for a worker of one slot: a claimed job waits for no long job), so a
-    slot that frees takes the next job at once. Reports go out from a thread of their own
-    and never hold a slot; several that end together go in one request.
+    that wait for a slot (heartbeaten like the running ones), so a slot that frees takes the
+    next job at once. By default (`prefetch=None`) the prefetch adapts: at least half of
+    `concurrency` (none for a worker of one slot), and, while jobs are short against a
+    claim's round trip, the jobs the slots end in two round trips (at most
+    `MAX_PREFETCH_PER_SLOT` per slot), so a job claimed ahead waits about two round trips
+    behind jobs of the usual length and a long job keeps no more waiting than the floor.
+    While claims come back full, up to `CLAIMS_AHEAD` more go out beside the long poll.
+    Reports go out from a thread of their own and never hold a slot; several that end
+    together go in one request.
     """
 
     def __init__(
@@ -268,7 +279,12 @@ class Worker:
         self.wait_secs = wait_secs
         self.heartbeat_secs = heartbeat_secs
         self.grace_secs = grace_secs
-        self.prefetch = concurrency // 2 if prefetch is None else prefetch
+        # A fixed prefetch, or None: adaptive (see the class and `prefetch`).
+        self._fixed_prefetch = prefetch
+        # Running means of a handler's time and of a claim answered at once (seconds), for
+        # the adaptive prefetch; None until one is seen.
+        self._job_secs: Optional[float] = None
+        self._claim_secs: Optional[float] = None
         headers = {"Authorization": f"Bearer {internal_key}", "User-Agent": "keel-worker/0.1"}
         timeout = httpx.Timeout(30.0, connect=5.0)
         # Reports, heartbeats and hand-backs share one pool; claims keep their own, so a
@@ -293,7 +309,7 @@ class Worker:
         # (more are queued: a second claim may go out beside the long poll), if any.
         self._claiming = 0
         self._backlog: Optional[str] = None
-        self._ahead: Optional[threading.Thread] = None
+        self._ahead: List[threading.Thread] = []
         self._stopping = threading.Event()
         self._hurry = False
         self._stopped_at: Optional[float] = None
@@ -321,6 +337,30 @@ class Worker:
             self._work.notify_all()
 
     @property
+    def prefetch(self) -> int:
+        """The jobs the worker claims beyond its free slots now: the fixed `prefetch`, or the
+        adaptive one (see the class)."""
+        if self._fixed_prefetch is not None:
+            return self._fixed_prefetch
+        floor = self.concurrency // 2
+        job, claim = self._job_secs, self._claim_secs
+        if job is None or claim is None:
+            return floor
+        # The jobs the slots end during two claim round trips.
+        covering = int(2 * self.concurrency * claim / max(job, 1e-6))
+        return max(floor, min(covering, MAX_PREFETCH_PER_SLOT * self.concurrency))
+
+    def _wanted(self) -> int:
+        """The jobs the worker wants to hold (running, waiting for a slot, being claimed)."""
+        return self.concurrency + self.prefetch
+
+    def _observe(self, name: str, secs: float) -> None:
+        """Folds one observation into the running mean `name` (`_job_secs`, `_claim_secs`)."""
+        with self._lock:
+            known = getattr(self, name)
+            setattr(self, name, secs if known is None else known + SMOOTHING * (secs - known))
+
+    @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
@@ -340,9 +380,11 @@ class Worker:
             for n in range(self.concurrency)
         ]
         helpers.append(threading.Thread(target=self._report_loop, name="keel-reports", daemon=True))
-        ahead = threading.Thread(target=self._claim_ahead_loop, name="keel-claims-ahead", daemon=True)
-        self._ahead = ahead
-        helpers.append(ahead)
+        self._ahead = [
+            threading.Thread(target=self._claim_ahead_loop, name=f"keel-claims-ahead-{n}", daemon=True)
+            for n in range(CLAIMS_AHEAD)
+        ]
+        helpers.extend(self._ahead)
         helpers.append(threading.Thread(target=self._heartbeat_loop, name="keel-heartbeats", daemon=True))
         try:
             self._hand_back(deadline=None)
@@ -399,9 +441,9 @@ class Worker:
         """Waits until the worker may claim (room for a claim worth making: its slots and
         prefetch not all taken, and the jobs waiting for a slot running low); answers how
         many to claim, 0 once stopping."""
-        wanted = self.concurrency + self.prefetch
         with self._changed:
             while not self._check_signals():
+                wanted = self._wanted()
                 held = len(self._running) + len(self._ready) + self._claiming
                 room = wanted - held
                 # Claim at once when a slot would otherwise idle, else when a quarter of the
@@ -456,15 +498,15 @@ class Worker:
                 self._changed.notify_all()
 
     def _claim_ahead_loop(self) -> None:
-        """While an action's claims come back full (a backlog), a second claim goes out beside
-        the main loop's, without a long poll, so the worker's claims overlap their round trips;
-        it stops as soon as one comes back short."""
-        wanted = self.concurrency + self.prefetch
+        """While an action's claims come back full (a backlog), claims go out beside the main
+        loop's (one per such thread, `CLAIMS_AHEAD`), without a long poll, so the worker's
+        claims overlap their round trips; they stop as soon as one comes back short."""
         while True:
             with self._changed:
                 while True:
                     if self._stopping.is_set():
                         return
+                    wanted = self._wanted()
                     room = wanted - len(self._running) - len(self._ready) - self._claiming
                     if self._backlog is not None and room >= max(1, wanted // 4):
                         break
@@ -497,6 +539,7 @@ class Worker:
         client = self._claims if interruptible else self._http
         if interruptible:
             self._in_claim = True
+        asked = time.monotonic()
         try:
             if interruptible and self._check_signals():
                 return [], 0.0
@@ -517,6 +560,10 @@ class Worker:
         if answer.status_code != 200:
             raise KeelError(answer.status_code, answer.text)
         jobs: List[Mapping[str, Any]] = answer.json().get("jobs") or []
+        if jobs and len(jobs) >= min(limit, 100):
+            # A full answer came at once (a long poll returns early only with jobs enough):
+            # the claim's round trip.
+            self._observe("_claim_secs", time.monotonic() - asked)
         return jobs, 0.0
 
     # -- running jobs -------------------------------------------------------------------
@@ -540,11 +587,13 @@ class Worker:
             path, body = "user-stopped", {"job_id": job.job_id, "worker_id": self.worker_id,
                                           "reason": "stopped at the user's request before it started"}
         else:
+            began = time.monotonic()
             try:
                 path, body = self._outcome(job)
             except BaseException:  # noqa: BLE001 - _outcome catches the handler's; this is ours
                 log.exception("%s: could not work out its report", job)
                 path, body = "failed", {"job_id": job.job_id, "worker_id": self.worker_id, "error": "keel_worker failed"}
+            self._observe("_job_secs", time.monotonic() - began)
         with self._changed:
             # The slot is free once the handler is done: the report overlaps the next job.
             self._running.pop(job.job_id, None)
@@ -720,11 +769,11 @@ class Worker:
                 job.stop_requested.set()
         if leftover:
             log.warning("grace over: handing back %d job(s) not yet reported", len(leftover))
-        # A claim beside the main loop's (no long poll) ends soon; what it took is handed back
-        # with the rest, so it must have ended first.
-        ahead = self._ahead
-        if ahead is not None and ahead.is_alive():
-            ahead.join(35.0)
+        # Claims beside the main loop's (no long poll) end soon; what they took is handed back
+        # with the rest, so they must have ended first.
+        for ahead in self._ahead:
+            if ahead.is_alive():
+                ahead.join(35.0)
         self._hand_back(deadline=time.monotonic() + HAND_BACK_SECS)
 
     def _hand_back(self, deadline: Optional[float]) -> None:

@@ -459,6 +459,79 @@ def test_a_worker_claims_ahead_and_keeps_what_it_holds_alive(keel: Keel, run_wor
     assert running.worker.reported == {"succeeded": 5, "user-stopped": 1}
 
 
+def test_the_adaptive_prefetch_stays_at_its_floor_until_jobs_are_seen_to_be_short() -> None:
+    worker = Worker("http://127.0.0.1:9", INTERNAL_KEY, "w", ["tracer"], lambda job: None, concurrency=10)
+    # Nothing seen yet: half the slots.
+    assert worker.prefetch == 5
+    # Jobs as long as a claim: the jobs ten slots end in two round trips.
+    worker._job_secs, worker._claim_secs = 0.005, 0.005
+    assert worker.prefetch == 20
+    # No-op jobs: bounded at four a slot.
+    worker._job_secs = 0.00001
+    assert worker.prefetch == 40
+    # Long jobs: the floor.
+    worker._job_secs = 30.0
+    assert worker.prefetch == 5
+    one = Worker("http://127.0.0.1:9", INTERNAL_KEY, "w", ["tracer"], lambda job: None)
+    one._job_secs, one._claim_secs = 30.0, 0.005
+    assert one.prefetch == 0
+    fixed = Worker("http://127.0.0.1:9", INTERNAL_KEY, "w", ["tracer"], lambda job: None, concurrency=10, prefetch=2)
+    fixed._job_secs, fixed._claim_secs = 0.00001, 0.005
+    assert fixed.prefetch == 2
+
+
+def _held_by_keel(keel: Keel, jobs: List[str]) -> int:
+    return sum(1 for job_id in jobs if keel.job(job_id)["status"] == "running")
+
+
+def test_a_worker_holds_more_ahead_for_short_jobs_and_only_its_floor_for_long_ones(
+    keel: Keel, run_worker: RunWorker,
+) -> None:
+    # Long jobs (0.3 s against a claim of milliseconds): two slots and a floor of one.
+    slow = [keel.create_job(action="draft", n=n) for n in range(8)]
+    running = run_worker(keel.worker(lambda job: time.sleep(0.3), actions=["draft"], concurrency=2))
+    most = 0
+    deadline = time.monotonic() + 30
+    while not all(keel.job(job_id)["status"] == "succeeded" for job_id in slow):
+        most = max(most, _held_by_keel(keel, slow))
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    running.stop()
+    # keel counts a job running until its report lands: a slot's report on its way is held
+    # beside the three (two slots ending together, two reports).
+    assert 2 <= most <= 5, most
+    # Short jobs: once twenty have run at once, the rest block; the worker then holds more
+    # than its slots and floor (at most four a slot ahead).
+    quick = [keel.create_job(action="optimize", n=n) for n in range(60)]
+    release = threading.Event()
+    ran = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> Any:
+        with lock:
+            ran.append(job.job_id)
+            short = len(ran) <= 20
+        if not short:
+            release.wait(30)
+        return None
+
+    running = run_worker(keel.worker(handler, worker_id="py-quick", actions=["optimize"], concurrency=2))
+    most = 0
+    deadline = time.monotonic() + 20
+    while most < 6:
+        most = max(most, _held_by_keel(keel, quick))
+        assert time.monotonic() < deadline, most
+        time.sleep(0.02)
+    # Once the short jobs' reports have landed: the slots and at most eight ahead.
+    time.sleep(0.5)
+    assert 6 <= _held_by_keel(keel, quick) <= 2 + 8
+    release.set()
+    for job_id in quick:
+        keel.wait_for(job_id, ["succeeded"])
+    running.stop()
+    assert running.worker.reported == {"succeeded": 60}
+
+
 class Counting(BaseHTTPRequestHandler):
     """Forwards to keel and counts the calls by their last path segment."""
 
