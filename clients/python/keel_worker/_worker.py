@@ -239,7 +239,8 @@ class Worker:
     `concurrency` (none for a worker of one slot), and, while jobs are short against a
     claim's round trip, the jobs the slots end in two round trips (at most
     `MAX_PREFETCH_PER_SLOT` per slot), so a job claimed ahead waits about two round trips
-    behind jobs of the usual length and a long job keeps no more waiting than the floor.
+    behind jobs of the usual length. One long job brings it back to the floor (the jobs
+    claimed ahead while short ones ran may wait behind that one).
     While claims come back full, up to `CLAIMS_AHEAD` more go out beside the long poll.
     Reports go out from a thread of their own and never hold a slot; several that end
     together go in one request.
