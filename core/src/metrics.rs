@@ -71,6 +71,10 @@ pub struct Metrics {
     /// A ledger operation's time from its submission to its commit (or refusal).
     pub ledger_seconds: Histogram,
     pub auto_topups: IntCounterVec,
+    /// Ledger batches written by one guarded statement outside the committer (PostgreSQL),
+    /// by its guard: `version` (the row as planned on) or `current_account` (the debit
+    /// function's check of the account as locked).
+    pub ledger_guarded_writes: IntCounterVec,
     /// Credit grants the expiry sweep ended with something left, and how much.
     pub credit_grants_expired: IntCounter,
     pub credit_expired_microcents: IntCounter,
@@ -289,6 +293,11 @@ impl Metrics {
                         .map(move |outcome| ops.with_label_values(&[kind.as_str(), outcome]))
                 })
                 .collect(),
+            ledger_guarded_writes: counter_vec(
+                "keel_ledger_guarded_writes_total",
+                "Ledger batches written by one guarded statement outside the committer, by guard (version: the row as planned on; current_account: debits checked against the account as locked)",
+                &["guard"],
+            )?,
             auto_topups: counter_vec(
                 "keel_auto_topups_total",
                 "Auto top-ups, by outcome (charged, declined, waiting, failed)",
@@ -543,6 +552,7 @@ impl Metrics {
             Box::new(self.schedule_enqueued.clone()),
             Box::new(self.schedule_lag.clone()),
             Box::new(self.auto_topups.clone()),
+            Box::new(self.ledger_guarded_writes.clone()),
             Box::new(self.credit_grants_expired.clone()),
             Box::new(self.credit_expired_microcents.clone()),
             Box::new(self.auto_topup_limit_reached.clone()),

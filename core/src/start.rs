@@ -51,7 +51,7 @@ pub struct Core {
 impl Core {
     /// Readies the database for this build: pending migrations applied (under their lock on
     /// PostgreSQL), then the queue's claim function installed from this build's transition
-    /// table. Every process that serves runs it first.
+    /// table and the ledger's debit function. Every process that serves runs it first.
     pub async fn prepare(
         settings: &crate::config::DatabaseSettings,
         db: &DatabaseConnection,
@@ -59,7 +59,10 @@ impl Core {
         crate::database::migrate(settings, db).await?;
         crate::queue::install(db)
             .await
-            .map_err(|e| anyhow::anyhow!("installing the queue's claim function failed: {e}"))
+            .map_err(|e| anyhow::anyhow!("installing the queue's claim function failed: {e}"))?;
+        crate::billing::ledger::install(db)
+            .await
+            .map_err(|e| anyhow::anyhow!("installing the ledger's debit function failed: {e}"))
     }
 
     /// Builds everything and starts every loop. Must run inside an actix system (the ledger

@@ -1184,3 +1184,87 @@ async fn the_ledger_csv_never_hands_a_spreadsheet_a_formula() {
         }
     }
 }
+
+/// PostgreSQL: run fees drawn from one grant are written by the ledger's debit function on the
+/// account as it locks it (`keel_ledger_debit`), so two instances charging one organization at
+/// once write one after the other without planning again on each other's rows. A batch that
+/// runs a grant out (two grants drawn) is not the function's: the planner's guarded or locked
+/// writes take it. Every fee is charged once, a replay on the other instance answers as one,
+/// the entries chain, and each grant comes to what its draws left.
+#[actix_web::test]
+async fn two_instances_charging_fees_at_once_write_each_once_on_the_current_account() {
+    if !postgres_or_skip() {
+        return;
+    }
+    let first = spawn_app().await;
+    let org = first.create_org("Fees").await;
+    let second = spawn_on(TestDb::reuse(&first.db_url), test_settings(&first.db_url)).await;
+    let fee = test_settings(&first.db_url).billing.flat_run_fee_cents.get();
+    // Drawn first (it expires sooner): three fees' worth; then the top-up.
+    grant_expiring(&first, &org, 3 * fee, 3600).await;
+    first.fund(&org, 50 * fee).await;
+    let debit = |app: &TestApp, run: String| {
+        app.post_later(
+            "/api/billing/debit",
+            &org.api_key,
+            &json!({"orgId": org.org_id, "runId": run}),
+        )
+    };
+    // Taking turns: each instance's last view of the account is one fee behind.
+    for i in 0..10 {
+        let app = if i % 2 == 0 { &first } else { &second };
+        let answer = json_of(debit(app, format!("run-{i}")).await, StatusCode::OK).await;
+        assert_eq!(answer["balanceCents"], (53 - i - 1) * fee, "fee {i}");
+    }
+    // At once.
+    let mut calls = Vec::new();
+    for i in 10..40 {
+        calls.push(debit(
+            if i % 2 == 0 { &first } else { &second },
+            format!("run-{i}"),
+        ));
+    }
+    // The first ten again, each on the other instance.
+    for i in 0..10 {
+        calls.push(debit(
+            if i % 2 == 0 { &second } else { &first },
+            format!("run-{i}"),
+        ));
+    }
+    for answer in futures_util::future::join_all(calls).await {
+        assert_eq!(
+            answer.status(),
+            StatusCode::OK,
+            "{}",
+            answer.text().await.unwrap()
+        );
+    }
+    let (balance, entries) = first.assert_ledger_invariant(&org.org_id).await;
+    assert_eq!(balance, (53 - 40) * fee * 1_000_000);
+    // The grant, the top-up and one entry a fee.
+    assert_eq!(entries, 2 + 40);
+    // The first grant spent, the top-up drawn for the rest.
+    let left: Vec<(String, i64)> = grants(&first, &org)
+        .await
+        .iter()
+        .map(|g| {
+            (
+                g["kind"].as_str().unwrap().to_owned(),
+                g["remainingMicrocents"].as_i64().unwrap(),
+            )
+        })
+        .filter(|(_, left)| *left > 0)
+        .collect();
+    assert_eq!(left, [("topup".to_owned(), 13 * fee * 1_000_000)]);
+    let mut on_current = 0.0;
+    for app in [&first, &second] {
+        let text = app.metrics_text().await;
+        if text.contains("keel_ledger_guarded_writes_total{guard=\"current_account\"}") {
+            on_current += metric(
+                &text,
+                "keel_ledger_guarded_writes_total{guard=\"current_account\"}",
+            );
+        }
+    }
+    assert!(on_current >= 1.0, "no fee went through the debit function");
+}

@@ -109,7 +109,13 @@ impl Shared {
             // for another organization's commit); what they cannot write goes to the
             // committer's locked transactions.
             match apply_guarded(&self.db, &self.cache, low, &org_id, &ops).await {
-                Ok(Some(result)) => return result,
+                Ok(Some((result, guard))) => {
+                    self.metrics
+                        .ledger_guarded_writes
+                        .with_label_values(&[guard.as_str()])
+                        .inc();
+                    return result;
+                }
                 Ok(None) => {}
                 Err(err) => {
                     tracing::debug!(org_id = %org_id, error = %err, "guarded ledger write failed; taking the locked path");

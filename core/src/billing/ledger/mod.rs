@@ -28,6 +28,15 @@ pub use sql::{
     ensure_account, entry_data, is_lock_timeout, lock_account, record_payment, settle_pending, PaymentRow,
 };
 
+/// Installs (or replaces) the ledger's database function on PostgreSQL (the debits of
+/// [`apply_cached`]); nothing on SQLite. Run at every start, after the migrations.
+pub async fn install(db: &DatabaseConnection) -> Result<(), DbErr> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => sql::postgres::install(db).await,
+        _ => Ok(()),
+    }
+}
+
 /// Applies `ops` in order in one transaction. `Err` means nothing was written (the caller
 /// may retry the operations one by one).
 pub async fn apply_batch(
@@ -64,7 +73,7 @@ pub async fn apply_group(
     }
     if db.get_database_backend() == DbBackend::Postgres {
         if let (Some(cache), [(org_id, ops)]) = (cache, batches) {
-            if let Some(result) = apply_cached(db, cache, policy, org_id, ops).await? {
+            if let Some((result, _)) = apply_cached(db, cache, policy, org_id, ops).await? {
                 return Ok(vec![result]);
             }
         }
@@ -72,17 +81,37 @@ pub async fn apply_group(
     apply_group_locked(db, cache, policy, batches).await
 }
 
+/// How a guarded statement checked that its batch still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// The row version the batch was planned on.
+    Version,
+    /// Plain debits of one grant, checked by the debit function against the account as it
+    /// locked it.
+    CurrentAccount,
+}
+
+impl Guard {
+    /// Its label in `keel_ledger_guarded_writes_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Version => "version",
+            Self::CurrentAccount => "current_account",
+        }
+    }
+}
+
 /// PostgreSQL: one organization's batch written by guarded autocommit statements (see
-/// [`apply_cached`]), without a transaction or a lock held across a round trip. `None`:
-/// not written (not applicable, refused, or the row kept moving); the locked path decides.
-/// Nothing on SQLite.
+/// [`apply_cached`]), without a transaction or a lock held across a round trip, and the
+/// guard of the statement that wrote it. `None`: not written (not applicable, refused, or
+/// the row kept moving); the locked path decides. Nothing on SQLite.
 pub async fn apply_guarded(
     db: &DatabaseConnection,
     cache: &AccountCache,
     policy: LedgerPolicy,
     org_id: &OrgId,
     ops: &[LedgerOp],
-) -> Result<Option<BatchResult>, DbErr> {
+) -> Result<Option<(BatchResult, Guard)>, DbErr> {
     match db.get_database_backend() {
         DbBackend::Postgres => apply_cached(db, cache, policy, org_id, ops).await,
         _ => Ok(None),
@@ -237,6 +266,99 @@ async fn apply_group_with(
     Ok(Some(results))
 }
 
+/// The grant a planned batch drew all of its debits from, and their sum: a batch of plain
+/// debits (no side effect, payment or grant terms), each planned as a new entry, one grant
+/// changed by exactly their sum (no overdraft, nothing lapsed). `None`: another batch, which
+/// the version-guarded write takes.
+fn one_grant_debits(
+    ops: &[LedgerOp],
+    result: &BatchResult,
+    writes: &Writes,
+    held: &[grants::Grant],
+) -> Option<(String, crate::domain::Microcents)> {
+    use crate::domain::Microcents;
+    let plain = ops.iter().all(|op| {
+        op.amount < Microcents::ZERO
+            && matches!(op.side, SideEffect::None)
+            && op.payment.is_none()
+            && op.grant.is_none()
+    });
+    let all_new = result
+        .outcomes
+        .iter()
+        .all(|outcome| matches!(outcome, Ok(outcome) if !outcome.replayed));
+    if !plain || !all_new || writes.entries.len() != ops.len() || !writes.usage_rows.is_empty() {
+        return None;
+    }
+    let [change] = writes.grant_changes.as_slice() else {
+        return None;
+    };
+    let total = writes
+        .entries
+        .iter()
+        .fold(Microcents::ZERO, |sum, entry| sum + entry.amount);
+    let before = held.iter().find(|g| g.id == change.id)?.remaining;
+    (!change.expired && change.remaining == before + total).then(|| (change.id.clone(), total))
+}
+
+/// One organization's batch planned on `account` and `held` as if every key were new (a
+/// guarded statement's plan: the unique index checks the keys).
+fn plan_alone(
+    policy: LedgerPolicy,
+    org_id: &OrgId,
+    account: &entities::billing_account::Model,
+    held: &[grants::Grant],
+    ops: &[LedgerOp],
+    now: chrono::DateTime<Utc>,
+) -> (BatchResult, Writes) {
+    let mut writes = Writes::new(KeyCheck::Optimistic).policy(policy);
+    let result = plan(
+        org_id,
+        account,
+        held,
+        ops,
+        &mut HashMap::new(),
+        &mut HashMap::new(),
+        &mut writes,
+        now,
+    );
+    (result, writes)
+}
+
+/// A batch [`sql::debit_on_current`] wrote on `found`: planned again on it (what the
+/// function wrote, so the outcomes' balances are those of the entries), and what it left
+/// kept for the next batch.
+#[allow(clippy::too_many_arguments)]
+fn replan_written(
+    cache: &AccountCache,
+    policy: LedgerPolicy,
+    org_id: &OrgId,
+    ops: &[LedgerOp],
+    found: sql::postgres::ReadAccount,
+    total: crate::domain::Microcents,
+    version: String,
+    now: chrono::DateTime<Utc>,
+) -> BatchResult {
+    let (account, held, _) = found;
+    let (result, mut writes) = plan_alone(policy, org_id, &account, &held, ops, now);
+    match writes.balances.first() {
+        Some(after)
+            if after.balance == account.balance_microcents + total
+                && writes.entries.len() == ops.len()
+                && writes.events.is_empty() =>
+        {
+            let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
+            cache.put(after.account_after(&account, now), held, version);
+        }
+        // The function wrote what the planner would not have: nothing kept (the next batch
+        // reads the account), and said loudly.
+        _ => {
+            tracing::error!(org_id = %org_id, "a ledger debit was written where the planner plans otherwise")
+        }
+    }
+    result
+}
+
 /// Guarded writes one batch tries (the kept account, then the account read again after
 /// each time the row moved) before it takes the locked path.
 const GUARDED_TRIES: usize = 3;
@@ -255,7 +377,7 @@ async fn apply_cached(
     policy: LedgerPolicy,
     org_id: &OrgId,
     ops: &[LedgerOp],
-) -> Result<Option<BatchResult>, DbErr> {
+) -> Result<Option<(BatchResult, Guard)>, DbErr> {
     let mut kept = cache.get(org_id);
     let started = std::time::Instant::now();
     for attempt in 1..=GUARDED_TRIES {
@@ -267,17 +389,7 @@ async fn apply_cached(
             },
         };
         let now = Utc::now();
-        let mut writes = Writes::new(KeyCheck::Optimistic).policy(policy);
-        let result = plan(
-            org_id,
-            &account,
-            &held,
-            ops,
-            &mut HashMap::new(),
-            &mut HashMap::new(),
-            &mut writes,
-            now,
-        );
+        let (result, mut writes) = plan_alone(policy, org_id, &account, &held, ops, now);
         // Only a batch whose account row it updates is checked by the guard; promo grants,
         // settled top-ups, webhook events and new grants write more than this statement does
         // (changes of existing grants it writes, under the same guard).
@@ -293,6 +405,36 @@ async fn apply_cached(
         {
             return Ok(None);
         }
+        if let Some((grant_id, total)) = one_grant_debits(ops, &result, &writes, &held) {
+            // Written on the account as it is, if the plan holds on it: no version to match.
+            let debited = sql::debit_on_current(
+                db,
+                &writes,
+                org_id,
+                &grant_id,
+                total,
+                account.balance_microcents,
+                now,
+                policy.low_balance.micros(),
+            )
+            .await;
+            cache.forget(org_id);
+            match debited? {
+                sql::Debited::Written { found, version } => {
+                    tracing::debug!(org_id = %org_id, attempt, elapsed_us = started.elapsed().as_micros() as u64, "ledger debit on the current account");
+                    let result = replan_written(cache, policy, org_id, ops, *found, total, version, now);
+                    return Ok(Some((result, Guard::CurrentAccount)));
+                }
+                sql::Debited::Moved(found) => match found {
+                    Some(found) => {
+                        kept = Some(*found);
+                        continue;
+                    }
+                    None => return Ok(None),
+                },
+                sql::Debited::Refused => return Ok(None),
+            }
+        }
         let written = sql::guarded_write(db, &writes, &after, now, version).await;
         cache.forget(org_id);
         match written? {
@@ -300,7 +442,7 @@ async fn apply_cached(
                 tracing::debug!(org_id = %org_id, attempt, elapsed_us = started.elapsed().as_micros() as u64, "guarded ledger write");
                 let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
                 cache.put(after.account_after(&account, now), held, version);
-                return Ok(Some(result));
+                return Ok(Some((result, Guard::Version)));
             }
             // Planned again on the account as the failed write found it.
             sql::Guarded::Moved(found) => match found {

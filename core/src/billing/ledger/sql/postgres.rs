@@ -293,3 +293,222 @@ fn account_from_rows(rows: &[sea_orm::QueryResult]) -> Result<Option<ReadAccount
     }
     Ok(Some((account, grants, version)))
 }
+
+/// Taken by the transaction that installs [`DEBIT_FUNCTION`] (instances starting together).
+const INSTALL_LOCK: &str = "SELECT pg_advisory_xact_lock(1801807214, 1)";
+
+/// One organization's plain debits, planned (by the planner) on an account that may have
+/// moved since, all drawn from one grant: written on the account as it is once locked, if
+/// the planner would have planned the same writes on it. That holds when the grant is still
+/// the first in draw order with enough left (no other active grant before it, none lapsed),
+/// the balance covers the debits, and they cross no low-balance threshold; the entries'
+/// balances are then the planned ones moved by what the balance moved, and the grant and
+/// balance move by the debits' sum. The account row is locked for the function's run only
+/// (one statement, no round trip), so instances charging one organization write one after
+/// the other without either planning again. Answers the account as the lock found it, with
+/// its active grants and row version, and whether it wrote (then the new version); NULL
+/// without an account. A key already taken fails the whole statement (nothing written).
+const DEBIT_FUNCTION: &str = r#"
+CREATE OR REPLACE FUNCTION keel_ledger_debit(p_org text, p_grant text, p_total bigint, p_planned bigint,
+    p_entries jsonb, p_now timestamptz, p_low bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  a billing_accounts%ROWTYPE;
+  g credit_grants%ROWTYPE;
+  found_account jsonb;
+  row_version text;
+  threshold bigint;
+BEGIN
+  SELECT * INTO a FROM billing_accounts WHERE org_id = p_org FOR UPDATE;
+  IF a.org_id IS NULL THEN
+    RETURN NULL;
+  END IF;
+  SELECT b.xmin::text INTO row_version FROM billing_accounts b WHERE b.org_id = p_org;
+  found_account := jsonb_build_object('account', to_jsonb(a), 'grants', COALESCE((
+      SELECT jsonb_agg(jsonb_build_object('id', c.id, 'remaining', c.remaining_microcents,
+          'priority', c.priority, 'expires_at', c.expires_at, 'created_at', c.created_at))
+      FROM credit_grants c WHERE c.org_id = p_org AND c.remaining_microcents > 0), '[]'::jsonb));
+  SELECT * INTO g FROM credit_grants WHERE id = p_grant AND org_id = p_org;
+  threshold := CASE WHEN a.auto_topup_enabled AND a.auto_topup_threshold_cents IS NOT NULL
+      THEN a.auto_topup_threshold_cents * 1000000 ELSE p_low END;
+  IF g.id IS NULL OR g.remaining_microcents < -p_total
+     OR (g.expires_at IS NOT NULL AND g.expires_at <= p_now)
+     OR a.balance_microcents + p_total < 0
+     OR (threshold IS NOT NULL AND a.balance_microcents >= threshold
+         AND a.balance_microcents + p_total < threshold)
+     OR EXISTS (SELECT 1 FROM credit_grants h
+         WHERE h.org_id = p_org AND h.remaining_microcents > 0 AND h.id <> p_grant
+           AND (h.expires_at <= p_now
+             OR (h.priority, h.expires_at IS NULL, COALESCE(h.expires_at, 'infinity'), h.created_at,
+                 h.id COLLATE "C")
+              < (g.priority, g.expires_at IS NULL, COALESCE(g.expires_at, 'infinity'), g.created_at,
+                 g.id COLLATE "C"))) THEN
+    RETURN found_account || jsonb_build_object('written', false, 'version', row_version);
+  END IF;
+  INSERT INTO ledger_entries (org_id, kind, amount_microcents, balance_after_microcents,
+      idempotency_key, reason, grants, created_at)
+  SELECT x.org_id, x.kind, x.amount, x.balance_after + (a.balance_microcents - p_planned),
+      x.idempotency_key, x.reason, x.grants, p_now
+  FROM ROWS FROM (jsonb_to_recordset(p_entries) AS (org_id text, kind text, amount bigint,
+      balance_after bigint, idempotency_key text, reason text, grants text))
+      WITH ORDINALITY AS x(org_id, kind, amount, balance_after, idempotency_key, reason, grants, ord)
+  ORDER BY x.ord;
+  UPDATE credit_grants SET remaining_microcents = remaining_microcents + p_total WHERE id = p_grant;
+  UPDATE billing_accounts SET balance_microcents = balance_microcents + p_total, updated_at = p_now
+    WHERE org_id = p_org RETURNING xmin::text INTO row_version;
+  RETURN found_account || jsonb_build_object('written', true, 'version', row_version);
+END $$
+"#;
+
+/// Installs (or replaces) [`DEBIT_FUNCTION`]: at every start, so it always matches this
+/// build.
+pub(in crate::billing) async fn install(db: &DatabaseConnection) -> Result<(), DbErr> {
+    use sea_orm::TransactionTrait;
+    let txn = db.begin().await?;
+    txn.execute_unprepared(INSTALL_LOCK).await?;
+    txn.execute_unprepared(DEBIT_FUNCTION).await?;
+    txn.commit().await
+}
+
+/// What [`debit_on_current`] did.
+pub(in crate::billing::ledger) enum Debited {
+    /// Written on `found` (the account as the lock found it); the row's new version.
+    Written {
+        found: Box<ReadAccount>,
+        version: String,
+    },
+    /// Nothing written: the plan does not hold on the account as found (plan on it again).
+    Moved(Option<Box<ReadAccount>>),
+    /// Nothing written: the statement was refused (a key already taken, say).
+    Refused,
+}
+
+/// The account as [`DEBIT_FUNCTION`] answers it (`to_jsonb` of the row): every column of
+/// [`entities::billing_account::Model`], so a column added there must be added here.
+#[derive(serde::Deserialize)]
+struct FoundAccount {
+    org_id: crate::domain::OrgId,
+    customer_id: Option<String>,
+    balance_microcents: crate::domain::Microcents,
+    payment_method_id: Option<String>,
+    pm_brand: Option<String>,
+    pm_last4: Option<String>,
+    pm_exp_month: Option<i32>,
+    pm_exp_year: Option<i32>,
+    auto_topup_enabled: bool,
+    auto_topup_threshold_cents: Option<crate::domain::Cents>,
+    auto_topup_amount_cents: Option<crate::domain::Cents>,
+    auto_topup_declines: i32,
+    auto_topup_started_at: Option<DateTime<Utc>>,
+    starter_credit_granted: bool,
+    auto_topup_monthly_limit_cents: Option<crate::domain::Cents>,
+    auto_topup_limit_notified_month: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<FoundAccount> for entities::billing_account::Model {
+    fn from(a: FoundAccount) -> Self {
+        Self {
+            org_id: a.org_id,
+            customer_id: a.customer_id,
+            balance_microcents: a.balance_microcents,
+            payment_method_id: a.payment_method_id,
+            pm_brand: a.pm_brand,
+            pm_last4: a.pm_last4,
+            pm_exp_month: a.pm_exp_month,
+            pm_exp_year: a.pm_exp_year,
+            auto_topup_enabled: a.auto_topup_enabled,
+            auto_topup_threshold_cents: a.auto_topup_threshold_cents,
+            auto_topup_amount_cents: a.auto_topup_amount_cents,
+            auto_topup_declines: a.auto_topup_declines,
+            auto_topup_started_at: a.auto_topup_started_at,
+            starter_credit_granted: a.starter_credit_granted,
+            auto_topup_monthly_limit_cents: a.auto_topup_monthly_limit_cents,
+            auto_topup_limit_notified_month: a.auto_topup_limit_notified_month,
+            created_at: a.created_at,
+            updated_at: a.updated_at,
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct FoundGrant {
+    id: String,
+    remaining: crate::domain::Microcents,
+    priority: i32,
+    expires_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(serde::Deserialize)]
+struct DebitAnswer {
+    account: FoundAccount,
+    grants: Vec<FoundGrant>,
+    written: bool,
+    version: String,
+}
+
+/// A planned batch of plain debits drawn from `grant_id` (see [`DEBIT_FUNCTION`]), `total`
+/// their sum, planned on a balance of `planned`; `low` the balance under which an account
+/// without an auto top-up threshold is low.
+#[allow(clippy::too_many_arguments)]
+pub(in crate::billing::ledger) async fn debit_on_current(
+    db: &DatabaseConnection,
+    writes: &Writes,
+    org_id: &crate::domain::OrgId,
+    grant_id: &str,
+    total: crate::domain::Microcents,
+    planned: crate::domain::Microcents,
+    now: DateTime<Utc>,
+    low: crate::domain::Microcents,
+) -> Result<Debited, DbErr> {
+    let params = [
+        Value::from(org_id.as_str()),
+        Value::from(grant_id),
+        Value::from(total.get()),
+        Value::from(planned.get()),
+        Value::from(json_param(&writes.entries)?),
+        Value::from(now),
+        Value::from(low.get()),
+    ];
+    let answer = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT keel_ledger_debit($1, $2, $3, $4, $5::jsonb, $6, $7)::text AS answer",
+            params,
+        ))
+        .await;
+    let text: Option<String> = match answer {
+        Ok(Some(row)) => row.try_get("", "answer")?,
+        Ok(None) => None,
+        Err(err) if is_lock_timeout(&err) => return Err(err),
+        Err(err) => {
+            tracing::debug!(org_id = %org_id, error = %err, "ledger debit refused; taking the locked path");
+            return Ok(Debited::Refused);
+        }
+    };
+    let Some(text) = text else {
+        return Ok(Debited::Moved(None));
+    };
+    let answer: DebitAnswer =
+        serde_json::from_str(&text).map_err(|e| DbErr::Custom(format!("the ledger debit's answer: {e}")))?;
+    let grants = answer
+        .grants
+        .into_iter()
+        .map(|g| Grant {
+            id: g.id,
+            remaining: g.remaining,
+            priority: g.priority,
+            expires_at: g.expires_at,
+            created_at: g.created_at,
+        })
+        .collect();
+    let found = Box::new((answer.account.into(), grants, answer.version.clone()));
+    Ok(match answer.written {
+        true => Debited::Written {
+            found,
+            version: answer.version,
+        },
+        false => Debited::Moved(Some(found)),
+    })
+}
