@@ -307,7 +307,7 @@ class Worker:
         self._reporting: Dict[str, Job] = {}
         self._outbox: List[Tuple[Job, str, Dict[str, Any]]] = []
         # Jobs asked for by claims in flight; and the action whose last claim came back full
-        # (more are queued: a second claim may go out beside the long poll), if any.
+        # (more are queued: claims may go out beside the long poll), if any.
         self._claiming = 0
         self._backlog: Optional[str] = None
         self._ahead: List[threading.Thread] = []
