@@ -19,7 +19,9 @@ pub struct Grant {
 }
 
 impl Grant {
-    /// The draw order's key: priority, then soonest expiry (none last), then oldest.
+    /// The draw order's key: priority, then soonest expiry (none last), then oldest, then id
+    /// (by byte). PostgreSQL's debit function checks the same order (`sql/postgres.rs`,
+    /// `DEBIT_FUNCTION_TEXT`): a change here is a change there.
     fn order_key(&self) -> (i32, bool, Option<DateTime<Utc>>, DateTime<Utc>, &str) {
         (
             self.priority,

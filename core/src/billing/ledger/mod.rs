@@ -335,18 +335,17 @@ fn replan_written(
     org_id: &OrgId,
     ops: &[LedgerOp],
     found: sql::postgres::ReadAccount,
-    total: crate::domain::Microcents,
+    (grant_id, total): (String, crate::domain::Microcents),
     version: String,
     now: chrono::DateTime<Utc>,
 ) -> BatchResult {
     let (account, held, _) = found;
     let (result, mut writes) = plan_alone(policy, org_id, &account, &held, ops, now);
+    // The same debits of the same grant as the function wrote, and nothing announced.
+    let same =
+        writes.events.is_empty() && one_grant_debits(ops, &result, &writes, &held) == Some((grant_id, total));
     match writes.balances.first() {
-        Some(after)
-            if after.balance == account.balance_microcents + total
-                && writes.entries.len() == ops.len()
-                && writes.events.is_empty() =>
-        {
+        Some(after) if same && after.balance == account.balance_microcents + total => {
             let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
             cache.put(after.account_after(&account, now), held, version);
         }
@@ -405,37 +404,25 @@ async fn apply_cached(
         {
             return Ok(None);
         }
-        if let Some((grant_id, total)) = one_grant_debits(ops, &result, &writes, &held) {
-            // Written on the account as it is, if the plan holds on it: no version to match.
-            let debited = sql::debit_on_current(
-                db,
-                &writes,
-                org_id,
-                &grant_id,
-                total,
-                account.balance_microcents,
-                now,
-                policy.low_balance.micros(),
-            )
-            .await;
-            cache.forget(org_id);
-            match debited? {
-                sql::Debited::Written { found, version } => {
-                    tracing::debug!(org_id = %org_id, attempt, elapsed_us = started.elapsed().as_micros() as u64, "ledger debit on the current account");
-                    let result = replan_written(cache, policy, org_id, ops, *found, total, version, now);
-                    return Ok(Some((result, Guard::CurrentAccount)));
-                }
-                sql::Debited::Moved(found) => match found {
-                    Some(found) => {
-                        kept = Some(*found);
-                        continue;
-                    }
-                    None => return Ok(None),
-                },
-                sql::Debited::Refused => return Ok(None),
+        // Plain debits of one grant are written on the account as it is, if the plan holds
+        // on it (no version to match); any other batch only on the row it was planned on.
+        let debits = one_grant_debits(ops, &result, &writes, &held);
+        let written = match &debits {
+            Some((grant_id, total)) => {
+                sql::debit_on_current(
+                    db,
+                    &writes,
+                    org_id,
+                    grant_id,
+                    *total,
+                    account.balance_microcents,
+                    now,
+                    policy.low_balance.micros(),
+                )
+                .await
             }
-        }
-        let written = sql::guarded_write(db, &writes, &after, now, version).await;
+            None => sql::guarded_write(db, &writes, &after, now, version).await,
+        };
         cache.forget(org_id);
         match written? {
             sql::Guarded::Written(version) => {
@@ -443,6 +430,12 @@ async fn apply_cached(
                 let held = writes.grants_after.pop().map(|(_, g)| g).unwrap_or_default();
                 cache.put(after.account_after(&account, now), held, version);
                 return Ok(Some((result, Guard::Version)));
+            }
+            sql::Guarded::WrittenOn { found, version } => {
+                tracing::debug!(org_id = %org_id, attempt, elapsed_us = started.elapsed().as_micros() as u64, "ledger debit on the current account");
+                let drawn = debits.unwrap_or_default();
+                let result = replan_written(cache, policy, org_id, ops, *found, drawn, version, now);
+                return Ok(Some((result, Guard::CurrentAccount)));
             }
             // Planned again on the account as the failed write found it.
             sql::Guarded::Moved(found) => match found {

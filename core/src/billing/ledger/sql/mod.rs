@@ -24,7 +24,7 @@ use crate::webhooks::outbox::{self, Announcement};
 
 pub use payments::{record_payment, settle_pending, PaymentRow};
 pub use postgres::is_lock_timeout;
-pub(super) use postgres::{debit_on_current, guarded_write, read_account, Debited, Guarded};
+pub(super) use postgres::{debit_on_current, guarded_write, read_account, Guarded};
 
 /// Locked accounts, and the organizations whose account row another transaction held.
 pub(super) struct Locked {

@@ -192,6 +192,12 @@ pub(in crate::billing::ledger) type ReadAccount = (entities::billing_account::Mo
 pub(in crate::billing::ledger) enum Guarded {
     /// Written; the account's new row version.
     Written(String),
+    /// Written by [`debit_on_current`] on `found` (the account as the lock found it); the
+    /// row's new version.
+    WrittenOn {
+        found: Box<ReadAccount>,
+        version: String,
+    },
     /// Nothing written: the row had moved since it was read (another writer, perhaps
     /// another instance); the account as the statement found it (if it still has one), to
     /// plan on again.
@@ -308,7 +314,19 @@ const INSTALL_LOCK: &str = "SELECT pg_advisory_xact_lock(1801807214, 1)";
 /// the other without either planning again. Answers the account as the lock found it, with
 /// its active grants and row version, and whether it wrote (then the new version); NULL
 /// without an account. A key already taken fails the whole statement (nothing written).
-const DEBIT_FUNCTION: &str = r#"
+static DEBIT_FUNCTION: LazyLock<String> = LazyLock::new(|| {
+    DEBIT_FUNCTION_TEXT
+        .replace(
+            "{micros_per_cent}",
+            &crate::domain::Cents(1).micros().get().to_string(),
+        )
+        .replace("{ledger_columns}", super::rows::LEDGER_COLUMNS)
+});
+
+/// [`DEBIT_FUNCTION`] before its constants are filled in. The draw order it checks is
+/// [`Grant`]'s order key (priority, then soonest expiry with none last, then oldest, then id
+/// by byte): a change there is a change here.
+const DEBIT_FUNCTION_TEXT: &str = r#"
 CREATE OR REPLACE FUNCTION keel_ledger_debit(p_org text, p_grant text, p_total bigint, p_planned bigint,
     p_entries jsonb, p_now timestamptz, p_low bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -322,14 +340,13 @@ BEGIN
   IF a.org_id IS NULL THEN
     RETURN NULL;
   END IF;
-  SELECT b.xmin::text INTO row_version FROM billing_accounts b WHERE b.org_id = p_org;
   found_account := jsonb_build_object('account', to_jsonb(a), 'grants', COALESCE((
       SELECT jsonb_agg(jsonb_build_object('id', c.id, 'remaining', c.remaining_microcents,
           'priority', c.priority, 'expires_at', c.expires_at, 'created_at', c.created_at))
       FROM credit_grants c WHERE c.org_id = p_org AND c.remaining_microcents > 0), '[]'::jsonb));
   SELECT * INTO g FROM credit_grants WHERE id = p_grant AND org_id = p_org;
   threshold := CASE WHEN a.auto_topup_enabled AND a.auto_topup_threshold_cents IS NOT NULL
-      THEN a.auto_topup_threshold_cents * 1000000 ELSE p_low END;
+      THEN a.auto_topup_threshold_cents * {micros_per_cent} ELSE p_low END;
   IF g.id IS NULL OR g.remaining_microcents < -p_total
      OR (g.expires_at IS NOT NULL AND g.expires_at <= p_now)
      OR a.balance_microcents + p_total < 0
@@ -342,10 +359,10 @@ BEGIN
                  h.id COLLATE "C")
               < (g.priority, g.expires_at IS NULL, COALESCE(g.expires_at, 'infinity'), g.created_at,
                  g.id COLLATE "C"))) THEN
+    SELECT b.xmin::text INTO row_version FROM billing_accounts b WHERE b.org_id = p_org;
     RETURN found_account || jsonb_build_object('written', false, 'version', row_version);
   END IF;
-  INSERT INTO ledger_entries (org_id, kind, amount_microcents, balance_after_microcents,
-      idempotency_key, reason, grants, created_at)
+  INSERT INTO ledger_entries ({ledger_columns}, created_at)
   SELECT x.org_id, x.kind, x.amount, x.balance_after + (a.balance_microcents - p_planned),
       x.idempotency_key, x.reason, x.grants, p_now
   FROM ROWS FROM (jsonb_to_recordset(p_entries) AS (org_id text, kind text, amount bigint,
@@ -365,21 +382,8 @@ pub(in crate::billing) async fn install(db: &DatabaseConnection) -> Result<(), D
     use sea_orm::TransactionTrait;
     let txn = db.begin().await?;
     txn.execute_unprepared(INSTALL_LOCK).await?;
-    txn.execute_unprepared(DEBIT_FUNCTION).await?;
+    txn.execute_unprepared(DEBIT_FUNCTION.as_str()).await?;
     txn.commit().await
-}
-
-/// What [`debit_on_current`] did.
-pub(in crate::billing::ledger) enum Debited {
-    /// Written on `found` (the account as the lock found it); the row's new version.
-    Written {
-        found: Box<ReadAccount>,
-        version: String,
-    },
-    /// Nothing written: the plan does not hold on the account as found (plan on it again).
-    Moved(Option<Box<ReadAccount>>),
-    /// Nothing written: the statement was refused (a key already taken, say).
-    Refused,
 }
 
 /// The account as [`DEBIT_FUNCTION`] answers it (`to_jsonb` of the row): every column of
@@ -461,7 +465,7 @@ pub(in crate::billing::ledger) async fn debit_on_current(
     planned: crate::domain::Microcents,
     now: DateTime<Utc>,
     low: crate::domain::Microcents,
-) -> Result<Debited, DbErr> {
+) -> Result<Guarded, DbErr> {
     let params = [
         Value::from(org_id.as_str()),
         Value::from(grant_id),
@@ -484,11 +488,11 @@ pub(in crate::billing::ledger) async fn debit_on_current(
         Err(err) if is_lock_timeout(&err) => return Err(err),
         Err(err) => {
             tracing::debug!(org_id = %org_id, error = %err, "ledger debit refused; taking the locked path");
-            return Ok(Debited::Refused);
+            return Ok(Guarded::Refused);
         }
     };
     let Some(text) = text else {
-        return Ok(Debited::Moved(None));
+        return Ok(Guarded::Moved(None));
     };
     let answer: DebitAnswer =
         serde_json::from_str(&text).map_err(|e| DbErr::Custom(format!("the ledger debit's answer: {e}")))?;
@@ -505,10 +509,10 @@ pub(in crate::billing::ledger) async fn debit_on_current(
         .collect();
     let found = Box::new((answer.account.into(), grants, answer.version.clone()));
     Ok(match answer.written {
-        true => Debited::Written {
+        true => Guarded::WrittenOn {
             found,
             version: answer.version,
         },
-        false => Debited::Moved(Some(found)),
+        false => Guarded::Moved(Some(found)),
     })
 }
